@@ -1,1 +1,11 @@
-//! placeholder
+//! TunePlane core: the pure domain logic shared by the CLI, the functions and the reconciler.
+//!
+//! Nothing in this crate talks to AWS or Kubernetes. It holds the JobSpec and its validation, the
+//! fleet description, and the deterministic capsule format. Adapters at the edges call these
+//! functions and do the I/O.
+
+pub mod canonical;
+pub mod capsule;
+pub mod constants;
+pub mod fleet;
+pub mod spec;

@@ -1,0 +1,1 @@
+//! Capsules: deterministic, content-addressed zips of the user's code and the platform's files.

@@ -1,0 +1,158 @@
+//! The fleet description: node groups with their GPU series, sizes and states.
+//!
+//! A fleet file (`examples/fleet.yaml`) describes a fleet for validation in `dev`, for the simulated
+//! cluster and for tests. [`FleetShape`] is the part validation needs: per series, how many nodes
+//! exist and how big the largest one is. Production derives the same shape from the capacity snapshot.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A fleet file: groups of identical nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fleet {
+    /// The node groups; node names are `<group>-<index>`.
+    pub node_groups: Vec<NodeGroup>,
+}
+
+/// A group of identical nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeGroup {
+    /// Group name, a DNS label; nodes are named `<name>-0`, `<name>-1`, ...
+    pub name: String,
+    /// GPU series label value; absent for CPU-only nodes.
+    #[serde(default)]
+    pub series: Option<String>,
+    /// Number of nodes in the group.
+    pub count: u32,
+    /// GPUs per node (`nvidia.com/gpu` capacity); 0 for CPU-only nodes.
+    #[serde(default)]
+    pub gpus: u32,
+    /// CPU cores per node.
+    pub cpus: u32,
+    /// Memory per node in GiB.
+    pub memory_gb: u32,
+    /// Taints on every node of the group.
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    /// How many nodes of the group (the last ones) are cordoned.
+    #[serde(default)]
+    pub cordoned: u32,
+    /// How many nodes of the group (the last ones not cordoned) are NotReady.
+    #[serde(default)]
+    pub not_ready: u32,
+}
+
+/// A Kubernetes node taint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Taint {
+    /// Taint key.
+    pub key: String,
+    /// Taint value (may be empty).
+    #[serde(default)]
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// Errors reading a fleet file.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// The file is not valid YAML of the fleet shape.
+    #[error("fleet file is not valid: {0}")]
+    Parse(String),
+    /// The file parsed but a value is wrong.
+    #[error("fleet file is not valid: {path}: {message}")]
+    Invalid {
+        /// Field path of the offending value.
+        path: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+}
+
+impl Fleet {
+    /// Parses and checks a fleet file (YAML or JSON).
+    pub fn from_yaml(text: &str) -> Result<Self, FleetError> {
+        let fleet: Fleet = yaml_serde::from_str(text).map_err(|e| FleetError::Parse(e.to_string()))?;
+        fleet.check()?;
+        Ok(fleet)
+    }
+
+    fn check(&self) -> Result<(), FleetError> {
+        let mut names = std::collections::BTreeSet::new();
+        for (i, g) in self.node_groups.iter().enumerate() {
+            let bad = |field: &str, message: String| FleetError::Invalid {
+                path: format!("node_groups[{i}].{field}"),
+                message,
+            };
+            if !crate::spec::is_dns_label(&g.name, 40) {
+                return Err(bad("name", format!("{:?} is not a DNS label", g.name)));
+            }
+            if !names.insert(g.name.as_str()) {
+                return Err(bad("name", format!("duplicate group name {:?}", g.name)));
+            }
+            match (&g.series, g.gpus) {
+                (Some(_), 0) => return Err(bad("gpus", "a GPU series needs gpus >= 1".into())),
+                (None, n) if n > 0 => return Err(bad("series", "nodes with GPUs need a series".into())),
+                _ => {}
+            }
+            if let Some(s) = &g.series
+                && !crate::spec::is_dns_label(s, 63)
+            {
+                return Err(bad("series", format!("{s:?} is not a valid label value")));
+            }
+            if g.cordoned + g.not_ready > g.count {
+                return Err(bad("cordoned", "cordoned + not_ready exceeds count".into()));
+            }
+            if g.cpus == 0 || g.memory_gb == 0 {
+                return Err(bad("cpus", "cpus and memory_gb must be positive".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The shape validation needs: nodes per series and the largest node sizes.
+    pub fn shape(&self) -> FleetShape {
+        let mut shape = FleetShape::default();
+        for g in self.node_groups.iter().filter(|g| g.count > 0) {
+            shape.max_node_cpus = shape.max_node_cpus.max(g.cpus);
+            shape.max_node_memory_gb = shape.max_node_memory_gb.max(g.memory_gb);
+            if let Some(series) = &g.series {
+                let s = shape.series.entry(series.clone()).or_default();
+                s.nodes += g.count;
+                s.max_gpus_per_node = s.max_gpus_per_node.max(g.gpus);
+                s.max_cpus_per_node = s.max_cpus_per_node.max(g.cpus);
+                s.max_memory_gb_per_node = s.max_memory_gb_per_node.max(g.memory_gb);
+            }
+        }
+        shape
+    }
+}
+
+/// What validation needs to know about a fleet to reject jobs that can never fit.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetShape {
+    /// Per GPU series.
+    pub series: BTreeMap<String, SeriesShape>,
+    /// Most CPUs on any node (CPU-only jobs may run on any node).
+    pub max_node_cpus: u32,
+    /// Most memory on any node, GiB.
+    pub max_node_memory_gb: u32,
+}
+
+/// Size of one GPU series.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeriesShape {
+    /// Nodes of the series, cordoned and NotReady included (they may come back).
+    pub nodes: u32,
+    /// GPUs of the largest node.
+    pub max_gpus_per_node: u32,
+    /// CPUs of the largest node.
+    pub max_cpus_per_node: u32,
+    /// Memory of the largest node, GiB.
+    pub max_memory_gb_per_node: u32,
+}
