@@ -77,7 +77,8 @@ pub enum FleetError {
 impl Fleet {
     /// Parses and checks a fleet file (YAML or JSON).
     pub fn from_yaml(text: &str) -> Result<Self, FleetError> {
-        let fleet: Fleet = yaml_serde::from_str(text).map_err(|e| FleetError::Parse(e.to_string()))?;
+        let fleet: Fleet =
+            yaml_serde::from_str(text).map_err(|e| FleetError::Parse(e.to_string()))?;
         fleet.check()?;
         Ok(fleet)
     }
@@ -97,7 +98,9 @@ impl Fleet {
             }
             match (&g.series, g.gpus) {
                 (Some(_), 0) => return Err(bad("gpus", "a GPU series needs gpus >= 1".into())),
-                (None, n) if n > 0 => return Err(bad("series", "nodes with GPUs need a series".into())),
+                (None, n) if n > 0 => {
+                    return Err(bad("series", "nodes with GPUs need a series".into()));
+                }
                 _ => {}
             }
             if let Some(s) = &g.series

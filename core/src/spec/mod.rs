@@ -96,7 +96,10 @@ impl JobSpec {
 
     /// Total GPUs the job occupies while it runs.
     pub fn total_gpus(&self) -> u64 {
-        self.pools.iter().map(|p| u64::from(p.nodes) * u64::from(p.gpus_per_node)).sum()
+        self.pools
+            .iter()
+            .map(|p| u64::from(p.nodes) * u64::from(p.gpus_per_node))
+            .sum()
     }
 
     /// Canonical JSON: sorted keys, no whitespace. These bytes go into the capsule.
@@ -114,5 +117,6 @@ pub fn is_dns_label(s: &str, max: usize) -> bool {
         && b.len() <= max
         && b[0].is_ascii_lowercase()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }

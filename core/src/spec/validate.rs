@@ -1,16 +1,846 @@
-//! JobSpec validation (being written).
-use super::JobSpec;
-/// Defaults filled into the authoritative spec.
-#[derive(Debug, Clone)]
-pub struct Defaults;
-/// One problem.
-#[derive(Debug, Clone)]
-pub struct FieldError;
-/// All problems.
-#[derive(Debug, Clone)]
-pub struct SpecErrors;
-/// A valid spec.
-#[derive(Debug, Clone)]
-pub struct Validated(pub JobSpec);
-/// Validates.
-pub fn validate() {}
+//! JobSpec validation: every rule of DESIGN §2, every problem reported at once with its field path.
+//!
+//! The user's text is parsed into a generic tree first (not straight into structs) so that one bad
+//! field does not hide the next one: each field is checked on its own and all problems are collected.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use super::{Deadlines, JobSpec, Pool, is_dns_label};
+use crate::constants::{
+    DEFAULT_NAMESPACE, KNOWN_PLUGINS, PLATFORM_VERSION, PLUGIN_CUSTOM, RESERVED_ENV_PREFIX,
+    RESERVED_LABEL_PREFIX,
+};
+use crate::fleet::FleetShape;
+
+/// Largest spec text accepted, in bytes; specs are small, anything bigger is a mistake or an attack.
+pub const MAX_SPEC_BYTES: usize = 256 * 1024;
+/// Most pools in one job.
+pub const MAX_POOLS: usize = 8;
+/// Most nodes in one pool.
+pub const MAX_NODES_PER_POOL: u64 = 1024;
+/// Most GPUs per node any job may ask for.
+pub const MAX_GPUS_PER_NODE: u64 = 16;
+/// Most env variables.
+pub const MAX_ENV: usize = 128;
+/// Most labels.
+pub const MAX_LABELS: usize = 32;
+/// CPUs per GPU when a GPU pool names no `cpus`.
+pub const DEFAULT_CPUS_PER_GPU: f64 = 4.0;
+/// Memory (GiB) per GPU when a GPU pool names no `memory_gb`.
+pub const DEFAULT_MEMORY_GB_PER_GPU: f64 = 32.0;
+
+const ROOT_FIELDS: &[&str] = &[
+    "name",
+    "plugin",
+    "image",
+    "entrypoint",
+    "env",
+    "pools",
+    "deadlines",
+    "priority",
+    "labels",
+    "namespace",
+];
+const POOL_FIELDS: &[&str] = &[
+    "name",
+    "series",
+    "nodes",
+    "gpus_per_node",
+    "cpus",
+    "memory_gb",
+];
+const DEADLINE_FIELDS: &[&str] = &["pre_running_seconds", "run_seconds"];
+/// Fields users try that the platform deliberately does not support, with the reason.
+const UNSUPPORTED_FIELDS: &[(&str, &str)] = &[
+    (
+        "scratch",
+        "scratch volumes are not supported; write scratch data under the working directory",
+    ),
+    (
+        "volumes",
+        "scratch volumes are not supported; write scratch data under the working directory",
+    ),
+];
+
+/// Platform defaults filled into the authoritative spec (from configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Defaults {
+    /// Pre-running deadline when the spec names none.
+    pub pre_running_seconds: u64,
+    /// Run deadline when the spec names none.
+    pub run_seconds: u64,
+    /// Namespace when the spec names none.
+    pub namespace: String,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Self {
+            pre_running_seconds: 1800,
+            run_seconds: 86_400,
+            namespace: DEFAULT_NAMESPACE.into(),
+        }
+    }
+}
+
+/// Allowed ranges of the deadlines, seconds.
+const PRE_RUNNING_RANGE: (u64, u64) = (5, 7 * 86_400);
+const RUN_RANGE: (u64, u64) = (10, 30 * 86_400);
+
+/// One problem with a spec: where it is and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FieldError {
+    /// Field path, e.g. `pools[1].series`; empty for the document itself.
+    pub path: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in a spec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct SpecErrors(pub Vec<FieldError>);
+
+impl fmt::Display for SpecErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(
+            f,
+            "the job spec has {n} problem{}:",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for e in &self.0 {
+            write!(f, "\n  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A valid spec, plus notes the caller should pass on (e.g. that fleet fit was not checked).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validated {
+    /// The authoritative spec.
+    pub spec: JobSpec,
+    /// Informational notes for the user.
+    pub notes: Vec<String>,
+}
+
+/// Parses `text` (YAML or JSON) and validates it against every rule; with `fleet`, also rejects jobs
+/// that could never fit. Returns the authoritative spec or every problem at once.
+pub fn validate(
+    text: &str,
+    fleet: Option<&FleetShape>,
+    defaults: &Defaults,
+) -> Result<Validated, SpecErrors> {
+    let doc = parse(text).map_err(|m| {
+        SpecErrors(vec![FieldError {
+            path: String::new(),
+            message: m,
+        }])
+    })?;
+    let mut v = Checker { errors: Vec::new() };
+    let spec = v.spec(&doc, defaults);
+    let mut notes = Vec::new();
+    if let Some(spec) = &spec {
+        match fleet {
+            Some(fleet) => v.fit(spec, fleet),
+            None => notes.push(
+                "fleet fit not checked: no capacity snapshot yet; the job may wait until capacity is known"
+                    .to_string(),
+            ),
+        }
+    }
+    match spec {
+        Some(spec) if v.errors.is_empty() => Ok(Validated { spec, notes }),
+        _ => Err(SpecErrors(v.errors)),
+    }
+}
+
+/// Parses YAML or JSON into a generic tree.
+fn parse(text: &str) -> Result<Value, String> {
+    if text.len() > MAX_SPEC_BYTES {
+        return Err(format!(
+            "spec is {} bytes; the limit is {MAX_SPEC_BYTES} bytes (keep data out of the spec)",
+            text.len()
+        ));
+    }
+    if text.trim().is_empty() {
+        return Err("spec is empty; write a YAML or JSON document with at least name, image, entrypoint and pools".into());
+    }
+    let trimmed = text.trim_start();
+    let value: Value = if trimmed.starts_with('{') {
+        serde_json::from_str(text).map_err(|e| format!("spec is not valid JSON: {e}"))?
+    } else {
+        yaml_serde::from_str(text).map_err(|e| format!("spec is not valid YAML: {e}"))?
+    };
+    if !value.is_object() {
+        return Err(
+            "spec must be a mapping of fields (name, image, entrypoint, pools, ...)".into(),
+        );
+    }
+    Ok(value)
+}
+
+struct Checker {
+    errors: Vec<FieldError>,
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+impl Checker {
+    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(FieldError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Reports fields of `map` outside `allowed` (and the deliberately unsupported ones).
+    fn unknown_fields(&mut self, map: &Map<String, Value>, allowed: &[&str], prefix: &str) {
+        for key in map.keys() {
+            if allowed.contains(&key.as_str()) {
+                continue;
+            }
+            let path = format!("{prefix}{key}");
+            match UNSUPPORTED_FIELDS.iter().find(|(k, _)| k == key) {
+                Some((_, why)) => self.err(path, *why),
+                None => self.err(
+                    path,
+                    format!("unknown field; allowed fields: {}", allowed.join(", ")),
+                ),
+            }
+        }
+    }
+
+    fn string(
+        &mut self,
+        map: &Map<String, Value>,
+        key: &str,
+        path: &str,
+        required: bool,
+    ) -> Option<String> {
+        match map.get(key) {
+            None | Some(Value::Null) if required => {
+                self.err(path, "is required");
+                None
+            }
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                self.err(path, format!("must be a string, not {}", type_name(other)));
+                None
+            }
+        }
+    }
+
+    fn integer(
+        &mut self,
+        map: &Map<String, Value>,
+        key: &str,
+        path: &str,
+        range: (i64, i64),
+    ) -> Option<i64> {
+        let v = map.get(key)?;
+        if v.is_null() {
+            return None;
+        }
+        match v.as_i64() {
+            Some(n) if n >= range.0 && n <= range.1 => Some(n),
+            Some(n) => {
+                self.err(
+                    path,
+                    format!("{n} is out of range; allowed {}..={}", range.0, range.1),
+                );
+                None
+            }
+            None if v.is_number() => {
+                self.err(
+                    path,
+                    format!("must be a whole number in {}..={}", range.0, range.1),
+                );
+                None
+            }
+            None => {
+                self.err(
+                    path,
+                    format!("must be a whole number, not {}", type_name(v)),
+                );
+                None
+            }
+        }
+    }
+
+    fn number(&mut self, map: &Map<String, Value>, key: &str, path: &str, max: f64) -> Option<f64> {
+        let v = map.get(key)?;
+        if v.is_null() {
+            return None;
+        }
+        match v.as_f64() {
+            Some(n) if n > 0.0 && n <= max => Some(n),
+            Some(n) => {
+                self.err(
+                    path,
+                    format!("{n} is out of range; must be greater than 0 and at most {max}"),
+                );
+                None
+            }
+            None => {
+                self.err(path, format!("must be a number, not {}", type_name(v)));
+                None
+            }
+        }
+    }
+
+    fn string_map(&mut self, map: &Map<String, Value>, key: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        match map.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) => {
+                for (k, v) in m {
+                    let s = match v {
+                        Value::String(s) => s.clone(),
+                        // YAML turns `EPOCHS: 3` into a number; Kubernetes wants strings, so convert.
+                        Value::Number(n) => n.to_string(),
+                        Value::Bool(b) => b.to_string(),
+                        other => {
+                            self.err(
+                                format!("{key}.{k}"),
+                                format!("must be a string, not {}", type_name(other)),
+                            );
+                            continue;
+                        }
+                    };
+                    out.insert(k.clone(), s);
+                }
+            }
+            Some(other) => self.err(
+                key,
+                format!(
+                    "must be a mapping of names to strings, not {}",
+                    type_name(other)
+                ),
+            ),
+        }
+        out
+    }
+
+    fn spec(&mut self, doc: &Value, defaults: &Defaults) -> Option<JobSpec> {
+        let map = doc.as_object()?;
+        self.unknown_fields(map, ROOT_FIELDS, "");
+
+        let name = self.string(map, "name", "name", true);
+        if let Some(n) = &name
+            && !is_dns_label(n, 40)
+        {
+            self.err("name", format!("{n:?} must be a DNS label: lower-case letters, digits and '-', starting with a letter, ending with a letter or digit, at most 40 characters"));
+        }
+        let plugin = self
+            .string(map, "plugin", "plugin", false)
+            .unwrap_or_else(|| PLUGIN_CUSTOM.into());
+        if !plugin.contains('/') || plugin.split('/').count() != 2 {
+            self.err(
+                "plugin",
+                format!("{plugin:?} must have the form family/variant, e.g. {PLUGIN_CUSTOM}"),
+            );
+        } else if !KNOWN_PLUGINS.contains(&plugin.as_str()) {
+            self.err(
+                "plugin",
+                format!(
+                    "unknown plugin {plugin:?}; known: {}",
+                    KNOWN_PLUGINS.join(", ")
+                ),
+            );
+        }
+        let image = self.string(map, "image", "image", true);
+        if let Some(i) = &image {
+            self.image(i);
+        }
+        let entrypoint = self.string(map, "entrypoint", "entrypoint", true);
+        if let Some(e) = &entrypoint {
+            if e.trim().is_empty() {
+                self.err(
+                    "entrypoint",
+                    "must not be empty; give the command to run, e.g. python train.py",
+                );
+            } else if e.len() > 4096 || e.contains('\0') {
+                self.err(
+                    "entrypoint",
+                    "must be at most 4096 characters without NUL bytes",
+                );
+            }
+        }
+        let env = self.string_map(map, "env");
+        self.env(&env);
+        let labels = self.string_map(map, "labels");
+        self.labels(&labels);
+        let namespace = self
+            .string(map, "namespace", "namespace", false)
+            .unwrap_or_else(|| defaults.namespace.clone());
+        if !is_dns_label(&namespace, 63) {
+            self.err(
+                "namespace",
+                format!("{namespace:?} must be a DNS label of at most 63 characters"),
+            );
+        }
+        let priority = self
+            .integer(map, "priority", "priority", (-1000, 1000))
+            .unwrap_or(0);
+        let deadlines = self.deadlines(map, defaults);
+        let pools = self.pools(map, &plugin);
+
+        Some(JobSpec {
+            name: name?,
+            plugin,
+            image: image?,
+            entrypoint: entrypoint?,
+            env,
+            pools: pools?,
+            deadlines,
+            priority: i32::try_from(priority).ok()?,
+            labels,
+            namespace,
+            platform_version: PLATFORM_VERSION.into(),
+        })
+    }
+
+    fn image(&mut self, image: &str) {
+        let ok = !image.is_empty()
+            && image.len() <= 512
+            && !image.starts_with('-')
+            && image.chars().all(|c| c.is_ascii_graphic());
+        if !ok {
+            self.err(
+                "image",
+                format!(
+                    "{image:?} is not a container image reference (e.g. ghcr.io/acme/train:1.2)"
+                ),
+            );
+        }
+    }
+
+    fn env(&mut self, env: &BTreeMap<String, String>) {
+        if env.len() > MAX_ENV {
+            self.err(
+                "env",
+                format!("has {} variables; at most {MAX_ENV} are allowed", env.len()),
+            );
+        }
+        let mut total = 0;
+        for (k, v) in env {
+            total += k.len() + v.len();
+            let valid = k
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                self.err(format!("env.{k}"), "is not a valid variable name (letters, digits, '_', not starting with a digit)");
+            } else if k.starts_with(RESERVED_ENV_PREFIX) {
+                self.err(
+                    format!("env.{k}"),
+                    format!(
+                        "names starting with {RESERVED_ENV_PREFIX} are reserved for the platform"
+                    ),
+                );
+            }
+            if v.contains('\0') {
+                self.err(format!("env.{k}"), "value must not contain NUL bytes");
+            }
+        }
+        if total > 32 * 1024 {
+            self.err(
+                "env",
+                "is larger than 32 KiB in total; pass large data in files instead",
+            );
+        }
+    }
+
+    fn labels(&mut self, labels: &BTreeMap<String, String>) {
+        if labels.len() > MAX_LABELS {
+            self.err(
+                "labels",
+                format!(
+                    "has {} labels; at most {MAX_LABELS} are allowed",
+                    labels.len()
+                ),
+            );
+        }
+        for (k, v) in labels {
+            let path = format!("labels.{k}");
+            if k.starts_with(RESERVED_LABEL_PREFIX) {
+                self.err(
+                    &path,
+                    format!(
+                        "keys starting with {RESERVED_LABEL_PREFIX} are reserved for the platform"
+                    ),
+                );
+            } else if !is_label_key(k) {
+                self.err(&path, "is not a valid Kubernetes label key ([prefix/]name, name of at most 63 characters)");
+            }
+            if !is_label_value(v) {
+                self.err(&path, format!("value {v:?} is not a valid Kubernetes label value (at most 63 of letters, digits, '-', '_', '.', starting and ending alphanumeric)"));
+            }
+        }
+    }
+
+    fn deadlines(&mut self, map: &Map<String, Value>, defaults: &Defaults) -> Deadlines {
+        let mut d = Deadlines {
+            pre_running_seconds: defaults.pre_running_seconds,
+            run_seconds: defaults.run_seconds,
+        };
+        match map.get("deadlines") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) => {
+                self.unknown_fields(m, DEADLINE_FIELDS, "deadlines.");
+                let (lo, hi) = PRE_RUNNING_RANGE;
+                if let Some(n) = self.integer(
+                    m,
+                    "pre_running_seconds",
+                    "deadlines.pre_running_seconds",
+                    (lo as i64, hi as i64),
+                ) {
+                    d.pre_running_seconds = n as u64;
+                }
+                let (lo, hi) = RUN_RANGE;
+                if let Some(n) = self.integer(
+                    m,
+                    "run_seconds",
+                    "deadlines.run_seconds",
+                    (lo as i64, hi as i64),
+                ) {
+                    d.run_seconds = n as u64;
+                }
+            }
+            Some(other) => self.err(
+                "deadlines",
+                format!(
+                    "must be a mapping with pre_running_seconds and run_seconds, not {}",
+                    type_name(other)
+                ),
+            ),
+        }
+        d
+    }
+
+    fn pools(&mut self, map: &Map<String, Value>, plugin: &str) -> Option<Vec<Pool>> {
+        let list = match map.get("pools") {
+            None | Some(Value::Null) => {
+                self.err("pools", "is required: list at least one pool, e.g. [{name: main, series: h200, nodes: 1, gpus_per_node: 8}]");
+                return None;
+            }
+            Some(Value::Array(list)) => list,
+            Some(other) => {
+                self.err(
+                    "pools",
+                    format!("must be a list of pools, not {}", type_name(other)),
+                );
+                return None;
+            }
+        };
+        if list.is_empty() {
+            self.err("pools", "must list at least one pool");
+            return None;
+        }
+        if list.len() > MAX_POOLS {
+            self.err(
+                "pools",
+                format!("has {} pools; at most {MAX_POOLS} are allowed", list.len()),
+            );
+        }
+        let cpu_job =
+            list.len() == 1 && list[0].get("gpus_per_node").and_then(Value::as_u64) == Some(0);
+        let mut names = BTreeSet::new();
+        let mut pools = Vec::new();
+        let mut complete = true;
+        for (i, item) in list.iter().enumerate() {
+            match self.pool(item, i, cpu_job, list.len(), plugin) {
+                Some(p) => {
+                    if !names.insert(p.name.clone()) {
+                        self.err(
+                            format!("pools[{i}].name"),
+                            format!(
+                                "duplicate pool name {:?}; pool names must be unique",
+                                p.name
+                            ),
+                        );
+                    }
+                    pools.push(p);
+                }
+                None => complete = false,
+            }
+        }
+        complete.then_some(pools)
+    }
+
+    fn pool(
+        &mut self,
+        item: &Value,
+        i: usize,
+        cpu_job: bool,
+        pool_count: usize,
+        plugin: &str,
+    ) -> Option<Pool> {
+        let p = format!("pools[{i}]");
+        let Some(m) = item.as_object() else {
+            self.err(
+                &p,
+                format!(
+                    "must be a mapping with name, series, nodes and gpus_per_node, not {}",
+                    type_name(item)
+                ),
+            );
+            return None;
+        };
+        self.unknown_fields(m, POOL_FIELDS, &format!("{p}."));
+        let name = self.string(m, "name", &format!("{p}.name"), true);
+        if let Some(n) = &name
+            && !is_dns_label(n, 15)
+        {
+            self.err(
+                format!("{p}.name"),
+                format!("{n:?} must be a DNS label of at most 15 characters"),
+            );
+        }
+        let series = self.string(m, "series", &format!("{p}.series"), false);
+        if let Some(s) = &series
+            && !is_dns_label(s, 63)
+        {
+            self.err(
+                format!("{p}.series"),
+                format!("{s:?} is not a valid series name"),
+            );
+        }
+        let nodes = self.integer(
+            m,
+            "nodes",
+            &format!("{p}.nodes"),
+            (1, MAX_NODES_PER_POOL as i64),
+        );
+        if !m.contains_key("nodes") {
+            self.err(
+                format!("{p}.nodes"),
+                "is required (number of machines in the pool)",
+            );
+        }
+        let gpus = self.integer(
+            m,
+            "gpus_per_node",
+            &format!("{p}.gpus_per_node"),
+            (0, MAX_GPUS_PER_NODE as i64),
+        );
+        if !m.contains_key("gpus_per_node") {
+            self.err(
+                format!("{p}.gpus_per_node"),
+                "is required (GPUs per machine; 0 for a CPU-only job)",
+            );
+        }
+        let cpus = self.number(m, "cpus", &format!("{p}.cpus"), 1024.0);
+        let memory_gb = self.number(m, "memory_gb", &format!("{p}.memory_gb"), 16_384.0);
+
+        let (nodes, gpus) = (nodes? as u32, gpus? as u32);
+        let (cpus, memory_gb) = if gpus == 0 {
+            self.cpu_pool_rules(&p, cpu_job, pool_count, plugin, nodes, series.is_some(), m);
+            (cpus?, memory_gb?)
+        } else {
+            if series.is_none() {
+                self.err(
+                    format!("{p}.series"),
+                    "is required for a pool with GPUs (e.g. h200)",
+                );
+            }
+            (
+                cpus.unwrap_or(DEFAULT_CPUS_PER_GPU * f64::from(gpus)),
+                memory_gb.unwrap_or(DEFAULT_MEMORY_GB_PER_GPU * f64::from(gpus)),
+            )
+        };
+        // Kubernetes quantities are rendered in millicores and MiB; refuse finer values than that.
+        let cpus = (cpus * 1000.0).round() / 1000.0;
+        let memory_gb = (memory_gb * 1024.0).round() / 1024.0;
+        Some(Pool {
+            name: name?,
+            series,
+            nodes,
+            gpus_per_node: gpus,
+            cpus,
+            memory_gb,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn cpu_pool_rules(
+        &mut self,
+        p: &str,
+        cpu_job: bool,
+        pool_count: usize,
+        plugin: &str,
+        nodes: u32,
+        has_series: bool,
+        m: &Map<String, Value>,
+    ) {
+        if !cpu_job || pool_count != 1 {
+            self.err(format!("{p}.gpus_per_node"), "0 is only allowed for a CPU-only job, which has exactly one pool; give every pool of a multi-pool job at least one GPU");
+            return;
+        }
+        if plugin != PLUGIN_CUSTOM {
+            self.err(
+                "plugin",
+                format!("CPU-only jobs must use plugin {PLUGIN_CUSTOM}"),
+            );
+        }
+        if nodes != 1 {
+            self.err(
+                format!("{p}.nodes"),
+                "multi-machine CPU jobs are not supported; a CPU-only job runs on nodes: 1",
+            );
+        }
+        if has_series {
+            self.err(
+                format!("{p}.series"),
+                "a CPU-only job has no GPU series; remove series (it may run on any node)",
+            );
+        }
+        for (key, what) in [("cpus", "CPU cores"), ("memory_gb", "memory in GiB")] {
+            if !m.contains_key(key) {
+                self.err(
+                    format!("{p}.{key}"),
+                    format!("is required for a CPU-only job ({what}, greater than 0)"),
+                );
+            }
+        }
+    }
+
+    /// Rejects jobs that no node of the fleet could ever host.
+    fn fit(&mut self, spec: &JobSpec, fleet: &FleetShape) {
+        let known: Vec<&str> = fleet.series.keys().map(String::as_str).collect();
+        let mut per_series: BTreeMap<&str, (u32, Vec<&str>)> = BTreeMap::new();
+        for (i, pool) in spec.pools.iter().enumerate() {
+            let p = format!("pools[{i}]");
+            let Some(series) = pool.series.as_deref() else {
+                // CPU-only: may use any node.
+                if pool.cpus > f64::from(fleet.max_node_cpus) {
+                    self.err(
+                        format!("{p}.cpus"),
+                        format!(
+                            "{} CPUs exceed the largest node ({} CPUs)",
+                            pool.cpus, fleet.max_node_cpus
+                        ),
+                    );
+                }
+                if pool.memory_gb > f64::from(fleet.max_node_memory_gb) {
+                    self.err(
+                        format!("{p}.memory_gb"),
+                        format!(
+                            "{} GiB exceeds the largest node ({} GiB)",
+                            pool.memory_gb, fleet.max_node_memory_gb
+                        ),
+                    );
+                }
+                continue;
+            };
+            let Some(shape) = fleet.series.get(series) else {
+                self.err(
+                    format!("{p}.series"),
+                    format!("unknown series {series:?}; known: {}", known.join(", ")),
+                );
+                continue;
+            };
+            if pool.gpus_per_node > shape.max_gpus_per_node {
+                self.err(
+                    format!("{p}.gpus_per_node"),
+                    format!(
+                        "{} GPUs per node, but the largest {series} node has {}",
+                        pool.gpus_per_node, shape.max_gpus_per_node
+                    ),
+                );
+            }
+            if pool.nodes > shape.nodes {
+                self.err(
+                    format!("{p}.nodes"),
+                    format!(
+                        "{} nodes, but the fleet has only {} {series} nodes",
+                        pool.nodes, shape.nodes
+                    ),
+                );
+            }
+            if pool.cpus > f64::from(shape.max_cpus_per_node) {
+                self.err(
+                    format!("{p}.cpus"),
+                    format!(
+                        "{} CPUs per node, but the largest {series} node has {}",
+                        pool.cpus, shape.max_cpus_per_node
+                    ),
+                );
+            }
+            if pool.memory_gb > f64::from(shape.max_memory_gb_per_node) {
+                self.err(
+                    format!("{p}.memory_gb"),
+                    format!(
+                        "{} GiB per node, but the largest {series} node has {}",
+                        pool.memory_gb, shape.max_memory_gb_per_node
+                    ),
+                );
+            }
+            let entry = per_series.entry(series).or_default();
+            entry.0 += pool.nodes;
+            entry.1.push(&pool.name);
+        }
+        // Pools of one job never share a node, so pools of one series add up.
+        for (series, (nodes, names)) in per_series {
+            let have = fleet.series.get(series).map_or(0, |s| s.nodes);
+            if names.len() > 1 && nodes > have {
+                self.err(
+                    "pools",
+                    format!(
+                        "pools {} together need {nodes} {series} nodes; the fleet has only {have}",
+                        names.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn is_label_value(v: &str) -> bool {
+    v.is_empty()
+        || (v.len() <= 63
+            && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && v.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+}
+
+fn is_label_key(k: &str) -> bool {
+    let (prefix, name) = match k.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|l| {
+                is_dns_label(l, 63) || l.chars().all(|c| c.is_ascii_digit()) && !l.is_empty()
+            })
+    });
+    prefix_ok && !name.is_empty() && is_label_value(name)
+}
