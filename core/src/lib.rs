@@ -8,4 +8,6 @@ pub mod canonical;
 pub mod capsule;
 pub mod constants;
 pub mod fleet;
+pub mod job;
 pub mod spec;
+pub mod store;

@@ -1,0 +1,400 @@
+//! The job record, its states and the rules for moving between them (DESIGN §6).
+//!
+//! ```text
+//! QUEUED ──admit──▶ ADMITTED ──pods running──▶ RUNNING ──▶ SUCCEEDED | FAILED | STOPPED
+//!    │                  │                                   ▲
+//!    └── stop / fail ───┴───────────────────────────────────┘
+//! ```
+//!
+//! Everything here is pure: the stores persist a [`JobRecord`] and guard each write with its
+//! `version`; the reconciler and the functions decide *what* to write with [`JobRecord::transition`].
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::JobSpec;
+
+/// Lifecycle state of a job. Terminal states are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    /// Accepted and waiting for capacity.
+    Queued,
+    /// Capacity reserved and workload created; not every pod runs yet (pre-running clock).
+    Admitted,
+    /// Every pod runs (run clock).
+    Running,
+    /// The entrypoint exited 0.
+    Succeeded,
+    /// The job failed (entrypoint, deadline, image pull, invalid workload, ...).
+    Failed,
+    /// Stopped at a user's request.
+    Stopped,
+}
+
+impl JobState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Admitted,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Stopped,
+    ];
+
+    /// True for `SUCCEEDED`, `FAILED` and `STOPPED`.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Stopped
+        )
+    }
+
+    /// The upper-case wire name (`QUEUED`, ...), as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "QUEUED",
+            JobState::Admitted => "ADMITTED",
+            JobState::Running => "RUNNING",
+            JobState::Succeeded => "SUCCEEDED",
+            JobState::Failed => "FAILED",
+            JobState::Stopped => "STOPPED",
+        }
+    }
+
+    /// Parses a wire name; `None` for anything else.
+    pub fn parse(s: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|state| state.as_str() == s)
+    }
+
+    /// True if the lifecycle allows moving from `self` to `next` (staying put is not a transition).
+    pub fn can_transition_to(self, next: JobState) -> bool {
+        use JobState::*;
+        match (self, next) {
+            (Queued, Admitted) | (Admitted, Running) => true,
+            // A queued or admitted job can be stopped or fail (deadline, invalid workload).
+            (Queued | Admitted, Failed | Stopped) => true,
+            (Running, Succeeded | Failed | Stopped) => true,
+            // An admitted job whose pods finish between two passes may be seen finished directly.
+            (Admitted, Succeeded) => true,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a job is not (yet) running: structured, so clients can act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PendingReason {
+    /// Not enough free GPUs of the series on distinct nodes right now.
+    InsufficientGpu,
+    /// Not enough free CPU or memory for a CPU-only job right now.
+    InsufficientCpu,
+    /// No node carries the requested series (or all are cordoned / not Ready).
+    NoMatchingNode,
+    /// Waiting behind jobs of higher priority or earlier submission.
+    QueuedBehindOthers,
+    /// Pods are scheduled but the image cannot be pulled.
+    ImagePull,
+    /// Pods are created and starting (pulling, initialising, waiting for Ray).
+    Starting,
+    /// Kubernetes rejected or never acted on the workload.
+    InvalidWorkload,
+}
+
+/// The current pending reason with its human message and when it was first seen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    /// Machine-readable reason.
+    pub reason: PendingReason,
+    /// What a person should know (`pool main: needs 2 nodes with 8 free h200 GPUs, 1 available`).
+    pub message: String,
+    /// When this reason was first observed, Unix milliseconds.
+    pub since_ms: i64,
+}
+
+/// Why a job ended in `FAILED` or `STOPPED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailureReason {
+    /// The entrypoint exited non-zero.
+    EntrypointFailed,
+    /// Not RUNNING before the pre-running deadline.
+    PreRunningDeadlineExceeded,
+    /// Still running at the run deadline.
+    RunDeadlineExceeded,
+    /// The image could not be pulled.
+    ImagePull,
+    /// Kubernetes rejected the workload.
+    InvalidWorkload,
+    /// The workload disappeared without a terminal status.
+    WorkloadLost,
+    /// Stopped at a user's request.
+    StopRequested,
+}
+
+/// Terminal outcome details of a failed or stopped job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// Machine-readable reason.
+    pub reason: FailureReason,
+    /// What happened, for people.
+    pub message: String,
+}
+
+/// One job: the authoritative spec plus everything the platform learned about it.
+///
+/// `version` is owned by the stores: it is 0 before the record is created and each successful
+/// write increments it; a write carrying a stale version fails with a conflict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Unique, URL-safe job id.
+    pub id: String,
+    /// Tenant that owns the job.
+    pub tenant: String,
+    /// The authoritative JobSpec.
+    pub spec: JobSpec,
+    /// SHA-256 (hex) of the capsule zip.
+    pub capsule_sha256: String,
+    /// Current state.
+    pub state: JobState,
+    /// Optimistic-concurrency version (see the type docs).
+    pub version: u64,
+    /// Queue clock start: submission time, Unix milliseconds.
+    pub submitted_at_ms: i64,
+    /// Pre-running clock start: admission time.
+    pub admitted_at_ms: Option<i64>,
+    /// Run clock start: when every pod ran.
+    pub running_at_ms: Option<i64>,
+    /// When the job reached a terminal state.
+    pub finished_at_ms: Option<i64>,
+    /// Why the job is not running yet, if it is not.
+    pub pending: Option<Pending>,
+    /// Set by `stop`; the reconciler acts on it.
+    pub stop_requested: bool,
+    /// Why the job failed or stopped.
+    pub failure: Option<Failure>,
+    /// Name of the RayJob/Pod once created.
+    pub workload_name: Option<String>,
+    /// Blob key of the archived logs once written.
+    pub logs_key: Option<String>,
+}
+
+/// A transition the lifecycle does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("job {job_id}: cannot move from {from} to {to}")]
+pub struct TransitionError {
+    /// The job.
+    pub job_id: String,
+    /// Its current state.
+    pub from: JobState,
+    /// The refused target state.
+    pub to: JobState,
+}
+
+impl JobRecord {
+    /// A fresh `QUEUED` record (version 0, not yet stored).
+    pub fn new_queued(
+        id: impl Into<String>,
+        tenant: impl Into<String>,
+        spec: JobSpec,
+        capsule_sha256: impl Into<String>,
+        submitted_at_ms: i64,
+    ) -> JobRecord {
+        JobRecord {
+            id: id.into(),
+            tenant: tenant.into(),
+            spec,
+            capsule_sha256: capsule_sha256.into(),
+            state: JobState::Queued,
+            version: 0,
+            submitted_at_ms,
+            admitted_at_ms: None,
+            running_at_ms: None,
+            finished_at_ms: None,
+            pending: None,
+            stop_requested: false,
+            failure: None,
+            workload_name: None,
+            logs_key: None,
+        }
+    }
+
+    /// True once the job is `SUCCEEDED`, `FAILED` or `STOPPED`.
+    pub fn is_terminal(&self) -> bool {
+        self.state.is_terminal()
+    }
+
+    /// Moves to `to` at `now_ms`, starting the matching clock and clearing the pending reason
+    /// when the job runs or ends. Refuses what the lifecycle does not allow.
+    pub fn transition(&mut self, to: JobState, now_ms: i64) -> Result<(), TransitionError> {
+        if !self.state.can_transition_to(to) {
+            return Err(TransitionError {
+                job_id: self.id.clone(),
+                from: self.state,
+                to,
+            });
+        }
+        match to {
+            JobState::Admitted => self.admitted_at_ms = Some(now_ms),
+            JobState::Running => {
+                self.running_at_ms = Some(now_ms);
+                self.pending = None;
+            }
+            JobState::Succeeded | JobState::Failed | JobState::Stopped => {
+                self.finished_at_ms = Some(now_ms);
+                self.pending = None;
+            }
+            JobState::Queued => {}
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    /// Ends the job as `FAILED` (or `STOPPED` for [`FailureReason::StopRequested`]) with a reason.
+    pub fn finish_with_failure(
+        &mut self,
+        reason: FailureReason,
+        message: impl Into<String>,
+        now_ms: i64,
+    ) -> Result<(), TransitionError> {
+        let to = if reason == FailureReason::StopRequested {
+            JobState::Stopped
+        } else {
+            JobState::Failed
+        };
+        self.transition(to, now_ms)?;
+        self.failure = Some(Failure {
+            reason,
+            message: message.into(),
+        });
+        Ok(())
+    }
+
+    /// Milliseconds spent in the current clock at `now_ms`: queue wait while queued, pre-running
+    /// while admitted, run time while running, total time once terminal.
+    pub fn clock_ms(&self, now_ms: i64) -> i64 {
+        let start = match self.state {
+            JobState::Queued => self.submitted_at_ms,
+            JobState::Admitted => self.admitted_at_ms.unwrap_or(self.submitted_at_ms),
+            JobState::Running => self.running_at_ms.unwrap_or(self.submitted_at_ms),
+            _ => self.submitted_at_ms,
+        };
+        let end = if self.is_terminal() {
+            self.finished_at_ms.unwrap_or(now_ms)
+        } else {
+            now_ms
+        };
+        (end - start).max(0)
+    }
+}
+
+/// Who produced an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventSource {
+    /// TunePlane itself (submission, admission, deadlines, stop).
+    Platform,
+    /// A Kubernetes event copied from the workload or its pods.
+    Kubernetes,
+}
+
+/// One entry of a job's event log.
+///
+/// `key` identifies the event within its job (a Kubernetes event uid, or e.g. `state-ADMITTED`):
+/// appending the same `(at_ms, key)` twice stores it once, so passes can copy events repeatedly.
+/// Events list in `(at_ms, key)` order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEvent {
+    /// When it happened, Unix milliseconds.
+    pub at_ms: i64,
+    /// Identity within the job (see the type docs); no `#` characters.
+    pub key: String,
+    /// Who produced it.
+    pub source: EventSource,
+    /// `Normal` or `Warning` for Kubernetes events; `Normal` or `Warning` for the platform too.
+    pub kind: String,
+    /// Short CamelCase reason (`Admitted`, `FailedScheduling`, `BackOff`).
+    pub reason: String,
+    /// Human message.
+    pub message: String,
+    /// The object it concerns (`pod/tp-abc-head-x`), if any.
+    pub object: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        let json = serde_json::json!({
+            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true",
+            "env": {}, "pools": [{"name": "main", "series": "h200", "nodes": 1, "gpus_per_node": 8,
+            "cpus": 8.0, "memory_gb": 64.0}], "deadlines": {"pre_running_seconds": 60,
+            "run_seconds": 600}, "priority": 0, "labels": {}, "namespace": "ns",
+            "platform_version": "0"
+        });
+        serde_json::from_value(json).unwrap_or_else(|e| panic!("test spec: {e}"))
+    }
+
+    #[test]
+    fn lifecycle_starts_each_clock_once() {
+        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 1_000);
+        assert_eq!(job.clock_ms(1_500), 500);
+        job.transition(JobState::Admitted, 2_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        job.transition(JobState::Running, 3_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(job.clock_ms(3_250), 250);
+        job.transition(JobState::Succeeded, 4_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (job.admitted_at_ms, job.running_at_ms, job.finished_at_ms),
+            (Some(2_000), Some(3_000), Some(4_000))
+        );
+        assert_eq!(job.clock_ms(9_999), 3_000);
+    }
+
+    #[test]
+    fn terminal_states_are_final() {
+        for terminal in [JobState::Succeeded, JobState::Failed, JobState::Stopped] {
+            for next in JobState::ALL {
+                assert!(!terminal.can_transition_to(next), "{terminal} -> {next}");
+            }
+        }
+    }
+
+    #[test]
+    fn queued_job_cannot_jump_to_running() {
+        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 0);
+        let err = job.transition(JobState::Running, 1).err();
+        assert_eq!(err.map(|e| e.to), Some(JobState::Running));
+        assert_eq!(job.state, JobState::Queued);
+    }
+
+    #[test]
+    fn stop_request_ends_as_stopped_with_reason() {
+        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 0);
+        job.finish_with_failure(FailureReason::StopRequested, "by user", 5)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(job.state, JobState::Stopped);
+        assert_eq!(
+            job.failure.map(|f| f.reason),
+            Some(FailureReason::StopRequested)
+        );
+    }
+
+    #[test]
+    fn state_names_round_trip() {
+        for state in JobState::ALL {
+            assert_eq!(JobState::parse(state.as_str()), Some(state));
+            let json = serde_json::to_string(&state).unwrap_or_default();
+            assert_eq!(json, format!("\"{}\"", state.as_str()));
+        }
+    }
+}

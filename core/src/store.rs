@@ -1,0 +1,343 @@
+//! Storage traits: [`JobStore`] (job records and everything beside them) and [`BlobStore`]
+//! (capsules, uploads, log archives), with the one error type both return.
+//!
+//! Two implementations of each live in `tuneplane-stores` (DynamoDB + embedded, S3 + filesystem)
+//! and one contract test suite runs against all four. The traits are object safe (`Arc<dyn
+//! JobStore>`) through `async-trait`; every future is `Send`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::job::{JobEvent, JobRecord, JobState};
+
+mod records;
+
+pub use records::{
+    ACTIVE_SHARDS, active_shard, active_sort_key, decode_cursor, encode_cursor, event_sort_key,
+    tenant_sort_key,
+};
+pub use records::{ApiKeyRecord, IdempotencyRecord, PlaygroundRecord, ScheduleRecord};
+
+/// Boxed source of a backend failure (an SDK or database error), kept as the error's `source()`.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Result of every store call.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Everything a store can report. Variants name the table or bucket, the key and the job id.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A conditional write lost: the record's version is no longer `expected` (another writer
+    /// won), or the record does not exist, or it is terminal and therefore final.
+    #[error("{table}: {key} was changed by another writer (expected version {expected})")]
+    Conflict {
+        /// Table (or embedded database) name.
+        table: String,
+        /// Record key, e.g. `JOB#<id>`.
+        key: String,
+        /// The version the caller wrote against.
+        expected: u64,
+    },
+    /// A create found the record already there.
+    #[error("{table}: {key} already exists")]
+    AlreadyExists {
+        /// Table name.
+        table: String,
+        /// Record key.
+        key: String,
+    },
+    /// The idempotency key was first used with a different request.
+    #[error(
+        "idempotency key {key:?} of tenant {tenant} was already used for a different request (job {job_id})"
+    )]
+    IdempotencyMismatch {
+        /// Tenant.
+        tenant: String,
+        /// The client's idempotency key.
+        key: String,
+        /// The job created by the first request.
+        job_id: String,
+    },
+    /// A pagination cursor that this store did not hand out.
+    #[error("invalid pagination cursor {cursor:?}")]
+    InvalidCursor {
+        /// The cursor as received.
+        cursor: String,
+    },
+    /// A blob key or record field that cannot be stored (e.g. `..` in a key).
+    #[error("invalid key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A blob that does not exist.
+    #[error("{bucket}: no object at {key}")]
+    BlobNotFound {
+        /// Bucket or root directory.
+        bucket: String,
+        /// Object key.
+        key: String,
+    },
+    /// A stored item that does not decode (missing attribute, bad JSON).
+    #[error("{table}: stored item {key} is malformed: {reason}")]
+    Corrupt {
+        /// Table or bucket.
+        table: String,
+        /// Record key.
+        key: String,
+        /// What is missing or wrong.
+        reason: String,
+    },
+    /// The backend failed (network, throttling, I/O, database).
+    #[error("{op} on {table} {key} failed")]
+    Backend {
+        /// Operation, e.g. `PutItem` or `write blob`.
+        op: &'static str,
+        /// Table, bucket or root directory.
+        table: String,
+        /// Record or object key (empty for table-wide operations).
+        key: String,
+        /// The underlying error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// Idempotency of a submission: the same `key` with the same `request_sha256` returns the first job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    /// The client's `Idempotency-Key` (or schedule id + scheduled time).
+    pub key: String,
+    /// SHA-256 (hex) of the canonical request, to tell a retry from a different request.
+    pub request_sha256: String,
+    /// How long the key is remembered, in seconds.
+    pub ttl_seconds: u64,
+}
+
+/// What [`JobStore::create_job`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateOutcome {
+    /// The job was stored (version 1).
+    Created(JobRecord),
+    /// The idempotency key matched an earlier identical request: this is that job.
+    Existing(JobRecord),
+}
+
+impl CreateOutcome {
+    /// The job, created now or earlier.
+    pub fn record(&self) -> &JobRecord {
+        match self {
+            CreateOutcome::Created(r) | CreateOutcome::Existing(r) => r,
+        }
+    }
+}
+
+/// One page of a listing; pass `next` back as the cursor to continue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    /// The items of this page.
+    pub items: Vec<T>,
+    /// Opaque cursor of the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// Listing a tenant's jobs, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobQuery {
+    /// Only jobs in this state.
+    pub state: Option<JobState>,
+    /// Page size (clamped to 1..=1000; 0 means 50).
+    pub limit: usize,
+    /// Cursor from the previous page.
+    pub cursor: Option<String>,
+}
+
+impl JobQuery {
+    /// The effective page size.
+    pub fn page_size(&self) -> usize {
+        if self.limit == 0 {
+            50
+        } else {
+            self.limit.min(1000)
+        }
+    }
+}
+
+/// The job table: job records, events, idempotency keys, API keys, capacity, schedules, playgrounds.
+#[async_trait::async_trait]
+pub trait JobStore: Send + Sync {
+    /// Stores a new `QUEUED` job (its `version` must be 0; it is stored as 1), together with its
+    /// idempotency record atomically. A repeated identical request returns the first job; the same
+    /// key with another request is [`StoreError::IdempotencyMismatch`].
+    async fn create_job(
+        &self,
+        job: &JobRecord,
+        idem: Option<&Idempotency>,
+    ) -> Result<CreateOutcome>;
+
+    /// Reads one job (strongly consistent).
+    async fn get_job(&self, id: &str) -> Result<Option<JobRecord>>;
+
+    /// Writes `job` if the stored version still equals `job.version` and the stored job is not
+    /// terminal; returns the stored record (version + 1). Otherwise [`StoreError::Conflict`].
+    async fn update_job(&self, job: &JobRecord) -> Result<JobRecord>;
+
+    /// A tenant's jobs, newest first, with an optional state filter.
+    async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>>;
+
+    /// Every non-terminal job in admission order: priority (high first), then submission, then id.
+    async fn list_active(&self) -> Result<Vec<JobRecord>>;
+
+    /// Appends events; an event whose `(at_ms, key)` is already stored is not duplicated.
+    async fn append_events(&self, job_id: &str, events: &[JobEvent]) -> Result<()>;
+
+    /// A job's events in `(at_ms, key)` order.
+    async fn list_events(
+        &self,
+        job_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<JobEvent>>;
+
+    /// Replaces the capacity snapshot (opaque JSON owned by the capacity module).
+    async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()>;
+
+    /// The latest capacity snapshot, if the reconciler published one.
+    async fn get_capacity(&self) -> Result<Option<serde_json::Value>>;
+
+    /// Stores an API key record (by its hash); overwrites a record with the same hash.
+    async fn put_api_key(&self, key: &ApiKeyRecord) -> Result<()>;
+
+    /// Looks up an API key by the SHA-256 (hex) of the secret; see [`hash_api_key`].
+    async fn get_api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyRecord>>;
+
+    /// Creates (version 0) or conditionally updates a schedule; returns it with version + 1.
+    async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord>;
+
+    /// Reads one schedule.
+    async fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>>;
+
+    /// Deletes a schedule (no error if absent).
+    async fn delete_schedule(&self, id: &str) -> Result<()>;
+
+    /// Creates (version 0) or conditionally updates a playground; returns it with version + 1.
+    async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord>;
+
+    /// Reads one playground.
+    async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>>;
+
+    /// Every playground, for the reconciler (few exist at a time).
+    async fn list_playgrounds(&self) -> Result<Vec<PlaygroundRecord>>;
+
+    /// Deletes a playground (no error if absent).
+    async fn delete_playground(&self, id: &str) -> Result<()>;
+}
+
+/// SHA-256 (hex) of an API key secret: the only form in which keys are stored.
+pub fn hash_api_key(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Metadata of a stored blob.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobMeta {
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256 (hex) of the content, when the store knows it.
+    pub sha256: Option<String>,
+}
+
+/// What a put-if-absent did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The object was written.
+    Created,
+    /// An object already existed at the key; nothing was written.
+    AlreadyExists,
+}
+
+/// HTTP method of a presigned URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PresignMethod {
+    /// Download.
+    Get,
+    /// Upload (overwrites).
+    Put,
+}
+
+/// A presigned request: anyone holding it may perform `method` on the object until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PresignedRequest {
+    /// Method to use.
+    pub method: PresignMethod,
+    /// Full URL including the signature.
+    pub url: String,
+    /// Headers the client must send (e.g. `content-type` for uploads).
+    pub headers: Vec<(String, String)>,
+    /// Expiry, Unix seconds.
+    pub expires_at: i64,
+}
+
+/// Object storage for capsules, uploads and log archives.
+#[async_trait::async_trait]
+pub trait BlobStore: Send + Sync {
+    /// Writes `bytes` at `key` unless an object exists there; stores its SHA-256.
+    async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<PutOutcome>;
+
+    /// Streams the file at `path` to `key` unless an object exists there (multipart when large).
+    async fn put_file_if_absent(&self, key: &str, path: &Path) -> Result<PutOutcome>;
+
+    /// Writes `bytes` at `key`, replacing any object (log archives, snapshots).
+    async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()>;
+
+    /// Reads a whole object; `None` if absent.
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+
+    /// Streams an object into the file at `path`; [`StoreError::BlobNotFound`] if absent.
+    async fn get_to_file(&self, key: &str, path: &Path) -> Result<BlobMeta>;
+
+    /// Size and checksum; `None` if absent.
+    async fn head(&self, key: &str) -> Result<Option<BlobMeta>>;
+
+    /// Deletes an object (no error if absent).
+    async fn delete(&self, key: &str) -> Result<()>;
+
+    /// A URL that allows `method` on `key` for `expires_in`.
+    async fn presign(
+        &self,
+        method: PresignMethod,
+        key: &str,
+        expires_in: Duration,
+    ) -> Result<PresignedRequest>;
+}
+
+/// Checks a blob key: non-empty relative `/`-separated segments, no `.`/`..`, printable ASCII.
+pub fn validate_blob_key(key: &str) -> Result<()> {
+    let bad = |reason: &str| {
+        Err(StoreError::InvalidKey {
+            key: key.to_owned(),
+            reason: reason.to_owned(),
+        })
+    };
+    if key.is_empty() || key.len() > 1024 {
+        return bad("must be 1 to 1024 bytes");
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return bad("only printable ASCII without spaces is allowed");
+    }
+    if key
+        .split('/')
+        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
+        return bad("segments must be non-empty and not '.' or '..'");
+    }
+    if key.contains('\\') || key.contains('?') || key.contains('#') || key.contains('%') {
+        return bad("'\\', '?', '#' and '%' are not allowed");
+    }
+    Ok(())
+}

@@ -1,0 +1,269 @@
+//! Embedded job store: one `redb` database file in a local directory, for `tuneplane dev` and tests.
+//!
+//! It mirrors the DynamoDB layout with ordered tables: the same sort keys order tenant listings,
+//! the active index and events, so both stores list identically. redb runs one write transaction at
+//! a time, which makes every read-compare-write below atomic (the conditional-write semantics).
+//! All database work runs on the blocking thread pool.
+
+mod tables;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase};
+use tuneplane_core::job::{JobEvent, JobRecord};
+use tuneplane_core::store::{
+    ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, Page, PlaygroundRecord, Result,
+    ScheduleRecord, StoreError,
+};
+
+use tables::{Tx, db_err};
+
+/// File name of the database inside the store's directory.
+pub const DB_FILE: &str = "jobs.redb";
+
+/// [`JobStore`] persisted to `<dir>/jobs.redb`.
+#[derive(Clone)]
+pub struct EmbeddedJobStore {
+    db: Arc<Database>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for EmbeddedJobStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedJobStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl EmbeddedJobStore {
+    /// Opens (or creates) the store in `dir`, creating the directory if needed.
+    pub fn open(dir: impl AsRef<Path>) -> Result<EmbeddedJobStore> {
+        let dir = dir.as_ref();
+        let path = dir.join(DB_FILE);
+        let label = path.display().to_string();
+        std::fs::create_dir_all(dir).map_err(|e| db_err("create directory", &label, "", e))?;
+        let db = Database::create(&path).map_err(|e| db_err("open database", &label, "", e))?;
+        tables::create_all(&db, &label)?;
+        Ok(EmbeddedJobStore {
+            db: Arc::new(db),
+            path,
+        })
+    }
+
+    /// Path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` in a write transaction on the blocking pool and commits it if `f` succeeds.
+    async fn write<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        let label = self.path.display().to_string();
+        let task_label = label.clone();
+        run_blocking(&task_label, move || {
+            let txn = db
+                .begin_write()
+                .map_err(|e| db_err("begin write", &label, "", e))?;
+            let value = {
+                let mut tx = Tx::write(&txn, &label)?;
+                f(&mut tx)?
+            };
+            txn.commit().map_err(|e| db_err("commit", &label, "", e))?;
+            Ok(value)
+        })
+        .await
+    }
+
+    /// Runs `f` in a read transaction on the blocking pool.
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&tables::ReadTx) -> Result<T> + Send + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        let label = self.path.display().to_string();
+        let task_label = label.clone();
+        run_blocking(&task_label, move || {
+            let txn = db
+                .begin_read()
+                .map_err(|e| db_err("begin read", &label, "", e))?;
+            let tx = tables::ReadTx::new(txn, &label);
+            f(&tx)
+        })
+        .await
+    }
+}
+
+async fn run_blocking<T, F>(label: &str, f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| db_err("blocking task", label, "", e))?
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+#[async_trait::async_trait]
+impl JobStore for EmbeddedJobStore {
+    async fn create_job(
+        &self,
+        job: &JobRecord,
+        idem: Option<&Idempotency>,
+    ) -> Result<CreateOutcome> {
+        let job = job.clone();
+        let idem = idem.cloned();
+        self.write(move |tx| tx.create_job(job, idem, now_secs()))
+            .await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
+        let id = id.to_owned();
+        self.read(move |tx| tx.get_job(&id)).await
+    }
+
+    async fn update_job(&self, job: &JobRecord) -> Result<JobRecord> {
+        let job = job.clone();
+        self.write(move |tx| tx.update_job(job)).await
+    }
+
+    async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
+        let tenant = tenant.to_owned();
+        let query = query.clone();
+        self.read(move |tx| tx.list_jobs(&tenant, &query)).await
+    }
+
+    async fn list_active(&self) -> Result<Vec<JobRecord>> {
+        self.read(|tx| tx.list_active()).await
+    }
+
+    async fn append_events(&self, job_id: &str, events: &[JobEvent]) -> Result<()> {
+        let job_id = job_id.to_owned();
+        let events = events.to_vec();
+        self.write(move |tx| tx.append_events(&job_id, &events))
+            .await
+    }
+
+    async fn list_events(
+        &self,
+        job_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<JobEvent>> {
+        let job_id = job_id.to_owned();
+        let cursor = cursor.map(str::to_owned);
+        self.read(move |tx| tx.list_events(&job_id, limit, cursor.as_deref()))
+            .await
+    }
+
+    async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()> {
+        let snapshot = snapshot.clone();
+        self.write(move |tx| tx.put_meta(tables::CAPACITY_KEY, &snapshot))
+            .await
+    }
+
+    async fn get_capacity(&self) -> Result<Option<serde_json::Value>> {
+        self.read(|tx| tx.get_meta(tables::CAPACITY_KEY)).await
+    }
+
+    async fn put_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        let key = key.clone();
+        self.write(move |tx| tx.put_meta(&format!("KEY#{}", key.key_sha256), &key))
+            .await
+    }
+
+    async fn get_api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyRecord>> {
+        let meta_key = format!("KEY#{key_sha256}");
+        self.read(move |tx| tx.get_meta(&meta_key)).await
+    }
+
+    async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord> {
+        let mut schedule = schedule.clone();
+        self.write(move |tx| {
+            let key = format!("SCHEDULE#{}", schedule.id);
+            let stored: Option<ScheduleRecord> = tx.get_meta(&key)?;
+            check_version(
+                tx.label(),
+                &key,
+                schedule.version,
+                stored.map(|s| s.version),
+            )?;
+            schedule.version += 1;
+            tx.put_meta(&key, &schedule)?;
+            Ok(schedule)
+        })
+        .await
+    }
+
+    async fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
+        let key = format!("SCHEDULE#{id}");
+        self.read(move |tx| tx.get_meta(&key)).await
+    }
+
+    async fn delete_schedule(&self, id: &str) -> Result<()> {
+        let key = format!("SCHEDULE#{id}");
+        self.write(move |tx| tx.delete_meta(&key)).await
+    }
+
+    async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord> {
+        let mut playground = playground.clone();
+        self.write(move |tx| {
+            let key = format!("PG#{}", playground.id);
+            let stored: Option<PlaygroundRecord> = tx.get_meta(&key)?;
+            check_version(
+                tx.label(),
+                &key,
+                playground.version,
+                stored.map(|s| s.version),
+            )?;
+            playground.version += 1;
+            tx.put_meta(&key, &playground)?;
+            Ok(playground)
+        })
+        .await
+    }
+
+    async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>> {
+        let key = format!("PG#{id}");
+        self.read(move |tx| tx.get_meta(&key)).await
+    }
+
+    async fn list_playgrounds(&self) -> Result<Vec<PlaygroundRecord>> {
+        self.read(|tx| tx.list_meta("PG#")).await
+    }
+
+    async fn delete_playground(&self, id: &str) -> Result<()> {
+        let key = format!("PG#{id}");
+        self.write(move |tx| tx.delete_meta(&key)).await
+    }
+}
+
+/// Version check of a create-or-update: version 0 creates, any other must match the stored one.
+fn check_version(table: &str, key: &str, expected: u64, stored: Option<u64>) -> Result<()> {
+    match (expected, stored) {
+        (0, None) => Ok(()),
+        (0, Some(_)) => Err(StoreError::AlreadyExists {
+            table: table.to_owned(),
+            key: key.to_owned(),
+        }),
+        (v, Some(s)) if v == s => Ok(()),
+        _ => Err(StoreError::Conflict {
+            table: table.to_owned(),
+            key: key.to_owned(),
+            expected,
+        }),
+    }
+}

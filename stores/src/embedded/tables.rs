@@ -1,0 +1,465 @@
+//! The embedded store's tables and the operations on them inside one redb transaction.
+//!
+//! Values are JSON text. Composite keys join their parts with U+001F (unit separator), which
+//! sorts below every printable character, so a prefix range selects exactly one tenant or job.
+
+use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, TableHandle, WriteTransaction};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tuneplane_core::job::{JobEvent, JobRecord};
+use tuneplane_core::store::{
+    CreateOutcome, Idempotency, IdempotencyRecord, JobQuery, Page, Result, StoreError,
+    active_sort_key, decode_cursor, encode_cursor, event_sort_key, tenant_sort_key,
+};
+
+type Def = TableDefinition<'static, &'static str, &'static str>;
+
+const JOBS: Def = TableDefinition::new("jobs");
+const TENANT: Def = TableDefinition::new("tenant_jobs");
+const ACTIVE: Def = TableDefinition::new("active_jobs");
+const IDEM: Def = TableDefinition::new("idempotency");
+const EVENTS: Def = TableDefinition::new("events");
+const META: Def = TableDefinition::new("meta");
+
+/// Key of the capacity snapshot in the meta table.
+pub const CAPACITY_KEY: &str = "CAPACITY#CURRENT";
+
+const SEP: char = '\u{1f}';
+const SEP_END: char = '\u{20}';
+
+/// A database error with its context.
+pub fn db_err(
+    op: &'static str,
+    table: &str,
+    key: &str,
+    e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> StoreError {
+    StoreError::Backend {
+        op,
+        table: table.to_owned(),
+        key: key.to_owned(),
+        source: e.into(),
+    }
+}
+
+/// Creates every table so that read transactions never meet a missing one.
+pub fn create_all(db: &redb::Database, label: &str) -> Result<()> {
+    let txn = db
+        .begin_write()
+        .map_err(|e| db_err("begin write", label, "", e))?;
+    for def in [JOBS, TENANT, ACTIVE, IDEM, EVENTS, META] {
+        txn.open_table(def)
+            .map_err(|e| db_err("create table", label, def.name(), e))?;
+    }
+    txn.commit().map_err(|e| db_err("commit", label, "", e))
+}
+
+fn to_json(label: &str, key: &str, value: &impl Serialize) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| db_err("encode", label, key, e))
+}
+
+fn from_json<T: DeserializeOwned>(label: &str, key: &str, text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        table: label.to_owned(),
+        key: key.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn get<T: DeserializeOwned>(
+    t: &impl ReadableTable<&'static str, &'static str>,
+    label: &str,
+    key: &str,
+) -> Result<Option<T>> {
+    let guard = t.get(key).map_err(|e| db_err("get", label, key, e))?;
+    guard.map(|g| from_json(label, key, g.value())).transpose()
+}
+
+/// Values of `prefix..` keys, from the start (or after `after`) ascending, or descending from the
+/// end (or before `after`), up to `limit`.
+fn scan(
+    t: &impl ReadableTable<&'static str, &'static str>,
+    label: &str,
+    prefix: &str,
+    after: Option<&str>,
+    descending: bool,
+    limit: usize,
+) -> Result<Vec<(String, String)>> {
+    let start = format!("{prefix}{SEP}");
+    let end = format!("{prefix}{SEP_END}");
+    let range = match (after, descending) {
+        (Some(a), false) => t.range(format!("{start}{a}\u{0}").as_str()..end.as_str()),
+        (Some(a), true) => t.range(start.as_str()..format!("{start}{a}").as_str()),
+        (None, _) => t.range(start.as_str()..end.as_str()),
+    }
+    .map_err(|e| db_err("range", label, prefix, e))?;
+    let mut out = Vec::new();
+    let mut push = |item: std::result::Result<_, redb::StorageError>| -> Result<bool> {
+        let (k, v): (redb::AccessGuard<&str>, redb::AccessGuard<&str>) =
+            item.map_err(|e| db_err("range", label, prefix, e))?;
+        let sort = k.value().get(start.len()..).unwrap_or_default().to_owned();
+        out.push((sort, v.value().to_owned()));
+        Ok(out.len() < limit)
+    };
+    if descending {
+        for item in range.rev() {
+            if !push(item)? {
+                break;
+            }
+        }
+    } else {
+        for item in range {
+            if !push(item)? {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn get_job(
+    jobs: &impl ReadableTable<&'static str, &'static str>,
+    label: &str,
+    id: &str,
+) -> Result<Option<JobRecord>> {
+    get(jobs, label, id)
+}
+
+/// A read-only view of the store.
+pub struct ReadTx {
+    txn: ReadTransaction,
+    label: String,
+}
+
+impl ReadTx {
+    /// Wraps a read transaction.
+    pub fn new(txn: ReadTransaction, label: &str) -> ReadTx {
+        ReadTx {
+            txn,
+            label: label.to_owned(),
+        }
+    }
+
+    fn table(&self, def: Def) -> Result<redb::ReadOnlyTable<&'static str, &'static str>> {
+        self.txn
+            .open_table(def)
+            .map_err(|e| db_err("open table", &self.label, def.name(), e))
+    }
+
+    /// One job.
+    pub fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
+        get_job(&self.table(JOBS)?, &self.label, id)
+    }
+
+    /// A tenant's jobs, newest first; the state filter is applied while scanning.
+    pub fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
+        let (index, jobs) = (self.table(TENANT)?, self.table(JOBS)?);
+        let size = query.page_size();
+        let mut after = query.cursor.as_deref().map(decode_cursor).transpose()?;
+        let mut items = Vec::new();
+        loop {
+            let batch = scan(&index, &self.label, tenant, after.as_deref(), true, 100)?;
+            let exhausted = batch.len() < 100;
+            for (sort, id) in batch {
+                after = Some(sort.clone());
+                let Some(job) = get_job(&jobs, &self.label, &id)? else {
+                    continue;
+                };
+                if query.state.is_none_or(|s| s == job.state) {
+                    if items.len() == size {
+                        let last: &JobRecord = &items[size - 1];
+                        let next = encode_cursor(&tenant_sort_key(last.submitted_at_ms, &last.id));
+                        return Ok(Page {
+                            items,
+                            next: Some(next),
+                        });
+                    }
+                    items.push(job);
+                }
+            }
+            if exhausted {
+                return Ok(Page { items, next: None });
+            }
+        }
+    }
+
+    /// Non-terminal jobs in admission order.
+    pub fn list_active(&self) -> Result<Vec<JobRecord>> {
+        let (active, jobs) = (self.table(ACTIVE)?, self.table(JOBS)?);
+        let mut out = Vec::new();
+        for item in active
+            .iter()
+            .map_err(|e| db_err("iterate", &self.label, "active", e))?
+        {
+            let (_, id) = item.map_err(|e| db_err("iterate", &self.label, "active", e))?;
+            if let Some(job) = get_job(&jobs, &self.label, id.value())? {
+                out.push(job);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A job's events in order.
+    pub fn list_events(
+        &self,
+        job_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<JobEvent>> {
+        let after = cursor.map(decode_cursor).transpose()?;
+        let size = if limit == 0 { 100 } else { limit.min(1000) };
+        let rows = scan(
+            &self.table(EVENTS)?,
+            &self.label,
+            job_id,
+            after.as_deref(),
+            false,
+            size + 1,
+        )?;
+        let mut items = rows
+            .iter()
+            .map(|(sort, text)| from_json(&self.label, sort, text))
+            .collect::<Result<Vec<JobEvent>>>()?;
+        let next = if items.len() > size {
+            items.truncate(size);
+            items
+                .last()
+                .map(|e: &JobEvent| encode_cursor(&event_sort_key(e.at_ms, &e.key)))
+        } else {
+            None
+        };
+        Ok(Page { items, next })
+    }
+
+    /// A meta record.
+    pub fn get_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        get(&self.table(META)?, &self.label, key)
+    }
+
+    /// Every meta record whose key starts with `prefix`.
+    pub fn list_meta<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>> {
+        let meta = self.table(META)?;
+        let mut out = Vec::new();
+        let range = meta
+            .range(prefix..)
+            .map_err(|e| db_err("range", &self.label, prefix, e))?;
+        for item in range {
+            let (k, v) = item.map_err(|e| db_err("range", &self.label, prefix, e))?;
+            if !k.value().starts_with(prefix) {
+                break;
+            }
+            out.push(from_json(&self.label, k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+}
+
+/// A write transaction with every table open.
+pub struct Tx<'t> {
+    label: String,
+    jobs: Table<'t, &'static str, &'static str>,
+    tenant: Table<'t, &'static str, &'static str>,
+    active: Table<'t, &'static str, &'static str>,
+    idem: Table<'t, &'static str, &'static str>,
+    events: Table<'t, &'static str, &'static str>,
+    meta: Table<'t, &'static str, &'static str>,
+}
+
+impl<'t> Tx<'t> {
+    /// Opens every table in `txn`.
+    pub fn write(txn: &'t WriteTransaction, label: &str) -> Result<Tx<'t>> {
+        let open = |def: Def| {
+            txn.open_table(def)
+                .map_err(|e| db_err("open table", label, def.name(), e))
+        };
+        Ok(Tx {
+            label: label.to_owned(),
+            jobs: open(JOBS)?,
+            tenant: open(TENANT)?,
+            active: open(ACTIVE)?,
+            idem: open(IDEM)?,
+            events: open(EVENTS)?,
+            meta: open(META)?,
+        })
+    }
+
+    /// Database label for errors.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    fn insert(&mut self, which: Which, key: &str, value: &str) -> Result<()> {
+        let label = self.label.clone();
+        self.table_mut(which)
+            .insert(key, value)
+            .map_err(|e| db_err("insert", &label, key, e))?;
+        Ok(())
+    }
+
+    fn remove(&mut self, which: Which, key: &str) -> Result<()> {
+        let label = self.label.clone();
+        self.table_mut(which)
+            .remove(key)
+            .map_err(|e| db_err("remove", &label, key, e))?;
+        Ok(())
+    }
+
+    fn table_mut(&mut self, which: Which) -> &mut Table<'t, &'static str, &'static str> {
+        match which {
+            Which::Jobs => &mut self.jobs,
+            Which::Tenant => &mut self.tenant,
+            Which::Active => &mut self.active,
+            Which::Idem => &mut self.idem,
+            Which::Events => &mut self.events,
+            Which::Meta => &mut self.meta,
+        }
+    }
+
+    /// Creates a job and its idempotency record, or resolves the idempotent repeat.
+    pub fn create_job(
+        &mut self,
+        mut job: JobRecord,
+        idem: Option<Idempotency>,
+        now_secs: i64,
+    ) -> Result<CreateOutcome> {
+        let idem_key = idem
+            .as_ref()
+            .map(|i| format!("{}{SEP}{}", job.tenant, i.key));
+        if let (Some(i), Some(k)) = (&idem, &idem_key) {
+            let stored: Option<IdempotencyRecord> = get(&self.idem, &self.label, k)?;
+            if let Some(first) = stored.filter(|r| r.expires_at > now_secs) {
+                if first.request_sha256 != i.request_sha256 {
+                    return Err(StoreError::IdempotencyMismatch {
+                        tenant: job.tenant,
+                        key: i.key.clone(),
+                        job_id: first.job_id,
+                    });
+                }
+                let existing = get_job(&self.jobs, &self.label, &first.job_id)?;
+                return existing
+                    .map(CreateOutcome::Existing)
+                    .ok_or_else(|| StoreError::Corrupt {
+                        table: self.label.clone(),
+                        key: k.clone(),
+                        reason: format!(
+                            "idempotency record points at missing job {}",
+                            first.job_id
+                        ),
+                    });
+            }
+        }
+        if self
+            .jobs
+            .get(job.id.as_str())
+            .map_err(|e| db_err("get", &self.label, &job.id, e))?
+            .is_some()
+        {
+            return Err(StoreError::AlreadyExists {
+                table: self.label.clone(),
+                key: job.id,
+            });
+        }
+        job.version = 1;
+        self.write_job(&job, None)?;
+        if let (Some(i), Some(k)) = (idem, idem_key) {
+            let record = IdempotencyRecord {
+                tenant: job.tenant.clone(),
+                key: i.key,
+                request_sha256: i.request_sha256,
+                job_id: job.id.clone(),
+                expires_at: now_secs
+                    .saturating_add(i64::try_from(i.ttl_seconds).unwrap_or(i64::MAX)),
+            };
+            let text = to_json(&self.label, &k, &record)?;
+            self.insert(Which::Idem, &k, &text)?;
+        }
+        Ok(CreateOutcome::Created(job))
+    }
+
+    /// Conditional update guarded by version and finality.
+    pub fn update_job(&mut self, mut job: JobRecord) -> Result<JobRecord> {
+        let stored = get_job(&self.jobs, &self.label, &job.id)?;
+        let ok = stored
+            .as_ref()
+            .is_some_and(|s| s.version == job.version && !s.is_terminal());
+        if !ok {
+            return Err(StoreError::Conflict {
+                table: self.label.clone(),
+                key: format!("JOB#{}", job.id),
+                expected: job.version,
+            });
+        }
+        job.version += 1;
+        self.write_job(&job, stored.as_ref())?;
+        Ok(job)
+    }
+
+    fn write_job(&mut self, job: &JobRecord, old: Option<&JobRecord>) -> Result<()> {
+        let text = to_json(&self.label, &job.id, job)?;
+        self.insert(Which::Jobs, &job.id, &text)?;
+        if let Some(old) = old {
+            self.remove(
+                Which::Active,
+                &active_sort_key(old.spec.priority, old.submitted_at_ms, &old.id),
+            )?;
+            self.remove(
+                Which::Tenant,
+                &format!(
+                    "{}{SEP}{}",
+                    old.tenant,
+                    tenant_sort_key(old.submitted_at_ms, &old.id)
+                ),
+            )?;
+        }
+        let tenant_key = format!(
+            "{}{SEP}{}",
+            job.tenant,
+            tenant_sort_key(job.submitted_at_ms, &job.id)
+        );
+        self.insert(Which::Tenant, &tenant_key, &job.id)?;
+        if !job.is_terminal() {
+            self.insert(
+                Which::Active,
+                &active_sort_key(job.spec.priority, job.submitted_at_ms, &job.id),
+                &job.id,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Appends events; a repeated `(at_ms, key)` replaces its earlier copy (it is the same event).
+    pub fn append_events(&mut self, job_id: &str, events: &[JobEvent]) -> Result<()> {
+        for event in events {
+            let key = format!("{job_id}{SEP}{}", event_sort_key(event.at_ms, &event.key));
+            let text = to_json(&self.label, &key, event)?;
+            self.insert(Which::Events, &key, &text)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a meta record.
+    pub fn put_meta(&mut self, key: &str, value: &impl Serialize) -> Result<()> {
+        let text = to_json(&self.label, key, value)?;
+        self.insert(Which::Meta, key, &text)
+    }
+
+    /// Reads a meta record inside the write transaction.
+    pub fn get_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        get(&self.meta, &self.label, key)
+    }
+
+    /// Deletes a meta record.
+    pub fn delete_meta(&mut self, key: &str) -> Result<()> {
+        self.remove(Which::Meta, key)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Which {
+    Jobs,
+    Tenant,
+    Active,
+    Idem,
+    Events,
+    Meta,
+}

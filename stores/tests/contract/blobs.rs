@@ -1,0 +1,194 @@
+//! Contract cases for `BlobStore`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tuneplane_core::store::{BlobStore, PresignMethod, PresignedRequest, PutOutcome, StoreError};
+
+use super::fixtures::ok;
+
+type Store = Arc<dyn BlobStore>;
+
+fn sha(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Sends a presigned request with plain HTTP; returns status and body.
+pub async fn send(req: &PresignedRequest, body: Option<Vec<u8>>) -> (u16, Vec<u8>) {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap_or_else(|e| panic!("client: {e}"));
+    let mut builder = match req.method {
+        PresignMethod::Get => client.get(&req.url),
+        PresignMethod::Put => client.put(&req.url),
+    };
+    for (name, value) in &req.headers {
+        builder = builder.header(name, value);
+    }
+    if let Some(body) = body {
+        builder = builder.body(body);
+    }
+    let response = ok(builder.send().await, "send presigned request");
+    let status = response.status().as_u16();
+    let bytes = ok(response.bytes().await, "read body").to_vec();
+    (status, bytes)
+}
+
+pub async fn put_if_absent_never_rewrites_an_object(store: Store) {
+    let key = "capsules/sha256/abc/capsule.zip";
+    assert_eq!(
+        ok(
+            store.put_if_absent(key, b"first".to_vec()).await,
+            "first put"
+        ),
+        PutOutcome::Created
+    );
+    assert_eq!(
+        ok(
+            store.put_if_absent(key, b"second".to_vec()).await,
+            "second put"
+        ),
+        PutOutcome::AlreadyExists
+    );
+    assert_eq!(ok(store.get(key).await, "get"), Some(b"first".to_vec()));
+    let meta = ok(store.head(key).await, "head").unwrap_or_else(|| panic!("head found nothing"));
+    assert_eq!((meta.size, meta.sha256), (5, Some(sha(b"first"))));
+
+    // Racing writers of one key: exactly one creates it.
+    let mut tasks = Vec::new();
+    for n in 0..6 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            store.put_if_absent("race/key.bin", vec![n; 1024]).await
+        }));
+    }
+    let mut created = 0;
+    for task in tasks {
+        if ok(ok(task.await, "join"), "racing put") == PutOutcome::Created {
+            created += 1;
+        }
+    }
+    assert_eq!(created, 1);
+}
+
+pub async fn missing_objects_read_as_absent(store: Store) {
+    assert_eq!(ok(store.get("nothing/here").await, "get"), None);
+    assert_eq!(ok(store.head("nothing/here").await, "head"), None);
+    ok(
+        store.delete("nothing/here").await,
+        "delete of an absent object",
+    );
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let err = store
+        .get_to_file("nothing/here", &dir.path().join("out"))
+        .await
+        .err();
+    assert!(
+        matches!(err, Some(StoreError::BlobNotFound { ref key, .. }) if key == "nothing/here"),
+        "{err:?}"
+    );
+}
+
+pub async fn put_replaces_and_delete_removes(store: Store) {
+    ok(
+        store.put("logs/j-1/logs.tar.gz", b"one".to_vec()).await,
+        "put",
+    );
+    ok(
+        store.put("logs/j-1/logs.tar.gz", b"two!".to_vec()).await,
+        "replace",
+    );
+    assert_eq!(
+        ok(store.get("logs/j-1/logs.tar.gz").await, "get"),
+        Some(b"two!".to_vec())
+    );
+    let meta = ok(store.head("logs/j-1/logs.tar.gz").await, "head");
+    assert_eq!(
+        meta.map(|m| (m.size, m.sha256)),
+        Some((4, Some(sha(b"two!"))))
+    );
+    ok(store.delete("logs/j-1/logs.tar.gz").await, "delete");
+    assert_eq!(ok(store.get("logs/j-1/logs.tar.gz").await, "get"), None);
+}
+
+pub async fn large_file_streams_in_and_out(store: Store) {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    // Larger than two 5 MiB parts, so the S3 store uploads in three parts.
+    let content: Vec<u8> = (0..11 * 1024 * 1024 + 17)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let src = dir.path().join("big.bin");
+    ok(std::fs::write(&src, &content), "write source");
+    let key = "uploads/big.bin";
+    assert_eq!(
+        ok(store.put_file_if_absent(key, &src).await, "upload"),
+        PutOutcome::Created
+    );
+    assert_eq!(
+        ok(store.put_file_if_absent(key, &src).await, "upload again"),
+        PutOutcome::AlreadyExists
+    );
+    let out = dir.path().join("out.bin");
+    let meta = ok(store.get_to_file(key, &out).await, "download");
+    assert_eq!(meta.size, content.len() as u64);
+    let downloaded = ok(std::fs::read(&out), "read download");
+    assert!(downloaded == content, "downloaded bytes differ");
+    let head = ok(store.head(key).await, "head");
+    assert_eq!(head.and_then(|m| m.sha256), Some(sha(&content)));
+}
+
+pub async fn presigned_put_then_get_round_trips_over_plain_http(store: Store) {
+    let key = "uploads/u-1/code.tar.gz";
+    let put = ok(
+        store
+            .presign(PresignMethod::Put, key, Duration::from_secs(600))
+            .await,
+        "presign put",
+    );
+    let (status, body) = send(&put, Some(b"uploaded bytes".to_vec())).await;
+    assert_eq!(status, 200, "PUT: {}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        ok(store.get(key).await, "get"),
+        Some(b"uploaded bytes".to_vec())
+    );
+
+    ok(
+        store
+            .put_if_absent("capsules/sha256/ff/capsule.zip", b"zip bytes".to_vec())
+            .await,
+        "put",
+    );
+    let get = ok(
+        store
+            .presign(
+                PresignMethod::Get,
+                "capsules/sha256/ff/capsule.zip",
+                Duration::from_secs(600),
+            )
+            .await,
+        "presign get",
+    );
+    assert!(
+        get.url
+            .split('?')
+            .next()
+            .is_some_and(|path| path.ends_with(".zip")),
+        "Ray needs the path to end in .zip: {}",
+        get.url
+    );
+    assert!(get.expires_at > 0);
+    let (status, body) = send(&get, None).await;
+    assert_eq!((status, body), (200, b"zip bytes".to_vec()));
+}
+
+pub async fn keys_that_escape_the_namespace_are_rejected(store: Store) {
+    for key in ["../etc/passwd", "a//b", "/abs", "a/./b", "", "sp ace"] {
+        let err = store.put_if_absent(key, b"x".to_vec()).await.err();
+        assert!(
+            matches!(err, Some(StoreError::InvalidKey { .. })),
+            "{key:?}: {err:?}"
+        );
+    }
+}

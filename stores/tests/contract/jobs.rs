@@ -1,0 +1,460 @@
+//! Contract cases for `JobStore`.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use tuneplane_core::job::{JobState, PendingReason};
+use tuneplane_core::store::{
+    ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, PlaygroundRecord, ScheduleRecord,
+    StoreError, hash_api_key,
+};
+
+use super::fixtures::{event, job, ok, spec};
+
+type Store = Arc<dyn JobStore>;
+
+fn idem(key: &str, request: &str, ttl_seconds: u64) -> Idempotency {
+    Idempotency {
+        key: key.to_owned(),
+        request_sha256: request.repeat(64),
+        ttl_seconds,
+    }
+}
+
+async fn create(
+    store: &Store,
+    id: &str,
+    tenant: &str,
+    submitted: i64,
+    priority: i32,
+) -> tuneplane_core::job::JobRecord {
+    let outcome = ok(
+        store
+            .create_job(&job(id, tenant, submitted, priority), None)
+            .await,
+        "create",
+    );
+    outcome.record().clone()
+}
+
+pub async fn create_then_get_returns_version_one(store: Store) {
+    let created = create(&store, "j-1", "acme", 1_000, 0).await;
+    let read = ok(store.get_job("j-1").await, "get");
+    assert_eq!(created.version, 1);
+    assert_eq!(read, Some(created));
+    assert_eq!(ok(store.get_job("absent").await, "get absent"), None);
+}
+
+pub async fn same_idempotency_key_and_request_returns_the_first_job(store: Store) {
+    let first = ok(
+        store
+            .create_job(&job("j-a", "acme", 1, 0), Some(&idem("k1", "a", 3600)))
+            .await,
+        "first",
+    );
+    let again = ok(
+        store
+            .create_job(&job("j-b", "acme", 2, 0), Some(&idem("k1", "a", 3600)))
+            .await,
+        "again",
+    );
+    assert!(matches!(first, CreateOutcome::Created(_)));
+    assert_eq!(again, CreateOutcome::Existing(first.record().clone()));
+    assert_eq!(
+        ok(store.get_job("j-b").await, "get j-b"),
+        None,
+        "a repeat must not store a second job"
+    );
+    // The same key belongs to each tenant separately.
+    let other = ok(
+        store
+            .create_job(&job("j-c", "other", 3, 0), Some(&idem("k1", "b", 3600)))
+            .await,
+        "other",
+    );
+    assert!(matches!(other, CreateOutcome::Created(_)));
+}
+
+pub async fn same_idempotency_key_with_another_request_is_a_mismatch(store: Store) {
+    ok(
+        store
+            .create_job(&job("j-a", "acme", 1, 0), Some(&idem("k1", "a", 3600)))
+            .await,
+        "first",
+    );
+    let err = store
+        .create_job(&job("j-b", "acme", 2, 0), Some(&idem("k1", "b", 3600)))
+        .await
+        .err();
+    match err {
+        Some(StoreError::IdempotencyMismatch {
+            tenant,
+            key,
+            job_id,
+        }) => {
+            assert_eq!(
+                (tenant.as_str(), key.as_str(), job_id.as_str()),
+                ("acme", "k1", "j-a")
+            );
+        }
+        other => panic!("expected IdempotencyMismatch, got {other:?}"),
+    }
+    assert_eq!(ok(store.get_job("j-b").await, "get j-b"), None);
+}
+
+pub async fn expired_idempotency_key_can_be_used_again(store: Store) {
+    ok(
+        store
+            .create_job(&job("j-a", "acme", 1, 0), Some(&idem("k1", "a", 0)))
+            .await,
+        "first",
+    );
+    let second = ok(
+        store
+            .create_job(&job("j-b", "acme", 2, 0), Some(&idem("k1", "b", 3600)))
+            .await,
+        "second",
+    );
+    assert_eq!(second.record().id, "j-b");
+    assert!(matches!(second, CreateOutcome::Created(_)));
+}
+
+pub async fn creating_an_existing_job_id_fails(store: Store) {
+    create(&store, "j-1", "acme", 1, 0).await;
+    let err = store
+        .create_job(&job("j-1", "acme", 2, 0), None)
+        .await
+        .err();
+    assert!(
+        matches!(err, Some(StoreError::AlreadyExists { ref key, .. }) if key.contains("j-1")),
+        "{err:?}"
+    );
+}
+
+pub async fn stale_writer_gets_a_conflict_not_an_overwrite(store: Store) {
+    let v1 = create(&store, "j-1", "acme", 1, 0).await;
+    let mut a = v1.clone();
+    a.workload_name = Some("from-a".into());
+    let mut b = v1.clone();
+    b.workload_name = Some("from-b".into());
+    let stored = ok(store.update_job(&a).await, "first writer");
+    assert_eq!(stored.version, 2);
+    let err = store.update_job(&b).await.err();
+    assert!(
+        matches!(err, Some(StoreError::Conflict { ref key, expected: 1, .. }) if key.contains("j-1")),
+        "{err:?}"
+    );
+    let read = ok(store.get_job("j-1").await, "get").map(|j| (j.version, j.workload_name));
+    assert_eq!(read, Some((2, Some("from-a".to_owned()))));
+    let missing = store.update_job(&job("absent", "acme", 1, 0)).await.err();
+    assert!(
+        matches!(missing, Some(StoreError::Conflict { .. })),
+        "{missing:?}"
+    );
+}
+
+pub async fn racing_writers_exactly_one_wins_per_version(store: Store) {
+    let v1 = create(&store, "j-race", "acme", 1, 0).await;
+    // Round 1: every task writes against the same version; exactly one may win.
+    let mut tasks = Vec::new();
+    for n in 0..8 {
+        let (store, mut record) = (Arc::clone(&store), v1.clone());
+        tasks.push(tokio::spawn(async move {
+            record.workload_name = Some(format!("writer-{n}"));
+            store.update_job(&record).await
+        }));
+    }
+    let mut wins = 0;
+    for task in tasks {
+        match ok(task.await, "join") {
+            Ok(_) => wins += 1,
+            Err(StoreError::Conflict { .. }) => {}
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    assert_eq!(wins, 1, "exactly one writer wins version 1");
+    // Round 2: read-modify-write loops; every version is won by exactly one writer.
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let mut won = Vec::new();
+            for _ in 0..4 {
+                let current = ok(store.get_job("j-race").await, "get")
+                    .unwrap_or_else(|| panic!("job vanished"));
+                match store.update_job(&current).await {
+                    Ok(stored) => won.push(stored.version),
+                    Err(StoreError::Conflict { .. }) => {}
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+            won
+        }));
+    }
+    let mut versions = Vec::new();
+    for task in tasks {
+        versions.extend(ok(task.await, "join"));
+    }
+    versions.sort_unstable();
+    let final_version = ok(store.get_job("j-race").await, "get").map(|j| j.version);
+    let expected: Vec<u64> = (3..=final_version.unwrap_or(0)).collect();
+    assert_eq!(
+        versions, expected,
+        "each version from 3 on has exactly one winner"
+    );
+}
+
+pub async fn terminal_jobs_are_final(store: Store) {
+    let mut record = create(&store, "j-1", "acme", 1, 0).await;
+    ok(record.transition(JobState::Stopped, 5), "transition");
+    let stopped = ok(store.update_job(&record).await, "stop");
+    let mut revived = stopped.clone();
+    revived.state = JobState::Queued;
+    let err = store.update_job(&revived).await.err();
+    assert!(matches!(err, Some(StoreError::Conflict { .. })), "{err:?}");
+    assert_eq!(
+        ok(store.get_job("j-1").await, "get").map(|j| j.state),
+        Some(JobState::Stopped)
+    );
+}
+
+pub async fn active_index_is_in_admission_order_and_drops_terminal_jobs(store: Store) {
+    create(&store, "j-low-early", "acme", 100, 0).await;
+    create(&store, "j-high-late", "beta", 300, 10).await;
+    create(&store, "j-low-late", "acme", 200, 0).await;
+    create(&store, "j-negative", "acme", 50, -5).await;
+    let mut done = create(&store, "j-done", "acme", 10, 0).await;
+    let ids = |jobs: Vec<tuneplane_core::job::JobRecord>| {
+        jobs.into_iter().map(|j| j.id).collect::<Vec<_>>()
+    };
+    let order = ids(ok(store.list_active().await, "list active"));
+    assert_eq!(
+        order,
+        [
+            "j-high-late",
+            "j-done",
+            "j-low-early",
+            "j-low-late",
+            "j-negative"
+        ]
+    );
+
+    ok(done.transition(JobState::Admitted, 20), "admit");
+    done.pending = Some(tuneplane_core::job::Pending {
+        reason: PendingReason::Starting,
+        message: "pulling".into(),
+        since_ms: 20,
+    });
+    let mut done = ok(store.update_job(&done).await, "admit write");
+    let order = ids(ok(store.list_active().await, "list active"));
+    assert_eq!(order.len(), 5, "admitted jobs stay active: {order:?}");
+    ok(done.transition(JobState::Running, 30), "run");
+    let mut done = ok(store.update_job(&done).await, "run write");
+    ok(done.transition(JobState::Succeeded, 40), "succeed");
+    ok(store.update_job(&done).await, "succeed write");
+    let order = ids(ok(store.list_active().await, "list active"));
+    assert_eq!(
+        order,
+        ["j-high-late", "j-low-early", "j-low-late", "j-negative"]
+    );
+}
+
+pub async fn tenant_listing_pages_newest_first_with_state_filter(store: Store) {
+    for n in 1..=5 {
+        create(&store, &format!("j-{n}"), "acme", n * 1_000, 0).await;
+    }
+    create(&store, "j-other", "beta", 2_500, 0).await;
+    let (mut seen, mut cursor, mut pages) = (Vec::new(), None, 0);
+    loop {
+        let query = JobQuery {
+            state: None,
+            limit: 2,
+            cursor: cursor.clone(),
+        };
+        let page = ok(store.list_jobs("acme", &query).await, "list page");
+        pages += 1;
+        seen.extend(page.items.into_iter().map(|j| j.id));
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+        assert!(pages < 10, "pagination does not end");
+    }
+    assert_eq!(seen, ["j-5", "j-4", "j-3", "j-2", "j-1"]);
+    assert_eq!(pages, 3);
+
+    for id in ["j-2", "j-4"] {
+        let mut record =
+            ok(store.get_job(id).await, "get").unwrap_or_else(|| panic!("{id} missing"));
+        ok(record.transition(JobState::Admitted, 9_000), "admit");
+        ok(store.update_job(&record).await, "admit write");
+    }
+    let query = JobQuery {
+        state: Some(JobState::Admitted),
+        limit: 1,
+        cursor: None,
+    };
+    let first = ok(store.list_jobs("acme", &query).await, "filtered");
+    assert_eq!(
+        first
+            .items
+            .iter()
+            .map(|j| j.id.as_str())
+            .collect::<Vec<_>>(),
+        ["j-4"]
+    );
+    let query = JobQuery {
+        cursor: first.next,
+        ..query
+    };
+    let second = ok(store.list_jobs("acme", &query).await, "filtered page 2");
+    assert_eq!(
+        second
+            .items
+            .iter()
+            .map(|j| j.id.as_str())
+            .collect::<Vec<_>>(),
+        ["j-2"]
+    );
+    assert_eq!(second.next, None);
+
+    let bad = JobQuery {
+        cursor: Some("not-a-cursor".into()),
+        ..JobQuery::default()
+    };
+    assert!(matches!(
+        store.list_jobs("acme", &bad).await,
+        Err(StoreError::InvalidCursor { .. })
+    ));
+}
+
+pub async fn events_list_in_time_order_and_repeats_are_stored_once(store: Store) {
+    create(&store, "j-1", "acme", 1, 0).await;
+    let batch = [
+        event(300, "c", "third"),
+        event(100, "a", "first"),
+        event(200, "b", "second"),
+    ];
+    ok(store.append_events("j-1", &batch).await, "append");
+    ok(
+        store
+            .append_events(
+                "j-1",
+                &[event(100, "a", "first"), event(200, "b2", "second too")],
+            )
+            .await,
+        "append again",
+    );
+    let many: Vec<_> = (0..30)
+        .map(|n| event(1_000 + n, &format!("bulk-{n:02}"), "bulk"))
+        .collect();
+    ok(store.append_events("j-1", &many).await, "append bulk");
+
+    let (mut keys, mut cursor) = (Vec::new(), None);
+    loop {
+        let page = ok(
+            store.list_events("j-1", 4, cursor.as_deref()).await,
+            "list events",
+        );
+        keys.extend(page.items.into_iter().map(|e| e.key));
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let mut expected = vec!["a".to_owned(), "b".into(), "b2".into(), "c".into()];
+    expected.extend((0..30).map(|n| format!("bulk-{n:02}")));
+    assert_eq!(keys, expected);
+    let other = ok(store.list_events("j-2", 10, None).await, "other job");
+    assert!(other.items.is_empty() && other.next.is_none());
+}
+
+pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store) {
+    assert_eq!(ok(store.get_capacity().await, "capacity"), None);
+    let snapshot = json!({"series": {"h200": {"capacity": 16, "used": 8}}});
+    ok(store.put_capacity(&snapshot).await, "put capacity");
+    assert_eq!(ok(store.get_capacity().await, "capacity"), Some(snapshot));
+
+    let hash = hash_api_key("tp_secret");
+    let key = ApiKeyRecord {
+        key_sha256: hash.clone(),
+        tenant: "acme".into(),
+        scopes: vec!["jobs:write".into()],
+        name: "ci".into(),
+        created_at_ms: 1,
+    };
+    ok(store.put_api_key(&key).await, "put key");
+    assert_eq!(ok(store.get_api_key(&hash).await, "get key"), Some(key));
+    assert_eq!(
+        ok(store.get_api_key(&hash_api_key("other")).await, "get other"),
+        None
+    );
+
+    let schedule = ScheduleRecord {
+        id: "nightly".into(),
+        tenant: "acme".into(),
+        expression: "cron(0 2 * * ? *)".into(),
+        spec: spec(0),
+        capsule_sha256: "cd".repeat(32),
+        enabled: true,
+        created_at_ms: 1,
+        version: 0,
+    };
+    let stored = ok(store.put_schedule(&schedule).await, "create schedule");
+    assert_eq!(stored.version, 1);
+    assert!(matches!(
+        store.put_schedule(&schedule).await,
+        Err(StoreError::AlreadyExists { .. })
+    ));
+    let paused = ok(
+        store
+            .put_schedule(&ScheduleRecord {
+                enabled: false,
+                ..stored.clone()
+            })
+            .await,
+        "pause",
+    );
+    assert!(matches!(
+        store.put_schedule(&stored).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(
+        ok(store.get_schedule("nightly").await, "get schedule"),
+        Some(paused)
+    );
+    ok(store.delete_schedule("nightly").await, "delete schedule");
+    assert_eq!(
+        ok(store.get_schedule("nightly").await, "get schedule"),
+        None
+    );
+
+    let pg = PlaygroundRecord {
+        id: "pg-1".into(),
+        tenant: "acme".into(),
+        model: "qwen".into(),
+        series: "l40s".into(),
+        gpus: 1,
+        pod_name: None,
+        created_at_ms: 1,
+        expires_at_ms: 3_600_000,
+        version: 0,
+    };
+    let pg = ok(store.put_playground(&pg).await, "create playground");
+    let pg2 = ok(
+        store
+            .put_playground(&PlaygroundRecord {
+                id: "pg-2".into(),
+                version: 0,
+                ..pg.clone()
+            })
+            .await,
+        "second",
+    );
+    let mut all = ok(store.list_playgrounds().await, "list playgrounds");
+    all.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(all, vec![pg.clone(), pg2]);
+    ok(store.delete_playground("pg-1").await, "delete playground");
+    assert_eq!(ok(store.get_playground("pg-1").await, "get"), None);
+    assert_eq!(ok(store.list_playgrounds().await, "list").len(), 1);
+}

@@ -1,0 +1,67 @@
+//! The storage contract: one suite of behaviours every `JobStore` and `BlobStore` must show.
+//!
+//! Each test file builds its implementation and expands [`job_store_contract!`] or
+//! [`blob_store_contract!`], which turn every case below into a `#[tokio::test]`. Every case gets a
+//! fresh store (its own directory, table or bucket), so cases never see each other's data.
+
+#![allow(dead_code, unused_macros, unused_imports)]
+
+pub mod blobs;
+pub mod fixtures;
+pub mod jobs;
+
+/// Expands the job-store contract into tests; `$make` is an async fn returning
+/// `(Arc<dyn JobStore>, guard)` where the guard keeps the store's resources alive.
+macro_rules! job_store_contract {
+    ($make:path) => {
+        job_store_contract!(@cases $make;
+            create_then_get_returns_version_one,
+            same_idempotency_key_and_request_returns_the_first_job,
+            same_idempotency_key_with_another_request_is_a_mismatch,
+            expired_idempotency_key_can_be_used_again,
+            creating_an_existing_job_id_fails,
+            stale_writer_gets_a_conflict_not_an_overwrite,
+            racing_writers_exactly_one_wins_per_version,
+            terminal_jobs_are_final,
+            active_index_is_in_admission_order_and_drops_terminal_jobs,
+            tenant_listing_pages_newest_first_with_state_filter,
+            events_list_in_time_order_and_repeats_are_stored_once,
+            capacity_api_keys_schedules_and_playgrounds_round_trip,
+        );
+    };
+    (@cases $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let (store, _guard) = $make().await;
+                contract::jobs::$case(store).await;
+            }
+        )*
+    };
+}
+
+/// Expands the blob-store contract into tests; `$make` is an async fn returning
+/// `(Arc<dyn BlobStore>, guard)`.
+macro_rules! blob_store_contract {
+    ($make:path) => {
+        blob_store_contract!(@cases $make;
+            put_if_absent_never_rewrites_an_object,
+            missing_objects_read_as_absent,
+            put_replaces_and_delete_removes,
+            large_file_streams_in_and_out,
+            presigned_put_then_get_round_trips_over_plain_http,
+            keys_that_escape_the_namespace_are_rejected,
+        );
+    };
+    (@cases $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let (store, _guard) = $make().await;
+                contract::blobs::$case(store).await;
+            }
+        )*
+    };
+}
+
+pub(crate) use {blob_store_contract, job_store_contract};

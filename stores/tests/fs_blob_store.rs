@@ -1,0 +1,161 @@
+//! The blob-store contract against the filesystem store and its presigned-URL server, plus the
+//! signature and expiry checks that the local S3 endpoint cannot show.
+
+mod contract;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use contract::blob_store_contract;
+use contract::blobs::send;
+use contract::fixtures::ok;
+use tuneplane_core::store::{BlobStore, PresignMethod};
+use tuneplane_stores::FsBlobStore;
+use tuneplane_stores::blob_server::{DEFAULT_MAX_UPLOAD_BYTES, router};
+
+/// Keeps the directory and the server alive for one test.
+struct Served {
+    _dir: tempfile::TempDir,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn serve(max_upload: u64) -> (FsBlobStore, Served) {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let listener = ok(tokio::net::TcpListener::bind("127.0.0.1:0").await, "bind");
+    let addr = ok(listener.local_addr(), "local addr");
+    let store = ok(
+        FsBlobStore::open(
+            dir.path().join("blobs"),
+            b"test-secret".to_vec(),
+            format!("http://{addr}/blobs"),
+        ),
+        "open",
+    );
+    let app = axum::Router::new().nest("/blobs", router(store.clone(), max_upload));
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (store, Served { _dir: dir, server })
+}
+
+async fn make() -> (Arc<dyn BlobStore>, Served) {
+    let (store, served) = serve(DEFAULT_MAX_UPLOAD_BYTES).await;
+    (Arc::new(store), served)
+}
+
+blob_store_contract!(make);
+
+fn replace_param(url: &str, name: &str, value: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let params: Vec<String> = query
+        .split('&')
+        .map(|kv| {
+            if kv.starts_with(&format!("{name}=")) {
+                format!("{name}={value}")
+            } else {
+                kv.to_owned()
+            }
+        })
+        .collect();
+    format!("{base}?{}", params.join("&"))
+}
+
+#[tokio::test]
+async fn expired_presigned_url_is_refused() {
+    let (store, _served) = serve(DEFAULT_MAX_UPLOAD_BYTES).await;
+    ok(store.put("a/b.zip", b"data".to_vec()).await, "put");
+    let get = ok(
+        store
+            .presign(PresignMethod::Get, "a/b.zip", Duration::from_secs(1))
+            .await,
+        "presign",
+    );
+    assert_eq!(send(&get, None).await.0, 200, "fresh URL works");
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let (status, body) = send(&get, None).await;
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).as_ref()),
+        (403, "URL has expired")
+    );
+}
+
+#[tokio::test]
+async fn tampered_presigned_urls_are_refused() {
+    let (store, _served) = serve(DEFAULT_MAX_UPLOAD_BYTES).await;
+    ok(store.put("a/b.zip", b"data".to_vec()).await, "put");
+    ok(store.put("a/c.zip", b"secret".to_vec()).await, "put");
+    let get = ok(
+        store
+            .presign(PresignMethod::Get, "a/b.zip", Duration::from_secs(60))
+            .await,
+        "presign",
+    );
+    let far_future = (get.expires_at + 86_400).to_string();
+    let tampered = [
+        get.url.replace("a/b.zip", "a/c.zip"),
+        replace_param(&get.url, "tp-expires", &far_future),
+        replace_param(&get.url, "tp-signature", &"0".repeat(64)),
+        replace_param(&get.url, "tp-method", "PUT"),
+    ];
+    for url in tampered {
+        let (status, body) = send(
+            &tuneplane_core::store::PresignedRequest {
+                url: url.clone(),
+                ..get.clone()
+            },
+            None,
+        )
+        .await;
+        assert_eq!(
+            (status, String::from_utf8_lossy(&body).as_ref()),
+            (403, "signature does not match"),
+            "{url}"
+        );
+    }
+    let unsigned = get.url.split('?').next().unwrap_or_default().to_owned();
+    let (status, _) = send(
+        &tuneplane_core::store::PresignedRequest {
+            url: unsigned,
+            ..get.clone()
+        },
+        None,
+    )
+    .await;
+    assert_eq!(status, 403);
+    // A download URL used for an upload is refused and changes nothing.
+    let as_put = tuneplane_core::store::PresignedRequest {
+        method: PresignMethod::Put,
+        ..get.clone()
+    };
+    let (status, body) = send(&as_put, Some(b"overwrite".to_vec())).await;
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).as_ref()),
+        (403, "URL was signed for another method")
+    );
+    assert_eq!(
+        ok(store.get("a/b.zip").await, "get"),
+        Some(b"data".to_vec())
+    );
+}
+
+#[tokio::test]
+async fn upload_over_the_limit_is_refused_and_leaves_nothing() {
+    let (store, _served) = serve(1024).await;
+    let put = ok(
+        store
+            .presign(PresignMethod::Put, "uploads/big", Duration::from_secs(60))
+            .await,
+        "presign",
+    );
+    let (status, _) = send(&put, Some(vec![7; 4096])).await;
+    assert_eq!(status, 413);
+    assert_eq!(ok(store.head("uploads/big").await, "head"), None);
+    let staged = ok(std::fs::read_dir(store.root().join("tmp")), "tmp dir").count();
+    assert_eq!(staged, 0, "no staging files are left behind");
+}
