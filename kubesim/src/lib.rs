@@ -1,3 +1,34 @@
 //! kubesim: a simulated Kubernetes API server and GPU fleet for tests and the one-machine stack.
 //!
-//! This crate is a placeholder until the kubesim issue lands; it compiles so the workspace is whole.
+//! [`KubeSim::start`] binds an HTTP server (tests use `127.0.0.1:0`) that speaks enough of the
+//! Kubernetes API for kube-rs and kubectl: core/v1 Nodes, Pods (+ status, log), Events, Namespaces,
+//! ConfigMaps, Secrets, Services; Leases; batch/v1 Jobs; ray.io/v1 RayJobs and RayClusters. Objects
+//! live in memory ([`store`]) with real write semantics and watch streams. Simulated controllers run
+//! beside it: a scheduler that binds pods to the fleet's nodes and writes `FailedScheduling` events,
+//! a kubelet that moves pods through their phases (with injected faults), a Job controller, and a
+//! KubeRay operator. In execution mode ([`exec`]) CPU pods and RayJob entrypoints really run.
+//!
+//! ```no_run
+//! # async fn demo() -> tuneplane_kubesim::Result<()> {
+//! let sim = tuneplane_kubesim::KubeSim::start(tuneplane_kubesim::SimConfig::default()).await?;
+//! println!("API server at {}", sim.url());
+//! # Ok(()) }
+//! ```
+
+pub mod api;
+pub mod controllers;
+pub mod error;
+pub mod exec;
+pub mod fleet;
+pub mod json;
+pub mod kubeconfig;
+pub mod logs;
+pub mod patch;
+pub mod quantity;
+pub mod resources;
+pub mod selector;
+mod sim;
+pub mod store;
+
+pub use error::{ApiError, Error, Result};
+pub use sim::{KubeSim, Scenario, SimConfig, annotations};

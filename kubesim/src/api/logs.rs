@@ -1,0 +1,135 @@
+//! `GET pods/<name>/log` with `container`, `tailLines`, `limitBytes` and `follow`, answering the
+//! real server's errors for a missing container name or a container that has not started.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use super::ApiState;
+use crate::error::ApiError;
+use crate::logs::tail_lines;
+use crate::resources::PODS;
+use crate::store::Store;
+
+pub(super) async fn serve(state: &ApiState, ns: &str, name: &str, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+    let pod = state.store.get(&PODS, ns, name)?;
+    let container = pick_container(&pod, name, query.get("container").map(String::as_str))?;
+    if !started(&pod, &container) {
+        let reason = waiting_reason(&pod, &container).unwrap_or_else(|| "ContainerCreating".into());
+        return Err(ApiError::bad_request(format!("container \"{container}\" in pod \"{name}\" is waiting to start: {reason}")));
+    }
+    let snapshot = state.store.logs.read(ns, name, &container);
+    let mut first = match query.get("tailLines").and_then(|t| t.parse::<usize>().ok()) {
+        Some(n) => tail_lines(&snapshot.text, n).to_string(),
+        None => snapshot.text.clone(),
+    };
+    if let Some(limit) = query.get("limitBytes").and_then(|l| l.parse::<usize>().ok()) {
+        let mut cut = limit.min(first.len());
+        while !first.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        first.truncate(cut);
+    }
+    let follow = query.get("follow").is_some_and(|v| v == "true" || v == "1");
+    if !follow || snapshot.closed {
+        return Ok(text_response(Body::from(first)));
+    }
+    let follower = Follower {
+        store: state.store.clone(),
+        rx: state.store.logs.subscribe(),
+        ns: ns.to_string(),
+        pod: name.to_string(),
+        container,
+        offset: snapshot.text.len(),
+        pending: Some(first),
+    };
+    let body = futures_util::stream::unfold(follower, |mut f| async move {
+        let chunk = f.next_chunk().await?;
+        Some((Ok::<_, Infallible>(Bytes::from(chunk)), f))
+    });
+    Ok(text_response(Body::from_stream(body)))
+}
+
+fn text_response(body: Body) -> Response {
+    (StatusCode::OK, [("content-type", "text/plain")], body).into_response()
+}
+
+struct Follower {
+    store: Arc<Store>,
+    rx: tokio::sync::watch::Receiver<u64>,
+    ns: String,
+    pod: String,
+    container: String,
+    offset: usize,
+    pending: Option<String>,
+}
+
+impl Follower {
+    async fn next_chunk(&mut self) -> Option<String> {
+        if let Some(first) = self.pending.take() {
+            return Some(first);
+        }
+        loop {
+            let snap = self.store.logs.read(&self.ns, &self.pod, &self.container);
+            if snap.text.len() > self.offset && snap.text.is_char_boundary(self.offset) {
+                let chunk = snap.text[self.offset..].to_string();
+                self.offset = snap.text.len();
+                return Some(chunk);
+            }
+            if snap.closed || self.store.try_get(&PODS, &self.ns, &self.pod).is_none() {
+                return None;
+            }
+            // Bounded wait so a deleted pod ends the stream even without further log changes.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.rx.changed()).await;
+        }
+    }
+}
+
+fn container_names(pod: &Value, list: &str) -> Vec<String> {
+    pod.pointer(&format!("/spec/{list}"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+fn pick_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, ApiError> {
+    let main = container_names(pod, "containers");
+    let init = container_names(pod, "initContainers");
+    match asked {
+        Some(c) if !c.is_empty() => {
+            if main.iter().chain(init.iter()).any(|n| n == c) {
+                Ok(c.to_string())
+            } else {
+                Err(ApiError::bad_request(format!("container {c} is not valid for pod {name}")))
+            }
+        }
+        _ if main.len() == 1 => Ok(main[0].clone()),
+        _ => Err(ApiError::bad_request(format!(
+            "a container name must be specified for pod {name}, choose one of: [{}]",
+            main.join(" ")
+        ))),
+    }
+}
+
+fn status_of<'a>(pod: &'a Value, container: &str) -> Option<&'a Value> {
+    ["containerStatuses", "initContainerStatuses"].iter().find_map(|list| {
+        pod.pointer(&format!("/status/{list}"))
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|s| s.get("name").and_then(Value::as_str) == Some(container)))
+    })
+}
+
+fn started(pod: &Value, container: &str) -> bool {
+    status_of(pod, container).is_some_and(|s| {
+        s.pointer("/state/running").is_some() || s.pointer("/state/terminated").is_some() || s.pointer("/lastState/terminated").is_some()
+    })
+}
+
+fn waiting_reason(pod: &Value, container: &str) -> Option<String> {
+    status_of(pod, container).and_then(|s| s.pointer("/state/waiting/reason")).and_then(Value::as_str).map(str::to_string)
+}

@@ -1,0 +1,252 @@
+//! The scheduler's pure part: what a pod needs, what a node offers, which nodes pass the filters
+//! (unschedulable, taints, node selector / affinity, resources) and the `FailedScheduling` message
+//! in the real scheduler's shape (`0/5 nodes are available: 3 Insufficient nvidia.com/gpu, ...`).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::fleet::UNSCHEDULABLE_TAINT;
+use crate::quantity::{self, Milli};
+
+/// Resource amounts by name (`cpu`, `memory`, `nvidia.com/gpu`, `pods`), in milli-units.
+pub type Resources = BTreeMap<String, Milli>;
+
+/// A toleration or taint (key, operator, value, effect).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    /// Key.
+    pub key: String,
+    /// Value.
+    pub value: String,
+    /// Effect (`NoSchedule`, `PreferNoSchedule`, `NoExecute`; empty for "any" in tolerations).
+    pub effect: String,
+    /// Operator for tolerations (`Equal` or `Exists`).
+    pub operator: String,
+}
+
+/// What the filters look at on a node.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// Node name.
+    pub name: String,
+    /// Node labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Cordoned.
+    pub unschedulable: bool,
+    /// Allocatable resources.
+    pub allocatable: Resources,
+    /// Requests of the non-terminal pods bound to the node (`pods` counts them).
+    pub used: Resources,
+}
+
+/// What the filters look at on a pod.
+#[derive(Debug, Clone, Default)]
+pub struct PodNeeds {
+    /// Effective requests (`max(sum(containers), max(initContainers))`), plus `pods: 1`.
+    pub requests: Resources,
+    /// `spec.nodeSelector`.
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity: any term must match, all expressions of a term.
+    pub affinity: Vec<Vec<(String, String, Vec<String>)>>,
+    /// Tolerations.
+    pub tolerations: Vec<Taint>,
+}
+
+fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
+    v.and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+        .unwrap_or_default()
+}
+
+fn taints(v: Option<&Value>) -> Vec<Taint> {
+    let s = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().map(|t| Taint { key: s(t, "key"), value: s(t, "value"), effect: s(t, "effect"), operator: s(t, "operator") }).collect())
+        .unwrap_or_default()
+}
+
+fn resources(v: Option<&Value>) -> Resources {
+    v.and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, q)| (k.clone(), quantity::from_json(Some(q)))).collect())
+        .unwrap_or_default()
+}
+
+impl NodeInfo {
+    /// Reads a Node object (with nothing used yet).
+    pub fn from_node(node: &Value) -> Self {
+        Self {
+            name: crate::json::name(node).to_string(),
+            labels: string_map(node.pointer("/metadata/labels")),
+            taints: taints(node.pointer("/spec/taints")),
+            unschedulable: node.pointer("/spec/unschedulable") == Some(&Value::Bool(true)),
+            allocatable: resources(node.pointer("/status/allocatable")),
+            used: Resources::new(),
+        }
+    }
+
+    /// Free amount of a resource.
+    pub fn free(&self, r: &str) -> Milli {
+        self.allocatable.get(r).copied().unwrap_or(0) - self.used.get(r).copied().unwrap_or(0)
+    }
+
+    /// Adds a pod's requests to the node's usage.
+    pub fn add(&mut self, requests: &Resources) {
+        for (k, v) in requests {
+            *self.used.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+}
+
+impl PodNeeds {
+    /// Reads a Pod object.
+    pub fn from_pod(pod: &Value) -> Self {
+        let sum_of = |list: &str| {
+            let mut total = Resources::new();
+            for c in pod.pointer(&format!("/spec/{list}")).and_then(Value::as_array).into_iter().flatten() {
+                let mut req = resources(c.pointer("/resources/limits"));
+                req.extend(resources(c.pointer("/resources/requests")));
+                for (k, v) in req {
+                    let e = total.entry(k).or_insert(0);
+                    *e = if list == "initContainers" { (*e).max(v) } else { *e + v };
+                }
+            }
+            total
+        };
+        let mut requests = sum_of("containers");
+        for (k, v) in sum_of("initContainers") {
+            let e = requests.entry(k).or_insert(0);
+            *e = (*e).max(v);
+        }
+        requests.insert("pods".into(), 1000);
+        let terms = pod
+            .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+            .and_then(Value::as_array);
+        let affinity = terms
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                t.get("matchExpressions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|e| {
+                        let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+                        let values = e.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default();
+                        (s("key"), s("operator"), values)
+                    })
+                    .collect()
+            })
+            .collect();
+        Self {
+            requests,
+            node_selector: string_map(pod.pointer("/spec/nodeSelector")),
+            affinity,
+            tolerations: taints(pod.pointer("/spec/tolerations")),
+        }
+    }
+
+    fn tolerates(&self, taint: &Taint) -> bool {
+        self.tolerations.iter().any(|t| {
+            let effect_ok = t.effect.is_empty() || t.effect == taint.effect;
+            let key_ok = if t.key.is_empty() { t.operator == "Exists" } else { t.key == taint.key };
+            let value_ok = t.operator == "Exists" || t.value == taint.value;
+            effect_ok && key_ok && value_ok
+        })
+    }
+
+    fn matches_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+        let selector_ok = self.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+        let term_ok = |term: &Vec<(String, String, Vec<String>)>| {
+            term.iter().all(|(k, op, values)| {
+                let have = labels.get(k);
+                match op.as_str() {
+                    "In" => have.is_some_and(|h| values.contains(h)),
+                    "NotIn" => !have.is_some_and(|h| values.contains(h)),
+                    "Exists" => have.is_some(),
+                    "DoesNotExist" => have.is_none(),
+                    _ => false,
+                }
+            })
+        };
+        selector_ok && (self.affinity.is_empty() || self.affinity.iter().any(term_ok))
+    }
+
+    /// Why the node cannot take the pod (empty when it can).
+    pub fn reasons(&self, node: &NodeInfo) -> Vec<String> {
+        let unschedulable_taint = Taint { key: UNSCHEDULABLE_TAINT.into(), value: String::new(), effect: "NoSchedule".into(), operator: String::new() };
+        if node.unschedulable && !self.tolerates(&unschedulable_taint) {
+            return vec!["node(s) were unschedulable".into()];
+        }
+        let untolerated = node
+            .taints
+            .iter()
+            .filter(|t| t.key != UNSCHEDULABLE_TAINT && (t.effect == "NoSchedule" || t.effect == "NoExecute"))
+            .find(|t| !self.tolerates(t));
+        if let Some(t) = untolerated {
+            return vec![format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value)];
+        }
+        if !self.matches_labels(&node.labels) {
+            return vec!["node(s) didn't match Pod's node affinity/selector".into()];
+        }
+        let mut out = Vec::new();
+        for (r, want) in self.requests.iter().filter(|(_, v)| **v > 0) {
+            if node.free(r) < *want {
+                out.push(if r == "pods" { "Too many pods".to_string() } else { format!("Insufficient {r}") });
+            }
+        }
+        out
+    }
+}
+
+/// Least-allocated score of a node after placing the pod (higher spreads better).
+fn score(needs: &PodNeeds, node: &NodeInfo) -> f64 {
+    let mut total = 0.0;
+    let mut n = 0.0;
+    for r in ["cpu", "memory", tuneplane_core::constants::GPU_RESOURCE] {
+        let alloc = node.allocatable.get(r).copied().unwrap_or(0);
+        if alloc > 0 {
+            let want = needs.requests.get(r).copied().unwrap_or(0);
+            total += (node.free(r) - want) as f64 / alloc as f64;
+            n += 1.0;
+        }
+    }
+    if n > 0.0 { total / n } else { 0.0 }
+}
+
+/// Picks a node for the pod (index into `nodes`), or the `FailedScheduling` message.
+pub fn place(needs: &PodNeeds, nodes: &[NodeInfo]) -> Result<usize, String> {
+    let mut best: Option<(usize, f64)> = None;
+    let mut histogram: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let reasons = needs.reasons(node);
+        if reasons.is_empty() {
+            let s = score(needs, node);
+            if best.is_none_or(|(_, b)| s > b) {
+                best = Some((i, s));
+            }
+        } else {
+            for r in reasons {
+                *histogram.entry(r).or_insert(0) += 1;
+            }
+        }
+    }
+    if let Some((i, _)) = best {
+        return Ok(i);
+    }
+    Err(failed_message(nodes.len(), &histogram))
+}
+
+/// `0/N nodes are available: <count> <reason>, ... .` with reasons by count, then by text.
+pub fn failed_message(total: usize, histogram: &BTreeMap<String, usize>) -> String {
+    let mut reasons: Vec<(&String, &usize)> = histogram.iter().collect();
+    reasons.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let parts: Vec<String> = reasons.iter().map(|(r, c)| format!("{c} {r}")).collect();
+    if parts.is_empty() {
+        format!("0/{total} nodes are available.")
+    } else {
+        format!("0/{total} nodes are available: {}.", parts.join(", "))
+    }
+}

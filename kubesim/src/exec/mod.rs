@@ -1,0 +1,99 @@
+//! Execution mode: eligible pods really run on this machine.
+//!
+//! A CPU pod's first container runs through bash with the pod's env and working directory; its
+//! volume mounts and working directory map into a per-pod folder under the data directory (paths in
+//! the command, args and env are rewritten to those folders, so the rendered pod needs no special
+//! case). A RayJob runs as a one-node stand-in for a Ray cluster: its submitter pod runs the
+//! entrypoint in a directory prepared from the runtime env's `working_dir` (HTTP download or
+//! `file://`, then unzip). Output becomes the container log; the exit status decides the phase.
+//! GPU pods and Ray head/worker pods are not executed: they stay Running like simulated ones.
+
+mod prepare;
+mod process;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::json;
+use crate::store::Store;
+
+/// Annotation the KubeRay simulation puts on a submitter pod: the RayJob's entrypoint.
+pub const RAYJOB_ENTRYPOINT: &str = "kubesim.tuneplane.io/rayjob-entrypoint";
+/// Annotation the KubeRay simulation puts on a submitter pod: the RayJob's `runtimeEnvYAML`.
+pub const RAYJOB_RUNTIME_ENV: &str = "kubesim.tuneplane.io/rayjob-runtime-env";
+
+struct Running {
+    kill: Option<oneshot::Sender<()>>,
+    result: Arc<Mutex<Option<i32>>>,
+}
+
+/// Runs and tracks the processes of executed pods.
+pub struct Executor {
+    dir: PathBuf,
+    store: Arc<Store>,
+    running: HashMap<String, Running>,
+}
+
+impl Executor {
+    /// An executor writing only under `dir`.
+    pub fn new(dir: PathBuf, store: Arc<Store>) -> Self {
+        Self { dir, store, running: HashMap::new() }
+    }
+
+    /// Whether a pod is executed (CPU pods and RayJob submitters) rather than simulated.
+    pub fn eligible(&self, pod: &Value) -> bool {
+        if json::annotation(pod, RAYJOB_ENTRYPOINT).is_some() {
+            return true;
+        }
+        if json::label(pod, "ray.io/node-type").is_some() {
+            return false;
+        }
+        let needs = crate::controllers::fit::PodNeeds::from_pod(pod);
+        needs.requests.get(tuneplane_core::constants::GPU_RESOURCE).copied().unwrap_or(0) == 0
+    }
+
+    /// Starts the pod's process (again, after a restart).
+    pub fn start(&mut self, pod: &Value) {
+        let uid = json::uid(pod).to_string();
+        self.kill(&uid);
+        let (kill_tx, kill_rx) = oneshot::channel();
+        let result = Arc::new(Mutex::new(None));
+        let job = process::Job::from_pod(pod, &self.dir);
+        let (store, slot) = (self.store.clone(), result.clone());
+        tokio::spawn(async move {
+            let code = job.run(&store, kill_rx).await;
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(code);
+        });
+        self.running.insert(uid, Running { kill: Some(kill_tx), result });
+    }
+
+    /// The exit code of a finished process (once; the process is then forgotten).
+    pub fn poll(&mut self, uid: &str) -> Option<i32> {
+        let code = (*self.running.get(uid)?.result.lock().unwrap_or_else(|p| p.into_inner()))?;
+        self.running.remove(uid);
+        Some(code)
+    }
+
+    /// Kills a pod's process, if running.
+    pub fn kill(&mut self, uid: &str) {
+        if let Some(mut r) = self.running.remove(uid)
+            && let Some(tx) = r.kill.take()
+        {
+            // The process may have just ended: nothing to kill then.
+            let _ = tx.send(());
+        }
+    }
+
+    /// Kills the processes of pods that no longer exist.
+    pub fn reap(&mut self, pods: &[Arc<Value>]) {
+        let live: HashSet<&str> = pods.iter().map(|p| json::uid(p)).collect();
+        let gone: Vec<String> = self.running.keys().filter(|u| !live.contains(u.as_str())).cloned().collect();
+        for uid in gone {
+            self.kill(&uid);
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! One executed process: what to run (from a pod or a RayJob submitter), where, with which env,
+//! and the run itself with output streamed into the pod's log.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+use tokio::sync::oneshot;
+
+use super::{RAYJOB_ENTRYPOINT, RAYJOB_RUNTIME_ENV, prepare};
+use crate::json::{self, str_at};
+use crate::store::Store;
+
+/// What runs for a pod.
+#[derive(Debug, Clone)]
+pub(super) struct Job {
+    ns: String,
+    pod: String,
+    container: String,
+    root: PathBuf,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    /// A pod's container: argv, env, working directory (already mapped to host paths).
+    Container { argv: Vec<String>, env: Vec<(String, String)>, workdir: PathBuf, dirs: Vec<PathBuf> },
+    /// A RayJob entrypoint with its runtime env YAML.
+    RayJob { entrypoint: String, runtime_env: String },
+}
+
+/// Maps a path inside the pod to the host: under a mount it goes to that mount's folder,
+/// anything else goes under the pod's root folder.
+fn map_path(path: &str, mounts: &[(String, PathBuf)], root: &Path) -> PathBuf {
+    for (mount, host) in mounts {
+        if let Some(rest) = path.strip_prefix(mount.as_str())
+            && (rest.is_empty() || rest.starts_with('/'))
+        {
+            return host.join(rest.trim_start_matches('/'));
+        }
+    }
+    root.join("rootfs").join(path.trim_start_matches('/'))
+}
+
+/// Rewrites every occurrence of a mount path (at a path boundary) to its host folder.
+fn rewrite(text: &str, mounts: &[(String, PathBuf)]) -> String {
+    let mut out = text.to_string();
+    for (mount, host) in mounts {
+        let host = host.display().to_string();
+        let mut result = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(i) = rest.find(mount.as_str()) {
+            let after = &rest[i + mount.len()..];
+            let boundary_after = after.is_empty() || after.starts_with(['/', ' ', '"', '\'', ':', ';', '\n']);
+            let boundary_before = i == 0 || rest[..i].ends_with([' ', '"', '\'', '=', ':', '\n', '(']);
+            result.push_str(&rest[..i]);
+            result.push_str(if boundary_after && boundary_before { &host } else { mount });
+            rest = after;
+        }
+        result.push_str(rest);
+        out = result;
+    }
+    out
+}
+
+impl Job {
+    /// Reads what to run from a pod (its first container, or the RayJob annotations).
+    pub(super) fn from_pod(pod: &Value, data_dir: &Path) -> Self {
+        let (ns, name) = (json::namespace(pod).to_string(), json::name(pod).to_string());
+        let uid8: String = json::uid(pod).chars().take(8).collect();
+        let root = data_dir.join("pods").join(&ns).join(format!("{name}-{uid8}"));
+        let c = pod.pointer("/spec/containers/0").cloned().unwrap_or_default();
+        let container = str_at(&c, "/name").unwrap_or("main").to_string();
+        if let Some(entrypoint) = json::annotation(pod, RAYJOB_ENTRYPOINT) {
+            let runtime_env = json::annotation(pod, RAYJOB_RUNTIME_ENV).unwrap_or_default().to_string();
+            return Self { ns, pod: name, container, root, kind: Kind::RayJob { entrypoint: entrypoint.to_string(), runtime_env } };
+        }
+        let mut mounts: Vec<(String, PathBuf)> = c
+            .get("volumeMounts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| {
+                let path = m.get("mountPath")?.as_str()?.trim_end_matches('/').to_string();
+                let vol = m.get("name")?.as_str()?;
+                let sub = m.get("subPath").and_then(Value::as_str).unwrap_or_default();
+                Some((path, root.join("volumes").join(vol).join(sub)))
+            })
+            .filter(|(p, _)| !p.is_empty())
+            .collect();
+        // Longest mount first so nested mounts win.
+        mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        let strings = |k: &str| -> Vec<String> {
+            c.get(k).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(|s| rewrite(s, &mounts)).collect()).unwrap_or_default()
+        };
+        let argv: Vec<String> = strings("command").into_iter().chain(strings("args")).collect();
+        let env = c
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| {
+                let key = e.get("name")?.as_str()?.to_string();
+                let value = match e.get("value").and_then(Value::as_str) {
+                    Some(v) => v.to_string(),
+                    None => match str_at(e, "/valueFrom/fieldRef/fieldPath")? {
+                        "metadata.name" => name.clone(),
+                        "metadata.namespace" => ns.clone(),
+                        "metadata.uid" => json::uid(pod).to_string(),
+                        "spec.nodeName" => str_at(pod, "/spec/nodeName").unwrap_or_default().to_string(),
+                        "status.podIP" => str_at(pod, "/status/podIP").unwrap_or_default().to_string(),
+                        _ => return None,
+                    },
+                };
+                Some((key, rewrite(&value, &mounts)))
+            })
+            .collect();
+        let workdir = map_path(str_at(&c, "/workingDir").unwrap_or("/"), &mounts, &root);
+        let mut dirs: Vec<PathBuf> = mounts.iter().map(|(_, h)| h.clone()).collect();
+        dirs.push(workdir.clone());
+        Self { ns, pod: name, container, root, kind: Kind::Container { argv, env, workdir, dirs } }
+    }
+
+    fn log(&self, store: &Store, text: &str) {
+        store.logs.append(&self.ns, &self.pod, &self.container, text);
+    }
+
+    /// Runs to completion (or until killed) and returns the exit code.
+    pub(super) async fn run(&self, store: &Arc<Store>, kill: oneshot::Receiver<()>) -> i32 {
+        match self.command().await {
+            Ok(cmd) => self.spawn(store, cmd, kill).await,
+            Err(message) => {
+                self.log(store, &format!("kubesim: {message}\n"));
+                127
+            }
+        }
+    }
+
+    async fn command(&self) -> Result<tokio::process::Command, String> {
+        let home = self.root.join("home");
+        let tmp = self.root.join("tmp");
+        for d in [&home, &tmp] {
+            std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        }
+        let mut cmd = tokio::process::Command::new("bash");
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()))
+            .env("HOME", &home)
+            .env("TMPDIR", &tmp)
+            .env("HOSTNAME", &self.pod);
+        match &self.kind {
+            Kind::Container { argv, env, workdir, dirs } => {
+                for d in dirs {
+                    std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+                }
+                if argv.is_empty() {
+                    return Err("the container has no command; execution mode needs an explicit command".into());
+                }
+                cmd.arg("-c").arg("exec \"$@\"").arg("bash").args(argv).current_dir(workdir);
+                cmd.envs(env.iter().map(|(k, v)| (k, v)));
+            }
+            Kind::RayJob { entrypoint, runtime_env } => {
+                let prepared = prepare::working_dir(runtime_env, &self.root).await?;
+                cmd.arg("-c").arg(entrypoint).current_dir(&prepared.dir);
+                cmd.envs(prepared.env);
+                cmd.env("PYTHONPATH", &prepared.dir);
+            }
+        }
+        Ok(cmd)
+    }
+
+    async fn spawn(&self, store: &Arc<Store>, mut cmd: tokio::process::Command, kill: oneshot::Receiver<()>) -> i32 {
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                self.log(store, &format!("kubesim: cannot start bash: {e}\n"));
+                return 127;
+            }
+        };
+        let pump = |reader: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>| {
+            let (store, job) = (store.clone(), self.clone());
+            tokio::spawn(async move {
+                let Some(mut reader) = reader else { return };
+                let mut buf = vec![0u8; 8192];
+                while let Ok(n) = reader.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    job.log(&store, &String::from_utf8_lossy(&buf[..n]));
+                }
+            })
+        };
+        let out = pump(child.stdout.take().map(|s| Box::new(s) as _));
+        let err = pump(child.stderr.take().map(|s| Box::new(s) as _));
+        let code = tokio::select! {
+            status = child.wait() => status.ok().and_then(|s| s.code()).unwrap_or(137),
+            _ = kill => {
+                // Killing an already-exited child fails harmlessly.
+                let _ = child.kill().await;
+                137
+            }
+        };
+        let _ = tokio::join!(out, err);
+        code
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_paths_are_rewritten_only_at_path_boundaries() {
+        let mounts = vec![("/work".to_string(), PathBuf::from("/data/p/volumes/work"))];
+        assert_eq!(rewrite("cd /work/x && ls /workshop", &mounts), "cd /data/p/volumes/work/x && ls /workshop");
+        assert_eq!(rewrite("DIR=/work", &mounts), "DIR=/data/p/volumes/work");
+        let root = Path::new("/data/p");
+        assert_eq!(map_path("/work/a", &mounts, root), PathBuf::from("/data/p/volumes/work/a"));
+        assert_eq!(map_path("/opt", &mounts, root), PathBuf::from("/data/p/rootfs/opt"));
+    }
+}

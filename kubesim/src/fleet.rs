@@ -1,0 +1,144 @@
+//! Node objects from a fleet file: one Node per member of each node group, named `<group>-<index>`,
+//! with the series label, `nvidia.com/gpu` capacity, taints, and cordoned / NotReady states.
+
+use serde_json::{Value, json};
+use tuneplane_core::constants::{GPU_RESOURCE, SERIES_LABEL};
+use tuneplane_core::fleet::{Fleet, NodeGroup};
+
+/// Label naming the fleet group a simulated node belongs to.
+pub const NODE_GROUP_LABEL: &str = "kubesim.tuneplane.io/node-group";
+
+/// Kubelet version the simulated nodes report.
+pub const KUBELET_VERSION: &str = "v1.33.0";
+
+/// Taint the node lifecycle controller puts on NotReady nodes.
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// Taint on cordoned nodes.
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+/// Every Node object of a fleet.
+pub fn nodes(fleet: &Fleet) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (gi, group) in fleet.node_groups.iter().enumerate() {
+        for i in 0..group.count {
+            let cordoned = i >= group.count - group.cordoned;
+            let not_ready = !cordoned && i >= group.count - group.cordoned - group.not_ready;
+            out.push(node(group, gi, i, cordoned, not_ready));
+        }
+    }
+    out
+}
+
+fn node(group: &NodeGroup, group_index: usize, i: u32, cordoned: bool, not_ready: bool) -> Value {
+    let name = format!("{}-{i}", group.name);
+    let mut labels = json!({
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        NODE_GROUP_LABEL: group.name,
+    });
+    let mut capacity = json!({
+        "cpu": group.cpus.to_string(),
+        "memory": format!("{}Gi", group.memory_gb),
+        "pods": "110",
+        "ephemeral-storage": "500Gi",
+    });
+    if let Some(series) = &group.series {
+        labels[SERIES_LABEL] = json!(series);
+        capacity[GPU_RESOURCE] = json!(group.gpus.to_string());
+    }
+    let mut taints: Vec<Value> = group.taints.iter().map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect})).collect();
+    if cordoned {
+        taints.push(json!({"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}));
+    }
+    let mut spec = json!({"taints": taints});
+    if cordoned {
+        spec["unschedulable"] = json!(true);
+    }
+    let mut node = json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "addresses": [
+                {"type": "InternalIP", "address": format!("10.0.{}.{}", group_index, i + 1)},
+                {"type": "Hostname", "address": name},
+            ],
+            "nodeInfo": {
+                "kubeletVersion": KUBELET_VERSION,
+                "containerRuntimeVersion": "containerd://2.0.0",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "osImage": "kubesim",
+                "kernelVersion": "6.1.0",
+                "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": "",
+            },
+        },
+    });
+    set_ready(&mut node, !not_ready);
+    node
+}
+
+/// Sets a node's Ready condition and the matching not-ready taint.
+pub fn set_ready(node: &mut Value, ready: bool) {
+    let now = crate::json::now_rfc3339();
+    let (status, reason, message) = if ready {
+        ("True", "KubeletReady", "kubelet is posting ready status")
+    } else {
+        ("False", "KubeletNotReady", "container runtime network not ready")
+    };
+    let pressure = |t: &str, r: &str| {
+        json!({"type": t, "status": "False", "reason": r, "lastHeartbeatTime": now, "lastTransitionTime": now, "message": ""})
+    };
+    node["status"]["conditions"] = json!([
+        pressure("MemoryPressure", "KubeletHasSufficientMemory"),
+        pressure("DiskPressure", "KubeletHasNoDiskPressure"),
+        pressure("PIDPressure", "KubeletHasSufficientPID"),
+        {"type": "Ready", "status": status, "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now},
+    ]);
+    let mut taints: Vec<Value> = node
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.get("key").and_then(Value::as_str) != Some(NOT_READY_TAINT))
+        .collect();
+    if !ready {
+        taints.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule", "timeAdded": now}));
+    }
+    crate::json::obj_mut(node, "spec").insert("taints".into(), Value::Array(taints));
+}
+
+/// Whether a node object reports Ready.
+pub fn is_ready(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")))
+        .and_then(|c| c.get("status").and_then(Value::as_str))
+        == Some("True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_nodes_of_a_group_are_cordoned_then_not_ready() {
+        let fleet = Fleet::from_yaml(
+            "node_groups:\n- {name: h200, series: h200, count: 4, gpus: 8, cpus: 96, memory_gb: 1024, cordoned: 1, not_ready: 1}\n",
+        );
+        let nodes = nodes(&fleet.unwrap_or_else(|e| panic!("{e}")));
+        let names: Vec<&str> = nodes.iter().map(crate::json::name).collect();
+        assert_eq!(names, ["h200-0", "h200-1", "h200-2", "h200-3"]);
+        assert!(is_ready(&nodes[1]));
+        assert!(!is_ready(&nodes[2]));
+        assert_eq!(nodes[3]["spec"]["unschedulable"], true);
+        assert_eq!(nodes[0]["status"]["capacity"][GPU_RESOURCE], "8");
+        assert_eq!(nodes[0]["metadata"]["labels"][SERIES_LABEL], "h200");
+    }
+}

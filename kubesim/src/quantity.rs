@@ -1,0 +1,89 @@
+//! Kubernetes resource quantities (`500m`, `2`, `4Gi`, `1.5G`, `1e3`) as integer milli-units, so
+//! CPU, memory and GPU sums compare exactly.
+
+/// A quantity in thousandths of its base unit (millicores for CPU, millibytes for memory).
+pub type Milli = i128;
+
+/// Parses a quantity string into milli-units; `None` when it is not a valid quantity.
+pub fn parse(s: &str) -> Option<Milli> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(s.len());
+    let (number, suffix) = s.split_at(split);
+    let (mantissa, scale) = decimal(number)?;
+    // value = mantissa / 10^scale * multiplier; we want value * 1000.
+    let (num, den): (i128, i128) = match suffix {
+        "" => (1, 1),
+        "n" => (1, 1_000_000_000),
+        "u" => (1, 1_000_000),
+        "m" => (1, 1000),
+        "k" => (1000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000, 1),
+        "E" => (1_000_000_000_000_000_000, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        "Ei" => (1 << 60, 1),
+        exp if exp.starts_with(['e', 'E']) => {
+            let e: i32 = exp[1..].parse().ok()?;
+            if !(-18..=18).contains(&e) {
+                return None;
+            }
+            if e >= 0 { (10i128.pow(e as u32), 1) } else { (1, 10i128.pow((-e) as u32)) }
+        }
+        _ => return None,
+    };
+    let value = mantissa.checked_mul(num)?.checked_mul(1000)?;
+    let den = den.checked_mul(10i128.checked_pow(scale)?)?;
+    // Round up like the API server does for sub-milli precision.
+    Some((value + den - 1).div_euclid(den))
+}
+
+fn decimal(s: &str) -> Option<(i128, u32)> {
+    let (neg, s) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if (int.is_empty() && frac.is_empty()) || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) || frac.len() > 18 {
+        return None;
+    }
+    let digits = format!("{int}{frac}");
+    let m: i128 = digits.parse().ok()?;
+    Some((if neg { -m } else { m }, frac.len() as u32))
+}
+
+/// A quantity from a JSON value (string or number); 0 when absent or invalid.
+pub fn from_json(v: Option<&serde_json::Value>) -> Milli {
+    match v {
+        Some(serde_json::Value::String(s)) => parse(s).unwrap_or(0),
+        Some(serde_json::Value::Number(n)) => n.as_f64().map_or(0, |f| (f * 1000.0).round() as i128),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse_to_milli_units() {
+        assert_eq!(parse("500m"), Some(500));
+        assert_eq!(parse("2"), Some(2000));
+        assert_eq!(parse("1.5"), Some(1500));
+        assert_eq!(parse("1Gi"), Some(1000 * (1 << 30)));
+        assert_eq!(parse("1G"), Some(1000 * 1_000_000_000));
+        assert_eq!(parse("1e3"), Some(1_000_000));
+        assert_eq!(parse("100Mi"), Some(1000 * 100 * (1 << 20)));
+        assert_eq!(parse("x"), None);
+        assert_eq!(parse("1Zi"), None);
+        assert_eq!(from_json(Some(&serde_json::json!(8))), 8000);
+    }
+}

@@ -1,0 +1,329 @@
+//! Writes: create, update (main resource or `/status`), delete with finalizers and cascading.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{EventType, Inner, Store, defaults};
+use crate::error::ApiError;
+use crate::json::{self, str_at};
+use crate::resources::{self, ResourceType};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Main,
+    Status,
+    Full,
+}
+
+/// What to do with dependents of a deleted object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// Delete dependents after the owner (the default here; `Foreground` is treated alike).
+    #[default]
+    Background,
+    /// Leave dependents alone.
+    Orphan,
+}
+
+/// Options of a delete request.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// Dependents policy.
+    pub propagation: Propagation,
+    /// Precondition on the resourceVersion.
+    pub resource_version: Option<String>,
+    /// Precondition on the uid.
+    pub uid: Option<String>,
+}
+
+impl Store {
+    /// Creates an object in namespace `ns` (ignored for cluster-scoped types).
+    pub fn create(&self, rt: &'static ResourceType, ns: &str, mut obj: Value) -> Result<Arc<Value>, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the request body must be a JSON object"));
+        }
+        check_type_meta(rt, &obj)?;
+        let ns = if rt.namespaced { ns } else { "" };
+        let meta = json::obj_mut(&mut obj, "metadata");
+        match meta.get("namespace").and_then(Value::as_str) {
+            Some(body_ns) if rt.namespaced && !body_ns.is_empty() && body_ns != ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => {}
+        }
+        let name = match (meta.get("name").and_then(Value::as_str), meta.get("generateName").and_then(Value::as_str)) {
+            (Some(n), _) if !n.is_empty() => n.to_string(),
+            (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{}", json::random_suffix(5)),
+            _ => {
+                return Err(ApiError::invalid(rt.kind, rt.group, "", &[(
+                    "metadata.name".into(),
+                    "Required value: name or generateName is required".into(),
+                )]));
+            }
+        };
+        if !json::is_dns_subdomain(&name) {
+            return Err(ApiError::invalid(rt.kind, rt.group, &name, &[(
+                "metadata.name".into(),
+                format!("Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"),
+            )]));
+        }
+        meta.insert("name".into(), Value::String(name.clone()));
+        if rt.namespaced {
+            meta.insert("namespace".into(), Value::String(ns.to_string()));
+        } else {
+            meta.remove("namespace");
+        }
+        meta.remove("deletionTimestamp");
+        meta.remove("deletionGracePeriodSeconds");
+        meta.insert("creationTimestamp".into(), Value::String(json::now_rfc3339()));
+        meta.insert("generation".into(), json!(1));
+        defaults::prepare_create(rt, &mut obj);
+
+        let mut inner = self.lock();
+        if rt.namespaced {
+            let exists = inner.tables.get(resources::NAMESPACES.plural).is_some_and(|t| t.contains_key(&(String::new(), ns.to_string())));
+            if !exists {
+                return Err(ApiError::not_found("namespaces", "", ns));
+            }
+        }
+        if inner.table(rt).contains_key(&(ns.to_string(), name.clone())) {
+            return Err(ApiError::already_exists(rt.plural, rt.group, &name));
+        }
+        inner.uid_seq += 1;
+        let uid = make_uid(inner.uid_seq);
+        json::obj_mut(&mut obj, "metadata").insert("uid".into(), Value::String(uid));
+        Ok(inner.commit(self, rt, EventType::Added, obj, None))
+    }
+
+    /// Updates an object through `f`, which gets the current object and returns the new one.
+    ///
+    /// With `status_only`, only the returned `status` is kept; otherwise the stored `status` is kept
+    /// for types with a status subresource. A `metadata.resourceVersion` in the result that differs
+    /// from the stored one is a 409 Conflict. A write that changes nothing does not bump the
+    /// resourceVersion. Removing the last finalizer of an object being deleted removes it.
+    pub fn update(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        status_only: bool,
+        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Arc<Value>, ApiError> {
+        let mode = if status_only { Mode::Status } else { Mode::Main };
+        self.update_mode(rt, ns, name, mode, f)
+    }
+
+    /// Updates spec and status at once, as the simulated controllers do (no client can).
+    pub fn update_all(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Arc<Value>, ApiError> {
+        self.update_mode(rt, ns, name, Mode::Full, f)
+    }
+
+    fn update_mode(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        mode: Mode,
+        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Arc<Value>, ApiError> {
+        let status_only = mode == Mode::Status;
+        let ns = if rt.namespaced { ns } else { "" };
+        let mut inner = self.lock();
+        let key = (ns.to_string(), name.to_string());
+        let current = inner.table(rt).get(&key).cloned().ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
+        let mut new = f(&current)?;
+        if !new.is_object() {
+            return Err(ApiError::bad_request("the request body must be a JSON object"));
+        }
+        check_type_meta(rt, &new)?;
+        let cur_rv = str_at(&current, "/metadata/resourceVersion").unwrap_or_default();
+        match str_at(&new, "/metadata/resourceVersion") {
+            Some(rv) if !rv.is_empty() && rv != cur_rv => return Err(ApiError::conflict(rt.plural, rt.group, name)),
+            _ => {}
+        }
+        if let Some(n) = str_at(&new, "/metadata/name")
+            && n != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+        if status_only {
+            let status = new.get("status").cloned();
+            new = (*current).clone();
+            match status {
+                Some(s) => new["status"] = s,
+                None => {
+                    if let Some(m) = new.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+        } else if rt.status && mode == Mode::Main {
+            match current.get("status") {
+                Some(s) => new["status"] = s.clone(),
+                None => {
+                    if let Some(m) = new.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+        }
+        // Server-owned metadata is never taken from the client.
+        let old_meta = current.get("metadata").cloned().unwrap_or_default();
+        let meta = json::obj_mut(&mut new, "metadata");
+        for k in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace"] {
+            match old_meta.get(k) {
+                Some(v) => meta.insert(k.into(), v.clone()),
+                None => meta.remove(k),
+            };
+        }
+        meta.insert("name".into(), Value::String(name.to_string()));
+        meta.insert("resourceVersion".into(), Value::String(cur_rv.to_string()));
+        new["kind"] = Value::String(rt.kind.to_string());
+        new["apiVersion"] = Value::String(rt.api_version());
+        if new == *current {
+            return Ok(current);
+        }
+        if !status_only && spec_changed(&current, &new) {
+            let generation = json::i64_at(&current, "/metadata/generation").unwrap_or(1) + 1;
+            json::obj_mut(&mut new, "metadata").insert("generation".into(), json!(generation));
+        }
+        let deleting = new.pointer("/metadata/deletionTimestamp").is_some();
+        if deleting && finalizers(&new).is_empty() {
+            let obj = inner.commit(self, rt, EventType::Deleted, new, Some(current));
+            self.after_removal(&mut inner, rt, &obj, Propagation::Background);
+            return Ok(obj);
+        }
+        Ok(inner.commit(self, rt, EventType::Modified, new, Some(current)))
+    }
+
+    /// Deletes an object. With finalizers it is only marked (`deletionTimestamp`) and returned;
+    /// otherwise it is removed and its dependents are deleted (unless orphaned).
+    pub fn delete(&self, rt: &'static ResourceType, ns: &str, name: &str, opts: &DeleteOptions) -> Result<Arc<Value>, ApiError> {
+        let ns = if rt.namespaced { ns } else { "" };
+        let mut inner = self.lock();
+        let key = (ns.to_string(), name.to_string());
+        let current = inner.table(rt).get(&key).cloned().ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
+        if opts.resource_version.as_deref().is_some_and(|rv| Some(rv) != str_at(&current, "/metadata/resourceVersion"))
+            || opts.uid.as_deref().is_some_and(|u| u != json::uid(&current))
+        {
+            return Err(ApiError::conflict(rt.plural, rt.group, name));
+        }
+        Ok(self.delete_locked(&mut inner, rt, current, opts.propagation))
+    }
+
+    fn delete_locked(&self, inner: &mut Inner, rt: &'static ResourceType, current: Arc<Value>, propagation: Propagation) -> Arc<Value> {
+        if !finalizers(&current).is_empty() {
+            if current.pointer("/metadata/deletionTimestamp").is_some() {
+                return current;
+            }
+            let mut marked = (*current).clone();
+            let meta = json::obj_mut(&mut marked, "metadata");
+            meta.insert("deletionTimestamp".into(), Value::String(json::now_rfc3339()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            return inner.commit(self, rt, EventType::Modified, marked, Some(current));
+        }
+        let obj = inner.commit(self, rt, EventType::Deleted, (*current).clone(), Some(current));
+        self.after_removal(inner, rt, &obj, propagation);
+        obj
+    }
+
+    /// Cascades a removal: dependents by ownerReference, namespace contents, pod logs.
+    fn after_removal(&self, inner: &mut Inner, rt: &'static ResourceType, obj: &Value, propagation: Propagation) {
+        if std::ptr::eq(rt, &resources::PODS) {
+            self.logs.remove_pod(json::namespace(obj), json::name(obj));
+        }
+        let mut doomed: Vec<(&'static ResourceType, Arc<Value>)> = Vec::new();
+        if std::ptr::eq(rt, &resources::NAMESPACES) {
+            let ns = json::name(obj);
+            for t in resources::ALL.iter().filter(|t| t.namespaced) {
+                if let Some(table) = inner.tables.get(t.plural) {
+                    doomed.extend(table.iter().filter(|((n, _), _)| n == ns).map(|(_, o)| (*t, o.clone())));
+                }
+            }
+        } else if propagation == Propagation::Background {
+            let uid = json::uid(obj);
+            for t in resources::ALL {
+                if let Some(table) = inner.tables.get(t.plural) {
+                    doomed.extend(table.values().filter(|o| owned_by(o, uid)).map(|o| (*t, o.clone())));
+                }
+            }
+        }
+        for (t, o) in doomed {
+            let key = (json::namespace(&o).to_string(), json::name(&o).to_string());
+            // A dependent may already be gone through an earlier cascade step.
+            if let Some(current) = inner.table(t).get(&key).cloned() {
+                self.delete_locked(inner, t, current, Propagation::Background);
+            }
+        }
+    }
+}
+
+fn check_type_meta(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    if let Some(kind) = obj.get("kind").and_then(Value::as_str)
+        && !kind.is_empty()
+        && kind != rt.kind
+    {
+        return Err(ApiError::bad_request(format!("the kind {kind:?} does not match the resource {}", rt.plural)));
+    }
+    if let Some(av) = obj.get("apiVersion").and_then(Value::as_str)
+        && !av.is_empty()
+        && av != rt.api_version()
+    {
+        return Err(ApiError::bad_request(format!("the apiVersion {av:?} does not match {}", rt.api_version())));
+    }
+    Ok(())
+}
+
+fn finalizers(obj: &Value) -> Vec<&str> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+fn owned_by(obj: &Value, uid: &str) -> bool {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| refs.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid)))
+}
+
+/// Whether anything outside `metadata` and `status` changed (bumps `generation`).
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(old) != strip(new)
+}
+
+fn make_uid(seq: u64) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let a = nanos.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seq;
+    let b = seq.wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ nanos.rotate_left(29);
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        (a >> 32) as u32,
+        (a >> 16) as u16,
+        (a & 0xfff) as u16,
+        (b >> 52) as u16 & 0xfff,
+        b & 0xffff_ffff_ffff
+    )
+}
