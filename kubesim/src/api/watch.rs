@@ -29,6 +29,7 @@ struct WatchStream {
     query: ListQuery,
     backlog: VecDeque<Arc<WatchEvent>>,
     rx: broadcast::Receiver<Arc<WatchEvent>>,
+    resets: tokio::sync::watch::Receiver<u64>,
     deadline: Instant,
     bookmarks: bool,
     next_bookmark: Instant,
@@ -52,6 +53,7 @@ pub(super) async fn serve(
         .and_then(|t| t.parse::<u64>().ok())
         .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
     let bookmarks = params.get("allowWatchBookmarks").is_some_and(|v| v == "true" || v == "1");
+    let resets = state.store.resets();
     let start = match state.store.watch_from(rt, from) {
         Ok(s) => s,
         Err(e) if e.code == 410 => {
@@ -67,6 +69,7 @@ pub(super) async fn serve(
         query,
         backlog: start.backlog.into(),
         rx: start.rx,
+        resets,
         deadline: now + timeout,
         bookmarks,
         next_bookmark: now + BOOKMARK_EVERY,
@@ -81,7 +84,7 @@ pub(super) async fn serve(
 }
 
 fn stream_response(body: Body) -> Response {
-    (StatusCode::OK, [("content-type", "application/json"), ("transfer-encoding", "chunked")], body).into_response()
+    (StatusCode::OK, [("content-type", "application/json")], body).into_response()
 }
 
 impl WatchStream {
@@ -109,6 +112,7 @@ impl WatchStream {
                     // A watcher that fell behind is closed; the client re-watches from its last version.
                     Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => self.done = true,
                 },
+                _ = self.resets.changed() => self.done = true,
                 _ = tokio::time::sleep_until(wake) => {
                     if Instant::now() >= self.deadline {
                         self.done = true;

@@ -75,6 +75,7 @@ pub struct Store {
     inner: Mutex<Inner>,
     tx: broadcast::Sender<Arc<WatchEvent>>,
     history_cap: usize,
+    resets: tokio::sync::watch::Sender<u64>,
     /// Container logs of pods.
     pub logs: LogBook,
 }
@@ -83,7 +84,13 @@ impl Store {
     /// An empty store keeping at most `history_cap` watch events.
     pub fn new(history_cap: usize) -> Self {
         let (tx, _) = broadcast::channel(16_384);
-        Self { inner: Mutex::new(Inner::default()), tx, history_cap: history_cap.max(16), logs: LogBook::default() }
+        Self {
+            inner: Mutex::new(Inner::default()),
+            tx,
+            history_cap: history_cap.max(16),
+            resets: tokio::sync::watch::channel(0).0,
+            logs: LogBook::default(),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -96,11 +103,18 @@ impl Store {
         self.lock().rv
     }
 
-    /// Forgets the whole watch history: a watch from any earlier resourceVersion now gets 410 Gone.
+    /// Forgets the whole watch history and ends every open watch, like an API server restart after
+    /// compaction: a watch from any earlier resourceVersion now gets 410 Gone.
     pub fn compact(&self) {
         let mut inner = self.lock();
         inner.history.clear();
         inner.compacted = inner.rv;
+        self.resets.send_modify(|n| *n += 1);
+    }
+
+    /// A receiver that changes when open watches must end.
+    pub fn resets(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.resets.subscribe()
     }
 
     /// Every object of a type (all namespaces), in (namespace, name) order.
