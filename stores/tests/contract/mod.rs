@@ -6,6 +6,7 @@
 
 #![allow(dead_code, unused_macros, unused_imports)]
 
+pub mod aws_env;
 pub mod blobs;
 pub mod fixtures;
 pub mod jobs;

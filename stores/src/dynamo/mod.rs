@@ -1,0 +1,487 @@
+//! DynamoDB job store on the single-table design of DESIGN §6.
+//!
+//! | item | `pk` | `sk` | other keys |
+//! |---|---|---|---|
+//! | job | `JOB#<id>` | `JOB` | `tpk`=`TENANT#<tenant>`, `tsk`=`<ms>#<id>`; while active `apk`=`ACTIVE#<0..4>`, `ask`=`<inv prio>#<ms>#<id>` |
+//! | event | `JOB#<id>` | `EVT#<ms>#<key>` | `ttl` |
+//! | idempotency | `IDEM#<tenant>#<key>` | `IDEM` | `ttl` |
+//! | API key | `KEY#<sha256>` | `KEY` | |
+//! | capacity | `CAPACITY` | `CURRENT` | |
+//! | schedule | `SCHEDULE#<id>` | `SCHEDULE` | |
+//! | playground | `PG#<id>` | `PG` | `apk`=`PLAYGROUNDS`, `ask`=`<id>` |
+//!
+//! Indexes (projection ALL): `active` (`apk`, `ask`: sparse, holds only non-terminal jobs and
+//! playgrounds) and `tenant` (`tpk`, `tsk`). Every job write is a conditional `PutItem` on
+//! `version`; creation with an idempotency key is one `TransactWriteItems` of two conditional puts.
+
+pub mod item;
+mod records;
+pub mod table;
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, TransactWriteItem, WriteRequest};
+use tuneplane_core::job::{JobEvent, JobRecord};
+use tuneplane_core::store::{
+    ACTIVE_SHARDS, CreateOutcome, Idempotency, IdempotencyRecord, JobQuery, Page, Result,
+    StoreError, decode_cursor, encode_cursor,
+};
+
+use item::{
+    EventItem, Item, JOB_SK, JobItem, Stored, active_pk, event_sk, job_pk, n, s, tenant_pk,
+};
+
+/// Name of the sparse index of active jobs and playgrounds.
+pub const ACTIVE_INDEX: &str = "active";
+/// Name of the index of a tenant's jobs.
+pub const TENANT_INDEX: &str = "tenant";
+/// How long events are kept by default (DynamoDB TTL).
+pub const DEFAULT_EVENT_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
+
+/// [`tuneplane_core::store::JobStore`] on one DynamoDB table; see the module docs for the layout.
+#[derive(Debug, Clone)]
+pub struct DynamoJobStore {
+    client: Client,
+    table: String,
+    event_ttl_secs: i64,
+}
+
+impl DynamoJobStore {
+    /// A store on `table` (create it with [`table::create_table`] or `template.yaml`).
+    pub fn new(client: Client, table: impl Into<String>) -> DynamoJobStore {
+        let event_ttl_secs = DEFAULT_EVENT_TTL.as_secs() as i64;
+        DynamoJobStore {
+            client,
+            table: table.into(),
+            event_ttl_secs,
+        }
+    }
+
+    /// Changes how long events are kept.
+    pub fn with_event_ttl(mut self, ttl: Duration) -> DynamoJobStore {
+        self.event_ttl_secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+        self
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn backend(
+        &self,
+        op: &'static str,
+        key: &str,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError::Backend {
+            op,
+            table: self.table.clone(),
+            key: key.to_owned(),
+            source: Box::new(e),
+        }
+    }
+
+    fn conflict(&self, key: &str, expected: u64) -> StoreError {
+        StoreError::Conflict {
+            table: self.table.clone(),
+            key: key.to_owned(),
+            expected,
+        }
+    }
+
+    fn decode<T>(&self, item: &Item) -> Result<T>
+    where
+        for<'a> T: TryFrom<Stored<'a>, Error = StoreError>,
+    {
+        T::try_from(Stored {
+            table: &self.table,
+            item,
+        })
+    }
+
+    async fn get_item(&self, pk: &str, sk: &str) -> Result<Option<Item>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.backend("GetItem", pk, e))?;
+        Ok(out.item)
+    }
+
+    /// Runs a query to the end (or until `want` items), following `LastEvaluatedKey`.
+    async fn query_all(
+        &self,
+        build: impl Fn(Option<Item>) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        what: &str,
+        want: Option<usize>,
+        mut start: Option<Item>,
+    ) -> Result<Vec<Item>> {
+        let mut items = Vec::new();
+        loop {
+            let out = build(start)
+                .send()
+                .await
+                .map_err(|e| self.backend("Query", what, e))?;
+            items.extend(out.items.unwrap_or_default());
+            start = out.last_evaluated_key;
+            if start.is_none() || want.is_some_and(|w| items.len() >= w) {
+                return Ok(items);
+            }
+        }
+    }
+
+    /// Resolves a create whose idempotency condition failed: the first request's job, or a mismatch.
+    async fn resolve_idempotent(
+        &self,
+        tenant: &str,
+        idem: &Idempotency,
+        idem_pk: &str,
+    ) -> Result<CreateOutcome> {
+        let item = self.get_item(idem_pk, "IDEM").await?;
+        let record: Option<IdempotencyRecord> = item
+            .as_ref()
+            .map(|i| records::idempotency_from(&self.table, i))
+            .transpose()?;
+        let Some(first) = record.filter(|r| r.expires_at > now_secs()) else {
+            // The competing transaction did not commit: let the caller retry.
+            return Err(self.conflict(idem_pk, 0));
+        };
+        if first.request_sha256 != idem.request_sha256 {
+            return Err(StoreError::IdempotencyMismatch {
+                tenant: tenant.to_owned(),
+                key: idem.key.clone(),
+                job_id: first.job_id,
+            });
+        }
+        let job = self.get_job_inner(&first.job_id).await?;
+        job.map(CreateOutcome::Existing)
+            .ok_or_else(|| StoreError::Corrupt {
+                table: self.table.clone(),
+                key: idem_pk.to_owned(),
+                reason: format!("idempotency record points at missing job {}", first.job_id),
+            })
+    }
+
+    async fn get_job_inner(&self, id: &str) -> Result<Option<JobRecord>> {
+        let item = self.get_item(&job_pk(id), JOB_SK).await?;
+        item.as_ref().map(|i| self.decode(i)).transpose()
+    }
+
+    async fn create_job_inner(
+        &self,
+        job: &JobRecord,
+        idem: Option<&Idempotency>,
+    ) -> Result<CreateOutcome> {
+        let mut job = job.clone();
+        job.version = 1;
+        let key = job_pk(&job.id);
+        let JobItem(item) = JobItem::from(&job);
+        let Some(idem) = idem else {
+            let result = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(pk)")
+                .send()
+                .await;
+            return match result {
+                Ok(_) => Ok(CreateOutcome::Created(job)),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+                {
+                    Err(StoreError::AlreadyExists {
+                        table: self.table.clone(),
+                        key,
+                    })
+                }
+                Err(e) => Err(self.backend("PutItem", &key, e)),
+            };
+        };
+        let now = now_secs();
+        let idem_pk = format!("IDEM#{}#{}", job.tenant, idem.key);
+        let ttl = now.saturating_add(i64::try_from(idem.ttl_seconds).unwrap_or(i64::MAX));
+        let idem_item = records::idempotency_item(&idem_pk, &job, idem, ttl);
+        let put_job = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
+        // An expired key may be reused even before DynamoDB's TTL sweep deletes it.
+        let put_idem = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(idem_item))
+            .condition_expression("attribute_not_exists(pk) OR #ttl <= :now")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":now", n(now))
+            .build()
+            .map_err(|e| self.backend("TransactWriteItems", &idem_pk, e))?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put_job).build())
+            .transact_items(TransactWriteItem::builder().put(put_idem).build())
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(CreateOutcome::Created(job)),
+            Err(err) => err,
+        };
+        let codes: Option<Vec<String>> = match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(c)) => Some(
+                c.cancellation_reasons()
+                    .iter()
+                    .map(|r| r.code().unwrap_or("None").to_owned())
+                    .collect(),
+            ),
+            _ => None,
+        };
+        let failed = |i: usize| {
+            codes
+                .as_ref()
+                .and_then(|c| c.get(i))
+                .is_some_and(|code| code != "None")
+        };
+        if failed(1) {
+            self.resolve_idempotent(&job.tenant, idem, &idem_pk).await
+        } else if failed(0) {
+            Err(StoreError::AlreadyExists {
+                table: self.table.clone(),
+                key,
+            })
+        } else {
+            Err(self.backend("TransactWriteItems", &key, err))
+        }
+    }
+
+    async fn update_job_inner(&self, job: &JobRecord) -> Result<JobRecord> {
+        let mut next = job.clone();
+        next.version = job.version + 1;
+        let key = job_pk(&job.id);
+        let JobItem(item) = JobItem::from(&next);
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(
+                "attribute_exists(pk) AND #v = :v AND NOT (#st IN (:s1, :s2, :s3))",
+            )
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_names("#st", "state")
+            .expression_attribute_values(":v", n(job.version))
+            .expression_attribute_values(":s1", s("SUCCEEDED"))
+            .expression_attribute_values(":s2", s("FAILED"))
+            .expression_attribute_values(":s3", s("STOPPED"))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(next),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+            {
+                Err(self.conflict(&key, job.version))
+            }
+            Err(e) => Err(self.backend("PutItem", &key, e)),
+        }
+    }
+
+    async fn list_jobs_inner(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
+        let size = query.page_size();
+        let tpk = tenant_pk(tenant);
+        let start = match query.cursor.as_deref() {
+            None => None,
+            Some(cursor) => {
+                let tsk = decode_cursor(cursor)?;
+                let id = tsk
+                    .split_once('#')
+                    .map(|(_, id)| id.to_owned())
+                    .unwrap_or_default();
+                Some(Item::from([
+                    ("pk".to_owned(), s(job_pk(&id))),
+                    ("sk".to_owned(), s(JOB_SK)),
+                    ("tpk".to_owned(), s(&tpk)),
+                    ("tsk".to_owned(), s(tsk)),
+                ]))
+            }
+        };
+        let build = |from: Option<Item>| {
+            let mut q = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(TENANT_INDEX)
+                .key_condition_expression("tpk = :t")
+                .expression_attribute_values(":t", s(&tpk))
+                .scan_index_forward(false)
+                .limit(i32::try_from(size + 1).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(from);
+            if let Some(state) = query.state {
+                q = q
+                    .filter_expression("#st = :st")
+                    .expression_attribute_names("#st", "state")
+                    .expression_attribute_values(":st", s(state.as_str()));
+            }
+            q
+        };
+        let items = self.query_all(build, &tpk, Some(size + 1), start).await?;
+        let mut jobs = items
+            .iter()
+            .map(|i| self.decode(i))
+            .collect::<Result<Vec<JobRecord>>>()?;
+        let next = if jobs.len() > size {
+            jobs.truncate(size);
+            jobs.last().map(|j| {
+                encode_cursor(&tuneplane_core::store::tenant_sort_key(
+                    j.submitted_at_ms,
+                    &j.id,
+                ))
+            })
+        } else {
+            None
+        };
+        Ok(Page { items: jobs, next })
+    }
+
+    async fn list_active_inner(&self) -> Result<Vec<JobRecord>> {
+        let mut keyed = Vec::new();
+        for shard in 0..ACTIVE_SHARDS {
+            let apk = active_pk(shard);
+            let build = |from: Option<Item>| {
+                self.client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(ACTIVE_INDEX)
+                    .key_condition_expression("apk = :a")
+                    .expression_attribute_values(":a", s(&apk))
+                    .set_exclusive_start_key(from)
+            };
+            for item in self.query_all(build, &apk, None, None).await? {
+                let ask = match item.get("ask") {
+                    Some(AttributeValue::S(v)) => v.clone(),
+                    _ => String::new(),
+                };
+                keyed.push((ask, self.decode::<JobRecord>(&item)?));
+            }
+        }
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        // The index is eventually consistent: a job that just ended may still be listed.
+        Ok(keyed
+            .into_iter()
+            .map(|(_, job)| job)
+            .filter(|job| !job.is_terminal())
+            .collect())
+    }
+
+    async fn append_events_inner(&self, job_id: &str, events: &[JobEvent]) -> Result<()> {
+        let key = job_pk(job_id);
+        // One request may not name an item twice; the last copy of a repeated event wins.
+        let mut unique: std::collections::BTreeMap<String, &JobEvent> =
+            std::collections::BTreeMap::new();
+        for event in events {
+            unique.insert(event_sk(event.at_ms, &event.key), event);
+        }
+        let unique: Vec<&JobEvent> = unique.into_values().collect();
+        for chunk in unique.chunks(25) {
+            let mut requests = Vec::with_capacity(chunk.len());
+            for event in chunk {
+                let ttl = (event.at_ms / 1000).saturating_add(self.event_ttl_secs);
+                let EventItem(item) = EventItem::new(job_id, event, ttl);
+                let put = PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .map_err(|e| self.backend("BatchWriteItem", &key, e))?;
+                requests.push(WriteRequest::builder().put_request(put).build());
+            }
+            for attempt in 0..8u32 {
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, requests)
+                    .send()
+                    .await
+                    .map_err(|e| self.backend("BatchWriteItem", &key, e))?;
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut m| m.remove(&self.table))
+                    .unwrap_or_default();
+                if requests.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
+            }
+            if !requests.is_empty() {
+                let e = std::io::Error::other(format!(
+                    "{} events stayed unprocessed after retries",
+                    requests.len()
+                ));
+                return Err(self.backend("BatchWriteItem", &key, e));
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_events_inner(
+        &self,
+        job_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<JobEvent>> {
+        let size = if limit == 0 { 100 } else { limit.min(1000) };
+        let pk = job_pk(job_id);
+        let after = cursor.map(decode_cursor).transpose()?;
+        let start = after.map(|sort| {
+            Item::from([
+                ("pk".to_owned(), s(&pk)),
+                ("sk".to_owned(), s(format!("EVT#{sort}"))),
+            ])
+        });
+        let build = |from: Option<Item>| {
+            self.client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :p AND begins_with(sk, :e)")
+                .expression_attribute_values(":p", s(&pk))
+                .expression_attribute_values(":e", s("EVT#"))
+                .consistent_read(true)
+                .limit(i32::try_from(size + 1).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(from)
+        };
+        let items = self.query_all(build, &pk, Some(size + 1), start).await?;
+        let mut events = items
+            .iter()
+            .map(|i| self.decode(i))
+            .collect::<Result<Vec<JobEvent>>>()?;
+        let next = if events.len() > size {
+            events.truncate(size);
+            events
+                .last()
+                .map(|e| encode_cursor(&tuneplane_core::store::event_sort_key(e.at_ms, &e.key)))
+        } else {
+            None
+        };
+        Ok(Page {
+            items: events,
+            next,
+        })
+    }
+}
+
+/// Current Unix time in seconds.
+pub(crate) fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

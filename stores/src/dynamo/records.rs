@@ -1,0 +1,259 @@
+//! The `JobStore` implementation of [`DynamoJobStore`], and the items beside jobs: idempotency
+//! keys, API keys, the capacity snapshot, schedules and playgrounds.
+//!
+//! Side records keep their fields in a JSON `body` attribute plus the attributes that conditions
+//! and indexes need (`version`, `ttl`, `apk`/`ask`).
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tuneplane_core::job::{JobEvent, JobRecord};
+use tuneplane_core::store::{
+    ApiKeyRecord, CreateOutcome, Idempotency, IdempotencyRecord, JobQuery, JobStore, Page,
+    PlaygroundRecord, Result, ScheduleRecord, StoreError,
+};
+
+use super::item::{Item, PLAYGROUNDS_PK, Stored, n, s, to_json};
+use super::{ACTIVE_INDEX, DynamoJobStore};
+
+/// The idempotency item of `job`'s creation.
+pub(super) fn idempotency_item(pk: &str, job: &JobRecord, idem: &Idempotency, ttl: i64) -> Item {
+    Item::from([
+        ("pk".to_owned(), s(pk)),
+        ("sk".to_owned(), s("IDEM")),
+        ("tenant".to_owned(), s(&job.tenant)),
+        ("idem_key".to_owned(), s(&idem.key)),
+        ("request_sha256".to_owned(), s(&idem.request_sha256)),
+        ("job_id".to_owned(), s(&job.id)),
+        ("ttl".to_owned(), n(ttl)),
+    ])
+}
+
+/// Decodes an idempotency item.
+pub(super) fn idempotency_from(table: &str, item: &Item) -> Result<IdempotencyRecord> {
+    let stored = Stored { table, item };
+    Ok(IdempotencyRecord {
+        tenant: stored.s("tenant")?.to_owned(),
+        key: stored.s("idem_key")?.to_owned(),
+        request_sha256: stored.s("request_sha256")?.to_owned(),
+        job_id: stored.s("job_id")?.to_owned(),
+        expires_at: stored.i64("ttl")?,
+    })
+}
+
+impl DynamoJobStore {
+    /// Writes a side record; `expected` = `Some(0)` creates, `Some(v)` updates version `v`, `None`
+    /// overwrites unconditionally.
+    async fn put_doc(
+        &self,
+        pk: &str,
+        sk: &str,
+        body: &impl Serialize,
+        expected: Option<u64>,
+        extra: Vec<(&str, AttributeValue)>,
+    ) -> Result<()> {
+        let mut item = Item::from([
+            ("pk".to_owned(), s(pk)),
+            ("sk".to_owned(), s(sk)),
+            ("body".to_owned(), s(to_json(body))),
+        ]);
+        if let Some(v) = expected {
+            item.insert("version".to_owned(), n(v + 1));
+        }
+        item.extend(extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item));
+        put = match expected {
+            None => put,
+            Some(0) => put.condition_expression("attribute_not_exists(pk)"),
+            Some(v) => put
+                .condition_expression("#v = :v")
+                .expression_attribute_names("#v", "version")
+                .expression_attribute_values(":v", n(v)),
+        };
+        match put.send().await {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+            {
+                Err(match expected {
+                    Some(0) => StoreError::AlreadyExists {
+                        table: self.table().to_owned(),
+                        key: pk.to_owned(),
+                    },
+                    _ => StoreError::Conflict {
+                        table: self.table().to_owned(),
+                        key: pk.to_owned(),
+                        expected: expected.unwrap_or(0),
+                    },
+                })
+            }
+            Err(e) => Err(self.backend("PutItem", pk, e)),
+        }
+    }
+
+    async fn get_doc<T: DeserializeOwned>(&self, pk: &str, sk: &str) -> Result<Option<T>> {
+        let item = self.get_item(pk, sk).await?;
+        item.as_ref()
+            .map(|i| {
+                Stored {
+                    table: self.table(),
+                    item: i,
+                }
+                .json("body")
+            })
+            .transpose()
+    }
+
+    async fn delete_doc(&self, pk: &str, sk: &str) -> Result<()> {
+        self.client
+            .delete_item()
+            .table_name(self.table())
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .send()
+            .await
+            .map_err(|e| self.backend("DeleteItem", pk, e))?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl JobStore for DynamoJobStore {
+    async fn create_job(
+        &self,
+        job: &JobRecord,
+        idem: Option<&Idempotency>,
+    ) -> Result<CreateOutcome> {
+        self.create_job_inner(job, idem).await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
+        self.get_job_inner(id).await
+    }
+
+    async fn update_job(&self, job: &JobRecord) -> Result<JobRecord> {
+        self.update_job_inner(job).await
+    }
+
+    async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
+        self.list_jobs_inner(tenant, query).await
+    }
+
+    async fn list_active(&self) -> Result<Vec<JobRecord>> {
+        self.list_active_inner().await
+    }
+
+    async fn append_events(&self, job_id: &str, events: &[JobEvent]) -> Result<()> {
+        self.append_events_inner(job_id, events).await
+    }
+
+    async fn list_events(
+        &self,
+        job_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<JobEvent>> {
+        self.list_events_inner(job_id, limit, cursor).await
+    }
+
+    async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()> {
+        self.put_doc("CAPACITY", "CURRENT", snapshot, None, Vec::new())
+            .await
+    }
+
+    async fn get_capacity(&self) -> Result<Option<serde_json::Value>> {
+        self.get_doc("CAPACITY", "CURRENT").await
+    }
+
+    async fn put_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        let extra = vec![("tenant", s(&key.tenant))];
+        self.put_doc(&format!("KEY#{}", key.key_sha256), "KEY", key, None, extra)
+            .await
+    }
+
+    async fn get_api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyRecord>> {
+        self.get_doc(&format!("KEY#{key_sha256}"), "KEY").await
+    }
+
+    async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord> {
+        let next = ScheduleRecord {
+            version: schedule.version + 1,
+            ..schedule.clone()
+        };
+        let extra = vec![("tenant", s(&schedule.tenant))];
+        self.put_doc(
+            &format!("SCHEDULE#{}", schedule.id),
+            "SCHEDULE",
+            &next,
+            Some(schedule.version),
+            extra,
+        )
+        .await?;
+        Ok(next)
+    }
+
+    async fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
+        self.get_doc(&format!("SCHEDULE#{id}"), "SCHEDULE").await
+    }
+
+    async fn delete_schedule(&self, id: &str) -> Result<()> {
+        self.delete_doc(&format!("SCHEDULE#{id}"), "SCHEDULE").await
+    }
+
+    async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord> {
+        let next = PlaygroundRecord {
+            version: playground.version + 1,
+            ..playground.clone()
+        };
+        let extra = vec![
+            ("tenant", s(&playground.tenant)),
+            ("apk", s(PLAYGROUNDS_PK)),
+            ("ask", s(&playground.id)),
+        ];
+        self.put_doc(
+            &format!("PG#{}", playground.id),
+            "PG",
+            &next,
+            Some(playground.version),
+            extra,
+        )
+        .await?;
+        Ok(next)
+    }
+
+    async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>> {
+        self.get_doc(&format!("PG#{id}"), "PG").await
+    }
+
+    async fn list_playgrounds(&self) -> Result<Vec<PlaygroundRecord>> {
+        let build = |from: Option<Item>| {
+            self.client
+                .query()
+                .table_name(self.table())
+                .index_name(ACTIVE_INDEX)
+                .key_condition_expression("apk = :a")
+                .expression_attribute_values(":a", s(PLAYGROUNDS_PK))
+                .set_exclusive_start_key(from)
+        };
+        let items = self.query_all(build, PLAYGROUNDS_PK, None, None).await?;
+        items
+            .iter()
+            .map(|i| {
+                Stored {
+                    table: self.table(),
+                    item: i,
+                }
+                .json("body")
+            })
+            .collect()
+    }
+
+    async fn delete_playground(&self, id: &str) -> Result<()> {
+        self.delete_doc(&format!("PG#{id}"), "PG").await
+    }
+}

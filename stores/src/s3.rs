@@ -1,0 +1,406 @@
+//! S3 blob store.
+//!
+//! Put-if-absent is `PutObject` with `If-None-Match: *` (S3 answers 412 when the key exists), so
+//! content-addressed capsules are never rewritten even by racing writers. Every object carries its
+//! SHA-256 twice: as the `x-amz-checksum-sha256` S3 verifies on upload and as `sha256` metadata
+//! (hex) that [`BlobStore::head`] returns. Files above `multipart_threshold` upload in parts.
+
+use std::path::Path;
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use base64::Engine;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tuneplane_core::store::{
+    BlobMeta, BlobStore, PresignMethod, PresignedRequest, PutOutcome, Result, StoreError,
+    validate_blob_key,
+};
+
+/// Content type of every object (local endpoints also require it on raw PUTs).
+const OCTET_STREAM: &str = "application/octet-stream";
+/// Smallest part S3 accepts (except the last).
+pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
+
+/// [`BlobStore`] on one S3 bucket.
+#[derive(Debug, Clone)]
+pub struct S3BlobStore {
+    client: Client,
+    bucket: String,
+    multipart_threshold: u64,
+    part_size: u64,
+}
+
+impl S3BlobStore {
+    /// A store on `bucket`; files above 64 MiB upload in 16 MiB parts.
+    pub fn new(client: Client, bucket: impl Into<String>) -> S3BlobStore {
+        S3BlobStore {
+            client,
+            bucket: bucket.into(),
+            multipart_threshold: 64 << 20,
+            part_size: 16 << 20,
+        }
+    }
+
+    /// Changes when and how files upload in parts (`part_size` is raised to S3's 5 MiB minimum).
+    pub fn with_multipart(mut self, threshold: u64, part_size: u64) -> S3BlobStore {
+        self.multipart_threshold = threshold;
+        self.part_size = part_size.max(MIN_PART_SIZE);
+        self
+    }
+
+    /// The bucket name.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    fn backend(
+        &self,
+        op: &'static str,
+        key: &str,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError::Backend {
+            op,
+            table: self.bucket.clone(),
+            key: key.to_owned(),
+            source: Box::new(e),
+        }
+    }
+
+    async fn put_bytes(&self, key: &str, bytes: Vec<u8>, if_absent: bool) -> Result<PutOutcome> {
+        validate_blob_key(key)?;
+        let digest = Sha256::digest(&bytes);
+        let mut put = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(OCTET_STREAM)
+            .checksum_sha256(base64::engine::general_purpose::STANDARD.encode(digest))
+            .metadata("sha256", hex::encode(digest))
+            .body(ByteStream::from(bytes));
+        if if_absent {
+            put = put.if_none_match("*");
+        }
+        match put.send().await {
+            Ok(_) => Ok(PutOutcome::Created),
+            Err(e) => self.absent_or_error("PutObject", key, e).await,
+        }
+    }
+
+    /// Maps a failed conditional write: 412 means the key exists; 409 (a concurrent conditional
+    /// write) resolves by looking.
+    async fn absent_or_error<E>(
+        &self,
+        op: &'static str,
+        key: &str,
+        e: aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+    ) -> Result<PutOutcome>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        match e.raw_response().map(|r| r.status().as_u16()) {
+            Some(412) => Ok(PutOutcome::AlreadyExists),
+            Some(409) if self.head(key).await?.is_some() => Ok(PutOutcome::AlreadyExists),
+            _ => Err(self.backend(op, key, e)),
+        }
+    }
+
+    async fn put_multipart(&self, key: &str, path: &Path, sha_hex: &str) -> Result<PutOutcome> {
+        let created = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(OCTET_STREAM)
+            .metadata("sha256", sha_hex)
+            .send()
+            .await
+            .map_err(|e| self.backend("CreateMultipartUpload", key, e))?;
+        let upload_id = created.upload_id.unwrap_or_default();
+        let result = self.upload_parts(key, path, &upload_id).await;
+        let outcome = match result {
+            Ok(parts) => {
+                let done = CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build();
+                let complete = self
+                    .client
+                    .complete_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(&upload_id)
+                    .multipart_upload(done)
+                    .if_none_match("*")
+                    .send()
+                    .await;
+                match complete {
+                    Ok(_) => return Ok(PutOutcome::Created),
+                    // A 2xx whose body does not parse (moto 5.2 names the XML root wrongly): the
+                    // upload completed if the object now carries this upload's checksum.
+                    Err(e) if e.raw_response().is_some_and(|r| r.status().is_success()) => {
+                        match self.head(key).await? {
+                            Some(meta) if meta.sha256.as_deref() == Some(sha_hex) => {
+                                return Ok(PutOutcome::Created);
+                            }
+                            _ => Err(self.backend("CompleteMultipartUpload", key, e)),
+                        }
+                    }
+                    Err(e) => {
+                        self.absent_or_error("CompleteMultipartUpload", key, e)
+                            .await
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
+        // Whatever went wrong, do not leave billed parts behind.
+        let _ = self
+            .client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(&upload_id)
+            .send()
+            .await;
+        outcome
+    }
+
+    async fn upload_parts(
+        &self,
+        key: &str,
+        path: &Path,
+        upload_id: &str,
+    ) -> Result<Vec<CompletedPart>> {
+        let io = |e: std::io::Error| self.backend("read source file", key, e);
+        let mut file = tokio::fs::File::open(path).await.map_err(io)?;
+        let mut parts = Vec::new();
+        for number in 1.. {
+            let mut buf = Vec::with_capacity(usize::try_from(self.part_size).unwrap_or(usize::MAX));
+            (&mut file)
+                .take(self.part_size)
+                .read_to_end(&mut buf)
+                .await
+                .map_err(io)?;
+            if buf.is_empty() && number > 1 {
+                break;
+            }
+            let digest = Sha256::digest(&buf);
+            let out = self
+                .client
+                .upload_part()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(upload_id)
+                .part_number(number)
+                .checksum_sha256(base64::engine::general_purpose::STANDARD.encode(digest))
+                .body(ByteStream::from(buf))
+                .send()
+                .await
+                .map_err(|e| self.backend("UploadPart", key, e))?;
+            let part = CompletedPart::builder()
+                .set_e_tag(out.e_tag)
+                .set_checksum_sha256(out.checksum_sha256)
+                .part_number(number);
+            parts.push(part.build());
+        }
+        Ok(parts)
+    }
+}
+
+/// SHA-256 (hex) and size of a file, read in a streaming pass.
+async fn hash_file(path: &Path) -> std::io::Result<(String, u64)> {
+    let mut file = tokio::fs::File::open(path).await?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((hex::encode(hasher.finalize()), size));
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+}
+
+#[async_trait::async_trait]
+impl BlobStore for S3BlobStore {
+    async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<PutOutcome> {
+        self.put_bytes(key, bytes, true).await
+    }
+
+    async fn put_file_if_absent(&self, key: &str, path: &Path) -> Result<PutOutcome> {
+        validate_blob_key(key)?;
+        if self.head(key).await?.is_some() {
+            return Ok(PutOutcome::AlreadyExists);
+        }
+        let (sha_hex, size) = hash_file(path)
+            .await
+            .map_err(|e| self.backend("read source file", key, e))?;
+        if size > self.multipart_threshold {
+            return self.put_multipart(key, path, &sha_hex).await;
+        }
+        let body = ByteStream::from_path(path)
+            .await
+            .map_err(|e| self.backend("read source file", key, e))?;
+        let sha = hex::decode(&sha_hex).unwrap_or_default();
+        let put = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(OCTET_STREAM)
+            .checksum_sha256(base64::engine::general_purpose::STANDARD.encode(sha))
+            .metadata("sha256", &sha_hex)
+            .if_none_match("*")
+            .body(body);
+        match put.send().await {
+            Ok(_) => Ok(PutOutcome::Created),
+            Err(e) => self.absent_or_error("PutObject", key, e).await,
+        }
+    }
+
+    async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
+        self.put_bytes(key, bytes, false).await.map(drop)
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        validate_blob_key(key)?;
+        match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => {
+                let bytes = out
+                    .body
+                    .collect()
+                    .await
+                    .map_err(|e| self.backend("GetObject", key, e))?;
+                Ok(Some(bytes.to_vec()))
+            }
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
+            Err(e) => Err(self.backend("GetObject", key, e)),
+        }
+    }
+
+    async fn get_to_file(&self, key: &str, path: &Path) -> Result<BlobMeta> {
+        validate_blob_key(key)?;
+        let mut out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => {
+                return Err(StoreError::BlobNotFound {
+                    bucket: self.bucket.clone(),
+                    key: key.to_owned(),
+                });
+            }
+            Err(e) => return Err(self.backend("GetObject", key, e)),
+        };
+        let sha256 = out.metadata.as_ref().and_then(|m| m.get("sha256")).cloned();
+        // Write beside the destination, then rename: a reader never sees a partial file.
+        let partial = path.with_extension("partial");
+        let io = |e: std::io::Error| self.backend("write download", key, e);
+        let mut file = tokio::fs::File::create(&partial).await.map_err(io)?;
+        let mut size = 0u64;
+        while let Some(chunk) = out.body.next().await {
+            let chunk = chunk.map_err(|e| self.backend("GetObject", key, e))?;
+            size += chunk.len() as u64;
+            file.write_all(&chunk).await.map_err(io)?;
+        }
+        file.sync_all().await.map_err(io)?;
+        tokio::fs::rename(&partial, path).await.map_err(io)?;
+        Ok(BlobMeta { size, sha256 })
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<BlobMeta>> {
+        validate_blob_key(key)?;
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => {
+                let size = out
+                    .content_length
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0);
+                let sha256 = out.metadata.and_then(|mut m| m.remove("sha256"));
+                Ok(Some(BlobMeta { size, sha256 }))
+            }
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_not_found()) => Ok(None),
+            Err(e) => Err(self.backend("HeadObject", key, e)),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        validate_blob_key(key)?;
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| self.backend("DeleteObject", key, e))?;
+        Ok(())
+    }
+
+    async fn presign(
+        &self,
+        method: PresignMethod,
+        key: &str,
+        expires_in: Duration,
+    ) -> Result<PresignedRequest> {
+        validate_blob_key(key)?;
+        let config = PresigningConfig::expires_in(expires_in)
+            .map_err(|e| self.backend("presign", key, e))?;
+        let presigned = match method {
+            PresignMethod::Get => {
+                let get = self.client.get_object().bucket(&self.bucket).key(key);
+                get.presigned(config)
+                    .await
+                    .map_err(|e| self.backend("presign", key, e))?
+            }
+            PresignMethod::Put => {
+                let put = self
+                    .client
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .content_type(OCTET_STREAM);
+                put.presigned(config)
+                    .await
+                    .map_err(|e| self.backend("presign", key, e))?
+            }
+        };
+        let headers = presigned
+            .headers()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let secs = i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX);
+        let expires_at = crate::dynamo::now_secs().saturating_add(secs);
+        Ok(PresignedRequest {
+            method,
+            url: presigned.uri().to_owned(),
+            headers,
+            expires_at,
+        })
+    }
+}

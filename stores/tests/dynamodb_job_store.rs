@@ -1,0 +1,125 @@
+//! The job-store contract against DynamoDB (moto_server on 127.0.0.1, see `contract::aws_env`),
+//! plus the request count of one job's lifecycle.
+
+mod contract;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use contract::aws_env::{sdk_config, unique_name};
+use contract::fixtures::{event, job, ok};
+use contract::job_store_contract;
+use tuneplane_core::job::JobState;
+use tuneplane_core::store::{Idempotency, JobStore};
+use tuneplane_stores::DynamoJobStore;
+use tuneplane_stores::aws::{RequestCounter, dynamodb_client};
+use tuneplane_stores::dynamo::table::create_table;
+
+async fn store_with(counter: Option<RequestCounter>) -> DynamoJobStore {
+    let config = sdk_config().await;
+    let client = dynamodb_client(&config, counter);
+    let table = unique_name("tp-jobs");
+    ok(create_table(&client, &table).await, "create table");
+    DynamoJobStore::new(client, table)
+}
+
+async fn make() -> (Arc<dyn JobStore>, ()) {
+    (Arc::new(store_with(None).await), ())
+}
+
+job_store_contract!(make);
+
+#[tokio::test]
+async fn creating_the_table_twice_is_harmless() {
+    let config = sdk_config().await;
+    let client = dynamodb_client(&config, None);
+    let table = unique_name("tp-jobs");
+    ok(create_table(&client, &table).await, "first");
+    ok(create_table(&client, &table).await, "second");
+}
+
+/// Submit → admit → running → succeeded, with events at each step, as the functions and the
+/// reconciler perform it. The count is the running cost of one job.
+#[tokio::test]
+async fn one_job_lifecycle_costs_eight_writes_plus_the_shared_active_scan() {
+    let counter = RequestCounter::new();
+    let store = store_with(Some(counter.clone())).await;
+    counter.reset();
+
+    // Submit (functions): job + idempotency key in one transaction, then the submission event.
+    let idem = Idempotency {
+        key: "req-1".into(),
+        request_sha256: "a".repeat(64),
+        ttl_seconds: 86_400,
+    };
+    let created = ok(
+        store
+            .create_job(&job("j-life", "acme", 1_000, 0), Some(&idem))
+            .await,
+        "submit",
+    );
+    ok(
+        store
+            .append_events("j-life", &[event(1_000, "submitted", "submitted")])
+            .await,
+        "event",
+    );
+    let submit = counter.snapshot();
+
+    // One reconciler pass reads the active index once for all jobs (one Query per shard).
+    counter.reset();
+    let active = ok(store.list_active().await, "list active");
+    assert_eq!(active.len(), 1);
+    let scan = counter.snapshot();
+
+    counter.reset();
+    let mut record = created.record().clone();
+    ok(record.transition(JobState::Admitted, 2_000), "admit");
+    let mut record = ok(store.update_job(&record).await, "admit write");
+    ok(
+        store
+            .append_events("j-life", &[event(2_000, "admitted", "admitted")])
+            .await,
+        "event",
+    );
+    ok(record.transition(JobState::Running, 3_000), "run");
+    let mut record = ok(store.update_job(&record).await, "run write");
+    let warnings = [
+        event(2_500, "uid-1", "pulling"),
+        event(2_600, "uid-2", "pulled"),
+        event(3_000, "running", "running"),
+    ];
+    ok(store.append_events("j-life", &warnings).await, "events");
+    ok(record.transition(JobState::Succeeded, 4_000), "succeed");
+    record.logs_key = Some("logs/j-life/logs.tar.gz".into());
+    ok(store.update_job(&record).await, "terminal write");
+    ok(
+        store
+            .append_events("j-life", &[event(4_000, "succeeded", "succeeded")])
+            .await,
+        "event",
+    );
+    let follow = counter.snapshot();
+
+    let map = |pairs: &[(&str, u64)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(
+        submit,
+        map(&[("BatchWriteItem", 1), ("TransactWriteItems", 1)])
+    );
+    assert_eq!(scan, map(&[("Query", 4)]));
+    assert_eq!(follow, map(&[("BatchWriteItem", 3), ("PutItem", 3)]));
+    let per_job: u64 = submit.values().chain(follow.values()).sum();
+    assert_eq!(per_job, 8);
+    println!(
+        "requests per job lifecycle: submit {submit:?}, follow {follow:?}; per reconciler pass: {scan:?}"
+    );
+    assert!(
+        ok(store.list_active().await, "list active").is_empty(),
+        "terminal job left the active index"
+    );
+}
