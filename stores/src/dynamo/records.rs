@@ -129,7 +129,18 @@ impl JobStore for DynamoJobStore {
         job: &JobRecord,
         idem: Option<&Idempotency>,
     ) -> Result<CreateOutcome> {
-        self.create_job_inner(job, idem).await
+        // A concurrent identical submission can cancel ours before its own transaction has
+        // committed (nothing to resolve against yet): retry briefly, then report the conflict.
+        let mut attempt = 0;
+        loop {
+            match self.create_job_inner(job, idem).await {
+                Err(StoreError::Conflict { .. }) if idem.is_some() && attempt < 5 => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20 << attempt)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {

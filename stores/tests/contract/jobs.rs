@@ -102,6 +102,37 @@ pub async fn same_idempotency_key_with_another_request_is_a_mismatch(store: Stor
     assert_eq!(ok(store.get_job("j-b").await, "get j-b"), None);
 }
 
+pub async fn concurrent_identical_submissions_create_one_job(store: Store) {
+    let mut tasks = Vec::new();
+    for n in 0..6 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let candidate = job(&format!("j-{n}"), "acme", n, 0);
+            store
+                .create_job(&candidate, Some(&idem("retry", "a", 3600)))
+                .await
+        }));
+    }
+    let (mut created, mut ids) = (0, Vec::new());
+    for task in tasks {
+        match ok(ok(task.await, "join"), "create") {
+            CreateOutcome::Created(job) => {
+                created += 1;
+                ids.push(job.id);
+            }
+            CreateOutcome::Existing(job) => ids.push(job.id),
+        }
+    }
+    ids.dedup();
+    assert_eq!(
+        (created, ids.len()),
+        (1, 1),
+        "one job for six identical requests: {ids:?}"
+    );
+    let page = ok(store.list_jobs("acme", &JobQuery::default()).await, "list");
+    assert_eq!(page.items.len(), 1);
+}
+
 pub async fn expired_idempotency_key_can_be_used_again(store: Store) {
     ok(
         store

@@ -19,6 +19,7 @@ macro_rules! job_store_contract {
             create_then_get_returns_version_one,
             same_idempotency_key_and_request_returns_the_first_job,
             same_idempotency_key_with_another_request_is_a_mismatch,
+            concurrent_identical_submissions_create_one_job,
             expired_idempotency_key_can_be_used_again,
             creating_an_existing_job_id_fails,
             stale_writer_gets_a_conflict_not_an_overwrite,
