@@ -67,9 +67,19 @@ fn cell(rt: &ResourceType, o: &Value, column: &str) -> String {
                 .pointer("/status/containerStatuses")
                 .and_then(Value::as_array)
                 .and_then(|a| a.iter().find_map(|c| c.pointer("/state/waiting/reason").and_then(Value::as_str)));
-            match waiting {
-                Some(r) if r != "ContainerCreating" || s("/spec/nodeName").is_empty() => r.to_string(),
-                _ => s("/status/phase"),
+            let terminated = o
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().find_map(|c| c.pointer("/state/terminated/reason").and_then(Value::as_str)));
+            let pod_reason = s("/status/reason");
+            if o.pointer("/metadata/deletionTimestamp").is_some() {
+                "Terminating".into()
+            } else if !pod_reason.is_empty() {
+                pod_reason
+            } else if let Some(r) = waiting.or(terminated) {
+                r.to_string()
+            } else {
+                s("/status/phase")
             }
         }
         ("Pod", "Restarts") => {
