@@ -5,6 +5,7 @@
 //! a time, which makes every read-compare-write below atomic (the conditional-write semantics).
 //! All database work runs on the blocking thread pool.
 
+mod read;
 mod tables;
 
 use std::path::{Path, PathBuf};
@@ -84,7 +85,7 @@ impl EmbeddedJobStore {
     async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&tables::ReadTx) -> Result<T> + Send + 'static,
+        F: FnOnce(&read::ReadTx) -> Result<T> + Send + 'static,
     {
         let db = Arc::clone(&self.db);
         let label = self.path.display().to_string();
@@ -93,7 +94,7 @@ impl EmbeddedJobStore {
             let txn = db
                 .begin_read()
                 .map_err(|e| db_err("begin read", &label, "", e))?;
-            let tx = tables::ReadTx::new(txn, &label);
+            let tx = read::ReadTx::new(txn, &label);
             f(&tx)
         })
         .await

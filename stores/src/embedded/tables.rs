@@ -1,31 +1,31 @@
-//! The embedded store's tables and the operations on them inside one redb transaction.
+//! The embedded store's tables, shared helpers, and the write operations inside one redb transaction.
 //!
 //! Values are JSON text. Composite keys join their parts with U+001F (unit separator), which
 //! sorts below every printable character, so a prefix range selects exactly one tenant or job.
 
-use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, TableHandle, WriteTransaction};
+use redb::{ReadableTable, Table, TableDefinition, TableHandle, WriteTransaction};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    CreateOutcome, Idempotency, IdempotencyRecord, JobQuery, Page, Result, StoreError,
-    active_sort_key, decode_cursor, encode_cursor, event_sort_key, tenant_sort_key,
+    CreateOutcome, Idempotency, IdempotencyRecord, Result, StoreError, active_sort_key,
+    event_sort_key, tenant_sort_key,
 };
 
-type Def = TableDefinition<'static, &'static str, &'static str>;
+pub(super) type Def = TableDefinition<'static, &'static str, &'static str>;
 
-const JOBS: Def = TableDefinition::new("jobs");
-const TENANT: Def = TableDefinition::new("tenant_jobs");
-const ACTIVE: Def = TableDefinition::new("active_jobs");
-const IDEM: Def = TableDefinition::new("idempotency");
-const EVENTS: Def = TableDefinition::new("events");
-const META: Def = TableDefinition::new("meta");
+pub(super) const JOBS: Def = TableDefinition::new("jobs");
+pub(super) const TENANT: Def = TableDefinition::new("tenant_jobs");
+pub(super) const ACTIVE: Def = TableDefinition::new("active_jobs");
+pub(super) const IDEM: Def = TableDefinition::new("idempotency");
+pub(super) const EVENTS: Def = TableDefinition::new("events");
+pub(super) const META: Def = TableDefinition::new("meta");
 
 /// Key of the capacity snapshot in the meta table.
 pub const CAPACITY_KEY: &str = "CAPACITY#CURRENT";
 
-const SEP: char = '\u{1f}';
-const SEP_END: char = '\u{20}';
+pub(super) const SEP: char = '\u{1f}';
+pub(super) const SEP_END: char = '\u{20}';
 
 /// A database error with its context.
 pub fn db_err(
@@ -54,11 +54,11 @@ pub fn create_all(db: &redb::Database, label: &str) -> Result<()> {
     txn.commit().map_err(|e| db_err("commit", label, "", e))
 }
 
-fn to_json(label: &str, key: &str, value: &impl Serialize) -> Result<String> {
+pub(super) fn to_json(label: &str, key: &str, value: &impl Serialize) -> Result<String> {
     serde_json::to_string(value).map_err(|e| db_err("encode", label, key, e))
 }
 
-fn from_json<T: DeserializeOwned>(label: &str, key: &str, text: &str) -> Result<T> {
+pub(super) fn from_json<T: DeserializeOwned>(label: &str, key: &str, text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
         table: label.to_owned(),
         key: key.to_owned(),
@@ -66,7 +66,7 @@ fn from_json<T: DeserializeOwned>(label: &str, key: &str, text: &str) -> Result<
     })
 }
 
-fn get<T: DeserializeOwned>(
+pub(super) fn get<T: DeserializeOwned>(
     t: &impl ReadableTable<&'static str, &'static str>,
     label: &str,
     key: &str,
@@ -77,7 +77,7 @@ fn get<T: DeserializeOwned>(
 
 /// Values of `prefix..` keys, from the start (or after `after`) ascending, or descending from the
 /// end (or before `after`), up to `limit`.
-fn scan(
+pub(super) fn scan(
     t: &impl ReadableTable<&'static str, &'static str>,
     label: &str,
     prefix: &str,
@@ -117,141 +117,12 @@ fn scan(
     Ok(out)
 }
 
-fn get_job(
+pub(super) fn get_job(
     jobs: &impl ReadableTable<&'static str, &'static str>,
     label: &str,
     id: &str,
 ) -> Result<Option<JobRecord>> {
     get(jobs, label, id)
-}
-
-/// A read-only view of the store.
-pub struct ReadTx {
-    txn: ReadTransaction,
-    label: String,
-}
-
-impl ReadTx {
-    /// Wraps a read transaction.
-    pub fn new(txn: ReadTransaction, label: &str) -> ReadTx {
-        ReadTx {
-            txn,
-            label: label.to_owned(),
-        }
-    }
-
-    fn table(&self, def: Def) -> Result<redb::ReadOnlyTable<&'static str, &'static str>> {
-        self.txn
-            .open_table(def)
-            .map_err(|e| db_err("open table", &self.label, def.name(), e))
-    }
-
-    /// One job.
-    pub fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
-        get_job(&self.table(JOBS)?, &self.label, id)
-    }
-
-    /// A tenant's jobs, newest first; the state filter is applied while scanning.
-    pub fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
-        let (index, jobs) = (self.table(TENANT)?, self.table(JOBS)?);
-        let size = query.page_size();
-        let mut after = query.cursor.as_deref().map(decode_cursor).transpose()?;
-        let mut items = Vec::new();
-        loop {
-            let batch = scan(&index, &self.label, tenant, after.as_deref(), true, 100)?;
-            let exhausted = batch.len() < 100;
-            for (sort, id) in batch {
-                after = Some(sort.clone());
-                let Some(job) = get_job(&jobs, &self.label, &id)? else {
-                    continue;
-                };
-                if query.state.is_none_or(|s| s == job.state) {
-                    if items.len() == size {
-                        let last: &JobRecord = &items[size - 1];
-                        let next = encode_cursor(&tenant_sort_key(last.submitted_at_ms, &last.id));
-                        return Ok(Page {
-                            items,
-                            next: Some(next),
-                        });
-                    }
-                    items.push(job);
-                }
-            }
-            if exhausted {
-                return Ok(Page { items, next: None });
-            }
-        }
-    }
-
-    /// Non-terminal jobs in admission order.
-    pub fn list_active(&self) -> Result<Vec<JobRecord>> {
-        let (active, jobs) = (self.table(ACTIVE)?, self.table(JOBS)?);
-        let mut out = Vec::new();
-        for item in active
-            .iter()
-            .map_err(|e| db_err("iterate", &self.label, "active", e))?
-        {
-            let (_, id) = item.map_err(|e| db_err("iterate", &self.label, "active", e))?;
-            if let Some(job) = get_job(&jobs, &self.label, id.value())? {
-                out.push(job);
-            }
-        }
-        Ok(out)
-    }
-
-    /// A job's events in order.
-    pub fn list_events(
-        &self,
-        job_id: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<Page<JobEvent>> {
-        let after = cursor.map(decode_cursor).transpose()?;
-        let size = if limit == 0 { 100 } else { limit.min(1000) };
-        let rows = scan(
-            &self.table(EVENTS)?,
-            &self.label,
-            job_id,
-            after.as_deref(),
-            false,
-            size + 1,
-        )?;
-        let mut items = rows
-            .iter()
-            .map(|(sort, text)| from_json(&self.label, sort, text))
-            .collect::<Result<Vec<JobEvent>>>()?;
-        let next = if items.len() > size {
-            items.truncate(size);
-            items
-                .last()
-                .map(|e: &JobEvent| encode_cursor(&event_sort_key(e.at_ms, &e.key)))
-        } else {
-            None
-        };
-        Ok(Page { items, next })
-    }
-
-    /// A meta record.
-    pub fn get_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
-        get(&self.table(META)?, &self.label, key)
-    }
-
-    /// Every meta record whose key starts with `prefix`.
-    pub fn list_meta<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>> {
-        let meta = self.table(META)?;
-        let mut out = Vec::new();
-        let range = meta
-            .range(prefix..)
-            .map_err(|e| db_err("range", &self.label, prefix, e))?;
-        for item in range {
-            let (k, v) = item.map_err(|e| db_err("range", &self.label, prefix, e))?;
-            if !k.value().starts_with(prefix) {
-                break;
-            }
-            out.push(from_json(&self.label, k.value(), v.value())?);
-        }
-        Ok(out)
-    }
 }
 
 /// A write transaction with every table open.

@@ -1,0 +1,204 @@
+//! Listings and events of [`DynamoJobStore`]: a tenant's jobs (index `tenant`), the active jobs
+//! (index `active`, one query per shard), and a job's events (its own partition).
+//!
+//! Pages hold `limit + 1` items at most so that `next` is `None` exactly on the last page; the
+//! cursor is the sort key of the last item returned, the same cursor the embedded store hands out.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use tuneplane_core::job::{JobEvent, JobRecord};
+use tuneplane_core::store::{ACTIVE_SHARDS, JobQuery, Page, Result, decode_cursor, encode_cursor};
+
+use super::item::{EventItem, Item, JOB_SK, active_pk, event_sk, job_pk, s, tenant_pk};
+use super::{ACTIVE_INDEX, DynamoJobStore, TENANT_INDEX};
+
+impl DynamoJobStore {
+    pub(super) async fn list_jobs_inner(
+        &self,
+        tenant: &str,
+        query: &JobQuery,
+    ) -> Result<Page<JobRecord>> {
+        let size = query.page_size();
+        let tpk = tenant_pk(tenant);
+        let start = match query.cursor.as_deref() {
+            None => None,
+            Some(cursor) => {
+                let tsk = decode_cursor(cursor)?;
+                let id = tsk
+                    .split_once('#')
+                    .map(|(_, id)| id.to_owned())
+                    .unwrap_or_default();
+                Some(Item::from([
+                    ("pk".to_owned(), s(job_pk(&id))),
+                    ("sk".to_owned(), s(JOB_SK)),
+                    ("tpk".to_owned(), s(&tpk)),
+                    ("tsk".to_owned(), s(tsk)),
+                ]))
+            }
+        };
+        let build = |from: Option<Item>| {
+            let mut q = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(TENANT_INDEX)
+                .key_condition_expression("tpk = :t")
+                .expression_attribute_values(":t", s(&tpk))
+                .scan_index_forward(false)
+                .limit(i32::try_from(size + 1).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(from);
+            if let Some(state) = query.state {
+                q = q
+                    .filter_expression("#st = :st")
+                    .expression_attribute_names("#st", "state")
+                    .expression_attribute_values(":st", s(state.as_str()));
+            }
+            q
+        };
+        let items = self.query_all(build, &tpk, Some(size + 1), start).await?;
+        let mut jobs = items
+            .iter()
+            .map(|i| self.decode(i))
+            .collect::<Result<Vec<JobRecord>>>()?;
+        let next = if jobs.len() > size {
+            jobs.truncate(size);
+            jobs.last().map(|j| {
+                encode_cursor(&tuneplane_core::store::tenant_sort_key(
+                    j.submitted_at_ms,
+                    &j.id,
+                ))
+            })
+        } else {
+            None
+        };
+        Ok(Page { items: jobs, next })
+    }
+
+    pub(super) async fn list_active_inner(&self) -> Result<Vec<JobRecord>> {
+        let mut keyed = Vec::new();
+        for shard in 0..ACTIVE_SHARDS {
+            let apk = active_pk(shard);
+            let build = |from: Option<Item>| {
+                self.client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(ACTIVE_INDEX)
+                    .key_condition_expression("apk = :a")
+                    .expression_attribute_values(":a", s(&apk))
+                    .set_exclusive_start_key(from)
+            };
+            for item in self.query_all(build, &apk, None, None).await? {
+                let ask = match item.get("ask") {
+                    Some(AttributeValue::S(v)) => v.clone(),
+                    _ => String::new(),
+                };
+                keyed.push((ask, self.decode::<JobRecord>(&item)?));
+            }
+        }
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        // The index is eventually consistent: a job that just ended may still be listed.
+        Ok(keyed
+            .into_iter()
+            .map(|(_, job)| job)
+            .filter(|job| !job.is_terminal())
+            .collect())
+    }
+
+    pub(super) async fn append_events_inner(
+        &self,
+        job_id: &str,
+        events: &[JobEvent],
+    ) -> Result<()> {
+        let key = job_pk(job_id);
+        // One request may not name an item twice; the last copy of a repeated event wins.
+        let mut unique: std::collections::BTreeMap<String, &JobEvent> =
+            std::collections::BTreeMap::new();
+        for event in events {
+            unique.insert(event_sk(event.at_ms, &event.key), event);
+        }
+        let unique: Vec<&JobEvent> = unique.into_values().collect();
+        for chunk in unique.chunks(25) {
+            let mut requests = Vec::with_capacity(chunk.len());
+            for event in chunk {
+                let ttl = (event.at_ms / 1000).saturating_add(self.event_ttl_secs);
+                let EventItem(item) = EventItem::new(job_id, event, ttl);
+                let put = PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .map_err(|e| self.backend("BatchWriteItem", &key, e))?;
+                requests.push(WriteRequest::builder().put_request(put).build());
+            }
+            for attempt in 0..8u32 {
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, requests)
+                    .send()
+                    .await
+                    .map_err(|e| self.backend("BatchWriteItem", &key, e))?;
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut m| m.remove(&self.table))
+                    .unwrap_or_default();
+                if requests.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
+            }
+            if !requests.is_empty() {
+                let e = std::io::Error::other(format!(
+                    "{} events stayed unprocessed after retries",
+                    requests.len()
+                ));
+                return Err(self.backend("BatchWriteItem", &key, e));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn list_events_inner(
+        &self,
+        job_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<JobEvent>> {
+        let size = if limit == 0 { 100 } else { limit.min(1000) };
+        let pk = job_pk(job_id);
+        let after = cursor.map(decode_cursor).transpose()?;
+        let start = after.map(|sort| {
+            Item::from([
+                ("pk".to_owned(), s(&pk)),
+                ("sk".to_owned(), s(format!("EVT#{sort}"))),
+            ])
+        });
+        let build = |from: Option<Item>| {
+            self.client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :p AND begins_with(sk, :e)")
+                .expression_attribute_values(":p", s(&pk))
+                .expression_attribute_values(":e", s("EVT#"))
+                .consistent_read(true)
+                .limit(i32::try_from(size + 1).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(from)
+        };
+        let items = self.query_all(build, &pk, Some(size + 1), start).await?;
+        let mut events = items
+            .iter()
+            .map(|i| self.decode(i))
+            .collect::<Result<Vec<JobEvent>>>()?;
+        let next = if events.len() > size {
+            events.truncate(size);
+            events
+                .last()
+                .map(|e| encode_cursor(&tuneplane_core::store::event_sort_key(e.at_ms, &e.key)))
+        } else {
+            None
+        };
+        Ok(Page {
+            items: events,
+            next,
+        })
+    }
+}

@@ -1,0 +1,141 @@
+//! Read-only operations of the embedded store (one redb read transaction, never blocking writers).
+
+use redb::{ReadTransaction, ReadableTable, TableHandle};
+use serde::de::DeserializeOwned;
+use tuneplane_core::job::{JobEvent, JobRecord};
+use tuneplane_core::store::{
+    JobQuery, Page, Result, decode_cursor, encode_cursor, event_sort_key, tenant_sort_key,
+};
+
+use super::tables::{
+    ACTIVE, Def, EVENTS, JOBS, META, TENANT, db_err, from_json, get, get_job, scan,
+};
+
+/// A read-only view of the store.
+pub struct ReadTx {
+    txn: ReadTransaction,
+    label: String,
+}
+
+impl ReadTx {
+    /// Wraps a read transaction.
+    pub fn new(txn: ReadTransaction, label: &str) -> ReadTx {
+        ReadTx {
+            txn,
+            label: label.to_owned(),
+        }
+    }
+
+    fn table(&self, def: Def) -> Result<redb::ReadOnlyTable<&'static str, &'static str>> {
+        self.txn
+            .open_table(def)
+            .map_err(|e| db_err("open table", &self.label, def.name(), e))
+    }
+
+    /// One job.
+    pub fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
+        get_job(&self.table(JOBS)?, &self.label, id)
+    }
+
+    /// A tenant's jobs, newest first; the state filter is applied while scanning.
+    pub fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
+        let (index, jobs) = (self.table(TENANT)?, self.table(JOBS)?);
+        let size = query.page_size();
+        let mut after = query.cursor.as_deref().map(decode_cursor).transpose()?;
+        let mut items = Vec::new();
+        loop {
+            let batch = scan(&index, &self.label, tenant, after.as_deref(), true, 100)?;
+            let exhausted = batch.len() < 100;
+            for (sort, id) in batch {
+                after = Some(sort.clone());
+                let Some(job) = get_job(&jobs, &self.label, &id)? else {
+                    continue;
+                };
+                if query.state.is_none_or(|s| s == job.state) {
+                    if items.len() == size {
+                        let last: &JobRecord = &items[size - 1];
+                        let next = encode_cursor(&tenant_sort_key(last.submitted_at_ms, &last.id));
+                        return Ok(Page {
+                            items,
+                            next: Some(next),
+                        });
+                    }
+                    items.push(job);
+                }
+            }
+            if exhausted {
+                return Ok(Page { items, next: None });
+            }
+        }
+    }
+
+    /// Non-terminal jobs in admission order.
+    pub fn list_active(&self) -> Result<Vec<JobRecord>> {
+        let (active, jobs) = (self.table(ACTIVE)?, self.table(JOBS)?);
+        let mut out = Vec::new();
+        for item in active
+            .iter()
+            .map_err(|e| db_err("iterate", &self.label, "active", e))?
+        {
+            let (_, id) = item.map_err(|e| db_err("iterate", &self.label, "active", e))?;
+            if let Some(job) = get_job(&jobs, &self.label, id.value())? {
+                out.push(job);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A job's events in order.
+    pub fn list_events(
+        &self,
+        job_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<JobEvent>> {
+        let after = cursor.map(decode_cursor).transpose()?;
+        let size = if limit == 0 { 100 } else { limit.min(1000) };
+        let rows = scan(
+            &self.table(EVENTS)?,
+            &self.label,
+            job_id,
+            after.as_deref(),
+            false,
+            size + 1,
+        )?;
+        let mut items = rows
+            .iter()
+            .map(|(sort, text)| from_json(&self.label, sort, text))
+            .collect::<Result<Vec<JobEvent>>>()?;
+        let next = if items.len() > size {
+            items.truncate(size);
+            items
+                .last()
+                .map(|e: &JobEvent| encode_cursor(&event_sort_key(e.at_ms, &e.key)))
+        } else {
+            None
+        };
+        Ok(Page { items, next })
+    }
+
+    /// A meta record.
+    pub fn get_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        get(&self.table(META)?, &self.label, key)
+    }
+
+    /// Every meta record whose key starts with `prefix`.
+    pub fn list_meta<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>> {
+        let meta = self.table(META)?;
+        let mut out = Vec::new();
+        let range = meta
+            .range(prefix..)
+            .map_err(|e| db_err("range", &self.label, prefix, e))?;
+        for item in range {
+            let (k, v) = item.map_err(|e| db_err("range", &self.label, prefix, e))?;
+            if !k.value().starts_with(prefix) {
+                break;
+            }
+            out.push(from_json(&self.label, k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+}
