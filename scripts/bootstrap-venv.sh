@@ -29,7 +29,12 @@ fi
 
 if [[ ! -x "$VENV/bin/python" ]]; then
   echo "bootstrap-venv: creating $VENV" >&2
-  "$PYTHON" -m venv "$VENV"
+  if ! "$PYTHON" -m venv "$VENV"; then
+    rm -rf "$VENV"
+    echo "bootstrap-venv: '$PYTHON -m venv' failed; on Debian/Ubuntu install it with" >&2
+    echo "  apt-get install -y python3-venv   (or set PYTHON=/path/to/python3)" >&2
+    exit 1
+  fi
 fi
 echo "bootstrap-venv: installing ${#REQUIREMENTS[@]} pinned packages into $VENV" >&2
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${REQUIREMENTS[@]}"

@@ -316,7 +316,8 @@ pub trait BlobStore: Send + Sync {
     ) -> Result<PresignedRequest>;
 }
 
-/// Checks a blob key: non-empty relative `/`-separated segments, no `.`/`..`, printable ASCII.
+/// Checks a blob key: `/`-separated non-empty segments (not `.` or `..`) of ASCII letters, digits
+/// and `-_.=`, at most 1024 bytes. Such keys need no escaping in any URL or file name.
 pub fn validate_blob_key(key: &str) -> Result<()> {
     let bad = |reason: &str| {
         Err(StoreError::InvalidKey {
@@ -327,8 +328,10 @@ pub fn validate_blob_key(key: &str) -> Result<()> {
     if key.is_empty() || key.len() > 1024 {
         return bad("must be 1 to 1024 bytes");
     }
-    if !key.bytes().all(|b| b.is_ascii_graphic()) {
-        return bad("only printable ASCII without spaces is allowed");
+    let allowed =
+        |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'=' | b'/');
+    if !key.bytes().all(allowed) {
+        return bad("only ASCII letters, digits, '-', '_', '.', '=' and '/' are allowed");
     }
     if key
         .split('/')
@@ -336,8 +339,33 @@ pub fn validate_blob_key(key: &str) -> Result<()> {
     {
         return bad("segments must be non-empty and not '.' or '..'");
     }
-    if key.contains('\\') || key.contains('?') || key.contains('#') || key.contains('%') {
-        return bad("'\\', '?', '#' and '%' are not allowed");
-    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platform_blob_keys_are_valid() {
+        for key in [
+            "capsules/sha256/0af3/capsule.zip",
+            "logs/j-1/logs.tar.gz",
+            "uploads/u_1/code=v2.tgz",
+        ] {
+            assert!(validate_blob_key(key).is_ok(), "{key}");
+        }
+    }
+
+    #[test]
+    fn keys_that_escape_or_need_escaping_are_invalid() {
+        for key in [
+            "", "/abs", "a//b", "../x", "a/./b", "a b", "a?b", "a%2e", "a\\b", "é",
+        ] {
+            assert!(
+                matches!(validate_blob_key(key), Err(StoreError::InvalidKey { .. })),
+                "{key:?}"
+            );
+        }
+    }
 }

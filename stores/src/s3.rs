@@ -230,10 +230,12 @@ async fn hash_file(path: &Path) -> std::io::Result<(String, u64)> {
 
 #[async_trait::async_trait]
 impl BlobStore for S3BlobStore {
+    #[tracing::instrument(skip_all, fields(bucket = %self.bucket, key), err)]
     async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<PutOutcome> {
         self.put_bytes(key, bytes, true).await
     }
 
+    #[tracing::instrument(skip_all, fields(bucket = %self.bucket, key), err)]
     async fn put_file_if_absent(&self, key: &str, path: &Path) -> Result<PutOutcome> {
         validate_blob_key(key)?;
         if self.head(key).await?.is_some() {
@@ -265,6 +267,7 @@ impl BlobStore for S3BlobStore {
         }
     }
 
+    #[tracing::instrument(skip_all, fields(bucket = %self.bucket, key), err)]
     async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
         self.put_bytes(key, bytes, false).await.map(drop)
     }
@@ -292,6 +295,7 @@ impl BlobStore for S3BlobStore {
         }
     }
 
+    #[tracing::instrument(skip_all, fields(bucket = %self.bucket, key), err)]
     async fn get_to_file(&self, key: &str, path: &Path) -> Result<BlobMeta> {
         validate_blob_key(key)?;
         let mut out = match self

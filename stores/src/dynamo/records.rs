@@ -124,6 +124,7 @@ impl DynamoJobStore {
 
 #[async_trait::async_trait]
 impl JobStore for DynamoJobStore {
+    #[tracing::instrument(skip_all, fields(table = %self.table(), job_id = %job.id), err)]
     async fn create_job(
         &self,
         job: &JobRecord,
@@ -147,6 +148,7 @@ impl JobStore for DynamoJobStore {
         self.get_job_inner(id).await
     }
 
+    #[tracing::instrument(skip_all, fields(table = %self.table(), job_id = %job.id, version = job.version), err)]
     async fn update_job(&self, job: &JobRecord) -> Result<JobRecord> {
         self.update_job_inner(job).await
     }
@@ -155,10 +157,12 @@ impl JobStore for DynamoJobStore {
         self.list_jobs_inner(tenant, query).await
     }
 
+    #[tracing::instrument(skip_all, fields(table = %self.table()), err)]
     async fn list_active(&self) -> Result<Vec<JobRecord>> {
         self.list_active_inner().await
     }
 
+    #[tracing::instrument(skip_all, fields(table = %self.table(), job_id, count = events.len()), err)]
     async fn append_events(&self, job_id: &str, events: &[JobEvent]) -> Result<()> {
         self.append_events_inner(job_id, events).await
     }
