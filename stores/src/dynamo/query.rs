@@ -37,6 +37,12 @@ impl DynamoJobStore {
                 ]))
             }
         };
+        // A filter applies after `Limit`: read bigger pages so a rare state needs few requests.
+        let evaluate = if query.state.is_some() {
+            (size + 1).max(200)
+        } else {
+            size + 1
+        };
         let build = |from: Option<Item>| {
             let mut q = self
                 .client
@@ -46,7 +52,7 @@ impl DynamoJobStore {
                 .key_condition_expression("tpk = :t")
                 .expression_attribute_values(":t", s(&tpk))
                 .scan_index_forward(false)
-                .limit(i32::try_from(size + 1).unwrap_or(i32::MAX))
+                .limit(i32::try_from(evaluate).unwrap_or(i32::MAX))
                 .set_exclusive_start_key(from);
             if let Some(state) = query.state {
                 q = q
