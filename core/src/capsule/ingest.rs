@@ -186,7 +186,15 @@ impl Stager<'_> {
         Ok(())
     }
 
-    fn zip<R: Read + Seek>(&mut self, reader: R) -> Result<()> {
+    fn zip<R: Read + Seek>(&mut self, mut reader: R) -> Result<()> {
+        // The zip reader keeps one entry per name; an archive that lists a name twice would be
+        // unpacked differently by different tools, so find such names in the raw directory first.
+        if let Some(dup) = duplicate_in_central_directory(&mut reader)? {
+            return Err(CapsuleError::rejected(
+                dup,
+                "duplicate entry; each path may appear only once",
+            ));
+        }
         let mut archive = zip::ZipArchive::new(reader).map_err(|e| unreadable("zip", e))?;
         if archive.len() > self.limits.max_entries {
             return Err(CapsuleError::RejectedSource(format!(
@@ -306,4 +314,51 @@ impl Stager<'_> {
             self.limits.max_total_bytes
         ))
     }
+}
+
+/// Scans the zip's central directory for a name listed twice. Returns the name, if any.
+fn duplicate_in_central_directory<R: Read + Seek>(reader: &mut R) -> Result<Option<String>> {
+    use std::io::SeekFrom;
+    let bad = |e: std::io::Error| unreadable("zip", e);
+    let len = reader.seek(SeekFrom::End(0)).map_err(bad)?;
+    let tail_len = len.min(22 + 65_535);
+    reader.seek(SeekFrom::Start(len - tail_len)).map_err(bad)?;
+    let mut tail = vec![0u8; tail_len as usize];
+    reader.read_exact(&mut tail).map_err(bad)?;
+    let Some(eocd) = tail.windows(4).rposition(|w| w == b"PK\x05\x06") else {
+        return Ok(None); // not our concern here: the zip reader reports the damage
+    };
+    let field = |at: usize, n: usize| -> u64 {
+        tail.get(eocd + at..eocd + at + n).map_or(0, |b| {
+            b.iter()
+                .rev()
+                .fold(0u64, |acc, x| (acc << 8) | u64::from(*x))
+        })
+    };
+    let (cd_size, cd_offset) = (field(12, 4), field(16, 4));
+    if cd_size == 0xFFFF_FFFF
+        || cd_offset == 0xFFFF_FFFF
+        || cd_size > 64 << 20
+        || cd_offset + cd_size > len
+    {
+        return Ok(None); // zip64 or damaged: left to the zip reader
+    }
+    reader.seek(SeekFrom::Start(cd_offset)).map_err(bad)?;
+    let mut cd = vec![0u8; cd_size as usize];
+    reader.read_exact(&mut cd).map_err(bad)?;
+    reader.seek(SeekFrom::Start(0)).map_err(bad)?;
+    let mut seen = std::collections::HashSet::new();
+    let mut at = 0usize;
+    while at + 46 <= cd.len() && cd[at..at + 4] == *b"PK\x01\x02" {
+        let u16_at = |o: usize| usize::from(u16::from_le_bytes([cd[at + o], cd[at + o + 1]]));
+        let (n, m, k) = (u16_at(28), u16_at(30), u16_at(32));
+        let Some(name) = cd.get(at + 46..at + 46 + n) else {
+            break;
+        };
+        if !seen.insert(name.to_vec()) {
+            return Ok(Some(String::from_utf8_lossy(name).into_owned()));
+        }
+        at += 46 + n + m + k;
+    }
+    Ok(None)
 }

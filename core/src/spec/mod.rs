@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use validate::{Defaults, FieldError, SpecErrors, Validated, validate};
+pub use validate::{Defaults, FieldError, MAX_SPEC_BYTES, SpecErrors, Validated, validate};
 
 use crate::constants::PLUGIN_CUSTOM;
 
@@ -120,3 +120,6 @@ pub fn is_dns_label(s: &str, max: usize) -> bool {
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
+
+#[cfg(test)]
+mod tests;
