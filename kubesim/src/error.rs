@@ -64,7 +64,12 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None }
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
 
     /// `404 NotFound` for `<plural>[.<group>] "<name>" not found`.
@@ -77,13 +82,21 @@ impl ApiError {
 
     /// `404 NotFound` for a path the server does not serve.
     pub fn no_route(path: &str) -> Self {
-        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     }
 
     /// `409 AlreadyExists`.
     pub fn already_exists(plural: &str, group: &str, name: &str) -> Self {
         let what = qualified(plural, group);
-        let mut e = Self::new(409, "AlreadyExists", format!("{what} \"{name}\" already exists"));
+        let mut e = Self::new(
+            409,
+            "AlreadyExists",
+            format!("{what} \"{name}\" already exists"),
+        );
         e.details = Some(json!({"name": name, "group": group, "kind": plural}));
         e
     }
@@ -106,8 +119,16 @@ impl ApiError {
     /// `422 Invalid` with one cause per offending field.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: &[(String, String)]) -> Self {
         let text: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
-        let what = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
-        let mut e = Self::new(422, "Invalid", format!("{what} \"{name}\" is invalid: {}", text.join(", ")));
+        let what = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{what} \"{name}\" is invalid: {}", text.join(", ")),
+        );
         let causes: Vec<Value> = causes
             .iter()
             .map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f}))
@@ -128,7 +149,13 @@ impl ApiError {
 
     /// `415 UnsupportedMediaType`.
     pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {content_type:?}"))
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {content_type:?}"
+            ),
+        )
     }
 
     /// `410 Gone` (`Expired`) for a watch from a compacted resourceVersion.
@@ -160,7 +187,11 @@ impl ApiError {
 }
 
 fn qualified(plural: &str, group: &str) -> String {
-    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -48,7 +48,11 @@ fn node(group: &NodeGroup, group_index: usize, i: u32, cordoned: bool, not_ready
         labels[SERIES_LABEL] = json!(series);
         capacity[GPU_RESOURCE] = json!(group.gpus.to_string());
     }
-    let mut taints: Vec<Value> = group.taints.iter().map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect})).collect();
+    let mut taints: Vec<Value> = group
+        .taints
+        .iter()
+        .map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect}))
+        .collect();
     if cordoned {
         taints.push(json!({"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}));
     }
@@ -89,11 +93,13 @@ pub fn set_ready(node: &mut Value, ready: bool) {
     let (status, reason, message) = if ready {
         ("True", "KubeletReady", "kubelet is posting ready status")
     } else {
-        ("False", "KubeletNotReady", "container runtime network not ready")
+        (
+            "False",
+            "KubeletNotReady",
+            "container runtime network not ready",
+        )
     };
-    let pressure = |t: &str, r: &str| {
-        json!({"type": t, "status": "False", "reason": r, "lastHeartbeatTime": now, "lastTransitionTime": now, "message": ""})
-    };
+    let pressure = |t: &str, r: &str| json!({"type": t, "status": "False", "reason": r, "lastHeartbeatTime": now, "lastTransitionTime": now, "message": ""});
     node["status"]["conditions"] = json!([
         pressure("MemoryPressure", "KubeletHasSufficientMemory"),
         pressure("DiskPressure", "KubeletHasNoDiskPressure"),
@@ -118,7 +124,10 @@ pub fn set_ready(node: &mut Value, ready: bool) {
 pub fn is_ready(node: &Value) -> bool {
     node.pointer("/status/conditions")
         .and_then(Value::as_array)
-        .and_then(|a| a.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")))
+        .and_then(|a| {
+            a.iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+        })
         .and_then(|c| c.get("status").and_then(Value::as_str))
         == Some("True")
 }

@@ -31,12 +31,16 @@ pub fn uid(v: &Value) -> &str {
 
 /// A label value of the object.
 pub fn label<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.pointer("/metadata/labels").and_then(|l| l.get(key)).and_then(Value::as_str)
+    v.pointer("/metadata/labels")
+        .and_then(|l| l.get(key))
+        .and_then(Value::as_str)
 }
 
 /// An annotation value of the object.
 pub fn annotation<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.pointer("/metadata/annotations").and_then(|l| l.get(key)).and_then(Value::as_str)
+    v.pointer("/metadata/annotations")
+        .and_then(|l| l.get(key))
+        .and_then(Value::as_str)
 }
 
 /// A mutable object at `key` of `v`, created (and replacing a non-object) when needed.
@@ -44,8 +48,12 @@ pub fn obj_mut<'a>(v: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {
     if !v.is_object() {
         *v = Value::Object(Map::new());
     }
-    let Value::Object(map) = v else { unreachable!("just made an object") };
-    let entry = map.entry(key.to_string()).or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(map) = v else {
+        unreachable!("just made an object")
+    };
+    let entry = map
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
     if !entry.is_object() {
         *entry = Value::Object(Map::new());
     }
@@ -67,7 +75,9 @@ pub fn rfc3339(t: jiff::Timestamp) -> String {
 
 /// The current time as RFC 3339 with microseconds (`MicroTime`, used by Leases and events.k8s.io).
 pub fn now_micro() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string()
 }
 
 /// Parses an RFC 3339 time stamp.
@@ -124,7 +134,9 @@ pub fn is_dns_subdomain(s: &str) -> bool {
         && s.len() <= 253
         && s.split('.').all(|part| {
             !part.is_empty()
-                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !part.starts_with('-')
                 && !part.ends_with('-')
         })
@@ -134,7 +146,8 @@ pub fn is_dns_subdomain(s: &str) -> bool {
 pub fn is_dns1035_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && s.as_bytes()[0].is_ascii_lowercase()
         && !s.ends_with('-')
 }

@@ -26,7 +26,10 @@ pub fn render(server: &str, namespace: &str) -> String {
 
 /// Writes the kubeconfig to `path`, creating parent directories.
 pub fn write(path: &Path, server: &str, namespace: &str) -> Result<()> {
-    let err = |source| Error::Write { path: path.display().to_string(), source };
+    let err = |source| Error::Write {
+        path: path.display().to_string(),
+        source,
+    };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(err)?;
     }
@@ -41,7 +44,10 @@ mod tests {
     fn kubeconfig_is_valid_yaml_with_the_server() {
         let text = render("http://127.0.0.1:6443", "default");
         let doc: serde_json::Value = yaml_serde::from_str(&text).unwrap_or_default();
-        assert_eq!(doc["clusters"][0]["cluster"]["server"], "http://127.0.0.1:6443");
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["server"],
+            "http://127.0.0.1:6443"
+        );
         assert_eq!(doc["current-context"], "kubesim");
         assert_eq!(doc["contexts"][0]["context"]["namespace"], "default");
     }

@@ -24,7 +24,10 @@ pub struct LogBook {
 
 impl Default for LogBook {
     fn default() -> Self {
-        Self { buffers: Mutex::new(HashMap::new()), changed: watch::channel(0).0 }
+        Self {
+            buffers: Mutex::new(HashMap::new()),
+            changed: watch::channel(0).0,
+        }
     }
 }
 
@@ -72,8 +75,14 @@ impl LogBook {
     /// The current log of a container (empty and open when nothing was written yet).
     pub fn read(&self, ns: &str, pod: &str, container: &str) -> LogSnapshot {
         self.with(|m| {
-            let b = m.get(&Self::key(ns, pod, container)).cloned().unwrap_or_default();
-            LogSnapshot { text: b.text, closed: b.closed }
+            let b = m
+                .get(&Self::key(ns, pod, container))
+                .cloned()
+                .unwrap_or_default();
+            LogSnapshot {
+                text: b.text,
+                closed: b.closed,
+            }
         })
     }
 
@@ -123,7 +132,13 @@ mod tests {
         let book = LogBook::default();
         book.append("ns", "p", "c", "hello\n");
         book.close("ns", "p", "c");
-        assert_eq!(book.read("ns", "p", "c"), LogSnapshot { text: "hello\n".into(), closed: true });
+        assert_eq!(
+            book.read("ns", "p", "c"),
+            LogSnapshot {
+                text: "hello\n".into(),
+                closed: true
+            }
+        );
         book.remove_pod("ns", "p");
         assert_eq!(book.read("ns", "p", "c").text, "");
     }

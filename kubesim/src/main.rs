@@ -45,19 +45,34 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     let args = Args::parse();
-    let mut config = SimConfig { addr: SocketAddr::from(([127, 0, 0, 1], args.port)), kuberay: !args.no_kuberay, exec_dir: args.exec_dir.clone(), ..SimConfig::default() };
+    let mut config = SimConfig {
+        addr: SocketAddr::from(([127, 0, 0, 1], args.port)),
+        kuberay: !args.no_kuberay,
+        exec_dir: args.exec_dir.clone(),
+        ..SimConfig::default()
+    };
     if let Some(path) = &args.fleet {
-        config = config.with_fleet_file(path).with_context(|| format!("loading fleet {}", path.display()))?;
+        config = config
+            .with_fleet_file(path)
+            .with_context(|| format!("loading fleet {}", path.display()))?;
     }
     config.scenario.image_pull_failures = args.fail_images;
     config.scenario.crash_images = args.crash_images;
     config.scenario.rayjob_run = Duration::from_secs_f64(args.rayjob_seconds.max(0.0));
     let sim = KubeSim::start(config).await?;
     sim.write_kubeconfig(&args.kubeconfig, &args.namespace)?;
-    println!("kubesim listening on {} (kubeconfig: {})", sim.url(), args.kubeconfig.display());
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    println!(
+        "kubesim listening on {} (kubeconfig: {})",
+        sim.url(),
+        args.kubeconfig.display()
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     Ok(())
 }

@@ -69,7 +69,11 @@ pub fn merge_keyed(target: &mut Value, patch: &Value) {
             let mut out = Vec::with_capacity(p.len());
             for item in p {
                 let name = item.get("name");
-                let mut merged = t.iter().find(|x| x.get("name") == name).cloned().unwrap_or(Value::Null);
+                let mut merged = t
+                    .iter()
+                    .find(|x| x.get("name") == name)
+                    .cloned()
+                    .unwrap_or(Value::Null);
                 merge_keyed(&mut merged, item);
                 out.push(merged);
             }
@@ -84,19 +88,34 @@ pub fn merge_keyed(target: &mut Value, patch: &Value) {
 }
 
 fn is_named_list(items: &[Value]) -> bool {
-    !items.is_empty() && items.iter().all(|i| i.get("name").is_some_and(Value::is_string))
+    !items.is_empty()
+        && items
+            .iter()
+            .all(|i| i.get("name").is_some_and(Value::is_string))
 }
 
 /// Applies an RFC 6902 JSON patch, returning the patched document.
 pub fn json_patch(doc: &Value, ops: &Value) -> Result<Value, ApiError> {
-    let ops = ops.as_array().ok_or_else(|| ApiError::bad_request("json patch must be an array of operations"))?;
+    let ops = ops
+        .as_array()
+        .ok_or_else(|| ApiError::bad_request("json patch must be an array of operations"))?;
     let mut doc = doc.clone();
     for (i, op) in ops.iter().enumerate() {
         let bad = |m: &str| ApiError::invalid_patch(format!("operation {i}: {m}"));
-        let kind = op.get("op").and_then(Value::as_str).ok_or_else(|| bad("missing op"))?;
-        let path = op.get("path").and_then(Value::as_str).ok_or_else(|| bad("missing path"))?;
+        let kind = op
+            .get("op")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("missing op"))?;
+        let path = op
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("missing path"))?;
         let value = || op.get("value").cloned().ok_or_else(|| bad("missing value"));
-        let from = || op.get("from").and_then(Value::as_str).ok_or_else(|| bad("missing from"));
+        let from = || {
+            op.get("from")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("missing from"))
+        };
         match kind {
             "add" => add(&mut doc, path, value()?).map_err(|m| bad(&m))?,
             "remove" => {
@@ -111,7 +130,10 @@ pub fn json_patch(doc: &Value, ops: &Value) -> Result<Value, ApiError> {
                 add(&mut doc, path, v).map_err(|m| bad(&m))?;
             }
             "copy" => {
-                let v = doc.pointer(from()?).cloned().ok_or_else(|| bad("from path does not exist"))?;
+                let v = doc
+                    .pointer(from()?)
+                    .cloned()
+                    .ok_or_else(|| bad("from path does not exist"))?;
                 add(&mut doc, path, v).map_err(|m| bad(&m))?;
             }
             "test" => {
@@ -130,7 +152,9 @@ fn unescape(token: &str) -> String {
 }
 
 fn split_parent(path: &str) -> Result<(&str, String), String> {
-    let idx = path.rfind('/').ok_or_else(|| format!("invalid path {path:?}"))?;
+    let idx = path
+        .rfind('/')
+        .ok_or_else(|| format!("invalid path {path:?}"))?;
     Ok((&path[..idx], unescape(&path[idx + 1..])))
 }
 
@@ -146,7 +170,11 @@ fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
             Ok(())
         }
         Some(Value::Array(a)) => {
-            let idx = if last == "-" { a.len() } else { last.parse().map_err(|_| format!("bad index {last:?}"))? };
+            let idx = if last == "-" {
+                a.len()
+            } else {
+                last.parse().map_err(|_| format!("bad index {last:?}"))?
+            };
             if idx > a.len() {
                 return Err(format!("index {idx} out of range"));
             }
@@ -160,7 +188,9 @@ fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
 fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
     let (parent, last) = split_parent(path)?;
     match doc.pointer_mut(parent) {
-        Some(Value::Object(m)) => m.remove(&last).ok_or_else(|| format!("{path:?} does not exist")),
+        Some(Value::Object(m)) => m
+            .remove(&last)
+            .ok_or_else(|| format!("{path:?} does not exist")),
         Some(Value::Array(a)) => {
             let idx: usize = last.parse().map_err(|_| format!("bad index {last:?}"))?;
             if idx >= a.len() {
@@ -175,7 +205,9 @@ fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
 impl ApiError {
     /// `422 Invalid` for a JSON patch that cannot be applied.
     pub fn invalid_patch(message: String) -> Self {
-        let mut e = ApiError::bad_request(format!("the server rejected our request due to an error in our request: {message}"));
+        let mut e = ApiError::bad_request(format!(
+            "the server rejected our request due to an error in our request: {message}"
+        ));
         e.code = 422;
         e.reason = "Invalid";
         e
@@ -197,8 +229,14 @@ mod tests {
     #[test]
     fn keyed_merge_merges_named_list_items() {
         let mut doc = json!({"containers": [{"name": "a", "image": "x", "env": [{"name": "K", "value": "1"}]}]});
-        merge_keyed(&mut doc, &json!({"containers": [{"name": "a", "image": "y"}]}));
-        assert_eq!(doc, json!({"containers": [{"name": "a", "image": "y", "env": [{"name": "K", "value": "1"}]}]}));
+        merge_keyed(
+            &mut doc,
+            &json!({"containers": [{"name": "a", "image": "y"}]}),
+        );
+        assert_eq!(
+            doc,
+            json!({"containers": [{"name": "a", "image": "y", "env": [{"name": "K", "value": "1"}]}]})
+        );
     }
 
     #[test]

@@ -10,7 +10,9 @@ pub fn parse(s: &str) -> Option<Milli> {
     if s.is_empty() {
         return None;
     }
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(s.len());
     let (number, suffix) = s.split_at(split);
     let (mantissa, scale) = decimal(number)?;
     // value = mantissa / 10^scale * multiplier; we want value * 1000.
@@ -36,7 +38,11 @@ pub fn parse(s: &str) -> Option<Milli> {
             if !(-18..=18).contains(&e) {
                 return None;
             }
-            if e >= 0 { (10i128.pow(e as u32), 1) } else { (1, 10i128.pow((-e) as u32)) }
+            if e >= 0 {
+                (10i128.pow(e as u32), 1)
+            } else {
+                (1, 10i128.pow((-e) as u32))
+            }
         }
         _ => return None,
     };
@@ -52,7 +58,10 @@ fn decimal(s: &str) -> Option<(i128, u32)> {
         None => (false, s.strip_prefix('+').unwrap_or(s)),
     };
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
-    if (int.is_empty() && frac.is_empty()) || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) || frac.len() > 18 {
+    if (int.is_empty() && frac.is_empty())
+        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+        || frac.len() > 18
+    {
         return None;
     }
     let digits = format!("{int}{frac}");
@@ -64,7 +73,9 @@ fn decimal(s: &str) -> Option<(i128, u32)> {
 pub fn from_json(v: Option<&serde_json::Value>) -> Milli {
     match v {
         Some(serde_json::Value::String(s)) => parse(s).unwrap_or(0),
-        Some(serde_json::Value::Number(n)) => n.as_f64().map_or(0, |f| (f * 1000.0).round() as i128),
+        Some(serde_json::Value::Number(n)) => {
+            n.as_f64().map_or(0, |f| (f * 1000.0).round() as i128)
+        }
         _ => 0,
     }
 }

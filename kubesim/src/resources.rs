@@ -66,9 +66,17 @@ const fn rt(
 }
 
 /// Namespaces.
-pub static NAMESPACES: ResourceType = ResourceType { short_names: &["ns"], fields: &["status.phase"], ..rt("", "namespaces", "namespace", "Namespace", false, true) };
+pub static NAMESPACES: ResourceType = ResourceType {
+    short_names: &["ns"],
+    fields: &["status.phase"],
+    ..rt("", "namespaces", "namespace", "Namespace", false, true)
+};
 /// Nodes.
-pub static NODES: ResourceType = ResourceType { short_names: &["no"], fields: &["spec.unschedulable"], ..rt("", "nodes", "node", "Node", false, true) };
+pub static NODES: ResourceType = ResourceType {
+    short_names: &["no"],
+    fields: &["spec.unschedulable"],
+    ..rt("", "nodes", "node", "Node", false, true)
+};
 /// Pods.
 pub static PODS: ResourceType = ResourceType {
     short_names: &["po"],
@@ -103,36 +111,86 @@ pub static EVENTS: ResourceType = ResourceType {
     ..rt("", "events", "event", "Event", true, false)
 };
 /// ConfigMaps.
-pub static CONFIGMAPS: ResourceType = ResourceType { short_names: &["cm"], ..rt("", "configmaps", "configmap", "ConfigMap", true, false) };
+pub static CONFIGMAPS: ResourceType = ResourceType {
+    short_names: &["cm"],
+    ..rt("", "configmaps", "configmap", "ConfigMap", true, false)
+};
 /// Secrets.
-pub static SECRETS: ResourceType = ResourceType { fields: &["type"], ..rt("", "secrets", "secret", "Secret", true, false) };
+pub static SECRETS: ResourceType = ResourceType {
+    fields: &["type"],
+    ..rt("", "secrets", "secret", "Secret", true, false)
+};
 /// Services.
-pub static SERVICES: ResourceType = ResourceType { short_names: &["svc"], ..rt("", "services", "service", "Service", true, true) };
+pub static SERVICES: ResourceType = ResourceType {
+    short_names: &["svc"],
+    ..rt("", "services", "service", "Service", true, true)
+};
 /// Leases.
-pub static LEASES: ResourceType = rt("coordination.k8s.io", "leases", "lease", "Lease", true, false);
+pub static LEASES: ResourceType = rt(
+    "coordination.k8s.io",
+    "leases",
+    "lease",
+    "Lease",
+    true,
+    false,
+);
 /// batch/v1 Jobs.
-pub static JOBS: ResourceType = ResourceType { fields: &["status.successful"], ..rt("batch", "jobs", "job", "Job", true, true) };
+pub static JOBS: ResourceType = ResourceType {
+    fields: &["status.successful"],
+    ..rt("batch", "jobs", "job", "Job", true, true)
+};
 /// KubeRay RayJobs.
-pub static RAYJOBS: ResourceType = ResourceType { kuberay: true, ..rt("ray.io", "rayjobs", "rayjob", "RayJob", true, true) };
+pub static RAYJOBS: ResourceType = ResourceType {
+    kuberay: true,
+    ..rt("ray.io", "rayjobs", "rayjob", "RayJob", true, true)
+};
 /// KubeRay RayClusters.
-pub static RAYCLUSTERS: ResourceType = ResourceType { kuberay: true, ..rt("ray.io", "rayclusters", "raycluster", "RayCluster", true, true) };
+pub static RAYCLUSTERS: ResourceType = ResourceType {
+    kuberay: true,
+    ..rt(
+        "ray.io",
+        "rayclusters",
+        "raycluster",
+        "RayCluster",
+        true,
+        true,
+    )
+};
 
 /// Every served type, in discovery order.
 pub static ALL: &[&ResourceType] = &[
-    &NAMESPACES, &NODES, &PODS, &EVENTS, &CONFIGMAPS, &SECRETS, &SERVICES, &LEASES, &JOBS, &RAYJOBS, &RAYCLUSTERS,
+    &NAMESPACES,
+    &NODES,
+    &PODS,
+    &EVENTS,
+    &CONFIGMAPS,
+    &SECRETS,
+    &SERVICES,
+    &LEASES,
+    &JOBS,
+    &RAYJOBS,
+    &RAYCLUSTERS,
 ];
 
 /// Looks a type up by group, version and plural.
-pub fn find(group: &str, version: &str, plural: &str, kuberay: bool) -> Option<&'static ResourceType> {
-    ALL.iter()
-        .copied()
-        .find(|r| r.group == group && r.version == version && r.plural == plural && (kuberay || !r.kuberay))
+pub fn find(
+    group: &str,
+    version: &str,
+    plural: &str,
+    kuberay: bool,
+) -> Option<&'static ResourceType> {
+    ALL.iter().copied().find(|r| {
+        r.group == group && r.version == version && r.plural == plural && (kuberay || !r.kuberay)
+    })
 }
 
 /// Groups other than core, each with its version, in discovery order.
 pub fn groups(kuberay: bool) -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&str, &str)> = Vec::new();
-    for r in ALL.iter().filter(|r| !r.group.is_empty() && (kuberay || !r.kuberay)) {
+    for r in ALL
+        .iter()
+        .filter(|r| !r.group.is_empty() && (kuberay || !r.kuberay))
+    {
         if !out.iter().any(|(g, _)| *g == r.group) {
             out.push((r.group, r.version));
         }

@@ -56,15 +56,27 @@ fn set_values(rest: &str, whole: &str) -> Result<Vec<String>, ApiError> {
     let inner = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| ApiError::bad_request(format!("unable to parse requirement: {whole:?}: expected a list in parentheses")))?;
-    Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unable to parse requirement: {whole:?}: expected a list in parentheses"
+            ))
+        })?;
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect())
 }
 
 impl LabelSelector {
     /// Parses a `labelSelector` query value.
     pub fn parse(s: &str) -> Result<Self, ApiError> {
         let mut reqs = Vec::new();
-        for part in split_top(s).into_iter().map(str::trim).filter(|p| !p.is_empty()) {
+        for part in split_top(s)
+            .into_iter()
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
             let words: Vec<&str> = part.split_whitespace().collect();
             let req = if let Some(key) = part.strip_prefix('!') {
                 LabelReq::NotExists(key.trim().to_string())
@@ -78,12 +90,17 @@ impl LabelSelector {
                 let rest = part.split_once(" in").map(|(_, r)| r).unwrap_or_default();
                 LabelReq::In(words[0].to_string(), set_values(rest, part)?)
             } else if words.len() >= 2 && words[1] == "notin" {
-                let rest = part.split_once(" notin").map(|(_, r)| r).unwrap_or_default();
+                let rest = part
+                    .split_once(" notin")
+                    .map(|(_, r)| r)
+                    .unwrap_or_default();
                 LabelReq::NotIn(words[0].to_string(), set_values(rest, part)?)
             } else if words.len() == 1 {
                 LabelReq::Exists(part.to_string())
             } else {
-                return Err(ApiError::bad_request(format!("unable to parse requirement: {part:?}")));
+                return Err(ApiError::bad_request(format!(
+                    "unable to parse requirement: {part:?}"
+                )));
             };
             reqs.push(req);
         }
@@ -122,7 +139,9 @@ impl FieldSelector {
             } else if let Some((k, v)) = part.split_once('=') {
                 (k, v, true)
             } else {
-                return Err(ApiError::bad_request(format!("invalid selector: '{s}'; can't understand '{part}'")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid selector: '{s}'; can't understand '{part}'"
+                )));
             };
             let field = field.trim();
             if !rt.supports_field(field) {
@@ -152,7 +171,9 @@ impl FieldSelector {
 /// Reads a selectable field as the API server renders it.
 pub fn field_value(obj: &Value, field: &str) -> String {
     if field == "source" {
-        return str_at(obj, "/source/component").unwrap_or_default().to_string();
+        return str_at(obj, "/source/component")
+            .unwrap_or_default()
+            .to_string();
     }
     let pointer = format!("/{}", field.replace('.', "/"));
     match obj.pointer(&pointer) {
@@ -191,7 +212,11 @@ mod tests {
             ("app in (a,b),tier", false),
             ("", true),
         ] {
-            assert_eq!(LabelSelector::parse(sel).map(|s| s.matches(&o)), Ok(want), "{sel}");
+            assert_eq!(
+                LabelSelector::parse(sel).map(|s| s.matches(&o)),
+                Ok(want),
+                "{sel}"
+            );
         }
     }
 
@@ -207,9 +232,16 @@ mod tests {
         assert_eq!(s.map(|s| s.matches(&o)), Some(true));
         let s = FieldSelector::parse("spec.nodeName=", &PODS).ok();
         assert_eq!(s.map(|s| s.matches(&json!({"spec": {}}))), Some(true));
-        assert_eq!(FieldSelector::parse("spec.image=x", &PODS).map_err(|e| e.code), Err(400));
+        assert_eq!(
+            FieldSelector::parse("spec.image=x", &PODS).map_err(|e| e.code),
+            Err(400)
+        );
         let ev = json!({"involvedObject": {"name": "p", "kind": "Pod"}, "source": {"component": "kubelet"}});
-        let s = FieldSelector::parse("involvedObject.name=p,involvedObject.kind=Pod,source=kubelet", &EVENTS).ok();
+        let s = FieldSelector::parse(
+            "involvedObject.name=p,involvedObject.kind=Pod,source=kubelet",
+            &EVENTS,
+        )
+        .ok();
         assert_eq!(s.map(|s| s.matches(&ev)), Some(true));
     }
 }

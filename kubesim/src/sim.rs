@@ -81,9 +81,15 @@ impl Default for SimConfig {
         Self {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             fleet: None,
-            namespaces: ["default", "kube-system", "kube-public", "kube-node-lease", tuneplane_core::constants::DEFAULT_NAMESPACE]
-                .map(String::from)
-                .to_vec(),
+            namespaces: [
+                "default",
+                "kube-system",
+                "kube-public",
+                "kube-node-lease",
+                tuneplane_core::constants::DEFAULT_NAMESPACE,
+            ]
+            .map(String::from)
+            .to_vec(),
             kuberay: true,
             tick: Duration::from_millis(100),
             watch_history: 20_000,
@@ -96,7 +102,10 @@ impl Default for SimConfig {
 impl SimConfig {
     /// Loads the fleet from a fleet file.
     pub fn with_fleet_file(mut self, path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadFleet { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadFleet {
+            path: path.display().to_string(),
+            source,
+        })?;
         self.fleet = Some(Fleet::from_yaml(&text)?);
         Ok(self)
     }
@@ -115,19 +124,32 @@ impl KubeSim {
         let store = Arc::new(Store::new(config.watch_history));
         let seed = |what: String, source| Error::Seed { what, source };
         for ns in &config.namespaces {
-            store.create(&NAMESPACES, "", json!({"metadata": {"name": ns}})).map_err(|e| seed(format!("namespace {ns}"), e))?;
+            store
+                .create(&NAMESPACES, "", json!({"metadata": {"name": ns}}))
+                .map_err(|e| seed(format!("namespace {ns}"), e))?;
         }
         if let Some(fleet) = &config.fleet {
             for node in crate::fleet::nodes(fleet) {
                 let name = crate::json::name(&node).to_string();
-                store.create(&NODES, "", node).map_err(|e| seed(format!("node {name}"), e))?;
+                store
+                    .create(&NODES, "", node)
+                    .map_err(|e| seed(format!("node {name}"), e))?;
             }
         }
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
-            .map_err(|source| Error::Bind { addr: config.addr.to_string(), source })?;
-        let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.addr.to_string(), source })?;
-        let router = crate::api::router(crate::api::ApiState { store: store.clone(), kuberay: config.kuberay });
+            .map_err(|source| Error::Bind {
+                addr: config.addr.to_string(),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Bind {
+            addr: config.addr.to_string(),
+            source,
+        })?;
+        let router = crate::api::router(crate::api::ApiState {
+            store: store.clone(),
+            kuberay: config.kuberay,
+        });
         let server = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
                 tracing::error!(error = %e, "kubesim server stopped");
@@ -144,7 +166,11 @@ impl KubeSim {
             }
         });
         tracing::info!(%addr, "kubesim listening");
-        Ok(Self { addr, store, tasks: vec![server, loop_task] })
+        Ok(Self {
+            addr,
+            store,
+            tasks: vec![server, loop_task],
+        })
     }
 
     /// The bound address.

@@ -12,16 +12,23 @@ use kube::api::{Api, ListParams, LogParams, PostParams};
 use serde_json::json;
 
 fn exec_config(dir: &Path) -> tuneplane_kubesim::SimConfig {
-    tuneplane_kubesim::SimConfig { exec_dir: Some(dir.to_path_buf()), ..fast_config() }
+    tuneplane_kubesim::SimConfig {
+        exec_dir: Some(dir.to_path_buf()),
+        ..fast_config()
+    }
 }
 
 fn capsule(files: &[(&str, &str)]) -> Vec<u8> {
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     for (name, body) in files {
-        w.start_file(*name, zip::write::SimpleFileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
-        w.write_all(body.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        w.start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        w.write_all(body.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
     }
-    w.finish().map(|c| c.into_inner()).unwrap_or_else(|e| panic!("{e}"))
+    w.finish()
+        .map(|c| c.into_inner())
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn wait_phase(pods: &Api<Pod>, name: &str) -> Pod {
@@ -30,7 +37,11 @@ async fn wait_phase(pods: &Api<Pod>, name: &str) -> Pod {
         let name = name.to_string();
         async move {
             let p = pods.get(&name).await.ok()?;
-            matches!(p.status.as_ref()?.phase.as_deref(), Some("Succeeded" | "Failed")).then_some(p)
+            matches!(
+                p.status.as_ref()?.phase.as_deref(),
+                Some("Succeeded" | "Failed")
+            )
+            .then_some(p)
         }
     })
     .await
@@ -58,16 +69,32 @@ async fn cpu_pod_command_runs_in_bash_with_env_workdir_and_mounts_inside_the_dat
         },
     }))
     .unwrap_or_else(|e| panic!("{e}"));
-    pods.create(&PostParams::default(), &pod).await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let done = wait_phase(&pods, "cpu-job").await;
-    assert_eq!(done.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Failed"));
-    let term = done.status.and_then(|s| s.container_statuses).and_then(|c| c.into_iter().next()).and_then(|c| c.state).and_then(|s| s.terminated);
+    assert_eq!(
+        done.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Failed")
+    );
+    let term = done
+        .status
+        .and_then(|s| s.container_statuses)
+        .and_then(|c| c.into_iter().next())
+        .and_then(|c| c.state)
+        .and_then(|s| s.terminated);
     assert_eq!(term.map(|t| t.exit_code), Some(3));
-    let logs = pods.logs("cpu-job", &LogParams::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let logs = pods
+        .logs("cpu-job", &LogParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut lines = logs.lines();
     assert_eq!(lines.next(), Some("hi from cpu-job"));
     let cwd = lines.next().unwrap_or_default();
-    assert!(Path::new(cwd).starts_with(data.path()), "working directory {cwd} must be inside the data dir");
+    assert!(
+        Path::new(cwd).starts_with(data.path()),
+        "working directory {cwd} must be inside the data dir"
+    );
     assert!(Path::new(cwd).join("out.txt").exists());
 }
 
@@ -75,14 +102,28 @@ async fn cpu_pod_command_runs_in_bash_with_env_workdir_and_mounts_inside_the_dat
 async fn rayjob_entrypoint_runs_in_its_unpacked_file_working_dir() {
     let data = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let zip_path = data.path().join("capsule.zip");
-    let script = "echo \"job $TUNEPLANE_JOB_ID in $(basename $(pwd))\"\ncat .tuneplane/jobspec.json\n";
-    std::fs::write(&zip_path, capsule(&[("run.sh", script), (".tuneplane/jobspec.json", "{\"name\":\"demo\"}")])).unwrap_or_else(|e| panic!("{e}"));
+    let script =
+        "echo \"job $TUNEPLANE_JOB_ID in $(basename $(pwd))\"\ncat .tuneplane/jobspec.json\n";
+    std::fs::write(
+        &zip_path,
+        capsule(&[
+            ("run.sh", script),
+            (".tuneplane/jobspec.json", "{\"name\":\"demo\"}"),
+        ]),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let (_sim, client) = start(exec_config(data.path())).await;
     let rayjobs: Api<RayJob> = Api::namespaced_with(client.clone(), "default", &rayjob_resource());
     let mut rj = rayjob("tp-exec", "h200", 8, 0);
     rj.spec.entrypoint = "bash run.sh".into();
-    rj.spec.runtime_env_yaml = Some(format!("working_dir: file://{}\nenv_vars:\n  TUNEPLANE_JOB_ID: j-123\n", zip_path.display()));
-    rayjobs.create(&PostParams::default(), &rj).await.unwrap_or_else(|e| panic!("{e}"));
+    rj.spec.runtime_env_yaml = Some(format!(
+        "working_dir: file://{}\nenv_vars:\n  TUNEPLANE_JOB_ID: j-123\n",
+        zip_path.display()
+    ));
+    rayjobs
+        .create(&PostParams::default(), &rj)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let done = wait_for(30, "RayJob to finish", || {
         let rayjobs = rayjobs.clone();
         async move {
@@ -93,11 +134,27 @@ async fn rayjob_entrypoint_runs_in_its_unpacked_file_working_dir() {
     })
     .await;
     let status = done.status.unwrap_or_default();
-    assert_eq!((status.job_deployment_status.as_deref(), status.job_status.as_deref()), (Some("Complete"), Some("SUCCEEDED")));
+    assert_eq!(
+        (
+            status.job_deployment_status.as_deref(),
+            status.job_status.as_deref()
+        ),
+        (Some("Complete"), Some("SUCCEEDED"))
+    );
     let pods: Api<Pod> = Api::namespaced(client, "default");
-    let submitter = pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-exec")).await.unwrap_or_else(|e| panic!("{e}"));
-    let name = submitter.items.first().and_then(|p| p.metadata.name.clone()).unwrap_or_default();
-    let logs = pods.logs(&name, &LogParams::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let submitter = pods
+        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-exec"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let name = submitter
+        .items
+        .first()
+        .and_then(|p| p.metadata.name.clone())
+        .unwrap_or_default();
+    let logs = pods
+        .logs(&name, &LogParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(logs, "job j-123 in working_dir\n{\"name\":\"demo\"}");
 }
 
@@ -105,8 +162,13 @@ async fn rayjob_entrypoint_runs_in_its_unpacked_file_working_dir() {
 async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fails_the_job() {
     let data = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let bytes = capsule(&[("capsule/fail.sh", "echo failing >&2\nexit 4\n")]);
-    let app = axum::Router::new().route("/caps/capsule.zip", axum::routing::get(move || async move { bytes.clone() }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let app = axum::Router::new().route(
+        "/caps/capsule.zip",
+        axum::routing::get(move || async move { bytes.clone() }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let server = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -116,8 +178,13 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
     let mut rj = rayjob("tp-http", "h200", 8, 0);
     // The archive's single top-level folder is stripped, as Ray does.
     rj.spec.entrypoint = "bash fail.sh".into();
-    rj.spec.runtime_env_yaml = Some(format!("working_dir: http://{addr}/caps/capsule.zip?X-Amz-Signature=abc\n"));
-    rayjobs.create(&PostParams::default(), &rj).await.unwrap_or_else(|e| panic!("{e}"));
+    rj.spec.runtime_env_yaml = Some(format!(
+        "working_dir: http://{addr}/caps/capsule.zip?X-Amz-Signature=abc\n"
+    ));
+    rayjobs
+        .create(&PostParams::default(), &rj)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let done = wait_for(30, "RayJob to finish", || {
         let rayjobs = rayjobs.clone();
         async move {
@@ -128,11 +195,27 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
     })
     .await;
     let status = done.status.unwrap_or_default();
-    assert_eq!((status.job_deployment_status.as_deref(), status.job_status.as_deref()), (Some("Failed"), Some("FAILED")));
+    assert_eq!(
+        (
+            status.job_deployment_status.as_deref(),
+            status.job_status.as_deref()
+        ),
+        (Some("Failed"), Some("FAILED"))
+    );
     let pods: Api<Pod> = Api::namespaced(client, "default");
-    let submitter = pods.list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-http")).await.unwrap_or_else(|e| panic!("{e}"));
-    let name = submitter.items.first().and_then(|p| p.metadata.name.clone()).unwrap_or_default();
-    let logs = pods.logs(&name, &LogParams::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let submitter = pods
+        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-http"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let name = submitter
+        .items
+        .first()
+        .and_then(|p| p.metadata.name.clone())
+        .unwrap_or_default();
+    let logs = pods
+        .logs(&name, &LogParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(logs, "failing\n");
     server.abort();
 }

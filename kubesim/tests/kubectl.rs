@@ -19,7 +19,13 @@ impl Drop for Server {
 }
 
 fn kubectl_available() -> bool {
-    Command::new("kubectl").arg("version").arg("--client").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
@@ -30,16 +36,27 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running kubectl: {e}"));
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.success(), text)
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// Polls `kubectl` until `check` accepts its output, for at most `secs` seconds.
-fn kubectl_until(kubeconfig: &Path, args: &[&str], secs: u64, check: impl Fn(&str) -> bool) -> String {
+fn kubectl_until(
+    kubeconfig: &Path,
+    args: &[&str],
+    secs: u64,
+    check: impl Fn(&str) -> bool,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let (ok, text) = kubectl(kubeconfig, args);
@@ -56,7 +73,11 @@ fn kubectl_until(kubeconfig: &Path, args: &[&str], secs: u64, check: impl Fn(&st
 #[test]
 fn kubectl_lists_logs_and_filters_events_against_the_binary() {
     if !kubectl_available() {
-        assert_ne!(std::env::var("KUBESIM_REQUIRE_KUBECTL").as_deref(), Ok("1"), "kubectl is required but not on PATH");
+        assert_ne!(
+            std::env::var("KUBESIM_REQUIRE_KUBECTL").as_deref(),
+            Ok("1"),
+            "kubectl is required but not on PATH"
+        );
         eprintln!("skipping: kubectl is not on PATH");
         return;
     }
@@ -75,7 +96,10 @@ fn kubectl_lists_logs_and_filters_events_against_the_binary() {
     let _server = Server(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !kubeconfig.exists() {
-        assert!(Instant::now() < deadline, "kubesim did not write its kubeconfig");
+        assert!(
+            Instant::now() < deadline,
+            "kubesim did not write its kubeconfig"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 
@@ -84,20 +108,59 @@ fn kubectl_lists_logs_and_filters_events_against_the_binary() {
     let (ok, text) = kubectl(&kubeconfig, &["create", "--validate=false", "-f", &objects]);
     assert!(ok, "kubectl create failed:\n{text}");
 
-    let listing = kubectl_until(&kubeconfig, &["get", "nodes,pods,rayjobs", "-A"], 20, |t| t.contains("tp-kubectl-") && t.contains("Running"));
-    for want in ["h200-0", "l40s-1", "NotReady", "SchedulingDisabled", "hello", "tp-kubectl"] {
+    let listing = kubectl_until(&kubeconfig, &["get", "nodes,pods,rayjobs", "-A"], 20, |t| {
+        t.contains("tp-kubectl-") && t.contains("Running")
+    });
+    for want in [
+        "h200-0",
+        "l40s-1",
+        "NotReady",
+        "SchedulingDisabled",
+        "hello",
+        "tp-kubectl",
+    ] {
         assert!(listing.contains(want), "missing {want:?} in:\n{listing}");
     }
 
-    kubectl_until(&kubeconfig, &["get", "pod", "hello", "-o", "jsonpath={.status.phase}"], 20, |t| t.trim() == "Succeeded");
+    kubectl_until(
+        &kubeconfig,
+        &["get", "pod", "hello", "-o", "jsonpath={.status.phase}"],
+        20,
+        |t| t.trim() == "Succeeded",
+    );
     let (ok, logs) = kubectl(&kubeconfig, &["logs", "hello"]);
     assert!(ok, "kubectl logs failed:\n{logs}");
     assert_eq!(logs, "hello from kubesim\n");
 
-    let events = kubectl_until(&kubeconfig, &["get", "events", "--field-selector", "involvedObject.name=hello"], 10, |t| t.contains("Scheduled"));
-    assert!(events.contains("Successfully assigned default/hello to"), "{events}");
-    assert!(!events.contains("tp-kubectl"), "the field selector must filter other objects out:\n{events}");
+    let events = kubectl_until(
+        &kubeconfig,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=hello",
+        ],
+        10,
+        |t| t.contains("Scheduled"),
+    );
+    assert!(
+        events.contains("Successfully assigned default/hello to"),
+        "{events}"
+    );
+    assert!(
+        !events.contains("tp-kubectl"),
+        "the field selector must filter other objects out:\n{events}"
+    );
 
-    let (ok, rayjob) = kubectl(&kubeconfig, &["get", "rayjob", "tp-kubectl", "-o", "jsonpath={.status.jobDeploymentStatus}"]);
+    let (ok, rayjob) = kubectl(
+        &kubeconfig,
+        &[
+            "get",
+            "rayjob",
+            "tp-kubectl",
+            "-o",
+            "jsonpath={.status.jobDeploymentStatus}",
+        ],
+    );
     assert!(ok && rayjob == "Running", "rayjob status: {rayjob}");
 }

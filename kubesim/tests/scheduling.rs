@@ -12,7 +12,11 @@ use kube::api::{Api, ListParams, LogParams, PostParams};
 
 async fn events_for(client: &kube::Client, name: &str) -> Vec<Event> {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    events.list(&ListParams::default().fields(&format!("involvedObject.name={name}"))).await.map(|l| l.items).unwrap_or_default()
+    events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
 }
 
 async fn wait_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Pod {
@@ -22,7 +26,8 @@ async fn wait_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Pod {
         let (name, phase) = (name.to_string(), phase.to_string());
         async move {
             let p = pods.get(&name).await.ok()?;
-            (p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase.as_str())).then_some(p)
+            (p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase.as_str()))
+                .then_some(p)
         }
     })
     .await
@@ -32,15 +37,33 @@ async fn wait_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Pod {
 async fn gpu_pod_that_fits_is_scheduled_on_a_node_of_its_series_and_runs() {
     let (_sim, client) = start(fast_config()).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    pods.create(&PostParams::default(), &pod("train", "ghcr.io/acme/train:1", 8, Some("l40s"))).await.unwrap_or_else(|e| panic!("{e}"));
-    let p = pods.create(&PostParams::default(), &pod("train-h", "ghcr.io/acme/train:1", 8, Some("h200"))).await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(
+        &PostParams::default(),
+        &pod("train", "ghcr.io/acme/train:1", 8, Some("l40s")),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let p = pods
+        .create(
+            &PostParams::default(),
+            &pod("train-h", "ghcr.io/acme/train:1", 8, Some("h200")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(p.spec.and_then(|s| s.node_name).is_none());
     let running = wait_phase(&pods, "train-h", "Running").await;
     let node = running.spec.and_then(|s| s.node_name).unwrap_or_default();
     assert!(node.starts_with("h200-"), "scheduled on {node}");
-    let statuses = running.status.and_then(|s| s.container_statuses).unwrap_or_default();
+    let statuses = running
+        .status
+        .and_then(|s| s.container_statuses)
+        .unwrap_or_default();
     assert!(statuses.iter().all(|c| c.ready));
-    let reasons: Vec<String> = events_for(&client, "train-h").await.into_iter().filter_map(|e| e.reason).collect();
+    let reasons: Vec<String> = events_for(&client, "train-h")
+        .await
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
     for r in ["Scheduled", "Pulled", "Created", "Started"] {
         assert!(reasons.iter().any(|x| x == r), "missing {r} in {reasons:?}");
     }
@@ -50,19 +73,41 @@ async fn gpu_pod_that_fits_is_scheduled_on_a_node_of_its_series_and_runs() {
 async fn gpu_pod_that_does_not_fit_gets_the_real_failed_scheduling_message() {
     let (_sim, client) = start(fast_config()).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    pods.create(&PostParams::default(), &pod("too-big", "ghcr.io/acme/train:1", 16, Some("h200"))).await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(
+        &PostParams::default(),
+        &pod("too-big", "ghcr.io/acme/train:1", 16, Some("h200")),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     let expected = "0/6 nodes are available: 3 node(s) didn't match Pod's node affinity/selector, 2 Insufficient nvidia.com/gpu, 1 node(s) were unschedulable.";
     let event = wait_for(10, "FailedScheduling event", || {
         let client = client.clone();
-        async move { events_for(&client, "too-big").await.into_iter().find(|e| e.reason.as_deref() == Some("FailedScheduling")) }
+        async move {
+            events_for(&client, "too-big")
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        }
     })
     .await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(event.message.as_deref(), Some(expected));
-    assert_eq!(event.source.and_then(|s| s.component).as_deref(), Some("default-scheduler"));
+    assert_eq!(
+        event.source.and_then(|s| s.component).as_deref(),
+        Some("default-scheduler")
+    );
     let p = pods.get("too-big").await.unwrap_or_else(|e| panic!("{e}"));
-    let cond = p.status.and_then(|s| s.conditions).unwrap_or_default().into_iter().find(|c| c.type_ == "PodScheduled");
-    assert_eq!(cond.as_ref().map(|c| (c.status.as_str(), c.reason.as_deref())), Some(("False", Some("Unschedulable"))));
+    let cond = p
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled");
+    assert_eq!(
+        cond.as_ref()
+            .map(|c| (c.status.as_str(), c.reason.as_deref())),
+        Some(("False", Some("Unschedulable")))
+    );
 }
 
 #[tokio::test]
@@ -71,22 +116,49 @@ async fn bad_image_gets_image_pull_events_and_backoff() {
     config.scenario.image_pull_failures = vec!["ghcr.io/acme/missing:1".into()];
     let (_sim, client) = start(config).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    pods.create(&PostParams::default(), &pod("pull", "ghcr.io/acme/missing:1", 0, None)).await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(
+        &PostParams::default(),
+        &pod("pull", "ghcr.io/acme/missing:1", 0, None),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     let p = wait_for(10, "ImagePullBackOff", || {
         let pods = pods.clone();
         async move {
             let p = pods.get("pull").await.ok()?;
-            let waiting = p.status.as_ref()?.container_statuses.as_ref()?.first()?.state.as_ref()?.waiting.as_ref()?.reason.clone()?;
+            let waiting = p
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()?
+                .state
+                .as_ref()?
+                .waiting
+                .as_ref()?
+                .reason
+                .clone()?;
             (waiting == "ImagePullBackOff").then_some(p)
         }
     })
     .await;
     assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
     let events = events_for(&client, "pull").await;
-    let has = |reason: &str, text: &str| events.iter().any(|e| e.reason.as_deref() == Some(reason) && e.message.as_deref().is_some_and(|m| m.contains(text)));
+    let has = |reason: &str, text: &str| {
+        events.iter().any(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.message.as_deref().is_some_and(|m| m.contains(text))
+        })
+    };
     assert!(has("Failed", "Error: ErrImagePull"));
-    assert!(has("Failed", "Failed to pull image \"ghcr.io/acme/missing:1\""));
-    assert!(has("BackOff", "Back-off pulling image \"ghcr.io/acme/missing:1\""));
+    assert!(has(
+        "Failed",
+        "Failed to pull image \"ghcr.io/acme/missing:1\""
+    ));
+    assert!(has(
+        "BackOff",
+        "Back-off pulling image \"ghcr.io/acme/missing:1\""
+    ));
     assert!(has("Failed", "Error: ImagePullBackOff"));
 }
 
@@ -96,14 +168,25 @@ async fn crashing_pods_fail_or_loop_by_restart_policy() {
     config.scenario.crash_images = vec!["crash:1".into()];
     let (_sim, client) = start(config).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    pods.create(&PostParams::default(), &pod("once", "crash:1", 0, None)).await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &pod("once", "crash:1", 0, None))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let failed = wait_phase(&pods, "once", "Failed").await;
-    let term = failed.status.and_then(|s| s.container_statuses).and_then(|c| c.into_iter().next()).and_then(|c| c.state).and_then(|s| s.terminated);
+    let term = failed
+        .status
+        .and_then(|s| s.container_statuses)
+        .and_then(|c| c.into_iter().next())
+        .and_then(|c| c.state)
+        .and_then(|s| s.terminated);
     assert_eq!(term.map(|t| t.exit_code), Some(1));
 
     let mut looping = pod("loop", "crash:1", 0, None);
-    looping.spec.as_mut().map(|s| s.restart_policy = Some("Always".into()));
-    pods.create(&PostParams::default(), &looping).await.unwrap_or_else(|e| panic!("{e}"));
+    if let Some(s) = looping.spec.as_mut() {
+        s.restart_policy = Some("Always".into());
+    }
+    pods.create(&PostParams::default(), &looping)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     wait_for(10, "a restart", || {
         let pods = pods.clone();
         async move {
@@ -114,7 +197,12 @@ async fn crashing_pods_fail_or_loop_by_restart_policy() {
     })
     .await;
     let events = events_for(&client, "loop").await;
-    assert!(events.iter().any(|e| e.reason.as_deref() == Some("BackOff") && e.message.as_deref().is_some_and(|m| m.starts_with("Back-off restarting failed container main"))));
+    assert!(events.iter().any(|e| {
+        e.reason.as_deref() == Some("BackOff")
+            && e.message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("Back-off restarting failed container main"))
+    }));
 }
 
 #[tokio::test]
@@ -124,23 +212,63 @@ async fn annotated_pod_runs_writes_logs_and_succeeds() {
     let mut p = pod("short", "busybox", 0, None);
     p.metadata.annotations = Some(
         [
-            (tuneplane_kubesim::annotations::RUN_SECONDS.to_string(), "0.5".to_string()),
-            (tuneplane_kubesim::annotations::LOG.to_string(), "line one\nline two".to_string()),
+            (
+                tuneplane_kubesim::annotations::RUN_SECONDS.to_string(),
+                "0.5".to_string(),
+            ),
+            (
+                tuneplane_kubesim::annotations::LOG.to_string(),
+                "line one\nline two".to_string(),
+            ),
         ]
         .into(),
     );
-    pods.create(&PostParams::default(), &p).await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &p)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     wait_phase(&pods, "short", "Running").await;
     // Follow the log while the container runs; the stream ends when it terminates.
-    let stream = pods.log_stream("short", &LogParams { follow: true, ..LogParams::default() }).await.unwrap_or_else(|e| panic!("{e}"));
-    let lines: Vec<String> = tokio::time::timeout(Duration::from_secs(10), stream.lines().filter_map(|l| async move { l.ok() }).collect())
+    let stream = pods
+        .log_stream(
+            "short",
+            &LogParams {
+                follow: true,
+                ..LogParams::default()
+            },
+        )
         .await
-        .unwrap_or_else(|_| panic!("log follow did not end with the container"));
+        .unwrap_or_else(|e| panic!("{e}"));
+    let lines: Vec<String> = tokio::time::timeout(
+        Duration::from_secs(10),
+        stream
+            .lines()
+            .filter_map(|l| async move { l.ok() })
+            .collect(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("log follow did not end with the container"));
     assert_eq!(lines, ["line one", "line two"]);
     wait_phase(&pods, "short", "Succeeded").await;
-    let tail = pods.logs("short", &LogParams { tail_lines: Some(1), ..LogParams::default() }).await.unwrap_or_else(|e| panic!("{e}"));
+    let tail = pods
+        .logs(
+            "short",
+            &LogParams {
+                tail_lines: Some(1),
+                ..LogParams::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(tail, "line two\n");
-    let missing = pods.logs("short", &LogParams { container: Some("nope".into()), ..LogParams::default() }).await;
+    let missing = pods
+        .logs(
+            "short",
+            &LogParams {
+                container: Some("nope".into()),
+                ..LogParams::default()
+            },
+        )
+        .await;
     assert!(matches!(missing, Err(kube::Error::Api(s)) if s.code == 400));
 }
 
@@ -149,27 +277,53 @@ async fn pod_past_its_active_deadline_fails() {
     let (_sim, client) = start(fast_config()).await;
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let mut p = pod("slow", "busybox", 0, None);
-    p.spec.as_mut().map(|s| s.active_deadline_seconds = Some(1));
-    pods.create(&PostParams::default(), &p).await.unwrap_or_else(|e| panic!("{e}"));
+    if let Some(s) = p.spec.as_mut() {
+        s.active_deadline_seconds = Some(1);
+    }
+    pods.create(&PostParams::default(), &p)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let failed = wait_phase(&pods, "slow", "Failed").await;
-    assert_eq!(failed.status.and_then(|s| s.reason).as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        failed.status.and_then(|s| s.reason).as_deref(),
+        Some("DeadlineExceeded")
+    );
 }
 
 #[tokio::test]
 async fn not_ready_node_is_avoided_and_named_in_the_message() {
     let (sim, client) = start(fast_config()).await;
-    sim.set_node_ready("h200-0", false).unwrap_or_else(|e| panic!("{e}"));
+    sim.set_node_ready("h200-0", false)
+        .unwrap_or_else(|e| panic!("{e}"));
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    pods.create(&PostParams::default(), &pod("a", "img", 8, Some("h200"))).await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &pod("a", "img", 8, Some("h200")))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let running = wait_phase(&pods, "a", "Running").await;
-    assert_eq!(running.spec.and_then(|s| s.node_name).as_deref(), Some("h200-1"));
-    pods.create(&PostParams::default(), &pod("b", "img", 8, Some("h200"))).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        running.spec.and_then(|s| s.node_name).as_deref(),
+        Some("h200-1")
+    );
+    pods.create(&PostParams::default(), &pod("b", "img", 8, Some("h200")))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let event = wait_for(10, "FailedScheduling for b", || {
         let client = client.clone();
-        async move { events_for(&client, "b").await.into_iter().find(|e| e.reason.as_deref() == Some("FailedScheduling")) }
+        async move {
+            events_for(&client, "b")
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        }
     })
     .await;
     let message = event.message.unwrap_or_default();
-    assert!(message.contains("1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }"), "{message}");
-    assert!(message.contains("1 Insufficient nvidia.com/gpu"), "{message}");
+    assert!(
+        message.contains("1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }"),
+        "{message}"
+    );
+    assert!(
+        message.contains("1 Insufficient nvidia.com/gpu"),
+        "{message}"
+    );
 }

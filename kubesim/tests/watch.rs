@@ -8,7 +8,9 @@ use std::time::Duration;
 use common::*;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 
@@ -47,7 +49,10 @@ where
 
 fn quiet_config() -> tuneplane_kubesim::SimConfig {
     // No fleet: pods stay Pending and untouched, so the only changes are the test's.
-    tuneplane_kubesim::SimConfig { fleet: None, ..fast_config() }
+    tuneplane_kubesim::SimConfig {
+        fleet: None,
+        ..fast_config()
+    }
 }
 
 #[tokio::test]
@@ -57,15 +62,31 @@ async fn watcher_sees_create_modify_delete_in_order() {
     let mut stream = watcher(pods.clone(), watcher::Config::default()).boxed();
     assert!(skip_init(&mut stream).await.is_empty());
 
-    pods.create(&PostParams::default(), &pod("w1", "busybox", 0, None)).await.unwrap_or_else(|e| panic!("{e}"));
-    pods.patch("w1", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"step": "2"}}}))).await.unwrap_or_else(|e| panic!("{e}"));
-    pods.delete("w1", &DeleteParams::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &pod("w1", "busybox", 0, None))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    pods.patch(
+        "w1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"step": "2"}}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    pods.delete("w1", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 
     let mut seen = Vec::new();
     while seen.len() < 3 {
         match next_event(&mut stream).await {
             watcher::Event::Apply(p) => {
-                let step = p.metadata.labels.as_ref().and_then(|l| l.get("step")).cloned().unwrap_or_else(|| "1".into());
+                let step = p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("step"))
+                    .cloned()
+                    .unwrap_or_else(|| "1".into());
                 seen.push(format!("apply:{}:{step}", name_of(&p)));
             }
             watcher::Event::Delete(p) => seen.push(format!("delete:{}", name_of(&p))),
@@ -81,15 +102,28 @@ async fn watcher_relists_after_410_gone() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let mut stream = watcher(pods.clone(), watcher::Config::default()).boxed();
     skip_init(&mut stream).await;
-    pods.create(&PostParams::default(), &pod("before", "busybox", 0, None)).await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(next_event(&mut stream).await, watcher::Event::Apply(_)));
+    pods.create(&PostParams::default(), &pod("before", "busybox", 0, None))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(
+        next_event(&mut stream).await,
+        watcher::Event::Apply(_)
+    ));
 
     // Another type's change moves the resourceVersion past the watcher's; compaction then ends
     // the open watch, and resuming from the watcher's version is 410 Gone.
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
-    cms.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "bump"}})).unwrap_or_else(|e| panic!("{e}"))).await.unwrap_or_else(|e| panic!("{e}"));
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "bump"}}))
+            .unwrap_or_else(|e| panic!("{e}")),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     sim.compact();
-    pods.create(&PostParams::default(), &pod("after", "busybox", 0, None)).await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &pod("after", "busybox", 0, None))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 
     // The watcher reports the 410 and must then relist: a fresh Init with both pods.
     let mut relisted = None;
@@ -134,15 +168,39 @@ async fn reflector_store_converges_to_the_server_state() {
     let (_sim, client) = start(quiet_config()).await;
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let (reader, writer) = reflector::store();
-    let driver = tokio::spawn(reflector(writer, watcher(pods.clone(), watcher::Config::default())).applied_objects().for_each(|_| async {}));
+    let driver = tokio::spawn(
+        reflector(writer, watcher(pods.clone(), watcher::Config::default()))
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
     for i in 0..20 {
-        pods.create(&PostParams::default(), &pod(&format!("r{i:02}"), "busybox", 0, None)).await.unwrap_or_else(|e| panic!("{e}"));
+        pods.create(
+            &PostParams::default(),
+            &pod(&format!("r{i:02}"), "busybox", 0, None),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     }
     for i in 0..5 {
-        pods.delete(&format!("r{i:02}"), &DeleteParams::default()).await.unwrap_or_else(|e| panic!("{e}"));
+        pods.delete(&format!("r{i:02}"), &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
-    pods.patch("r10", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}))).await.unwrap_or_else(|e| panic!("{e}"));
-    let server: Vec<String> = pods.list(&ListParams::default()).await.unwrap_or_else(|e| panic!("{e}")).items.iter().map(name_of).collect();
+    pods.patch(
+        "r10",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let server: Vec<String> = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .items
+        .iter()
+        .map(name_of)
+        .collect();
     assert_eq!(server.len(), 15);
     wait_for(10, "reflector convergence", || {
         let reader = reader.clone();
@@ -150,7 +208,12 @@ async fn reflector_store_converges_to_the_server_state() {
         async move {
             let mut local: Vec<String> = reader.state().iter().map(|p| name_of(p)).collect();
             local.sort();
-            let labelled = reader.state().iter().any(|p| p.metadata.labels.as_ref().is_some_and(|l| l.contains_key("x")));
+            let labelled = reader.state().iter().any(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key("x"))
+            });
             (local == server && labelled).then_some(())
         }
     })
@@ -162,13 +225,22 @@ async fn reflector_store_converges_to_the_server_state() {
 async fn field_selector_watch_sees_a_pod_enter_when_it_is_bound() {
     let (_sim, client) = start(fast_config()).await;
     let pods: Api<Pod> = Api::namespaced(client, "default");
-    let params = WatchParams::default().fields("spec.nodeName=cpu-0").timeout(20);
-    let mut stream = pods.watch(&params, "0").await.unwrap_or_else(|e| panic!("{e}")).boxed();
+    let params = WatchParams::default()
+        .fields("spec.nodeName=cpu-0")
+        .timeout(20);
+    let mut stream = pods
+        .watch(&params, "0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .boxed();
     let mut cpu_pod = pod("cpu-job", "busybox", 0, None);
     if let Some(spec) = cpu_pod.spec.as_mut() {
-        spec.node_selector = Some([("kubernetes.io/hostname".to_string(), "cpu-0".to_string())].into());
+        spec.node_selector =
+            Some([("kubernetes.io/hostname".to_string(), "cpu-0".to_string())].into());
     }
-    pods.create(&PostParams::default(), &cpu_pod).await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &cpu_pod)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let first = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
     match first {
         Ok(Some(Ok(WatchEvent::Added(p)))) => assert_eq!(name_of(&p), "cpu-job"),
@@ -180,7 +252,11 @@ async fn field_selector_watch_sees_a_pod_enter_when_it_is_bound() {
 async fn watch_ends_at_timeout_seconds() {
     let (_sim, client) = start(quiet_config()).await;
     let pods: Api<Pod> = Api::namespaced(client, "default");
-    let mut stream = pods.watch(&WatchParams::default().timeout(1), "0").await.unwrap_or_else(|e| panic!("{e}")).boxed();
+    let mut stream = pods
+        .watch(&WatchParams::default().timeout(1), "0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .boxed();
     let ended = tokio::time::timeout(Duration::from_secs(10), async {
         while stream.next().await.is_some() {}
     })

@@ -26,7 +26,8 @@ pub(super) async fn handle(
     let ns = path.namespace.clone().unwrap_or_default();
     let sub = path.sub.as_deref();
     if let Some(s) = sub {
-        let served = (s == "status" && rt.status) || (s == "log" && std::ptr::eq(rt, &crate::resources::PODS));
+        let served = (s == "status" && rt.status)
+            || (s == "log" && std::ptr::eq(rt, &crate::resources::PODS));
         if !served {
             return Err(ApiError::no_route(&format!("{}/{s}", rt.plural)));
         }
@@ -41,22 +42,33 @@ pub(super) async fn handle(
             let limit = query.get("limit").and_then(|l| l.parse().ok());
             let page = store.list(rt, &q, limit, query.get("continue").map(String::as_str))?;
             if table::wanted(headers) {
-                return Ok(json_response(StatusCode::OK, &table::render(rt, &page.items, page.rv)));
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &table::render(rt, &page.items, page.rv),
+                ));
             }
             Ok(raw_json(StatusCode::OK, list_body(rt, &page)))
         }
-        (Method::GET, Some(name)) if sub == Some("log") => super::logs::serve(state, &ns, name, query).await,
+        (Method::GET, Some(name)) if sub == Some("log") => {
+            super::logs::serve(state, &ns, name, query).await
+        }
         (Method::GET, Some(name)) => {
             let obj = store.get(rt, &ns, name)?;
             if table::wanted(headers) {
                 let rv = store.current_rv();
-                return Ok(json_response(StatusCode::OK, &table::render(rt, std::slice::from_ref(&obj), rv)));
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &table::render(rt, std::slice::from_ref(&obj), rv),
+                ));
             }
             Ok(json_response(StatusCode::OK, &obj))
         }
         (Method::POST, None) => {
             if rt.namespaced && path.namespace.is_none() {
-                return Err(ApiError::method_not_allowed(format!("create {} needs a namespace in the path", rt.plural)));
+                return Err(ApiError::method_not_allowed(format!(
+                    "create {} needs a namespace in the path",
+                    rt.plural
+                )));
             }
             let obj = store.create(rt, &ns, decode(body)?)?;
             Ok(json_response(StatusCode::CREATED, &obj))
@@ -84,10 +96,16 @@ pub(super) async fn handle(
                     deleted.push(d);
                 }
             }
-            let page = crate::store::ListPage { rv: store.current_rv(), items: deleted, next: None };
+            let page = crate::store::ListPage {
+                rv: store.current_rv(),
+                items: deleted,
+                next: None,
+            };
             Ok(raw_json(StatusCode::OK, list_body(rt, &page)))
         }
-        (m, _) => Err(ApiError::method_not_allowed(format!("{m} is not supported on this path"))),
+        (m, _) => Err(ApiError::method_not_allowed(format!(
+            "{m} is not supported on this path"
+        ))),
     }
 }
 
@@ -102,20 +120,27 @@ fn patch(
 ) -> Result<Response, ApiError> {
     let rt = path.rt;
     let status_only = path.sub.as_deref() == Some("status");
-    let ct = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let kind = PatchKind::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+    let ct = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let kind =
+        PatchKind::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
     let doc = decode(body)?;
     let store = &state.store;
     if kind == PatchKind::Apply {
         if query.get("fieldManager").is_none_or(|m| m.is_empty()) {
-            return Err(ApiError::bad_request("PATCH, application/apply-patch+yaml requests require the fieldManager parameter"));
+            return Err(ApiError::bad_request(
+                "PATCH, application/apply-patch+yaml requests require the fieldManager parameter",
+            ));
         }
         if store.try_get(rt, ns, name).is_none() {
             if status_only {
                 return Err(ApiError::not_found(rt.plural, rt.group, name));
             }
             let mut doc = doc;
-            crate::json::obj_mut(&mut doc, "metadata").insert("name".into(), Value::String(name.to_string()));
+            crate::json::obj_mut(&mut doc, "metadata")
+                .insert("name".into(), Value::String(name.to_string()));
             let obj = store.create(rt, ns, doc)?;
             return Ok(json_response(StatusCode::CREATED, &obj));
         }
@@ -138,8 +163,11 @@ fn decode(body: &Bytes) -> Result<Value, ApiError> {
         return Err(ApiError::bad_request("the request body is empty"));
     }
     serde_json::from_slice(body).or_else(|json_err| {
-        yaml_serde::from_slice::<Value>(body)
-            .map_err(|_| ApiError::bad_request(format!("the request body is not valid JSON or YAML: {json_err}")))
+        yaml_serde::from_slice::<Value>(body).map_err(|_| {
+            ApiError::bad_request(format!(
+                "the request body is not valid JSON or YAML: {json_err}"
+            ))
+        })
     })
 }
 
@@ -150,13 +178,31 @@ fn flag(query: &HashMap<String, String>, key: &str) -> bool {
 fn list_query(path: &ResourcePath, query: &HashMap<String, String>) -> Result<ListQuery, ApiError> {
     Ok(ListQuery {
         namespace: path.namespace.clone(),
-        labels: LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or_default())?,
-        fields: FieldSelector::parse(query.get("fieldSelector").map(String::as_str).unwrap_or_default(), path.rt)?,
+        labels: LabelSelector::parse(
+            query
+                .get("labelSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+        )?,
+        fields: FieldSelector::parse(
+            query
+                .get("fieldSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+            path.rt,
+        )?,
     })
 }
 
-fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> Result<DeleteOptions, ApiError> {
-    let doc: Value = if body.is_empty() { json!({}) } else { decode(body)? };
+fn delete_options(
+    query: &HashMap<String, String>,
+    body: &Bytes,
+) -> Result<DeleteOptions, ApiError> {
+    let doc: Value = if body.is_empty() {
+        json!({})
+    } else {
+        decode(body)?
+    };
     let policy = doc
         .get("propagationPolicy")
         .and_then(Value::as_str)
@@ -165,14 +211,29 @@ fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> Result<Delet
     let propagation = match policy.as_deref() {
         None | Some("Background") | Some("Foreground") => Propagation::Background,
         Some("Orphan") => Propagation::Orphan,
-        Some(other) => return Err(ApiError::bad_request(format!("unsupported propagationPolicy {other:?}"))),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unsupported propagationPolicy {other:?}"
+            )));
+        }
     };
-    let pre = |k: &str| doc.pointer(&format!("/preconditions/{k}")).and_then(Value::as_str).map(str::to_string);
-    Ok(DeleteOptions { propagation, resource_version: pre("resourceVersion"), uid: pre("uid") })
+    let pre = |k: &str| {
+        doc.pointer(&format!("/preconditions/{k}"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    Ok(DeleteOptions {
+        propagation,
+        resource_version: pre("resourceVersion"),
+        uid: pre("uid"),
+    })
 }
 
 /// Serialises a list without cloning its items.
-pub(super) fn list_body(rt: &crate::resources::ResourceType, page: &crate::store::ListPage) -> Vec<u8> {
+pub(super) fn list_body(
+    rt: &crate::resources::ResourceType,
+    page: &crate::store::ListPage,
+) -> Vec<u8> {
     let mut meta = json!({"resourceVersion": page.rv.to_string()});
     if let Some(next) = &page.next {
         meta["continue"] = Value::String(next.clone());

@@ -11,7 +11,16 @@ use crate::resources::{self, ResourceType};
 /// The Kubernetes version the simulator reports.
 pub const KUBE_VERSION: (&str, &str) = ("1", "33");
 
-const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 pub(super) fn handle(state: &ApiState, route: &Route, uri: &Uri) -> Response {
     match route {
@@ -24,11 +33,21 @@ pub(super) fn handle(state: &ApiState, route: &Route, uri: &Uri) -> Response {
             }),
         ),
         Route::Groups => {
-            let groups: Vec<Value> = resources::groups(state.kuberay).iter().map(|(g, v)| group_doc(g, v)).collect();
-            json_response(StatusCode::OK, &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
+            let groups: Vec<Value> = resources::groups(state.kuberay)
+                .iter()
+                .map(|(g, v)| group_doc(g, v))
+                .collect();
+            json_response(
+                StatusCode::OK,
+                &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
+            )
         }
         Route::Group(g) => {
-            let v = resources::groups(state.kuberay).into_iter().find(|(name, _)| name == g).map(|(_, v)| v).unwrap_or("v1");
+            let v = resources::groups(state.kuberay)
+                .into_iter()
+                .find(|(name, _)| name == g)
+                .map(|(_, v)| v)
+                .unwrap_or("v1");
             let mut doc = group_doc(g, v);
             doc["kind"] = json!("APIGroup");
             doc["apiVersion"] = json!("v1");
@@ -37,11 +56,20 @@ pub(super) fn handle(state: &ApiState, route: &Route, uri: &Uri) -> Response {
         Route::Resources(group, version) => {
             let list: Vec<Value> = resources::ALL
                 .iter()
-                .filter(|r| r.group == group && r.version == version && (state.kuberay || !r.kuberay))
+                .filter(|r| {
+                    r.group == group && r.version == version && (state.kuberay || !r.kuberay)
+                })
                 .flat_map(|r| resource_docs(r))
                 .collect();
-            let gv = if group.is_empty() { version.clone() } else { format!("{group}/{version}") };
-            json_response(StatusCode::OK, &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}))
+            let gv = if group.is_empty() {
+                version.clone()
+            } else {
+                format!("{group}/{version}")
+            };
+            json_response(
+                StatusCode::OK,
+                &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
+            )
         }
         Route::Version => json_response(
             StatusCode::OK,
@@ -78,7 +106,10 @@ fn resource_docs(r: &ResourceType) -> Vec<Value> {
     if !r.short_names.is_empty() {
         main["shortNames"] = json!(r.short_names);
     }
-    if matches!(r.plural, "pods" | "rayjobs" | "rayclusters" | "jobs" | "services") {
+    if matches!(
+        r.plural,
+        "pods" | "rayjobs" | "rayclusters" | "jobs" | "services"
+    ) {
         main["categories"] = json!(["all"]);
     }
     let mut out = vec![main];

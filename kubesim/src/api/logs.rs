@@ -16,19 +16,29 @@ use crate::logs::tail_lines;
 use crate::resources::PODS;
 use crate::store::Store;
 
-pub(super) async fn serve(state: &ApiState, ns: &str, name: &str, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+pub(super) async fn serve(
+    state: &ApiState,
+    ns: &str,
+    name: &str,
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
     let pod = state.store.get(&PODS, ns, name)?;
     let container = pick_container(&pod, name, query.get("container").map(String::as_str))?;
     if !started(&pod, &container) {
         let reason = waiting_reason(&pod, &container).unwrap_or_else(|| "ContainerCreating".into());
-        return Err(ApiError::bad_request(format!("container \"{container}\" in pod \"{name}\" is waiting to start: {reason}")));
+        return Err(ApiError::bad_request(format!(
+            "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
+        )));
     }
     let snapshot = state.store.logs.read(ns, name, &container);
     let mut first = match query.get("tailLines").and_then(|t| t.parse::<usize>().ok()) {
         Some(n) => tail_lines(&snapshot.text, n).to_string(),
         None => snapshot.text.clone(),
     };
-    if let Some(limit) = query.get("limitBytes").and_then(|l| l.parse::<usize>().ok()) {
+    if let Some(limit) = query
+        .get("limitBytes")
+        .and_then(|l| l.parse::<usize>().ok())
+    {
         let mut cut = limit.min(first.len());
         while !first.is_char_boundary(cut) {
             cut -= 1;
@@ -85,7 +95,8 @@ impl Follower {
                 return None;
             }
             // Bounded wait so a deleted pod ends the stream even without further log changes.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.rx.changed()).await;
+            let _ =
+                tokio::time::timeout(std::time::Duration::from_secs(1), self.rx.changed()).await;
         }
     }
 }
@@ -93,7 +104,11 @@ impl Follower {
 fn container_names(pod: &Value, list: &str) -> Vec<String> {
     pod.pointer(&format!("/spec/{list}"))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -105,7 +120,9 @@ fn pick_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String
             if main.iter().chain(init.iter()).any(|n| n == c) {
                 Ok(c.to_string())
             } else {
-                Err(ApiError::bad_request(format!("container {c} is not valid for pod {name}")))
+                Err(ApiError::bad_request(format!(
+                    "container {c} is not valid for pod {name}"
+                )))
             }
         }
         _ if main.len() == 1 => Ok(main[0].clone()),
@@ -117,19 +134,29 @@ fn pick_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String
 }
 
 fn status_of<'a>(pod: &'a Value, container: &str) -> Option<&'a Value> {
-    ["containerStatuses", "initContainerStatuses"].iter().find_map(|list| {
-        pod.pointer(&format!("/status/{list}"))
-            .and_then(Value::as_array)
-            .and_then(|a| a.iter().find(|s| s.get("name").and_then(Value::as_str) == Some(container)))
-    })
+    ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .find_map(|list| {
+            pod.pointer(&format!("/status/{list}"))
+                .and_then(Value::as_array)
+                .and_then(|a| {
+                    a.iter()
+                        .find(|s| s.get("name").and_then(Value::as_str) == Some(container))
+                })
+        })
 }
 
 fn started(pod: &Value, container: &str) -> bool {
     status_of(pod, container).is_some_and(|s| {
-        s.pointer("/state/running").is_some() || s.pointer("/state/terminated").is_some() || s.pointer("/lastState/terminated").is_some()
+        s.pointer("/state/running").is_some()
+            || s.pointer("/state/terminated").is_some()
+            || s.pointer("/lastState/terminated").is_some()
     })
 }
 
 fn waiting_reason(pod: &Value, container: &str) -> Option<String> {
-    status_of(pod, container).and_then(|s| s.pointer("/state/waiting/reason")).and_then(Value::as_str).map(str::to_string)
+    status_of(pod, container)
+        .and_then(|s| s.pointer("/state/waiting/reason"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }

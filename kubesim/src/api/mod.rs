@@ -69,18 +69,27 @@ pub enum Route {
 
 /// Parses a request path; `None` when the server does not serve it.
 pub fn parse_path(path: &str, kuberay: bool) -> Option<Route> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let (group, version, rest) = match segs.as_slice() {
         ["api"] => return Some(Route::CoreVersions),
         ["apis"] => return Some(Route::Groups),
         ["version"] => return Some(Route::Version),
         ["healthz" | "readyz" | "livez", ..] => return Some(Route::Health),
         ["apis", g] => {
-            return resources::groups(kuberay).iter().any(|(name, _)| name == g).then(|| Route::Group(g.to_string()));
+            return resources::groups(kuberay)
+                .iter()
+                .any(|(name, _)| name == g)
+                .then(|| Route::Group(g.to_string()));
         }
         ["api", "v1"] => return Some(Route::Resources(String::new(), "v1".into())),
         ["apis", g, v] => {
-            let served = resources::groups(kuberay).iter().any(|(name, ver)| name == g && ver == v);
+            let served = resources::groups(kuberay)
+                .iter()
+                .any(|(name, ver)| name == g && ver == v);
             return served.then(|| Route::Resources(g.to_string(), v.to_string()));
         }
         ["api", "v1", rest @ ..] => ("", "v1", rest),
@@ -89,7 +98,9 @@ pub fn parse_path(path: &str, kuberay: bool) -> Option<Route> {
     };
     let find = |plural: &str| resources::find(group, version, plural, kuberay);
     let route = match rest {
-        ["namespaces", ns, plural, tail @ ..] if find(plural).is_some_and(|r| r.namespaced) && tail.len() <= 2 => {
+        ["namespaces", ns, plural, tail @ ..]
+            if find(plural).is_some_and(|r| r.namespaced) && tail.len() <= 2 =>
+        {
             ResourcePath {
                 rt: find(plural)?,
                 namespace: Some(ns.to_string()),
@@ -102,7 +113,12 @@ pub fn parse_path(path: &str, kuberay: bool) -> Option<Route> {
             if rt.namespaced && !tail.is_empty() {
                 return None;
             }
-            ResourcePath { rt, namespace: None, name: tail.first().map(|s| s.to_string()), sub: tail.get(1).map(|s| s.to_string()) }
+            ResourcePath {
+                rt,
+                namespace: None,
+                name: tail.first().map(|s| s.to_string()),
+                sub: tail.get(1).map(|s| s.to_string()),
+            }
         }
         _ => return None,
     };
@@ -127,7 +143,9 @@ fn percent_decode(s: &str) -> String {
         match bytes[i] {
             b'+' => out.push(b' '),
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
                 match hex {
                     Some(b) => {
                         out.push(b);
@@ -145,12 +163,22 @@ fn percent_decode(s: &str) -> String {
 
 /// A JSON response.
 pub(crate) fn json_response(code: StatusCode, body: &Value) -> Response {
-    (code, [("content-type", "application/json")], body.to_string()).into_response()
+    (
+        code,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// A JSON response from pre-serialised bytes.
 pub(crate) fn raw_json(code: StatusCode, body: Vec<u8>) -> Response {
-    (code, [("content-type", "application/json")], Body::from(body)).into_response()
+    (
+        code,
+        [("content-type", "application/json")],
+        Body::from(body),
+    )
+        .into_response()
 }
 
 async fn dispatch(
@@ -166,9 +194,14 @@ async fn dispatch(
     };
     tracing::debug!(%method, path = uri.path(), "request");
     let result = match route {
-        Route::Resource(path) => crud::handle(&state, &method, &path, &query, &headers, &body).await,
+        Route::Resource(path) => {
+            crud::handle(&state, &method, &path, &query, &headers, &body).await
+        }
         other if method == Method::GET => Ok(discovery::handle(&state, &other, &uri)),
-        _ => Err(ApiError::method_not_allowed(format!("{method} is not supported on {}", uri.path()))),
+        _ => Err(ApiError::method_not_allowed(format!(
+            "{method} is not supported on {}",
+            uri.path()
+        ))),
     };
     result.unwrap_or_else(IntoResponse::into_response)
 }
@@ -177,7 +210,9 @@ async fn dispatch(
 mod tests {
     use super::*;
 
-    fn res(path: &str) -> Option<(&'static str, Option<String>, Option<String>, Option<String>)> {
+    type Parsed = (&'static str, Option<String>, Option<String>, Option<String>);
+
+    fn res(path: &str) -> Option<Parsed> {
         match parse_path(path, true)? {
             Route::Resource(p) => Some((p.rt.plural, p.namespace, p.name, p.sub)),
             _ => None,
@@ -188,13 +223,34 @@ mod tests {
     fn paths_parse_into_type_namespace_name_and_subresource() {
         let s = |x: &str| Some(x.to_string());
         assert_eq!(res("/api/v1/pods"), Some(("pods", None, None, None)));
-        assert_eq!(res("/api/v1/namespaces/ns/pods/p/log"), Some(("pods", s("ns"), s("p"), s("log"))));
-        assert_eq!(res("/api/v1/namespaces"), Some(("namespaces", None, None, None)));
-        assert_eq!(res("/api/v1/namespaces/ns"), Some(("namespaces", None, s("ns"), None)));
-        assert_eq!(res("/api/v1/namespaces/ns/status"), Some(("namespaces", None, s("ns"), s("status"))));
-        assert_eq!(res("/api/v1/nodes/n1/status"), Some(("nodes", None, s("n1"), s("status"))));
-        assert_eq!(res("/apis/ray.io/v1/namespaces/a/rayjobs/j/status"), Some(("rayjobs", s("a"), s("j"), s("status"))));
-        assert_eq!(res("/apis/coordination.k8s.io/v1/namespaces/a/leases"), Some(("leases", s("a"), None, None)));
+        assert_eq!(
+            res("/api/v1/namespaces/ns/pods/p/log"),
+            Some(("pods", s("ns"), s("p"), s("log")))
+        );
+        assert_eq!(
+            res("/api/v1/namespaces"),
+            Some(("namespaces", None, None, None))
+        );
+        assert_eq!(
+            res("/api/v1/namespaces/ns"),
+            Some(("namespaces", None, s("ns"), None))
+        );
+        assert_eq!(
+            res("/api/v1/namespaces/ns/status"),
+            Some(("namespaces", None, s("ns"), s("status")))
+        );
+        assert_eq!(
+            res("/api/v1/nodes/n1/status"),
+            Some(("nodes", None, s("n1"), s("status")))
+        );
+        assert_eq!(
+            res("/apis/ray.io/v1/namespaces/a/rayjobs/j/status"),
+            Some(("rayjobs", s("a"), s("j"), s("status")))
+        );
+        assert_eq!(
+            res("/apis/coordination.k8s.io/v1/namespaces/a/leases"),
+            Some(("leases", s("a"), None, None))
+        );
         assert_eq!(res("/api/v1/pods/p"), None);
         assert_eq!(res("/api/v1/widgets"), None);
         assert!(parse_path("/apis/ray.io/v1/rayjobs", false).is_none());
@@ -203,7 +259,10 @@ mod tests {
     #[test]
     fn query_values_are_percent_decoded() {
         let q = parse_query(Some("labelSelector=app%3Dray%2Ctier+in+%28a%29&watch=1"));
-        assert_eq!(q.get("labelSelector").map(String::as_str), Some("app=ray,tier in (a)"));
+        assert_eq!(
+            q.get("labelSelector").map(String::as_str),
+            Some("app=ray,tier in (a)")
+        );
         assert_eq!(q.get("watch").map(String::as_str), Some("1"));
     }
 }

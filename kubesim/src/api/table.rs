@@ -11,7 +11,10 @@ use crate::resources::ResourceType;
 
 /// Whether the request's `Accept` header asks for a Table.
 pub(super) fn wanted(headers: &HeaderMap) -> bool {
-    headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("as=Table"))
+    headers
+        .get("accept")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
 }
 
 /// Renders objects as a Table.
@@ -20,8 +23,22 @@ pub(super) fn render(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value 
         "Pod" => &["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node"],
         "Node" => &["Name", "Status", "Roles", "Age", "Version"],
         "Event" => &["Last Seen", "Type", "Reason", "Object", "Message"],
-        "RayJob" => &["Name", "Job Status", "Deployment Status", "Ray Cluster Name", "Start Time", "End Time", "Age"],
-        "RayCluster" => &["Name", "Desired Workers", "Available Workers", "Status", "Age"],
+        "RayJob" => &[
+            "Name",
+            "Job Status",
+            "Deployment Status",
+            "Ray Cluster Name",
+            "Start Time",
+            "End Time",
+            "Age",
+        ],
+        "RayCluster" => &[
+            "Name",
+            "Desired Workers",
+            "Available Workers",
+            "Status",
+            "Age",
+        ],
         "Job" => &["Name", "Status", "Completions", "Age"],
         "Namespace" => &["Name", "Status", "Age"],
         _ => &["Name", "Age"],
@@ -37,7 +54,10 @@ pub(super) fn render(rt: &ResourceType, items: &[Arc<Value>], rv: u64) -> Value 
     let rows: Vec<Value> = items
         .iter()
         .map(|o| {
-            let cells: Vec<Value> = columns.iter().map(|c| Value::String(cell(rt, o, c))).collect();
+            let cells: Vec<Value> = columns
+                .iter()
+                .map(|c| Value::String(cell(rt, o, c)))
+                .collect();
             json!({"cells": cells, "object": **o})
         })
         .collect();
@@ -57,20 +77,37 @@ fn cell(rt: &ResourceType, o: &Value, column: &str) -> String {
         (_, "Name") => s("/metadata/name"),
         (_, "Age") => age(&created),
         ("Pod", "Ready") => {
-            let statuses = o.pointer("/status/containerStatuses").and_then(Value::as_array);
-            let total = o.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
-            let ready = statuses.map_or(0, |a| a.iter().filter(|c| c.get("ready") == Some(&json!(true))).count());
+            let statuses = o
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array);
+            let total = o
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let ready = statuses.map_or(0, |a| {
+                a.iter()
+                    .filter(|c| c.get("ready") == Some(&json!(true)))
+                    .count()
+            });
             format!("{ready}/{total}")
         }
         ("Pod", "Status") => {
             let waiting = o
                 .pointer("/status/containerStatuses")
                 .and_then(Value::as_array)
-                .and_then(|a| a.iter().find_map(|c| c.pointer("/state/waiting/reason").and_then(Value::as_str)));
+                .and_then(|a| {
+                    a.iter()
+                        .find_map(|c| c.pointer("/state/waiting/reason").and_then(Value::as_str))
+                });
             let terminated = o
                 .pointer("/status/containerStatuses")
                 .and_then(Value::as_array)
-                .and_then(|a| a.iter().find_map(|c| c.pointer("/state/terminated/reason").and_then(Value::as_str)));
+                .and_then(|a| {
+                    a.iter().find_map(|c| {
+                        c.pointer("/state/terminated/reason")
+                            .and_then(Value::as_str)
+                    })
+                });
             let pod_reason = s("/status/reason");
             if o.pointer("/metadata/deletionTimestamp").is_some() {
                 "Terminating".into()
@@ -86,7 +123,11 @@ fn cell(rt: &ResourceType, o: &Value, column: &str) -> String {
             let n: i64 = o
                 .pointer("/status/containerStatuses")
                 .and_then(Value::as_array)
-                .map_or(0, |a| a.iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum());
+                .map_or(0, |a| {
+                    a.iter()
+                        .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+                        .sum()
+                });
             n.to_string()
         }
         ("Pod", "IP") => or_none(s("/status/podIP")),
@@ -98,7 +139,11 @@ fn cell(rt: &ResourceType, o: &Value, column: &str) -> String {
                 .and_then(|a| a.iter().find(|c| c.get("type") == Some(&json!("Ready"))))
                 .and_then(|c| c.get("status").and_then(Value::as_str))
                 == Some("True");
-            let mut status = if ready { "Ready".to_string() } else { "NotReady".to_string() };
+            let mut status = if ready {
+                "Ready".to_string()
+            } else {
+                "NotReady".to_string()
+            };
             if o.pointer("/spec/unschedulable") == Some(&json!(true)) {
                 status.push_str(",SchedulingDisabled");
             }
@@ -107,24 +152,45 @@ fn cell(rt: &ResourceType, o: &Value, column: &str) -> String {
         ("Node", "Roles") => "<none>".into(),
         ("Node", "Version") => s("/status/nodeInfo/kubeletVersion"),
         ("Event", "Last Seen") => {
-            let t = [s("/lastTimestamp"), s("/eventTime"), created].into_iter().find(|t| !t.is_empty()).unwrap_or_default();
+            let t = [s("/lastTimestamp"), s("/eventTime"), created]
+                .into_iter()
+                .find(|t| !t.is_empty())
+                .unwrap_or_default();
             age(&t)
         }
         ("Event", "Type") => s("/type"),
         ("Event", "Reason") => s("/reason"),
-        ("Event", "Object") => format!("{}/{}", s("/involvedObject/kind").to_lowercase(), s("/involvedObject/name")),
+        ("Event", "Object") => format!(
+            "{}/{}",
+            s("/involvedObject/kind").to_lowercase(),
+            s("/involvedObject/name")
+        ),
         ("Event", "Message") => s("/message"),
         ("RayJob", "Job Status") => s("/status/jobStatus"),
         ("RayJob", "Deployment Status") => s("/status/jobDeploymentStatus"),
         ("RayJob", "Ray Cluster Name") => s("/status/rayClusterName"),
         ("RayJob", "Start Time") => s("/status/startTime"),
         ("RayJob", "End Time") => s("/status/endTime"),
-        ("RayCluster", "Desired Workers") => o.pointer("/status/desiredWorkerReplicas").map(Value::to_string).unwrap_or_default(),
-        ("RayCluster", "Available Workers") => o.pointer("/status/availableWorkerReplicas").map(Value::to_string).unwrap_or_default(),
+        ("RayCluster", "Desired Workers") => o
+            .pointer("/status/desiredWorkerReplicas")
+            .map(Value::to_string)
+            .unwrap_or_default(),
+        ("RayCluster", "Available Workers") => o
+            .pointer("/status/availableWorkerReplicas")
+            .map(Value::to_string)
+            .unwrap_or_default(),
         ("RayCluster", "Status") => s("/status/state"),
         ("Job", "Status") => {
-            let conds = o.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
-            let has = |t: &str| conds.iter().any(|c| c.get("type") == Some(&json!(t)) && c.get("status") == Some(&json!("True")));
+            let conds = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let has = |t: &str| {
+                conds.iter().any(|c| {
+                    c.get("type") == Some(&json!(t)) && c.get("status") == Some(&json!("True"))
+                })
+            };
             if has("Complete") {
                 "Complete".into()
             } else if has("Failed") {
@@ -134,8 +200,14 @@ fn cell(rt: &ResourceType, o: &Value, column: &str) -> String {
             }
         }
         ("Job", "Completions") => {
-            let done = o.pointer("/status/succeeded").and_then(Value::as_i64).unwrap_or(0);
-            let want = o.pointer("/spec/completions").and_then(Value::as_i64).unwrap_or(1);
+            let done = o
+                .pointer("/status/succeeded")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let want = o
+                .pointer("/spec/completions")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
             format!("{done}/{want}")
         }
         ("Namespace", "Status") => s("/status/phase"),

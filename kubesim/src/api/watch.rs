@@ -46,13 +46,18 @@ pub(super) async fn serve(
 ) -> Result<Response, ApiError> {
     let from = match params.get("resourceVersion").map(String::as_str) {
         None | Some("") => None,
-        Some(rv) => Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?),
+        Some(rv) => Some(
+            rv.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+        ),
     };
     let timeout = params
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
         .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
-    let bookmarks = params.get("allowWatchBookmarks").is_some_and(|v| v == "true" || v == "1");
+    let bookmarks = params
+        .get("allowWatchBookmarks")
+        .is_some_and(|v| v == "true" || v == "1");
     let resets = state.store.resets();
     let start = match state.store.watch_from(rt, from) {
         Ok(s) => s,
@@ -100,7 +105,11 @@ impl WatchStream {
                 }
                 continue;
             }
-            let wake = if self.bookmarks { self.deadline.min(self.next_bookmark) } else { self.deadline };
+            let wake = if self.bookmarks {
+                self.deadline.min(self.next_bookmark)
+            } else {
+                self.deadline
+            };
             tokio::select! {
                 received = self.rx.recv() => match received {
                     Ok(ev) => {

@@ -24,7 +24,10 @@ pub struct Recorder {
 impl Recorder {
     /// A recorder writing into `store`.
     pub fn new(store: Arc<Store>) -> Self {
-        Self { store, seen: HashMap::new() }
+        Self {
+            store,
+            seen: HashMap::new(),
+        }
     }
 
     /// Records an event about `obj` from `component`.
@@ -33,7 +36,12 @@ impl Recorder {
             self.seen.clear();
         }
         let uid = json::uid(obj).to_string();
-        let key = (uid.clone(), ty.to_string(), reason.to_string(), message.to_string());
+        let key = (
+            uid.clone(),
+            ty.to_string(),
+            reason.to_string(),
+            message.to_string(),
+        );
         let now = json::now_rfc3339();
         let mut ns = json::namespace(obj).to_string();
         if ns.is_empty() {
@@ -59,7 +67,12 @@ impl Recorder {
             "uid": uid,
             "resourceVersion": json::str_at(obj, "/metadata/resourceVersion").unwrap_or_default(),
         });
-        let name = format!("{}.{:x}{}", json::name(obj), jiff::Timestamp::now().as_nanosecond() as u64 & 0xffff_ffff_ffff, json::random_suffix(2));
+        let name = format!(
+            "{}.{:x}{}",
+            json::name(obj),
+            jiff::Timestamp::now().as_nanosecond() as u64 & 0xffff_ffff_ffff,
+            json::random_suffix(2)
+        );
         let event = json!({
             "metadata": {"name": name, "namespace": ns},
             "involvedObject": involved,

@@ -57,20 +57,42 @@ pub struct PodNeeds {
 
 fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
     v.and_then(Value::as_object)
-        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 fn taints(v: Option<&Value>) -> Vec<Taint> {
-    let s = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let s = |t: &Value, k: &str| {
+        t.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
     v.and_then(Value::as_array)
-        .map(|a| a.iter().map(|t| Taint { key: s(t, "key"), value: s(t, "value"), effect: s(t, "effect"), operator: s(t, "operator") }).collect())
+        .map(|a| {
+            a.iter()
+                .map(|t| Taint {
+                    key: s(t, "key"),
+                    value: s(t, "value"),
+                    effect: s(t, "effect"),
+                    operator: s(t, "operator"),
+                })
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 fn resources(v: Option<&Value>) -> Resources {
     v.and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, q)| (k.clone(), quantity::from_json(Some(q)))).collect())
+        .map(|m| {
+            m.iter()
+                .map(|(k, q)| (k.clone(), quantity::from_json(Some(q))))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -105,12 +127,21 @@ impl PodNeeds {
     pub fn from_pod(pod: &Value) -> Self {
         let sum_of = |list: &str| {
             let mut total = Resources::new();
-            for c in pod.pointer(&format!("/spec/{list}")).and_then(Value::as_array).into_iter().flatten() {
+            for c in pod
+                .pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 let mut req = resources(c.pointer("/resources/limits"));
                 req.extend(resources(c.pointer("/resources/requests")));
                 for (k, v) in req {
                     let e = total.entry(k).or_insert(0);
-                    *e = if list == "initContainers" { (*e).max(v) } else { *e + v };
+                    *e = if list == "initContainers" {
+                        (*e).max(v)
+                    } else {
+                        *e + v
+                    };
                 }
             }
             total
@@ -133,8 +164,22 @@ impl PodNeeds {
                     .into_iter()
                     .flatten()
                     .map(|e| {
-                        let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-                        let values = e.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default();
+                        let s = |k: &str| {
+                            e.get(k)
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_string()
+                        };
+                        let values = e
+                            .get("values")
+                            .and_then(Value::as_array)
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(Value::as_str)
+                                    .map(str::to_string)
+                                    .collect()
+                            })
+                            .unwrap_or_default();
                         (s("key"), s("operator"), values)
                     })
                     .collect()
@@ -151,14 +196,21 @@ impl PodNeeds {
     fn tolerates(&self, taint: &Taint) -> bool {
         self.tolerations.iter().any(|t| {
             let effect_ok = t.effect.is_empty() || t.effect == taint.effect;
-            let key_ok = if t.key.is_empty() { t.operator == "Exists" } else { t.key == taint.key };
+            let key_ok = if t.key.is_empty() {
+                t.operator == "Exists"
+            } else {
+                t.key == taint.key
+            };
             let value_ok = t.operator == "Exists" || t.value == taint.value;
             effect_ok && key_ok && value_ok
         })
     }
 
     fn matches_labels(&self, labels: &BTreeMap<String, String>) -> bool {
-        let selector_ok = self.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+        let selector_ok = self
+            .node_selector
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v));
         let term_ok = |term: &Vec<(String, String, Vec<String>)>| {
             term.iter().all(|(k, op, values)| {
                 let have = labels.get(k);
@@ -176,17 +228,28 @@ impl PodNeeds {
 
     /// Why the node cannot take the pod (empty when it can).
     pub fn reasons(&self, node: &NodeInfo) -> Vec<String> {
-        let unschedulable_taint = Taint { key: UNSCHEDULABLE_TAINT.into(), value: String::new(), effect: "NoSchedule".into(), operator: String::new() };
+        let unschedulable_taint = Taint {
+            key: UNSCHEDULABLE_TAINT.into(),
+            value: String::new(),
+            effect: "NoSchedule".into(),
+            operator: String::new(),
+        };
         if node.unschedulable && !self.tolerates(&unschedulable_taint) {
             return vec!["node(s) were unschedulable".into()];
         }
         let untolerated = node
             .taints
             .iter()
-            .filter(|t| t.key != UNSCHEDULABLE_TAINT && (t.effect == "NoSchedule" || t.effect == "NoExecute"))
+            .filter(|t| {
+                t.key != UNSCHEDULABLE_TAINT
+                    && (t.effect == "NoSchedule" || t.effect == "NoExecute")
+            })
             .find(|t| !self.tolerates(t));
         if let Some(t) = untolerated {
-            return vec![format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value)];
+            return vec![format!(
+                "node(s) had untolerated taint {{{}: {}}}",
+                t.key, t.value
+            )];
         }
         if !self.matches_labels(&node.labels) {
             return vec!["node(s) didn't match Pod's node affinity/selector".into()];
@@ -194,7 +257,11 @@ impl PodNeeds {
         let mut out = Vec::new();
         for (r, want) in self.requests.iter().filter(|(_, v)| **v > 0) {
             if node.free(r) < *want {
-                out.push(if r == "pods" { "Too many pods".to_string() } else { format!("Insufficient {r}") });
+                out.push(if r == "pods" {
+                    "Too many pods".to_string()
+                } else {
+                    format!("Insufficient {r}")
+                });
             }
         }
         out

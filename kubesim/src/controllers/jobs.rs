@@ -14,12 +14,16 @@ use crate::store::{DeleteOptions, Store};
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 
 fn finished(job: &Value) -> Option<&str> {
-    job.pointer("/status/conditions").and_then(Value::as_array).and_then(|a| {
-        a.iter().find_map(|c| {
-            let ty = c.get("type").and_then(Value::as_str)?;
-            (matches!(ty, "Complete" | "Failed") && c.get("status").and_then(Value::as_str) == Some("True")).then_some(ty)
+    job.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|a| {
+            a.iter().find_map(|c| {
+                let ty = c.get("type").and_then(Value::as_str)?;
+                (matches!(ty, "Complete" | "Failed")
+                    && c.get("status").and_then(Value::as_str) == Some("True"))
+                .then_some(ty)
+            })
         })
-    })
 }
 
 fn owner_ref(job: &Value) -> Value {
@@ -41,8 +45,12 @@ pub fn step(store: &Arc<Store>) {
 
 fn reconcile(store: &Store, job: &Value, pods: &[Arc<Value>]) -> Result<(), crate::ApiError> {
     let (ns, name) = (json::namespace(job), json::name(job));
-    if let Some(done_at) = str_at(job, "/status/completionTime").or_else(|| finished(job).and(str_at(job, "/status/startTime"))) {
-        if let Some(ttl) = job.pointer("/spec/ttlSecondsAfterFinished").and_then(Value::as_f64)
+    if let Some(done_at) = str_at(job, "/status/completionTime")
+        .or_else(|| finished(job).and(str_at(job, "/status/startTime")))
+    {
+        if let Some(ttl) = job
+            .pointer("/spec/ttlSecondsAfterFinished")
+            .and_then(Value::as_f64)
             && json::seconds_since(done_at) >= ttl
         {
             store.delete(&JOBS, ns, name, &DeleteOptions::default())?;
@@ -50,24 +58,44 @@ fn reconcile(store: &Store, job: &Value, pods: &[Arc<Value>]) -> Result<(), crat
         return Ok(());
     }
     let uid = json::uid(job);
-    let mine: Vec<&Arc<Value>> = pods.iter().filter(|p| json::label(p, "controller-uid") == Some(uid)).collect();
+    let mine: Vec<&Arc<Value>> = pods
+        .iter()
+        .filter(|p| json::label(p, "controller-uid") == Some(uid))
+        .collect();
     let phase = |p: &Value| str_at(p, "/status/phase").unwrap_or_default().to_string();
     let succeeded = mine.iter().filter(|p| phase(p) == "Succeeded").count();
     let failed = mine.iter().filter(|p| phase(p) == "Failed").count();
     let active = mine.len() - succeeded - failed;
-    let backoff = job.pointer("/spec/backoffLimit").and_then(Value::as_u64).unwrap_or(6) as usize;
+    let backoff = job
+        .pointer("/spec/backoffLimit")
+        .and_then(Value::as_u64)
+        .unwrap_or(6) as usize;
     let now = json::now_rfc3339();
-    let started = str_at(job, "/status/startTime").map(str::to_string).unwrap_or_else(|| now.clone());
+    let started = str_at(job, "/status/startTime")
+        .map(str::to_string)
+        .unwrap_or_else(|| now.clone());
     let deadline_hit = job
         .pointer("/spec/activeDeadlineSeconds")
         .and_then(Value::as_f64)
         .is_some_and(|d| json::seconds_since(&started) >= d);
     let outcome = if succeeded > 0 {
-        Some(("Complete", "CompletionsReached", "Reached expected number of succeeded pods"))
+        Some((
+            "Complete",
+            "CompletionsReached",
+            "Reached expected number of succeeded pods",
+        ))
     } else if failed > backoff {
-        Some(("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"))
+        Some((
+            "Failed",
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+        ))
     } else if deadline_hit {
-        Some(("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"))
+        Some((
+            "Failed",
+            "DeadlineExceeded",
+            "Job was active longer than specified deadline",
+        ))
     } else {
         None
     };
@@ -99,10 +127,18 @@ fn create_pod(store: &Store, job: &Value) -> Result<(), crate::ApiError> {
     let template = job.pointer("/spec/template").cloned().unwrap_or_default();
     let mut pod = json!({"metadata": template.get("metadata").cloned().unwrap_or(json!({})), "spec": template.get("spec").cloned().unwrap_or(json!({}))});
     let meta = json::obj_mut(&mut pod, "metadata");
-    meta.insert("name".into(), json!(format!("{name}-{}", json::random_suffix(5))));
+    meta.insert(
+        "name".into(),
+        json!(format!("{name}-{}", json::random_suffix(5))),
+    );
     meta.insert("ownerReferences".into(), json!([owner_ref(job)]));
     let labels = json::obj_mut(&mut pod["metadata"], "labels");
-    for (k, v) in [("job-name", name), (JOB_NAME_LABEL, name), ("controller-uid", uid), ("batch.kubernetes.io/controller-uid", uid)] {
+    for (k, v) in [
+        ("job-name", name),
+        (JOB_NAME_LABEL, name),
+        ("controller-uid", uid),
+        ("batch.kubernetes.io/controller-uid", uid),
+    ] {
         labels.insert(k.into(), json!(v));
     }
     store.create(&PODS, ns, pod)?;

@@ -35,7 +35,12 @@ fn containers(pod: &Value, list: &str) -> Vec<(String, String)> {
         .map(|a| {
             a.iter()
                 .map(|c| {
-                    let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+                    let s = |k: &str| {
+                        c.get(k)
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string()
+                    };
                     (s("name"), s("image"))
                 })
                 .collect()
@@ -48,13 +53,18 @@ fn container_state(pod: &Value) -> Option<&Value> {
 }
 
 fn waiting_reason(pod: &Value) -> Option<&str> {
-    container_state(pod).and_then(|s| s.pointer("/waiting/reason")).and_then(Value::as_str)
+    container_state(pod)
+        .and_then(|s| s.pointer("/waiting/reason"))
+        .and_then(Value::as_str)
 }
 
 fn condition_time(pod: &Value, ty: &str) -> Option<String> {
     pod.pointer("/status/conditions")
         .and_then(Value::as_array)
-        .and_then(|a| a.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(ty)))
+        .and_then(|a| {
+            a.iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
+        })
         .and_then(|c| c.get("lastTransitionTime").and_then(Value::as_str))
         .map(str::to_string)
 }
@@ -66,7 +76,12 @@ impl Kubelet {
     }
 
     /// One pass over every bound, non-terminal pod.
-    pub fn step(&mut self, store: &Arc<Store>, recorder: &mut Recorder, mut exec: Option<&mut Executor>) {
+    pub fn step(
+        &mut self,
+        store: &Arc<Store>,
+        recorder: &mut Recorder,
+        mut exec: Option<&mut Executor>,
+    ) {
         let pods = store.all(&PODS);
         if let Some(ex) = exec.as_deref_mut() {
             ex.reap(&pods);
@@ -74,7 +89,10 @@ impl Kubelet {
         for pod in pods.iter() {
             let bound = !str_at(pod, "/spec/nodeName").unwrap_or_default().is_empty();
             let phase = str_at(pod, "/status/phase").unwrap_or_default();
-            if !bound || !matches!(phase, "Pending" | "Running") || pod.pointer("/metadata/deletionTimestamp").is_some() {
+            if !bound
+                || !matches!(phase, "Pending" | "Running")
+                || pod.pointer("/metadata/deletionTimestamp").is_some()
+            {
                 continue;
             }
             if let Err(e) = self.advance(store, recorder, exec.as_deref_mut(), pod) {
@@ -83,19 +101,42 @@ impl Kubelet {
         }
     }
 
-    fn advance(&self, store: &Store, rec: &mut Recorder, exec: Option<&mut Executor>, pod: &Arc<Value>) -> Result<(), crate::ApiError> {
+    fn advance(
+        &self,
+        store: &Store,
+        rec: &mut Recorder,
+        exec: Option<&mut Executor>,
+        pod: &Arc<Value>,
+    ) -> Result<(), crate::ApiError> {
         let (ns, name) = (json::namespace(pod), json::name(pod));
         let delay = self.scenario.start_delay.as_secs_f64();
         let phase = str_at(pod, "/status/phase").unwrap_or_default();
-        if let Some(deadline) = pod.pointer("/spec/activeDeadlineSeconds").and_then(Value::as_f64)
+        if let Some(deadline) = pod
+            .pointer("/spec/activeDeadlineSeconds")
+            .and_then(Value::as_f64)
             && let Some(start) = str_at(pod, "/status/startTime")
             && json::seconds_since(start) >= deadline
         {
-            rec.record(pod, NORMAL, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline", "kubelet");
+            rec.record(
+                pod,
+                NORMAL,
+                "DeadlineExceeded",
+                "Pod was active on the node longer than the specified deadline",
+                "kubelet",
+            );
             if let Some(ex) = exec {
                 ex.kill(json::uid(pod));
             }
-            return self.terminate(store, ns, name, 137, Some(("DeadlineExceeded", "Pod was active on the node longer than the specified deadline")));
+            return self.terminate(
+                store,
+                ns,
+                name,
+                137,
+                Some((
+                    "DeadlineExceeded",
+                    "Pod was active on the node longer than the specified deadline",
+                )),
+            );
         }
         if phase == "Pending" {
             let bound_at = condition_time(pod, "PodScheduled").unwrap_or_default();
@@ -106,15 +147,26 @@ impl Kubelet {
             if waited < delay {
                 return Ok(());
             }
-            let images: Vec<String> = containers(pod, "initContainers").into_iter().chain(containers(pod, "containers")).map(|(_, i)| i).collect();
-            if let Some(bad) = images.iter().find(|i| self.scenario.image_pull_failures.contains(i)) {
+            let images: Vec<String> = containers(pod, "initContainers")
+                .into_iter()
+                .chain(containers(pod, "containers"))
+                .map(|(_, i)| i)
+                .collect();
+            if let Some(bad) = images
+                .iter()
+                .find(|i| self.scenario.image_pull_failures.contains(i))
+            {
                 return self.pull_failure(store, rec, pod, bad, waited, delay);
             }
             return self.start(store, rec, exec, pod);
         }
         // Running: a container waiting after a crash restarts after the delay.
         if waiting_reason(pod) == Some("CrashLoopBackOff") {
-            let finished = str_at(pod, "/status/containerStatuses/0/lastState/terminated/finishedAt").unwrap_or_default();
+            let finished = str_at(
+                pod,
+                "/status/containerStatuses/0/lastState/terminated/finishedAt",
+            )
+            .unwrap_or_default();
             if json::seconds_since(finished) >= delay {
                 return self.start(store, rec, exec, pod);
             }
@@ -135,8 +187,13 @@ impl Kubelet {
 
     /// When a simulated (not executed) container exits, if it has by now.
     fn simulated_exit(&self, pod: &Value) -> Option<Exit> {
-        let images: Vec<String> = containers(pod, "containers").into_iter().map(|(_, i)| i).collect();
-        let crash = images.iter().any(|i| self.scenario.crash_images.contains(i));
+        let images: Vec<String> = containers(pod, "containers")
+            .into_iter()
+            .map(|(_, i)| i)
+            .collect();
+        let crash = images
+            .iter()
+            .any(|i| self.scenario.crash_images.contains(i));
         let run = json::annotation(pod, annotations::RUN_SECONDS)
             .and_then(|s| s.parse::<f64>().ok())
             .or(if crash { Some(0.0) } else { None })
@@ -145,11 +202,20 @@ impl Kubelet {
         if json::seconds_since(started) < run {
             return None;
         }
-        let code = json::annotation(pod, annotations::EXIT_CODE).and_then(|s| s.parse().ok()).unwrap_or(if crash { 1 } else { 0 });
+        let code = json::annotation(pod, annotations::EXIT_CODE)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(if crash { 1 } else { 0 });
         Some(Exit { code })
     }
 
-    fn write_waiting(&self, store: &Store, ns: &str, name: &str, reason: &str, message: Option<&str>) -> Result<(), crate::ApiError> {
+    fn write_waiting(
+        &self,
+        store: &Store,
+        ns: &str,
+        name: &str,
+        reason: &str,
+        message: Option<&str>,
+    ) -> Result<(), crate::ApiError> {
         store.update_all(&PODS, ns, name, |cur| {
             let mut p = cur.clone();
             let mut waiting = json!({"reason": reason});
@@ -174,11 +240,25 @@ impl Kubelet {
         Ok(())
     }
 
-    fn pull_failure(&self, store: &Store, rec: &mut Recorder, pod: &Value, image: &str, waited: f64, delay: f64) -> Result<(), crate::ApiError> {
+    fn pull_failure(
+        &self,
+        store: &Store,
+        rec: &mut Recorder,
+        pod: &Value,
+        image: &str,
+        waited: f64,
+        delay: f64,
+    ) -> Result<(), crate::ApiError> {
         let (ns, name) = (json::namespace(pod), json::name(pod));
         match waiting_reason(pod) {
             Some("ErrImagePull") if waited >= 2.0 * delay => {
-                rec.record(pod, NORMAL, "BackOff", &format!("Back-off pulling image \"{image}\""), "kubelet");
+                rec.record(
+                    pod,
+                    NORMAL,
+                    "BackOff",
+                    &format!("Back-off pulling image \"{image}\""),
+                    "kubelet",
+                );
                 rec.record(pod, WARNING, "Failed", "Error: ImagePullBackOff", "kubelet");
                 let message = format!("Back-off pulling image \"{image}\"");
                 self.write_waiting(store, ns, name, "ImagePullBackOff", Some(&message))
@@ -188,7 +268,13 @@ impl Kubelet {
                 let detail = format!(
                     "Failed to pull image \"{image}\": rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": not found"
                 );
-                rec.record(pod, NORMAL, "Pulling", &format!("Pulling image \"{image}\""), "kubelet");
+                rec.record(
+                    pod,
+                    NORMAL,
+                    "Pulling",
+                    &format!("Pulling image \"{image}\""),
+                    "kubelet",
+                );
                 rec.record(pod, WARNING, "Failed", &detail, "kubelet");
                 rec.record(pod, WARNING, "Failed", "Error: ErrImagePull", "kubelet");
                 self.write_waiting(store, ns, name, "ErrImagePull", Some(&detail))
@@ -196,15 +282,42 @@ impl Kubelet {
         }
     }
 
-    fn start(&self, store: &Store, rec: &mut Recorder, exec: Option<&mut Executor>, pod: &Arc<Value>) -> Result<(), crate::ApiError> {
+    fn start(
+        &self,
+        store: &Store,
+        rec: &mut Recorder,
+        exec: Option<&mut Executor>,
+        pod: &Arc<Value>,
+    ) -> Result<(), crate::ApiError> {
         let (ns, name) = (json::namespace(pod), json::name(pod));
         let first_start = str_at(pod, "/status/phase") == Some("Pending");
-        for (c, image) in containers(pod, "initContainers").into_iter().chain(containers(pod, "containers")) {
+        for (c, image) in containers(pod, "initContainers")
+            .into_iter()
+            .chain(containers(pod, "containers"))
+        {
             if first_start {
-                rec.record(pod, NORMAL, "Pulled", &format!("Container image \"{image}\" already present on machine"), "kubelet");
+                rec.record(
+                    pod,
+                    NORMAL,
+                    "Pulled",
+                    &format!("Container image \"{image}\" already present on machine"),
+                    "kubelet",
+                );
             }
-            rec.record(pod, NORMAL, "Created", &format!("Created container: {c}"), "kubelet");
-            rec.record(pod, NORMAL, "Started", &format!("Started container {c}"), "kubelet");
+            rec.record(
+                pod,
+                NORMAL,
+                "Created",
+                &format!("Created container: {c}"),
+                "kubelet",
+            );
+            rec.record(
+                pod,
+                NORMAL,
+                "Started",
+                &format!("Started container {c}"),
+                "kubelet",
+            );
         }
         let now = json::now_rfc3339();
         let updated = store.update_all(&PODS, ns, name, |cur| {
@@ -260,10 +373,22 @@ impl Kubelet {
         Ok(())
     }
 
-    fn crash_loop(&self, store: &Store, rec: &mut Recorder, pod: &Value, code: i32) -> Result<(), crate::ApiError> {
+    fn crash_loop(
+        &self,
+        store: &Store,
+        rec: &mut Recorder,
+        pod: &Value,
+        code: i32,
+    ) -> Result<(), crate::ApiError> {
         let (ns, name, uid) = (json::namespace(pod), json::name(pod), json::uid(pod));
         for (c, _) in containers(pod, "containers") {
-            rec.record(pod, WARNING, "BackOff", &format!("Back-off restarting failed container {c} in pod {name}_{ns}({uid})"), "kubelet");
+            rec.record(
+                pod,
+                WARNING,
+                "BackOff",
+                &format!("Back-off restarting failed container {c} in pod {name}_{ns}({uid})"),
+                "kubelet",
+            );
         }
         let now = json::now_rfc3339();
         store.update_all(&PODS, ns, name, |cur| {
@@ -286,7 +411,14 @@ impl Kubelet {
     }
 
     /// Ends the pod: every container terminated with `code`; `Succeeded` when 0, else `Failed`.
-    fn terminate(&self, store: &Store, ns: &str, name: &str, code: i32, pod_reason: Option<(&str, &str)>) -> Result<(), crate::ApiError> {
+    fn terminate(
+        &self,
+        store: &Store,
+        ns: &str,
+        name: &str,
+        code: i32,
+        pod_reason: Option<(&str, &str)>,
+    ) -> Result<(), crate::ApiError> {
         let now = json::now_rfc3339();
         let updated = store.update_all(&PODS, ns, name, |cur| {
             let mut p = cur.clone();
@@ -310,7 +442,10 @@ impl Kubelet {
             set_condition(&mut p, "ContainersReady", "False", Some(why), None);
             Ok(p)
         })?;
-        for (c, _) in containers(&updated, "containers").into_iter().chain(containers(&updated, "initContainers")) {
+        for (c, _) in containers(&updated, "containers")
+            .into_iter()
+            .chain(containers(&updated, "initContainers"))
+        {
             store.logs.close(ns, name, &c);
         }
         Ok(())

@@ -33,8 +33,13 @@ impl Controllers {
             recorder: events::Recorder::new(store.clone()),
             scheduler: scheduler::Scheduler::default(),
             kubelet: kubelet::Kubelet::new(config.scenario.clone()),
-            kuberay: config.kuberay.then(|| kuberay::KubeRay::new(config.scenario.clone(), config.exec_dir.is_some())),
-            exec: config.exec_dir.clone().map(|d| Executor::new(d, store.clone())),
+            kuberay: config
+                .kuberay
+                .then(|| kuberay::KubeRay::new(config.scenario.clone(), config.exec_dir.is_some())),
+            exec: config
+                .exec_dir
+                .clone()
+                .map(|d| Executor::new(d, store.clone())),
             store,
         }
     }
@@ -46,7 +51,8 @@ impl Controllers {
         }
         jobs::step(&self.store);
         self.scheduler.step(&self.store, &mut self.recorder);
-        self.kubelet.step(&self.store, &mut self.recorder, self.exec.as_mut());
+        self.kubelet
+            .step(&self.store, &mut self.recorder, self.exec.as_mut());
         // Let request handlers run between passes on a busy runtime.
         tokio::task::yield_now().await;
     }

@@ -41,7 +41,11 @@ pub struct Executor {
 impl Executor {
     /// An executor writing only under `dir`.
     pub fn new(dir: PathBuf, store: Arc<Store>) -> Self {
-        Self { dir, store, running: HashMap::new() }
+        Self {
+            dir,
+            store,
+            running: HashMap::new(),
+        }
     }
 
     /// Whether a pod is executed (CPU pods and RayJob submitters) rather than simulated.
@@ -53,7 +57,12 @@ impl Executor {
             return false;
         }
         let needs = crate::controllers::fit::PodNeeds::from_pod(pod);
-        needs.requests.get(tuneplane_core::constants::GPU_RESOURCE).copied().unwrap_or(0) == 0
+        needs
+            .requests
+            .get(tuneplane_core::constants::GPU_RESOURCE)
+            .copied()
+            .unwrap_or(0)
+            == 0
     }
 
     /// Starts the pod's process (again, after a restart).
@@ -68,12 +77,23 @@ impl Executor {
             let code = job.run(&store, kill_rx).await;
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(code);
         });
-        self.running.insert(uid, Running { kill: Some(kill_tx), result });
+        self.running.insert(
+            uid,
+            Running {
+                kill: Some(kill_tx),
+                result,
+            },
+        );
     }
 
     /// The exit code of a finished process (once; the process is then forgotten).
     pub fn poll(&mut self, uid: &str) -> Option<i32> {
-        let code = (*self.running.get(uid)?.result.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let code = (*self
+            .running
+            .get(uid)?
+            .result
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()))?;
         self.running.remove(uid);
         Some(code)
     }
@@ -91,7 +111,12 @@ impl Executor {
     /// Kills the processes of pods that no longer exist.
     pub fn reap(&mut self, pods: &[Arc<Value>]) {
         let live: HashSet<&str> = pods.iter().map(|p| json::uid(p)).collect();
-        let gone: Vec<String> = self.running.keys().filter(|u| !live.contains(u.as_str())).cloned().collect();
+        let gone: Vec<String> = self
+            .running
+            .keys()
+            .filter(|u| !live.contains(u.as_str()))
+            .cloned()
+            .collect();
         for uid in gone {
             self.kill(&uid);
         }

@@ -26,9 +26,17 @@ pub(super) struct Job {
 #[derive(Debug, Clone)]
 enum Kind {
     /// A pod's container: argv, env, working directory (already mapped to host paths).
-    Container { argv: Vec<String>, env: Vec<(String, String)>, workdir: PathBuf, dirs: Vec<PathBuf> },
+    Container {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        workdir: PathBuf,
+        dirs: Vec<PathBuf>,
+    },
     /// A RayJob entrypoint with its runtime env YAML.
-    RayJob { entrypoint: String, runtime_env: String },
+    RayJob {
+        entrypoint: String,
+        runtime_env: String,
+    },
 }
 
 /// Maps a path inside the pod to the host: under a mount it goes to that mount's folder,
@@ -53,10 +61,16 @@ fn rewrite(text: &str, mounts: &[(String, PathBuf)]) -> String {
         let mut rest = out.as_str();
         while let Some(i) = rest.find(mount.as_str()) {
             let after = &rest[i + mount.len()..];
-            let boundary_after = after.is_empty() || after.starts_with(['/', ' ', '"', '\'', ':', ';', '\n']);
-            let boundary_before = i == 0 || rest[..i].ends_with([' ', '"', '\'', '=', ':', '\n', '(']);
+            let boundary_after =
+                after.is_empty() || after.starts_with(['/', ' ', '"', '\'', ':', ';', '\n']);
+            let boundary_before =
+                i == 0 || rest[..i].ends_with([' ', '"', '\'', '=', ':', '\n', '(']);
             result.push_str(&rest[..i]);
-            result.push_str(if boundary_after && boundary_before { &host } else { mount });
+            result.push_str(if boundary_after && boundary_before {
+                &host
+            } else {
+                mount
+            });
             rest = after;
         }
         result.push_str(rest);
@@ -68,14 +82,34 @@ fn rewrite(text: &str, mounts: &[(String, PathBuf)]) -> String {
 impl Job {
     /// Reads what to run from a pod (its first container, or the RayJob annotations).
     pub(super) fn from_pod(pod: &Value, data_dir: &Path) -> Self {
-        let (ns, name) = (json::namespace(pod).to_string(), json::name(pod).to_string());
+        let (ns, name) = (
+            json::namespace(pod).to_string(),
+            json::name(pod).to_string(),
+        );
         let uid8: String = json::uid(pod).chars().take(8).collect();
-        let root = data_dir.join("pods").join(&ns).join(format!("{name}-{uid8}"));
-        let c = pod.pointer("/spec/containers/0").cloned().unwrap_or_default();
+        let root = data_dir
+            .join("pods")
+            .join(&ns)
+            .join(format!("{name}-{uid8}"));
+        let c = pod
+            .pointer("/spec/containers/0")
+            .cloned()
+            .unwrap_or_default();
         let container = str_at(&c, "/name").unwrap_or("main").to_string();
         if let Some(entrypoint) = json::annotation(pod, RAYJOB_ENTRYPOINT) {
-            let runtime_env = json::annotation(pod, RAYJOB_RUNTIME_ENV).unwrap_or_default().to_string();
-            return Self { ns, pod: name, container, root, kind: Kind::RayJob { entrypoint: entrypoint.to_string(), runtime_env } };
+            let runtime_env = json::annotation(pod, RAYJOB_RUNTIME_ENV)
+                .unwrap_or_default()
+                .to_string();
+            return Self {
+                ns,
+                pod: name,
+                container,
+                root,
+                kind: Kind::RayJob {
+                    entrypoint: entrypoint.to_string(),
+                    runtime_env,
+                },
+            };
         }
         let mut mounts: Vec<(String, PathBuf)> = c
             .get("volumeMounts")
@@ -83,7 +117,11 @@ impl Job {
             .into_iter()
             .flatten()
             .filter_map(|m| {
-                let path = m.get("mountPath")?.as_str()?.trim_end_matches('/').to_string();
+                let path = m
+                    .get("mountPath")?
+                    .as_str()?
+                    .trim_end_matches('/')
+                    .to_string();
                 let vol = m.get("name")?.as_str()?;
                 let sub = m.get("subPath").and_then(Value::as_str).unwrap_or_default();
                 Some((path, root.join("volumes").join(vol).join(sub)))
@@ -93,9 +131,20 @@ impl Job {
         // Longest mount first so nested mounts win.
         mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
         let strings = |k: &str| -> Vec<String> {
-            c.get(k).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(|s| rewrite(s, &mounts)).collect()).unwrap_or_default()
+            c.get(k)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(|s| rewrite(s, &mounts))
+                        .collect()
+                })
+                .unwrap_or_default()
         };
-        let argv: Vec<String> = strings("command").into_iter().chain(strings("args")).collect();
+        let argv: Vec<String> = strings("command")
+            .into_iter()
+            .chain(strings("args"))
+            .collect();
         let env = c
             .get("env")
             .and_then(Value::as_array)
@@ -109,8 +158,12 @@ impl Job {
                         "metadata.name" => name.clone(),
                         "metadata.namespace" => ns.clone(),
                         "metadata.uid" => json::uid(pod).to_string(),
-                        "spec.nodeName" => str_at(pod, "/spec/nodeName").unwrap_or_default().to_string(),
-                        "status.podIP" => str_at(pod, "/status/podIP").unwrap_or_default().to_string(),
+                        "spec.nodeName" => str_at(pod, "/spec/nodeName")
+                            .unwrap_or_default()
+                            .to_string(),
+                        "status.podIP" => {
+                            str_at(pod, "/status/podIP").unwrap_or_default().to_string()
+                        }
                         _ => return None,
                     },
                 };
@@ -120,11 +173,24 @@ impl Job {
         let workdir = map_path(str_at(&c, "/workingDir").unwrap_or("/"), &mounts, &root);
         let mut dirs: Vec<PathBuf> = mounts.iter().map(|(_, h)| h.clone()).collect();
         dirs.push(workdir.clone());
-        Self { ns, pod: name, container, root, kind: Kind::Container { argv, env, workdir, dirs } }
+        Self {
+            ns,
+            pod: name,
+            container,
+            root,
+            kind: Kind::Container {
+                argv,
+                env,
+                workdir,
+                dirs,
+            },
+        }
     }
 
     fn log(&self, store: &Store, text: &str) {
-        store.logs.append(&self.ns, &self.pod, &self.container, text);
+        store
+            .logs
+            .append(&self.ns, &self.pod, &self.container, text);
     }
 
     /// Runs to completion (or until killed) and returns the exit code.
@@ -142,26 +208,46 @@ impl Job {
         let home = self.root.join("home");
         let tmp = self.root.join("tmp");
         for d in [&home, &tmp] {
-            std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+            std::fs::create_dir_all(d)
+                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
         }
         let mut cmd = tokio::process::Command::new("bash");
         cmd.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()))
+            .env(
+                "PATH",
+                std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+            )
             .env("HOME", &home)
             .env("TMPDIR", &tmp)
             .env("HOSTNAME", &self.pod);
         match &self.kind {
-            Kind::Container { argv, env, workdir, dirs } => {
+            Kind::Container {
+                argv,
+                env,
+                workdir,
+                dirs,
+            } => {
                 for d in dirs {
-                    std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+                    std::fs::create_dir_all(d)
+                        .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
                 }
                 if argv.is_empty() {
-                    return Err("the container has no command; execution mode needs an explicit command".into());
+                    return Err(
+                        "the container has no command; execution mode needs an explicit command"
+                            .into(),
+                    );
                 }
-                cmd.arg("-c").arg("exec \"$@\"").arg("bash").args(argv).current_dir(workdir);
+                cmd.arg("-c")
+                    .arg("exec \"$@\"")
+                    .arg("bash")
+                    .args(argv)
+                    .current_dir(workdir);
                 cmd.envs(env.iter().map(|(k, v)| (k, v)));
             }
-            Kind::RayJob { entrypoint, runtime_env } => {
+            Kind::RayJob {
+                entrypoint,
+                runtime_env,
+            } => {
                 let prepared = prepare::working_dir(runtime_env, &self.root).await?;
                 cmd.arg("-c").arg(entrypoint).current_dir(&prepared.dir);
                 cmd.envs(prepared.env);
@@ -171,8 +257,16 @@ impl Job {
         Ok(cmd)
     }
 
-    async fn spawn(&self, store: &Arc<Store>, mut cmd: tokio::process::Command, kill: oneshot::Receiver<()>) -> i32 {
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    async fn spawn(
+        &self,
+        store: &Arc<Store>,
+        mut cmd: tokio::process::Command,
+        kill: oneshot::Receiver<()>,
+    ) -> i32 {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -215,10 +309,19 @@ mod tests {
     #[test]
     fn mount_paths_are_rewritten_only_at_path_boundaries() {
         let mounts = vec![("/work".to_string(), PathBuf::from("/data/p/volumes/work"))];
-        assert_eq!(rewrite("cd /work/x && ls /workshop", &mounts), "cd /data/p/volumes/work/x && ls /workshop");
+        assert_eq!(
+            rewrite("cd /work/x && ls /workshop", &mounts),
+            "cd /data/p/volumes/work/x && ls /workshop"
+        );
         assert_eq!(rewrite("DIR=/work", &mounts), "DIR=/data/p/volumes/work");
         let root = Path::new("/data/p");
-        assert_eq!(map_path("/work/a", &mounts, root), PathBuf::from("/data/p/volumes/work/a"));
-        assert_eq!(map_path("/opt", &mounts, root), PathBuf::from("/data/p/rootfs/opt"));
+        assert_eq!(
+            map_path("/work/a", &mounts, root),
+            PathBuf::from("/data/p/volumes/work/a")
+        );
+        assert_eq!(
+            map_path("/opt", &mounts, root),
+            PathBuf::from("/data/p/rootfs/opt")
+        );
     }
 }

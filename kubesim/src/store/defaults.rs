@@ -21,10 +21,11 @@ pub(super) fn prepare_create(rt: &'static ResourceType, obj: &mut Value) {
             default_pod_spec(template);
         }
         obj["status"] = json!({});
-    } else if rt.status && !std::ptr::eq(rt, &resources::NODES) {
-        if let Some(m) = obj.as_object_mut() {
-            m.remove("status");
-        }
+    } else if rt.status
+        && !std::ptr::eq(rt, &resources::NODES)
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.remove("status");
     }
 }
 
@@ -36,7 +37,9 @@ fn default_pod(pod: &mut Value) {
 
 /// Defaults of a pod (or pod template) `spec`.
 fn default_pod_spec(pod: &mut Value) {
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
     for (k, v) in [
         ("restartPolicy", json!("Always")),
         ("schedulerName", json!("default-scheduler")),
@@ -47,10 +50,13 @@ fn default_pod_spec(pod: &mut Value) {
         spec.entry(k).or_insert(v);
     }
     for list in ["initContainers", "containers"] {
-        let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) else { continue };
+        let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
         for c in containers {
             let Some(c) = c.as_object_mut() else { continue };
-            c.entry("terminationMessagePath").or_insert(json!("/dev/termination-log"));
+            c.entry("terminationMessagePath")
+                .or_insert(json!("/dev/termination-log"));
             c.entry("terminationMessagePolicy").or_insert(json!("File"));
             c.entry("imagePullPolicy").or_insert(json!("IfNotPresent"));
             let res = c.entry("resources").or_insert(json!({}));
@@ -66,15 +72,22 @@ fn default_pod_spec(pod: &mut Value) {
 }
 
 fn qos_class(pod: &Value) -> &'static str {
-    let containers = pod.pointer("/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let containers = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let mut any = false;
     let mut guaranteed = !containers.is_empty();
     for c in &containers {
         let req = c.pointer("/resources/requests").and_then(Value::as_object);
         let lim = c.pointer("/resources/limits").and_then(Value::as_object);
         any |= req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty());
-        let full = |m: Option<&serde_json::Map<String, Value>>| m.is_some_and(|m| m.contains_key("cpu") && m.contains_key("memory"));
-        guaranteed &= full(lim) && req.is_none_or(|r| lim.is_some_and(|l| r.iter().all(|(k, v)| l.get(k) == Some(v))));
+        let full = |m: Option<&serde_json::Map<String, Value>>| {
+            m.is_some_and(|m| m.contains_key("cpu") && m.contains_key("memory"))
+        };
+        guaranteed &= full(lim)
+            && req.is_none_or(|r| lim.is_some_and(|l| r.iter().all(|(k, v)| l.get(k) == Some(v))));
     }
     if guaranteed {
         "Guaranteed"
@@ -97,7 +110,10 @@ mod tests {
         assert_eq!(pod["status"]["phase"], "Pending");
         assert_eq!(pod["status"]["qosClass"], "Guaranteed");
         assert_eq!(pod["spec"]["restartPolicy"], "Always");
-        assert_eq!(pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"], "2");
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"],
+            "2"
+        );
     }
 
     #[test]

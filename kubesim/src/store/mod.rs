@@ -119,7 +119,11 @@ impl Store {
 
     /// Every object of a type (all namespaces), in (namespace, name) order.
     pub fn all(&self, rt: &'static ResourceType) -> Vec<Arc<Value>> {
-        self.lock().tables.get(rt.plural).map(|t| t.values().cloned().collect()).unwrap_or_default()
+        self.lock()
+            .tables
+            .get(rt.plural)
+            .map(|t| t.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Number of objects of a type.
@@ -130,12 +134,22 @@ impl Store {
     /// One object, if it exists.
     pub fn try_get(&self, rt: &'static ResourceType, ns: &str, name: &str) -> Option<Arc<Value>> {
         let ns = if rt.namespaced { ns } else { "" };
-        self.lock().tables.get(rt.plural).and_then(|t| t.get(&(ns.to_string(), name.to_string()))).cloned()
+        self.lock()
+            .tables
+            .get(rt.plural)
+            .and_then(|t| t.get(&(ns.to_string(), name.to_string())))
+            .cloned()
     }
 
     /// One object, or `404 NotFound`.
-    pub fn get(&self, rt: &'static ResourceType, ns: &str, name: &str) -> Result<Arc<Value>, crate::ApiError> {
-        self.try_get(rt, ns, name).ok_or_else(|| crate::ApiError::not_found(rt.plural, rt.group, name))
+    pub fn get(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+    ) -> Result<Arc<Value>, crate::ApiError> {
+        self.try_get(rt, ns, name)
+            .ok_or_else(|| crate::ApiError::not_found(rt.plural, rt.group, name))
     }
 
     /// A receiver of every future change.
@@ -160,15 +174,25 @@ impl Inner {
     ) -> Arc<Value> {
         self.rv += 1;
         let rv = self.rv;
-        crate::json::obj_mut(&mut object, "metadata").insert("resourceVersion".into(), Value::String(rv.to_string()));
-        let key = (crate::json::namespace(&object).to_string(), crate::json::name(&object).to_string());
+        crate::json::obj_mut(&mut object, "metadata")
+            .insert("resourceVersion".into(), Value::String(rv.to_string()));
+        let key = (
+            crate::json::namespace(&object).to_string(),
+            crate::json::name(&object).to_string(),
+        );
         let object = Arc::new(object);
         if ty == EventType::Deleted {
             self.table(rt).remove(&key);
         } else {
             self.table(rt).insert(key, object.clone());
         }
-        let event = Arc::new(WatchEvent { rv, rt, ty, object: object.clone(), old });
+        let event = Arc::new(WatchEvent {
+            rv,
+            rt,
+            ty,
+            object: object.clone(),
+            old,
+        });
         self.history.push_back(event.clone());
         while self.history.len() > store.history_cap {
             if let Some(e) = self.history.pop_front() {

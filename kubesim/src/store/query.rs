@@ -24,7 +24,9 @@ pub struct ListQuery {
 impl ListQuery {
     /// Whether an object is selected.
     pub fn matches(&self, obj: &Value) -> bool {
-        self.namespace.as_deref().is_none_or(|ns| crate::json::namespace(obj) == ns)
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| crate::json::namespace(obj) == ns)
             && self.labels.matches(obj)
             && self.fields.matches(obj)
     }
@@ -55,12 +57,24 @@ pub struct WatchStart {
 
 impl Store {
     /// Lists objects, `limit` at a time, resuming after a continue token.
-    pub fn list(&self, rt: &'static ResourceType, q: &ListQuery, limit: Option<usize>, cont: Option<&str>) -> Result<ListPage, ApiError> {
+    pub fn list(
+        &self,
+        rt: &'static ResourceType,
+        q: &ListQuery,
+        limit: Option<usize>,
+        cont: Option<&str>,
+    ) -> Result<ListPage, ApiError> {
         let (rv_token, after) = match cont {
             Some(c) if !c.is_empty() => {
-                let (rv, key) = c.split_once(':').ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
-                let (ns, name) = key.split_once('/').ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
-                let rv: u64 = rv.parse().map_err(|_| ApiError::bad_request("invalid continue token"))?;
+                let (rv, key) = c
+                    .split_once(':')
+                    .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+                let (ns, name) = key
+                    .split_once('/')
+                    .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+                let rv: u64 = rv
+                    .parse()
+                    .map_err(|_| ApiError::bad_request("invalid continue token"))?;
                 (Some(rv), Some((ns.to_string(), name.to_string())))
             }
             _ => (None, None),
@@ -68,11 +82,18 @@ impl Store {
         let inner = self.lock();
         let rv = rv_token.unwrap_or(inner.rv);
         let Some(table) = inner.tables.get(rt.plural) else {
-            return Ok(ListPage { rv, items: Vec::new(), next: None });
+            return Ok(ListPage {
+                rv,
+                items: Vec::new(),
+                next: None,
+            });
         };
         let limit = limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
         let range = match &after {
-            Some(key) => table.range::<(String, String), _>((std::ops::Bound::Excluded(key), std::ops::Bound::Unbounded)),
+            Some(key) => table.range::<(String, String), _>((
+                std::ops::Bound::Excluded(key),
+                std::ops::Bound::Unbounded,
+            )),
             None => table.range::<(String, String), _>(..),
         };
         let mut items = Vec::new();
@@ -83,7 +104,9 @@ impl Store {
             }
             if items.len() == limit {
                 // There is at least one more: resume after the last returned item.
-                let last = items.last().map(|o: &Arc<Value>| format!("{}/{}", crate::json::namespace(o), crate::json::name(o)));
+                let last = items.last().map(|o: &Arc<Value>| {
+                    format!("{}/{}", crate::json::namespace(o), crate::json::name(o))
+                });
                 next = last.map(|k| format!("{rv}:{k}"));
                 break;
             }
@@ -112,16 +135,33 @@ impl Store {
                 .map(|t| {
                     t.values()
                         .map(|o| {
-                            let rv = crate::json::str_at(o, "/metadata/resourceVersion").and_then(|s| s.parse().ok()).unwrap_or(inner.rv);
-                            Arc::new(WatchEvent { rv, rt, ty: EventType::Added, object: o.clone(), old: None })
+                            let rv = crate::json::str_at(o, "/metadata/resourceVersion")
+                                .and_then(|s| s.parse().ok())
+                                .unwrap_or(inner.rv);
+                            Arc::new(WatchEvent {
+                                rv,
+                                rt,
+                                ty: EventType::Added,
+                                object: o.clone(),
+                                old: None,
+                            })
                         })
                         .collect()
                 })
                 .unwrap_or_default(),
             Some(rv) if rv < inner.compacted => return Err(ApiError::gone(rv)),
-            Some(rv) => inner.history.iter().filter(|e| e.rv > rv && std::ptr::eq(e.rt, rt)).cloned().collect(),
+            Some(rv) => inner
+                .history
+                .iter()
+                .filter(|e| e.rv > rv && std::ptr::eq(e.rt, rt))
+                .cloned()
+                .collect(),
         };
-        Ok(WatchStart { backlog, rx, rv: inner.rv })
+        Ok(WatchStart {
+            backlog,
+            rx,
+            rv: inner.rv,
+        })
     }
 }
 
@@ -147,7 +187,9 @@ mod tests {
         let mut seen = Vec::new();
         let mut cont: Option<String> = None;
         for _ in 0..10 {
-            let page = store.list(&PODS, &q, Some(3), cont.as_deref()).map_err(|e| e.message);
+            let page = store
+                .list(&PODS, &q, Some(3), cont.as_deref())
+                .map_err(|e| e.message);
             let page = page.unwrap_or_else(|m| panic!("{m}"));
             seen.extend(page.items.iter().map(|o| crate::json::name(o).to_string()));
             cont = page.next;
@@ -165,10 +207,23 @@ mod tests {
         let store = store_with_pods(2);
         let rv = store.current_rv();
         store.compact();
-        let _ = store.create(&PODS, "default", json!({"metadata": {"name": "late"}, "spec": {"containers": []}}));
+        let _ = store.create(
+            &PODS,
+            "default",
+            json!({"metadata": {"name": "late"}, "spec": {"containers": []}}),
+        );
         assert!(store.watch_from(&PODS, Some(rv)).is_ok());
-        assert_eq!(store.watch_from(&PODS, Some(rv - 1)).map(|_| ()).map_err(|e| e.code), Err(410));
-        let backlog = store.watch_from(&PODS, Some(rv)).map(|w| w.backlog.len()).ok();
+        assert_eq!(
+            store
+                .watch_from(&PODS, Some(rv - 1))
+                .map(|_| ())
+                .map_err(|e| e.code),
+            Err(410)
+        );
+        let backlog = store
+            .watch_from(&PODS, Some(rv))
+            .map(|w| w.backlog.len())
+            .ok();
         assert_eq!(backlog, Some(1));
     }
 }

@@ -39,9 +39,16 @@ pub struct DeleteOptions {
 
 impl Store {
     /// Creates an object in namespace `ns` (ignored for cluster-scoped types).
-    pub fn create(&self, rt: &'static ResourceType, ns: &str, mut obj: Value) -> Result<Arc<Value>, ApiError> {
+    pub fn create(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        mut obj: Value,
+    ) -> Result<Arc<Value>, ApiError> {
         if !obj.is_object() {
-            return Err(ApiError::bad_request("the request body must be a JSON object"));
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
         }
         check_type_meta(rt, &obj)?;
         let ns = if rt.namespaced { ns } else { "" };
@@ -54,21 +61,38 @@ impl Store {
             }
             _ => {}
         }
-        let name = match (meta.get("name").and_then(Value::as_str), meta.get("generateName").and_then(Value::as_str)) {
+        let name = match (
+            meta.get("name").and_then(Value::as_str),
+            meta.get("generateName").and_then(Value::as_str),
+        ) {
             (Some(n), _) if !n.is_empty() => n.to_string(),
-            (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{}", json::random_suffix(5)),
+            (_, Some(prefix)) if !prefix.is_empty() => {
+                format!("{prefix}{}", json::random_suffix(5))
+            }
             _ => {
-                return Err(ApiError::invalid(rt.kind, rt.group, "", &[(
-                    "metadata.name".into(),
-                    "Required value: name or generateName is required".into(),
-                )]));
+                return Err(ApiError::invalid(
+                    rt.kind,
+                    rt.group,
+                    "",
+                    &[(
+                        "metadata.name".into(),
+                        "Required value: name or generateName is required".into(),
+                    )],
+                ));
             }
         };
         if !json::is_dns_subdomain(&name) {
-            return Err(ApiError::invalid(rt.kind, rt.group, &name, &[(
-                "metadata.name".into(),
-                format!("Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"),
-            )]));
+            return Err(ApiError::invalid(
+                rt.kind,
+                rt.group,
+                &name,
+                &[(
+                    "metadata.name".into(),
+                    format!(
+                        "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+                    ),
+                )],
+            ));
         }
         meta.insert("name".into(), Value::String(name.clone()));
         if rt.namespaced {
@@ -78,18 +102,27 @@ impl Store {
         }
         meta.remove("deletionTimestamp");
         meta.remove("deletionGracePeriodSeconds");
-        meta.insert("creationTimestamp".into(), Value::String(json::now_rfc3339()));
+        meta.insert(
+            "creationTimestamp".into(),
+            Value::String(json::now_rfc3339()),
+        );
         meta.insert("generation".into(), json!(1));
         defaults::prepare_create(rt, &mut obj);
 
         let mut inner = self.lock();
         if rt.namespaced {
-            let exists = inner.tables.get(resources::NAMESPACES.plural).is_some_and(|t| t.contains_key(&(String::new(), ns.to_string())));
+            let exists = inner
+                .tables
+                .get(resources::NAMESPACES.plural)
+                .is_some_and(|t| t.contains_key(&(String::new(), ns.to_string())));
             if !exists {
                 return Err(ApiError::not_found("namespaces", "", ns));
             }
         }
-        if inner.table(rt).contains_key(&(ns.to_string(), name.clone())) {
+        if inner
+            .table(rt)
+            .contains_key(&(ns.to_string(), name.clone()))
+        {
             return Err(ApiError::already_exists(rt.plural, rt.group, &name));
         }
         inner.uid_seq += 1;
@@ -112,7 +145,11 @@ impl Store {
         status_only: bool,
         f: impl FnOnce(&Value) -> Result<Value, ApiError>,
     ) -> Result<Arc<Value>, ApiError> {
-        let mode = if status_only { Mode::Status } else { Mode::Main };
+        let mode = if status_only {
+            Mode::Status
+        } else {
+            Mode::Main
+        };
         self.update_mode(rt, ns, name, mode, f)
     }
 
@@ -139,15 +176,23 @@ impl Store {
         let ns = if rt.namespaced { ns } else { "" };
         let mut inner = self.lock();
         let key = (ns.to_string(), name.to_string());
-        let current = inner.table(rt).get(&key).cloned().ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
+        let current = inner
+            .table(rt)
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
         let mut new = f(&current)?;
         if !new.is_object() {
-            return Err(ApiError::bad_request("the request body must be a JSON object"));
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
         }
         check_type_meta(rt, &new)?;
         let cur_rv = str_at(&current, "/metadata/resourceVersion").unwrap_or_default();
         match str_at(&new, "/metadata/resourceVersion") {
-            Some(rv) if !rv.is_empty() && rv != cur_rv => return Err(ApiError::conflict(rt.plural, rt.group, name)),
+            Some(rv) if !rv.is_empty() && rv != cur_rv => {
+                return Err(ApiError::conflict(rt.plural, rt.group, name));
+            }
             _ => {}
         }
         if let Some(n) = str_at(&new, "/metadata/name")
@@ -181,7 +226,14 @@ impl Store {
         // Server-owned metadata is never taken from the client.
         let old_meta = current.get("metadata").cloned().unwrap_or_default();
         let meta = json::obj_mut(&mut new, "metadata");
-        for k in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace"] {
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "namespace",
+        ] {
             match old_meta.get(k) {
                 Some(v) => meta.insert(k.into(), v.clone()),
                 None => meta.remove(k),
@@ -209,37 +261,74 @@ impl Store {
 
     /// Deletes an object. With finalizers it is only marked (`deletionTimestamp`) and returned;
     /// otherwise it is removed and its dependents are deleted (unless orphaned).
-    pub fn delete(&self, rt: &'static ResourceType, ns: &str, name: &str, opts: &DeleteOptions) -> Result<Arc<Value>, ApiError> {
+    pub fn delete(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Arc<Value>, ApiError> {
         let ns = if rt.namespaced { ns } else { "" };
         let mut inner = self.lock();
         let key = (ns.to_string(), name.to_string());
-        let current = inner.table(rt).get(&key).cloned().ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
-        if opts.resource_version.as_deref().is_some_and(|rv| Some(rv) != str_at(&current, "/metadata/resourceVersion"))
-            || opts.uid.as_deref().is_some_and(|u| u != json::uid(&current))
+        let current = inner
+            .table(rt)
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
+        if opts
+            .resource_version
+            .as_deref()
+            .is_some_and(|rv| Some(rv) != str_at(&current, "/metadata/resourceVersion"))
+            || opts
+                .uid
+                .as_deref()
+                .is_some_and(|u| u != json::uid(&current))
         {
             return Err(ApiError::conflict(rt.plural, rt.group, name));
         }
         Ok(self.delete_locked(&mut inner, rt, current, opts.propagation))
     }
 
-    fn delete_locked(&self, inner: &mut Inner, rt: &'static ResourceType, current: Arc<Value>, propagation: Propagation) -> Arc<Value> {
+    fn delete_locked(
+        &self,
+        inner: &mut Inner,
+        rt: &'static ResourceType,
+        current: Arc<Value>,
+        propagation: Propagation,
+    ) -> Arc<Value> {
         if !finalizers(&current).is_empty() {
             if current.pointer("/metadata/deletionTimestamp").is_some() {
                 return current;
             }
             let mut marked = (*current).clone();
             let meta = json::obj_mut(&mut marked, "metadata");
-            meta.insert("deletionTimestamp".into(), Value::String(json::now_rfc3339()));
+            meta.insert(
+                "deletionTimestamp".into(),
+                Value::String(json::now_rfc3339()),
+            );
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
             return inner.commit(self, rt, EventType::Modified, marked, Some(current));
         }
-        let obj = inner.commit(self, rt, EventType::Deleted, (*current).clone(), Some(current));
+        let obj = inner.commit(
+            self,
+            rt,
+            EventType::Deleted,
+            (*current).clone(),
+            Some(current),
+        );
         self.after_removal(inner, rt, &obj, propagation);
         obj
     }
 
     /// Cascades a removal: dependents by ownerReference, namespace contents, pod logs.
-    fn after_removal(&self, inner: &mut Inner, rt: &'static ResourceType, obj: &Value, propagation: Propagation) {
+    fn after_removal(
+        &self,
+        inner: &mut Inner,
+        rt: &'static ResourceType,
+        obj: &Value,
+        propagation: Propagation,
+    ) {
         if std::ptr::eq(rt, &resources::PODS) {
             self.logs.remove_pod(json::namespace(obj), json::name(obj));
         }
@@ -248,14 +337,24 @@ impl Store {
             let ns = json::name(obj);
             for t in resources::ALL.iter().filter(|t| t.namespaced) {
                 if let Some(table) = inner.tables.get(t.plural) {
-                    doomed.extend(table.iter().filter(|((n, _), _)| n == ns).map(|(_, o)| (*t, o.clone())));
+                    doomed.extend(
+                        table
+                            .iter()
+                            .filter(|((n, _), _)| n == ns)
+                            .map(|(_, o)| (*t, o.clone())),
+                    );
                 }
             }
         } else if propagation == Propagation::Background {
             let uid = json::uid(obj);
             for t in resources::ALL {
                 if let Some(table) = inner.tables.get(t.plural) {
-                    doomed.extend(table.values().filter(|o| owned_by(o, uid)).map(|o| (*t, o.clone())));
+                    doomed.extend(
+                        table
+                            .values()
+                            .filter(|o| owned_by(o, uid))
+                            .map(|o| (*t, o.clone())),
+                    );
                 }
             }
         }
@@ -274,13 +373,19 @@ fn check_type_meta(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
         && !kind.is_empty()
         && kind != rt.kind
     {
-        return Err(ApiError::bad_request(format!("the kind {kind:?} does not match the resource {}", rt.plural)));
+        return Err(ApiError::bad_request(format!(
+            "the kind {kind:?} does not match the resource {}",
+            rt.plural
+        )));
     }
     if let Some(av) = obj.get("apiVersion").and_then(Value::as_str)
         && !av.is_empty()
         && av != rt.api_version()
     {
-        return Err(ApiError::bad_request(format!("the apiVersion {av:?} does not match {}", rt.api_version())));
+        return Err(ApiError::bad_request(format!(
+            "the apiVersion {av:?} does not match {}",
+            rt.api_version()
+        )));
     }
     Ok(())
 }
@@ -295,7 +400,10 @@ fn finalizers(obj: &Value) -> Vec<&str> {
 fn owned_by(obj: &Value, uid: &str) -> bool {
     obj.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
-        .is_some_and(|refs| refs.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid)))
+        .is_some_and(|refs| {
+            refs.iter()
+                .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
+        })
 }
 
 /// Whether anything outside `metadata` and `status` changed (bumps `generation`).

@@ -25,7 +25,11 @@ node_groups:
 
 /// A fast-ticking configuration with the small fleet.
 pub fn fast_config() -> SimConfig {
-    let mut config = SimConfig { fleet: Some(small_fleet()), tick: Duration::from_millis(20), ..SimConfig::default() };
+    let mut config = SimConfig {
+        fleet: Some(small_fleet()),
+        tick: Duration::from_millis(20),
+        ..SimConfig::default()
+    };
     config.scenario.start_delay = Duration::from_millis(50);
     config.scenario.rayjob_run = Duration::from_millis(300);
     config
@@ -33,9 +37,12 @@ pub fn fast_config() -> SimConfig {
 
 /// Starts a simulator and a kube-rs client for it.
 pub async fn start(config: SimConfig) -> (KubeSim, kube::Client) {
-    let sim = KubeSim::start(config).await.unwrap_or_else(|e| panic!("kubesim start: {e}"));
+    let sim = KubeSim::start(config)
+        .await
+        .unwrap_or_else(|e| panic!("kubesim start: {e}"));
     let url = sim.url().parse().unwrap_or_else(|e| panic!("url: {e}"));
-    let client = kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("client: {e}"));
+    let client =
+        kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("client: {e}"));
     (sim, client)
 }
 
@@ -67,8 +74,10 @@ pub fn pod(name: &str, image: &str, gpus: u32, series: Option<&str>) -> Pod {
     if let Some(s) = series {
         spec["nodeSelector"] = json!({"tuneplane/gpu-series": s});
     }
-    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}))
-        .unwrap_or_else(|e| panic!("pod fixture: {e}"))
+    serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}),
+    )
+    .unwrap_or_else(|e| panic!("pod fixture: {e}"))
 }
 
 /// The part of the RayJob spec the tests use.
@@ -157,7 +166,9 @@ pub fn rayjob(name: &str, series: &str, gpus: u32, workers: u32) -> RayJob {
         ttl_seconds_after_finished: Some(1),
         backoff_limit: Some(0),
         submission_mode: Some("K8sJobMode".into()),
-        ray_cluster_spec: Some(json!({"headGroupSpec": group(None), "workerGroupSpecs": [group(Some(workers))]})),
+        ray_cluster_spec: Some(
+            json!({"headGroupSpec": group(None), "workerGroupSpecs": [group(Some(workers))]}),
+        ),
         ..RayJobSpec::default()
     };
     RayJob::new(name, &rayjob_resource(), spec)

@@ -37,7 +37,11 @@ pub struct KubeRay {
 impl KubeRay {
     /// An operator following `scenario`; `exec` makes submitters run the real entrypoint.
     pub fn new(scenario: Scenario, exec: bool) -> Self {
-        Self { scenario, exec, warned: HashSet::new() }
+        Self {
+            scenario,
+            exec,
+            warned: HashSet::new(),
+        }
     }
 
     /// One pass over every RayJob and RayCluster.
@@ -58,14 +62,32 @@ impl KubeRay {
         }
     }
 
-    fn rayjob(&mut self, store: &Store, rec: &mut Recorder, rj: &Arc<Value>) -> Result<(), crate::ApiError> {
+    fn rayjob(
+        &mut self,
+        store: &Store,
+        rec: &mut Recorder,
+        rj: &Arc<Value>,
+    ) -> Result<(), crate::ApiError> {
         let (ns, name) = (json::namespace(rj), json::name(rj));
-        let finalizers: Vec<String> = rj.pointer("/metadata/finalizers").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default();
+        let finalizers: Vec<String> = rj
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
         if rj.pointer("/metadata/deletionTimestamp").is_some() {
             if finalizers.iter().any(|f| f == RAYJOB_FINALIZER) {
                 store.update_all(&RAYJOBS, ns, name, |cur| {
                     let mut r = cur.clone();
-                    let kept: Vec<Value> = finalizers.iter().filter(|f| *f != RAYJOB_FINALIZER).map(|f| json!(f)).collect();
+                    let kept: Vec<Value> = finalizers
+                        .iter()
+                        .filter(|f| *f != RAYJOB_FINALIZER)
+                        .map(|f| json!(f))
+                        .collect();
                     r["metadata"]["finalizers"] = json!(kept);
                     Ok(r)
                 })?;
@@ -81,20 +103,37 @@ impl KubeRay {
         }
     }
 
-    fn start(&mut self, store: &Store, rec: &mut Recorder, rj: &Value, finalizers: &[String]) -> Result<(), crate::ApiError> {
+    fn start(
+        &mut self,
+        store: &Store,
+        rec: &mut Recorder,
+        rj: &Value,
+        finalizers: &[String],
+    ) -> Result<(), crate::ApiError> {
         let (ns, name) = (json::namespace(rj), json::name(rj));
-        let checks = validate::metadata(rj).map_err(|m| ("InvalidRayJobMetadata", m)).and_then(|()| validate::spec(rj).map_err(|m| ("InvalidRayJobSpec", m)));
+        let checks = validate::metadata(rj)
+            .map_err(|m| ("InvalidRayJobMetadata", m))
+            .and_then(|()| validate::spec(rj).map_err(|m| ("InvalidRayJobSpec", m)));
         if let Err((reason, message)) = checks {
-            if self.warned.insert((json::uid(rj).to_string(), message.clone())) {
+            if self
+                .warned
+                .insert((json::uid(rj).to_string(), message.clone()))
+            {
                 rec.record(rj, WARNING, reason, &message, "ray-job-controller");
             }
             return Ok(());
         }
         let suspended = rj.pointer("/spec/suspend") == Some(&json!(true));
-        let job_id = str_at(rj, "/spec/jobId").map(str::to_string).unwrap_or_else(|| format!("{name}-{}", json::random_suffix(5)));
+        let job_id = str_at(rj, "/spec/jobId")
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{name}-{}", json::random_suffix(5)));
         let cluster = format!("{name}-{}", json::random_suffix(5));
         let now = json::now_rfc3339();
-        let with_finalizer: Vec<String> = finalizers.iter().cloned().chain(std::iter::once(RAYJOB_FINALIZER.to_string())).collect();
+        let with_finalizer: Vec<String> = finalizers
+            .iter()
+            .cloned()
+            .chain(std::iter::once(RAYJOB_FINALIZER.to_string()))
+            .collect();
         store.update_all(&RAYJOBS, ns, name, |cur| {
             let mut r = cur.clone();
             r["metadata"]["finalizers"] = json!(with_finalizer);
@@ -117,22 +156,45 @@ impl KubeRay {
         Ok(())
     }
 
-    fn follow(&mut self, store: &Store, rj: &Value, deployment: &str) -> Result<(), crate::ApiError> {
+    fn follow(
+        &mut self,
+        store: &Store,
+        rj: &Value,
+        deployment: &str,
+    ) -> Result<(), crate::ApiError> {
         let (ns, name) = (json::namespace(rj), json::name(rj));
-        let cluster_name = str_at(rj, "/status/rayClusterName").unwrap_or_default().to_string();
-        let start = str_at(rj, "/status/startTime").unwrap_or_default().to_string();
-        if let Some(deadline) = rj.pointer("/spec/activeDeadlineSeconds").and_then(Value::as_i64)
+        let cluster_name = str_at(rj, "/status/rayClusterName")
+            .unwrap_or_default()
+            .to_string();
+        let start = str_at(rj, "/status/startTime")
+            .unwrap_or_default()
+            .to_string();
+        if let Some(deadline) = rj
+            .pointer("/spec/activeDeadlineSeconds")
+            .and_then(Value::as_i64)
             && json::seconds_since(&start) >= deadline as f64
         {
-            let message = format!("The RayJob has passed the activeDeadlineSeconds. StartTime: {start}. ActiveDeadlineSeconds: {deadline}");
+            let message = format!(
+                "The RayJob has passed the activeDeadlineSeconds. StartTime: {start}. ActiveDeadlineSeconds: {deadline}"
+            );
             // The driver is stopped with the submitter; the cluster follows the shutdown rules.
             let _ = store.delete(&JOBS, ns, name, &DeleteOptions::default());
-            return finish(store, ns, name, "Failed", None, Some(("DeadlineExceeded", message)));
+            return finish(
+                store,
+                ns,
+                name,
+                "Failed",
+                None,
+                Some(("DeadlineExceeded", message)),
+            );
         }
         let cluster = match store.try_get(&RAYCLUSTERS, ns, &cluster_name) {
             Some(c) => c,
             None if deployment == "Initializing" => {
-                let spec = rj.pointer("/spec/rayClusterSpec").cloned().unwrap_or_default();
+                let spec = rj
+                    .pointer("/spec/rayClusterSpec")
+                    .cloned()
+                    .unwrap_or_default();
                 let owner = json!({"apiVersion": "ray.io/v1", "kind": "RayJob", "name": name, "uid": json::uid(rj), "controller": true, "blockOwnerDeletion": true});
                 let mut labels = rj.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
                 labels["ray.io/originated-from-crd"] = json!("RayJob");
@@ -147,10 +209,16 @@ impl KubeRay {
         let cluster_status = cluster.get("status").cloned().unwrap_or_default();
         if deployment == "Initializing" {
             if !ready {
-                return set_status(store, ns, name, |s| s["rayClusterStatus"] = cluster_status.clone());
+                return set_status(store, ns, name, |s| {
+                    s["rayClusterStatus"] = cluster_status.clone()
+                });
             }
             if store.try_get(&JOBS, ns, name).is_none() {
-                store.create(&JOBS, ns, submitter::job(rj, &cluster, &self.scenario, self.exec))?;
+                store.create(
+                    &JOBS,
+                    ns,
+                    submitter::job(rj, &cluster, &self.scenario, self.exec),
+                )?;
             }
             return set_status(store, ns, name, |s| {
                 s["jobDeploymentStatus"] = json!("Running");
@@ -158,24 +226,42 @@ impl KubeRay {
                 s["rayClusterStatus"] = cluster_status.clone();
             });
         }
-        let Some(job) = store.try_get(&JOBS, ns, name) else { return Ok(()) };
+        let Some(job) = store.try_get(&JOBS, ns, name) else {
+            return Ok(());
+        };
         let job_done = |ty: &str| {
             job.pointer("/status/conditions")
                 .and_then(Value::as_array)
-                .is_some_and(|a| a.iter().any(|c| c.get("type") == Some(&json!(ty)) && c.get("status") == Some(&json!("True"))))
+                .is_some_and(|a| {
+                    a.iter().any(|c| {
+                        c.get("type") == Some(&json!(ty)) && c.get("status") == Some(&json!("True"))
+                    })
+                })
         };
         if job_done("Complete") {
             return finish(store, ns, name, "Complete", Some("SUCCEEDED"), None);
         }
         if job_done("Failed") {
             let message = "Job entrypoint command failed".to_string();
-            return finish(store, ns, name, "Failed", Some("FAILED"), Some(("AppFailed", message)));
+            return finish(
+                store,
+                ns,
+                name,
+                "Failed",
+                Some("FAILED"),
+                Some(("AppFailed", message)),
+            );
         }
-        let driver_running = job.pointer("/status/active").and_then(Value::as_i64).unwrap_or(0) > 0
-            && store
-                .all(&PODS)
-                .iter()
-                .any(|p| json::namespace(p) == ns && json::label(p, crate::controllers::jobs::JOB_NAME_LABEL) == Some(name) && str_at(p, "/status/phase") == Some("Running"));
+        let driver_running = job
+            .pointer("/status/active")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            > 0
+            && store.all(&PODS).iter().any(|p| {
+                json::namespace(p) == ns
+                    && json::label(p, crate::controllers::jobs::JOB_NAME_LABEL) == Some(name)
+                    && str_at(p, "/status/phase") == Some("Running")
+            });
         let job_status = if driver_running { "RUNNING" } else { "PENDING" };
         set_status(store, ns, name, |s| {
             s["jobStatus"] = json!(job_status);
@@ -184,7 +270,12 @@ impl KubeRay {
     }
 }
 
-fn set_status(store: &Store, ns: &str, name: &str, f: impl FnOnce(&mut Value)) -> Result<(), crate::ApiError> {
+fn set_status(
+    store: &Store,
+    ns: &str,
+    name: &str,
+    f: impl FnOnce(&mut Value),
+) -> Result<(), crate::ApiError> {
     store.update_all(&RAYJOBS, ns, name, |cur| {
         let mut r = cur.clone();
         f(r.get_mut("status").unwrap_or(&mut Value::Null));
@@ -193,7 +284,14 @@ fn set_status(store: &Store, ns: &str, name: &str, f: impl FnOnce(&mut Value)) -
     Ok(())
 }
 
-fn finish(store: &Store, ns: &str, name: &str, deployment: &str, job_status: Option<&str>, reason: Option<(&str, String)>) -> Result<(), crate::ApiError> {
+fn finish(
+    store: &Store,
+    ns: &str,
+    name: &str,
+    deployment: &str,
+    job_status: Option<&str>,
+    reason: Option<(&str, String)>,
+) -> Result<(), crate::ApiError> {
     let now = json::now_rfc3339();
     set_status(store, ns, name, |s| {
         s["jobDeploymentStatus"] = json!(deployment);
@@ -207,7 +305,11 @@ fn finish(store: &Store, ns: &str, name: &str, deployment: &str, job_status: Opt
             s["message"] = json!("Job finished successfully.");
         }
         s["endTime"] = json!(now);
-        let counter = if deployment == "Complete" { "succeeded" } else { "failed" };
+        let counter = if deployment == "Complete" {
+            "succeeded"
+        } else {
+            "failed"
+        };
         s[counter] = json!(1);
     })
 }
@@ -217,12 +319,18 @@ fn shutdown(store: &Store, rj: &Value) -> Result<(), crate::ApiError> {
     if rj.pointer("/spec/shutdownAfterJobFinishes") != Some(&json!(true)) {
         return Ok(());
     }
-    let ttl = rj.pointer("/spec/ttlSecondsAfterFinished").and_then(Value::as_f64).unwrap_or(0.0);
+    let ttl = rj
+        .pointer("/spec/ttlSecondsAfterFinished")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
     let end = str_at(rj, "/status/endTime").unwrap_or_default();
     if json::seconds_since(end) < ttl {
         return Ok(());
     }
-    let (ns, cluster) = (json::namespace(rj), str_at(rj, "/status/rayClusterName").unwrap_or_default());
+    let (ns, cluster) = (
+        json::namespace(rj),
+        str_at(rj, "/status/rayClusterName").unwrap_or_default(),
+    );
     if store.try_get(&RAYCLUSTERS, ns, cluster).is_some() {
         store.delete(&RAYCLUSTERS, ns, cluster, &DeleteOptions::default())?;
     }

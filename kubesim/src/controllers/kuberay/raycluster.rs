@@ -34,7 +34,12 @@ fn desired_workers(group: &Value) -> usize {
     (replicas * get("numOfHosts").unwrap_or(1).max(1)) as usize
 }
 
-fn start_command(cluster: &str, head: bool, params: Option<&Map<String, Value>>, container: &Value) -> String {
+fn start_command(
+    cluster: &str,
+    head: bool,
+    params: Option<&Map<String, Value>>,
+    container: &Value,
+) -> String {
     let mut args: Vec<String> = Vec::new();
     let mut has_gpus = false;
     for (k, v) in params.into_iter().flatten() {
@@ -42,7 +47,8 @@ fn start_command(cluster: &str, head: bool, params: Option<&Map<String, Value>>,
         let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
         args.push(format!("--{k}={v}"));
     }
-    let gpus = crate::quantity::from_json(container.pointer("/resources/limits/nvidia.com~1gpu")) / 1000;
+    let gpus =
+        crate::quantity::from_json(container.pointer("/resources/limits/nvidia.com~1gpu")) / 1000;
     if !has_gpus && gpus > 0 {
         args.push(format!("--num-gpus={gpus}"));
     }
@@ -51,14 +57,20 @@ fn start_command(cluster: &str, head: bool, params: Option<&Map<String, Value>>,
     } else {
         format!("--address={cluster}-head-svc:6379 --block")
     };
-    format!("ulimit -n 65536; ray start {role} {}", args.join(" ")).trim_end().to_string()
+    format!("ulimit -n 65536; ray start {role} {}", args.join(" "))
+        .trim_end()
+        .to_string()
 }
 
 fn build_pod(cluster: &Value, group: &Value, group_name: &str, head: bool) -> Value {
     let cname = json::name(cluster);
     let template = group.get("template").cloned().unwrap_or_default();
     let mut pod = json!({"metadata": template.get("metadata").cloned().unwrap_or(json!({})), "spec": template.get("spec").cloned().unwrap_or(json!({}))});
-    let name = if head { format!("{cname}-head-{}", json::random_suffix(5)) } else { format!("{cname}-{group_name}-worker-{}", json::random_suffix(5)) };
+    let name = if head {
+        format!("{cname}-head-{}", json::random_suffix(5))
+    } else {
+        format!("{cname}-{group_name}-worker-{}", json::random_suffix(5))
+    };
     let meta = json::obj_mut(&mut pod, "metadata");
     meta.insert("name".into(), json!(name));
     meta.remove("namespace");
@@ -72,16 +84,27 @@ fn build_pod(cluster: &Value, group: &Value, group_name: &str, head: bool) -> Va
         ("ray.io/identifier", format!("{cname}-{node_type}")),
         ("ray.io/is-ray-node", "yes".to_string()),
         ("app.kubernetes.io/name", "kuberay".to_string()),
-        ("app.kubernetes.io/created-by", "kuberay-operator".to_string()),
+        (
+            "app.kubernetes.io/created-by",
+            "kuberay-operator".to_string(),
+        ),
     ] {
         labels.insert(k.into(), json!(v));
     }
     // Group-level Ray labels (`labels` field) go onto the pod too.
-    for (k, v) in group.get("labels").and_then(Value::as_object).into_iter().flatten() {
+    for (k, v) in group
+        .get("labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
         labels.insert(k.clone(), v.clone());
     }
     if let Some(c) = pod.pointer_mut("/spec/containers/0") {
-        let params = group.get("rayStartParams").and_then(Value::as_object).cloned();
+        let params = group
+            .get("rayStartParams")
+            .and_then(Value::as_object)
+            .cloned();
         let command = start_command(cname, head, params.as_ref(), c);
         c["command"] = json!(["/bin/bash", "-c", "--"]);
         c["args"] = json!([command]);
@@ -103,25 +126,48 @@ fn phase(p: &Value) -> &str {
 
 fn ready(p: &Value) -> bool {
     phase(p) == "Running"
-        && p.pointer("/status/containerStatuses").and_then(Value::as_array).is_some_and(|a| a.iter().all(|c| c.get("ready") == Some(&json!(true))))
+        && p.pointer("/status/containerStatuses")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().all(|c| c.get("ready") == Some(&json!(true))))
 }
 
 /// Brings one RayCluster's pods and status in line with its spec.
-pub fn reconcile(store: &Store, cluster: &Value, pods: &[Arc<Value>]) -> Result<(), crate::ApiError> {
+pub fn reconcile(
+    store: &Store,
+    cluster: &Value,
+    pods: &[Arc<Value>],
+) -> Result<(), crate::ApiError> {
     let (ns, cname) = (json::namespace(cluster), json::name(cluster));
-    let mine: Vec<&Arc<Value>> = pods.iter().filter(|p| json::namespace(p) == ns && json::label(p, CLUSTER_LABEL) == Some(cname)).collect();
+    let mine: Vec<&Arc<Value>> = pods
+        .iter()
+        .filter(|p| json::namespace(p) == ns && json::label(p, CLUSTER_LABEL) == Some(cname))
+        .collect();
     // Ended pods are replaced, as KubeRay deletes and recreates them.
-    for p in mine.iter().filter(|p| matches!(phase(p), "Succeeded" | "Failed")) {
+    for p in mine
+        .iter()
+        .filter(|p| matches!(phase(p), "Succeeded" | "Failed"))
+    {
         let _ = store.delete(&PODS, ns, json::name(p), &DeleteOptions::default());
     }
-    let live: Vec<&&Arc<Value>> = mine.iter().filter(|p| !matches!(phase(p), "Succeeded" | "Failed")).collect();
+    let live: Vec<&&Arc<Value>> = mine
+        .iter()
+        .filter(|p| !matches!(phase(p), "Succeeded" | "Failed"))
+        .collect();
     let spec = cluster.get("spec").cloned().unwrap_or_default();
     let head = spec.get("headGroupSpec").cloned().unwrap_or_default();
-    let count = |g: &str| live.iter().filter(|p| json::label(p, GROUP_LABEL) == Some(g)).count();
+    let count = |g: &str| {
+        live.iter()
+            .filter(|p| json::label(p, GROUP_LABEL) == Some(g))
+            .count()
+    };
     if count("headgroup") == 0 {
         store.create(&PODS, ns, build_pod(cluster, &head, "headgroup", true))?;
     }
-    let groups: Vec<Value> = spec.get("workerGroupSpecs").and_then(Value::as_array).cloned().unwrap_or_default();
+    let groups: Vec<Value> = spec
+        .get("workerGroupSpecs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let mut desired_total = 0;
     for g in &groups {
         let gname = str_at(g, "/groupName").unwrap_or("workers");
@@ -137,8 +183,13 @@ pub fn reconcile(store: &Store, cluster: &Value, pods: &[Arc<Value>]) -> Result<
             "spec": {"selector": {CLUSTER_LABEL: cname, NODE_TYPE_LABEL: "head"}, "ports": [{"name": "dashboard", "port": 8265}, {"name": "gcs-server", "port": 6379}, {"name": "client", "port": 10001}]}});
         store.create(&SERVICES, ns, svc)?;
     }
-    let head_pod = live.iter().find(|p| json::label(p, NODE_TYPE_LABEL) == Some("head"));
-    let ready_workers = live.iter().filter(|p| json::label(p, NODE_TYPE_LABEL) == Some("worker") && ready(p)).count();
+    let head_pod = live
+        .iter()
+        .find(|p| json::label(p, NODE_TYPE_LABEL) == Some("head"));
+    let ready_workers = live
+        .iter()
+        .filter(|p| json::label(p, NODE_TYPE_LABEL) == Some("worker") && ready(p))
+        .count();
     let head_ready = head_pod.is_some_and(|p| ready(p));
     let all_ready = head_ready && ready_workers >= desired_total;
     let now = json::now_rfc3339();

@@ -14,8 +14,14 @@ pub(super) fn job(rj: &Value, cluster: &Value, scenario: &Scenario, exec: bool) 
     let ns = json::namespace(rj);
     let job_id = str_at(rj, "/status/jobId").unwrap_or(name);
     let entrypoint = str_at(rj, "/spec/entrypoint").unwrap_or_default();
-    let address = format!("http://{}-head-svc.{ns}.svc.cluster.local:8265", json::name(cluster));
-    let image = cluster.pointer("/spec/headGroupSpec/template/spec/containers/0/image").and_then(Value::as_str).unwrap_or("rayproject/ray");
+    let address = format!(
+        "http://{}-head-svc.{ns}.svc.cluster.local:8265",
+        json::name(cluster)
+    );
+    let image = cluster
+        .pointer("/spec/headGroupSpec/template/spec/containers/0/image")
+        .and_then(Value::as_str)
+        .unwrap_or("rayproject/ray");
     let submit = format!(
         "if ! ray job status --address {address} {job_id} >/dev/null 2>&1 ; then ray job submit --address {address} --no-wait --submission-id {job_id} -- {entrypoint} ; fi ; ray job logs --address {address} --follow {job_id}"
     );
@@ -45,11 +51,29 @@ pub(super) fn job(rj: &Value, cluster: &Value, scenario: &Scenario, exec: bool) 
     let mut a = serde_json::Map::new();
     if exec {
         a.insert(RAYJOB_ENTRYPOINT.into(), json!(entrypoint));
-        a.insert(RAYJOB_RUNTIME_ENV.into(), json!(str_at(rj, "/spec/runtimeEnvYAML").unwrap_or_default()));
+        a.insert(
+            RAYJOB_RUNTIME_ENV.into(),
+            json!(str_at(rj, "/spec/runtimeEnvYAML").unwrap_or_default()),
+        );
     } else {
-        let run = json::annotation(rj, annotations::RUN_SECONDS).map_or_else(|| scenario.rayjob_run.as_secs_f64().to_string(), str::to_string);
-        let code = json::annotation(rj, annotations::EXIT_CODE).map_or_else(|| if scenario.rayjob_fails { "1".into() } else { "0".into() }, str::to_string);
-        let log = json::annotation(rj, annotations::LOG).map_or_else(|| format!("kubesim: simulated Ray job {job_id} running: {entrypoint}"), str::to_string);
+        let run = json::annotation(rj, annotations::RUN_SECONDS).map_or_else(
+            || scenario.rayjob_run.as_secs_f64().to_string(),
+            str::to_string,
+        );
+        let code = json::annotation(rj, annotations::EXIT_CODE).map_or_else(
+            || {
+                if scenario.rayjob_fails {
+                    "1".into()
+                } else {
+                    "0".into()
+                }
+            },
+            str::to_string,
+        );
+        let log = json::annotation(rj, annotations::LOG).map_or_else(
+            || format!("kubesim: simulated Ray job {job_id} running: {entrypoint}"),
+            str::to_string,
+        );
         a.insert(annotations::RUN_SECONDS.into(), json!(run));
         a.insert(annotations::EXIT_CODE.into(), json!(code));
         a.insert(annotations::LOG.into(), json!(log));
@@ -59,7 +83,10 @@ pub(super) fn job(rj: &Value, cluster: &Value, scenario: &Scenario, exec: bool) 
     if let Some(existing) = notes.as_object_mut() {
         existing.extend(a);
     }
-    let backoff = rj.pointer("/spec/submitterConfig/backoffLimit").cloned().unwrap_or(json!(2));
+    let backoff = rj
+        .pointer("/spec/submitterConfig/backoffLimit")
+        .cloned()
+        .unwrap_or(json!(2));
     json!({
         "metadata": {
             "name": name,

@@ -13,27 +13,49 @@ pub const MAX_RAYJOB_NAME: usize = 47;
 pub fn metadata(rj: &Value) -> Result<(), String> {
     let name = json::name(rj);
     if name.len() > MAX_RAYJOB_NAME {
-        return Err(format!("The RayJob metadata is invalid: RayJob name should be no more than {MAX_RAYJOB_NAME} characters"));
+        return Err(format!(
+            "The RayJob metadata is invalid: RayJob name should be no more than {MAX_RAYJOB_NAME} characters"
+        ));
     }
     if !json::is_dns1035_label(name) {
-        return Err(format!("The RayJob metadata is invalid: RayJob name should be a valid DNS1035 label: [{name:?} is not a DNS-1035 label]"));
+        return Err(format!(
+            "The RayJob metadata is invalid: RayJob name should be a valid DNS1035 label: [{name:?} is not a DNS-1035 label]"
+        ));
     }
     Ok(())
 }
 
 fn group_checks(label: &str, group: &Value) -> Result<(), String> {
-    let containers = group.pointer("/template/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
+    let containers = group
+        .pointer("/template/spec/containers")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
     if containers == 0 {
         return Err(format!("{label} should have at least one container"));
     }
     let params = group.get("rayStartParams").and_then(Value::as_object);
     if params.is_some_and(|p| p.contains_key("labels")) {
-        return Err(format!("rayStartParams['labels'] is not supported for {label} group; please use the top-level Labels field instead"));
+        return Err(format!(
+            "rayStartParams['labels'] is not supported for {label} group; please use the top-level Labels field instead"
+        ));
     }
-    let has_param_resources = params.is_some_and(|p| ["num-cpus", "num-gpus", "memory", "resources"].iter().any(|k| p.get(*k).and_then(Value::as_str).is_some_and(|v| !v.is_empty())));
-    let has_resources = group.get("resources").and_then(Value::as_object).is_some_and(|r| !r.is_empty());
+    let has_param_resources = params.is_some_and(|p| {
+        ["num-cpus", "num-gpus", "memory", "resources"]
+            .iter()
+            .any(|k| {
+                p.get(*k)
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| !v.is_empty())
+            })
+    });
+    let has_resources = group
+        .get("resources")
+        .and_then(Value::as_object)
+        .is_some_and(|r| !r.is_empty());
     if has_param_resources && has_resources {
-        return Err(format!("resource fields should not be set in both rayStartParams and Resources for {label} group; please use only one"));
+        return Err(format!(
+            "resource fields should not be set in both rayStartParams and Resources for {label} group; please use only one"
+        ));
     }
     Ok(())
 }
@@ -45,12 +67,17 @@ pub fn spec(rj: &Value) -> Result<(), String> {
     let int = |k: &str| spec.get(k).and_then(Value::as_i64);
     let invalid = |m: &str| Err(format!("The RayJob spec is invalid: {m}"));
     if flag("suspend") && !flag("shutdownAfterJobFinishes") {
-        return invalid("a RayJob with shutdownAfterJobFinishes set to false is not allowed to be suspended");
+        return invalid(
+            "a RayJob with shutdownAfterJobFinishes set to false is not allowed to be suspended",
+        );
     }
     if int("ttlSecondsAfterFinished").is_some_and(|t| t < 0) {
         return invalid("TTLSecondsAfterFinished must be a non-negative integer");
     }
-    let selector_mode = spec.get("clusterSelector").and_then(Value::as_object).is_some_and(|m| !m.is_empty());
+    let selector_mode = spec
+        .get("clusterSelector")
+        .and_then(Value::as_object)
+        .is_some_and(|m| !m.is_empty());
     if flag("suspend") && selector_mode {
         return invalid("the ClusterSelector mode doesn't support the suspend operation");
     }
@@ -59,7 +86,10 @@ pub fn spec(rj: &Value) -> Result<(), String> {
         return invalid("one of RayClusterSpec or ClusterSelector must be set");
     }
     let mode = str_at(&spec, "/submissionMode").unwrap_or("K8sJobMode");
-    if !matches!(mode, "K8sJobMode" | "HTTPMode" | "InteractiveMode" | "SidecarMode") {
+    if !matches!(
+        mode,
+        "K8sJobMode" | "HTTPMode" | "InteractiveMode" | "SidecarMode"
+    ) {
         return invalid(&format!("unknown submissionMode {mode:?}"));
     }
     if mode == "InteractiveMode" && int("backoffLimit").is_some_and(|b| b > 0) {
@@ -67,13 +97,22 @@ pub fn spec(rj: &Value) -> Result<(), String> {
     }
     if let Some(cluster) = cluster {
         let head = cluster.get("headGroupSpec").cloned().unwrap_or_default();
-        group_checks("headGroupSpec", &head).map_err(|m| format!("The RayJob spec is invalid: {m}"))?;
+        group_checks("headGroupSpec", &head)
+            .map_err(|m| format!("The RayJob spec is invalid: {m}"))?;
         let mut names = std::collections::BTreeSet::new();
-        for w in cluster.get("workerGroupSpecs").and_then(Value::as_array).into_iter().flatten() {
-            group_checks("workerGroupSpec", w).map_err(|m| format!("The RayJob spec is invalid: {m}"))?;
+        for w in cluster
+            .get("workerGroupSpecs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            group_checks("workerGroupSpec", w)
+                .map_err(|m| format!("The RayJob spec is invalid: {m}"))?;
             let name = str_at(w, "/groupName").unwrap_or_default();
             if !names.insert(name.to_string()) {
-                return invalid(&format!("worker group names must be unique, found duplicate {name:?}"));
+                return invalid(&format!(
+                    "worker group names must be unique, found duplicate {name:?}"
+                ));
             }
         }
     }
@@ -119,13 +158,16 @@ mod tests {
         bad["spec"]["activeDeadlineSeconds"] = json!(0);
         assert!(spec(&bad).is_err_and(|m| m.contains("activeDeadlineSeconds")));
         let mut bad = valid();
-        bad["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"] = json!([]);
+        bad["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"] =
+            json!([]);
         assert!(spec(&bad).is_err_and(|m| m.contains("at least one container")));
         let mut bad = valid();
         bad["spec"]["runtimeEnvYAML"] = json!("a: [unclosed");
         assert!(spec(&bad).is_err());
         let mut bad = valid();
-        bad["spec"].as_object_mut().map(|s| s.remove("rayClusterSpec"));
+        bad["spec"]
+            .as_object_mut()
+            .map(|s| s.remove("rayClusterSpec"));
         assert!(spec(&bad).is_err_and(|m| m.contains("RayClusterSpec")));
     }
 }
