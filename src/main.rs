@@ -24,6 +24,8 @@ enum Command {
     /// Build and inspect capsules (the deterministic zip a job runs from).
     #[command(subcommand)]
     Capsule(cmd::capsule::Command),
+    /// Run the example job end to end on this machine (the README's main-job command).
+    Demo(cmd::demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Validate(args) => cmd::validate::run(&args),
         Command::Capsule(c) => cmd::capsule::run(c),
+        Command::Demo(args) => cmd::demo::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -25,7 +25,7 @@ pub use ingest::{ArchiveKind, stage_archive};
 pub use inspect::{Inspected, inspect};
 pub use manifest::{FORMAT_VERSION, Manifest, ManifestFile};
 pub use paths::clean_path;
-pub use runner::{RUNNER_SOURCE, runner_pex};
+pub use runner::{RUNNER_SOURCE, build_runner_pex, runner_pex};
 pub use source::{SourceFile, walk_dir};
 
 /// Path of the authoritative JobSpec inside a capsule.

@@ -1,0 +1,220 @@
+//! The CLI as a user runs it: validate, capsule build / inspect, demo.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tuneplane(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tuneplane"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn validate_prints_the_authoritative_spec_as_json() {
+    let spec = examples().join("hello-cpu/tuneplane.yaml");
+    let out = tuneplane(&[
+        "validate",
+        p(&spec),
+        "--fleet",
+        p(&examples().join("fleet.yaml")),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["name"], "hello-cpu");
+    assert_eq!(
+        json["namespace"], "tuneplane-jobs",
+        "defaults are filled in"
+    );
+    assert_eq!(json["deadlines"]["run_seconds"], 600);
+}
+
+#[test]
+fn validate_prints_every_error_and_exits_non_zero() {
+    let t = tempfile::tempdir().unwrap();
+    let bad = t.path().join("bad.yaml");
+    fs::write(&bad, "name: Bad\nimage: x\nentrypoint: e\npools: [{name: main, series: h100x, nodes: 9, gpus_per_node: 8}]\nextra: 1\n").unwrap();
+    let out = tuneplane(&[
+        "validate",
+        p(&bad),
+        "--fleet",
+        p(&examples().join("fleet.yaml")),
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    for needle in [
+        "name:",
+        "pools[0].series: unknown series \"h100x\"; known: h200, l40s",
+        "extra: unknown field",
+    ] {
+        assert!(err.contains(needle), "{needle} missing in {err}");
+    }
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn capsule_build_is_byte_identical_from_different_paths_and_prints_the_digest_last() {
+    let t = tempfile::tempdir().unwrap();
+    let copy = t.path().join("deep/elsewhere");
+    fs::create_dir_all(&copy).unwrap();
+    for f in ["hello.py", "greeting.py", "tuneplane.yaml"] {
+        fs::copy(examples().join("hello-cpu").join(f), copy.join(f)).unwrap();
+    }
+    let spec = examples().join("hello-cpu/tuneplane.yaml");
+    let (a, b) = (t.path().join("a.zip"), t.path().join("b.zip"));
+    let out_a = tuneplane(&[
+        "capsule",
+        "build",
+        p(&examples().join("hello-cpu")),
+        "--spec",
+        p(&spec),
+        "-o",
+        p(&a),
+    ]);
+    let out_b = tuneplane(&[
+        "capsule",
+        "build",
+        p(&copy),
+        "--spec",
+        p(&spec),
+        "-o",
+        p(&b),
+    ]);
+    assert!(
+        out_a.status.success() && out_b.status.success(),
+        "{}",
+        text(&out_a.stderr)
+    );
+    let last = |o: &Output| text(&o.stdout).lines().last().unwrap().to_string();
+    assert!(
+        last(&out_a).starts_with("sha256:") && last(&out_a).len() == 71,
+        "{}",
+        last(&out_a)
+    );
+    assert_eq!(last(&out_a), last(&out_b));
+    assert_eq!(fs::read(&a).unwrap(), fs::read(&b).unwrap());
+
+    let listing = Command::new("unzip").arg("-l").arg(&a).output().unwrap();
+    let listing = text(&listing.stdout);
+    for name in [
+        "hello.py",
+        "greeting.py",
+        ".tuneplane/jobspec.json",
+        ".tuneplane/manifest.json",
+        ".tuneplane/runner.pex",
+    ] {
+        assert!(
+            listing
+                .lines()
+                .any(|l| l.trim_end().ends_with(&format!("   {name}"))),
+            "{name} not at its place in:\n{listing}"
+        );
+    }
+
+    let inspect = tuneplane(&["capsule", "inspect", p(&a)]);
+    assert!(inspect.status.success(), "{}", text(&inspect.stderr));
+    assert!(text(&inspect.stdout).contains(&last(&out_a)));
+    assert!(text(&inspect.stdout).contains("ok: every entry matches the manifest"));
+}
+
+#[test]
+fn rejected_source_exits_non_zero_names_the_entry_and_writes_no_file() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("code");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("train.py"), "print(1)\n").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", src.join("secrets")).unwrap();
+    let out_path = t.path().join("out.zip");
+    let spec = examples().join("hello-cpu/tuneplane.yaml");
+    let out = tuneplane(&[
+        "capsule",
+        "build",
+        p(&src),
+        "--spec",
+        p(&spec),
+        "-o",
+        p(&out_path),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("\"secrets\": symbolic links are not allowed"),
+        "{}",
+        text(&out.stderr)
+    );
+    let left: Vec<_> = fs::read_dir(t.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left, ["code"], "no output or partial file is left behind");
+}
+
+#[test]
+fn inspect_refuses_a_tampered_capsule() {
+    let t = tempfile::tempdir().unwrap();
+    let zip = t.path().join("c.zip");
+    let spec = examples().join("hello-cpu/tuneplane.yaml");
+    assert!(
+        tuneplane(&[
+            "capsule",
+            "build",
+            p(&examples().join("hello-cpu")),
+            "--spec",
+            p(&spec),
+            "-o",
+            p(&zip)
+        ])
+        .status
+        .success()
+    );
+    let mut bytes = fs::read(&zip).unwrap();
+    // Flip a byte of hello.py's data, just after its name in the local header.
+    let at = bytes.windows(8).position(|w| w == b"hello.py").unwrap();
+    bytes[at + 8 + 4] ^= 0x55;
+    fs::write(&zip, bytes).unwrap();
+    let out = tuneplane(&["capsule", "inspect", p(&zip)]);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn demo_runs_the_example_job_and_exits_zero() {
+    let out = tuneplane(&["demo", "--examples", p(&examples())]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("*** hello from TunePlane ***"), "{stdout}");
+    assert!(
+        stdout.contains("rejected: rejected entry \"../../home/user/.bashrc\""),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn every_command_has_help() {
+    for args in [
+        &["--help"][..],
+        &["validate", "--help"],
+        &["capsule", "--help"],
+        &["capsule", "build", "--help"],
+        &["capsule", "inspect", "--help"],
+        &["demo", "--help"],
+    ] {
+        let out = tuneplane(args);
+        assert!(
+            out.status.success() && text(&out.stdout).contains("Usage"),
+            "{args:?}"
+        );
+    }
+}
