@@ -80,6 +80,55 @@ async fn data_survives_a_restart_of_the_store() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_handles_on_one_directory_see_each_others_writes() {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let api = ok(EmbeddedJobStore::open(dir.path()), "open for the API");
+    let reconciler = ok(
+        EmbeddedJobStore::open(dir.path()),
+        "open for the reconciler",
+    );
+    let created = ok(
+        api.create_job(&job("j-1", "acme", 5, 0), None).await,
+        "create",
+    );
+    let seen = ok(reconciler.list_active().await, "list active");
+    assert_eq!(
+        seen.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        ["j-1"]
+    );
+    let mut record = created.record().clone();
+    ok(record.transition(JobState::Admitted, 6), "admit");
+    ok(reconciler.update_job(&record).await, "admit write");
+    let stale = api.update_job(created.record()).await.err();
+    assert!(
+        matches!(
+            stale,
+            Some(tuneplane_core::store::StoreError::Conflict { .. })
+        ),
+        "{stale:?}"
+    );
+    // Writers on different handles race on one version: the file lock lets exactly one win.
+    let current = ok(api.get_job("j-1").await, "get").unwrap_or_else(|| panic!("job missing"));
+    let mut tasks = Vec::new();
+    for n in 0..8 {
+        let store = if n % 2 == 0 {
+            api.clone()
+        } else {
+            reconciler.clone()
+        };
+        let record = current.clone();
+        tasks.push(tokio::spawn(async move {
+            store.update_job(&record).await.is_ok()
+        }));
+    }
+    let mut wins = 0;
+    for task in tasks {
+        wins += usize::from(ok(task.await, "join"));
+    }
+    assert_eq!(wins, 1);
+}
+
 fn job_with_other_id() -> tuneplane_core::job::JobRecord {
     job("j-2", "acme", 7, 0)
 }

@@ -11,7 +11,7 @@ mod tables;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, ReadableDatabase};
+use redb::{ConcurrencyMode, Database, ReadableDatabase};
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
     ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, Page, PlaygroundRecord, Result,
@@ -45,7 +45,12 @@ impl EmbeddedJobStore {
         let path = dir.join(DB_FILE);
         let label = path.display().to_string();
         std::fs::create_dir_all(dir).map_err(|e| db_err("create directory", &label, "", e))?;
-        let db = Database::create(&path).map_err(|e| db_err("open database", &label, "", e))?;
+        // Several processes (`tuneplane dev`'s API, reconciler, admin commands) may share the file;
+        // redb still runs one write transaction at a time across all of them.
+        let db = Database::builder()
+            .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+            .create(&path)
+            .map_err(|e| db_err("open database", &label, "", e))?;
         tables::create_all(&db, &label)?;
         Ok(EmbeddedJobStore {
             db: Arc::new(db),
