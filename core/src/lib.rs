@@ -5,6 +5,7 @@
 //! functions and do the I/O.
 
 pub mod canonical;
+pub mod capacity;
 pub mod capsule;
 pub mod constants;
 pub mod fleet;

@@ -1,0 +1,187 @@
+//! The capacity snapshot: per GPU series and per node, what exists, what is used and what is free.
+//!
+//! The reconciler computes it from live Nodes and Pods and publishes it to the job store; admission
+//! plans against the very same value, `GET /v1/capacity` and the console show it, and submission
+//! derives from it the [`FleetShape`] that rejects jobs that could never fit.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fleet::{FleetShape, SeriesShape};
+
+/// Capacity of the fleet at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapacitySnapshot {
+    /// When it was taken, milliseconds since the Unix epoch.
+    pub taken_at_ms: u64,
+    /// Per GPU series (the `tuneplane/gpu-series` node label).
+    pub series: BTreeMap<String, SeriesCapacity>,
+    /// Every node, sorted by name.
+    pub nodes: Vec<NodeCapacity>,
+}
+
+/// Totals of one GPU series.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeriesCapacity {
+    /// Nodes of the series (all states).
+    pub nodes: u32,
+    /// GPU capacity of all nodes.
+    pub total_gpus: u32,
+    /// GPUs on cordoned or NotReady nodes.
+    pub blocked_gpus: u32,
+    /// GPUs in use on schedulable nodes (requests of non-terminal pods, or TunePlane's admissions).
+    pub used_gpus: u32,
+    /// Free GPUs on schedulable nodes.
+    pub free_gpus: u32,
+    /// Most free GPUs on any one schedulable node.
+    pub largest_free_block: u32,
+}
+
+/// One node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeCapacity {
+    /// Node name.
+    pub name: String,
+    /// GPU series, if the node has one.
+    pub series: Option<String>,
+    /// GPU capacity (`nvidia.com/gpu`).
+    pub gpus: u32,
+    /// GPUs in use.
+    pub gpus_used: u32,
+    /// CPU cores.
+    pub cpus: f64,
+    /// CPU cores in use.
+    pub cpus_used: f64,
+    /// Memory, GiB.
+    pub memory_gb: f64,
+    /// Memory in use, GiB.
+    pub memory_gb_used: f64,
+    /// `spec.unschedulable`.
+    pub cordoned: bool,
+    /// Ready condition is True.
+    pub ready: bool,
+}
+
+impl NodeCapacity {
+    /// Schedulable: Ready and not cordoned.
+    pub fn schedulable(&self) -> bool {
+        self.ready && !self.cordoned
+    }
+
+    /// Free GPUs (0 when not schedulable).
+    pub fn free_gpus(&self) -> u32 {
+        if self.schedulable() {
+            self.gpus.saturating_sub(self.gpus_used)
+        } else {
+            0
+        }
+    }
+}
+
+impl CapacitySnapshot {
+    /// Builds a snapshot from per-node figures, computing the series totals.
+    pub fn from_nodes(taken_at_ms: u64, mut nodes: Vec<NodeCapacity>) -> Self {
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut series: BTreeMap<String, SeriesCapacity> = BTreeMap::new();
+        for n in &nodes {
+            let Some(s) = &n.series else { continue };
+            let e = series.entry(s.clone()).or_default();
+            e.nodes += 1;
+            e.total_gpus += n.gpus;
+            if n.schedulable() {
+                e.used_gpus += n.gpus_used.min(n.gpus);
+                e.free_gpus += n.free_gpus();
+                e.largest_free_block = e.largest_free_block.max(n.free_gpus());
+            } else {
+                e.blocked_gpus += n.gpus;
+            }
+        }
+        Self {
+            taken_at_ms,
+            series,
+            nodes,
+        }
+    }
+
+    /// The fleet shape for submit-time fit checks. Cordoned and NotReady nodes count: they may
+    /// come back, so a job that fits them is not impossible, only waiting.
+    pub fn shape(&self) -> FleetShape {
+        let mut shape = FleetShape::default();
+        for n in &self.nodes {
+            // Quantities are whole cores/GiB in the shape; round down to stay conservative.
+            let (cpus, mem) = (n.cpus.max(0.0) as u32, n.memory_gb.max(0.0) as u32);
+            shape.max_node_cpus = shape.max_node_cpus.max(cpus);
+            shape.max_node_memory_gb = shape.max_node_memory_gb.max(mem);
+            if let Some(s) = &n.series {
+                let e: &mut SeriesShape = shape.series.entry(s.clone()).or_default();
+                e.nodes += 1;
+                e.max_gpus_per_node = e.max_gpus_per_node.max(n.gpus);
+                e.max_cpus_per_node = e.max_cpus_per_node.max(cpus);
+                e.max_memory_gb_per_node = e.max_memory_gb_per_node.max(mem);
+            }
+        }
+        shape
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, series: &str, gpus: u32, used: u32) -> NodeCapacity {
+        NodeCapacity {
+            name: name.into(),
+            series: Some(series.into()),
+            gpus,
+            gpus_used: used,
+            cpus: 64.0,
+            memory_gb: 512.0,
+            ready: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn series_totals_count_blocked_nodes_apart_and_track_the_largest_free_block() {
+        let mut cordoned = node("h-2", "h200", 8, 0);
+        cordoned.cordoned = true;
+        let snap = CapacitySnapshot::from_nodes(
+            1,
+            vec![
+                node("h-1", "h200", 8, 6),
+                node("h-0", "h200", 8, 3),
+                cordoned,
+            ],
+        );
+        let s = &snap.series["h200"];
+        assert_eq!(
+            (
+                s.nodes,
+                s.total_gpus,
+                s.blocked_gpus,
+                s.used_gpus,
+                s.free_gpus,
+                s.largest_free_block
+            ),
+            (3, 24, 8, 9, 7, 5)
+        );
+        assert_eq!(snap.nodes[0].name, "h-0", "nodes are sorted");
+    }
+
+    #[test]
+    fn shape_counts_every_node_of_a_series() {
+        let mut down = node("l-1", "l40s", 4, 0);
+        down.ready = false;
+        let shape = CapacitySnapshot::from_nodes(1, vec![node("l-0", "l40s", 4, 4), down]).shape();
+        assert_eq!(
+            shape.series["l40s"],
+            SeriesShape {
+                nodes: 2,
+                max_gpus_per_node: 4,
+                max_cpus_per_node: 64,
+                max_memory_gb_per_node: 512
+            }
+        );
+    }
+}
