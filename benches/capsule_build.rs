@@ -7,6 +7,8 @@
 //! `zip -r -X -q` followed by `sha256sum`, each the median of three warm runs, plus the peak RSS
 //! of the capsule build on the larger tree. Sizes: `TUNEPLANE_BENCH_MB`, `TUNEPLANE_BENCH_BIG_MB`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -34,15 +36,38 @@ impl Rng {
     /// Source-code-like text: words from a small vocabulary with numbers mixed in.
     fn text(&mut self, n: usize) -> Vec<u8> {
         const WORDS: &[&str] = &[
-            "def", "return", "self", "import", "torch", "model", "layer", "batch", "loss", "grad", "for", "in",
-            "range", "if", "else", "tensor", "optimizer", "step", "epoch", "print", "data", "=", "(", ")", ":",
+            "def",
+            "return",
+            "self",
+            "import",
+            "torch",
+            "model",
+            "layer",
+            "batch",
+            "loss",
+            "grad",
+            "for",
+            "in",
+            "range",
+            "if",
+            "else",
+            "tensor",
+            "optimizer",
+            "step",
+            "epoch",
+            "print",
+            "data",
+            "=",
+            "(",
+            ")",
+            ":",
         ];
         let mut v = Vec::with_capacity(n + 32);
         while v.len() < n {
             let r = self.next();
             v.extend_from_slice(WORDS[(r % WORDS.len() as u64) as usize].as_bytes());
-            v.push(if r % 11 == 0 { b'\n' } else { b' ' });
-            if r % 7 == 0 {
+            v.push(if r.is_multiple_of(11) { b'\n' } else { b' ' });
+            if r.is_multiple_of(7) {
                 v.extend_from_slice(format!("{}", r % 100_000).as_bytes());
                 v.push(b' ');
             }
@@ -110,14 +135,23 @@ fn visit(dir: &Path, f: &mut dyn FnMut(&Path)) {
 /// Runs a command to completion; returns wall time and peak RSS (KiB) sampled from /proc.
 fn timed(cmd: &mut Command) -> (Duration, u64) {
     let start = Instant::now();
-    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let status_path = format!("/proc/{}/status", child.id());
     let mut peak = 0;
     loop {
         if let Ok(s) = fs::read_to_string(&status_path)
             && let Some(line) = s.lines().find(|l| l.starts_with("VmHWM:"))
         {
-            peak = peak.max(line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0));
+            peak = peak.max(
+                line.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            );
         }
         if let Some(status) = child.try_wait().unwrap() {
             assert!(status.success(), "{cmd:?} failed");
@@ -137,8 +171,14 @@ fn main() {
     fs::create_dir_all(&target).unwrap();
     let spec = target.join("spec.yaml");
     fs::write(&spec, SPEC).unwrap();
-    let mb: usize = std::env::var("TUNEPLANE_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-    let big_mb: usize = std::env::var("TUNEPLANE_BENCH_BIG_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
+    let mb: usize = std::env::var("TUNEPLANE_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let big_mb: usize = std::env::var("TUNEPLANE_BENCH_BIG_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
     let bin = env!("CARGO_BIN_EXE_tuneplane");
 
     let root = target.join(format!("tree-{mb}"));
@@ -149,29 +189,82 @@ fn main() {
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     let mut sizes = (0, 0);
     for _ in 0..3 {
-        let (t, _) = timed(Command::new(bin).args(["capsule", "build"]).arg(&root).arg("--spec").arg(&spec).arg("-o").arg(&out));
+        let (t, _) = timed(
+            Command::new(bin)
+                .args(["capsule", "build"])
+                .arg(&root)
+                .arg("--spec")
+                .arg(&spec)
+                .arg("-o")
+                .arg(&out),
+        );
         ours.push(t);
         let _ = fs::remove_file(&zip_out);
         let start = Instant::now();
-        let z = Command::new("zip").arg("-r").arg("-X").arg("-q").arg(&zip_out).arg(".").current_dir(&root).status().unwrap();
-        let h = Command::new("sha256sum").arg(&zip_out).stdout(Stdio::null()).status().unwrap();
+        let z = Command::new("zip")
+            .arg("-r")
+            .arg("-X")
+            .arg("-q")
+            .arg(&zip_out)
+            .arg(".")
+            .current_dir(&root)
+            .status()
+            .unwrap();
+        let h = Command::new("sha256sum")
+            .arg(&zip_out)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
         assert!(z.success() && h.success());
         theirs.push(start.elapsed());
-        sizes = (fs::metadata(&out).unwrap().len(), fs::metadata(&zip_out).unwrap().len());
+        sizes = (
+            fs::metadata(&out).unwrap().len(),
+            fs::metadata(&zip_out).unwrap().len(),
+        );
     }
     let (ours, theirs) = (median(ours), median(theirs));
     let rate = |d: Duration| bytes as f64 / 1e6 / d.as_secs_f64();
-    println!("capsule build benchmark: {:.0} MB tree, {} cores, median of 3 warm runs", bytes as f64 / 1e6, std::thread::available_parallelism().map_or(1, |n| n.get()));
-    println!("{:<34} {:>9} {:>10} {:>12}", "tool", "seconds", "MB/s", "output MB");
-    println!("{:<34} {:>9.2} {:>10.1} {:>12.1}", "tuneplane capsule build", ours.as_secs_f64(), rate(ours), sizes.0 as f64 / 1e6);
-    println!("{:<34} {:>9.2} {:>10.1} {:>12.1}", "zip -r -X -q + sha256sum", theirs.as_secs_f64(), rate(theirs), sizes.1 as f64 / 1e6);
-    println!("speed-up: {:.2}x", theirs.as_secs_f64() / ours.as_secs_f64());
+    println!(
+        "capsule build benchmark: {:.0} MB tree, {} cores, median of 3 warm runs",
+        bytes as f64 / 1e6,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!(
+        "{:<34} {:>9} {:>10} {:>12}",
+        "tool", "seconds", "MB/s", "output MB"
+    );
+    println!(
+        "{:<34} {:>9.2} {:>10.1} {:>12.1}",
+        "tuneplane capsule build",
+        ours.as_secs_f64(),
+        rate(ours),
+        sizes.0 as f64 / 1e6
+    );
+    println!(
+        "{:<34} {:>9.2} {:>10.1} {:>12.1}",
+        "zip -r -X -q + sha256sum",
+        theirs.as_secs_f64(),
+        rate(theirs),
+        sizes.1 as f64 / 1e6
+    );
+    println!(
+        "speed-up: {:.2}x",
+        theirs.as_secs_f64() / ours.as_secs_f64()
+    );
 
     if big_mb > 0 {
         let big = target.join(format!("tree-{big_mb}"));
         eprintln!("preparing a {big_mb} MB tree in {}", big.display());
         let big_bytes = tree(&big, big_mb);
-        let (t, peak) = timed(Command::new(bin).args(["capsule", "build"]).arg(&big).arg("--spec").arg(&spec).arg("-o").arg(&out));
+        let (t, peak) = timed(
+            Command::new(bin)
+                .args(["capsule", "build"])
+                .arg(&big)
+                .arg("--spec")
+                .arg(&spec)
+                .arg("-o")
+                .arg(&out),
+        );
         println!(
             "peak RSS building a {:.0} MB tree: {:.1} MiB ({:.1} MB/s)",
             big_bytes as f64 / 1e6,

@@ -1,5 +1,7 @@
 //! The CLI as a user runs it: validate, capsule build / inspect, demo.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

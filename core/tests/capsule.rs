@@ -1,6 +1,8 @@
 //! Capsule builder: determinism, layout, the runner, and every rejection rule with real hostile
 //! archives built here byte by byte.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
+
 mod hostile;
 
 use std::fs;

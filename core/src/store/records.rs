@@ -137,7 +137,7 @@ mod tests {
 
     #[test]
     fn active_keys_order_by_priority_then_submission() {
-        let mut keys = vec![
+        let mut keys = [
             active_sort_key(0, 5, "c"),
             active_sort_key(10, 9, "b"),
             active_sort_key(-3, 1, "d"),
