@@ -12,3 +12,4 @@ pub mod fleet;
 pub mod job;
 pub mod spec;
 pub mod store;
+pub mod submit;

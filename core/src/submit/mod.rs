@@ -1,0 +1,385 @@
+//! The submission service: the one path by which every entry point (HTTP API, webhooks, schedules,
+//! the console inbox, EventBridge events) turns a request into a queued job (DESIGN §7).
+//!
+//! Steps, in order: check the idempotency key, validate the JobSpec against the latest capacity
+//! snapshot, ingest the user's code safely and build the capsule (CPU work, handed to an
+//! [`Offload`]), put the capsule if absent, then create the job record together with its idempotency
+//! record in one atomic write. Nothing is stored for a rejected request: every check that can fail
+//! because of the user's input runs before the first write.
+//!
+//! The request's identity for idempotency is the capsule digest: the capsule holds the authoritative
+//! spec and every user file, so two requests with the same key are "the same" exactly when they
+//! would run the same thing.
+
+mod auth;
+mod code;
+mod error;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+pub use auth::{
+    API_KEY_PREFIX, Principal, SCOPE_ADMIN, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, authenticate,
+    new_api_key,
+};
+use code::prepare;
+pub use code::{Prepared, SPEC_FILE_IN_ARCHIVE, merge_patch};
+pub use error::SubmitError;
+
+use crate::capacity::CapacitySnapshot;
+use crate::capsule::{Limits, storage_key};
+use crate::fleet::FleetShape;
+use crate::job::{EventSource, JobEvent, JobRecord};
+use crate::spec::{Defaults, JobSpec};
+use crate::store::{BlobStore, CreateOutcome, Idempotency, JobStore};
+
+/// Result of the submission service.
+pub type Result<T, E = SubmitError> = std::result::Result<T, E>;
+
+/// Longest idempotency key accepted.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// Where the JobSpec comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpecInput {
+    /// The user's YAML or JSON text, to be validated.
+    Text(String),
+    /// `tuneplane.yaml` (or `.yml`/`.json`) at the root of the code archive (console inbox).
+    InArchive,
+    /// An already authoritative spec (a schedule's stored spec); validated again for fleet fit only
+    /// through its capsule, which must exist.
+    Authoritative(Box<JobSpec>),
+}
+
+/// Where the user's code comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Code {
+    /// An archive (tar, tar.gz or zip) held in memory (inline upload).
+    Archive(Vec<u8>),
+    /// An archive stored in the blob store (presigned upload, template code, inbox object).
+    Blob {
+        /// Blob key.
+        key: String,
+    },
+    /// An existing capsule, reused as is (schedules). Only valid with [`SpecInput::Authoritative`].
+    Capsule {
+        /// SHA-256 (hex) of the capsule.
+        sha256: String,
+    },
+}
+
+/// Which entry point submitted; recorded in the job's first event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// `POST /v1/jobs`.
+    Api,
+    /// `POST /v1/webhooks/{source}`.
+    Webhook(String),
+    /// A schedule firing (schedule id).
+    Schedule(String),
+    /// An archive dropped in the bucket's inbox (object key).
+    Inbox(String),
+    /// An EventBridge "TunePlane Job Submission" event (event id).
+    Event(String),
+}
+
+impl Origin {
+    fn describe(&self) -> String {
+        match self {
+            Origin::Api => "submitted through the API".into(),
+            Origin::Webhook(s) => format!("submitted by webhook {s}"),
+            Origin::Schedule(s) => format!("started by schedule {s}"),
+            Origin::Inbox(k) => format!("submitted from inbox object {k}"),
+            Origin::Event(id) => format!("submitted by event {id}"),
+        }
+    }
+}
+
+/// One submission.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubmitRequest {
+    /// Tenant the job belongs to (from the caller's credentials, never from the body).
+    pub tenant: String,
+    /// The JobSpec.
+    pub spec: SpecInput,
+    /// The code.
+    pub code: Code,
+    /// Client idempotency key (header, schedule id + time, event id ...).
+    pub idempotency_key: Option<String>,
+    /// Entry point.
+    pub origin: Origin,
+}
+
+/// What a submission produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submitted {
+    /// The job (created now, or the earlier job of an idempotent repeat).
+    pub job: JobRecord,
+    /// True when this request created the job (201), false for a repeat (200).
+    pub created: bool,
+    /// Informational notes for the user (e.g. fleet fit not checked).
+    pub notes: Vec<String>,
+}
+
+/// Settings of the service (parsed once from configuration by each binary).
+#[derive(Debug, Clone)]
+pub struct SubmitConfig {
+    /// Defaults filled into authoritative specs.
+    pub defaults: Defaults,
+    /// Limits on user code.
+    pub limits: Limits,
+    /// Folder for per-request scratch folders (staging, capsule files).
+    pub scratch_dir: PathBuf,
+    /// How long idempotency keys are remembered.
+    pub idempotency_ttl_seconds: u64,
+}
+
+impl Default for SubmitConfig {
+    fn default() -> Self {
+        SubmitConfig {
+            defaults: Defaults::default(),
+            limits: Limits::default(),
+            scratch_dir: std::env::temp_dir(),
+            idempotency_ttl_seconds: 24 * 3600,
+        }
+    }
+}
+
+/// Blocking work handed to an [`Offload`].
+pub type BlockingTask = Box<dyn FnOnce() -> Result<Prepared> + Send + 'static>;
+/// Future returned by an [`Offload`].
+pub type BlockingFuture = Pin<Box<dyn Future<Output = Result<Prepared>> + Send + 'static>>;
+
+/// Runs CPU-bound capsule building off the async executor (e.g. tokio's blocking pool); core knows
+/// no runtime, so the edges provide this.
+pub trait Offload: Send + Sync {
+    /// Runs `task` and resolves to its result.
+    fn run(&self, task: BlockingTask) -> BlockingFuture;
+}
+
+/// Runs the task on the calling thread (tests, single-request processes).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InPlace;
+
+impl Offload for InPlace {
+    fn run(&self, task: BlockingTask) -> BlockingFuture {
+        let result = task();
+        Box::pin(std::future::ready(result))
+    }
+}
+
+/// The submission service; cheap to clone and share between requests.
+#[derive(Clone)]
+pub struct SubmitService {
+    jobs: Arc<dyn JobStore>,
+    blobs: Arc<dyn BlobStore>,
+    config: Arc<SubmitConfig>,
+    offload: Arc<dyn Offload>,
+    new_id: fn() -> String,
+}
+
+impl std::fmt::Debug for SubmitService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubmitService")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SubmitService {
+    /// A service over the given stores. `new_id` makes unique job ids (the edges supply randomness).
+    pub fn new(
+        jobs: Arc<dyn JobStore>,
+        blobs: Arc<dyn BlobStore>,
+        config: SubmitConfig,
+        offload: Arc<dyn Offload>,
+        new_id: fn() -> String,
+    ) -> SubmitService {
+        SubmitService {
+            jobs,
+            blobs,
+            config: Arc::new(config),
+            offload,
+            new_id,
+        }
+    }
+
+    /// The job store.
+    pub fn jobs(&self) -> &Arc<dyn JobStore> {
+        &self.jobs
+    }
+
+    /// The blob store.
+    pub fn blobs(&self) -> &Arc<dyn BlobStore> {
+        &self.blobs
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SubmitConfig {
+        &self.config
+    }
+
+    /// The fleet shape from the latest capacity snapshot, if one was published and decodes.
+    pub async fn fleet_shape(&self) -> Result<Option<FleetShape>> {
+        let Some(value) = self.jobs.get_capacity().await? else {
+            return Ok(None);
+        };
+        // A snapshot written by another version that no longer decodes is treated as absent:
+        // submissions must not fail because of the reconciler's format.
+        Ok(serde_json::from_value::<CapacitySnapshot>(value)
+            .ok()
+            .map(|s| s.shape()))
+    }
+
+    /// Runs one submission end to end (see the module docs). `now_ms` is the submission time.
+    pub async fn submit(&self, req: SubmitRequest, now_ms: i64) -> Result<Submitted> {
+        if let Some(key) = &req.idempotency_key {
+            check_idempotency_key(key)?;
+        }
+        let shape = self.fleet_shape().await?;
+        let scratch = code::Scratch::new(&self.config.scratch_dir)?;
+
+        let prepared = match (&req.spec, &req.code) {
+            (SpecInput::Authoritative(spec), Code::Capsule { sha256 }) => {
+                self.existing_capsule(spec, sha256).await?
+            }
+            (_, Code::Capsule { .. }) | (SpecInput::Authoritative(_), _) => {
+                return Err(SubmitError::InvalidRequest(
+                    "an existing capsule can only run with its own authoritative spec".into(),
+                ));
+            }
+            (spec, Code::Archive(bytes)) => {
+                let archive = code::ArchiveSource::Bytes(bytes.clone());
+                self.build(spec, archive, shape.as_ref(), scratch.path())
+                    .await?
+            }
+            (spec, Code::Blob { key }) => {
+                let path = scratch.path().join("code.archive");
+                self.fetch_blob(key, &path).await?;
+                let archive = code::ArchiveSource::File(path);
+                self.build(spec, archive, shape.as_ref(), scratch.path())
+                    .await?
+            }
+        };
+
+        if let Some(file) = &prepared.capsule_file {
+            let key = storage_key(&prepared.sha256);
+            self.blobs.put_file_if_absent(&key, file).await?;
+        }
+        let mut notes = prepared.notes.clone();
+        if shape.is_none() && !notes.iter().any(|n| n.contains("capacity")) {
+            notes.push("fleet fit not checked: no capacity snapshot yet".into());
+        }
+        drop(scratch);
+
+        let record = JobRecord::new_queued(
+            (self.new_id)(),
+            req.tenant.clone(),
+            prepared.spec,
+            prepared.sha256.clone(),
+            now_ms,
+        );
+        let idem = req.idempotency_key.as_ref().map(|key| Idempotency {
+            key: key.clone(),
+            request_sha256: request_digest(&prepared.sha256),
+            ttl_seconds: self.config.idempotency_ttl_seconds,
+        });
+        let outcome = self.jobs.create_job(&record, idem.as_ref()).await?;
+        let created = matches!(outcome, CreateOutcome::Created(_));
+        let job = outcome.record().clone();
+        if created {
+            let event = JobEvent {
+                at_ms: now_ms,
+                key: "submitted".into(),
+                source: EventSource::Platform,
+                kind: "Normal".into(),
+                reason: "Submitted".into(),
+                message: format!(
+                    "{}; capsule {}",
+                    req.origin.describe(),
+                    &prepared.sha256[..12.min(prepared.sha256.len())]
+                ),
+                object: None,
+            };
+            self.jobs.append_events(&job.id, &[event]).await?;
+        }
+        Ok(Submitted {
+            job,
+            created,
+            notes,
+        })
+    }
+
+    /// Stages and builds on the offload (CPU work), inside the request's scratch folder.
+    async fn build(
+        &self,
+        spec: &SpecInput,
+        archive: code::ArchiveSource,
+        shape: Option<&FleetShape>,
+        dir: &std::path::Path,
+    ) -> Result<Prepared> {
+        let spec_text = match spec {
+            SpecInput::Text(t) => Some(t.clone()),
+            SpecInput::InArchive | SpecInput::Authoritative(_) => None,
+        };
+        let (config, shape, dir) = (Arc::clone(&self.config), shape.cloned(), dir.to_path_buf());
+        let task: BlockingTask =
+            Box::new(move || prepare(spec_text.as_deref(), archive, shape.as_ref(), &config, &dir));
+        self.offload.run(task).await
+    }
+
+    async fn existing_capsule(&self, spec: &JobSpec, sha256: &str) -> Result<Prepared> {
+        let key = storage_key(sha256);
+        crate::store::validate_blob_key(&key).map_err(|_| {
+            SubmitError::InvalidRequest(format!("{sha256:?} is not a capsule digest"))
+        })?;
+        if self.blobs.head(&key).await?.is_none() {
+            return Err(SubmitError::NotFound(format!("capsule {sha256}")));
+        }
+        Ok(Prepared {
+            spec: spec.clone(),
+            sha256: sha256.to_owned(),
+            capsule_file: None,
+            notes: Vec::new(),
+        })
+    }
+
+    async fn fetch_blob(&self, key: &str, path: &std::path::Path) -> Result<()> {
+        match self.blobs.get_to_file(key, path).await {
+            Ok(_) => Ok(()),
+            Err(crate::store::StoreError::BlobNotFound { .. }) => Err(SubmitError::NotFound(
+                format!("code at {key} (upload it first, then submit)"),
+            )),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// SHA-256 (hex) identifying a request for idempotency: derived from the capsule digest.
+pub fn request_digest(capsule_sha256: &str) -> String {
+    hex::encode(Sha256::digest(
+        format!("tuneplane-submit-v1\n{capsule_sha256}").as_bytes(),
+    ))
+}
+
+/// Refuses idempotency keys that are empty, too long or contain control characters.
+pub fn check_idempotency_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
+        return Err(SubmitError::InvalidRequest(format!(
+            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} characters"
+        )));
+    }
+    if key.chars().any(|c| c.is_control()) {
+        return Err(SubmitError::InvalidRequest(
+            "Idempotency-Key must not contain control characters".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
