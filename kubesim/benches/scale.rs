@@ -80,6 +80,10 @@ async fn time_list(api: &Api<Pod>, lp: &ListParams, runs: usize) -> (Duration, u
 async fn main() {
     let rss_start = rss_kib("VmRSS:");
     let config = SimConfig {
+        watch_history: std::env::var("KUBESIM_BENCH_HISTORY")
+            .ok()
+            .and_then(|h| h.parse().ok())
+            .unwrap_or(20_000),
         fleet: Some(fleet()),
         kuberay: false,
         ..SimConfig::default()
@@ -133,6 +137,10 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!("all pods scheduled and Running after: {:.2?}", t.elapsed());
+    println!(
+        "process RSS with 1k nodes + 10k running pods (+ their ~40k events) stored: {} MiB",
+        rss_kib("VmRSS:") / 1024
+    );
 
     let (d, n) = time_list(&pods, &ListParams::default(), 5).await;
     println!("list all pods (one page, {n} items): median {d:.2?}");
@@ -228,22 +236,24 @@ async fn main() {
     );
     driver.abort();
 
-    let mut controllers = tuneplane_kubesim::controllers::Controllers::new(
-        store.clone(),
-        &SimConfig {
-            kuberay: false,
-            ..SimConfig::default()
-        },
-    );
-    let mut passes = Vec::new();
+    use tuneplane_kubesim::controllers::{
+        events::Recorder, kubelet::Kubelet, scheduler::Scheduler,
+    };
+    let mut recorder = Recorder::new(store.clone());
+    let (mut scheduler, mut kubelet) = (Scheduler::default(), Kubelet::new(Default::default()));
+    let (mut sched, mut kube) = (Vec::new(), Vec::new());
     for _ in 0..5 {
         let t = Instant::now();
-        controllers.tick().await;
-        passes.push(t.elapsed());
+        scheduler.step(&store, &mut recorder);
+        sched.push(t.elapsed());
+        let t = Instant::now();
+        kubelet.step(&store, &mut recorder, None);
+        kube.push(t.elapsed());
     }
     println!(
-        "one controller pass over 10k pods (scheduler + kubelet + jobs): median {:.2?}",
-        median(passes)
+        "controller pass over 10k running pods: scheduler median {:.2?}, kubelet median {:.2?}",
+        median(sched),
+        median(kube)
     );
     println!(
         "process RSS (server + client in one process): start {} MiB, now {} MiB, peak {} MiB",

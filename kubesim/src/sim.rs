@@ -74,6 +74,8 @@ pub struct SimConfig {
     pub scenario: Scenario,
     /// Execution mode: the data directory under which pods and RayJob entrypoints really run.
     pub exec_dir: Option<PathBuf>,
+    /// Events not seen again for this long are deleted (the API server's `--event-ttl`).
+    pub event_ttl: Duration,
 }
 
 impl Default for SimConfig {
@@ -95,6 +97,7 @@ impl Default for SimConfig {
             watch_history: 20_000,
             scenario: Scenario::default(),
             exec_dir: None,
+            event_ttl: Duration::from_secs(3600),
         }
     }
 }
@@ -205,21 +208,26 @@ impl KubeSim {
 
     /// Turns a node Ready or NotReady (fault injection).
     pub fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), crate::ApiError> {
-        self.store
-            .update(&NODES, "", node, true, |current| {
-                let mut n = current.clone();
-                crate::fleet::set_ready(&mut n, ready);
-                Ok(n)
-            })
-            .map(|_| ())?;
-        // The not-ready taint lives in the spec, which a status write does not touch.
-        self.store
-            .update(&NODES, "", node, false, |current| {
-                let mut n = current.clone();
-                crate::fleet::set_ready(&mut n, ready);
-                Ok(n)
-            })
-            .map(|_| ())
+        let updated = self.store.update_all(&NODES, "", node, |current| {
+            let mut n = current.clone();
+            crate::fleet::set_ready(&mut n, ready);
+            Ok(n)
+        })?;
+        let (reason, component) = if ready {
+            ("NodeReady", "kubelet")
+        } else {
+            ("NodeNotReady", "node-controller")
+        };
+        let message = format!("Node {node} status is now: {reason}");
+        crate::controllers::events::create(
+            &self.store,
+            &updated,
+            "Normal",
+            reason,
+            &message,
+            component,
+        )?;
+        Ok(())
     }
 
     /// Stops the server and the controllers.

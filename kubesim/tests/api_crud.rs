@@ -84,6 +84,20 @@ async fn errors_come_back_as_status_objects_with_the_right_codes() {
         .create(&PostParams::default(), &pod("Bad_Name", "busybox", 0, None))
         .await;
     assert_eq!(bad.map_err(api_code).err(), Some(422));
+    let dry = pods
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &pod("dry", "busybox", 0, None),
+        )
+        .await;
+    assert_eq!(
+        dry.map_err(api_code).err(),
+        Some(400),
+        "dryRun is refused, never written"
+    );
     let elsewhere: Api<Pod> = Api::namespaced(client, "no-such-namespace");
     assert_eq!(
         elsewhere

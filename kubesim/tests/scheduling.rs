@@ -326,4 +326,34 @@ async fn not_ready_node_is_avoided_and_named_in_the_message() {
         message.contains("1 Insufficient nvidia.com/gpu"),
         "{message}"
     );
+    let node_events = events_for(&client, "h200-0").await;
+    assert!(
+        node_events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("NodeNotReady")
+                && e.message.as_deref() == Some("Node h200-0 status is now: NodeNotReady"))
+    );
+}
+
+#[tokio::test]
+async fn events_older_than_the_event_ttl_are_deleted() {
+    let config = tuneplane_kubesim::SimConfig {
+        event_ttl: Duration::from_millis(200),
+        ..fast_config()
+    };
+    let (_sim, client) = start(config).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("ev", "img", 0, None))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for(10, "events recorded", || {
+        let client = client.clone();
+        async move { (!events_for(&client, "ev").await.is_empty()).then_some(()) }
+    })
+    .await;
+    wait_for(15, "events expired", || {
+        let client = client.clone();
+        async move { events_for(&client, "ev").await.is_empty().then_some(()) }
+    })
+    .await;
 }

@@ -32,6 +32,10 @@ pub(super) async fn handle(
             return Err(ApiError::no_route(&format!("{}/{s}", rt.plural)));
         }
     }
+    if query.contains_key("dryRun") && method != Method::GET {
+        // Refusing is safer than writing what the caller meant only to try.
+        return Err(ApiError::bad_request("dryRun is not supported by kubesim"));
+    }
     let store = &state.store;
     match (method.clone(), path.name.as_deref()) {
         (Method::GET, None) => {

@@ -24,6 +24,8 @@ pub struct Controllers {
     kubelet: kubelet::Kubelet,
     kuberay: Option<kuberay::KubeRay>,
     exec: Option<Executor>,
+    event_ttl: std::time::Duration,
+    passes: u64,
 }
 
 impl Controllers {
@@ -40,12 +42,18 @@ impl Controllers {
                 .exec_dir
                 .clone()
                 .map(|d| Executor::new(d, store.clone())),
+            event_ttl: config.event_ttl,
+            passes: 0,
             store,
         }
     }
 
     /// One pass of every controller.
     pub async fn tick(&mut self) {
+        self.passes += 1;
+        if self.passes.is_multiple_of(100) {
+            events::expire(&self.store, self.event_ttl);
+        }
         if let Some(k) = self.kuberay.as_mut() {
             k.step(&self.store, &mut self.recorder);
         }

@@ -99,6 +99,15 @@ impl KubeRay {
             "" => self.start(store, rec, rj, &finalizers),
             "Initializing" | "Running" => self.follow(store, rj, deployment),
             "Complete" | "Failed" => shutdown(store, rj),
+            // Resuming a suspended RayJob starts it from scratch, as KubeRay does.
+            "Suspended" if rj.pointer("/spec/suspend") != Some(&json!(true)) => {
+                store.update_all(&RAYJOBS, json::namespace(rj), json::name(rj), |cur| {
+                    let mut r = cur.clone();
+                    r["status"] = json!({});
+                    Ok(r)
+                })?;
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
