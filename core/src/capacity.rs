@@ -19,6 +19,28 @@ pub struct CapacitySnapshot {
     pub series: BTreeMap<String, SeriesCapacity>,
     /// Every node, sorted by name.
     pub nodes: Vec<NodeCapacity>,
+    /// CPU and memory over every schedulable node (CPU-only jobs may use any node).
+    #[serde(default)]
+    pub cpu: CpuCapacity,
+}
+
+/// CPU and memory totals over schedulable nodes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuCapacity {
+    /// Schedulable nodes.
+    pub nodes: u32,
+    /// CPU cores of schedulable nodes.
+    pub total_cpus: f64,
+    /// Free CPU cores.
+    pub free_cpus: f64,
+    /// Memory of schedulable nodes, GiB.
+    pub total_memory_gb: f64,
+    /// Free memory, GiB.
+    pub free_memory_gb: f64,
+    /// Most free CPU cores on one node.
+    pub largest_free_cpus: f64,
+    /// Most free memory on one node, GiB.
+    pub largest_free_memory_gb: f64,
 }
 
 /// Totals of one GPU series.
@@ -28,6 +50,9 @@ pub struct SeriesCapacity {
     pub nodes: u32,
     /// GPU capacity of all nodes.
     pub total_gpus: u32,
+    /// GPUs allocatable to pods on all nodes (capacity minus what the node reserves).
+    #[serde(default)]
+    pub allocatable_gpus: u32,
     /// GPUs on cordoned or NotReady nodes.
     pub blocked_gpus: u32,
     /// GPUs in use on schedulable nodes (requests of non-terminal pods, or TunePlane's admissions).
@@ -45,8 +70,11 @@ pub struct NodeCapacity {
     pub name: String,
     /// GPU series, if the node has one.
     pub series: Option<String>,
-    /// GPU capacity (`nvidia.com/gpu`).
+    /// GPUs pods may use (`nvidia.com/gpu` allocatable).
     pub gpus: u32,
+    /// GPU capacity (`nvidia.com/gpu` capacity; 0 when unknown, then `gpus` counts).
+    #[serde(default)]
+    pub gpus_capacity: u32,
     /// GPUs in use.
     pub gpus_used: u32,
     /// CPU cores.
@@ -88,7 +116,8 @@ impl CapacitySnapshot {
             let Some(s) = &n.series else { continue };
             let e = series.entry(s.clone()).or_default();
             e.nodes += 1;
-            e.total_gpus += n.gpus;
+            e.total_gpus += n.gpus_capacity.max(n.gpus);
+            e.allocatable_gpus += n.gpus;
             if n.schedulable() {
                 e.used_gpus += n.gpus_used.min(n.gpus);
                 e.free_gpus += n.free_gpus();
@@ -97,10 +126,23 @@ impl CapacitySnapshot {
                 e.blocked_gpus += n.gpus;
             }
         }
+        let mut cpu = CpuCapacity::default();
+        for n in nodes.iter().filter(|n| n.schedulable()) {
+            let free_cpus = (n.cpus - n.cpus_used).max(0.0);
+            let free_mem = (n.memory_gb - n.memory_gb_used).max(0.0);
+            cpu.nodes += 1;
+            cpu.total_cpus += n.cpus;
+            cpu.free_cpus += free_cpus;
+            cpu.total_memory_gb += n.memory_gb;
+            cpu.free_memory_gb += free_mem;
+            cpu.largest_free_cpus = cpu.largest_free_cpus.max(free_cpus);
+            cpu.largest_free_memory_gb = cpu.largest_free_memory_gb.max(free_mem);
+        }
         Self {
             taken_at_ms,
             series,
             nodes,
+            cpu,
         }
     }
 

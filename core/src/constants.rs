@@ -32,3 +32,21 @@ pub const PLATFORM_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Folder of the capsule reserved for platform files.
 pub const RESERVED_DIR: &str = ".tuneplane";
+
+/// Label naming the pool a Ray pod belongs to.
+pub const POOL_LABEL: &str = "tuneplane.io/pool";
+
+/// Label holding the playground id on playground pods.
+pub const PLAYGROUND_LABEL: &str = "tuneplane.io/playground-id";
+
+/// `app.kubernetes.io/managed-by` label key; every TunePlane workload carries it.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+
+/// Value of [`MANAGED_BY_LABEL`] on TunePlane workloads.
+pub const MANAGED_BY: &str = "tuneplane";
+
+/// Annotation holding the capsule's SHA-256 on workloads.
+pub const CAPSULE_ANNOTATION: &str = "tuneplane.io/capsule-sha256";
+
+/// Field manager of the reconciler's server-side applies and writes.
+pub const FIELD_MANAGER: &str = "tuneplane-reconciler";

@@ -4,12 +4,15 @@
 //! fleet description, and the deterministic capsule format. Adapters at the edges call these
 //! functions and do the I/O.
 
+pub mod admission;
 pub mod canonical;
 pub mod capacity;
+pub mod capacity_compute;
 pub mod capsule;
 pub mod constants;
 pub mod fleet;
 pub mod job;
+pub mod render;
 pub mod spec;
 pub mod store;
 pub mod submit;

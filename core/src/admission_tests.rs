@@ -1,0 +1,219 @@
+//! Unit tests of admission planning: gang fit per node, fragmentation, reservations, ordering and
+//! series independence.
+
+use super::*;
+use crate::capacity::NodeCapacity;
+use crate::spec::JobSpec;
+
+fn node(name: &str, series: Option<&str>, gpus: u32, used: u32) -> NodeCapacity {
+    NodeCapacity {
+        name: name.into(),
+        series: series.map(String::from),
+        gpus,
+        gpus_used: used,
+        cpus: 96.0,
+        memory_gb: 1024.0,
+        ready: true,
+        ..NodeCapacity::default()
+    }
+}
+
+fn snapshot(nodes: Vec<NodeCapacity>) -> CapacitySnapshot {
+    CapacitySnapshot::from_nodes(0, nodes)
+}
+
+fn pool(name: &str, series: Option<&str>, nodes: u32, gpus: u32) -> serde_json::Value {
+    serde_json::json!({"name": name, "series": series, "nodes": nodes, "gpus_per_node": gpus,
+        "cpus": 8.0, "memory_gb": 64.0})
+}
+
+fn job(id: &str, priority: i32, submitted: i64, pools: Vec<serde_json::Value>) -> JobRecord {
+    let spec: JobSpec = serde_json::from_value(serde_json::json!({
+        "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true", "env": {},
+        "pools": pools, "deadlines": {"pre_running_seconds": 60, "run_seconds": 600},
+        "priority": priority, "labels": {}, "namespace": "ns", "platform_version": "0"
+    }))
+    .unwrap_or_else(|e| panic!("spec: {e}"));
+    JobRecord::new_queued(id, "acme", spec, "ab", submitted)
+}
+
+fn admitted(plan: &AdmissionPlan) -> Vec<&str> {
+    plan.admit.iter().map(|a| a.job_id.as_str()).collect()
+}
+
+fn reason(plan: &AdmissionPlan, id: &str) -> Option<PendingReason> {
+    plan.waiting
+        .iter()
+        .find(|w| w.job_id == id)
+        .map(|w| w.reason)
+}
+
+#[test]
+fn sixteen_free_gpus_spread_four_per_node_cannot_host_one_machine_of_eight() {
+    let cap = snapshot(
+        (0..4)
+            .map(|i| node(&format!("h-{i}"), Some("h200"), 8, 4))
+            .collect(),
+    );
+    assert_eq!(cap.series["h200"].free_gpus, 16);
+    let plan = plan_admissions(
+        &[job("big", 0, 1, vec![pool("main", Some("h200"), 1, 8)])],
+        &cap,
+        &[],
+    );
+    assert!(plan.admit.is_empty());
+    let w = &plan.waiting[0];
+    assert_eq!(w.reason, PendingReason::InsufficientGpu);
+    assert!(
+        w.message
+            .contains("needs 1 node(s) with 8 free h200 GPUs, 0 available"),
+        "{}",
+        w.message
+    );
+}
+
+#[test]
+fn multi_pool_job_is_admitted_only_when_every_pool_fits_on_distinct_nodes() {
+    let pools = vec![
+        pool("main", Some("h200"), 2, 8),
+        pool("eval", Some("l40s"), 1, 4),
+    ];
+    let short = snapshot(vec![
+        node("h-0", Some("h200"), 8, 0),
+        node("h-1", Some("h200"), 8, 2),
+        node("l-0", Some("l40s"), 4, 0),
+    ]);
+    let plan = plan_admissions(&[job("j", 0, 1, pools.clone())], &short, &[]);
+    assert_eq!(reason(&plan, "j"), Some(PendingReason::InsufficientGpu));
+
+    let enough = snapshot(vec![
+        node("h-0", Some("h200"), 8, 0),
+        node("h-1", Some("h200"), 8, 0),
+        node("l-0", Some("l40s"), 4, 0),
+    ]);
+    let plan = plan_admissions(&[job("j", 0, 1, pools)], &enough, &[]);
+    assert_eq!(admitted(&plan), ["j"]);
+    let p = &plan.admit[0].placements;
+    assert_eq!((p[0].pool.as_str(), p[0].nodes.len()), ("main", 2));
+    assert_eq!(p[1].nodes, ["l-0"]);
+}
+
+#[test]
+fn two_pools_of_one_series_never_share_a_node() {
+    // One node with 16 free GPUs could hold both machines by count, but each machine needs its own node.
+    let cap = snapshot(vec![node("h-0", Some("h200"), 16, 0)]);
+    let pools = vec![pool("a", Some("h200"), 1, 8), pool("b", Some("h200"), 1, 8)];
+    let plan = plan_admissions(&[job("j", 0, 1, pools)], &cap, &[]);
+    assert!(plan.admit.is_empty());
+}
+
+#[test]
+fn reservations_of_admitted_jobs_keep_their_gpus() {
+    let cap = snapshot(vec![
+        node("h-0", Some("h200"), 8, 0),
+        node("h-1", Some("h200"), 8, 0),
+    ]);
+    let held = Reservation {
+        job_id: "earlier".into(),
+        series: Some("h200".into()),
+        gpus: 8,
+        cpus: 8.0,
+        memory_gb: 64.0,
+        machines: 1,
+    };
+    let queue = [
+        job("a", 0, 1, vec![pool("m", Some("h200"), 1, 8)]),
+        job("b", 0, 2, vec![pool("m", Some("h200"), 1, 8)]),
+    ];
+    let plan = plan_admissions(&queue, &cap, &[held]);
+    assert_eq!(admitted(&plan), ["a"]);
+    assert_eq!(reason(&plan, "b"), Some(PendingReason::InsufficientGpu));
+}
+
+#[test]
+fn priority_then_submission_order_and_a_blocked_series_blocks_only_itself() {
+    let cap = snapshot(vec![
+        node("h-0", Some("h200"), 8, 0),
+        node("l-0", Some("l40s"), 4, 0),
+    ]);
+    let queue = [
+        job("small-late", 0, 5, vec![pool("m", Some("h200"), 1, 8)]),
+        job(
+            "big-h200",
+            0,
+            1,
+            vec![pool("m", Some("h200"), 1, 8), pool("x", Some("h200"), 1, 8)],
+        ),
+        job("urgent", 9, 9, vec![pool("m", Some("h200"), 1, 4)]),
+        job("l40s", 0, 3, vec![pool("m", Some("l40s"), 1, 4)]),
+    ];
+    // big-h200 needs two h200 nodes; the fleet has one: it never fits and blocks nobody.
+    let plan = plan_admissions(&queue, &cap, &[]);
+    assert_eq!(admitted(&plan), ["urgent", "l40s"]);
+    assert_eq!(
+        reason(&plan, "big-h200"),
+        Some(PendingReason::NoMatchingNode)
+    );
+    assert_eq!(
+        reason(&plan, "small-late"),
+        Some(PendingReason::InsufficientGpu)
+    );
+
+    // A job of one series that does not fit right now holds back later jobs of that series only.
+    let cap = snapshot(vec![
+        node("h-0", Some("h200"), 8, 4),
+        node("h-1", Some("h200"), 8, 4),
+        node("l-0", Some("l40s"), 4, 0),
+    ]);
+    let queue = [
+        job("big", 0, 1, vec![pool("m", Some("h200"), 1, 8)]),
+        job("small", 0, 2, vec![pool("m", Some("h200"), 1, 2)]),
+        job("other", 0, 3, vec![pool("m", Some("l40s"), 1, 4)]),
+    ];
+    let plan = plan_admissions(&queue, &cap, &[]);
+    assert_eq!(admitted(&plan), ["other"]);
+    assert_eq!(
+        reason(&plan, "small"),
+        Some(PendingReason::QueuedBehindOthers)
+    );
+}
+
+#[test]
+fn cordoned_series_gives_no_matching_node_and_cpu_jobs_use_any_node() {
+    let mut cordoned = node("h-0", Some("h200"), 8, 0);
+    cordoned.cordoned = true;
+    let cap = snapshot(vec![cordoned, node("c-0", None, 0, 0)]);
+    let mut cpu = pool("main", None, 1, 0);
+    cpu["cpus"] = serde_json::json!(2.0);
+    let queue = [
+        job("gpu", 0, 1, vec![pool("m", Some("h200"), 1, 8)]),
+        job("cpu", 0, 2, vec![cpu]),
+    ];
+    let plan = plan_admissions(&queue, &cap, &[]);
+    assert_eq!(admitted(&plan), ["cpu"]);
+    assert_eq!(reason(&plan, "gpu"), Some(PendingReason::NoMatchingNode));
+}
+
+#[test]
+fn cpu_job_larger_than_free_cpu_waits_with_insufficient_cpu() {
+    let mut busy = node("c-0", None, 0, 0);
+    busy.cpus_used = 95.0;
+    let cap = snapshot(vec![busy]);
+    let plan = plan_admissions(
+        &[job("cpu", 0, 1, vec![pool("main", None, 1, 0)])],
+        &cap,
+        &[],
+    );
+    assert_eq!(reason(&plan, "cpu"), Some(PendingReason::InsufficientCpu));
+}
+
+#[test]
+fn jobs_already_stopping_or_admitted_are_not_planned() {
+    let cap = snapshot(vec![node("h-0", Some("h200"), 8, 0)]);
+    let mut stopping = job("s", 0, 1, vec![pool("m", Some("h200"), 1, 8)]);
+    stopping.stop_requested = true;
+    let mut running = job("r", 0, 1, vec![pool("m", Some("h200"), 1, 8)]);
+    running.state = JobState::Admitted;
+    let plan = plan_admissions(&[stopping, running], &cap, &[]);
+    assert!(plan.admit.is_empty() && plan.waiting.is_empty());
+}

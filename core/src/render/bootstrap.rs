@@ -1,0 +1,119 @@
+//! The shell + Python snippets workloads run before user code: download the capsule, verify its
+//! SHA-256 *before* anything is unpacked, and (for CPU Pods) extract it safely and start the runner.
+//!
+//! They need only the image's Bash and Python 3 (like the runner). The URL and the expected hash come
+//! through environment variables ([`URL_ENV`], [`SHA_ENV`]), never interpolated into the script, so
+//! a URL cannot inject shell code.
+
+/// Environment variable carrying the capsule URL.
+pub const URL_ENV: &str = "TUNEPLANE_CAPSULE_URL";
+/// Environment variable carrying the capsule's expected SHA-256.
+pub const SHA_ENV: &str = "TUNEPLANE_CAPSULE_SHA256";
+/// Exit status when the capsule does not match its hash.
+pub const MISMATCH_EXIT: i32 = 86;
+/// Shared folder of Ray pods' capsules (init-container delivery).
+pub const RAY_CAPSULE_DIR: &str = "/tuneplane/capsule";
+/// Working folder of CPU Pods.
+pub const POD_WORK_DIR: &str = "/tuneplane/work";
+
+const FETCH_PY: &str = r#"import hashlib, os, sys, urllib.request
+url, want, dest = os.environ["TUNEPLANE_CAPSULE_URL"], os.environ["TUNEPLANE_CAPSULE_SHA256"], sys.argv[1]
+os.makedirs(os.path.dirname(dest), exist_ok=True)
+tmp = dest + ".part"
+h = hashlib.sha256()
+with urllib.request.urlopen(url, timeout=300) as r, open(tmp, "wb") as f:
+    while True:
+        chunk = r.read(1 << 20)
+        if not chunk:
+            break
+        h.update(chunk)
+        f.write(chunk)
+got = h.hexdigest()
+if got != want:
+    os.remove(tmp)
+    sys.stderr.write("tuneplane: capsule checksum mismatch: expected %s, got %s; nothing was executed\n" % (want, got))
+    sys.exit(86)
+os.replace(tmp, dest)
+print("tuneplane: capsule %s verified" % got)
+"#;
+
+const EXTRACT_PY: &str = r#"import os, stat, sys, zipfile
+src, root = sys.argv[1], os.path.realpath(sys.argv[2])
+os.makedirs(root, exist_ok=True)
+with zipfile.ZipFile(src) as z:
+    for info in z.infolist():
+        name = info.filename
+        target = os.path.realpath(os.path.join(root, name))
+        mode = info.external_attr >> 16
+        if os.path.isabs(name) or not (target == root or target.startswith(root + os.sep)):
+            sys.exit("tuneplane: unsafe path in capsule: %r" % name)
+        if stat.S_ISLNK(mode):
+            sys.exit("tuneplane: symlink in capsule: %r" % name)
+        z.extract(info, root)
+        if mode & 0o111 and not name.endswith("/"):
+            os.chmod(target, 0o755)
+os.remove(src)
+"#;
+
+/// Script of the Ray init container: fetch + verify to `/tuneplane/capsule/<sha>/capsule.zip`.
+pub fn ray_fetch_script(sha256: &str) -> String {
+    format!(
+        "set -euo pipefail\nPY=$(command -v python3 || command -v python)\n\"$PY\" - {dir}/{sha256}/capsule.zip <<'TUNEPLANE_PY'\n{FETCH_PY}TUNEPLANE_PY\n",
+        dir = RAY_CAPSULE_DIR
+    )
+}
+
+/// Script of a CPU Pod: fetch + verify, extract safely, run the platform runner in the capsule root.
+pub fn pod_bootstrap_script() -> String {
+    format!(
+        "set -euo pipefail\nPY=$(command -v python3 || command -v python)\n\
+         \"$PY\" - {work}/capsule.zip <<'TUNEPLANE_PY'\n{FETCH_PY}TUNEPLANE_PY\n\
+         \"$PY\" - {work}/capsule.zip {work}/root <<'TUNEPLANE_PY'\n{EXTRACT_PY}TUNEPLANE_PY\n\
+         cd {work}/root\nexec \"$PY\" .tuneplane/runner.pex\n",
+        work = POD_WORK_DIR
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_verify_before_extracting_and_take_the_url_from_the_environment() {
+        let script = pod_bootstrap_script();
+        let verify = script.find("hexdigest").unwrap_or(usize::MAX);
+        let extract = script.find("zipfile.ZipFile").unwrap_or(0);
+        assert!(verify < extract, "hash checked before extraction");
+        assert!(script.contains("os.environ[\"TUNEPLANE_CAPSULE_URL\"]"));
+        assert!(script.ends_with("exec \"$PY\" .tuneplane/runner.pex\n"));
+        assert!(ray_fetch_script("ab").contains("/tuneplane/capsule/ab/capsule.zip"));
+    }
+
+    #[test]
+    fn bootstrap_refuses_a_tampered_capsule_and_runs_nothing() {
+        // Runs the real script with python3 when available, against a file:// URL.
+        let Ok(py) = std::process::Command::new("python3")
+            .arg("-c")
+            .arg("1")
+            .status()
+        else {
+            return;
+        };
+        assert!(py.success());
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let zip = dir.path().join("c.zip");
+        std::fs::write(&zip, b"not the capsule").unwrap_or_else(|e| panic!("{e}"));
+        let script =
+            ray_fetch_script("00").replace(RAY_CAPSULE_DIR, &dir.path().display().to_string());
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .env(URL_ENV, format!("file://{}", zip.display()))
+            .env(SHA_ENV, "0".repeat(64))
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out.status.code(), Some(MISMATCH_EXIT));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("checksum mismatch"));
+        assert!(!dir.path().join("00/capsule.zip").exists());
+    }
+}

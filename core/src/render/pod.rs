@@ -1,0 +1,73 @@
+//! The plain Pod of a CPU-only custom job (DESIGN §5): requests equal limits, `restartPolicy:
+//! Never`, the fleet's tolerations (it may use free CPU on GPU nodes), no accelerator, the run
+//! deadline as `activeDeadlineSeconds`, and a bootstrap that verifies the capsule before running it.
+
+use serde_json::{Value, json};
+
+use super::bootstrap::{POD_WORK_DIR, SHA_ENV, URL_ENV, pod_bootstrap_script};
+use super::{
+    CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, job_annotations, job_env,
+    job_labels, memory_quantity, tolerations, workload_name,
+};
+use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
+use crate::constants::POOL_LABEL;
+use crate::job::JobRecord;
+use crate::spec::WorkloadKind;
+
+/// Name of the Pod's only container.
+pub const CONTAINER: &str = "job";
+
+/// Renders the Pod of `job` (a CPU-only job) that downloads `capsule`.
+pub fn render_pod(
+    job: &JobRecord,
+    capsule: &CapsuleRef,
+    settings: &RenderSettings,
+) -> Result<Value, RenderError> {
+    if job.spec.kind() != WorkloadKind::Pod {
+        return Err(RenderError::Shape {
+            job_id: job.id.clone(),
+            message: "a job with GPUs becomes a RayJob, not a Pod".to_owned(),
+        });
+    }
+    check_capsule(job, capsule)?;
+    let pool = &job.spec.pools[0];
+    let (cpu, mem) = (cpu_quantity(pool.cpus), memory_quantity(pool.memory_gb));
+    let mut env = vec![
+        json!({"name": URL_ENV, "value": capsule.url}),
+        json!({"name": SHA_ENV, "value": capsule.sha256}),
+    ];
+    env.extend(
+        job_env(job)
+            .into_iter()
+            .map(|(name, value)| json!({"name": name, "value": value})),
+    );
+    let mut labels = job_labels(job);
+    labels.insert(POOL_LABEL.into(), json!(pool.name));
+    let mut annotations = job_annotations(job);
+    annotations[ADMITTED_GPUS_ANNOTATION] = json!("0");
+    Ok(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": workload_name(&job.id),
+            "namespace": job.spec.namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": job.spec.deadlines.run_seconds.max(1),
+            "tolerations": tolerations(settings),
+            "enableServiceLinks": false,
+            "containers": [{
+                "name": CONTAINER,
+                "image": job.spec.image,
+                "command": ["bash", "-c", pod_bootstrap_script()],
+                "env": env,
+                "resources": {"requests": {"cpu": cpu, "memory": mem}, "limits": {"cpu": cpu, "memory": mem}},
+                "volumeMounts": [{"name": "work", "mountPath": POD_WORK_DIR}],
+            }],
+            "volumes": [{"name": "work", "emptyDir": {}}],
+        },
+    }))
+}

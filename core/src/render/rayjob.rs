@@ -1,0 +1,195 @@
+//! The KubeRay `RayJob` of a GPU job (DESIGN §5).
+//!
+//! The head is machine zero of the primary pool (same image, series, GPUs); the primary pool's
+//! worker group has `nodes - 1` replicas and every further pool gets a group with `nodes`
+//! replicas. Each group is pinned with a Ray custom resource `tuneplane.pool.<name>` written in the
+//! single-quoted JSON form KubeRay pastes into `ray start`, and `num-gpus` is always explicit.
+
+use serde_json::{Value, json};
+
+use super::bootstrap::{RAY_CAPSULE_DIR, SHA_ENV, URL_ENV, ray_fetch_script};
+use super::{
+    CapsuleDelivery, CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity,
+    job_annotations, job_env, job_labels, memory_quantity, tolerations, workload_name,
+};
+use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
+use crate::constants::{GPU_RESOURCE, POOL_LABEL, SERIES_LABEL};
+use crate::job::JobRecord;
+use crate::spec::{Pool, WorkloadKind};
+
+/// The entrypoint every RayJob runs (in the capsule root, which Ray makes the working directory).
+pub const ENTRYPOINT: &str = "python .tuneplane/runner.pex";
+
+/// Name of the Ray custom resource that pins work to a pool.
+pub fn pool_resource(pool: &str) -> String {
+    format!("tuneplane.pool.{pool}")
+}
+
+/// `working_dir` of the runtime env for this delivery mode.
+pub fn working_dir(capsule: &CapsuleRef, delivery: CapsuleDelivery) -> String {
+    match delivery {
+        CapsuleDelivery::Presigned => capsule.url.clone(),
+        // Exactly three slashes: an absolute path that exists on every Ray pod.
+        CapsuleDelivery::InitContainer => {
+            format!("file://{RAY_CAPSULE_DIR}/{}/capsule.zip", capsule.sha256)
+        }
+    }
+}
+
+fn runtime_env_yaml(job: &JobRecord, capsule: &CapsuleRef, settings: &RenderSettings) -> String {
+    let env: serde_json::Map<String, Value> = job_env(job)
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    let doc = json!({"working_dir": working_dir(capsule, settings.delivery), "env_vars": env});
+    // A JSON document of strings always serialises to YAML.
+    yaml_serde::to_string(&doc).unwrap_or_default()
+}
+
+fn container(job: &JobRecord, pool: &Pool, head: bool, settings: &RenderSettings) -> Value {
+    let (cpu, mem) = (cpu_quantity(pool.cpus), memory_quantity(pool.memory_gb));
+    let mut limits = json!({"cpu": cpu, "memory": mem});
+    if settings.gpu_passthrough && pool.gpus_per_node > 0 {
+        limits[GPU_RESOURCE] = json!(pool.gpus_per_node.to_string());
+    }
+    let mut c = json!({
+        "name": if head { "ray-head" } else { "ray-worker" },
+        "image": job.spec.image,
+        "resources": {"requests": {"cpu": cpu, "memory": mem}, "limits": limits},
+    });
+    if head {
+        c["ports"] = json!([
+            {"name": "gcs-server", "containerPort": 6379},
+            {"name": "dashboard", "containerPort": 8265},
+            {"name": "client", "containerPort": 10001},
+        ]);
+    }
+    if settings.delivery == CapsuleDelivery::InitContainer {
+        c["volumeMounts"] = json!([{"name": "tuneplane-capsule", "mountPath": RAY_CAPSULE_DIR}]);
+    }
+    c
+}
+
+fn group_template(
+    job: &JobRecord,
+    pool: &Pool,
+    head: bool,
+    capsule: &CapsuleRef,
+    settings: &RenderSettings,
+) -> Value {
+    let mut labels = job_labels(job);
+    labels.insert(POOL_LABEL.into(), json!(pool.name));
+    let mut spec = json!({
+        "containers": [container(job, pool, head, settings)],
+        "tolerations": tolerations(settings),
+    });
+    if let Some(series) = &pool.series {
+        spec["nodeSelector"] = json!({ SERIES_LABEL: series });
+    }
+    if settings.delivery == CapsuleDelivery::InitContainer {
+        spec["volumes"] = json!([{"name": "tuneplane-capsule", "emptyDir": {}}]);
+        spec["initContainers"] = json!([{
+            "name": "fetch-capsule",
+            "image": job.spec.image,
+            "command": ["bash", "-c", ray_fetch_script(&capsule.sha256)],
+            "env": [{"name": URL_ENV, "value": capsule.url}, {"name": SHA_ENV, "value": capsule.sha256}],
+            "volumeMounts": [{"name": "tuneplane-capsule", "mountPath": RAY_CAPSULE_DIR}],
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        }]);
+    }
+    json!({
+        "metadata": {
+            "labels": labels,
+            "annotations": { ADMITTED_GPUS_ANNOTATION: pool.gpus_per_node.to_string() },
+        },
+        "spec": spec,
+    })
+}
+
+fn start_params(pool: &Pool, head: bool) -> Value {
+    // Single-quoted JSON: KubeRay pastes the value into a bash command line as-is.
+    let resources = format!("'{{\"{}\": 1}}'", pool_resource(&pool.name));
+    let mut p = json!({
+        "num-gpus": pool.gpus_per_node.to_string(),
+        "resources": resources,
+    });
+    if head {
+        p["dashboard-host"] = json!("0.0.0.0");
+    }
+    p
+}
+
+fn worker_group(
+    job: &JobRecord,
+    pool: &Pool,
+    replicas: u32,
+    capsule: &CapsuleRef,
+    settings: &RenderSettings,
+) -> Value {
+    json!({
+        "groupName": pool.name,
+        "replicas": replicas,
+        "minReplicas": replicas,
+        "maxReplicas": replicas,
+        "rayStartParams": start_params(pool, false),
+        "template": group_template(job, pool, false, capsule, settings),
+    })
+}
+
+/// Renders the RayJob of `job` (a GPU job) that downloads `capsule`.
+pub fn render_rayjob(
+    job: &JobRecord,
+    capsule: &CapsuleRef,
+    settings: &RenderSettings,
+) -> Result<Value, RenderError> {
+    let shape = |message: &str| RenderError::Shape {
+        job_id: job.id.clone(),
+        message: message.to_owned(),
+    };
+    if job.spec.kind() != WorkloadKind::RayJob {
+        return Err(shape("a CPU-only job becomes a Pod, not a RayJob"));
+    }
+    let primary = job
+        .spec
+        .pools
+        .first()
+        .ok_or_else(|| shape("job has no pools"))?;
+    check_capsule(job, capsule)?;
+    let mut workers = vec![worker_group(
+        job,
+        primary,
+        primary.nodes.saturating_sub(1),
+        capsule,
+        settings,
+    )];
+    for pool in &job.spec.pools[1..] {
+        workers.push(worker_group(job, pool, pool.nodes, capsule, settings));
+    }
+    Ok(json!({
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {
+            "name": workload_name(&job.id),
+            "namespace": job.spec.namespace,
+            "labels": job_labels(job),
+            "annotations": job_annotations(job),
+        },
+        "spec": {
+            "entrypoint": ENTRYPOINT,
+            "runtimeEnvYAML": runtime_env_yaml(job, capsule, settings),
+            "shutdownAfterJobFinishes": true,
+            "ttlSecondsAfterFinished": settings.ttl_after_finished_seconds.max(1),
+            "activeDeadlineSeconds": job.spec.deadlines.run_seconds.min(i32::MAX as u64),
+            "backoffLimit": 0,
+            "submissionMode": "K8sJobMode",
+            "submitterConfig": {"backoffLimit": 0},
+            "rayClusterSpec": {
+                "headGroupSpec": {
+                    "rayStartParams": start_params(primary, true),
+                    "template": group_template(job, primary, true, capsule, settings),
+                },
+                "workerGroupSpecs": workers,
+            },
+        },
+    }))
+}
