@@ -1,3 +1,25 @@
-//! TunePlane functions: the stateless entry points (HTTP API, scheduled and inbox triggers).
+//! TunePlane functions: the stateless entry points that accept jobs and answer questions about
+//! them (DESIGN §7).
 //!
-//! This crate is a placeholder until the functions issue lands; it compiles so the workspace is whole.
+//! - [`app::router`]: the `/v1` HTTP API, served by Lambda ([`lambda::handle`]) and by plain HTTP
+//!   (`tuneplane dev`, the `api` binary with `TUNEPLANE_LISTEN`).
+//! - [`webhooks`]: signed deliveries from Git hosts and other systems.
+//! - [`triggers`]: EventBridge Scheduler firings, console drops under `inbox/`, and
+//!   "TunePlane Job Submission" events.
+//!
+//! Every entry point submits through `tuneplane_core::submit::SubmitService`. The binaries in
+//! `src/bin/` are thin: parse [`config::Config`] once, build clients once ([`runtime::startup`]),
+//! run.
+
+pub mod app;
+pub mod config;
+pub mod error;
+pub mod lambda;
+pub mod routes;
+pub mod runtime;
+pub mod triggers;
+pub mod webhooks;
+
+pub use app::{AppState, router};
+pub use config::Config;
+pub use error::ApiError;

@@ -1,0 +1,124 @@
+//! The HTTP router of the `/v1` API (DESIGN §7), shared by Lambda (`lambda_http`) and plain HTTP
+//! (`tuneplane dev`). Handlers only parse, call core, and shape the answer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderName, HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use tracing::Instrument;
+use tuneplane_core::submit::{Principal, SubmitService, authenticate};
+
+use crate::config::{MAX_BODY_BYTES, WebhookSource};
+use crate::error::{ApiError, REQUEST_ID};
+use crate::routes;
+
+/// Header carrying the request id in both directions.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Everything a handler needs; built once per process.
+#[derive(Debug)]
+pub struct AppState {
+    /// The submission service (and through it the stores).
+    pub submit: SubmitService,
+    /// Webhook sources by name.
+    pub webhooks: BTreeMap<String, WebhookSource>,
+    /// Current time, Unix milliseconds (a function so tests can move the clock).
+    pub clock: fn() -> i64,
+    /// Random id generator for uploads and playgrounds.
+    pub new_id: fn(&str) -> String,
+}
+
+/// Every route of the API as `(method, path)`, the way the OpenAPI document lists them.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/v1/healthz"),
+    ("post", "/v1/jobs"),
+    ("get", "/v1/jobs"),
+    ("get", "/v1/jobs/{id}"),
+    ("get", "/v1/jobs/{id}/events"),
+    ("get", "/v1/jobs/{id}/logs"),
+    ("post", "/v1/jobs/{id}/stop"),
+    ("post", "/v1/uploads"),
+    ("get", "/v1/capacity"),
+    ("post", "/v1/playgrounds"),
+    ("get", "/v1/playgrounds"),
+    ("get", "/v1/playgrounds/{id}"),
+    ("delete", "/v1/playgrounds/{id}"),
+    ("post", "/v1/webhooks/{source}"),
+];
+
+/// The router with every `/v1` route, the body limit and the request-id middleware.
+pub fn router(state: Arc<AppState>) -> Router {
+    let v1 = Router::new()
+        .route("/healthz", get(routes::misc::healthz))
+        .route("/jobs", post(routes::jobs::submit).get(routes::jobs::list))
+        .route("/jobs/{id}", get(routes::jobs::get_one))
+        .route("/jobs/{id}/events", get(routes::jobs::events))
+        .route("/jobs/{id}/logs", get(routes::jobs::logs))
+        .route("/jobs/{id}/stop", post(routes::jobs::stop))
+        .route("/uploads", post(routes::misc::create_upload))
+        .route("/capacity", get(routes::misc::capacity))
+        .route(
+            "/playgrounds",
+            post(routes::playgrounds::create).get(routes::playgrounds::list),
+        )
+        .route(
+            "/playgrounds/{id}",
+            get(routes::playgrounds::get_one).delete(routes::playgrounds::delete),
+        )
+        .route("/webhooks/{source}", post(crate::webhooks::receive));
+    Router::new()
+        .nest("/v1", v1)
+        .fallback(routes::misc::not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(request_id))
+        .with_state(state)
+}
+
+/// Takes the request id from `x-request-id` (the Lambda adapter sets API Gateway's), or makes one;
+/// serves the request within it and echoes it in the response.
+async fn request_id(req: Request, next: Next) -> Response {
+    let id = req
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map(str::to_owned)
+        .unwrap_or_else(|| crate::runtime::random_id("req"));
+    let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
+    let mut response = REQUEST_ID
+        .scope(id.clone(), next.run(req))
+        .instrument(span)
+        .await;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(REQUEST_ID_HEADER), value);
+    }
+    response
+}
+
+/// The authenticated caller of a request (`Authorization: Bearer <api key>`).
+#[derive(Debug, Clone)]
+pub struct Auth(pub Principal);
+
+impl FromRequestParts<Arc<AppState>> for Auth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let principal = authenticate(state.submit.jobs().as_ref(), header).await?;
+        Ok(Auth(principal))
+    }
+}

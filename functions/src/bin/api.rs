@@ -1,0 +1,25 @@
+//! The API function: the `/v1` router under the Lambda runtime, or on plain HTTP when
+//! `TUNEPLANE_LISTEN` is set (local runs and the cold-start benchmark).
+
+use anyhow::Context;
+use tuneplane_functions::{lambda, router, runtime};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let (config, state) = runtime::startup()
+        .await
+        .context("starting the API function")?;
+    let app = router(state);
+    match &config.listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?;
+            tracing::info!(addr = %addr, "serving the API on plain HTTP");
+            axum::serve(listener, app).await.context("serving HTTP")
+        }
+        None => lambda::run(app)
+            .await
+            .map_err(|e| anyhow::anyhow!("Lambda runtime: {e}")),
+    }
+}

@@ -1,0 +1,22 @@
+//! The scheduled function: EventBridge Scheduler firings become jobs (one per schedule and time).
+
+use anyhow::Context;
+use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
+use serde_json::Value;
+use tuneplane_functions::{runtime, triggers};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let (_config, state) = runtime::startup()
+        .await
+        .context("starting the scheduled function")?;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+        let state = state.clone();
+        async move {
+            let outcome = triggers::handle_scheduled(&state, &event.payload).await?;
+            Ok::<_, lambda_runtime::Error>(format!("{outcome:?}"))
+        }
+    }))
+    .await
+    .map_err(|e| anyhow::anyhow!("Lambda runtime: {e}"))
+}

@@ -1,0 +1,233 @@
+//! Typed configuration of the function binaries, parsed once at startup from `TUNEPLANE_*`
+//! variables (DESIGN §9). A bad value fails startup with the variable's name.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use tuneplane_core::capsule::Limits;
+use tuneplane_core::spec::Defaults;
+use tuneplane_core::submit::SubmitConfig;
+
+/// DynamoDB table name; when set, the functions use DynamoDB and S3 (production).
+pub const ENV_TABLE: &str = "TUNEPLANE_TABLE";
+/// S3 bucket for capsules, uploads, inbox and logs (required with [`ENV_TABLE`]).
+pub const ENV_BUCKET: &str = "TUNEPLANE_BUCKET";
+/// Local data directory (embedded job store + filesystem blobs) when [`ENV_TABLE`] is unset.
+pub const ENV_DATA_DIR: &str = "TUNEPLANE_DATA_DIR";
+/// Secret signing the filesystem blob store's URLs (local mode).
+pub const ENV_BLOB_SECRET: &str = "TUNEPLANE_BLOB_SECRET";
+/// Base URL of the local blob server (local mode), e.g. `http://127.0.0.1:8089/blobs`.
+pub const ENV_BLOB_URL: &str = "TUNEPLANE_BLOB_URL";
+/// Webhook sources as JSON: `{"<source>": {"secret": "...", "tenant": "...", "template": "..."}}`.
+pub const ENV_WEBHOOKS: &str = "TUNEPLANE_WEBHOOKS";
+/// Namespace filled into specs that name none.
+pub const ENV_NAMESPACE: &str = "TUNEPLANE_NAMESPACE";
+/// Default pre-running deadline, seconds.
+pub const ENV_PRE_RUNNING: &str = "TUNEPLANE_PRE_RUNNING_DEADLINE_SECONDS";
+/// Default run deadline, seconds.
+pub const ENV_RUN: &str = "TUNEPLANE_RUN_DEADLINE_SECONDS";
+/// Scratch folder for staging code and building capsules (Lambda: `/tmp`).
+pub const ENV_SCRATCH: &str = "TUNEPLANE_SCRATCH_DIR";
+/// `json` for JSON logs, anything else for plain text.
+pub const ENV_LOG_FORMAT: &str = "TUNEPLANE_LOG_FORMAT";
+/// Address for plain HTTP serving of the API binary outside Lambda (e.g. `127.0.0.1:8080`).
+pub const ENV_LISTEN: &str = "TUNEPLANE_LISTEN";
+
+/// Largest inline code archive (decoded), bytes: keeps requests within API Gateway and Lambda limits.
+pub const MAX_INLINE_CODE_BYTES: usize = 4 * 1024 * 1024;
+/// Largest request body (base64 of the inline limit plus the spec), bytes; Lambda allows 6 MB.
+pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
+/// Largest presigned upload, bytes.
+pub const MAX_UPLOAD_BYTES: u64 = 1 << 30;
+
+/// A configuration problem, naming the variable.
+#[derive(Debug, thiserror::Error)]
+#[error("{var}: {message}")]
+pub struct ConfigError {
+    /// The variable.
+    pub var: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// Where jobs and blobs live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// DynamoDB table + S3 bucket.
+    Aws {
+        /// Table name.
+        table: String,
+        /// Bucket name.
+        bucket: String,
+    },
+    /// Embedded store and filesystem blobs under a directory.
+    Local {
+        /// Data directory.
+        dir: PathBuf,
+        /// Blob URL signing secret.
+        blob_secret: String,
+        /// Blob server base URL.
+        blob_url: String,
+    },
+}
+
+/// One webhook source.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSource {
+    /// HMAC-SHA256 secret shared with the sender.
+    pub secret: String,
+    /// Tenant the jobs belong to.
+    pub tenant: String,
+    /// Template run when the payload names neither a spec nor a template (e.g. Git push events).
+    #[serde(default)]
+    pub template: Option<String>,
+}
+
+/// Configuration of every function binary.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Storage backend.
+    pub backend: Backend,
+    /// Submission settings.
+    pub submit: SubmitConfig,
+    /// Webhook sources by name.
+    pub webhooks: BTreeMap<String, WebhookSource>,
+    /// JSON logs.
+    pub json_logs: bool,
+    /// Plain-HTTP listen address (API binary outside Lambda).
+    pub listen: Option<String>,
+}
+
+impl Config {
+    /// Parses the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Parses variables supplied by `get` (tests pass a map).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let non_empty = |var: &'static str| get(var).filter(|v| !v.trim().is_empty());
+        let backend = match non_empty(ENV_TABLE) {
+            Some(table) => Backend::Aws {
+                table,
+                bucket: non_empty(ENV_BUCKET).ok_or(ConfigError {
+                    var: ENV_BUCKET,
+                    message: format!("required when {ENV_TABLE} is set"),
+                })?,
+            },
+            None => Backend::Local {
+                dir: PathBuf::from(non_empty(ENV_DATA_DIR).ok_or(ConfigError {
+                    var: ENV_DATA_DIR,
+                    message: format!("set it (local stores) or set {ENV_TABLE} and {ENV_BUCKET}"),
+                })?),
+                blob_secret: non_empty(ENV_BLOB_SECRET).ok_or(ConfigError {
+                    var: ENV_BLOB_SECRET,
+                    message: "required with local stores (shared by every process)".into(),
+                })?,
+                blob_url: non_empty(ENV_BLOB_URL)
+                    .unwrap_or_else(|| "http://127.0.0.1:8089/blobs".into()),
+            },
+        };
+        let number = |var: &'static str, default: u64| -> Result<u64, ConfigError> {
+            match non_empty(var) {
+                None => Ok(default),
+                Some(v) => v.trim().parse().map_err(|_| ConfigError {
+                    var,
+                    message: format!("{v:?} is not a whole number of seconds"),
+                }),
+            }
+        };
+        let base = Defaults::default();
+        let defaults = Defaults {
+            pre_running_seconds: number(ENV_PRE_RUNNING, base.pre_running_seconds)?,
+            run_seconds: number(ENV_RUN, base.run_seconds)?,
+            namespace: non_empty(ENV_NAMESPACE).unwrap_or(base.namespace),
+        };
+        let webhooks = match non_empty(ENV_WEBHOOKS) {
+            None => BTreeMap::new(),
+            Some(json) => parse_webhooks(&json)?,
+        };
+        let submit = SubmitConfig {
+            defaults,
+            limits: Limits::default(),
+            scratch_dir: non_empty(ENV_SCRATCH)
+                .map(PathBuf::from)
+                .unwrap_or_else(std::env::temp_dir),
+            idempotency_ttl_seconds: 24 * 3600,
+        };
+        Ok(Config {
+            backend,
+            submit,
+            webhooks,
+            json_logs: non_empty(ENV_LOG_FORMAT).is_some_and(|v| v.eq_ignore_ascii_case("json")),
+            listen: non_empty(ENV_LISTEN),
+        })
+    }
+}
+
+fn parse_webhooks(json: &str) -> Result<BTreeMap<String, WebhookSource>, ConfigError> {
+    let err = |message: String| ConfigError {
+        var: ENV_WEBHOOKS,
+        message,
+    };
+    let map: BTreeMap<String, WebhookSource> = serde_json::from_str(json).map_err(|e| {
+        err(format!(
+            "expected {{\"<source>\": {{\"secret\", \"tenant\"}}}}: {e}"
+        ))
+    })?;
+    for (name, source) in &map {
+        if !crate::webhooks::valid_source_name(name) {
+            return Err(err(format!(
+                "source {name:?}: use 1-40 lower-case letters, digits and '-'"
+            )));
+        }
+        if source.secret.len() < 16 {
+            return Err(err(format!(
+                "source {name:?}: the secret must be at least 16 characters"
+            )));
+        }
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn table_without_bucket_names_the_missing_variable() {
+        let err = parse(&[(ENV_TABLE, "jobs")]).err().map(|e| e.var);
+        assert_eq!(err, Some(ENV_BUCKET));
+    }
+
+    #[test]
+    fn bad_deadline_names_the_variable() {
+        let vars = [
+            (ENV_DATA_DIR, "/tmp/x"),
+            (ENV_BLOB_SECRET, "s"),
+            (ENV_RUN, "soon"),
+        ];
+        assert_eq!(parse(&vars).err().map(|e| e.var), Some(ENV_RUN));
+    }
+
+    #[test]
+    fn webhook_sources_parse_and_short_secrets_are_refused() {
+        let ok = r#"{"github": {"secret": "0123456789abcdef", "tenant": "acme"}}"#;
+        let vars = [(ENV_TABLE, "t"), (ENV_BUCKET, "b"), (ENV_WEBHOOKS, ok)];
+        let config = parse(&vars).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.webhooks["github"].tenant, "acme");
+        let short = r#"{"github": {"secret": "x", "tenant": "acme"}}"#;
+        let vars = [(ENV_TABLE, "t"), (ENV_BUCKET, "b"), (ENV_WEBHOOKS, short)];
+        assert_eq!(parse(&vars).err().map(|e| e.var), Some(ENV_WEBHOOKS));
+    }
+}

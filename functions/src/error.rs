@@ -1,0 +1,150 @@
+//! The one boundary where failures become HTTP responses: `{"error": {"code", "message",
+//! "details", "request_id"}}` with the right status. Client errors say what to fix; internal
+//! errors are logged once here, with the request id, and answered with a 500 that carries it.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tuneplane_core::capsule::CapsuleError;
+use tuneplane_core::store::StoreError;
+use tuneplane_core::submit::SubmitError;
+
+tokio::task_local! {
+    /// The id of the request being served (set by the request-id middleware).
+    pub static REQUEST_ID: String;
+}
+
+/// The current request id, or `-` outside a request.
+pub fn current_request_id() -> String {
+    REQUEST_ID
+        .try_with(|id| id.clone())
+        .unwrap_or_else(|_| "-".into())
+}
+
+/// Every failure of an API request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A failure of the submission service (auth, spec, code, idempotency, storage).
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// A malformed request.
+    #[error("{message}")]
+    BadRequest {
+        /// Machine-readable code.
+        code: &'static str,
+        /// What to fix.
+        message: String,
+    },
+    /// Unknown (or another tenant's) resource.
+    #[error("{0}")]
+    NotFound(String),
+    /// The resource is not in a state that allows the request.
+    #[error("{message}")]
+    Conflict {
+        /// Machine-readable code.
+        code: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// A webhook delivery that fails verification.
+    #[error("{0}")]
+    BadSignature(String),
+    /// The body is over the limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// Storage failed outside the submission service.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ApiError {
+    /// A 400 with `code`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Status, code and details of this error.
+    fn parts(&self) -> (StatusCode, &'static str, Value) {
+        use SubmitError as S;
+        match self {
+            ApiError::Submit(e) => match e {
+                S::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated", Value::Null),
+                S::Forbidden { scope } => {
+                    (StatusCode::FORBIDDEN, "forbidden", json!({"scope": scope}))
+                }
+                S::InvalidSpec(errors) => (
+                    StatusCode::BAD_REQUEST,
+                    "invalid_spec",
+                    json!({"fields": errors.0}),
+                ),
+                S::InvalidCode(CapsuleError::Rejected { entry, reason }) => (
+                    StatusCode::BAD_REQUEST,
+                    "invalid_code",
+                    json!({"entry": entry, "reason": reason}),
+                ),
+                S::InvalidCode(_) => (StatusCode::BAD_REQUEST, "invalid_code", Value::Null),
+                S::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request", Value::Null),
+                S::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", Value::Null),
+                S::IdempotencyConflict { job_id, .. } => (
+                    StatusCode::CONFLICT,
+                    "idempotency_conflict",
+                    json!({"job_id": job_id}),
+                ),
+                S::Store(StoreError::InvalidCursor { .. }) => {
+                    (StatusCode::BAD_REQUEST, "invalid_cursor", Value::Null)
+                }
+                S::Store(_) | S::Build(_) => internal(),
+            },
+            ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code, Value::Null),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", Value::Null),
+            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code, Value::Null),
+            ApiError::BadSignature(_) => (StatusCode::UNAUTHORIZED, "bad_signature", Value::Null),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", Value::Null),
+            ApiError::Store(StoreError::InvalidCursor { .. }) => {
+                (StatusCode::BAD_REQUEST, "invalid_cursor", Value::Null)
+            }
+            ApiError::Store(_) => internal(),
+        }
+    }
+}
+
+fn internal() -> (StatusCode, &'static str, Value) {
+    (StatusCode::INTERNAL_SERVER_ERROR, "internal", Value::Null)
+}
+
+impl ApiError {
+    /// Status and JSON body (`{"error": {...}}`); internal details never reach the body.
+    pub fn to_body(&self, request_id: &str) -> (StatusCode, Value) {
+        let (status, code, details) = self.parts();
+        let message = if status.is_server_error() {
+            format!("internal error; quote request id {request_id} when reporting it")
+        } else {
+            self.to_string()
+        };
+        let body = json!({"error": {
+            "code": code,
+            "message": message,
+            "details": details,
+            "request_id": request_id,
+        }});
+        (status, body)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let request_id = current_request_id();
+        let (status, body) = self.to_body(&request_id);
+        if status.is_server_error() {
+            // Logged once, here, with the full chain; the client gets only the request id.
+            tracing::error!(request_id = %request_id, error = ?self, "internal error");
+        } else {
+            tracing::info!(request_id = %request_id, status = status.as_u16(), error = %self, "request refused");
+        }
+        (status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,218 @@
+//! `/v1/jobs`: submit, list, read, events, logs, stop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::store::{JobQuery, PresignMethod, StoreError};
+use tuneplane_core::submit::{Origin, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, Submitted};
+
+use super::submission::parse_body;
+use crate::app::{AppState, Auth};
+use crate::error::ApiError;
+
+/// Header of the client's idempotency key.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+/// How long a logs URL stays valid.
+const LOGS_URL_TTL: Duration = Duration::from_secs(3600);
+/// Attempts of the stop request's conditional write before giving up.
+const STOP_ATTEMPTS: usize = 5;
+
+/// The answer to a submission: 201 for a new job, 200 for an idempotent repeat.
+pub fn submitted_response(s: &Submitted) -> Response {
+    let status = if s.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let body = json!({
+        "job_id": s.job.id,
+        "status": s.job.state,
+        "capsule_sha256": s.job.capsule_sha256,
+        "created": s.created,
+        "notes": s.notes,
+        "job": s.job,
+    });
+    let location = format!("/v1/jobs/{}", s.job.id);
+    (status, [(header::LOCATION, location)], Json(body)).into_response()
+}
+
+/// `POST /v1/jobs`.
+pub async fn submit(
+    State(state): State<Arc<AppState>>,
+    Auth(principal): Auth,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    principal.require(SCOPE_JOBS_WRITE)?;
+    let idempotency_key = match headers.get(IDEMPOTENCY_HEADER) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    ApiError::bad_request("invalid_request", "Idempotency-Key must be ASCII")
+                })?
+                .to_owned(),
+        ),
+    };
+    let request =
+        parse_body(&body)?.into_request(&principal.tenant, idempotency_key, Origin::Api)?;
+    let submitted = state.submit.submit(request, (state.clock)()).await?;
+    tracing::info!(job_id = %submitted.job.id, tenant = %principal.tenant, created = submitted.created, capsule = %submitted.job.capsule_sha256, "submitted");
+    Ok(submitted_response(&submitted))
+}
+
+/// Query of `GET /v1/jobs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only jobs in this state (`QUEUED`, `RUNNING`, ...).
+    pub status: Option<String>,
+    /// Page size (1..=1000, default 50).
+    pub limit: Option<usize>,
+    /// Cursor from the previous page.
+    pub cursor: Option<String>,
+}
+
+/// `GET /v1/jobs`.
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    Auth(principal): Auth,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    principal.require(SCOPE_JOBS_READ)?;
+    let status = match q.status.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(JobState::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_request",
+                format!("status {s:?} is unknown; use one of QUEUED, ADMITTED, RUNNING, SUCCEEDED, FAILED, STOPPED"),
+            )
+        })?),
+    };
+    let query = JobQuery {
+        state: status,
+        limit: q.limit.unwrap_or(0),
+        cursor: q.cursor,
+    };
+    let page = state
+        .submit
+        .jobs()
+        .list_jobs(&principal.tenant, &query)
+        .await?;
+    Ok(Json(json!({"jobs": page.items, "next_cursor": page.next})))
+}
+
+/// The job `id` if it belongs to `tenant`; another tenant's job is reported as absent.
+pub async fn owned_job(state: &AppState, tenant: &str, id: &str) -> Result<JobRecord, ApiError> {
+    let not_found = || ApiError::NotFound(format!("job {id} not found"));
+    if !crate::runtime::valid_id(id) {
+        return Err(not_found());
+    }
+    match state.submit.jobs().get_job(id).await? {
+        Some(job) if job.tenant == tenant => Ok(job),
+        _ => Err(not_found()),
+    }
+}
+
+/// `GET /v1/jobs/{id}`.
+pub async fn get_one(
+    State(state): State<Arc<AppState>>,
+    Auth(principal): Auth,
+    Path(id): Path<String>,
+) -> Result<Json<JobRecord>, ApiError> {
+    principal.require(SCOPE_JOBS_READ)?;
+    Ok(Json(owned_job(&state, &principal.tenant, &id).await?))
+}
+
+/// Query of `GET /v1/jobs/{id}/events`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// Page size (default 100).
+    pub limit: Option<usize>,
+    /// Cursor from the previous page.
+    pub cursor: Option<String>,
+}
+
+/// `GET /v1/jobs/{id}/events`.
+pub async fn events(
+    State(state): State<Arc<AppState>>,
+    Auth(principal): Auth,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    principal.require(SCOPE_JOBS_READ)?;
+    let job = owned_job(&state, &principal.tenant, &id).await?;
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let page = state
+        .submit
+        .jobs()
+        .list_events(&job.id, limit, q.cursor.as_deref())
+        .await?;
+    Ok(Json(
+        json!({"events": page.items, "next_cursor": page.next}),
+    ))
+}
+
+/// `GET /v1/jobs/{id}/logs`: a presigned URL of the archived logs.
+pub async fn logs(
+    State(state): State<Arc<AppState>>,
+    Auth(principal): Auth,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    principal.require(SCOPE_JOBS_READ)?;
+    let job = owned_job(&state, &principal.tenant, &id).await?;
+    let Some(key) = &job.logs_key else {
+        return Err(ApiError::Conflict {
+            code: "logs_not_archived",
+            message: format!(
+                "job {} is {}; logs are archived when it ends (follow it with GET /v1/jobs/{}/events)",
+                job.id, job.state, job.id
+            ),
+        });
+    };
+    let url = state
+        .submit
+        .blobs()
+        .presign(PresignMethod::Get, key, LOGS_URL_TTL)
+        .await?;
+    Ok(Json(json!({"url": url.url, "expires_at": url.expires_at})))
+}
+
+/// `POST /v1/jobs/{id}/stop`: asks the reconciler to stop the job (202); a finished job is
+/// answered as it is (200).
+pub async fn stop(
+    State(state): State<Arc<AppState>>,
+    Auth(principal): Auth,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    principal.require(SCOPE_JOBS_WRITE)?;
+    for _ in 0..STOP_ATTEMPTS {
+        let mut job = owned_job(&state, &principal.tenant, &id).await?;
+        if job.is_terminal() || job.stop_requested {
+            return Ok((StatusCode::OK, Json(job)).into_response());
+        }
+        job.stop_requested = true;
+        match state.submit.jobs().update_job(&job).await {
+            Ok(stored) => {
+                tracing::info!(job_id = %stored.id, "stop requested");
+                return Ok((StatusCode::ACCEPTED, Json(stored)).into_response());
+            }
+            // The reconciler wrote in between: read again and retry.
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "busy",
+        message: format!("job {id} kept changing; retry the stop"),
+    })
+}

@@ -1,0 +1,6 @@
+//! Handlers of the `/v1` routes, one module per resource.
+
+pub mod jobs;
+pub mod misc;
+pub mod playgrounds;
+pub mod submission;

@@ -1,0 +1,179 @@
+//! What every binary builds once at startup: logging, stores, the shared state; plus ids, the
+//! clock, and the tokio offload for capsule building.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use tuneplane_core::store::{BlobStore, JobStore};
+use tuneplane_core::submit::{BlockingFuture, BlockingTask, Offload, SubmitError, SubmitService};
+use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore, S3BlobStore, aws};
+
+use crate::app::AppState;
+use crate::config::{Backend, Config};
+
+/// Startup failure of a binary.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A local store could not be opened.
+    #[error("opening the local stores: {0}")]
+    Store(#[from] tuneplane_core::store::StoreError),
+}
+
+/// Current time, Unix milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `<prefix>-<20 lower-case hex>` from 80 random bits.
+pub fn random_id(prefix: &str) -> String {
+    format!("{prefix}-{}", hex::encode(random_bytes::<10>()))
+}
+
+/// A new job id (`j-` + 20 hex).
+pub fn new_job_id() -> String {
+    random_id("j")
+}
+
+/// Random bytes from the operating system; should that ever fail, a hash of time, process and
+/// a counter (unique, though predictable: ids are not secrets, key secrets use the OS only).
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    if getrandom::fill(&mut out).is_err() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let seed = format!(
+            "{}-{}-{}",
+            now_ms(),
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let digest = Sha256::digest(seed.as_bytes());
+        for (o, d) in out.iter_mut().zip(digest.iter().cycle()) {
+            *o = *d;
+        }
+    }
+    out
+}
+
+/// True for ids this API hands out: 1-64 of `a-z`, `0-9` and `-` (safe in keys and paths).
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Runs capsule builds on tokio's blocking pool.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioOffload;
+
+impl Offload for TokioOffload {
+    fn run(&self, task: BlockingTask) -> BlockingFuture {
+        Box::pin(async move {
+            match tokio::task::spawn_blocking(task).await {
+                Ok(result) => result,
+                Err(e) => Err(SubmitError::InvalidRequest(format!(
+                    "capsule build was interrupted: {e}"
+                ))),
+            }
+        })
+    }
+}
+
+/// Starts logging: JSON when configured, plain text otherwise; level from `RUST_LOG` (default info).
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    // A second initialisation (tests) is harmless.
+    let _ = if json {
+        builder.json().without_time().try_init()
+    } else {
+        builder.without_time().try_init()
+    };
+}
+
+/// The stores of the configured backend; AWS clients are built once here.
+pub async fn stores(
+    config: &Config,
+) -> Result<(Arc<dyn JobStore>, Arc<dyn BlobStore>), StartupError> {
+    match &config.backend {
+        Backend::Aws { table, bucket } => {
+            let sdk = aws::load_config().await;
+            // A local endpoint (moto, the dev stack) needs path-style bucket addressing.
+            let path_style = sdk.endpoint_url().is_some();
+            let jobs = DynamoJobStore::new(aws::dynamodb_client(&sdk, None), table.clone());
+            let blobs = S3BlobStore::new(aws::s3_client(&sdk, path_style), bucket.clone());
+            Ok((Arc::new(jobs), Arc::new(blobs)))
+        }
+        Backend::Local {
+            dir,
+            blob_secret,
+            blob_url,
+        } => {
+            let jobs = EmbeddedJobStore::open(dir.join("jobs"))?;
+            let blobs =
+                FsBlobStore::open(dir.join("blobs"), blob_secret.as_bytes(), blob_url.clone())?;
+            Ok((Arc::new(jobs), Arc::new(blobs)))
+        }
+    }
+}
+
+/// The shared state over the given stores.
+pub fn state_with(
+    config: &Config,
+    jobs: Arc<dyn JobStore>,
+    blobs: Arc<dyn BlobStore>,
+) -> Arc<AppState> {
+    let submit = SubmitService::new(
+        jobs,
+        blobs,
+        config.submit.clone(),
+        Arc::new(TokioOffload),
+        new_job_id,
+    );
+    Arc::new(AppState {
+        submit,
+        webhooks: config.webhooks.clone(),
+        clock: now_ms,
+        new_id: random_id,
+    })
+}
+
+/// Parses the environment, initialises logging and builds the shared state.
+pub async fn startup() -> Result<(Config, Arc<AppState>), StartupError> {
+    let config = Config::from_env()?;
+    init_tracing(config.json_logs);
+    let (jobs, blobs) = stores(&config).await?;
+    let state = state_with(&config, jobs, blobs);
+    Ok((config, state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_ids_are_valid_and_distinct() {
+        let a = new_job_id();
+        let b = new_job_id();
+        assert!(valid_id(&a) && valid_id(&b));
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 22);
+    }
+
+    #[test]
+    fn ids_with_path_characters_are_invalid() {
+        for bad in ["", "../x", "A", "j/1", "j#1", &"a".repeat(65)] {
+            assert!(!valid_id(bad), "{bad:?}");
+        }
+    }
+}

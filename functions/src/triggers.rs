@@ -1,0 +1,285 @@
+//! Non-HTTP entry points: EventBridge Scheduler firings, objects dropped under `inbox/` in the
+//! bucket (S3 notifications or their EventBridge form) and "TunePlane Job Submission" events.
+//!
+//! Each becomes a submission through the same service as the API. Deliveries are at least once,
+//! so each carries an idempotency key derived from the event (schedule id + scheduled time, object
+//! key + ETag, event id): a redelivery returns the first job. Errors caused by the input are final
+//! (an inbox archive gets `<key>.error.json` beside it); internal errors are returned so that
+//! Lambda retries the event.
+
+use serde_json::{Value, json};
+use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitError, SubmitRequest};
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::routes::submission::SubmissionBody;
+
+/// Prefix of console drops in the bucket.
+pub const INBOX_PREFIX: &str = "inbox/";
+/// Suffix of the rejection note written beside a refused inbox archive.
+pub const ERROR_SUFFIX: &str = ".error.json";
+/// EventBridge detail-type of console submissions.
+pub const SUBMISSION_DETAIL_TYPE: &str = "TunePlane Job Submission";
+
+/// What one event (or one record of it) led to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A job was created (or found, for a redelivery).
+    Submitted {
+        /// Job id.
+        job_id: String,
+        /// False for a redelivery.
+        created: bool,
+    },
+    /// Nothing to do (not an inbox object, our own error note, a disabled schedule).
+    Skipped(String),
+    /// The input was refused; for inbox objects the note's key.
+    Rejected {
+        /// What was refused and why.
+        reason: String,
+        /// Where the note was written, if anywhere.
+        note_key: Option<String>,
+    },
+}
+
+/// Handles an EventBridge Scheduler firing: `{"schedule_id", "scheduled_time"}` (the target's
+/// input template), or a classic scheduled rule event (`detail-type: Scheduled Event`).
+pub async fn handle_scheduled(state: &AppState, event: &Value) -> Result<Outcome, SubmitError> {
+    let (id, time) = if let Some(id) = event.get("schedule_id").and_then(Value::as_str) {
+        let time = event.get("scheduled_time").and_then(Value::as_str);
+        (id.to_owned(), time.map(str::to_owned))
+    } else {
+        let rule = event
+            .get("resources")
+            .and_then(|r| r.get(0))
+            .and_then(Value::as_str)
+            .and_then(|arn| arn.rsplit('/').next());
+        let time = event.get("time").and_then(Value::as_str);
+        match rule {
+            Some(rule) => (rule.to_owned(), time.map(str::to_owned)),
+            None => return Ok(Outcome::Skipped("not a schedule event".into())),
+        }
+    };
+    let Some(time) = time else {
+        return Ok(Outcome::Rejected {
+            reason: format!("schedule {id}: the event has no scheduled time"),
+            note_key: None,
+        });
+    };
+    let Some(schedule) = state.submit.jobs().get_schedule(&id).await? else {
+        return Ok(Outcome::Rejected {
+            reason: format!("schedule {id} does not exist"),
+            note_key: None,
+        });
+    };
+    if !schedule.enabled {
+        return Ok(Outcome::Skipped(format!("schedule {id} is paused")));
+    }
+    let request = SubmitRequest {
+        tenant: schedule.tenant.clone(),
+        spec: SpecInput::Authoritative(Box::new(schedule.spec.clone())),
+        code: Code::Capsule {
+            sha256: schedule.capsule_sha256.clone(),
+        },
+        idempotency_key: Some(format!("schedule:{id}:{time}")),
+        origin: Origin::Schedule(id.clone()),
+    };
+    finish(state.submit.submit(request, (state.clock)()).await)
+}
+
+/// Handles the inbox function's events: S3 notifications (`Records`), EventBridge "Object
+/// Created" and "TunePlane Job Submission" events. One outcome per object or event.
+pub async fn handle_inbox(state: &AppState, event: &Value) -> Result<Vec<Outcome>, SubmitError> {
+    let mut outcomes = Vec::new();
+    if let Some(records) = event.get("Records").and_then(Value::as_array) {
+        for r in records {
+            let name = r.get("eventName").and_then(Value::as_str).unwrap_or("");
+            let object = &r["s3"]["object"];
+            match object.get("key").and_then(Value::as_str) {
+                Some(raw) if name.starts_with("ObjectCreated") => {
+                    let key = decode_s3_key(raw);
+                    let tag = object.get("eTag").or_else(|| object.get("sequencer"));
+                    outcomes.push(inbox_object(state, key, tag.and_then(Value::as_str)).await?);
+                }
+                _ => outcomes.push(Outcome::Skipped(format!("not an object creation: {name}"))),
+            }
+        }
+        return Ok(outcomes);
+    }
+    let detail_type = event
+        .get("detail-type")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let detail = &event["detail"];
+    let outcome = match detail_type {
+        "Object Created" => match detail["object"].get("key").and_then(Value::as_str) {
+            Some(key) => {
+                let tag = detail["object"]
+                    .get("etag")
+                    .or_else(|| detail["object"].get("sequencer"));
+                inbox_object(state, key.to_owned(), tag.and_then(Value::as_str)).await?
+            }
+            None => Outcome::Skipped("object event without a key".into()),
+        },
+        SUBMISSION_DETAIL_TYPE => {
+            let id = event.get("id").and_then(Value::as_str).unwrap_or("unknown");
+            submission_event(state, id, detail).await?
+        }
+        other => Outcome::Skipped(format!("unhandled event type {other:?}")),
+    };
+    outcomes.push(outcome);
+    Ok(outcomes)
+}
+
+/// One archive under `inbox/<tenant>/`.
+async fn inbox_object(
+    state: &AppState,
+    key: String,
+    tag: Option<&str>,
+) -> Result<Outcome, SubmitError> {
+    if !key.starts_with(INBOX_PREFIX) || key.ends_with(ERROR_SUFFIX) {
+        return Ok(Outcome::Skipped(format!("{key} is not an inbox archive")));
+    }
+    let tenant = key[INBOX_PREFIX.len()..]
+        .split_once('/')
+        .map(|(t, _)| t)
+        .filter(|t| crate::runtime::valid_id(t));
+    let result = match tenant {
+        None => Err(SubmitError::InvalidRequest(
+            "put console archives under inbox/<tenant>/ (e.g. inbox/acme/job.zip)".into(),
+        )),
+        Some(tenant) => {
+            let request = SubmitRequest {
+                tenant: tenant.to_owned(),
+                spec: SpecInput::InArchive,
+                code: Code::Blob { key: key.clone() },
+                idempotency_key: Some(format!("inbox:{key}:{}", tag.unwrap_or("-"))),
+                origin: Origin::Inbox(key.clone()),
+            };
+            state.submit.submit(request, (state.clock)()).await
+        }
+    };
+    match result {
+        Err(e) if e.is_client_error() => {
+            let note_key = format!("{key}{ERROR_SUFFIX}");
+            let (_, body) = ApiError::Submit(e).to_body(&format!("inbox:{key}"));
+            let note =
+                json!({"object": key, "rejected_at_ms": (state.clock)(), "error": body["error"]});
+            let bytes = serde_json::to_vec_pretty(&note).unwrap_or_default();
+            let reason = note["error"]["message"]
+                .as_str()
+                .unwrap_or("rejected")
+                .to_owned();
+            state.submit.blobs().put(&note_key, bytes).await?;
+            tracing::info!(object = %key, note = %note_key, "inbox archive rejected");
+            Ok(Outcome::Rejected {
+                reason,
+                note_key: Some(note_key),
+            })
+        }
+        other => finish(other),
+    }
+}
+
+/// A "TunePlane Job Submission" event: `{"tenant", "spec", "code", "idempotency_key"?}`.
+async fn submission_event(
+    state: &AppState,
+    id: &str,
+    detail: &Value,
+) -> Result<Outcome, SubmitError> {
+    let tenant = detail
+        .get("tenant")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let key = detail
+        .get("idempotency_key")
+        .and_then(Value::as_str)
+        .map_or_else(|| format!("event:{id}"), str::to_owned);
+    let mut body = detail.clone();
+    if let Some(map) = body.as_object_mut() {
+        map.remove("tenant");
+        map.remove("idempotency_key");
+    }
+    let parsed = serde_json::from_value::<SubmissionBody>(body)
+        .map_err(|e| e.to_string())
+        .and_then(|b| {
+            if crate::runtime::valid_id(&tenant) {
+                b.into_request(&tenant, Some(key), Origin::Event(id.to_owned()))
+                    .map_err(|e| e.to_string())
+            } else {
+                Err("detail.tenant must name the tenant".into())
+            }
+        });
+    match parsed {
+        Ok(request) => finish(state.submit.submit(request, (state.clock)()).await),
+        Err(reason) => Ok(Outcome::Rejected {
+            reason: format!("event {id}: {reason}"),
+            note_key: None,
+        }),
+    }
+}
+
+/// Client errors become a final rejection; internal errors propagate (the event is retried).
+fn finish(
+    result: Result<tuneplane_core::submit::Submitted, SubmitError>,
+) -> Result<Outcome, SubmitError> {
+    match result {
+        Ok(s) => {
+            tracing::info!(job_id = %s.job.id, created = s.created, "triggered submission");
+            Ok(Outcome::Submitted {
+                job_id: s.job.id,
+                created: s.created,
+            })
+        }
+        Err(e) if e.is_client_error() => {
+            tracing::warn!(error = %e, "triggered submission rejected");
+            Ok(Outcome::Rejected {
+                reason: e.to_string(),
+                note_key: None,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Decodes an S3 notification key (URL-encoded, `+` for space).
+pub fn decode_s3_key(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => match (hex_val(bytes[i + 1]), hex_val(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex_val(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_s3_key;
+
+    #[test]
+    fn s3_keys_are_url_decoded() {
+        assert_eq!(
+            decode_s3_key("inbox/acme/my+job%3D1.zip"),
+            "inbox/acme/my job=1.zip"
+        );
+        assert_eq!(decode_s3_key("inbox/a/b%2"), "inbox/a/b%2");
+        assert_eq!(decode_s3_key("plain"), "plain");
+    }
+}
