@@ -157,8 +157,23 @@ pub static RAYCLUSTERS: ResourceType = ResourceType {
     )
 };
 
+/// CustomResourceDefinitions (the KubeRay CRDs exist while the KubeRay simulation is on).
+pub static CRDS: ResourceType = ResourceType {
+    version: "v1",
+    short_names: &["crd", "crds"],
+    ..rt(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        "CustomResourceDefinition",
+        false,
+        true,
+    )
+};
+
 /// Every served type, in discovery order.
 pub static ALL: &[&ResourceType] = &[
+    &CRDS,
     &NAMESPACES,
     &NODES,
     &PODS,

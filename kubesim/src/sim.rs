@@ -76,6 +76,8 @@ pub struct SimConfig {
     pub exec_dir: Option<PathBuf>,
     /// Events not seen again for this long are deleted (the API server's `--event-ttl`).
     pub event_ttl: Duration,
+    /// Interval of BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
 }
 
 impl Default for SimConfig {
@@ -98,6 +100,7 @@ impl Default for SimConfig {
             scenario: Scenario::default(),
             exec_dir: None,
             event_ttl: Duration::from_secs(3600),
+            bookmark_interval: Duration::from_secs(5),
         }
     }
 }
@@ -131,6 +134,12 @@ impl KubeSim {
                 .create(&NAMESPACES, "", json!({"metadata": {"name": ns}}))
                 .map_err(|e| seed(format!("namespace {ns}"), e))?;
         }
+        if config.kuberay {
+            for (kind, plural) in [("RayJob", "rayjobs"), ("RayCluster", "rayclusters")] {
+                seed_crd(&store, kind, plural)
+                    .map_err(|e| seed(format!("CRD {plural}.ray.io"), e))?;
+            }
+        }
         if let Some(fleet) = &config.fleet {
             for node in crate::fleet::nodes(fleet) {
                 let name = crate::json::name(&node).to_string();
@@ -152,6 +161,7 @@ impl KubeSim {
         let router = crate::api::router(crate::api::ApiState {
             store: store.clone(),
             kuberay: config.kuberay,
+            bookmark_interval: config.bookmark_interval,
         });
         let server = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
@@ -242,4 +252,43 @@ impl Drop for KubeSim {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// A minimal CustomResourceDefinition for a KubeRay kind, Established, with an open schema.
+fn seed_crd(store: &Store, kind: &str, plural: &str) -> Result<(), crate::ApiError> {
+    let name = format!("{plural}.ray.io");
+    let names = json!({
+        "kind": kind,
+        "listKind": format!("{kind}List"),
+        "plural": plural,
+        "singular": kind.to_lowercase(),
+    });
+    let crd = json!({
+        "metadata": {"name": name},
+        "spec": {
+            "group": "ray.io",
+            "names": names,
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    });
+    store.create(&crate::resources::CRDS, "", crd)?;
+    let now = crate::json::now_rfc3339();
+    store.update_all(&crate::resources::CRDS, "", &name, |cur| {
+        let mut c = cur.clone();
+        c["status"] = json!({
+            "acceptedNames": names,
+            "storedVersions": ["v1"],
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+            ],
+        });
+        Ok(c)
+    })?;
+    Ok(())
 }

@@ -263,3 +263,70 @@ async fn watch_ends_at_timeout_seconds() {
     .await;
     assert!(ended.is_ok(), "the watch must close after timeoutSeconds");
 }
+
+#[tokio::test]
+async fn watch_with_bookmarks_allowed_gets_bookmarks_with_the_latest_version() {
+    let config = tuneplane_kubesim::SimConfig {
+        bookmark_interval: Duration::from_millis(100),
+        ..quiet_config()
+    };
+    let (_sim, client) = start(config).await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let created = pods
+        .create(&PostParams::default(), &pod("bm", "busybox", 0, None))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rv = created.metadata.resource_version.unwrap_or_default();
+    let params = WatchParams::default().timeout(10); // bookmarks are on by default
+    let mut stream = pods
+        .watch(&params, &rv)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .boxed();
+    // The scheduler may touch the pod first (no fleet: unschedulable); bookmarks follow.
+    for _ in 0..20 {
+        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
+            Ok(Some(Ok(WatchEvent::Bookmark(b)))) => {
+                let at: u64 = b.metadata.resource_version.parse().unwrap_or(0);
+                assert!(
+                    at >= rv.parse().unwrap_or(u64::MAX),
+                    "bookmark at {at}, created at {rv}"
+                );
+                return;
+            }
+            Ok(Some(Ok(WatchEvent::Modified(_)))) => {}
+            other => panic!("expected a bookmark, got {other:?}"),
+        }
+    }
+    panic!("no bookmark among the first events");
+}
+
+#[tokio::test]
+async fn kuberay_crds_are_established_only_when_kuberay_runs() {
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let crd = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    );
+    let (_sim, client) = start(quiet_config()).await;
+    let crds: Api<DynamicObject> = Api::all_with(client, &crd);
+    let rayjobs = crds
+        .get("rayjobs.ray.io")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        rayjobs.data["status"]["conditions"][1]["type"],
+        "Established"
+    );
+    let config = tuneplane_kubesim::SimConfig {
+        kuberay: false,
+        ..quiet_config()
+    };
+    let (_sim2, client2) = start(config).await;
+    let crds2: Api<DynamicObject> = Api::all_with(client2.clone(), &crd);
+    assert!(crds2.get("rayjobs.ray.io").await.is_err());
+    let rj: Api<RayJob> = Api::namespaced_with(client2, "default", &rayjob_resource());
+    assert!(
+        matches!(rj.list(&ListParams::default()).await, Err(kube::Error::Api(s)) if s.code == 404)
+    );
+}

@@ -28,6 +28,8 @@ pub struct ApiState {
     pub store: Arc<Store>,
     /// Whether KubeRay types (`ray.io/v1`) are served.
     pub kuberay: bool,
+    /// Interval of BOOKMARK events on watches that allow them.
+    pub bookmark_interval: std::time::Duration,
 }
 
 /// The router serving the whole API.

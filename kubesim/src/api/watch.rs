@@ -21,8 +21,6 @@ use crate::store::{EventType, ListQuery, WatchEvent};
 
 /// Watches without `timeoutSeconds` end after this long (clients re-watch).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
-/// Interval of bookmark events when asked for.
-const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
 
 struct WatchStream {
     rt: &'static ResourceType,
@@ -33,6 +31,7 @@ struct WatchStream {
     deadline: Instant,
     bookmarks: bool,
     next_bookmark: Instant,
+    bookmark_every: Duration,
     /// Highest resourceVersion of which every change has been seen (bookmarks may claim it).
     seen_rv: u64,
     done: bool,
@@ -77,7 +76,8 @@ pub(super) async fn serve(
         resets,
         deadline: now + timeout,
         bookmarks,
-        next_bookmark: now + BOOKMARK_EVERY,
+        next_bookmark: now + state.bookmark_interval,
+        bookmark_every: state.bookmark_interval,
         seen_rv: start.rv,
         done: false,
     };
@@ -126,7 +126,7 @@ impl WatchStream {
                     if Instant::now() >= self.deadline {
                         self.done = true;
                     } else {
-                        self.next_bookmark = Instant::now() + BOOKMARK_EVERY;
+                        self.next_bookmark = Instant::now() + self.bookmark_every;
                         let object = json!({
                             "kind": self.rt.kind,
                             "apiVersion": self.rt.api_version(),
