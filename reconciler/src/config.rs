@@ -1,0 +1,221 @@
+//! Typed configuration, parsed once at startup from `TUNEPLANE_*` variables (DESIGN §9).
+//!
+//! A bad value fails startup with the variable's name. Nothing reads the environment later.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tuneplane_core::render::{CapsuleDelivery, RenderSettings, Toleration};
+
+use crate::error::{Error, Result};
+
+/// Namespace of the reconciler itself (its Lease lives there).
+pub const ENV_NAMESPACE: &str = "TUNEPLANE_NAMESPACE";
+/// `1` (default): pods request `nvidia.com/gpu`; `0`: they do not (kind/CI), Ray keeps `num-gpus`.
+pub const ENV_GPU_PASSTHROUGH: &str = "TUNEPLANE_K8S_GPU_PASSTHROUGH";
+/// `presigned` (default) or `init-container`.
+pub const ENV_CAPSULE_DELIVERY: &str = "TUNEPLANE_CAPSULE_DELIVERY";
+/// JSON list of tolerations added to every workload (default: tolerate the `nvidia.com/gpu` taint).
+pub const ENV_TOLERATIONS: &str = "TUNEPLANE_TOLERATIONS";
+/// Upper bound on any job's pre-running deadline, seconds (optional).
+pub const ENV_PRE_RUNNING_DEADLINE: &str = "TUNEPLANE_PRE_RUNNING_DEADLINE_SECONDS";
+/// Milliseconds between passes when no watch event arrives (default 3000).
+pub const ENV_PASS_INTERVAL_MS: &str = "TUNEPLANE_PASS_INTERVAL_MS";
+/// Lease name (default `tuneplane-reconciler`).
+pub const ENV_LEASE_NAME: &str = "TUNEPLANE_LEASE_NAME";
+/// Lease duration in seconds (default 15).
+pub const ENV_LEASE_SECONDS: &str = "TUNEPLANE_LEASE_SECONDS";
+/// This replica's identity in the Lease (default `$POD_NAME`, then `$HOSTNAME`).
+pub const ENV_IDENTITY: &str = "TUNEPLANE_IDENTITY";
+/// Address of `/metrics` and `/healthz` (default `0.0.0.0:9090`).
+pub const ENV_METRICS_ADDR: &str = "TUNEPLANE_METRICS_ADDR";
+/// Client-side rate limit toward the API server, requests per second (default 20).
+pub const ENV_KUBE_QPS: &str = "TUNEPLANE_KUBE_QPS";
+/// Burst of the client-side rate limit (default 40).
+pub const ENV_KUBE_BURST: &str = "TUNEPLANE_KUBE_BURST";
+/// RayJob `ttlSecondsAfterFinished` fallback (default 3600).
+pub const ENV_TTL_AFTER_FINISHED: &str = "TUNEPLANE_TTL_AFTER_FINISHED_SECONDS";
+/// Namespace of playground pods (default `tuneplane-jobs`).
+pub const ENV_PLAYGROUND_NAMESPACE: &str = "TUNEPLANE_PLAYGROUND_NAMESPACE";
+/// Image of playground pods.
+pub const ENV_PLAYGROUND_IMAGE: &str = "TUNEPLANE_PLAYGROUND_IMAGE";
+/// Longest validity of a presigned capsule URL, seconds (default 604800, S3's limit).
+pub const ENV_MAX_URL_SECONDS: &str = "TUNEPLANE_MAX_PRESIGN_SECONDS";
+
+/// The reconciler's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Rendering settings (GPU passthrough, delivery, tolerations, TTL).
+    pub render: RenderSettings,
+    /// Cap on pre-running deadlines.
+    pub pre_running_cap: Option<Duration>,
+    /// Time between passes without watch events.
+    pub pass_interval: Duration,
+    /// Lease name.
+    pub lease_name: String,
+    /// Lease duration.
+    pub lease_duration: Duration,
+    /// Identity of this replica.
+    pub identity: String,
+    /// Metrics/health address.
+    pub metrics_addr: SocketAddr,
+    /// API requests per second.
+    pub kube_qps: u32,
+    /// API request burst.
+    pub kube_burst: u32,
+    /// Namespace of playground pods.
+    pub playground_namespace: String,
+    /// Longest presigned URL validity.
+    pub max_presign: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            namespace: "tuneplane-system".into(),
+            render: RenderSettings::default(),
+            pre_running_cap: None,
+            pass_interval: Duration::from_secs(3),
+            lease_name: "tuneplane-reconciler".into(),
+            lease_duration: Duration::from_secs(15),
+            identity: "tuneplane-reconciler".into(),
+            metrics_addr: SocketAddr::from(([0, 0, 0, 0], 9090)),
+            kube_qps: 20,
+            kube_burst: 40,
+            playground_namespace: tuneplane_core::constants::DEFAULT_NAMESPACE.into(),
+            max_presign: Duration::from_secs(604_800),
+        }
+    }
+}
+
+fn bad(var: &'static str, message: impl Into<String>) -> Error {
+    Error::Config {
+        var,
+        message: message.into(),
+    }
+}
+
+fn number<T: std::str::FromStr>(var: &'static str, raw: &str, what: &str) -> Result<T> {
+    raw.trim()
+        .parse::<T>()
+        .map_err(|_| bad(var, format!("{raw:?} is not {what}")))
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads settings through `get` (the environment in production, a map in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut c = Config::default();
+        if let Some(v) = get(ENV_NAMESPACE) {
+            c.namespace = v;
+        }
+        if let Some(v) = get(ENV_GPU_PASSTHROUGH) {
+            c.render.gpu_passthrough = match v.trim() {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                other => return Err(bad(ENV_GPU_PASSTHROUGH, format!("{other:?}: use 1 or 0"))),
+            };
+        }
+        if let Some(v) = get(ENV_CAPSULE_DELIVERY) {
+            c.render.delivery = CapsuleDelivery::parse(v.trim()).ok_or_else(|| {
+                bad(ENV_CAPSULE_DELIVERY, format!("{v:?}: use presigned or init-container"))
+            })?;
+        }
+        if let Some(v) = get(ENV_TOLERATIONS) {
+            c.render.tolerations = serde_json::from_str::<Vec<Toleration>>(&v).map_err(|e| {
+                bad(ENV_TOLERATIONS, format!("not a JSON list of tolerations: {e}"))
+            })?;
+        }
+        if let Some(v) = get(ENV_PRE_RUNNING_DEADLINE) {
+            let secs: u64 = number(ENV_PRE_RUNNING_DEADLINE, &v, "a number of seconds")?;
+            c.pre_running_cap = Some(Duration::from_secs(secs));
+        }
+        if let Some(v) = get(ENV_PASS_INTERVAL_MS) {
+            let ms: u64 = number(ENV_PASS_INTERVAL_MS, &v, "a number of milliseconds")?;
+            c.pass_interval = Duration::from_millis(ms.max(10));
+        }
+        if let Some(v) = get(ENV_LEASE_NAME) {
+            c.lease_name = v;
+        }
+        if let Some(v) = get(ENV_LEASE_SECONDS) {
+            let secs: f64 = number(ENV_LEASE_SECONDS, &v, "a number of seconds")?;
+            if !(0.1..=3600.0).contains(&secs) {
+                return Err(bad(ENV_LEASE_SECONDS, "must be between 0.1 and 3600"));
+            }
+            c.lease_duration = Duration::from_secs_f64(secs);
+        }
+        c.identity = get(ENV_IDENTITY)
+            .or_else(|| get("POD_NAME"))
+            .or_else(|| get("HOSTNAME"))
+            .unwrap_or(c.identity);
+        if let Some(v) = get(ENV_METRICS_ADDR) {
+            c.metrics_addr = number(ENV_METRICS_ADDR, &v, "a socket address like 0.0.0.0:9090")?;
+        }
+        if let Some(v) = get(ENV_KUBE_QPS) {
+            c.kube_qps = number::<u32>(ENV_KUBE_QPS, &v, "a whole number")?.max(1);
+        }
+        if let Some(v) = get(ENV_KUBE_BURST) {
+            c.kube_burst = number::<u32>(ENV_KUBE_BURST, &v, "a whole number")?.max(1);
+        }
+        if let Some(v) = get(ENV_TTL_AFTER_FINISHED) {
+            c.render.ttl_after_finished_seconds =
+                number::<u32>(ENV_TTL_AFTER_FINISHED, &v, "a whole number")?.max(1);
+        }
+        if let Some(v) = get(ENV_PLAYGROUND_NAMESPACE) {
+            c.playground_namespace = v;
+        }
+        if let Some(v) = get(ENV_PLAYGROUND_IMAGE) {
+            c.render.playground_image = v;
+        }
+        if let Some(v) = get(ENV_MAX_URL_SECONDS) {
+            let secs: u64 = number(ENV_MAX_URL_SECONDS, &v, "a number of seconds")?;
+            c.max_presign = Duration::from_secs(secs.max(60));
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<Config> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_pass_gpus_through_and_presign() {
+        let c = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.render.gpu_passthrough);
+        assert_eq!(c.render.delivery, CapsuleDelivery::Presigned);
+    }
+
+    #[test]
+    fn values_are_parsed_and_bad_ones_name_their_variable() {
+        let c = parse(&[
+            (ENV_GPU_PASSTHROUGH, "0"),
+            (ENV_CAPSULE_DELIVERY, "init-container"),
+            (ENV_LEASE_SECONDS, "0.5"),
+            (ENV_TOLERATIONS, r#"[{"operator": "Exists"}]"#),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!c.render.gpu_passthrough);
+        assert_eq!(c.lease_duration, Duration::from_millis(500));
+        assert_eq!(c.render.tolerations[0].operator, "Exists");
+        let err = parse(&[(ENV_CAPSULE_DELIVERY, "ftp")]).err().map(|e| e.to_string());
+        assert!(err.unwrap_or_default().contains(ENV_CAPSULE_DELIVERY));
+        let err = parse(&[(ENV_KUBE_QPS, "fast")]).err().map(|e| e.to_string());
+        assert!(err.unwrap_or_default().contains(ENV_KUBE_QPS));
+    }
+}

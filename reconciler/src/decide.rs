@@ -1,0 +1,113 @@
+//! The next step for one active job, from its record and what its workload shows (pure).
+//!
+//! The glue in [`crate::sync`] only fetches, calls [`decide`] and performs the step; passes never
+//! branch on why they ran, so a pass after a crash takes the same step a pass before it would have.
+
+use tuneplane_core::job::{FailureReason, JobRecord, JobState, Pending, PendingReason};
+
+use crate::status::Observed;
+
+/// Grace beyond the run deadline before the reconciler ends a job itself (KubeRay and the kubelet
+/// enforce `activeDeadlineSeconds` first; this catches a workload that never reports).
+pub const RUN_DEADLINE_GRACE_MS: i64 = 60_000;
+
+/// What to do with a job in this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing changed.
+    Wait,
+    /// The job is admitted but its workload does not exist: create it (idempotent).
+    Create,
+    /// Every pod runs: move to RUNNING.
+    MarkRunning,
+    /// Record a new pending reason.
+    SetPending(Pending),
+    /// End the job: archive logs, write the terminal record, delete the workload.
+    Finish {
+        /// `SUCCEEDED`, `FAILED` or `STOPPED`.
+        state: JobState,
+        /// Reason and message for `FAILED`/`STOPPED`.
+        failure: Option<(FailureReason, String)>,
+    },
+}
+
+fn fail(reason: FailureReason, message: impl Into<String>) -> Step {
+    let state = if reason == FailureReason::StopRequested {
+        JobState::Stopped
+    } else {
+        JobState::Failed
+    };
+    Step::Finish {
+        state,
+        failure: Some((reason, message.into())),
+    }
+}
+
+/// The pre-running deadline of `job` in milliseconds, capped by `cap_ms`.
+pub fn pre_running_deadline_ms(job: &JobRecord, cap_ms: Option<i64>) -> i64 {
+    let own = i64::try_from(job.spec.deadlines.pre_running_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    cap_ms.map_or(own, |cap| own.min(cap))
+}
+
+/// Decides the step for an active (non-terminal) `job` whose workload shows `observed` at `now_ms`.
+pub fn decide(job: &JobRecord, observed: &Observed, now_ms: i64, cap_ms: Option<i64>) -> Step {
+    if job.stop_requested {
+        return fail(FailureReason::StopRequested, "stopped at the user's request");
+    }
+    let admitted_for = now_ms - job.admitted_at_ms.unwrap_or(now_ms);
+    let deadline = pre_running_deadline_ms(job, cap_ms);
+    let pre_running_over = job.state == JobState::Admitted && admitted_for > deadline;
+    let last = |fallback: &str| match &job.pending {
+        Some(p) => format!("{:?}: {}", p.reason, p.message),
+        None => fallback.to_owned(),
+    };
+    let deadline_failure = |what: String| {
+        fail(
+            FailureReason::PreRunningDeadlineExceeded,
+            format!("not running {}s after admission; last pending reason {what}", deadline / 1000),
+        )
+    };
+    match observed {
+        Observed::Succeeded => Step::Finish { state: JobState::Succeeded, failure: None },
+        Observed::Failed { reason, message } => fail(*reason, message.clone()),
+        Observed::Invalid { message } => fail(FailureReason::InvalidWorkload, message.clone()),
+        Observed::Missing if job.state == JobState::Admitted => {
+            if pre_running_over {
+                deadline_failure(last("none (the workload was never seen)"))
+            } else {
+                Step::Create
+            }
+        }
+        Observed::Missing => fail(FailureReason::WorkloadLost, "the workload disappeared while the job ran"),
+        Observed::Running if job.state == JobState::Admitted => Step::MarkRunning,
+        Observed::Running => {
+            let ran_for = now_ms - job.running_at_ms.unwrap_or(now_ms);
+            let limit = i64::try_from(job.spec.deadlines.run_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+            if ran_for > limit.saturating_add(RUN_DEADLINE_GRACE_MS) {
+                fail(FailureReason::RunDeadlineExceeded, "still running past the run deadline")
+            } else {
+                Step::Wait
+            }
+        }
+        Observed::Pending { reason, message } => {
+            if pre_running_over {
+                return deadline_failure(format!("{reason:?}: {message}"));
+            }
+            let same = job.pending.as_ref().is_some_and(|p| p.reason == *reason && p.message == *message);
+            if same || job.state != JobState::Admitted {
+                Step::Wait
+            } else {
+                Step::SetPending(Pending { reason: *reason, message: message.clone(), since_ms: now_ms })
+            }
+        }
+    }
+}
+
+/// True if the pending reason of a queued job should be rewritten (reason or message changed).
+pub fn pending_changed(current: Option<&Pending>, reason: PendingReason, message: &str) -> bool {
+    current.is_none_or(|p| p.reason != reason || p.message != message)
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

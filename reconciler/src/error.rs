@@ -1,0 +1,85 @@
+//! The reconciler's error type: every variant names what it was acting on.
+
+use tuneplane_core::render::RenderError;
+use tuneplane_core::store::StoreError;
+
+/// Result of reconciler operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything the reconciler can report.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A configuration variable is missing or malformed.
+    #[error("configuration: {var}: {message}")]
+    Config {
+        /// The environment variable.
+        var: &'static str,
+        /// What is wrong and what is expected.
+        message: String,
+    },
+    /// A Kubernetes API call failed (after retries, when retryable).
+    #[error("kubernetes: {op} {object} failed")]
+    Kube {
+        /// Operation (`create`, `delete`, `logs`, ...).
+        op: &'static str,
+        /// The object (`rayjob ns/name`).
+        object: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The RayJob CRD is not installed: KubeRay v1.4+ is required.
+    #[error(
+        "the RayJob CRD (rayjobs.ray.io/v1) is not served by the cluster: install the KubeRay operator v1.4 or newer"
+    )]
+    MissingCrd(#[source] kube::Error),
+    /// A lifecycle transition the record does not allow (another writer moved it).
+    #[error("{0}")]
+    Transition(#[from] tuneplane_core::job::TransitionError),
+    /// A store call failed.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// A workload could not be rendered.
+    #[error("render: {0}")]
+    Render(#[from] RenderError),
+    /// A rendered object did not convert to its typed form.
+    #[error("job {job_id}: rendered {kind} is not a valid object: {source}")]
+    Convert {
+        /// Job id.
+        job_id: String,
+        /// `Pod` or `RayJob`.
+        kind: &'static str,
+        /// The decode error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Writing the logs archive failed.
+    #[error("job {job_id}: building the logs archive failed")]
+    Archive {
+        /// Job id.
+        job_id: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The metrics server could not bind.
+    #[error("metrics server on {addr}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Wraps a kube error with the operation and object.
+    pub fn kube(op: &'static str, object: impl Into<String>, source: kube::Error) -> Error {
+        Error::Kube {
+            op,
+            object: object.into(),
+            source,
+        }
+    }
+}

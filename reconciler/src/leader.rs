@@ -1,0 +1,167 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease: one replica acts, the others wait.
+//!
+//! Every write carries the Lease's resourceVersion, so two replicas racing for it get one success
+//! and one 409. The holder renews every third of the lease duration; a replica takes over only when
+//! the holder's `renewTime + leaseDurationSeconds` has passed. Leadership is held locally until
+//! `renewed_at + duration - margin`, so a replica that cannot renew stops acting before another can
+//! take over.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering::SeqCst};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ObjectMeta, PostParams};
+
+use crate::error::Result;
+use crate::kube_io::{Kube, is_conflict, is_not_found};
+
+/// Local view of leadership, shared with the pass loop.
+#[derive(Debug, Default)]
+pub struct Leadership {
+    valid_until_ms: AtomicI64,
+}
+
+impl Leadership {
+    /// True while the last successful renewal is fresh.
+    pub fn is_leader(&self) -> bool {
+        crate::now_ms() < self.valid_until_ms.load(SeqCst)
+    }
+
+    fn hold_until(&self, ms: i64) {
+        self.valid_until_ms.store(ms, SeqCst);
+    }
+
+    /// Gives leadership up locally.
+    pub fn drop_leadership(&self) {
+        self.valid_until_ms.store(0, SeqCst);
+    }
+}
+
+/// Contends for one Lease.
+pub struct Elector {
+    kube: Kube,
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    duration: Duration,
+    /// Shared leadership state.
+    pub state: Arc<Leadership>,
+}
+
+fn micro(ms: i64) -> Option<MicroTime> {
+    Timestamp::from_millisecond(ms).ok().map(MicroTime)
+}
+
+impl Elector {
+    /// An elector for Lease `namespace/name` as `identity`.
+    pub fn new(kube: Kube, namespace: &str, name: &str, identity: &str, duration: Duration) -> Elector {
+        Elector {
+            api: Api::namespaced(kube.client.clone(), namespace),
+            kube,
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            duration,
+            state: Arc::new(Leadership::default()),
+        }
+    }
+
+    fn duration_ms(&self) -> i64 {
+        i64::try_from(self.duration.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    fn spec(&self, now: i64, acquired: Option<MicroTime>, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(i32::try_from(self.duration.as_secs().max(1)).unwrap_or(i32::MAX)),
+            acquire_time: acquired.or_else(|| micro(now)),
+            renew_time: micro(now),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+
+    /// One round: acquire, renew or observe. Returns whether this replica leads now.
+    pub async fn try_lead(&self) -> Result<bool> {
+        let now = crate::now_ms();
+        let current = match self.kube.call("get lease", &self.name, || self.api.get_opt(&self.name)).await? {
+            Some(lease) => lease,
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta { name: Some(self.name.clone()), ..ObjectMeta::default() },
+                    spec: Some(self.spec(now, None, 0)),
+                };
+                let created = self.api.create(&PostParams::default(), &lease).await;
+                return self.settle(now, created);
+            }
+        };
+        let spec = current.spec.clone().unwrap_or_default();
+        let mine = spec.holder_identity.as_deref() == Some(self.identity.as_str());
+        let renewed = spec.renew_time.as_ref().map_or(0, |t| t.0.as_millisecond());
+        // The holder's own duration counts, not ours: replicas may be configured differently.
+        let held_ms = spec.lease_duration_seconds.map_or(self.duration_ms(), |s| i64::from(s) * 1000);
+        let expired = spec.holder_identity.is_none() || now > renewed + held_ms;
+        if !mine && !expired {
+            self.state.drop_leadership();
+            return Ok(false);
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!mine);
+        let acquired = if mine { spec.acquire_time.clone() } else { None };
+        let mut next = current.clone();
+        next.spec = Some(self.spec(now, acquired, transitions));
+        let replaced = self.api.replace(&self.name, &PostParams::default(), &next).await;
+        if !mine {
+            tracing::info!(identity = %self.identity, lease = %self.name, "taking over the lease");
+        }
+        self.settle(now, replaced)
+    }
+
+    fn settle(&self, now: i64, outcome: Result<Lease, kube::Error>) -> Result<bool> {
+        match outcome {
+            Ok(_) => {
+                // Stop acting a little before the lease could be taken by another replica.
+                let margin = self.duration_ms() / 5;
+                self.state.hold_until(now + self.duration_ms() - margin);
+                Ok(true)
+            }
+            Err(e) if is_conflict(&e) || is_not_found(&e) => {
+                self.state.drop_leadership();
+                Ok(false)
+            }
+            Err(e) => {
+                self.state.drop_leadership();
+                Err(crate::error::Error::kube("update lease", self.name.clone(), e))
+            }
+        }
+    }
+
+    /// Contends forever: renews every third of the duration while leading, polls as often otherwise.
+    pub async fn run(&self, metrics: &crate::metrics::Metrics) {
+        let period = (self.duration / 3).max(Duration::from_millis(20));
+        loop {
+            let leading = match self.try_lead().await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "lease round failed");
+                    false
+                }
+            };
+            metrics.set_leader(leading);
+            tokio::time::sleep(period).await;
+        }
+    }
+
+    /// Releases the lease if held (on graceful shutdown), so a standby takes over at once.
+    pub async fn release(&self) {
+        self.state.drop_leadership();
+        if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await
+            && let Some(spec) = lease.spec.as_mut()
+            && spec.holder_identity.as_deref() == Some(self.identity.as_str())
+        {
+            spec.holder_identity = None;
+            let _ = self.api.replace(&self.name, &PostParams::default(), &lease).await;
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Prometheus metrics and the `/metrics` + `/healthz` server.
+//!
+//! A handful of counters and gauges kept in atomics and written in the text exposition format:
+//! queue depth, admissions, pass duration, deadline failures, terminal outcomes, API retries and
+//! client-side throttling, and leadership.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+
+use crate::error::{Error, Result};
+
+/// The reconciler's metrics.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    queue_depth: AtomicU64,
+    active_jobs: AtomicU64,
+    admissions: AtomicU64,
+    deadline_failures: AtomicU64,
+    succeeded: AtomicU64,
+    failed: AtomicU64,
+    stopped: AtomicU64,
+    orphans_deleted: AtomicU64,
+    passes: AtomicU64,
+    pass_errors: AtomicU64,
+    pass_micros_sum: AtomicU64,
+    last_pass_micros: AtomicU64,
+    api_retries: AtomicU64,
+    throttled_micros: AtomicU64,
+    leader: AtomicU64,
+    heartbeat_ms: AtomicI64,
+}
+
+impl Metrics {
+    /// Records a finished pass.
+    pub fn observe_pass(&self, took: Duration, ok: bool) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.passes.fetch_add(1, Relaxed);
+        self.pass_micros_sum.fetch_add(micros, Relaxed);
+        self.last_pass_micros.store(micros, Relaxed);
+        if !ok {
+            self.pass_errors.fetch_add(1, Relaxed);
+        }
+    }
+    /// Sets queued and active job gauges.
+    pub fn set_jobs(&self, queued: usize, active: usize) {
+        self.queue_depth.store(queued as u64, Relaxed);
+        self.active_jobs.store(active as u64, Relaxed);
+    }
+    /// Counts an admission.
+    pub fn inc_admissions(&self) {
+        self.admissions.fetch_add(1, Relaxed);
+    }
+    /// Counts a pre-running or run deadline failure.
+    pub fn inc_deadline_failures(&self) {
+        self.deadline_failures.fetch_add(1, Relaxed);
+    }
+    /// Counts a terminal outcome.
+    pub fn inc_terminal(&self, state: tuneplane_core::job::JobState) {
+        use tuneplane_core::job::JobState::*;
+        match state {
+            Succeeded => &self.succeeded,
+            Failed => &self.failed,
+            _ => &self.stopped,
+        }
+        .fetch_add(1, Relaxed);
+    }
+    /// Counts a deleted orphan workload.
+    pub fn inc_orphans(&self) {
+        self.orphans_deleted.fetch_add(1, Relaxed);
+    }
+    /// Counts a retried API call.
+    pub fn inc_api_retries(&self) {
+        self.api_retries.fetch_add(1, Relaxed);
+    }
+    /// Adds time spent waiting on the client-side rate limit.
+    pub fn observe_throttle(&self, waited: Duration) {
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.throttled_micros.fetch_add(micros, Relaxed);
+    }
+    /// Sets whether this replica leads.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.store(u64::from(leader), Relaxed);
+    }
+    /// Marks the loop alive at `now_ms`.
+    pub fn heartbeat(&self, now_ms: i64) {
+        self.heartbeat_ms.store(now_ms, Relaxed);
+    }
+    /// Admissions so far.
+    pub fn admissions(&self) -> u64 {
+        self.admissions.load(Relaxed)
+    }
+    /// Passes so far.
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Relaxed)
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut put = |name: &str, kind: &str, help: &str, value: String| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        };
+        let secs = |a: &AtomicU64| format!("{:.6}", a.load(Relaxed) as f64 / 1e6);
+        let n = |a: &AtomicU64| a.load(Relaxed).to_string();
+        put("tuneplane_queue_depth", "gauge", "Jobs waiting in QUEUED.", n(&self.queue_depth));
+        put("tuneplane_active_jobs", "gauge", "Non-terminal jobs.", n(&self.active_jobs));
+        put("tuneplane_admissions_total", "counter", "Jobs admitted.", n(&self.admissions));
+        put("tuneplane_deadline_failures_total", "counter", "Jobs failed by a deadline.", n(&self.deadline_failures));
+        put("tuneplane_jobs_succeeded_total", "counter", "Jobs ended SUCCEEDED.", n(&self.succeeded));
+        put("tuneplane_jobs_failed_total", "counter", "Jobs ended FAILED.", n(&self.failed));
+        put("tuneplane_jobs_stopped_total", "counter", "Jobs ended STOPPED.", n(&self.stopped));
+        put("tuneplane_orphans_deleted_total", "counter", "Workloads deleted without a live job.", n(&self.orphans_deleted));
+        put("tuneplane_pass_duration_seconds_sum", "counter", "Total time in passes.", secs(&self.pass_micros_sum));
+        put("tuneplane_pass_duration_seconds_count", "counter", "Passes run.", n(&self.passes));
+        put("tuneplane_last_pass_duration_seconds", "gauge", "Duration of the last pass.", secs(&self.last_pass_micros));
+        put("tuneplane_pass_errors_total", "counter", "Passes that hit an error.", n(&self.pass_errors));
+        put("tuneplane_kube_retries_total", "counter", "API calls retried (429/5xx/transport).", n(&self.api_retries));
+        put("tuneplane_kube_throttled_seconds_total", "counter", "Time waiting on the client-side rate limit.", secs(&self.throttled_micros));
+        put("tuneplane_leader", "gauge", "1 while this replica holds the Lease.", n(&self.leader));
+        out
+    }
+}
+
+async fn exposition(State(m): State<Arc<Metrics>>) -> String {
+    m.render()
+}
+
+async fn healthz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
+    // Alive when the main loop ticked within the last two minutes (it ticks every few seconds).
+    let age = crate::now_ms() - m.heartbeat_ms.load(Relaxed);
+    if age < 120_000 {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "loop stalled\n")
+    }
+}
+
+/// The `/metrics` and `/healthz` router.
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(exposition))
+        .route("/healthz", get(healthz))
+        .with_state(metrics)
+}
+
+/// Binds `addr` and serves the router until the task is dropped.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
+    axum::serve(listener, router(metrics))
+        .await
+        .map_err(|source| Error::Bind {
+            addr: addr.to_string(),
+            source,
+        })
+}

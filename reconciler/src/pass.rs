@@ -1,0 +1,180 @@
+//! One reconcile pass (DESIGN §8): capacity → sync active jobs → orphans → admission → playgrounds.
+//!
+//! The pass reads the reflector stores once (a [`Cluster`]) and the active index once, then acts.
+//! It is a periodic pass over all jobs rather than a per-object reconcile, because admission is
+//! gated by a global quantity — free GPUs per node per series — that every queued job competes for
+//! in priority order: deciding one job at a time on its own watch event would admit out of order.
+
+use std::collections::BTreeSet;
+
+use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use tuneplane_core::admission::{Reservation, plan_admissions};
+use tuneplane_core::constants::{FIELD_MANAGER, POOL_LABEL};
+use tuneplane_core::job::{JobRecord, JobState, Pending};
+use tuneplane_core::render::playground::playground_name;
+use tuneplane_core::render::{label_value, render_playground, workload_name};
+
+use crate::cluster::{Cluster, pod_info};
+use crate::decide::pending_changed;
+use crate::error::{Error, Result};
+use crate::kube_io::{is_conflict, is_not_found};
+use crate::sync::{platform_event, sweep_orphans, sync_job};
+use crate::{Ctx, workload};
+
+/// Counts of one pass, for tests and logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassReport {
+    /// Jobs admitted.
+    pub admitted: usize,
+    /// Jobs that stayed queued.
+    pub waiting: usize,
+    /// Per-job steps that failed (retried next pass).
+    pub errors: usize,
+}
+
+/// Machines of admitted jobs that are not bound to a node yet.
+pub fn reservations(cluster: &Cluster, jobs: &[JobRecord]) -> Vec<Reservation> {
+    let mut out = Vec::new();
+    for job in jobs.iter().filter(|j| j.state == JobState::Admitted) {
+        let pods = cluster.job_pods(&job.spec.namespace, &label_value(&job.id));
+        for pool in &job.spec.pools {
+            let bound = pods
+                .iter()
+                .filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get(POOL_LABEL)) == Some(&pool.name))
+                .filter(|p| {
+                    let info = pod_info(p);
+                    info.node_name.is_some() && !info.terminal
+                })
+                .count();
+            let machines = pool.nodes.saturating_sub(u32::try_from(bound).unwrap_or(u32::MAX));
+            if machines > 0 {
+                out.push(Reservation {
+                    job_id: job.id.clone(),
+                    series: pool.series.clone(),
+                    gpus: pool.gpus_per_node,
+                    cpus: pool.cpus,
+                    memory_gb: pool.memory_gb,
+                    machines,
+                });
+            }
+        }
+    }
+    out
+}
+
+async fn admit(ctx: &Ctx, job: &JobRecord, placement: String, now: i64) -> Result<()> {
+    let mut next = job.clone();
+    next.transition(JobState::Admitted, now)?;
+    next.workload_name = Some(workload_name(&job.id));
+    next.pending = None;
+    // The record first: a crash before the create leaves an ADMITTED job whose sync creates it.
+    let stored = ctx.jobs.update_job(&next).await?;
+    let ev = platform_event(now, "state-ADMITTED".into(), "Normal", "Admitted", placement);
+    ctx.jobs.append_events(&job.id, &[ev]).await?;
+    ctx.metrics.inc_admissions();
+    tracing::info!(job_id = %job.id, capsule = %job.capsule_sha256, "admitted");
+    workload::create(ctx, &stored).await?;
+    Ok(())
+}
+
+async fn set_queued_pending(ctx: &Ctx, job: &JobRecord, pending: Pending) -> Result<()> {
+    if !pending_changed(job.pending.as_ref(), pending.reason, &pending.message) {
+        return Ok(());
+    }
+    let mut next = job.clone();
+    let ev = platform_event(
+        pending.since_ms,
+        format!("pending-{:?}-{}", pending.reason, pending.since_ms),
+        "Normal",
+        &format!("{:?}", pending.reason),
+        pending.message.clone(),
+    );
+    next.pending = Some(pending);
+    ctx.jobs.update_job(&next).await?;
+    ctx.jobs.append_events(&job.id, &[ev]).await?;
+    Ok(())
+}
+
+async fn playgrounds(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<()> {
+    let ns = ctx.config.playground_namespace.as_str();
+    let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), ns);
+    for pg in ctx.jobs.list_playgrounds().await? {
+        let name = playground_name(&pg.id);
+        if now >= pg.expires_at_ms {
+            let params = kube::api::DeleteParams::background();
+            match ctx.kube.call("delete pod", &name, || api.delete(&name, &params)).await {
+                Ok(_) => {}
+                Err(Error::Kube { source, .. }) if is_not_found(&source) => {}
+                Err(e) => return Err(e),
+            }
+            ctx.jobs.delete_playground(&pg.id).await?;
+            tracing::info!(playground = %pg.id, "playground reclaimed");
+        } else if cluster.pod(ns, &name).is_none() && pg.pod_name.is_none() {
+            let value = render_playground(&pg, ns, &ctx.config.render);
+            let pod: Pod = serde_json::from_value(value).map_err(|source| Error::Convert {
+                job_id: pg.id.clone(),
+                kind: "Pod",
+                source,
+            })?;
+            let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
+            match ctx.kube.call("create pod", &name, || api.create(&params, &pod)).await {
+                Ok(_) => {}
+                Err(Error::Kube { source, .. }) if is_conflict(&source) => {}
+                Err(e) => return Err(e),
+            }
+            let mut next = pg.clone();
+            next.pod_name = Some(name);
+            ctx.jobs.put_playground(&next).await?;
+        }
+    }
+    Ok(())
+}
+
+fn note(report: &mut PassReport, what: &str, job_id: &str, outcome: Result<()>) {
+    if let Err(e) = outcome {
+        report.errors += 1;
+        tracing::warn!(job_id, error = %e, "{what} failed; retrying next pass");
+    }
+}
+
+/// Runs one pass over `cluster` at `now`.
+pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> {
+    let mut report = PassReport::default();
+    let capacity = cluster.capacity(now);
+    ctx.publish_capacity(&capacity).await?;
+    let active = ctx.jobs.list_active().await?;
+    let queued = active.iter().filter(|j| j.state == JobState::Queued).count();
+    ctx.metrics.set_jobs(queued, active.len());
+    for job in &active {
+        if !ctx.leadership.is_leader() {
+            return Ok(report);
+        }
+        note(&mut report, "sync", &job.id, sync_job(ctx, cluster, job, now).await);
+    }
+    let ids: BTreeSet<String> = active.iter().map(|j| j.id.clone()).collect();
+    note(&mut report, "orphan sweep", "", sweep_orphans(ctx, cluster, &ids).await);
+    if !ctx.leadership.is_leader() {
+        return Ok(report);
+    }
+    let plan = plan_admissions(&active, &capacity, &reservations(cluster, &active));
+    for a in &plan.admit {
+        let Some(job) = active.iter().find(|j| j.id == a.job_id) else { continue };
+        let placement = a
+            .placements
+            .iter()
+            .map(|p| format!("{}: {}", p.pool, p.nodes.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ");
+        report.admitted += 1;
+        note(&mut report, "admit", &job.id, admit(ctx, job, format!("admitted; planned nodes {placement}"), now).await);
+    }
+    for w in plan.waiting {
+        let Some(job) = active.iter().find(|j| j.id == w.job_id) else { continue };
+        report.waiting += 1;
+        let pending = Pending { reason: w.reason, message: w.message, since_ms: now };
+        note(&mut report, "pending", &job.id, set_queued_pending(ctx, job, pending).await);
+    }
+    note(&mut report, "playgrounds", "", playgrounds(ctx, cluster, now).await);
+    Ok(report)
+}

@@ -1,0 +1,166 @@
+//! The running reconciler: reflectors, the Lease, and the pass loop, all polled inside one future
+//! so that dropping it (a crash, a test aborting the task) stops everything at once.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::Notify;
+use tuneplane_core::constants::{MANAGED_BY, MANAGED_BY_LABEL};
+use tuneplane_core::store::{BlobStore, JobStore};
+
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::kube_io::{Kube, is_not_found};
+use crate::leader::Elector;
+use crate::metrics::Metrics;
+use crate::rayjob::{self, RayJob};
+use crate::{Config, Ctx};
+
+/// A reconciler ready to run.
+pub struct Reconciler {
+    ctx: Arc<Ctx>,
+    elector: Elector,
+}
+
+fn reflect<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    notify: Arc<Notify>,
+) -> impl Future<Output = ()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    watcher(api, config)
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .for_each(move |event| {
+            if let Err(e) = event {
+                tracing::warn!(error = %e, "watch error; the watcher retries with backoff");
+            }
+            notify.notify_one();
+            std::future::ready(())
+        })
+}
+
+impl Reconciler {
+    /// Checks the RayJob CRD is served and assembles the reconciler.
+    pub async fn new(
+        config: Config,
+        client: kube::Client,
+        jobs: Arc<dyn JobStore>,
+        blobs: Arc<dyn BlobStore>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Reconciler> {
+        let kube = Kube::new(client.clone(), config.kube_qps, config.kube_burst, metrics.clone());
+        let api: Api<RayJob> = Api::all_with(client, &rayjob::resource());
+        match api.list(&ListParams::default().limit(1)).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => return Err(Error::MissingCrd(e)),
+            Err(e) => return Err(Error::kube("list", "rayjobs.ray.io", e)),
+        }
+        let elector = Elector::new(
+            kube.clone(),
+            &config.namespace,
+            &config.lease_name,
+            &config.identity,
+            config.lease_duration,
+        );
+        let ctx = Ctx::new(config, kube, jobs, blobs, metrics, elector.state.clone());
+        Ok(Reconciler { ctx: Arc::new(ctx), elector })
+    }
+
+    /// The shared context (for tests and the render command).
+    pub fn ctx(&self) -> Arc<Ctx> {
+        self.ctx.clone()
+    }
+
+    /// Runs until `shutdown` completes, then releases the Lease.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let client = self.ctx.kube.client.clone();
+        let notify = Arc::new(Notify::new());
+        let (nodes, nodes_w) = reflector::store::<Node>();
+        let (pods, pods_w) = reflector::store::<Pod>();
+        let (events, events_w) = reflector::store::<Event>();
+        let rayjobs_w = reflector::store::Writer::<RayJob>::new(rayjob::resource());
+        let rayjobs = rayjobs_w.as_reader();
+        let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+        let watches = futures_util::future::join4(
+            reflect(Api::<Node>::all(client.clone()), watcher::Config::default(), nodes_w, notify.clone()),
+            reflect(Api::<Pod>::all(client.clone()), watcher::Config::default(), pods_w, notify.clone()),
+            reflect(Api::<Event>::all(client.clone()), watcher::Config::default().fields("type=Warning"), events_w, notify.clone()),
+            reflect(Api::<RayJob>::all_with(client, &rayjob::resource()), managed, rayjobs_w, notify.clone()),
+        );
+        let stores = Stores { nodes, pods, events, rayjobs };
+        tokio::select! {
+            _ = watches => tracing::error!("watches ended"),
+            _ = self.elector.run(&self.ctx.metrics) => {}
+            _ = pass_loop(&self.ctx, &stores, &notify) => {}
+            _ = shutdown => tracing::info!("shutting down"),
+        }
+        self.elector.release().await;
+        self.ctx.metrics.set_leader(false);
+        Ok(())
+    }
+}
+
+struct Stores {
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    events: Store<Event>,
+    rayjobs: Store<RayJob>,
+}
+
+impl Stores {
+    async fn ready(&self) -> bool {
+        self.nodes.wait_until_ready().await.is_ok()
+            && self.pods.wait_until_ready().await.is_ok()
+            && self.events.wait_until_ready().await.is_ok()
+            && self.rayjobs.wait_until_ready().await.is_ok()
+    }
+
+    fn snapshot(&self) -> Cluster {
+        Cluster {
+            nodes: self.nodes.state(),
+            pods: self.pods.state(),
+            rayjobs: self.rayjobs.state(),
+            events: self.events.state(),
+        }
+    }
+}
+
+async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
+    if !stores.ready().await {
+        tracing::error!("reflector stores never became ready");
+        return;
+    }
+    // Watch events come in bursts: run at most one pass per gap, and one per interval without events.
+    let gap = (ctx.config.pass_interval / 10).clamp(Duration::from_millis(20), Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(ctx.config.pass_interval) => {}
+            _ = notify.notified() => {}
+        }
+        let now = crate::now_ms();
+        ctx.metrics.heartbeat(now);
+        if ctx.leadership.is_leader() {
+            let started = tokio::time::Instant::now();
+            let cluster = stores.snapshot();
+            let outcome = crate::pass::pass(ctx, &cluster, now).await;
+            let ok = matches!(&outcome, Ok(r) if r.errors == 0);
+            if let Err(e) = &outcome {
+                tracing::warn!(error = %e, "pass failed");
+            }
+            ctx.metrics.observe_pass(started.elapsed(), ok);
+        }
+        tokio::time::sleep(gap).await;
+    }
+}

@@ -1,0 +1,176 @@
+//! What a job's workload shows, as one [`Observed`] value (pure; unit-tested without a server).
+//!
+//! Pending reasons come from the pods: an image that cannot be pulled (`ImagePull`), a scheduling
+//! failure classified from the scheduler's own message (`InsufficientGpu` for `Insufficient
+//! nvidia.com/gpu`, `InsufficientCpu` for CPU/memory, `NoMatchingNode` for selectors, taints,
+//! cordons), or `Starting`. The Kubernetes message is kept verbatim for the user.
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::ResourceExt;
+use tuneplane_core::job::{FailureReason, PendingReason};
+
+use crate::rayjob::RayJob;
+
+/// The state of a workload as seen in one pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// No workload exists.
+    Missing,
+    /// Created, not every pod runs yet.
+    Pending {
+        /// Why.
+        reason: PendingReason,
+        /// The Kubernetes message (or the platform's).
+        message: String,
+    },
+    /// Every pod runs.
+    Running,
+    /// Ended well.
+    Succeeded,
+    /// Ended badly.
+    Failed {
+        /// Why.
+        reason: FailureReason,
+        /// Details.
+        message: String,
+    },
+    /// KubeRay refused the RayJob (a Warning event and an empty status).
+    Invalid {
+        /// The operator's message.
+        message: String,
+    },
+}
+
+const IMAGE_PULL: [&str; 4] = ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"];
+
+/// Classifies a `FailedScheduling` message.
+pub fn scheduling_reason(message: &str) -> PendingReason {
+    if message.contains("Insufficient nvidia.com/gpu") {
+        PendingReason::InsufficientGpu
+    } else if message.contains("Insufficient cpu") || message.contains("Insufficient memory") {
+        PendingReason::InsufficientCpu
+    } else {
+        PendingReason::NoMatchingNode
+    }
+}
+
+fn image_pull(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let all = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten());
+    for cs in all {
+        let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) else {
+            continue;
+        };
+        let reason = w.reason.as_deref().unwrap_or_default();
+        if IMAGE_PULL.contains(&reason) {
+            let detail = w.message.as_deref().unwrap_or("the image cannot be pulled");
+            return Some(format!("pod {}: {reason}: {detail}", pod.name_any()));
+        }
+    }
+    None
+}
+
+fn unschedulable(pod: &Pod) -> Option<String> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    conditions
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .map(|c| c.message.clone().unwrap_or_else(|| "pod cannot be scheduled".into()))
+}
+
+/// The pending reason of a set of pods: image pulls first, then scheduling, else `Starting`.
+pub fn pending_from_pods(pods: &[&Pod]) -> (PendingReason, String) {
+    let waiting: Vec<&&Pod> = pods
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running"))
+        .collect();
+    if let Some(m) = waiting.iter().find_map(|p| image_pull(p)) {
+        return (PendingReason::ImagePull, m);
+    }
+    if let Some(m) = waiting.iter().find_map(|p| unschedulable(p)) {
+        return (scheduling_reason(&m), m);
+    }
+    let message = match waiting.first() {
+        Some(p) => format!("pod {} is starting", p.name_any()),
+        None if pods.is_empty() => "waiting for the workload's pods to be created".to_owned(),
+        None => "waiting for Ray to start".to_owned(),
+    };
+    (PendingReason::Starting, message)
+}
+
+/// Assesses a RayJob with its pods and the warning events about it.
+pub fn assess_rayjob(rj: &RayJob, pods: &[&Pod], warnings: &[&Event]) -> Observed {
+    let status = rj.status.clone().unwrap_or_default();
+    let deployment = status.job_deployment_status.as_deref().unwrap_or_default();
+    let job_status = status.job_status.as_deref().unwrap_or_default();
+    let message = status.message.clone().unwrap_or_default();
+    match deployment {
+        "Complete" if job_status == "SUCCEEDED" => return Observed::Succeeded,
+        "Complete" => {
+            return Observed::Failed {
+                reason: FailureReason::EntrypointFailed,
+                message: format!("Ray job ended {job_status}: {message}"),
+            };
+        }
+        "Failed" => {
+            let reason = if status.reason.as_deref() == Some("DeadlineExceeded") {
+                FailureReason::RunDeadlineExceeded
+            } else {
+                FailureReason::EntrypointFailed
+            };
+            return Observed::Failed { reason, message: format!("RayJob failed: {message}") };
+        }
+        "Running" => return Observed::Running,
+        _ => {}
+    }
+    if deployment.is_empty()
+        && let Some(e) = warnings
+            .iter()
+            .find(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("InvalidRayJob")))
+    {
+        return Observed::Invalid { message: e.message.clone().unwrap_or_default() };
+    }
+    let (reason, message) = pending_from_pods(pods);
+    Observed::Pending { reason, message }
+}
+
+/// Assesses the Pod of a CPU-only job.
+pub fn assess_pod(pod: &Pod) -> Observed {
+    let status = pod.status.as_ref();
+    match status.and_then(|s| s.phase.as_deref()) {
+        Some("Succeeded") => Observed::Succeeded,
+        Some("Failed") => {
+            let why = status.and_then(|s| s.reason.as_deref()).unwrap_or_default();
+            let exit = status
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.first())
+                .and_then(|c| c.state.as_ref()?.terminated.as_ref())
+                .map(|t| t.exit_code);
+            if why == "DeadlineExceeded" {
+                Observed::Failed {
+                    reason: FailureReason::RunDeadlineExceeded,
+                    message: "the run deadline passed".into(),
+                }
+            } else {
+                let message = match exit {
+                    Some(code) => format!("the entrypoint exited with status {code}"),
+                    None => format!("the pod failed: {why}"),
+                };
+                Observed::Failed { reason: FailureReason::EntrypointFailed, message }
+            }
+        }
+        Some("Running") => Observed::Running,
+        _ => {
+            let (reason, message) = pending_from_pods(&[pod]);
+            Observed::Pending { reason, message }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "status_tests.rs"]
+mod tests;

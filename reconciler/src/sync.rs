@@ -1,0 +1,193 @@
+//! Syncing active jobs with their workloads, ending jobs in the safe order, and orphan cleanup.
+//!
+//! Ending a job is always: archive logs → write the terminal record (with the archive's key) →
+//! delete the workload. A crash after any step leaves a state the next pass finishes: before the
+//! record write the job is still active and is ended again; after it, the workload is an orphan of
+//! a terminal job and is deleted by [`sweep_orphans`].
+
+use std::collections::BTreeSet;
+
+use kube::ResourceExt;
+use tuneplane_core::constants::JOB_ID_LABEL;
+use tuneplane_core::job::{EventSource, FailureReason, JobEvent, JobRecord, JobState};
+use tuneplane_core::render::workload_name;
+use tuneplane_core::spec::WorkloadKind;
+
+use crate::cluster::{Cluster, managed};
+use crate::decide::{Step, decide};
+use crate::error::Result;
+use crate::status::{Observed, assess_pod, assess_rayjob};
+use crate::{Ctx, logs, workload};
+
+/// A platform event for `job`.
+pub fn platform_event(at_ms: i64, key: String, kind: &str, reason: &str, message: String) -> JobEvent {
+    JobEvent { at_ms, key, source: EventSource::Platform, kind: kind.to_owned(), reason: reason.to_owned(), message, object: None }
+}
+
+fn workload_of(job: &JobRecord) -> String {
+    job.workload_name.clone().unwrap_or_else(|| workload_name(&job.id))
+}
+
+/// What the job's workload shows in `cluster`.
+pub fn observe(cluster: &Cluster, job: &JobRecord) -> Observed {
+    let ns = job.spec.namespace.as_str();
+    let name = workload_of(job);
+    match job.spec.kind() {
+        WorkloadKind::RayJob => match cluster.rayjob(ns, &name) {
+            Some(rj) => {
+                let pods = cluster.job_pods(ns, &tuneplane_core::render::label_value(&job.id));
+                assess_rayjob(rj, &pods, &cluster.warnings_for(ns, &name))
+            }
+            None => Observed::Missing,
+        },
+        WorkloadKind::Pod => cluster.pod(ns, &name).map_or(Observed::Missing, assess_pod),
+    }
+}
+
+async fn copy_warnings(ctx: &Ctx, cluster: &Cluster, job: &JobRecord) -> Result<()> {
+    let name = workload_of(job);
+    let mut fresh = Vec::new();
+    {
+        let mut seen = ctx.seen_events.lock().unwrap_or_else(|p| p.into_inner());
+        let set = seen.entry(job.id.clone()).or_default();
+        for e in cluster.warnings_for(&job.spec.namespace, &name) {
+            let uid = e.uid().unwrap_or_else(|| e.name_any());
+            if !set.insert(uid.clone()) {
+                continue;
+            }
+            let at_ms = e
+                .last_timestamp
+                .as_ref()
+                .or(e.first_timestamp.as_ref())
+                .map(|t| t.0.as_millisecond())
+                .or_else(|| e.event_time.as_ref().map(|t| t.0.as_millisecond()))
+                .or_else(|| e.creation_timestamp().map(|t| t.0.as_millisecond()))
+                .unwrap_or_else(crate::now_ms);
+            let kind = e.involved_object.kind.clone().unwrap_or_default().to_lowercase();
+            fresh.push(JobEvent {
+                at_ms,
+                key: format!("k8s-{}", uid.replace('#', "-")),
+                source: EventSource::Kubernetes,
+                kind: "Warning".into(),
+                reason: e.reason.clone().unwrap_or_default(),
+                message: e.message.clone().unwrap_or_default(),
+                object: e.involved_object.name.clone().map(|n| format!("{kind}/{n}")),
+            });
+        }
+    }
+    if !fresh.is_empty() {
+        ctx.jobs.append_events(&job.id, &fresh).await?;
+    }
+    Ok(())
+}
+
+/// Syncs one active job (any non-terminal job that is not simply waiting in the queue).
+pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> Result<()> {
+    if job.state == JobState::Queued && !job.stop_requested {
+        return Ok(());
+    }
+    let observed = if job.state == JobState::Queued { Observed::Missing } else { observe(cluster, job) };
+    if job.state != JobState::Queued {
+        copy_warnings(ctx, cluster, job).await?;
+    }
+    let cap_ms = ctx.config.pre_running_cap.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    match decide(job, &observed, now, cap_ms) {
+        Step::Wait => {}
+        Step::Create => {
+            let name = workload::create(ctx, job).await?;
+            if job.workload_name.is_none() {
+                let mut next = job.clone();
+                next.workload_name = Some(name);
+                ctx.jobs.update_job(&next).await?;
+            }
+        }
+        Step::MarkRunning => {
+            let mut next = job.clone();
+            next.transition(JobState::Running, now)?;
+            ctx.jobs.update_job(&next).await?;
+            let ev = platform_event(now, "state-RUNNING".into(), "Normal", "Running", "every pod of the workload runs".into());
+            ctx.jobs.append_events(&job.id, &[ev]).await?;
+            tracing::info!(job_id = %job.id, "running");
+        }
+        Step::SetPending(pending) => {
+            let mut next = job.clone();
+            let key = format!("pending-{:?}-{}", pending.reason, pending.since_ms);
+            let ev = platform_event(now, key, "Normal", &format!("{:?}", pending.reason), pending.message.clone());
+            next.pending = Some(pending);
+            ctx.jobs.update_job(&next).await?;
+            ctx.jobs.append_events(&job.id, &[ev]).await?;
+        }
+        Step::Finish { state, failure } => finish(ctx, job, state, failure, now).await?,
+    }
+    Ok(())
+}
+
+/// Ends `job`: archive logs, write the terminal record, delete the workload.
+pub async fn finish(
+    ctx: &Ctx,
+    job: &JobRecord,
+    state: JobState,
+    failure: Option<(FailureReason, String)>,
+    now: i64,
+) -> Result<()> {
+    let ns = job.spec.namespace.as_str();
+    let name = workload_of(job);
+    let key = logs::archive(&ctx.kube, ctx.blobs.as_ref(), &job.id, ns, &name).await?;
+    let mut next = job.clone();
+    let message = match &failure {
+        Some((reason, message)) => {
+            next.finish_with_failure(*reason, message.clone(), now)?;
+            format!("{reason:?}: {message}")
+        }
+        None => {
+            next.transition(state, now)?;
+            "the entrypoint exited 0".to_owned()
+        }
+    };
+    next.logs_key = Some(key);
+    ctx.jobs.update_job(&next).await?;
+    let ev = platform_event(now, format!("state-{}", next.state), "Normal", next.state.as_str(), message);
+    ctx.jobs.append_events(&job.id, &[ev]).await?;
+    if matches!(failure, Some((FailureReason::PreRunningDeadlineExceeded | FailureReason::RunDeadlineExceeded, _))) {
+        ctx.metrics.inc_deadline_failures();
+    }
+    ctx.metrics.inc_terminal(next.state);
+    tracing::info!(job_id = %job.id, state = %next.state, "job ended");
+    workload::delete(ctx, job.spec.kind(), ns, &name).await?;
+    ctx.seen_events.lock().unwrap_or_else(|p| p.into_inner()).remove(&job.id);
+    Ok(())
+}
+
+/// Archives and deletes workloads whose job is terminal or unknown.
+pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<String>) -> Result<()> {
+    let mut candidates: Vec<(WorkloadKind, String, String, String)> = Vec::new();
+    for rj in cluster.rayjobs.iter().filter(|r| r.metadata.deletion_timestamp.is_none()) {
+        if let Some(id) = rj.labels().get(JOB_ID_LABEL) {
+            candidates.push((WorkloadKind::RayJob, rj.namespace().unwrap_or_default(), rj.name_any(), id.clone()));
+        }
+    }
+    for pod in cluster.pods.iter().filter(|p| managed(&p.metadata) && p.metadata.deletion_timestamp.is_none()) {
+        // Only the CPU job's own Pod is a workload; Ray pods belong to their RayJob.
+        if let Some(id) = pod.labels().get(JOB_ID_LABEL)
+            && pod.name_any() == workload_name(id)
+        {
+            candidates.push((WorkloadKind::Pod, pod.namespace().unwrap_or_default(), pod.name_any(), id.clone()));
+        }
+    }
+    for (kind, ns, name, id) in candidates {
+        if active.contains(&id) {
+            continue;
+        }
+        let job = ctx.jobs.get_job(&id).await?;
+        if job.as_ref().is_some_and(|j| !j.is_terminal()) {
+            continue;
+        }
+        if job.as_ref().and_then(|j| j.logs_key.as_ref()).is_none() {
+            logs::archive(&ctx.kube, ctx.blobs.as_ref(), &id, &ns, &name).await?;
+        }
+        workload::delete(ctx, kind, &ns, &name).await?;
+        ctx.metrics.inc_orphans();
+        tracing::info!(job_id = %id, workload = %name, "orphan workload deleted");
+    }
+    Ok(())
+}
