@@ -16,6 +16,11 @@ need_apt=()
 for tool in zip unzip; do
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
 done
+# kubectl drives kubesim and renders infra/ with kustomize. Machines of this kind ship it; if one
+# does not, take Debian's client (older, but enough for `get`, `logs` and `kustomize`).
+if ! command -v kubectl >/dev/null 2>&1; then
+  need_apt+=(kubernetes-client)
+fi
 if ((${#need_apt[@]})); then
   step "installing system packages: ${need_apt[*]}"
   if [[ $(id -u) -eq 0 ]]; then
@@ -28,6 +33,8 @@ fi
 step "python venv (.venv)"
 scripts/bootstrap-venv.sh
 
+# The kubectl checks must run, not skip.
+export KUBESIM_REQUIRE_KUBECTL=1
 # Tests never reach a cloud: no credential lookups against instance metadata, loopback only.
 export AWS_EC2_METADATA_DISABLED=true
 # KubeRay CRDs for validating rendered RayJobs (read-only reference beside the checkout).
