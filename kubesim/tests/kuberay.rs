@@ -151,6 +151,25 @@ async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_af
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(ray_pods.items.is_empty());
     assert!(rayjobs.get("tp-abc123").await.is_ok());
+    let events: Api<Event> = Api::namespaced(client, "default");
+    let about = events
+        .list(
+            &ListParams::default()
+                .fields("involvedObject.name=tp-abc123,involvedObject.kind=RayJob"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let reasons: Vec<String> = about.items.into_iter().filter_map(|e| e.reason).collect();
+    for want in [
+        "CreatedRayCluster",
+        "CreatedRayJobSubmitter",
+        "DeletedRayCluster",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r == want),
+            "missing {want} in {reasons:?}"
+        );
+    }
 }
 
 #[tokio::test]

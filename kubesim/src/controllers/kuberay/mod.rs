@@ -16,13 +16,16 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::events::{Recorder, WARNING};
+use super::events::{NORMAL, Recorder, WARNING};
 use crate::json::{self, str_at};
 use crate::resources::{JOBS, PODS, RAYCLUSTERS, RAYJOBS};
 use crate::sim::Scenario;
 use crate::store::{DeleteOptions, Store};
 
 pub use raycluster::{CLUSTER_LABEL, GROUP_LABEL, NODE_TYPE_LABEL};
+
+/// Event source component of the simulated operator.
+pub const OPERATOR: &str = "kuberay-operator";
 
 /// Finalizer KubeRay puts on RayJobs in K8sJobMode.
 pub const RAYJOB_FINALIZER: &str = "ray.io/rayjob-finalizer";
@@ -56,7 +59,7 @@ impl KubeRay {
             if rc.pointer("/metadata/deletionTimestamp").is_some() {
                 continue;
             }
-            if let Err(e) = raycluster::reconcile(store, &rc, &pods) {
+            if let Err(e) = raycluster::reconcile(store, recorder, &rc, &pods) {
                 tracing::debug!(error = %e, raycluster = json::name(&rc), "kuberay raycluster step skipped");
             }
         }
@@ -97,8 +100,8 @@ impl KubeRay {
         let deployment = str_at(rj, "/status/jobDeploymentStatus").unwrap_or_default();
         match deployment {
             "" => self.start(store, rec, rj, &finalizers),
-            "Initializing" | "Running" => self.follow(store, rj, deployment),
-            "Complete" | "Failed" => shutdown(store, rj),
+            "Initializing" | "Running" => self.follow(store, rec, rj, deployment),
+            "Complete" | "Failed" => shutdown(store, rec, rj),
             // Resuming a suspended RayJob starts it from scratch, as KubeRay does.
             "Suspended" if rj.pointer("/spec/suspend") != Some(&json!(true)) => {
                 store.update_all(&RAYJOBS, json::namespace(rj), json::name(rj), |cur| {
@@ -128,7 +131,7 @@ impl KubeRay {
                 .warned
                 .insert((json::uid(rj).to_string(), message.clone()))
             {
-                rec.record(rj, WARNING, reason, &message, "ray-job-controller");
+                rec.record(rj, WARNING, reason, &message, OPERATOR);
             }
             return Ok(());
         }
@@ -168,6 +171,7 @@ impl KubeRay {
     fn follow(
         &mut self,
         store: &Store,
+        rec: &mut Recorder,
         rj: &Value,
         deployment: &str,
     ) -> Result<(), crate::ApiError> {
@@ -210,6 +214,8 @@ impl KubeRay {
                 labels["ray.io/originated-from-cr-name"] = json!(name);
                 let body = json!({"metadata": {"name": cluster_name, "labels": labels, "ownerReferences": [owner]}, "spec": spec});
                 store.create(&RAYCLUSTERS, ns, body)?;
+                let message = format!("Created RayCluster {ns}/{cluster_name}");
+                rec.record(rj, NORMAL, "CreatedRayCluster", &message, OPERATOR);
                 return Ok(());
             }
             None => return Ok(()),
@@ -228,6 +234,8 @@ impl KubeRay {
                     ns,
                     submitter::job(rj, &cluster, &self.scenario, self.exec),
                 )?;
+                let message = format!("Created Kubernetes Job {ns}/{name}");
+                rec.record(rj, NORMAL, "CreatedRayJobSubmitter", &message, OPERATOR);
             }
             return set_status(store, ns, name, |s| {
                 s["jobDeploymentStatus"] = json!("Running");
@@ -324,7 +332,7 @@ fn finish(
 }
 
 /// After the end: with `shutdownAfterJobFinishes`, delete only the RayCluster once the TTL passed.
-fn shutdown(store: &Store, rj: &Value) -> Result<(), crate::ApiError> {
+fn shutdown(store: &Store, rec: &mut Recorder, rj: &Value) -> Result<(), crate::ApiError> {
     if rj.pointer("/spec/shutdownAfterJobFinishes") != Some(&json!(true)) {
         return Ok(());
     }
@@ -342,6 +350,8 @@ fn shutdown(store: &Store, rj: &Value) -> Result<(), crate::ApiError> {
     );
     if store.try_get(&RAYCLUSTERS, ns, cluster).is_some() {
         store.delete(&RAYCLUSTERS, ns, cluster, &DeleteOptions::default())?;
+        let message = format!("Deleted RayCluster {ns}/{cluster}");
+        rec.record(rj, NORMAL, "DeletedRayCluster", &message, OPERATOR);
     }
     Ok(())
 }

@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use super::OPERATOR;
+use crate::controllers::events::{NORMAL, Recorder};
 use crate::json::{self, str_at};
 use crate::resources::{PODS, RAYCLUSTERS, SERVICES};
 use crate::store::{DeleteOptions, Store};
@@ -134,6 +136,7 @@ fn ready(p: &Value) -> bool {
 /// Brings one RayCluster's pods and status in line with its spec.
 pub fn reconcile(
     store: &Store,
+    rec: &mut Recorder,
     cluster: &Value,
     pods: &[Arc<Value>],
 ) -> Result<(), crate::ApiError> {
@@ -161,7 +164,9 @@ pub fn reconcile(
             .count()
     };
     if count("headgroup") == 0 {
-        store.create(&PODS, ns, build_pod(cluster, &head, "headgroup", true))?;
+        let pod = store.create(&PODS, ns, build_pod(cluster, &head, "headgroup", true))?;
+        let message = format!("Created head Pod {ns}/{}", json::name(&pod));
+        rec.record(cluster, NORMAL, "CreatedHeadPod", &message, OPERATOR);
     }
     let groups: Vec<Value> = spec
         .get("workerGroupSpecs")
@@ -174,7 +179,9 @@ pub fn reconcile(
         let want = desired_workers(g);
         desired_total += want;
         for _ in count(gname)..want {
-            store.create(&PODS, ns, build_pod(cluster, g, gname, false))?;
+            let pod = store.create(&PODS, ns, build_pod(cluster, g, gname, false))?;
+            let message = format!("Created worker Pod {ns}/{}", json::name(&pod));
+            rec.record(cluster, NORMAL, "CreatedWorkerPod", &message, OPERATOR);
         }
     }
     let svc_name = format!("{cname}-head-svc");
@@ -182,6 +189,8 @@ pub fn reconcile(
         let svc = json!({"metadata": {"name": svc_name, "ownerReferences": [owner_ref(cluster)], "labels": {CLUSTER_LABEL: cname}},
             "spec": {"selector": {CLUSTER_LABEL: cname, NODE_TYPE_LABEL: "head"}, "ports": [{"name": "dashboard", "port": 8265}, {"name": "gcs-server", "port": 6379}, {"name": "client", "port": 10001}]}});
         store.create(&SERVICES, ns, svc)?;
+        let message = format!("Created service {ns}/{svc_name}");
+        rec.record(cluster, NORMAL, "CreatedService", &message, OPERATOR);
     }
     let head_pod = live
         .iter()
