@@ -1,0 +1,372 @@
+//! The API behaviour every store implementation must show; `api_suite!` instantiates each case
+//! as a test for one harness constructor.
+
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
+use tuneplane_core::capsule::storage_key;
+
+use super::archives::{BAD_SPEC, SPEC, body, code, hostile_tar};
+use super::{Harness, TENANT_A};
+
+/// Instantiates every case of the suite for `$make` (an async fn returning a [`Harness`]).
+#[macro_export]
+macro_rules! api_suite {
+    ($make:path) => {
+        $crate::api_suite!(@cases $make;
+            submit_returns_201_and_stores_the_capsule_once,
+            same_request_with_the_same_key_returns_the_same_job,
+            same_key_with_another_body_is_409,
+            fifty_concurrent_identical_submissions_create_one_job,
+            bad_spec_is_400_listing_every_field_error,
+            malicious_archive_is_400_naming_the_entry_and_stores_nothing,
+            missing_or_wrong_key_is_401,
+            another_tenants_job_is_404,
+            listing_filters_by_status_and_pages_with_a_cursor,
+            stop_is_accepted_once_and_then_reports_the_job,
+            logs_of_an_unfinished_job_are_409,
+            upload_then_submit_by_upload_id,
+            job_that_cannot_fit_the_published_capacity_is_rejected_at_submit,
+            healthz_needs_no_key_and_unknown_routes_are_json_404,
+        );
+    };
+    (@cases $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let h = $make().await;
+                common::suite::$case(&h).await;
+            }
+        )*
+    };
+}
+
+fn job_id(reply: &super::Reply) -> String {
+    reply.json["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no job_id in {:?}: {}", reply.status, reply.json))
+        .to_owned()
+}
+
+pub async fn submit_returns_201_and_stores_the_capsule_once(h: &Harness) {
+    let first = h.submit(&body(SPEC, &code()), None).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.json);
+    assert_eq!(first.json["status"], "QUEUED");
+    let sha = first.json["capsule_sha256"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(sha.len(), 64);
+    assert!(
+        h.blobs()
+            .head(&storage_key(&sha))
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+    );
+    let id = job_id(&first);
+    assert_eq!(
+        first.headers.get("location").and_then(|v| v.to_str().ok()),
+        Some(format!("/v1/jobs/{id}").as_str())
+    );
+
+    // Same content without a key: a second job, but the capsule is stored once.
+    let second = h.submit(&body(SPEC, &code()), None).await;
+    assert_eq!(second.status, StatusCode::CREATED);
+    assert_ne!(job_id(&second), id);
+    assert_eq!(second.json["capsule_sha256"], sha.as_str());
+    assert_eq!(h.object_count("capsules/").await, 1);
+
+    let got = h.get(&format!("/v1/jobs/{id}")).await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.json["tenant"], TENANT_A);
+    let events = h.get(&format!("/v1/jobs/{id}/events")).await;
+    assert_eq!(
+        events.json["events"][0]["reason"], "Submitted",
+        "{}",
+        events.json
+    );
+}
+
+pub async fn same_request_with_the_same_key_returns_the_same_job(h: &Harness) {
+    let first = h.submit(&body(SPEC, &code()), Some("build-7")).await;
+    let again = h.submit(&body(SPEC, &code()), Some("build-7")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(again.status, StatusCode::OK, "{}", again.json);
+    assert_eq!(job_id(&first), job_id(&again));
+    assert_eq!(h.job_count(TENANT_A).await, 1);
+}
+
+pub async fn same_key_with_another_body_is_409(h: &Harness) {
+    let first = h.submit(&body(SPEC, &code()), Some("k-1")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let other = super::archives::tar_gz(&[("train.py", "print('other')\n")]);
+    let reply = h.submit(&body(SPEC, &other), Some("k-1")).await;
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.json);
+    assert_eq!(reply.json["error"]["code"], "idempotency_conflict");
+    assert_eq!(
+        reply.json["error"]["details"]["job_id"],
+        job_id(&first).as_str()
+    );
+    assert_eq!(h.job_count(TENANT_A).await, 1);
+}
+
+pub async fn fifty_concurrent_identical_submissions_create_one_job(h: &Harness) {
+    let request = body(SPEC, &code());
+    let mut set = JoinSet::new();
+    for _ in 0..50 {
+        let app = h.app.clone();
+        let key = h.key_a.clone();
+        let bytes = serde_json::to_vec(&request).unwrap_or_default();
+        set.spawn(async move {
+            use tower::ServiceExt;
+            let req = axum::http::Request::post("/v1/jobs")
+                .header("authorization", format!("Bearer {key}"))
+                .header("idempotency-key", "same-50")
+                .body(axum::body::Body::from(bytes))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let resp = match app.oneshot(req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            };
+            let status = resp.status();
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .unwrap_or_default();
+            let json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            (
+                status,
+                json["job_id"].as_str().unwrap_or("").to_owned(),
+                json,
+            )
+        });
+    }
+    let mut created = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    while let Some(joined) = set.join_next().await {
+        let (status, id, json) = joined.unwrap_or_else(|e| panic!("task: {e}"));
+        match status {
+            StatusCode::CREATED => created += 1,
+            StatusCode::OK => {}
+            other => panic!("unexpected {other}: {json}"),
+        }
+        ids.insert(id);
+    }
+    assert_eq!(created, 1);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(h.job_count(TENANT_A).await, 1);
+}
+
+pub async fn bad_spec_is_400_listing_every_field_error(h: &Harness) {
+    let reply = h.submit(&body(BAD_SPEC, &code()), None).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.json["error"]["code"], "invalid_spec");
+    let paths: Vec<&str> = reply.json["error"]["details"]["fields"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f["path"].as_str()).collect())
+        .unwrap_or_default();
+    for expected in ["name", "image", "pools[0].nodes", "bogus"] {
+        assert!(
+            paths.contains(&expected),
+            "{expected} missing from {paths:?}"
+        );
+    }
+    assert_eq!(h.object_count("capsules/").await, 0);
+}
+
+pub async fn malicious_archive_is_400_naming_the_entry_and_stores_nothing(h: &Harness) {
+    let reply = h.submit(&body(SPEC, &hostile_tar()), Some("evil")).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.json);
+    assert_eq!(reply.json["error"]["code"], "invalid_code");
+    let entry = reply.json["error"]["details"]["entry"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(entry.contains("evil.sh"), "{}", reply.json);
+    assert!(
+        reply.json["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("evil.sh")
+    );
+    assert_eq!(h.object_count("capsules/").await, 0);
+    assert_eq!(h.job_count(TENANT_A).await, 0);
+}
+
+pub async fn missing_or_wrong_key_is_401(h: &Harness) {
+    let bytes = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();
+    let cases = [
+        None,
+        Some("tp_0000000000000000000000000000000000000000".to_owned()),
+        Some("not-a-key".to_owned()),
+    ];
+    for key in cases {
+        let reply = h
+            .call(Method::POST, "/v1/jobs", key.as_deref(), &[], bytes.clone())
+            .await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{key:?}");
+        assert_eq!(reply.json["error"]["code"], "unauthenticated");
+        let get = h
+            .call(Method::GET, "/v1/jobs", key.as_deref(), &[], Vec::new())
+            .await;
+        assert_eq!(get.status, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(h.job_count(TENANT_A).await, 0);
+}
+
+pub async fn another_tenants_job_is_404(h: &Harness) {
+    let id = job_id(&h.submit(&body(SPEC, &code()), None).await);
+    let b = h.key_b.clone();
+    for (method, path) in [
+        (Method::GET, format!("/v1/jobs/{id}")),
+        (Method::GET, format!("/v1/jobs/{id}/events")),
+        (Method::GET, format!("/v1/jobs/{id}/logs")),
+        (Method::POST, format!("/v1/jobs/{id}/stop")),
+    ] {
+        let reply = h
+            .call(method.clone(), &path, Some(&b), &[], Vec::new())
+            .await;
+        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{method} {path}");
+    }
+    let list = h
+        .call(Method::GET, "/v1/jobs", Some(&b), &[], Vec::new())
+        .await;
+    assert_eq!(list.json["jobs"], json!([]));
+    let mine = h.get(&format!("/v1/jobs/{id}")).await;
+    assert_eq!(mine.status, StatusCode::OK);
+    assert!(!mine.json["stop_requested"].as_bool().unwrap_or(true));
+}
+
+pub async fn listing_filters_by_status_and_pages_with_a_cursor(h: &Harness) {
+    for i in 0..3 {
+        let code = super::archives::tar_gz(&[("train.py", &format!("print({i})\n"))]);
+        assert_eq!(
+            h.submit(&body(SPEC, &code), None).await.status,
+            StatusCode::CREATED
+        );
+    }
+    let page = h.get("/v1/jobs?limit=2").await;
+    assert_eq!(
+        page.json["jobs"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        page.json
+    );
+    let cursor = page.json["next_cursor"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!cursor.is_empty());
+    let rest = h.get(&format!("/v1/jobs?limit=2&cursor={cursor}")).await;
+    assert_eq!(rest.json["jobs"].as_array().map(Vec::len), Some(1));
+    let queued = h.get("/v1/jobs?status=QUEUED").await;
+    assert_eq!(queued.json["jobs"].as_array().map(Vec::len), Some(3));
+    let running = h.get("/v1/jobs?status=running").await;
+    assert_eq!(running.json["jobs"], json!([]));
+    assert_eq!(
+        h.get("/v1/jobs?status=LOST").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        h.get("/v1/jobs?cursor=zz").await.status,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+pub async fn stop_is_accepted_once_and_then_reports_the_job(h: &Harness) {
+    let id = job_id(&h.submit(&body(SPEC, &code()), None).await);
+    let key = h.key_a.clone();
+    let path = format!("/v1/jobs/{id}/stop");
+    let first = h
+        .call(Method::POST, &path, Some(&key), &[], Vec::new())
+        .await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.json);
+    assert_eq!(first.json["stop_requested"], true);
+    let again = h
+        .call(Method::POST, &path, Some(&key), &[], Vec::new())
+        .await;
+    assert_eq!(again.status, StatusCode::OK);
+}
+
+pub async fn logs_of_an_unfinished_job_are_409(h: &Harness) {
+    let id = job_id(&h.submit(&body(SPEC, &code()), None).await);
+    let reply = h.get(&format!("/v1/jobs/{id}/logs")).await;
+    assert_eq!(reply.status, StatusCode::CONFLICT);
+    assert_eq!(reply.json["error"]["code"], "logs_not_archived");
+}
+
+pub async fn upload_then_submit_by_upload_id(h: &Harness) {
+    let key = h.key_a.clone();
+    let upload = h
+        .call(Method::POST, "/v1/uploads", Some(&key), &[], Vec::new())
+        .await;
+    assert_eq!(upload.status, StatusCode::CREATED, "{}", upload.json);
+    let upload_id = upload.json["upload_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        upload.json["url"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("http"))
+    );
+    // The client PUTs to the presigned URL; the object lands at the upload's key.
+    let blob_key = format!("uploads/{TENANT_A}/{upload_id}/code");
+    h.blobs()
+        .put(&blob_key, code())
+        .await
+        .unwrap_or_else(|e| panic!("upload: {e}"));
+    let by_upload = json!({"spec": SPEC, "code": {"upload_id": upload_id}});
+    let reply = h.submit(&by_upload, None).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+    let missing = json!({"spec": SPEC, "code": {"upload_id": "u-0000"}});
+    assert_eq!(h.submit(&missing, None).await.status, StatusCode::NOT_FOUND);
+    // Tenant B cannot submit tenant A's upload: its key resolves under B's prefix.
+    let bytes = serde_json::to_vec(&by_upload).unwrap_or_default();
+    let b = h.key_b.clone();
+    let other = h.call(Method::POST, "/v1/jobs", Some(&b), &[], bytes).await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
+}
+
+pub async fn job_that_cannot_fit_the_published_capacity_is_rejected_at_submit(h: &Harness) {
+    let accepted = h.submit(&body(SPEC, &code()), None).await;
+    let notes = accepted.json["notes"].to_string();
+    assert!(notes.contains("capacity"), "{notes}");
+    let node = |name: &str| NodeCapacity {
+        name: name.into(),
+        series: Some("h200".into()),
+        gpus: 4,
+        cpus: 96.0,
+        memory_gb: 1024.0,
+        ready: true,
+        ..Default::default()
+    };
+    let snapshot = CapacitySnapshot::from_nodes(1, vec![node("n1"), node("n2")]);
+    let value = serde_json::to_value(&snapshot).unwrap_or_default();
+    h.jobs()
+        .put_capacity(&value)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let reply = h.submit(&body(SPEC, &code()), None).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.json);
+    assert!(
+        reply.json["error"]["details"]["fields"]
+            .to_string()
+            .contains("pools[0]")
+    );
+    let capacity = h.get("/v1/capacity").await;
+    assert_eq!(capacity.json["snapshot"]["series"]["h200"]["total_gpus"], 8);
+}
+
+pub async fn healthz_needs_no_key_and_unknown_routes_are_json_404(h: &Harness) {
+    let health = h
+        .call(Method::GET, "/v1/healthz", None, &[], Vec::new())
+        .await;
+    assert_eq!(health.status, StatusCode::OK);
+    assert_eq!(health.json["status"], "ok");
+    assert!(health.headers.contains_key("x-request-id"));
+    let missing = h.call(Method::GET, "/v2/jobs", None, &[], Vec::new()).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(missing.json["error"]["code"], "not_found");
+}
