@@ -121,6 +121,7 @@ impl SimConfig {
 pub struct KubeSim {
     addr: SocketAddr,
     store: Arc<Store>,
+    faults: Arc<crate::api::faults::Faults>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -158,10 +159,12 @@ impl KubeSim {
             addr: config.addr.to_string(),
             source,
         })?;
+        let faults = Arc::new(crate::api::faults::Faults::default());
         let router = crate::api::router(crate::api::ApiState {
             store: store.clone(),
             kuberay: config.kuberay,
             bookmark_interval: config.bookmark_interval,
+            faults: faults.clone(),
         });
         let server = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
@@ -182,6 +185,7 @@ impl KubeSim {
         Ok(Self {
             addr,
             store,
+            faults,
             tasks: vec![server, loop_task],
         })
     }
@@ -238,6 +242,12 @@ impl KubeSim {
             component,
         )?;
         Ok(())
+    }
+
+    /// Makes the next `count` API requests on resources fail with `code` (429 carries
+    /// `Retry-After: 1`); discovery and health paths are not affected.
+    pub fn fail_next_requests(&self, count: u32, code: u16) {
+        self.faults.fail_next(count, code);
     }
 
     /// Stops the server and the controllers.

@@ -394,3 +394,31 @@ async fn finalizers_hold_deletion_and_owners_cascade_to_dependents() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(pods.get("child").await.map_err(api_code).err(), Some(404));
 }
+
+#[tokio::test]
+async fn injected_failures_answer_the_next_requests_then_stop() {
+    let (sim, client) = start(fast_config()).await;
+    // kube-rs retries 429/503/504 by itself (server-aware backoff): two 503s are absorbed.
+    let nodes: Api<Node> = Api::all(client);
+    sim.fail_next_requests(2, 503);
+    assert!(nodes.get("h200-0").await.is_ok());
+    // A 500 is not retried by the client and surfaces.
+    sim.fail_next_requests(1, 500);
+    assert_eq!(nodes.get("h200-0").await.map_err(api_code).err(), Some(500));
+    assert!(nodes.get("h200-0").await.is_ok());
+    // Without the client's retry layer, the injected 429s are seen one by one.
+    let mut config = kube::Config::new(sim.url().parse().unwrap_or_else(|e| panic!("{e}")));
+    config.default_retry = false;
+    let bare: Api<Node> =
+        Api::all(kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}")));
+    sim.fail_next_requests(2, 429);
+    assert_eq!(bare.get("h200-0").await.map_err(api_code).err(), Some(429));
+    assert_eq!(
+        bare.list(&ListParams::default())
+            .await
+            .map_err(api_code)
+            .err(),
+        Some(429)
+    );
+    assert!(bare.get("h200-0").await.is_ok());
+}

@@ -4,6 +4,7 @@
 
 mod crud;
 mod discovery;
+pub mod faults;
 mod logs;
 mod table;
 mod watch;
@@ -30,6 +31,8 @@ pub struct ApiState {
     pub kuberay: bool,
     /// Interval of BOOKMARK events on watches that allow them.
     pub bookmark_interval: std::time::Duration,
+    /// Injected failures.
+    pub faults: Arc<faults::Faults>,
 }
 
 /// The router serving the whole API.
@@ -197,6 +200,9 @@ async fn dispatch(
     tracing::debug!(%method, path = uri.path(), "request");
     let result = match route {
         Route::Resource(path) => {
+            if let Some(failure) = state.faults.take() {
+                return failure;
+            }
             crud::handle(&state, &method, &path, &query, &headers, &body).await
         }
         other if method == Method::GET => Ok(discovery::handle(&state, &other, &uri)),
