@@ -1,0 +1,197 @@
+//! Shared harness of the reconciler's integration tests: kubesim on 127.0.0.1:0 with a small fleet,
+//! the embedded job store and filesystem blobs in a temporary directory, job builders, a reconciler
+//! that runs as a task (dropping the task is a crash), and a bounded wait helper.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tuneplane_core::fleet::Fleet;
+use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::spec::JobSpec;
+use tuneplane_core::store::{BlobStore, JobStore};
+use tuneplane_kubesim::{KubeSim, SimConfig};
+use tuneplane_reconciler::metrics::Metrics;
+use tuneplane_reconciler::{Config, Ctx, Reconciler};
+use tuneplane_stores::{EmbeddedJobStore, FsBlobStore};
+
+/// A capsule hash (the capsule is never downloaded in simulation mode).
+pub const SHA: &str = "5f0c6a1b2d3e4f5061728394a5b6c7d8e9f00112233445566778899aabbccdd0";
+
+/// Two h200 nodes (8 GPUs), one l40s node (4 GPUs), one CPU node; GPU nodes carry the GPU taint.
+pub const FLEET: &str = "\
+node_groups:
+  - {name: h200, series: h200, count: 2, gpus: 8, cpus: 96, memory_gb: 1024, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]}
+  - {name: l40s, series: l40s, count: 1, gpus: 4, cpus: 48, memory_gb: 256, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]}
+  - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
+";
+
+/// A fast simulator over `fleet` (RayJobs run `rayjob_run`, CPU pods `pod_run`).
+pub fn sim_config(fleet: &str, rayjob_run: Duration, pod_run: Option<Duration>) -> SimConfig {
+    let mut config = SimConfig {
+        fleet: Some(Fleet::from_yaml(fleet).unwrap_or_else(|e| panic!("fleet: {e}"))),
+        tick: Duration::from_millis(20),
+        ..SimConfig::default()
+    };
+    config.scenario.start_delay = Duration::from_millis(50);
+    config.scenario.rayjob_run = rayjob_run;
+    config.scenario.pod_run = pod_run;
+    config
+}
+
+/// A simulator, a client for it and the stores.
+pub struct Harness {
+    /// The simulator.
+    pub sim: KubeSim,
+    /// A client for it.
+    pub client: kube::Client,
+    /// Job store.
+    pub jobs: Arc<dyn JobStore>,
+    /// Blob store.
+    pub blobs: Arc<dyn BlobStore>,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts kubesim with `config` and embedded stores.
+pub async fn start(config: SimConfig) -> Harness {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap_or_else(|e| panic!("{e}"));
+    let blobs = FsBlobStore::open(dir.path().join("blobs"), b"test-secret".to_vec(), "http://127.0.0.1:9/blobs")
+        .unwrap_or_else(|e| panic!("{e}"));
+    with_stores(config, Arc::new(jobs), Arc::new(blobs), dir).await
+}
+
+/// Starts kubesim with `config` and the given stores.
+pub async fn with_stores(
+    config: SimConfig,
+    jobs: Arc<dyn JobStore>,
+    blobs: Arc<dyn BlobStore>,
+    dir: tempfile::TempDir,
+) -> Harness {
+    let sim = KubeSim::start(config).await.unwrap_or_else(|e| panic!("kubesim: {e}"));
+    let url = sim.url().parse().unwrap_or_else(|e| panic!("url: {e}"));
+    let client = kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("client: {e}"));
+    Harness { sim, client, jobs, blobs, _dir: dir }
+}
+
+/// Reconciler settings for tests: fast passes, a short lease in `default`.
+pub fn test_config(identity: &str) -> Config {
+    Config {
+        namespace: "default".into(),
+        identity: identity.into(),
+        pass_interval: Duration::from_millis(100),
+        lease_duration: Duration::from_secs(1),
+        kube_qps: 500,
+        kube_burst: 500,
+        ..Config::default()
+    }
+}
+
+impl Harness {
+    /// Starts a reconciler as a task; abort the handle to crash it.
+    pub async fn reconciler(&self, config: Config) -> (JoinHandle<()>, Arc<Ctx>) {
+        let metrics = Arc::new(Metrics::default());
+        let r = Reconciler::new(config, self.client.clone(), self.jobs.clone(), self.blobs.clone(), metrics)
+            .await
+            .unwrap_or_else(|e| panic!("reconciler: {e}"));
+        let ctx = r.ctx();
+        let task = tokio::spawn(async move {
+            if let Err(e) = r.run_until(std::future::pending()).await {
+                panic!("reconciler stopped: {e}");
+            }
+        });
+        (task, ctx)
+    }
+
+    /// Stores a queued job.
+    pub async fn submit(&self, job: &JobRecord) {
+        self.jobs.create_job(job, None).await.unwrap_or_else(|e| panic!("create job: {e}"));
+    }
+
+    /// Reads a job.
+    pub async fn job(&self, id: &str) -> JobRecord {
+        self.jobs.get_job(id).await.ok().flatten().unwrap_or_else(|| panic!("job {id} missing"))
+    }
+
+    /// Waits until job `id` satisfies `check`.
+    pub async fn wait_job(&self, secs: u64, id: &str, what: &str, check: impl Fn(&JobRecord) -> bool) -> JobRecord {
+        wait_for(secs, &format!("job {id} {what}"), || async {
+            self.jobs.get_job(id).await.ok().flatten().filter(|j| check(j))
+        })
+        .await
+    }
+
+    /// Waits until job `id` is in `state`.
+    pub async fn wait_state(&self, secs: u64, id: &str, state: JobState) -> JobRecord {
+        self.wait_job(secs, id, state.as_str(), |j| j.state == state).await
+    }
+}
+
+/// A pool as JSON.
+pub fn pool(name: &str, series: Option<&str>, nodes: u32, gpus: u32) -> serde_json::Value {
+    json!({"name": name, "series": series, "nodes": nodes, "gpus_per_node": gpus, "cpus": 8.0, "memory_gb": 32.0})
+}
+
+/// A queued job with `pools`, `image` and a pre-running deadline.
+pub fn job(id: &str, pools: Vec<serde_json::Value>, image: &str, pre_running_seconds: u64) -> JobRecord {
+    let spec: JobSpec = serde_json::from_value(json!({
+        "name": "t", "plugin": "custom/custom", "image": image, "entrypoint": "python train.py",
+        "env": {"EPOCHS": "1"}, "pools": pools,
+        "deadlines": {"pre_running_seconds": pre_running_seconds, "run_seconds": 3600}, "priority": 0,
+        "labels": {"team": "nlp"}, "namespace": "tuneplane-jobs", "platform_version": "0.1.0"
+    }))
+    .unwrap_or_else(|e| panic!("spec: {e}"));
+    JobRecord::new_queued(id, "acme", spec, SHA, tuneplane_reconciler::now_ms())
+}
+
+/// A CPU-only job.
+pub fn cpu_job(id: &str) -> JobRecord {
+    let mut p = pool("main", None, 1, 0);
+    p["cpus"] = json!(2.0);
+    p["memory_gb"] = json!(4.0);
+    job(id, vec![p], "python:3.12-slim", 60)
+}
+
+/// Polls `check` every 25 ms until it returns `Some`, failing after `secs` seconds.
+pub async fn wait_for<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {secs}s waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The entries of a `.tar.gz` as (path, text).
+pub fn untar(bytes: &[u8]) -> Vec<(String, String)> {
+    use std::io::Read;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let mut out = Vec::new();
+    for entry in archive.entries().unwrap_or_else(|e| panic!("{e}")) {
+        let mut entry = entry.unwrap_or_else(|e| panic!("{e}"));
+        let mut text = String::new();
+        entry.read_to_string(&mut text).unwrap_or_else(|e| panic!("{e}"));
+        out.push((entry.path().map(|p| p.display().to_string()).unwrap_or_default(), text));
+    }
+    out
+}
+
+/// Asserts the job is terminal, holds its logs key and the archive exists with an index.
+pub async fn assert_logs_archived(h: &Harness, job: &JobRecord) -> Vec<(String, String)> {
+    assert!(job.is_terminal(), "{} is {}", job.id, job.state);
+    let key = job.logs_key.clone().unwrap_or_else(|| panic!("job {} has no logs key", job.id));
+    assert_eq!(key, format!("logs/{}/logs.tar.gz", job.id));
+    let bytes = h.blobs.get(&key).await.ok().flatten().unwrap_or_else(|| panic!("no archive at {key}"));
+    let entries = untar(&bytes);
+    assert_eq!(entries.first().map(|e| e.0.as_str()), Some("index.json"));
+    entries
+}
