@@ -1,8 +1,10 @@
 //! `tuneplane`: the command-line interface of TunePlane.
 //!
-//! Local commands work on files (validate a spec, build and inspect capsules). Every subcommand has
+//! Local commands work on files (validate a spec, build and inspect capsules); client commands talk
+//! to a TunePlane API (`--api`/`TUNEPLANE_API`, `--key`/`TUNEPLANE_API_KEY`). Every subcommand has
 //! `--help`. Errors go to stderr and the exit status is non-zero; results go to stdout.
 
+mod client;
 mod cmd;
 
 use std::process::ExitCode;
@@ -26,6 +28,90 @@ enum Command {
     Capsule(cmd::capsule::Command),
     /// Run the example job end to end on this machine (the README's main-job command).
     Demo(cmd::demo::Args),
+    /// Submit a job (code + JobSpec) to the API.
+    Submit {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        #[command(flatten)]
+        args: cmd::jobs::SubmitArgs,
+    },
+    /// List your jobs, newest first.
+    Jobs {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        /// Only jobs in this state (queued, admitted, running, succeeded, failed, stopped).
+        #[arg(long)]
+        status: Option<String>,
+        /// Most jobs to show.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Show one job: state, pending reason, clocks, workload, logs.
+    Status {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        /// Job id.
+        id: String,
+    },
+    /// Follow a job until it ends (exit 0 if it succeeded, 3 if it failed, 4 if stopped).
+    Watch {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        /// Job id.
+        id: String,
+        /// Give up after this many seconds.
+        #[arg(long)]
+        timeout_seconds: Option<u64>,
+    },
+    /// Show a job's events (platform events and copied Kubernetes warnings).
+    Events {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        /// Job id.
+        id: String,
+    },
+    /// Print a job's archived logs (every pod and container) once it has ended.
+    Logs {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        /// Job id.
+        id: String,
+        /// Wait for the job to end first.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Ask for a job to be stopped.
+    Stop {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        /// Job id.
+        id: String,
+    },
+    /// Show per-series and per-node GPU capacity (the snapshot admission uses).
+    Capacity {
+        #[command(flatten)]
+        client: client::ClientArgs,
+    },
+    /// Manage vLLM playgrounds.
+    Playground {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        #[command(subcommand)]
+        command: cmd::playground::Command,
+    },
+}
+
+/// Runs a client command on a fresh async runtime.
+fn client_command<F, Fut>(args: &client::ClientArgs, f: F) -> anyhow::Result<ExitCode>
+where
+    F: FnOnce(client::Api, client::Output) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<ExitCode>>,
+{
+    let api = cmd::jobs::api(args)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(f(api, args.output))
 }
 
 fn main() -> ExitCode {
@@ -34,6 +120,47 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(&args),
         Command::Capsule(c) => cmd::capsule::run(c),
         Command::Demo(args) => cmd::demo::run(&args),
+        Command::Submit { client, args } => client_command(&client, |api, out| async move {
+            cmd::jobs::submit(&api, out, &args).await
+        }),
+        Command::Jobs {
+            client,
+            status,
+            limit,
+        } => client_command(&client, |api, out| async move {
+            cmd::jobs::list(&api, out, status.as_deref(), limit).await
+        }),
+        Command::Status { client, id } => client_command(&client, |api, out| async move {
+            cmd::jobs::status(&api, out, &id).await
+        }),
+        Command::Watch {
+            client,
+            id,
+            timeout_seconds,
+        } => client_command(&client, |api, out| async move {
+            cmd::jobs::watch_job(
+                &api,
+                out,
+                &id,
+                timeout_seconds.map(std::time::Duration::from_secs),
+            )
+            .await
+        }),
+        Command::Events { client, id } => client_command(&client, |api, out| async move {
+            cmd::jobs::events(&api, out, &id).await
+        }),
+        Command::Logs { client, id, follow } => client_command(&client, |api, out| async move {
+            cmd::jobs::logs(&api, out, &id, follow).await
+        }),
+        Command::Stop { client, id } => client_command(&client, |api, out| async move {
+            cmd::jobs::stop(&api, out, &id).await
+        }),
+        Command::Capacity { client } => client_command(&client, |api, out| async move {
+            cmd::jobs::capacity(&api, out).await
+        }),
+        Command::Playground { client, command } => client_command(&client, |api, out| async move {
+            cmd::playground::run(&api, out, command).await
+        }),
     };
     match result {
         Ok(code) => code,

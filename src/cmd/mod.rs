@@ -2,6 +2,9 @@
 
 pub mod capsule;
 pub mod demo;
+pub mod jobs;
+pub mod output;
+pub mod playground;
 pub mod validate;
 
 use std::path::Path;

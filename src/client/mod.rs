@@ -1,0 +1,179 @@
+//! A small typed client of the TunePlane HTTP API (`/v1`), used by the CLI's client commands.
+
+pub mod pack;
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Where the API is and who calls it.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ClientArgs {
+    /// Base URL of the API (the `tuneplane dev` banner prints it).
+    #[arg(
+        long,
+        env = "TUNEPLANE_API",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    pub api: String,
+    /// API key (`Authorization: Bearer ...`).
+    #[arg(long, env = "TUNEPLANE_API_KEY", hide_env_values = true, global = true)]
+    pub key: Option<String>,
+    /// Output format: human tables or JSON for scripts.
+    #[arg(long, short = 'o', value_enum, default_value = "table", global = true)]
+    pub output: Output,
+}
+
+/// Output format.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Human-readable tables.
+    Table,
+    /// JSON, one document per command.
+    Json,
+}
+
+/// An API error as the server described it.
+#[derive(Debug, thiserror::Error)]
+#[error("{message} ({status}, {code}){details}")]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Machine-readable code.
+    pub code: String,
+    /// What to fix.
+    pub message: String,
+    /// Field errors and the like, pre-formatted (empty when none).
+    pub details: String,
+}
+
+/// The client.
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+    key: Option<String>,
+}
+
+impl Api {
+    /// A client for `args`.
+    pub fn new(args: &ClientArgs) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(300))
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .context("cannot build the HTTP client")?;
+        let base = args.api.trim_end_matches('/').to_string();
+        let base = if base.ends_with("/v1") {
+            base
+        } else {
+            format!("{base}/v1")
+        };
+        Ok(Self {
+            http,
+            base,
+            key: args.key.clone(),
+        })
+    }
+
+    fn request(&self, method: Method, path: &str) -> anyhow::Result<reqwest::RequestBuilder> {
+        let Some(key) = &self.key else {
+            bail!("no API key: pass --key or set TUNEPLANE_API_KEY (tuneplane dev prints one)");
+        };
+        Ok(self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(key))
+    }
+
+    /// Sends a request and decodes the JSON answer, turning error bodies into [`ApiError`].
+    pub async fn send<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> anyhow::Result<(StatusCode, T)> {
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the API at {}", self.base))?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .context("the API closed the connection")?;
+        if !status.is_success() {
+            return Err(api_error(status, &bytes).into());
+        }
+        let value = serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "unexpected answer from the API ({status}): {}",
+                String::from_utf8_lossy(&bytes)
+            )
+        })?;
+        Ok((status, value))
+    }
+
+    /// GET `path`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        Ok(self.send(self.request(Method::GET, path)?).await?.1)
+    }
+
+    /// POST a JSON body to `path`; returns status and answer.
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<(StatusCode, T)> {
+        let mut req = self
+            .request(Method::POST, path)?
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        self.send(req).await
+    }
+
+    /// DELETE `path`.
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        Ok(self.send(self.request(Method::DELETE, path)?).await?.1)
+    }
+
+    /// A plain HTTP request outside the API (presigned URLs carry their own authorisation).
+    pub fn raw(&self, method: Method, url: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, url)
+    }
+}
+
+fn api_error(status: StatusCode, body: &[u8]) -> ApiError {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let e = &v["error"];
+    let message = e["message"].as_str().map_or_else(
+        || String::from_utf8_lossy(body).trim().to_string(),
+        str::to_string,
+    );
+    let details = match &e["details"] {
+        Value::Array(items) if !items.is_empty() => {
+            let lines: Vec<String> = items
+                .iter()
+                .map(|d| match (d["path"].as_str(), d["message"].as_str()) {
+                    (Some(p), Some(m)) if !p.is_empty() => format!("\n  {p}: {m}"),
+                    (_, Some(m)) => format!("\n  {m}"),
+                    _ => format!("\n  {d}"),
+                })
+                .collect();
+            lines.concat()
+        }
+        _ => String::new(),
+    };
+    ApiError {
+        status,
+        code: e["code"].as_str().unwrap_or("error").to_string(),
+        message,
+        details,
+    }
+}

@@ -1,0 +1,473 @@
+//! Client commands for jobs: submit, jobs, status, watch, events, logs, stop, capacity.
+//!
+//! Exit codes scripts can rely on: 0 success (for `watch` and `submit --wait`: the job SUCCEEDED),
+//! 1 an error (bad input, API unreachable, refused request), 3 the job FAILED, 4 the job was STOPPED.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use base64::Engine;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tuneplane_core::capacity::CapacitySnapshot;
+use tuneplane_core::job::{JobEvent, JobRecord, JobState};
+
+use super::output::{age, clock, pools_of, print_table};
+use crate::client::{Api, ClientArgs, Output, pack};
+
+/// Inline code above this size goes through a presigned upload instead.
+const INLINE_LIMIT: usize = 3 * 1024 * 1024;
+
+/// Arguments of `submit`.
+#[derive(clap::Args)]
+pub struct SubmitArgs {
+    /// Directory, tar, tar.gz or zip with the job's code.
+    pub source: PathBuf,
+    /// JobSpec file (YAML or JSON); default: tuneplane.yaml in SOURCE.
+    #[arg(long)]
+    pub spec: Option<PathBuf>,
+    /// Idempotency key: the same key and body give the same job; another body is refused (409).
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Follow the job until it ends; the exit code tells how it ended.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// `submit`.
+pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<ExitCode> {
+    let spec_path = a
+        .spec
+        .clone()
+        .unwrap_or_else(|| a.source.join("tuneplane.yaml"));
+    let spec = std::fs::read_to_string(&spec_path)
+        .with_context(|| format!("cannot read the spec {}", spec_path.display()))?;
+    let code = pack::pack(&a.source)?;
+    let code_field = if code.len() <= INLINE_LIMIT {
+        json!({"inline": base64::engine::general_purpose::STANDARD.encode(&code)})
+    } else {
+        json!({"upload_id": upload(api, code).await?})
+    };
+    let headers: Vec<(&str, &str)> = a
+        .idempotency_key
+        .as_deref()
+        .map(|k| vec![("idempotency-key", k)])
+        .unwrap_or_default();
+    let (status, body): (_, Value) = api
+        .post(
+            "/jobs",
+            &json!({"spec": spec, "code": code_field}),
+            &headers,
+        )
+        .await?;
+    let job: JobRecord =
+        serde_json::from_value(body["job"].clone()).context("unexpected submission answer")?;
+    if out == Output::Json {
+        println!("{body}");
+    } else {
+        let what = if status.as_u16() == 201 {
+            "submitted"
+        } else {
+            "already submitted (same idempotency key)"
+        };
+        println!(
+            "{what}: {} ({}) capsule sha256:{}",
+            job.id, job.state, job.capsule_sha256
+        );
+        for note in body["notes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            println!("note: {note}");
+        }
+    }
+    if a.wait {
+        return watch_job(api, out, &job.id, None).await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn upload(api: &Api, code: Vec<u8>) -> anyhow::Result<String> {
+    let (_, up): (_, Value) = api.post("/uploads", &json!({}), &[]).await?;
+    let url = up["url"].as_str().context("upload answer has no url")?;
+    let mut req = api
+        .raw(Method::PUT, url)
+        .header("content-type", "application/octet-stream");
+    for (k, v) in up["headers"].as_object().into_iter().flatten() {
+        req = req.header(k.as_str(), v.as_str().unwrap_or_default());
+    }
+    eprintln!(
+        "uploading {} ...",
+        super::capsule::human_bytes(code.len() as u64)
+    );
+    let resp = req.body(code).send().await.context("upload failed")?;
+    if !resp.status().is_success() {
+        bail!(
+            "upload refused ({}): {}",
+            resp.status(),
+            resp.text().await.unwrap_or_default()
+        );
+    }
+    up["upload_id"]
+        .as_str()
+        .map(str::to_string)
+        .context("upload answer has no upload_id")
+}
+
+/// `jobs [--status S]`.
+pub async fn list(
+    api: &Api,
+    out: Output,
+    status: Option<&str>,
+    limit: usize,
+) -> anyhow::Result<ExitCode> {
+    let mut path = format!("/jobs?limit={limit}");
+    if let Some(s) = status {
+        path.push_str(&format!("&status={}", s.to_ascii_uppercase()));
+    }
+    let page: Value = api.get(&path).await?;
+    if out == Output::Json {
+        println!("{page}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let jobs: Vec<JobRecord> =
+        serde_json::from_value(page["jobs"].clone()).context("unexpected job list")?;
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.clone(),
+                j.spec.name.clone(),
+                format!("{:?}", j.spec.kind()),
+                pools_of(&j.spec),
+                status_of(j),
+                age(j.submitted_at_ms),
+            ]
+        })
+        .collect();
+    print_table(
+        &["ID", "NAME", "KIND", "POOLS", "STATUS", "SUBMITTED"],
+        &rows,
+    );
+    if page["next_cursor"].is_string() {
+        println!("(more: raise --limit)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status_of(j: &JobRecord) -> String {
+    match (&j.pending, &j.failure) {
+        (_, Some(f)) => format!("{} ({:?})", j.state, f.reason),
+        (Some(p), None) if !j.state.is_terminal() => format!("{} ({:?})", j.state, p.reason),
+        _ => j.state.to_string(),
+    }
+}
+
+/// `status ID`.
+pub async fn status(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode> {
+    let job: Value = api.get(&format!("/jobs/{id}")).await?;
+    if out == Output::Json {
+        println!("{job}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let j: JobRecord = serde_json::from_value(job).context("unexpected job")?;
+    println!("job       {} ({})", j.id, j.spec.name);
+    println!("status    {}", status_of(&j));
+    println!("kind      {:?}, pools {}", j.spec.kind(), pools_of(&j.spec));
+    println!("capsule   sha256:{}", j.capsule_sha256);
+    println!(
+        "clocks    queued {}, pre-running {}, running {}",
+        clock(
+            Some(j.submitted_at_ms),
+            j.admitted_at_ms.or(j.finished_at_ms)
+        ),
+        clock(j.admitted_at_ms, j.running_at_ms.or(j.finished_at_ms)),
+        clock(j.running_at_ms, j.finished_at_ms)
+    );
+    if let Some(p) = &j.pending {
+        println!("pending   {:?}: {}", p.reason, p.message);
+    }
+    if let Some(f) = &j.failure {
+        println!("failure   {:?}: {}", f.reason, f.message);
+    }
+    if let Some(w) = &j.workload_name {
+        println!("workload  {}/{w}", j.spec.namespace);
+    }
+    if let Some(k) = &j.logs_key {
+        println!("logs      {k}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Exit code for a finished job.
+pub fn exit_for(state: JobState) -> ExitCode {
+    match state {
+        JobState::Succeeded => ExitCode::SUCCESS,
+        JobState::Stopped => ExitCode::from(4),
+        _ => ExitCode::from(3),
+    }
+}
+
+/// `watch ID`: live state, pending reason and new events until the job ends.
+pub async fn watch_job(
+    api: &Api,
+    out: Output,
+    id: &str,
+    timeout: Option<Duration>,
+) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut last = String::new();
+    loop {
+        let job: JobRecord = api.get(&format!("/jobs/{id}")).await?;
+        let events: Value = api.get(&format!("/jobs/{id}/events?limit=1000")).await?;
+        let events: Vec<JobEvent> =
+            serde_json::from_value(events["events"].clone()).unwrap_or_default();
+        for e in events.iter().filter(|e| seen.insert(e.key.clone())) {
+            if out == Output::Json {
+                println!("{}", json!({"event": e}));
+            } else {
+                println!(
+                    "  {} {:<8} {:<22} {}",
+                    age(e.at_ms),
+                    e.kind,
+                    e.reason,
+                    e.message
+                );
+            }
+        }
+        let line = status_of(&job);
+        if line != last {
+            if out == Output::Json {
+                println!(
+                    "{}",
+                    json!({"job": job.id, "state": job.state, "pending": job.pending, "failure": job.failure})
+                );
+            } else {
+                let why = job
+                    .pending
+                    .as_ref()
+                    .filter(|_| !job.state.is_terminal())
+                    .map(|p| format!(": {}", p.message))
+                    .unwrap_or_default();
+                println!("{} {line}{why}", job.id);
+            }
+            last = line;
+        }
+        if job.state.is_terminal() {
+            return Ok(exit_for(job.state));
+        }
+        if timeout.is_some_and(|t| started.elapsed() > t) {
+            bail!(
+                "job {id} still {} after {:?}",
+                job.state,
+                timeout.unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// `events ID`.
+pub async fn events(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode> {
+    let page: Value = api.get(&format!("/jobs/{id}/events?limit=1000")).await?;
+    if out == Output::Json {
+        println!("{page}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let events: Vec<JobEvent> =
+        serde_json::from_value(page["events"].clone()).context("unexpected events")?;
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            vec![
+                age(e.at_ms),
+                format!("{:?}", e.source),
+                e.kind.clone(),
+                e.reason.clone(),
+                e.object.clone().unwrap_or_default(),
+                e.message.clone(),
+            ]
+        })
+        .collect();
+    print_table(
+        &["AGE", "SOURCE", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        &rows,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `logs ID [--follow]`: the archived logs (every pod and container) once the job has ended.
+pub async fn logs(api: &Api, out: Output, id: &str, follow: bool) -> anyhow::Result<ExitCode> {
+    if follow {
+        let job: JobRecord = api.get(&format!("/jobs/{id}")).await?;
+        if !job.state.is_terminal() {
+            eprintln!(
+                "job {id} is {}; logs are archived when it ends — waiting",
+                job.state
+            );
+            watch_job(api, Output::Table, id, None).await?;
+        }
+    }
+    let link: Value = api.get(&format!("/jobs/{id}/logs")).await?;
+    let url = link["url"].as_str().context("logs answer has no url")?;
+    let resp = api
+        .raw(Method::GET, url)
+        .send()
+        .await
+        .context("cannot download the logs")?;
+    if !resp.status().is_success() {
+        bail!("cannot download the logs: {}", resp.status());
+    }
+    let bytes = resp.bytes().await?;
+    let files = read_logs_archive(&bytes)?;
+    if out == Output::Json {
+        let map: serde_json::Map<String, Value> = files
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        println!("{}", Value::Object(map));
+    } else {
+        for (name, text) in files {
+            println!("==> {name} <==");
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every file of a `logs.tar.gz`, in archive order.
+pub fn read_logs_archive(bytes: &[u8]) -> anyhow::Result<Vec<(String, String)>> {
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let mut files = Vec::new();
+    for entry in archive
+        .entries()
+        .context("the logs archive is not a tar.gz")?
+    {
+        let mut entry = entry?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let name = entry.path()?.to_string_lossy().into_owned();
+        let mut text = String::new();
+        entry.by_ref().take(64 << 20).read_to_string(&mut text).ok();
+        files.push((name, text));
+    }
+    Ok(files)
+}
+
+/// `stop ID`.
+pub async fn stop(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode> {
+    let (status, job): (_, JobRecord) = api
+        .post(&format!("/jobs/{id}/stop"), &json!({}), &[])
+        .await?;
+    if out == Output::Json {
+        println!("{}", serde_json::to_string(&job)?);
+    } else if status.as_u16() == 202 {
+        println!(
+            "stop requested for {}; the reconciler ends it as STOPPED",
+            job.id
+        );
+    } else {
+        println!(
+            "{} is {}{}",
+            job.id,
+            job.state,
+            if job.stop_requested && !job.state.is_terminal() {
+                " (stop already requested)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `capacity`.
+pub async fn capacity(api: &Api, out: Output) -> anyhow::Result<ExitCode> {
+    let body: Value = api.get("/capacity").await?;
+    if out == Output::Json {
+        println!("{body}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if body["snapshot"].is_null() {
+        println!(
+            "{}",
+            body["note"].as_str().unwrap_or("no capacity snapshot yet")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let snap: CapacitySnapshot =
+        serde_json::from_value(body["snapshot"].clone()).context("unexpected capacity snapshot")?;
+    print_capacity(&snap);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the per-series and per-node tables of a snapshot.
+pub fn print_capacity(snap: &CapacitySnapshot) {
+    println!("capacity snapshot taken {}", age(snap.taken_at_ms as i64));
+    let rows: Vec<Vec<String>> = snap
+        .series
+        .iter()
+        .map(|(name, s)| {
+            vec![
+                name.clone(),
+                s.nodes.to_string(),
+                s.total_gpus.to_string(),
+                s.used_gpus.to_string(),
+                s.free_gpus.to_string(),
+                s.blocked_gpus.to_string(),
+                s.largest_free_block.to_string(),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "SERIES",
+            "NODES",
+            "GPUS",
+            "USED",
+            "FREE",
+            "BLOCKED",
+            "LARGEST FREE BLOCK",
+        ],
+        &rows,
+    );
+    println!();
+    let rows: Vec<Vec<String>> = snap
+        .nodes
+        .iter()
+        .map(|n| {
+            let state = match (n.cordoned, n.ready) {
+                (true, _) => "cordoned",
+                (false, false) => "NotReady",
+                _ => "ready",
+            };
+            vec![
+                n.name.clone(),
+                n.series.clone().unwrap_or_else(|| "-".into()),
+                format!("{}/{}", n.gpus_used, n.gpus),
+                format!("{:.1}/{:.0}", n.cpus_used, n.cpus),
+                state.into(),
+            ]
+        })
+        .collect();
+    print_table(
+        &["NODE", "SERIES", "GPUS USED", "CPUS USED", "STATE"],
+        &rows,
+    );
+}
+
+/// Client commands share their connection flags.
+pub fn api(args: &ClientArgs) -> anyhow::Result<Api> {
+    Api::new(args)
+}

@@ -1,0 +1,86 @@
+//! Human output: aligned tables, relative ages, clock durations.
+
+use tuneplane_core::spec::JobSpec;
+
+/// Prints rows under headers with columns padded to their widest cell.
+pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        println!("{}", parts.join("  ").trim_end());
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// Now in milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// `42s`, `3m10s`, `2h05m`, `3d04h`.
+pub fn duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// `12s ago`.
+pub fn age(at_ms: i64) -> String {
+    format!("{} ago", duration(now_ms() - at_ms))
+}
+
+/// Length of a clock that started at `from` and stopped at `to` (or runs until now); `-` if it never started.
+pub fn clock(from: Option<i64>, to: Option<i64>) -> String {
+    match from {
+        None => "-".into(),
+        Some(f) => duration(to.unwrap_or_else(now_ms) - f),
+    }
+}
+
+/// `h200x2x8+l40sx1x4`, `cpu x1 (2 CPU, 4 GiB)`.
+pub fn pools_of(spec: &JobSpec) -> String {
+    let parts: Vec<String> = spec
+        .pools
+        .iter()
+        .map(|p| match &p.series {
+            Some(s) => format!("{s}×{}×{}", p.nodes, p.gpus_per_node),
+            None => format!("cpu×{} ({} CPU, {} GiB)", p.nodes, p.cpus, p.memory_gb),
+        })
+        .collect();
+    parts.join(" + ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration(4_000), "4s");
+        assert_eq!(duration(190_000), "3m10s");
+        assert_eq!(duration(7_500_000), "2h05m");
+        assert_eq!(duration(-5), "0s");
+        assert_eq!(clock(None, None), "-");
+        assert_eq!(clock(Some(1_000), Some(61_000)), "1m00s");
+    }
+}
