@@ -74,6 +74,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/webhooks/{source}", post(crate::webhooks::receive));
     Router::new()
         .nest("/v1", v1)
+        .merge(crate::console::router())
         .fallback(routes::misc::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(request_id))

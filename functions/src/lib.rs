@@ -13,6 +13,7 @@
 
 pub mod app;
 pub mod config;
+pub mod console;
 pub mod error;
 pub mod lambda;
 pub mod routes;

@@ -1,0 +1,118 @@
+//! The capacity page: the very snapshot the reconciler published and admission planned against
+//! (the value `GET /v1/capacity` returns), per GPU series and per node.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use maud::{Markup, html};
+use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
+use tuneplane_core::submit::SCOPE_JOBS_READ;
+
+use super::auth::Viewer;
+use super::layout::{ConsoleError, Nav, page, respond, time};
+use super::view;
+use crate::app::AppState;
+
+/// The snapshot from the store, decoded; `None` when none was published yet.
+pub async fn snapshot(state: &AppState) -> Result<Option<CapacitySnapshot>, ConsoleError> {
+    let Some(value) = state.submit.jobs().get_capacity().await? else {
+        return Ok(None);
+    };
+    serde_json::from_value(value)
+        .map(Some)
+        .map_err(|e| ConsoleError::BadRequest(format!("the stored capacity snapshot does not decode: {e}")))
+}
+
+fn node_state(n: &NodeCapacity) -> &'static str {
+    match (n.ready, n.cordoned) {
+        (true, false) => "Ready",
+        (true, true) => "Cordoned",
+        (false, false) => "NotReady",
+        (false, true) => "NotReady, cordoned",
+    }
+}
+
+fn bar(used: u32, blocked: u32, total: u32) -> Markup {
+    let (u, b) = (view::percent(used, total), view::percent(blocked, total));
+    html! {
+        div.bar role="img" aria-label=(format!("{used} used, {blocked} blocked of {total} GPUs")) {
+            span.used style=(format!("width:{u}%")) {}
+            span.blocked style=(format!("width:{b}%")) {}
+        }
+    }
+}
+
+/// `GET /console/capacity`.
+pub async fn page_handler(state: &AppState, viewer: &Viewer) -> Result<Markup, ConsoleError> {
+    let snap = snapshot(state).await?;
+    let now = (state.clock)();
+    Ok(html! {
+        h1 { "Capacity" }
+        div data-refresh="10" id="capacity-region" {
+        @match &snap {
+            None => p.empty role="status" { "No capacity snapshot yet: the reconciler has not published one." },
+            Some(s) => {
+                @let taken = i64::try_from(s.taken_at_ms).unwrap_or(i64::MAX);
+                p.snapshot-age {
+                    "Snapshot taken " (time(taken, true)) " · age "
+                    span id="snapshot-age" data-clock-start=(taken) { (view::duration(now - taken)) }
+                    " · the same snapshot admission uses."
+                }
+                h2 { "GPU series" }
+                @if s.series.is_empty() { p.empty { "No GPU nodes." } }
+                div.series-list {
+                    @for (name, c) in &s.series {
+                        section.series aria-labelledby=(format!("series-{name}")) data-series=(name)
+                            data-total=(c.total_gpus) data-used=(c.used_gpus) data-free=(c.free_gpus)
+                            data-blocked=(c.blocked_gpus) data-largest=(c.largest_free_block) data-nodes=(c.nodes) {
+                            h3 id=(format!("series-{name}")) { (name) }
+                            (bar(c.used_gpus, c.blocked_gpus, c.total_gpus.max(c.used_gpus + c.blocked_gpus + c.free_gpus)))
+                            dl.figures {
+                                dt { "Total" } dd.total { (c.total_gpus) }
+                                dt { "Used" } dd.used { (c.used_gpus) }
+                                dt { "Free" } dd.free { (c.free_gpus) }
+                                dt { "Blocked" } dd.blocked { (c.blocked_gpus) }
+                                dt { "Largest free block" } dd.largest { (c.largest_free_block) " GPUs on one node" }
+                                dt { "Nodes" } dd.nodes { (c.nodes) }
+                            }
+                        }
+                    }
+                }
+                h2 { "CPU" }
+                p { (format!("{} schedulable nodes · {:.1} of {:.1} CPUs free · {:.1} of {:.1} GiB free · largest block {:.1} CPUs / {:.1} GiB",
+                    s.cpu.nodes, s.cpu.free_cpus, s.cpu.total_cpus, s.cpu.free_memory_gb, s.cpu.total_memory_gb,
+                    s.cpu.largest_free_cpus, s.cpu.largest_free_memory_gb)) }
+                h2 { "Nodes" }
+                table.nodes.cards {
+                    caption.visually-hidden { "Nodes of the fleet" }
+                    thead { tr {
+                        th scope="col" { "Node" } th scope="col" { "Series" } th scope="col" { "GPUs used / total" }
+                        th scope="col" { "Free GPUs" } th scope="col" { "CPUs used / total" } th scope="col" { "State" }
+                    } }
+                    tbody {
+                        @for n in &s.nodes {
+                            tr data-node=(n.name) class=(if n.schedulable() { "" } else { "blocked" }) {
+                                td data-label="Node" { code { (n.name) } }
+                                td data-label="Series" { (n.series.as_deref().unwrap_or("CPU only")) }
+                                td data-label="GPUs used / total" { (n.gpus_used) " / " (n.gpus) }
+                                td data-label="Free GPUs" { (n.free_gpus()) }
+                                td data-label="CPUs used / total" { (format!("{:.1} / {:.1}", n.cpus_used, n.cpus)) }
+                                td data-label="State" { (node_state(n)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        }
+    })
+}
+
+/// `GET /console/capacity`.
+pub async fn page_route(State(state): State<Arc<AppState>>, viewer: Viewer) -> Result<Response, ConsoleError> {
+    viewer.principal.require(SCOPE_JOBS_READ)?;
+    let body = page_handler(&state, &viewer).await?;
+    Ok(respond(StatusCode::OK, page("Capacity", Some(&viewer), Nav::Capacity, body)))
+}

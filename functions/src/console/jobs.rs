@@ -1,0 +1,218 @@
+//! The jobs list and the job detail page (spec, capsule, status history, pending reason, event
+//! view, logs), plus the stop action and the archived-logs download.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+use serde::Deserialize;
+use tuneplane_core::capsule::storage_key;
+use tuneplane_core::job::{JobEvent, JobRecord, JobState};
+use tuneplane_core::store::{JobQuery, PresignMethod};
+use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
+
+use super::auth::{CsrfForm, Viewer, encode_component};
+use super::layout::{ConsoleError, Nav, clock, csrf_field, page, respond, status_badge, time};
+use super::{logs, view};
+use crate::app::{AppState, Auth};
+use crate::error::ApiError;
+use crate::routes::jobs::owned_job;
+
+/// Jobs per page.
+const PAGE_SIZE: usize = 25;
+/// Most events read for one detail page.
+const MAX_EVENTS: usize = 2000;
+/// How long the logs download link stays valid.
+const LOGS_URL_TTL: Duration = Duration::from_secs(300);
+
+/// Query of the jobs list.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    /// State filter (`QUEUED`, ...; empty for all).
+    #[serde(default)]
+    pub status: Option<String>,
+    /// Cursor of the page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// The three clocks of a job at `now`: (label, elapsed ms, start ms, still counting).
+pub fn clocks(job: &JobRecord, now: i64) -> [(&'static str, Option<(i64, i64, bool)>); 3] {
+    let end = |t: Option<i64>| t.or(job.finished_at_ms).unwrap_or(now);
+    let queue_end = end(job.admitted_at_ms);
+    let queue = Some((queue_end - job.submitted_at_ms, job.submitted_at_ms, job.state == JobState::Queued));
+    let pre = job.admitted_at_ms.map(|a| (end(job.running_at_ms) - a, a, job.state == JobState::Admitted));
+    let run = job.running_at_ms.map(|r| (end(None) - r, r, job.state == JobState::Running));
+    [("Queue wait", queue), ("Pre-running", pre), ("Run", run)]
+}
+
+fn clock_cell(c: Option<(i64, i64, bool)>) -> Markup {
+    match c {
+        Some((ms, start, running)) => clock(ms, start, running),
+        None => html! { span.muted { "–" } },
+    }
+}
+
+fn status_cell(job: &JobRecord) -> Markup {
+    html! {
+        (status_badge(job.state.as_str()))
+        @if job.stop_requested && !job.is_terminal() { " " span.muted { "(stopping)" } }
+        @if let Some(p) = &job.pending {
+            br; span.reason { (view::pending_code(p.reason)) }
+        }
+        @if let Some(f) = &job.failure {
+            br; span.reason { (format!("{:?}", f.reason)) }
+        }
+    }
+}
+
+/// `GET /console/jobs`.
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    Query(q): Query<ListQuery>,
+) -> Result<Response, ConsoleError> {
+    viewer.principal.require(SCOPE_JOBS_READ)?;
+    let filter = q.status.as_deref().filter(|s| !s.is_empty()).map(str::to_ascii_uppercase);
+    let state_filter = match &filter {
+        None => None,
+        Some(s) => Some(JobState::parse(s).ok_or_else(|| ConsoleError::BadRequest(format!("unknown status {s:?}")))?),
+    };
+    let query = JobQuery { state: state_filter, limit: PAGE_SIZE, cursor: q.cursor.clone().filter(|c| !c.is_empty()) };
+    let page_of_jobs = state.submit.jobs().list_jobs(&viewer.principal.tenant, &query).await?;
+    let now = (state.clock)();
+    let status_param = filter.clone().unwrap_or_default();
+    let body = html! {
+        h1 { "Jobs" }
+        form.filters method="get" action="/console/jobs" {
+            label for="status" { "Status" }
+            select id="status" name="status" data-autosubmit {
+                option value="" selected[filter.is_none()] { "All" }
+                @for s in JobState::ALL {
+                    option value=(s.as_str()) selected[filter.as_deref() == Some(s.as_str())] { (s.as_str()) }
+                }
+            }
+            button type="submit" { "Filter" }
+            a.button href="/console/submit" { "Submit a job" }
+        }
+        div data-refresh="5" id="jobs-region" {
+            @if page_of_jobs.items.is_empty() {
+                p.empty { "No jobs" @if filter.is_some() { " in this state" } "." }
+            } @else {
+                table.jobs.cards {
+                    caption.visually-hidden { "Your jobs, newest first" }
+                    thead { tr {
+                        th scope="col" { "Name" } th scope="col" { "Kind" } th scope="col" { "Pools" }
+                        th scope="col" { "Status" } th scope="col" { "Queue wait" } th scope="col" { "Pre-running" }
+                        th scope="col" { "Run" } th scope="col" { "Submitted" }
+                    } }
+                    tbody {
+                        @for job in &page_of_jobs.items {
+                            tr data-job-id=(job.id) data-status=(job.state.as_str()) {
+                                td data-label="Name" { a href=(format!("/console/jobs/{}", job.id)) { (job.spec.name) } br; code.small { (job.id) } }
+                                td data-label="Kind" { (view::kind_label(&job.spec)) }
+                                td data-label="Pools" { @for line in view::pool_lines(&job.spec) { span.pool { (line) } } }
+                                td data-label="Status" { (status_cell(job)) }
+                                @for (label, c) in clocks(job, now) { td data-label=(label) { (clock_cell(c)) } }
+                                td data-label="Submitted" { (time(job.submitted_at_ms, true)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        nav.pager aria-label="Pages" {
+            @if query.cursor.is_some() {
+                a href=(format!("/console/jobs?status={}", encode_component(&status_param))) { "First page" }
+            }
+            @if let Some(next) = &page_of_jobs.next {
+                a rel="next" href=(format!("/console/jobs?status={}&cursor={}", encode_component(&status_param), encode_component(next))) { "Next page" }
+            }
+        }
+    };
+    Ok(respond(StatusCode::OK, page("Jobs", Some(&viewer), Nav::Jobs, body)))
+}
+
+/// Query of the detail page.
+#[derive(Debug, Default, Deserialize)]
+pub struct DetailQuery {
+    /// A notice to show (`submitted`, `stop-requested`, `existing`).
+    #[serde(default)]
+    pub notice: Option<String>,
+}
+
+async fn all_events(state: &AppState, job_id: &str) -> Result<Vec<JobEvent>, ConsoleError> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    // Bounded: at most MAX_EVENTS events over at most MAX_EVENTS / 500 pages.
+    for _ in 0..MAX_EVENTS / 500 {
+        let page = state.submit.jobs().list_events(job_id, 500, cursor.as_deref()).await?;
+        out.extend(page.items);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+/// `GET /console/jobs/{id}`.
+pub async fn detail(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    Path(id): Path<String>,
+    Query(q): Query<DetailQuery>,
+) -> Result<Response, ConsoleError> {
+    viewer.principal.require(SCOPE_JOBS_READ)?;
+    let job = owned_job(&state, &viewer.principal.tenant, &id).await?;
+    let events = all_events(&state, &job.id).await?;
+    let capsule = state.submit.blobs().head(&storage_key(&job.capsule_sha256)).await?;
+    let preview = match &job.logs_key {
+        Some(key) => logs::preview_blob(state.submit.blobs().as_ref(), key).await,
+        None => None,
+    };
+    let now = (state.clock)();
+    let notice = match q.notice.as_deref() {
+        Some("submitted") => Some("Job submitted."),
+        Some("existing") => Some("This form was already submitted: this is the job it created."),
+        Some("stop-requested") => Some("Stop requested: the reconciler stops the job on its next pass."),
+        _ => None,
+    };
+    let body = super::jobs_detail::render(&viewer, &job, &events, capsule.as_ref(), preview.as_deref(), now, notice);
+    Ok(respond(StatusCode::OK, page(&job.spec.name, Some(&viewer), Nav::Jobs, body)))
+}
+
+/// `POST /console/jobs/{id}/stop`.
+pub async fn stop(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    Path(id): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Result<Response, ConsoleError> {
+    viewer.check_csrf(&form.csrf)?;
+    viewer.principal.require(SCOPE_JOBS_WRITE)?;
+    // The API's own stop handler: one set of rules for both doors.
+    let res = crate::routes::jobs::stop(State(state), Auth(viewer.principal.clone()), Path(id.clone())).await?;
+    let notice = if res.status() == StatusCode::ACCEPTED { "?notice=stop-requested" } else { "" };
+    tracing::info!(job_id = %id, "console stop");
+    Ok(Redirect::to(&format!("/console/jobs/{id}{notice}")).into_response())
+}
+
+/// `GET /console/jobs/{id}/logs`: a short-lived download of the archived logs.
+pub async fn logs_download(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    Path(id): Path<String>,
+) -> Result<Response, ConsoleError> {
+    viewer.principal.require(SCOPE_JOBS_READ)?;
+    let job = owned_job(&state, &viewer.principal.tenant, &id).await?;
+    let Some(key) = &job.logs_key else {
+        return Err(ApiError::NotFound(format!("job {id} has no archived logs yet")).into());
+    };
+    let url = state.submit.blobs().presign(PresignMethod::Get, key, LOGS_URL_TTL).await?;
+    Ok(Redirect::to(&url.url).into_response())
+}

@@ -1,0 +1,167 @@
+//! The page shell (head, skip link, navigation, footer), small shared fragments (times, status
+//! badges, CSRF fields) and the console's error page.
+
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+use super::auth::Viewer;
+use super::view;
+use crate::error::{ApiError, current_request_id};
+
+/// Which navigation entry a page belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nav {
+    /// Jobs list and job detail.
+    Jobs,
+    /// Submit form.
+    Submit,
+    /// Capacity.
+    Capacity,
+    /// Playgrounds.
+    Playgrounds,
+    /// Sign-in and error pages.
+    None,
+}
+
+const NAV: &[(Nav, &str, &str)] = &[
+    (Nav::Jobs, "/console/jobs", "Jobs"),
+    (Nav::Submit, "/console/submit", "Submit"),
+    (Nav::Capacity, "/console/capacity", "Capacity"),
+    (Nav::Playgrounds, "/console/playgrounds", "Playgrounds"),
+];
+
+/// A whole HTML page.
+pub fn page(title: &str, viewer: Option<&Viewer>, active: Nav, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="referrer" content="no-referrer";
+                title { (title) " · TunePlane" }
+                link rel="stylesheet" href=(super::assets::CSS_PATH);
+                script src=(super::assets::JS_PATH) defer {}
+            }
+            body {
+                a.skip href="#main" { "Skip to content" }
+                header.top {
+                    a.brand href="/console/jobs" { "TunePlane" }
+                    @if let Some(v) = viewer {
+                        nav aria-label="Main" {
+                            ul {
+                                @for (nav, href, label) in NAV {
+                                    li {
+                                        @if *nav == active {
+                                            a href=(href) aria-current="page" { (label) }
+                                        } @else {
+                                            a href=(href) { (label) }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        form.signout method="post" action="/console/sign-out" {
+                            (csrf_field(&v.csrf))
+                            span.who { "Tenant " strong { (v.principal.tenant) } }
+                            button type="submit" { "Sign out" }
+                        }
+                    }
+                }
+                main id="main" tabindex="-1" { (body) }
+                footer { "TunePlane " (tuneplane_core::constants::PLATFORM_VERSION) }
+            }
+        }
+    }
+}
+
+/// The hidden CSRF field of a form.
+pub fn csrf_field(token: &str) -> Markup {
+    html! { input type="hidden" name="csrf" value=(token); }
+}
+
+/// A `<time>` in UTC that the script rewrites into local time; `relative` adds "(3 min ago)".
+pub fn time(ms: i64, relative: bool) -> Markup {
+    let iso = view::iso_utc(ms);
+    html! {
+        time datetime=(iso) data-ms=(ms) data-relative[relative] { (view::display_utc(ms)) }
+    }
+}
+
+/// A ticking clock: `ms` elapsed, still counting from `start_ms` when `running`.
+pub fn clock(ms: i64, start_ms: i64, running: bool) -> Markup {
+    html! {
+        @if running {
+            span.clock data-clock-start=(start_ms) { (view::duration(ms)) }
+        } @else {
+            span.clock { (view::duration(ms)) }
+        }
+    }
+}
+
+/// A status badge (`QUEUED`, `RUNNING`, ...).
+pub fn status_badge(state: &str) -> Markup {
+    html! { span class=(format!("badge s-{}", state.to_ascii_lowercase())) { (state) } }
+}
+
+/// An HTML response.
+pub fn respond(status: StatusCode, markup: Markup) -> Response {
+    (status, Html(markup.into_string())).into_response()
+}
+
+/// Raw, trusted markup (for pre-built fragments).
+pub fn raw(s: String) -> PreEscaped<String> {
+    PreEscaped(s)
+}
+
+/// A failure shown as a console page.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// An API-level failure (store, not found, forbidden ...).
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The form's CSRF token or origin does not check out.
+    #[error("this form has expired or did not come from this console; reload the page and try again")]
+    Csrf,
+    /// A malformed request.
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+impl From<tuneplane_core::store::StoreError> for ConsoleError {
+    fn from(e: tuneplane_core::store::StoreError) -> Self {
+        ConsoleError::Api(e.into())
+    }
+}
+
+impl From<tuneplane_core::submit::SubmitError> for ConsoleError {
+    fn from(e: tuneplane_core::submit::SubmitError) -> Self {
+        ConsoleError::Api(e.into())
+    }
+}
+
+impl IntoResponse for ConsoleError {
+    fn into_response(self) -> Response {
+        let request_id = current_request_id();
+        let (status, message) = match &self {
+            ConsoleError::Api(e) => {
+                let (status, body) = e.to_body(&request_id);
+                if status.is_server_error() {
+                    tracing::error!(request_id = %request_id, error = ?e, "console internal error");
+                }
+                let msg = body["error"]["message"].as_str().unwrap_or("error").to_owned();
+                (status, msg)
+            }
+            ConsoleError::Csrf => (StatusCode::FORBIDDEN, self.to_string()),
+            ConsoleError::BadRequest(m) => (StatusCode::BAD_REQUEST, m.clone()),
+        };
+        let title = status.canonical_reason().unwrap_or("Error");
+        let body = html! {
+            h1 { (title) }
+            p.error role="alert" { (message) }
+            p { a href="/console/jobs" { "Back to jobs" } }
+        };
+        respond(status, page(title, None, Nav::None, body))
+    }
+}
