@@ -161,7 +161,11 @@ async fn rayjob_entrypoint_runs_in_its_unpacked_file_working_dir() {
 #[tokio::test]
 async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fails_the_job() {
     let data = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let bytes = capsule(&[("capsule/fail.sh", "echo failing >&2\nexit 4\n")]);
+    let bytes = capsule(&[(
+        "capsule/fail.sh",
+        "echo run >> \"$RUNS\"\necho failing >&2\nexit 4\n",
+    )]);
+    let runs = data.path().join("runs.txt");
     let app = axum::Router::new().route(
         "/caps/capsule.zip",
         axum::routing::get(move || async move { bytes.clone() }),
@@ -179,7 +183,8 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
     // The archive's single top-level folder is stripped, as Ray does.
     rj.spec.entrypoint = "bash fail.sh".into();
     rj.spec.runtime_env_yaml = Some(format!(
-        "working_dir: http://{addr}/caps/capsule.zip?X-Amz-Signature=abc\n"
+        "working_dir: http://{addr}/caps/capsule.zip?X-Amz-Signature=abc\nenv_vars:\n  RUNS: {}\n",
+        runs.display()
     ));
     rayjobs
         .create(&PostParams::default(), &rj)
@@ -202,7 +207,7 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
         ),
         (Some("Failed"), Some("FAILED"))
     );
-    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let submitter = pods
         .list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-http"))
         .await
@@ -217,5 +222,19 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(logs, "failing\n");
+    // The submitter Job retries (backoffLimit 2), but the entrypoint ran exactly once.
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), "default");
+    wait_for(30, "submitter Job to fail", || {
+        let jobs = jobs.clone();
+        async move {
+            let conds = jobs.get("tp-http").await.ok()?.status?.conditions?;
+            conds
+                .iter()
+                .any(|c| c.type_ == "Failed" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(&runs).unwrap_or_default(), "run\n");
     server.abort();
 }

@@ -23,12 +23,16 @@ use crate::store::Store;
 
 /// Annotation the KubeRay simulation puts on a submitter pod: the RayJob's entrypoint.
 pub const RAYJOB_ENTRYPOINT: &str = "kubesim.tuneplane.io/rayjob-entrypoint";
+/// Annotation the KubeRay simulation puts on a submitter pod: the RayJob's uid (a retried
+/// submitter re-attaches to the finished driver instead of running the entrypoint again).
+pub const RAYJOB_UID: &str = "kubesim.tuneplane.io/rayjob-uid";
 /// Annotation the KubeRay simulation puts on a submitter pod: the RayJob's `runtimeEnvYAML`.
 pub const RAYJOB_RUNTIME_ENV: &str = "kubesim.tuneplane.io/rayjob-runtime-env";
 
 struct Running {
     kill: Option<oneshot::Sender<()>>,
     result: Arc<Mutex<Option<i32>>>,
+    rayjob: Option<String>,
 }
 
 /// Runs and tracks the processes of executed pods.
@@ -36,6 +40,8 @@ pub struct Executor {
     dir: PathBuf,
     store: Arc<Store>,
     running: HashMap<String, Running>,
+    /// Exit codes of RayJob drivers that ran, by RayJob uid.
+    drivers: HashMap<String, i32>,
 }
 
 impl Executor {
@@ -45,6 +51,7 @@ impl Executor {
             dir,
             store,
             running: HashMap::new(),
+            drivers: HashMap::new(),
         }
     }
 
@@ -70,20 +77,30 @@ impl Executor {
         let uid = json::uid(pod).to_string();
         self.kill(&uid);
         let (kill_tx, kill_rx) = oneshot::channel();
+        let rayjob = json::annotation(pod, RAYJOB_UID).map(str::to_string);
         let result = Arc::new(Mutex::new(None));
-        let job = process::Job::from_pod(pod, &self.dir);
-        let (store, slot) = (self.store.clone(), result.clone());
-        tokio::spawn(async move {
-            let code = job.run(&store, kill_rx).await;
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(code);
-        });
-        self.running.insert(
-            uid,
-            Running {
-                kill: Some(kill_tx),
-                result,
-            },
-        );
+        let finished = rayjob.as_ref().and_then(|r| self.drivers.get(r)).copied();
+        if let Some(code) = finished {
+            // A retried submitter re-attaches to the driver that already ran.
+            let (ns, name) = (json::namespace(pod), json::name(pod));
+            let container = json::str_at(pod, "/spec/containers/0/name").unwrap_or("main");
+            let note = format!("kubesim: the Ray job already finished with exit code {code}\n");
+            self.store.logs.append(ns, name, container, &note);
+            *result.lock().unwrap_or_else(|p| p.into_inner()) = Some(code);
+        } else {
+            let job = process::Job::from_pod(pod, &self.dir);
+            let (store, slot) = (self.store.clone(), result.clone());
+            tokio::spawn(async move {
+                let code = job.run(&store, kill_rx).await;
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(code);
+            });
+        }
+        let running = Running {
+            kill: Some(kill_tx),
+            result,
+            rayjob,
+        };
+        self.running.insert(uid, running);
     }
 
     /// The exit code of a finished process (once; the process is then forgotten).
@@ -94,7 +111,9 @@ impl Executor {
             .result
             .lock()
             .unwrap_or_else(|p| p.into_inner()))?;
-        self.running.remove(uid);
+        if let Some(r) = self.running.remove(uid).and_then(|r| r.rayjob) {
+            self.drivers.insert(r, code);
+        }
         Some(code)
     }
 

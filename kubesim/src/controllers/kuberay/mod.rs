@@ -246,19 +246,30 @@ impl KubeRay {
         let Some(job) = store.try_get(&JOBS, ns, name) else {
             return Ok(());
         };
-        let job_done = |ty: &str| {
-            job.pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .is_some_and(|a| {
-                    a.iter().any(|c| {
-                        c.get("type") == Some(&json!(ty)) && c.get("status") == Some(&json!("True"))
-                    })
+        // The Ray job's outcome is the first submitter run's: later submitter retries only
+        // re-attach to the same Ray job (`ray job status` guards the submit).
+        let phases: Vec<String> = store
+            .all(&PODS)
+            .iter()
+            .filter(|p| {
+                json::namespace(p) == ns
+                    && json::label(p, crate::controllers::jobs::JOB_NAME_LABEL) == Some(name)
+            })
+            .map(|p| str_at(p, "/status/phase").unwrap_or_default().to_string())
+            .collect();
+        let job_failed = job
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|a| {
+                a.iter().any(|c| {
+                    c.get("type") == Some(&json!("Failed"))
+                        && c.get("status") == Some(&json!("True"))
                 })
-        };
-        if job_done("Complete") {
+            });
+        if phases.iter().any(|p| p == "Succeeded") {
             return finish(store, ns, name, "Complete", Some("SUCCEEDED"), None);
         }
-        if job_done("Failed") {
+        if phases.iter().any(|p| p == "Failed") || job_failed {
             let message = "Job entrypoint command failed".to_string();
             return finish(
                 store,
@@ -269,16 +280,7 @@ impl KubeRay {
                 Some(("AppFailed", message)),
             );
         }
-        let driver_running = job
-            .pointer("/status/active")
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-            > 0
-            && store.all(&PODS).iter().any(|p| {
-                json::namespace(p) == ns
-                    && json::label(p, crate::controllers::jobs::JOB_NAME_LABEL) == Some(name)
-                    && str_at(p, "/status/phase") == Some("Running")
-            });
+        let driver_running = phases.iter().any(|p| p == "Running");
         let job_status = if driver_running { "RUNNING" } else { "PENDING" };
         set_status(store, ns, name, |s| {
             s["jobStatus"] = json!(job_status);

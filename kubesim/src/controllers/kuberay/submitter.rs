@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::exec::{RAYJOB_ENTRYPOINT, RAYJOB_RUNTIME_ENV};
+use crate::exec::{RAYJOB_ENTRYPOINT, RAYJOB_RUNTIME_ENV, RAYJOB_UID};
 use crate::json::{self, str_at};
 use crate::sim::{Scenario, annotations};
 
@@ -51,6 +51,7 @@ pub(super) fn job(rj: &Value, cluster: &Value, scenario: &Scenario, exec: bool) 
     let mut a = serde_json::Map::new();
     if exec {
         a.insert(RAYJOB_ENTRYPOINT.into(), json!(entrypoint));
+        a.insert(RAYJOB_UID.into(), json!(uid));
         a.insert(
             RAYJOB_RUNTIME_ENV.into(),
             json!(str_at(rj, "/spec/runtimeEnvYAML").unwrap_or_default()),
