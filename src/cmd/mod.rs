@@ -1,5 +1,6 @@
 //! One module per subcommand; each parses nothing itself and calls into `tuneplane-core`.
 
+pub mod admin;
 pub mod capsule;
 pub mod demo;
 pub mod jobs;
