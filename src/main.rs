@@ -4,8 +4,7 @@
 //! to a TunePlane API (`--api`/`TUNEPLANE_API`, `--key`/`TUNEPLANE_API_KEY`). Every subcommand has
 //! `--help`. Errors go to stderr and the exit status is non-zero; results go to stdout.
 
-mod client;
-mod cmd;
+use tuneplane::{client, cmd};
 
 use std::process::ExitCode;
 
@@ -28,6 +27,11 @@ enum Command {
     Capsule(cmd::capsule::Command),
     /// Run the example job end to end on this machine (the README's main-job command).
     Demo(cmd::demo::Args),
+    /// Operator commands on the stores (create API keys).
+    #[command(subcommand)]
+    Admin(cmd::admin::Command),
+    /// Start the whole platform on this machine (API, stores, simulated cluster, reconciler).
+    Dev(tuneplane::dev::DevArgs),
     /// Submit a job (code + JobSpec) to the API.
     Submit {
         #[command(flatten)]
@@ -120,6 +124,8 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(&args),
         Command::Capsule(c) => cmd::capsule::run(c),
         Command::Demo(args) => cmd::demo::run(&args),
+        Command::Admin(c) => cmd::admin::run(c),
+        Command::Dev(args) => tuneplane::dev::run(&args),
         Command::Submit { client, args } => client_command(&client, |api, out| async move {
             cmd::jobs::submit(&api, out, &args).await
         }),

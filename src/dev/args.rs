@@ -1,0 +1,103 @@
+//! `tuneplane dev`: start the stack, print how to reach it, run until Ctrl-C.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use tuneplane_core::fleet::Fleet;
+
+use super::{Stack, StackOptions, UNPULLABLE_IMAGE};
+
+/// Arguments of `dev`.
+#[derive(clap::Args, Debug)]
+pub struct DevArgs {
+    /// Where state lives (jobs, blobs, logs, kubeconfig); kept across restarts.
+    #[arg(long, default_value = ".tuneplane-dev")]
+    pub data_dir: PathBuf,
+    /// API port on 127.0.0.1 (0 picks a free port).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Fleet file for the simulated cluster.
+    #[arg(long, default_value = "examples/fleet.yaml")]
+    pub fleet: PathBuf,
+    /// Images the simulated kubelet cannot pull (repeatable); the bad-image example's is included.
+    #[arg(long = "fail-image")]
+    pub fail_images: Vec<String>,
+    /// Simulate pods instead of running their commands on this machine.
+    #[arg(long)]
+    pub no_exec: bool,
+}
+
+impl DevArgs {
+    /// The stack options these arguments ask for.
+    pub fn options(&self) -> anyhow::Result<StackOptions> {
+        let text = std::fs::read_to_string(&self.fleet)
+            .with_context(|| format!("cannot read the fleet file {}", self.fleet.display()))?;
+        let fleet =
+            Fleet::from_yaml(&text).with_context(|| format!("in {}", self.fleet.display()))?;
+        let mut unpullable = vec![UNPULLABLE_IMAGE.to_string()];
+        unpullable.extend(self.fail_images.iter().cloned());
+        Ok(StackOptions {
+            data_dir: self.data_dir.clone(),
+            port: self.port,
+            fleet,
+            execute: !self.no_exec,
+            unpullable_images: unpullable,
+            pass_interval: Duration::from_millis(500),
+        })
+    }
+}
+
+/// Runs the stack until Ctrl-C.
+pub fn run(args: &DevArgs) -> anyhow::Result<ExitCode> {
+    let opts = args.options()?;
+    init_logs();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let stack = Stack::start(opts).await?;
+        println!(
+            "TunePlane dev stack is up (data in {})",
+            args.data_dir.display()
+        );
+        println!();
+        println!("  API:        {}", stack.api_url);
+        println!("  API key:    {}   (tenant default)", stack.api_key);
+        println!("  kubeconfig: {}", stack.kubeconfig.display());
+        println!();
+        println!(
+            "  export TUNEPLANE_API={} TUNEPLANE_API_KEY={}",
+            stack.api_url, stack.api_key
+        );
+        println!("  tuneplane submit examples/hello-cpu --wait");
+        println!(
+            "  kubectl --kubeconfig {} get nodes,pods,rayjobs -A",
+            stack.kubeconfig.display()
+        );
+        println!();
+        println!("Ctrl-C stops everything; state stays in the data dir.");
+        tokio::signal::ctrl_c()
+            .await
+            .context("cannot wait for Ctrl-C")?;
+        eprintln!("\nstopping ...");
+        stack.shutdown().await;
+        eprintln!("stopped");
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Logs to stderr; `RUST_LOG` chooses what (default: warnings, plus the platform's own info).
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "warn,tuneplane_reconciler=info,tuneplane_functions=info",
+        )
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,267 @@
+//! The one-machine stack behind `tuneplane dev` and `tuneplane demo`.
+//!
+//! One process runs every part of the platform, each talking to the next over the same protocols
+//! as in production: the `/v1` HTTP API (the Lambda router, served by axum) on the embedded job store
+//! and the filesystem blob store (whose presigned URLs are served under `/blobs` on the same port),
+//! kubesim in execution mode (pods really run on this machine) and the reconciler talking to kubesim
+//! over HTTP through a real kube client. State lives in the data directory and survives restarts.
+
+mod args;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tuneplane_core::constants::DEFAULT_NAMESPACE;
+use tuneplane_core::fleet::Fleet;
+use tuneplane_core::render::CapsuleDelivery;
+use tuneplane_core::store::{BlobStore, JobStore};
+use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, new_api_key};
+use tuneplane_kubesim::{KubeSim, Scenario, SimConfig};
+use tuneplane_stores::embedded::EmbeddedJobStore;
+use tuneplane_stores::fs_blob::FsBlobStore;
+
+pub use args::{DevArgs, run};
+
+/// Tenant of the key the stack creates.
+pub const DEFAULT_TENANT: &str = "default";
+/// Image whose pull the simulated kubelet fails (the `bad-image` example uses it).
+pub const UNPULLABLE_IMAGE: &str = "registry.invalid/tuneplane/does-not-exist:0.0";
+/// Largest code upload the dev blob server accepts.
+const MAX_UPLOAD_BYTES: u64 = 2 << 30;
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// State lives here (created if missing).
+    pub data_dir: PathBuf,
+    /// API port on 127.0.0.1 (0 picks a free one).
+    pub port: u16,
+    /// The simulated fleet.
+    pub fleet: Fleet,
+    /// Really run pods on this machine (off: simulated durations and outcomes).
+    pub execute: bool,
+    /// Images the simulated kubelet cannot pull.
+    pub unpullable_images: Vec<String>,
+    /// Reconciler pass interval.
+    pub pass_interval: Duration,
+}
+
+/// A running stack. Dropping it does not stop it; call [`Stack::shutdown`].
+pub struct Stack {
+    /// Base URL of the API (`http://127.0.0.1:PORT`).
+    pub api_url: String,
+    /// API key of the `default` tenant.
+    pub api_key: String,
+    /// Kubeconfig for kubectl against the simulated cluster.
+    pub kubeconfig: PathBuf,
+    /// The job store (shared with the API and the reconciler).
+    pub jobs: Arc<dyn JobStore>,
+    /// The blob store.
+    pub blobs: Arc<dyn BlobStore>,
+    /// The simulated cluster.
+    pub sim: KubeSim,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn random<const N: usize>() -> anyhow::Result<[u8; N]> {
+    let mut b = [0u8; N];
+    getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    Ok(b)
+}
+
+/// Reads `path`, or writes `make()` into it first (so restarts keep secrets and keys).
+fn persisted(
+    path: &Path,
+    make: impl FnOnce() -> anyhow::Result<String>,
+) -> anyhow::Result<(String, bool)> {
+    match std::fs::read_to_string(path) {
+        Ok(s) if !s.trim().is_empty() => Ok((s.trim().to_string(), false)),
+        _ => {
+            let value = make()?;
+            std::fs::write(path, &value)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Ok((value, true))
+        }
+    }
+}
+
+impl Stack {
+    /// Starts every part; returns once the API answers.
+    pub async fn start(opts: StackOptions) -> anyhow::Result<Stack> {
+        let dir = &opts.data_dir;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the data dir {}", dir.display()))?;
+        let dir = dir.canonicalize()?;
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], opts.port)))
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on 127.0.0.1:{} (is another stack running? try --port)",
+                    opts.port
+                )
+            })?;
+        let api_url = format!("http://{}", listener.local_addr()?);
+
+        let (secret, _) = persisted(&dir.join("blob-secret"), || Ok(hex(&random::<32>()?)))?;
+        let jobs: Arc<dyn JobStore> = Arc::new(EmbeddedJobStore::open(dir.join("jobs"))?);
+        let fs_blobs = FsBlobStore::open(
+            dir.join("blobs"),
+            secret.as_bytes(),
+            format!("{api_url}/blobs"),
+        )?;
+        let blobs: Arc<dyn BlobStore> = Arc::new(fs_blobs.clone());
+        let api_key = default_key(&dir, jobs.as_ref()).await?;
+
+        let scenario = Scenario {
+            image_pull_failures: opts.unpullable_images.clone(),
+            ..Scenario::default()
+        };
+        let sim = KubeSim::start(SimConfig {
+            fleet: Some(opts.fleet.clone()),
+            scenario,
+            exec_dir: opts.execute.then(|| dir.join("exec")),
+            ..SimConfig::default()
+        })
+        .await
+        .context("cannot start the simulated cluster")?;
+        let kubeconfig = dir.join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig, DEFAULT_NAMESPACE)?;
+
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = Vec::new();
+
+        // The API and the blob server on one port.
+        let fn_config = functions_config(&dir, &secret, &api_url)?;
+        let state =
+            tuneplane_functions::runtime::state_with(&fn_config, jobs.clone(), blobs.clone());
+        let app = tuneplane_functions::app::router(state).nest(
+            "/blobs",
+            tuneplane_stores::blob_server::router(fs_blobs, MAX_UPLOAD_BYTES),
+        );
+        let mut s = stopped.clone();
+        tasks.push(tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = s.wait_for(|v| *v).await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "API server stopped");
+            }
+        }));
+
+        // The reconciler, through a real kube client over HTTP.
+        let client =
+            kube::Client::try_from(kube::Config::new(sim.url().parse().context("kubesim URL")?))?;
+        let mut rc = tuneplane_reconciler::Config {
+            pass_interval: opts.pass_interval,
+            ..tuneplane_reconciler::Config::default()
+        };
+        rc.render.gpu_passthrough = true;
+        rc.render.delivery = CapsuleDelivery::Presigned;
+        rc.identity = format!("dev-{}", std::process::id());
+        rc.metrics_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        let metrics = Arc::new(tuneplane_reconciler::metrics::Metrics::default());
+        let reconciler =
+            tuneplane_reconciler::Reconciler::new(rc, client, jobs.clone(), blobs.clone(), metrics)
+                .await
+                .context("cannot start the reconciler")?;
+        let mut s = stopped.clone();
+        tasks.push(tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = s.wait_for(|v| *v).await;
+            };
+            if let Err(e) = reconciler.run_until(shutdown).await {
+                tracing::error!(error = %e, "reconciler stopped");
+            }
+        }));
+
+        let stack = Stack {
+            api_url,
+            api_key,
+            kubeconfig,
+            jobs,
+            blobs,
+            sim,
+            stop,
+            tasks,
+        };
+        stack.wait_healthy().await?;
+        Ok(stack)
+    }
+
+    async fn wait_healthy(&self) -> anyhow::Result<()> {
+        let url = format!("{}/v1/healthz", self.api_url);
+        for _ in 0..100 {
+            if let Ok(r) = reqwest::get(&url).await
+                && r.status().is_success()
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("the API did not answer at {url}")
+    }
+
+    /// Stops the API and the reconciler and waits for them.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `default` tenant's key: created on first start, kept in the data dir afterwards.
+async fn default_key(dir: &Path, jobs: &dyn JobStore) -> anyhow::Result<String> {
+    let path = dir.join("api-key");
+    if let Ok(key) = std::fs::read_to_string(&path)
+        && !key.trim().is_empty()
+    {
+        return Ok(key.trim().to_string());
+    }
+    let scopes = vec![SCOPE_JOBS_READ.to_string(), SCOPE_JOBS_WRITE.to_string()];
+    let (secret, record) = new_api_key(
+        random::<20>()?,
+        DEFAULT_TENANT,
+        scopes,
+        "dev",
+        tuneplane_reconciler::now_ms(),
+    );
+    jobs.put_api_key(&record)
+        .await
+        .context("cannot store the API key")?;
+    std::fs::write(&path, &secret).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(secret)
+}
+
+/// The functions' configuration for the dev stack, from the same variables Lambda reads.
+fn functions_config(
+    dir: &Path,
+    secret: &str,
+    api_url: &str,
+) -> anyhow::Result<tuneplane_functions::config::Config> {
+    let scratch = dir.join("scratch");
+    std::fs::create_dir_all(&scratch)?;
+    let vars = [
+        ("TUNEPLANE_DATA_DIR", dir.display().to_string()),
+        ("TUNEPLANE_BLOB_SECRET", secret.to_string()),
+        ("TUNEPLANE_BLOB_URL", format!("{api_url}/blobs")),
+        ("TUNEPLANE_SCRATCH_DIR", scratch.display().to_string()),
+    ];
+    tuneplane_functions::config::Config::from_lookup(|k| {
+        vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))
+}
