@@ -51,9 +51,13 @@ pub fn node_info(node: &Node) -> NodeInfo {
     NodeInfo {
         name: node.name_any(),
         series: node.labels().get(SERIES_LABEL).cloned(),
-        gpus_capacity: quantity(capacity, GPU_RESOURCE).and_then(parse_count).unwrap_or(0),
+        gpus_capacity: quantity(capacity, GPU_RESOURCE)
+            .and_then(parse_count)
+            .unwrap_or(0),
         gpus_allocatable: quantity(allocatable, GPU_RESOURCE).and_then(parse_count),
-        cpus: quantity(allocatable, "cpu").and_then(parse_cpu).unwrap_or(0.0),
+        cpus: quantity(allocatable, "cpu")
+            .and_then(parse_cpu)
+            .unwrap_or(0.0),
         memory_gb: quantity(allocatable, "memory")
             .and_then(parse_memory_gb)
             .unwrap_or(0.0),
@@ -79,14 +83,42 @@ pub fn pod_info(pod: &Pod) -> PodInfo {
     };
     let (mut gpus, mut cpus, mut mem) = (0u32, 0.0f64, 0.0f64);
     for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
-        gpus += request(c, GPU_RESOURCE).as_deref().and_then(parse_count).unwrap_or(0);
-        cpus += request(c, "cpu").as_deref().and_then(parse_cpu).unwrap_or(0.0);
-        mem += request(c, "memory").as_deref().and_then(parse_memory_gb).unwrap_or(0.0);
+        gpus += request(c, GPU_RESOURCE)
+            .as_deref()
+            .and_then(parse_count)
+            .unwrap_or(0);
+        cpus += request(c, "cpu")
+            .as_deref()
+            .and_then(parse_cpu)
+            .unwrap_or(0.0);
+        mem += request(c, "memory")
+            .as_deref()
+            .and_then(parse_memory_gb)
+            .unwrap_or(0.0);
     }
-    for c in spec.and_then(|s| s.init_containers.as_ref()).into_iter().flatten() {
-        gpus = gpus.max(request(c, GPU_RESOURCE).as_deref().and_then(parse_count).unwrap_or(0));
-        cpus = cpus.max(request(c, "cpu").as_deref().and_then(parse_cpu).unwrap_or(0.0));
-        mem = mem.max(request(c, "memory").as_deref().and_then(parse_memory_gb).unwrap_or(0.0));
+    for c in spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        gpus = gpus.max(
+            request(c, GPU_RESOURCE)
+                .as_deref()
+                .and_then(parse_count)
+                .unwrap_or(0),
+        );
+        cpus = cpus.max(
+            request(c, "cpu")
+                .as_deref()
+                .and_then(parse_cpu)
+                .unwrap_or(0.0),
+        );
+        mem = mem.max(
+            request(c, "memory")
+                .as_deref()
+                .and_then(parse_memory_gb)
+                .unwrap_or(0.0),
+        );
     }
     PodInfo {
         node_name: spec.and_then(|s| s.node_name.clone()),
@@ -121,7 +153,10 @@ impl Cluster {
     pub fn rayjob(&self, namespace: &str, name: &str) -> Option<&RayJob> {
         self.rayjobs
             .iter()
-            .find(|r| r.metadata.name.as_deref() == Some(name) && r.namespace().as_deref() == Some(namespace))
+            .find(|r| {
+                r.metadata.name.as_deref() == Some(name)
+                    && r.namespace().as_deref() == Some(namespace)
+            })
             .map(|r| r.as_ref())
     }
 
@@ -129,7 +164,10 @@ impl Cluster {
     pub fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
         self.pods
             .iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name) && p.namespace().as_deref() == Some(namespace))
+            .find(|p| {
+                p.metadata.name.as_deref() == Some(name)
+                    && p.namespace().as_deref() == Some(namespace)
+            })
             .map(|p| p.as_ref())
     }
 

@@ -124,12 +124,18 @@ impl Config {
         }
         if let Some(v) = get(ENV_CAPSULE_DELIVERY) {
             c.render.delivery = CapsuleDelivery::parse(v.trim()).ok_or_else(|| {
-                bad(ENV_CAPSULE_DELIVERY, format!("{v:?}: use presigned or init-container"))
+                bad(
+                    ENV_CAPSULE_DELIVERY,
+                    format!("{v:?}: use presigned or init-container"),
+                )
             })?;
         }
         if let Some(v) = get(ENV_TOLERATIONS) {
             c.render.tolerations = serde_json::from_str::<Vec<Toleration>>(&v).map_err(|e| {
-                bad(ENV_TOLERATIONS, format!("not a JSON list of tolerations: {e}"))
+                bad(
+                    ENV_TOLERATIONS,
+                    format!("not a JSON list of tolerations: {e}"),
+                )
             })?;
         }
         if let Some(v) = get(ENV_PRE_RUNNING_DEADLINE) {
@@ -213,9 +219,13 @@ mod tests {
         assert!(!c.render.gpu_passthrough);
         assert_eq!(c.lease_duration, Duration::from_millis(500));
         assert_eq!(c.render.tolerations[0].operator, "Exists");
-        let err = parse(&[(ENV_CAPSULE_DELIVERY, "ftp")]).err().map(|e| e.to_string());
+        let err = parse(&[(ENV_CAPSULE_DELIVERY, "ftp")])
+            .err()
+            .map(|e| e.to_string());
         assert!(err.unwrap_or_default().contains(ENV_CAPSULE_DELIVERY));
-        let err = parse(&[(ENV_KUBE_QPS, "fast")]).err().map(|e| e.to_string());
+        let err = parse(&[(ENV_KUBE_QPS, "fast")])
+            .err()
+            .map(|e| e.to_string());
         assert!(err.unwrap_or_default().contains(ENV_KUBE_QPS));
     }
 }

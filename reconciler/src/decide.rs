@@ -45,14 +45,18 @@ fn fail(reason: FailureReason, message: impl Into<String>) -> Step {
 
 /// The pre-running deadline of `job` in milliseconds, capped by `cap_ms`.
 pub fn pre_running_deadline_ms(job: &JobRecord, cap_ms: Option<i64>) -> i64 {
-    let own = i64::try_from(job.spec.deadlines.pre_running_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let own = i64::try_from(job.spec.deadlines.pre_running_seconds.saturating_mul(1000))
+        .unwrap_or(i64::MAX);
     cap_ms.map_or(own, |cap| own.min(cap))
 }
 
 /// Decides the step for an active (non-terminal) `job` whose workload shows `observed` at `now_ms`.
 pub fn decide(job: &JobRecord, observed: &Observed, now_ms: i64, cap_ms: Option<i64>) -> Step {
     if job.stop_requested {
-        return fail(FailureReason::StopRequested, "stopped at the user's request");
+        return fail(
+            FailureReason::StopRequested,
+            "stopped at the user's request",
+        );
     }
     let admitted_for = now_ms - job.admitted_at_ms.unwrap_or(now_ms);
     let deadline = pre_running_deadline_ms(job, cap_ms);
@@ -64,11 +68,17 @@ pub fn decide(job: &JobRecord, observed: &Observed, now_ms: i64, cap_ms: Option<
     let deadline_failure = |what: String| {
         fail(
             FailureReason::PreRunningDeadlineExceeded,
-            format!("not running {}s after admission; last pending reason {what}", deadline / 1000),
+            format!(
+                "not running {}s after admission; last pending reason {what}",
+                deadline / 1000
+            ),
         )
     };
     match observed {
-        Observed::Succeeded => Step::Finish { state: JobState::Succeeded, failure: None },
+        Observed::Succeeded => Step::Finish {
+            state: JobState::Succeeded,
+            failure: None,
+        },
         Observed::Failed { reason, message } => fail(*reason, message.clone()),
         Observed::Invalid { message } => fail(FailureReason::InvalidWorkload, message.clone()),
         Observed::Missing if job.state == JobState::Admitted => {
@@ -78,13 +88,20 @@ pub fn decide(job: &JobRecord, observed: &Observed, now_ms: i64, cap_ms: Option<
                 Step::Create
             }
         }
-        Observed::Missing => fail(FailureReason::WorkloadLost, "the workload disappeared while the job ran"),
+        Observed::Missing => fail(
+            FailureReason::WorkloadLost,
+            "the workload disappeared while the job ran",
+        ),
         Observed::Running if job.state == JobState::Admitted => Step::MarkRunning,
         Observed::Running => {
             let ran_for = now_ms - job.running_at_ms.unwrap_or(now_ms);
-            let limit = i64::try_from(job.spec.deadlines.run_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+            let limit = i64::try_from(job.spec.deadlines.run_seconds.saturating_mul(1000))
+                .unwrap_or(i64::MAX);
             if ran_for > limit.saturating_add(RUN_DEADLINE_GRACE_MS) {
-                fail(FailureReason::RunDeadlineExceeded, "still running past the run deadline")
+                fail(
+                    FailureReason::RunDeadlineExceeded,
+                    "still running past the run deadline",
+                )
             } else {
                 Step::Wait
             }
@@ -93,11 +110,18 @@ pub fn decide(job: &JobRecord, observed: &Observed, now_ms: i64, cap_ms: Option<
             if pre_running_over {
                 return deadline_failure(format!("{reason:?}: {message}"));
             }
-            let same = job.pending.as_ref().is_some_and(|p| p.reason == *reason && p.message == *message);
+            let same = job
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.reason == *reason && p.message == *message);
             if same || job.state != JobState::Admitted {
                 Step::Wait
             } else {
-                Step::SetPending(Pending { reason: *reason, message: message.clone(), since_ms: now_ms })
+                Step::SetPending(Pending {
+                    reason: *reason,
+                    message: message.clone(),
+                    since_ms: now_ms,
+                })
             }
         }
     }

@@ -18,28 +18,66 @@ fn job(state: JobState) -> JobRecord {
 }
 
 fn pending(reason: PendingReason) -> Observed {
-    Observed::Pending { reason, message: "0/2 nodes are available".into() }
+    Observed::Pending {
+        reason,
+        message: "0/2 nodes are available".into(),
+    }
 }
 
 #[test]
 fn admitted_job_with_running_workload_moves_to_running() {
-    assert_eq!(decide(&job(JobState::Admitted), &Observed::Running, 2_000, None), Step::MarkRunning);
+    assert_eq!(
+        decide(&job(JobState::Admitted), &Observed::Running, 2_000, None),
+        Step::MarkRunning
+    );
 }
 
 #[test]
 fn pending_past_the_pre_running_deadline_fails_with_the_last_reason() {
-    let step = decide(&job(JobState::Admitted), &pending(PendingReason::ImagePull), 11_001 + 1, None);
-    let Step::Finish { state, failure: Some((reason, message)) } = step else { panic!("{step:?}") };
-    assert_eq!((state, reason), (JobState::Failed, FailureReason::PreRunningDeadlineExceeded));
+    let step = decide(
+        &job(JobState::Admitted),
+        &pending(PendingReason::ImagePull),
+        11_001 + 1,
+        None,
+    );
+    let Step::Finish {
+        state,
+        failure: Some((reason, message)),
+    } = step
+    else {
+        panic!("{step:?}")
+    };
+    assert_eq!(
+        (state, reason),
+        (JobState::Failed, FailureReason::PreRunningDeadlineExceeded)
+    );
     assert!(message.contains("ImagePull"), "{message}");
     // Before the deadline the reason is recorded once, then left alone.
-    let step = decide(&job(JobState::Admitted), &pending(PendingReason::ImagePull), 5_000, None);
-    let Step::SetPending(p) = step else { panic!("{step:?}") };
+    let step = decide(
+        &job(JobState::Admitted),
+        &pending(PendingReason::ImagePull),
+        5_000,
+        None,
+    );
+    let Step::SetPending(p) = step else {
+        panic!("{step:?}")
+    };
     let mut j = job(JobState::Admitted);
     j.pending = Some(p);
-    assert_eq!(decide(&j, &pending(PendingReason::ImagePull), 6_000, None), Step::Wait);
+    assert_eq!(
+        decide(&j, &pending(PendingReason::ImagePull), 6_000, None),
+        Step::Wait
+    );
     // The installation cap shortens a long deadline.
-    assert!(matches!(decide(&job(JobState::Admitted), &pending(PendingReason::Starting), 5_000, Some(2_000)), Step::Finish { .. }));
+    assert!(matches!(
+        decide(
+            &job(JobState::Admitted),
+            &pending(PendingReason::Starting),
+            5_000,
+            Some(2_000)
+        ),
+        Step::Finish { .. }
+    ));
 }
 
 #[test]
@@ -47,20 +85,57 @@ fn stop_request_wins_over_everything() {
     let mut j = job(JobState::Running);
     j.stop_requested = true;
     let step = decide(&j, &Observed::Running, 2_000, None);
-    assert!(matches!(step, Step::Finish { state: JobState::Stopped, .. }), "{step:?}");
+    assert!(
+        matches!(
+            step,
+            Step::Finish {
+                state: JobState::Stopped,
+                ..
+            }
+        ),
+        "{step:?}"
+    );
 }
 
 #[test]
 fn missing_workload_is_created_for_an_admitted_job_but_lost_for_a_running_one() {
-    assert_eq!(decide(&job(JobState::Admitted), &Observed::Missing, 2_000, None), Step::Create);
+    assert_eq!(
+        decide(&job(JobState::Admitted), &Observed::Missing, 2_000, None),
+        Step::Create
+    );
     let step = decide(&job(JobState::Running), &Observed::Missing, 2_000, None);
-    assert!(matches!(step, Step::Finish { failure: Some((FailureReason::WorkloadLost, _)), .. }));
+    assert!(matches!(
+        step,
+        Step::Finish {
+            failure: Some((FailureReason::WorkloadLost, _)),
+            ..
+        }
+    ));
 }
 
 #[test]
 fn finished_and_invalid_workloads_end_the_job() {
     let ok = decide(&job(JobState::Running), &Observed::Succeeded, 2_000, None);
-    assert_eq!(ok, Step::Finish { state: JobState::Succeeded, failure: None });
-    let bad = decide(&job(JobState::Admitted), &Observed::Invalid { message: "bad".into() }, 2_000, None);
-    assert!(matches!(bad, Step::Finish { failure: Some((FailureReason::InvalidWorkload, _)), .. }));
+    assert_eq!(
+        ok,
+        Step::Finish {
+            state: JobState::Succeeded,
+            failure: None
+        }
+    );
+    let bad = decide(
+        &job(JobState::Admitted),
+        &Observed::Invalid {
+            message: "bad".into(),
+        },
+        2_000,
+        None,
+    );
+    assert!(matches!(
+        bad,
+        Step::Finish {
+            failure: Some((FailureReason::InvalidWorkload, _)),
+            ..
+        }
+    ));
 }

@@ -57,7 +57,13 @@ fn micro(ms: i64) -> Option<MicroTime> {
 
 impl Elector {
     /// An elector for Lease `namespace/name` as `identity`.
-    pub fn new(kube: Kube, namespace: &str, name: &str, identity: &str, duration: Duration) -> Elector {
+    pub fn new(
+        kube: Kube,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+        duration: Duration,
+    ) -> Elector {
         Elector {
             api: Api::namespaced(kube.client.clone(), namespace),
             kube,
@@ -75,7 +81,9 @@ impl Elector {
     fn spec(&self, now: i64, acquired: Option<MicroTime>, transitions: i32) -> LeaseSpec {
         LeaseSpec {
             holder_identity: Some(self.identity.clone()),
-            lease_duration_seconds: Some(i32::try_from(self.duration.as_secs().max(1)).unwrap_or(i32::MAX)),
+            lease_duration_seconds: Some(
+                i32::try_from(self.duration.as_secs().max(1)).unwrap_or(i32::MAX),
+            ),
             acquire_time: acquired.or_else(|| micro(now)),
             renew_time: micro(now),
             lease_transitions: Some(transitions),
@@ -86,11 +94,18 @@ impl Elector {
     /// One round: acquire, renew or observe. Returns whether this replica leads now.
     pub async fn try_lead(&self) -> Result<bool> {
         let now = crate::now_ms();
-        let current = match self.kube.call("get lease", &self.name, || self.api.get_opt(&self.name)).await? {
+        let current = match self
+            .kube
+            .call("get lease", &self.name, || self.api.get_opt(&self.name))
+            .await?
+        {
             Some(lease) => lease,
             None => {
                 let lease = Lease {
-                    metadata: ObjectMeta { name: Some(self.name.clone()), ..ObjectMeta::default() },
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        ..ObjectMeta::default()
+                    },
                     spec: Some(self.spec(now, None, 0)),
                 };
                 let created = self.api.create(&PostParams::default(), &lease).await;
@@ -101,17 +116,26 @@ impl Elector {
         let mine = spec.holder_identity.as_deref() == Some(self.identity.as_str());
         let renewed = spec.renew_time.as_ref().map_or(0, |t| t.0.as_millisecond());
         // The holder's own duration counts, not ours: replicas may be configured differently.
-        let held_ms = spec.lease_duration_seconds.map_or(self.duration_ms(), |s| i64::from(s) * 1000);
+        let held_ms = spec
+            .lease_duration_seconds
+            .map_or(self.duration_ms(), |s| i64::from(s) * 1000);
         let expired = spec.holder_identity.is_none() || now > renewed + held_ms;
         if !mine && !expired {
             self.state.drop_leadership();
             return Ok(false);
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!mine);
-        let acquired = if mine { spec.acquire_time.clone() } else { None };
+        let acquired = if mine {
+            spec.acquire_time.clone()
+        } else {
+            None
+        };
         let mut next = current.clone();
         next.spec = Some(self.spec(now, acquired, transitions));
-        let replaced = self.api.replace(&self.name, &PostParams::default(), &next).await;
+        let replaced = self
+            .api
+            .replace(&self.name, &PostParams::default(), &next)
+            .await;
         if !mine {
             tracing::info!(identity = %self.identity, lease = %self.name, "taking over the lease");
         }
@@ -132,7 +156,11 @@ impl Elector {
             }
             Err(e) => {
                 self.state.drop_leadership();
-                Err(crate::error::Error::kube("update lease", self.name.clone(), e))
+                Err(crate::error::Error::kube(
+                    "update lease",
+                    self.name.clone(),
+                    e,
+                ))
             }
         }
     }
@@ -161,7 +189,10 @@ impl Elector {
             && spec.holder_identity.as_deref() == Some(self.identity.as_str())
         {
             spec.holder_identity = None;
-            let _ = self.api.replace(&self.name, &PostParams::default(), &lease).await;
+            let _ = self
+                .api
+                .replace(&self.name, &PostParams::default(), &lease)
+                .await;
         }
     }
 }

@@ -91,7 +91,8 @@ impl Ctx {
         let now = i64::try_from(snapshot.taken_at_ms).unwrap_or(0);
         let due = {
             let last = self.published.lock().unwrap_or_else(|p| p.into_inner());
-            last.as_ref().is_none_or(|(prev, at)| *prev != bare || now - at > CAPACITY_REFRESH_MS)
+            last.as_ref()
+                .is_none_or(|(prev, at)| *prev != bare || now - at > CAPACITY_REFRESH_MS)
         };
         if due {
             let json = serde_json::to_value(snapshot).unwrap_or_default();

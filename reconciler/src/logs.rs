@@ -62,7 +62,9 @@ pub struct Index {
 
 async fn list(kube: &Kube, api: &Api<Pod>, selector: &str) -> Result<Vec<Pod>> {
     let params = ListParams::default().labels(selector);
-    let pods = kube.call("list pods", selector, || api.list(&params)).await?;
+    let pods = kube
+        .call("list pods", selector, || api.list(&params))
+        .await?;
     Ok(pods.items)
 }
 
@@ -100,7 +102,14 @@ pub async fn archive(
                 ..LogParams::default()
             };
             let object = format!("pod {namespace}/{name} container {container}");
-            let mut entry = IndexEntry { pod: name.clone(), container: container.clone(), init, path: None, bytes: 0, error: None };
+            let mut entry = IndexEntry {
+                pod: name.clone(),
+                container: container.clone(),
+                init,
+                path: None,
+                bytes: 0,
+                error: None,
+            };
             match kube.call("logs", &object, || api.logs(name, &params)).await {
                 Ok(text) => {
                     let path = format!("{name}/{container}.log");
@@ -113,15 +122,27 @@ pub async fn archive(
             entries.push(entry);
         }
     }
-    let index = Index { job_id: job_id.to_owned(), workload: workload.to_owned(), archived_at_ms: crate::now_ms(), entries };
-    let bytes = build_tar_gz(&index, &files).map_err(|source| Error::Archive { job_id: job_id.to_owned(), source })?;
+    let index = Index {
+        job_id: job_id.to_owned(),
+        workload: workload.to_owned(),
+        archived_at_ms: crate::now_ms(),
+        entries,
+    };
+    let bytes = build_tar_gz(&index, &files).map_err(|source| Error::Archive {
+        job_id: job_id.to_owned(),
+        source,
+    })?;
     let key = logs_key(job_id);
     blobs.put(&key, bytes).await?;
     tracing::info!(job_id, key = %key, pods = pods.len(), "logs archived");
     Ok(key)
 }
 
-fn append(builder: &mut tar::Builder<GzEncoder<Vec<u8>>>, path: &str, data: &[u8]) -> std::io::Result<()> {
+fn append(
+    builder: &mut tar::Builder<GzEncoder<Vec<u8>>>,
+    path: &str,
+    data: &[u8],
+) -> std::io::Result<()> {
     let mut header = tar::Header::new_gnu();
     header.set_size(data.len() as u64);
     header.set_mode(0o644);
@@ -150,15 +171,29 @@ mod tests {
 
     #[test]
     fn archive_holds_the_index_first_then_every_log() {
-        let index = Index { job_id: "j".into(), workload: "tp-j".into(), archived_at_ms: 1, entries: vec![] };
-        let bytes = build_tar_gz(&index, &[("p/c.log".into(), b"hello".to_vec())]).unwrap_or_else(|e| panic!("{e}"));
+        let index = Index {
+            job_id: "j".into(),
+            workload: "tp-j".into(),
+            archived_at_ms: 1,
+            entries: vec![],
+        };
+        let bytes = build_tar_gz(&index, &[("p/c.log".into(), b"hello".to_vec())])
+            .unwrap_or_else(|e| panic!("{e}"));
         let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes.as_slice()));
         let mut names = Vec::new();
         for entry in archive.entries().unwrap_or_else(|e| panic!("{e}")) {
             let mut entry = entry.unwrap_or_else(|e| panic!("{e}"));
             let mut text = String::new();
-            entry.read_to_string(&mut text).unwrap_or_else(|e| panic!("{e}"));
-            names.push((entry.path().map(|p| p.display().to_string()).unwrap_or_default(), text));
+            entry
+                .read_to_string(&mut text)
+                .unwrap_or_else(|e| panic!("{e}"));
+            names.push((
+                entry
+                    .path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                text,
+            ));
         }
         assert_eq!(names[0].0, "index.json");
         assert_eq!(names[1], ("p/c.log".to_string(), "hello".to_string()));

@@ -40,20 +40,30 @@ fn init_tracing() {
 async fn stores() -> anyhow::Result<(Arc<dyn JobStore>, Arc<dyn BlobStore>)> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     if let Some(table) = var(ENV_TABLE) {
-        let bucket = var(ENV_BUCKET).with_context(|| format!("{ENV_BUCKET} must be set with {ENV_TABLE}"))?;
+        let bucket = var(ENV_BUCKET)
+            .with_context(|| format!("{ENV_BUCKET} must be set with {ENV_TABLE}"))?;
         let sdk = tuneplane_stores::aws::load_config().await;
         let dynamo = tuneplane_stores::aws::dynamodb_client(&sdk, None);
         let s3 = tuneplane_stores::aws::s3_client(&sdk, std::env::var("AWS_ENDPOINT_URL").is_ok());
-        return Ok((Arc::new(DynamoJobStore::new(dynamo, table)), Arc::new(S3BlobStore::new(s3, bucket))));
+        return Ok((
+            Arc::new(DynamoJobStore::new(dynamo, table)),
+            Arc::new(S3BlobStore::new(s3, bucket)),
+        ));
     }
     let Some(dir) = var(ENV_DATA_DIR) else {
         bail!("set {ENV_TABLE} and {ENV_BUCKET} (AWS) or {ENV_DATA_DIR} (embedded stores)");
     };
-    let secret = var(ENV_BLOB_SECRET).with_context(|| format!("{ENV_BLOB_SECRET} must be set with {ENV_DATA_DIR}"))?;
-    let url = var(ENV_BLOB_URL).with_context(|| format!("{ENV_BLOB_URL} must be set with {ENV_DATA_DIR}"))?;
+    let secret = var(ENV_BLOB_SECRET)
+        .with_context(|| format!("{ENV_BLOB_SECRET} must be set with {ENV_DATA_DIR}"))?;
+    let url = var(ENV_BLOB_URL)
+        .with_context(|| format!("{ENV_BLOB_URL} must be set with {ENV_DATA_DIR}"))?;
     let jobs = EmbeddedJobStore::open(&dir).with_context(|| format!("{ENV_DATA_DIR}={dir}"))?;
-    let blobs = FsBlobStore::open(std::path::Path::new(&dir).join("blobs"), secret.into_bytes(), url)
-        .with_context(|| format!("{ENV_DATA_DIR}={dir}"))?;
+    let blobs = FsBlobStore::open(
+        std::path::Path::new(&dir).join("blobs"),
+        secret.into_bytes(),
+        url,
+    )
+    .with_context(|| format!("{ENV_DATA_DIR}={dir}"))?;
     Ok((Arc::new(jobs), Arc::new(blobs)))
 }
 
@@ -62,19 +72,25 @@ async fn main() -> anyhow::Result<()> {
     init_tracing();
     let config = Config::from_env()?;
     let (jobs, blobs) = stores().await?;
-    let client = kube::Client::try_default().await.context("Kubernetes client configuration")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("Kubernetes client configuration")?;
     let metrics = Arc::new(Metrics::default());
     let reconciler = Reconciler::new(config.clone(), client, jobs, blobs, metrics.clone()).await?;
-    let server = tokio::spawn(tuneplane_reconciler::metrics::serve(config.metrics_addr, metrics));
+    let server = tokio::spawn(tuneplane_reconciler::metrics::serve(
+        config.metrics_addr,
+        metrics,
+    ));
     let shutdown = async {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "no SIGTERM handler");
-                std::future::pending::<()>().await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "no SIGTERM handler");
+                    std::future::pending::<()>().await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}

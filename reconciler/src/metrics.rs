@@ -106,25 +106,103 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let mut put = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
         };
         let secs = |a: &AtomicU64| format!("{:.6}", a.load(Relaxed) as f64 / 1e6);
         let n = |a: &AtomicU64| a.load(Relaxed).to_string();
-        put("tuneplane_queue_depth", "gauge", "Jobs waiting in QUEUED.", n(&self.queue_depth));
-        put("tuneplane_active_jobs", "gauge", "Non-terminal jobs.", n(&self.active_jobs));
-        put("tuneplane_admissions_total", "counter", "Jobs admitted.", n(&self.admissions));
-        put("tuneplane_deadline_failures_total", "counter", "Jobs failed by a deadline.", n(&self.deadline_failures));
-        put("tuneplane_jobs_succeeded_total", "counter", "Jobs ended SUCCEEDED.", n(&self.succeeded));
-        put("tuneplane_jobs_failed_total", "counter", "Jobs ended FAILED.", n(&self.failed));
-        put("tuneplane_jobs_stopped_total", "counter", "Jobs ended STOPPED.", n(&self.stopped));
-        put("tuneplane_orphans_deleted_total", "counter", "Workloads deleted without a live job.", n(&self.orphans_deleted));
-        put("tuneplane_pass_duration_seconds_sum", "counter", "Total time in passes.", secs(&self.pass_micros_sum));
-        put("tuneplane_pass_duration_seconds_count", "counter", "Passes run.", n(&self.passes));
-        put("tuneplane_last_pass_duration_seconds", "gauge", "Duration of the last pass.", secs(&self.last_pass_micros));
-        put("tuneplane_pass_errors_total", "counter", "Passes that hit an error.", n(&self.pass_errors));
-        put("tuneplane_kube_retries_total", "counter", "API calls retried (429/5xx/transport).", n(&self.api_retries));
-        put("tuneplane_kube_throttled_seconds_total", "counter", "Time waiting on the client-side rate limit.", secs(&self.throttled_micros));
-        put("tuneplane_leader", "gauge", "1 while this replica holds the Lease.", n(&self.leader));
+        put(
+            "tuneplane_queue_depth",
+            "gauge",
+            "Jobs waiting in QUEUED.",
+            n(&self.queue_depth),
+        );
+        put(
+            "tuneplane_active_jobs",
+            "gauge",
+            "Non-terminal jobs.",
+            n(&self.active_jobs),
+        );
+        put(
+            "tuneplane_admissions_total",
+            "counter",
+            "Jobs admitted.",
+            n(&self.admissions),
+        );
+        put(
+            "tuneplane_deadline_failures_total",
+            "counter",
+            "Jobs failed by a deadline.",
+            n(&self.deadline_failures),
+        );
+        put(
+            "tuneplane_jobs_succeeded_total",
+            "counter",
+            "Jobs ended SUCCEEDED.",
+            n(&self.succeeded),
+        );
+        put(
+            "tuneplane_jobs_failed_total",
+            "counter",
+            "Jobs ended FAILED.",
+            n(&self.failed),
+        );
+        put(
+            "tuneplane_jobs_stopped_total",
+            "counter",
+            "Jobs ended STOPPED.",
+            n(&self.stopped),
+        );
+        put(
+            "tuneplane_orphans_deleted_total",
+            "counter",
+            "Workloads deleted without a live job.",
+            n(&self.orphans_deleted),
+        );
+        put(
+            "tuneplane_pass_duration_seconds_sum",
+            "counter",
+            "Total time in passes.",
+            secs(&self.pass_micros_sum),
+        );
+        put(
+            "tuneplane_pass_duration_seconds_count",
+            "counter",
+            "Passes run.",
+            n(&self.passes),
+        );
+        put(
+            "tuneplane_last_pass_duration_seconds",
+            "gauge",
+            "Duration of the last pass.",
+            secs(&self.last_pass_micros),
+        );
+        put(
+            "tuneplane_pass_errors_total",
+            "counter",
+            "Passes that hit an error.",
+            n(&self.pass_errors),
+        );
+        put(
+            "tuneplane_kube_retries_total",
+            "counter",
+            "API calls retried (429/5xx/transport).",
+            n(&self.api_retries),
+        );
+        put(
+            "tuneplane_kube_throttled_seconds_total",
+            "counter",
+            "Time waiting on the client-side rate limit.",
+            secs(&self.throttled_micros),
+        );
+        put(
+            "tuneplane_leader",
+            "gauge",
+            "1 while this replica holds the Lease.",
+            n(&self.leader),
+        );
         out
     }
 }

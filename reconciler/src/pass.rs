@@ -7,8 +7,8 @@
 
 use std::collections::BTreeSet;
 
-use kube::api::{Api, PostParams};
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
 use tuneplane_core::admission::{Reservation, plan_admissions};
 use tuneplane_core::constants::{FIELD_MANAGER, POOL_LABEL};
 use tuneplane_core::job::{JobRecord, JobState, Pending};
@@ -41,13 +41,17 @@ pub fn reservations(cluster: &Cluster, jobs: &[JobRecord]) -> Vec<Reservation> {
         for pool in &job.spec.pools {
             let bound = pods
                 .iter()
-                .filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get(POOL_LABEL)) == Some(&pool.name))
+                .filter(|p| {
+                    p.metadata.labels.as_ref().and_then(|l| l.get(POOL_LABEL)) == Some(&pool.name)
+                })
                 .filter(|p| {
                     let info = pod_info(p);
                     info.node_name.is_some() && !info.terminal
                 })
                 .count();
-            let machines = pool.nodes.saturating_sub(u32::try_from(bound).unwrap_or(u32::MAX));
+            let machines = pool
+                .nodes
+                .saturating_sub(u32::try_from(bound).unwrap_or(u32::MAX));
             if machines > 0 {
                 out.push(Reservation {
                     job_id: job.id.clone(),
@@ -70,7 +74,13 @@ async fn admit(ctx: &Ctx, job: &JobRecord, placement: String, now: i64) -> Resul
     next.pending = None;
     // The record first: a crash before the create leaves an ADMITTED job whose sync creates it.
     let stored = ctx.jobs.update_job(&next).await?;
-    let ev = platform_event(now, "state-ADMITTED".into(), "Normal", "Admitted", placement);
+    let ev = platform_event(
+        now,
+        "state-ADMITTED".into(),
+        "Normal",
+        "Admitted",
+        placement,
+    );
     ctx.jobs.append_events(&job.id, &[ev]).await?;
     ctx.metrics.inc_admissions();
     tracing::info!(job_id = %job.id, capsule = %job.capsule_sha256, "admitted");
@@ -103,7 +113,11 @@ async fn playgrounds(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<()> {
         let name = playground_name(&pg.id);
         if now >= pg.expires_at_ms {
             let params = kube::api::DeleteParams::background();
-            match ctx.kube.call("delete pod", &name, || api.delete(&name, &params)).await {
+            match ctx
+                .kube
+                .call("delete pod", &name, || api.delete(&name, &params))
+                .await
+            {
                 Ok(_) => {}
                 Err(Error::Kube { source, .. }) if is_not_found(&source) => {}
                 Err(e) => return Err(e),
@@ -117,8 +131,15 @@ async fn playgrounds(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<()> {
                 kind: "Pod",
                 source,
             })?;
-            let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-            match ctx.kube.call("create pod", &name, || api.create(&params, &pod)).await {
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            };
+            match ctx
+                .kube
+                .call("create pod", &name, || api.create(&params, &pod))
+                .await
+            {
                 Ok(_) => {}
                 Err(Error::Kube { source, .. }) if is_conflict(&source) => {}
                 Err(e) => return Err(e),
@@ -144,22 +165,37 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     let capacity = cluster.capacity(now);
     ctx.publish_capacity(&capacity).await?;
     let active = ctx.jobs.list_active().await?;
-    let queued = active.iter().filter(|j| j.state == JobState::Queued).count();
+    let queued = active
+        .iter()
+        .filter(|j| j.state == JobState::Queued)
+        .count();
     ctx.metrics.set_jobs(queued, active.len());
     for job in &active {
         if !ctx.leadership.is_leader() {
             return Ok(report);
         }
-        note(&mut report, "sync", &job.id, sync_job(ctx, cluster, job, now).await);
+        note(
+            &mut report,
+            "sync",
+            &job.id,
+            sync_job(ctx, cluster, job, now).await,
+        );
     }
     let ids: BTreeSet<String> = active.iter().map(|j| j.id.clone()).collect();
-    note(&mut report, "orphan sweep", "", sweep_orphans(ctx, cluster, &ids).await);
+    note(
+        &mut report,
+        "orphan sweep",
+        "",
+        sweep_orphans(ctx, cluster, &ids).await,
+    );
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }
     let plan = plan_admissions(&active, &capacity, &reservations(cluster, &active));
     for a in &plan.admit {
-        let Some(job) = active.iter().find(|j| j.id == a.job_id) else { continue };
+        let Some(job) = active.iter().find(|j| j.id == a.job_id) else {
+            continue;
+        };
         let placement = a
             .placements
             .iter()
@@ -167,14 +203,41 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             .collect::<Vec<_>>()
             .join("; ");
         report.admitted += 1;
-        note(&mut report, "admit", &job.id, admit(ctx, job, format!("admitted; planned nodes {placement}"), now).await);
+        note(
+            &mut report,
+            "admit",
+            &job.id,
+            admit(
+                ctx,
+                job,
+                format!("admitted; planned nodes {placement}"),
+                now,
+            )
+            .await,
+        );
     }
     for w in plan.waiting {
-        let Some(job) = active.iter().find(|j| j.id == w.job_id) else { continue };
+        let Some(job) = active.iter().find(|j| j.id == w.job_id) else {
+            continue;
+        };
         report.waiting += 1;
-        let pending = Pending { reason: w.reason, message: w.message, since_ms: now };
-        note(&mut report, "pending", &job.id, set_queued_pending(ctx, job, pending).await);
+        let pending = Pending {
+            reason: w.reason,
+            message: w.message,
+            since_ms: now,
+        };
+        note(
+            &mut report,
+            "pending",
+            &job.id,
+            set_queued_pending(ctx, job, pending).await,
+        );
     }
-    note(&mut report, "playgrounds", "", playgrounds(ctx, cluster, now).await);
+    note(
+        &mut report,
+        "playgrounds",
+        "",
+        playgrounds(ctx, cluster, now).await,
+    );
     Ok(report)
 }

@@ -11,7 +11,11 @@ pub struct RayJobSpec {
     /// Driver command.
     pub entrypoint: String,
     /// Runtime env (working_dir, env_vars) as YAML.
-    #[serde(rename = "runtimeEnvYAML", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "runtimeEnvYAML",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub runtime_env_yaml: Option<String>,
     /// Delete the RayCluster when the job ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]

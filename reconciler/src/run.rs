@@ -35,7 +35,13 @@ fn reflect<K>(
     notify: Arc<Notify>,
 ) -> impl Future<Output = ()>
 where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     watcher(api, config)
@@ -60,7 +66,12 @@ impl Reconciler {
         blobs: Arc<dyn BlobStore>,
         metrics: Arc<Metrics>,
     ) -> Result<Reconciler> {
-        let kube = Kube::new(client.clone(), config.kube_qps, config.kube_burst, metrics.clone());
+        let kube = Kube::new(
+            client.clone(),
+            config.kube_qps,
+            config.kube_burst,
+            metrics.clone(),
+        );
         let api: Api<RayJob> = Api::all_with(client, &rayjob::resource());
         match api.list(&ListParams::default().limit(1)).await {
             Ok(_) => {}
@@ -75,7 +86,10 @@ impl Reconciler {
             config.lease_duration,
         );
         let ctx = Ctx::new(config, kube, jobs, blobs, metrics, elector.state.clone());
-        Ok(Reconciler { ctx: Arc::new(ctx), elector })
+        Ok(Reconciler {
+            ctx: Arc::new(ctx),
+            elector,
+        })
     }
 
     /// The shared context (for tests and the render command).
@@ -92,14 +106,40 @@ impl Reconciler {
         let (events, events_w) = reflector::store::<Event>();
         let rayjobs_w = reflector::store::Writer::<RayJob>::new(rayjob::resource());
         let rayjobs = rayjobs_w.as_reader();
-        let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+        let managed =
+            watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
         let watches = futures_util::future::join4(
-            reflect(Api::<Node>::all(client.clone()), watcher::Config::default(), nodes_w, notify.clone()),
-            reflect(Api::<Pod>::all(client.clone()), watcher::Config::default(), pods_w, notify.clone()),
-            reflect(Api::<Event>::all(client.clone()), watcher::Config::default().fields("type=Warning"), events_w, notify.clone()),
-            reflect(Api::<RayJob>::all_with(client, &rayjob::resource()), managed, rayjobs_w, notify.clone()),
+            reflect(
+                Api::<Node>::all(client.clone()),
+                watcher::Config::default(),
+                nodes_w,
+                notify.clone(),
+            ),
+            reflect(
+                Api::<Pod>::all(client.clone()),
+                watcher::Config::default(),
+                pods_w,
+                notify.clone(),
+            ),
+            reflect(
+                Api::<Event>::all(client.clone()),
+                watcher::Config::default().fields("type=Warning"),
+                events_w,
+                notify.clone(),
+            ),
+            reflect(
+                Api::<RayJob>::all_with(client, &rayjob::resource()),
+                managed,
+                rayjobs_w,
+                notify.clone(),
+            ),
         );
-        let stores = Stores { nodes, pods, events, rayjobs };
+        let stores = Stores {
+            nodes,
+            pods,
+            events,
+            rayjobs,
+        };
         tokio::select! {
             _ = watches => tracing::error!("watches ended"),
             _ = self.elector.run(&self.ctx.metrics) => {}
@@ -143,7 +183,8 @@ async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
         return;
     }
     // Watch events come in bursts: run at most one pass per gap, and one per interval without events.
-    let gap = (ctx.config.pass_interval / 10).clamp(Duration::from_millis(20), Duration::from_millis(500));
+    let gap = (ctx.config.pass_interval / 10)
+        .clamp(Duration::from_millis(20), Duration::from_millis(500));
     loop {
         tokio::select! {
             _ = tokio::time::sleep(ctx.config.pass_interval) => {}

@@ -41,7 +41,12 @@ pub enum Observed {
     },
 }
 
-const IMAGE_PULL: [&str; 4] = ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"];
+const IMAGE_PULL: [&str; 4] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+];
 
 /// Classifies a `FailedScheduling` message.
 pub fn scheduling_reason(message: &str) -> PendingReason {
@@ -79,7 +84,11 @@ fn unschedulable(pod: &Pod) -> Option<String> {
     conditions
         .iter()
         .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-        .map(|c| c.message.clone().unwrap_or_else(|| "pod cannot be scheduled".into()))
+        .map(|c| {
+            c.message
+                .clone()
+                .unwrap_or_else(|| "pod cannot be scheduled".into())
+        })
 }
 
 /// The pending reason of a set of pods: image pulls first, then scheduling, else `Starting`.
@@ -122,17 +131,24 @@ pub fn assess_rayjob(rj: &RayJob, pods: &[&Pod], warnings: &[&Event]) -> Observe
             } else {
                 FailureReason::EntrypointFailed
             };
-            return Observed::Failed { reason, message: format!("RayJob failed: {message}") };
+            return Observed::Failed {
+                reason,
+                message: format!("RayJob failed: {message}"),
+            };
         }
         "Running" => return Observed::Running,
         _ => {}
     }
     if deployment.is_empty()
-        && let Some(e) = warnings
-            .iter()
-            .find(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("InvalidRayJob")))
+        && let Some(e) = warnings.iter().find(|e| {
+            e.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("InvalidRayJob"))
+        })
     {
-        return Observed::Invalid { message: e.message.clone().unwrap_or_default() };
+        return Observed::Invalid {
+            message: e.message.clone().unwrap_or_default(),
+        };
     }
     let (reason, message) = pending_from_pods(pods);
     Observed::Pending { reason, message }
@@ -160,7 +176,10 @@ pub fn assess_pod(pod: &Pod) -> Observed {
                     Some(code) => format!("the entrypoint exited with status {code}"),
                     None => format!("the pod failed: {why}"),
                 };
-                Observed::Failed { reason: FailureReason::EntrypointFailed, message }
+                Observed::Failed {
+                    reason: FailureReason::EntrypointFailed,
+                    message,
+                }
             }
         }
         Some("Running") => Observed::Running,

@@ -20,12 +20,28 @@ use crate::status::{Observed, assess_pod, assess_rayjob};
 use crate::{Ctx, logs, workload};
 
 /// A platform event for `job`.
-pub fn platform_event(at_ms: i64, key: String, kind: &str, reason: &str, message: String) -> JobEvent {
-    JobEvent { at_ms, key, source: EventSource::Platform, kind: kind.to_owned(), reason: reason.to_owned(), message, object: None }
+pub fn platform_event(
+    at_ms: i64,
+    key: String,
+    kind: &str,
+    reason: &str,
+    message: String,
+) -> JobEvent {
+    JobEvent {
+        at_ms,
+        key,
+        source: EventSource::Platform,
+        kind: kind.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        object: None,
+    }
 }
 
 fn workload_of(job: &JobRecord) -> String {
-    job.workload_name.clone().unwrap_or_else(|| workload_name(&job.id))
+    job.workload_name
+        .clone()
+        .unwrap_or_else(|| workload_name(&job.id))
 }
 
 /// What the job's workload shows in `cluster`.
@@ -63,7 +79,12 @@ async fn copy_warnings(ctx: &Ctx, cluster: &Cluster, job: &JobRecord) -> Result<
                 .or_else(|| e.event_time.as_ref().map(|t| t.0.as_millisecond()))
                 .or_else(|| e.creation_timestamp().map(|t| t.0.as_millisecond()))
                 .unwrap_or_else(crate::now_ms);
-            let kind = e.involved_object.kind.clone().unwrap_or_default().to_lowercase();
+            let kind = e
+                .involved_object
+                .kind
+                .clone()
+                .unwrap_or_default()
+                .to_lowercase();
             fresh.push(JobEvent {
                 at_ms,
                 key: format!("k8s-{}", uid.replace('#', "-")),
@@ -71,7 +92,11 @@ async fn copy_warnings(ctx: &Ctx, cluster: &Cluster, job: &JobRecord) -> Result<
                 kind: "Warning".into(),
                 reason: e.reason.clone().unwrap_or_default(),
                 message: e.message.clone().unwrap_or_default(),
-                object: e.involved_object.name.clone().map(|n| format!("{kind}/{n}")),
+                object: e
+                    .involved_object
+                    .name
+                    .clone()
+                    .map(|n| format!("{kind}/{n}")),
             });
         }
     }
@@ -86,11 +111,18 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
     if job.state == JobState::Queued && !job.stop_requested {
         return Ok(());
     }
-    let observed = if job.state == JobState::Queued { Observed::Missing } else { observe(cluster, job) };
+    let observed = if job.state == JobState::Queued {
+        Observed::Missing
+    } else {
+        observe(cluster, job)
+    };
     if job.state != JobState::Queued {
         copy_warnings(ctx, cluster, job).await?;
     }
-    let cap_ms = ctx.config.pre_running_cap.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let cap_ms = ctx
+        .config
+        .pre_running_cap
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     match decide(job, &observed, now, cap_ms) {
         Step::Wait => {}
         Step::Create => {
@@ -105,14 +137,26 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
             let mut next = job.clone();
             next.transition(JobState::Running, now)?;
             ctx.jobs.update_job(&next).await?;
-            let ev = platform_event(now, "state-RUNNING".into(), "Normal", "Running", "every pod of the workload runs".into());
+            let ev = platform_event(
+                now,
+                "state-RUNNING".into(),
+                "Normal",
+                "Running",
+                "every pod of the workload runs".into(),
+            );
             ctx.jobs.append_events(&job.id, &[ev]).await?;
             tracing::info!(job_id = %job.id, "running");
         }
         Step::SetPending(pending) => {
             let mut next = job.clone();
             let key = format!("pending-{:?}-{}", pending.reason, pending.since_ms);
-            let ev = platform_event(now, key, "Normal", &format!("{:?}", pending.reason), pending.message.clone());
+            let ev = platform_event(
+                now,
+                key,
+                "Normal",
+                &format!("{:?}", pending.reason),
+                pending.message.clone(),
+            );
             next.pending = Some(pending);
             ctx.jobs.update_job(&next).await?;
             ctx.jobs.append_events(&job.id, &[ev]).await?;
@@ -146,32 +190,65 @@ pub async fn finish(
     };
     next.logs_key = Some(key);
     ctx.jobs.update_job(&next).await?;
-    let ev = platform_event(now, format!("state-{}", next.state), "Normal", next.state.as_str(), message);
+    let ev = platform_event(
+        now,
+        format!("state-{}", next.state),
+        "Normal",
+        next.state.as_str(),
+        message,
+    );
     ctx.jobs.append_events(&job.id, &[ev]).await?;
-    if matches!(failure, Some((FailureReason::PreRunningDeadlineExceeded | FailureReason::RunDeadlineExceeded, _))) {
+    if matches!(
+        failure,
+        Some((
+            FailureReason::PreRunningDeadlineExceeded | FailureReason::RunDeadlineExceeded,
+            _
+        ))
+    ) {
         ctx.metrics.inc_deadline_failures();
     }
     ctx.metrics.inc_terminal(next.state);
     tracing::info!(job_id = %job.id, state = %next.state, "job ended");
     workload::delete(ctx, job.spec.kind(), ns, &name).await?;
-    ctx.seen_events.lock().unwrap_or_else(|p| p.into_inner()).remove(&job.id);
+    ctx.seen_events
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&job.id);
     Ok(())
 }
 
 /// Archives and deletes workloads whose job is terminal or unknown.
 pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<String>) -> Result<()> {
     let mut candidates: Vec<(WorkloadKind, String, String, String)> = Vec::new();
-    for rj in cluster.rayjobs.iter().filter(|r| r.metadata.deletion_timestamp.is_none()) {
+    for rj in cluster
+        .rayjobs
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+    {
         if let Some(id) = rj.labels().get(JOB_ID_LABEL) {
-            candidates.push((WorkloadKind::RayJob, rj.namespace().unwrap_or_default(), rj.name_any(), id.clone()));
+            candidates.push((
+                WorkloadKind::RayJob,
+                rj.namespace().unwrap_or_default(),
+                rj.name_any(),
+                id.clone(),
+            ));
         }
     }
-    for pod in cluster.pods.iter().filter(|p| managed(&p.metadata) && p.metadata.deletion_timestamp.is_none()) {
+    for pod in cluster
+        .pods
+        .iter()
+        .filter(|p| managed(&p.metadata) && p.metadata.deletion_timestamp.is_none())
+    {
         // Only the CPU job's own Pod is a workload; Ray pods belong to their RayJob.
         if let Some(id) = pod.labels().get(JOB_ID_LABEL)
             && pod.name_any() == workload_name(id)
         {
-            candidates.push((WorkloadKind::Pod, pod.namespace().unwrap_or_default(), pod.name_any(), id.clone()));
+            candidates.push((
+                WorkloadKind::Pod,
+                pod.namespace().unwrap_or_default(),
+                pod.name_any(),
+                id.clone(),
+            ));
         }
     }
     for (kind, ns, name, id) in candidates {

@@ -23,7 +23,10 @@ use crate::rayjob::{self, RayJob};
 /// itself, so the URL must outlive the latest node to join.
 pub fn url_validity(job: &JobRecord, max: Duration) -> Duration {
     let d = &job.spec.deadlines;
-    let secs = d.pre_running_seconds.saturating_add(d.run_seconds).saturating_add(3600);
+    let secs = d
+        .pre_running_seconds
+        .saturating_add(d.run_seconds)
+        .saturating_add(3600);
     Duration::from_secs(secs).min(max)
 }
 
@@ -47,7 +50,11 @@ pub async fn render(ctx: &Ctx, job: &JobRecord) -> Result<serde_json::Value> {
     let validity = url_validity(job, ctx.config.max_presign);
     let url = ctx
         .blobs
-        .presign(PresignMethod::Get, &storage_key(&job.capsule_sha256), validity)
+        .presign(
+            PresignMethod::Get,
+            &storage_key(&job.capsule_sha256),
+            validity,
+        )
         .await?
         .url;
     let capsule = CapsuleRef {
@@ -74,8 +81,13 @@ pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
                 kind: "RayJob",
                 source,
             })?;
-            let api: Api<RayJob> = Api::namespaced_with(ctx.kube.client.clone(), ns, &rayjob::resource());
-            created(ctx.kube.call("create rayjob", &object, || api.create(&params, &typed)).await)?;
+            let api: Api<RayJob> =
+                Api::namespaced_with(ctx.kube.client.clone(), ns, &rayjob::resource());
+            created(
+                ctx.kube
+                    .call("create rayjob", &object, || api.create(&params, &typed))
+                    .await,
+            )?;
         }
         WorkloadKind::Pod => {
             let typed: Pod = serde_json::from_value(value).map_err(|source| Error::Convert {
@@ -84,7 +96,11 @@ pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
                 source,
             })?;
             let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), ns);
-            created(ctx.kube.call("create pod", &object, || api.create(&params, &typed)).await)?;
+            created(
+                ctx.kube
+                    .call("create pod", &object, || api.create(&params, &typed))
+                    .await,
+            )?;
         }
     }
     tracing::info!(job_id = %job.id, workload = %name, capsule = %job.capsule_sha256, "workload created");
@@ -97,12 +113,19 @@ pub async fn delete(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) 
     let object = format!("{namespace}/{name}");
     let outcome = match kind {
         WorkloadKind::RayJob => {
-            let api: Api<RayJob> = Api::namespaced_with(ctx.kube.client.clone(), namespace, &rayjob::resource());
-            ctx.kube.call("delete rayjob", &object, || api.delete(name, &params)).await.map(|_| ())
+            let api: Api<RayJob> =
+                Api::namespaced_with(ctx.kube.client.clone(), namespace, &rayjob::resource());
+            ctx.kube
+                .call("delete rayjob", &object, || api.delete(name, &params))
+                .await
+                .map(|_| ())
         }
         WorkloadKind::Pod => {
             let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), namespace);
-            ctx.kube.call("delete pod", &object, || api.delete(name, &params)).await.map(|_| ())
+            ctx.kube
+                .call("delete pod", &object, || api.delete(name, &params))
+                .await
+                .map(|_| ())
         }
     };
     match outcome {
@@ -116,12 +139,19 @@ pub async fn exists(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) 
     let object = format!("{namespace}/{name}");
     Ok(match kind {
         WorkloadKind::RayJob => {
-            let api: Api<RayJob> = Api::namespaced_with(ctx.kube.client.clone(), namespace, &rayjob::resource());
-            ctx.kube.call("get rayjob", &object, || api.get_opt(name)).await?.is_some()
+            let api: Api<RayJob> =
+                Api::namespaced_with(ctx.kube.client.clone(), namespace, &rayjob::resource());
+            ctx.kube
+                .call("get rayjob", &object, || api.get_opt(name))
+                .await?
+                .is_some()
         }
         WorkloadKind::Pod => {
             let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), namespace);
-            ctx.kube.call("get pod", &object, || api.get_opt(name)).await?.is_some()
+            ctx.kube
+                .call("get pod", &object, || api.get_opt(name))
+                .await?
+                .is_some()
         }
     })
 }

@@ -21,41 +21,81 @@ fn local_endpoint() -> String {
         panic!("AWS_ENDPOINT_URL is not set: run `scripts/with-moto.sh cargo test -p tuneplane-reconciler` (scripts/test.sh does)")
     });
     let host = url.split("://").nth(1).unwrap_or_default();
-    assert!(host.starts_with("127.0.0.1:") || host.starts_with("[::1]:"), "refusing non-local AWS_ENDPOINT_URL={url}");
+    assert!(
+        host.starts_with("127.0.0.1:") || host.starts_with("[::1]:"),
+        "refusing non-local AWS_ENDPOINT_URL={url}"
+    );
     url
 }
 
 fn unique(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!("{prefix}-{}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed), tuneplane_reconciler::now_ms())
+    format!(
+        "{prefix}-{}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        tuneplane_reconciler::now_ms()
+    )
 }
 
 async fn aws_harness(config: tuneplane_kubesim::SimConfig) -> Harness {
     let sdk = aws_config::defaults(BehaviorVersion::latest())
         .endpoint_url(local_endpoint())
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("testing", "testing", None, None, "tuneplane-tests"))
+        .credentials_provider(Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "tuneplane-tests",
+        ))
         .load()
         .await;
     let dynamo = dynamodb_client(&sdk, None);
     let table = unique("tp-recon");
-    tuneplane_stores::dynamo::table::create_table(&dynamo, &table).await.unwrap_or_else(|e| panic!("table: {e}"));
+    tuneplane_stores::dynamo::table::create_table(&dynamo, &table)
+        .await
+        .unwrap_or_else(|e| panic!("table: {e}"));
     let s3 = s3_client(&sdk, true);
     let bucket = unique("tp-recon");
-    s3.create_bucket().bucket(&bucket).send().await.unwrap_or_else(|e| panic!("bucket: {e}"));
+    s3.create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("bucket: {e}"));
     let jobs = Arc::new(DynamoJobStore::new(dynamo, table));
     let blobs = Arc::new(S3BlobStore::new(s3, bucket));
-    with_stores(config, jobs, blobs, tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))).await
+    with_stores(
+        config,
+        jobs,
+        blobs,
+        tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
-    let h = aws_harness(sim_config(FLEET, Duration::from_millis(500), Some(Duration::from_millis(500)))).await;
+    let h = aws_harness(sim_config(
+        FLEET,
+        Duration::from_millis(500),
+        Some(Duration::from_millis(500)),
+    ))
+    .await;
     let (_task, _ctx) = h.reconciler(test_config("aws")).await;
-    let multi = vec![pool("main", Some("h200"), 2, 8), pool("eval", Some("l40s"), 1, 4)];
-    h.submit(&job("multi", multi, "ghcr.io/acme/train:1", 60)).await;
+    let multi = vec![
+        pool("main", Some("h200"), 2, 8),
+        pool("eval", Some("l40s"), 1, 4),
+    ];
+    h.submit(&job("multi", multi, "ghcr.io/acme/train:1", 60))
+        .await;
     h.submit(&cpu_job("cpu")).await;
-    let mut stop = job("stopme", vec![pool("main", Some("h200"), 1, 8)], "ghcr.io/acme/train:1", 60);
+    let mut stop = job(
+        "stopme",
+        vec![pool("main", Some("h200"), 1, 8)],
+        "ghcr.io/acme/train:1",
+        60,
+    );
     stop.spec.priority = -1;
     h.submit(&stop).await;
 
@@ -72,12 +112,29 @@ async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
         fresh.stop_requested = true;
         let _ = h.jobs.update_job(&fresh).await;
     }
-    let stopped = h.wait_job(30, "stopme", "terminal", |j| j.is_terminal()).await;
+    let stopped = h
+        .wait_job(30, "stopme", "terminal", |j| j.is_terminal())
+        .await;
     if stopped.state == JobState::Stopped {
-        assert_eq!(stopped.failure.clone().map(|f| f.reason), Some(FailureReason::StopRequested));
+        assert_eq!(
+            stopped.failure.clone().map(|f| f.reason),
+            Some(FailureReason::StopRequested)
+        );
     }
     assert_logs_archived(&h, &stopped).await;
-    let capacity = h.jobs.get_capacity().await.ok().flatten().unwrap_or_default();
+    let capacity = h
+        .jobs
+        .get_capacity()
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     assert_eq!(capacity["series"]["h200"]["nodes"], 2);
-    assert!(h.jobs.list_active().await.unwrap_or_else(|e| panic!("{e}")).is_empty());
+    assert!(
+        h.jobs
+            .list_active()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_empty()
+    );
 }

@@ -22,14 +22,25 @@ type Uids = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
 /// Records every uid each workload name ever had.
 fn track<K>(api: Api<K>, config: watcher::Config, uids: Uids) -> tokio::task::JoinHandle<()>
 where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     tokio::spawn(async move {
-        let mut stream = watcher(api, config).default_backoff().applied_objects().boxed();
+        let mut stream = watcher(api, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
         while let Some(item) = stream.next().await {
             if let Ok(obj) = item {
                 let mut map = uids.lock().unwrap_or_else(|p| p.into_inner());
-                map.entry(obj.name_any()).or_default().insert(obj.uid().unwrap_or_default());
+                map.entry(obj.name_any())
+                    .or_default()
+                    .insert(obj.uid().unwrap_or_default());
             }
         }
     })
@@ -39,31 +50,70 @@ where
 async fn fingerprint(h: &Harness, ids: &[&str], uids: &Uids) -> String {
     let mut out = String::new();
     for id in ids {
-        let version = h.jobs.get_job(id).await.ok().flatten().map_or(0, |j| j.version);
-        let archived = h.blobs.head(&format!("logs/{id}/logs.tar.gz")).await.ok().flatten().is_some();
+        let version = h
+            .jobs
+            .get_job(id)
+            .await
+            .ok()
+            .flatten()
+            .map_or(0, |j| j.version);
+        let archived = h
+            .blobs
+            .head(&format!("logs/{id}/logs.tar.gz"))
+            .await
+            .ok()
+            .flatten()
+            .is_some();
         out.push_str(&format!("{id}:{version}:{archived};"));
     }
-    let workloads = uids.lock().map(|m| m.values().map(BTreeSet::len).sum::<usize>()).unwrap_or(0);
+    let workloads = uids
+        .lock()
+        .map(|m| m.values().map(BTreeSet::len).sum::<usize>())
+        .unwrap_or(0);
     out.push_str(&workloads.to_string());
     out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_the_reconciler_after_every_step_loses_no_job_and_creates_no_workload_twice() {
-    let h = start(sim_config(FLEET, Duration::from_millis(600), Some(Duration::from_millis(600)))).await;
+    let h = start(sim_config(
+        FLEET,
+        Duration::from_millis(600),
+        Some(Duration::from_millis(600)),
+    ))
+    .await;
     let uids: Uids = Arc::default();
-    let rayjobs: Api<RayJob> = Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
+    let rayjobs: Api<RayJob> =
+        Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
     let _t1 = track(rayjobs.clone(), watcher::Config::default(), uids.clone());
     let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
     let cpu_pods = watcher::Config::default().fields("metadata.name=tp-c1");
     let _t2 = track(pods.clone(), cpu_pods, uids.clone());
 
     let ids = ["g1", "g2", "c1", "g3"];
-    h.submit(&job("g1", vec![pool("main", Some("h200"), 1, 8)], "ghcr.io/acme/train:1", 120)).await;
-    h.submit(&job("g2", vec![pool("main", Some("l40s"), 1, 4)], "ghcr.io/acme/train:1", 120)).await;
+    h.submit(&job(
+        "g1",
+        vec![pool("main", Some("h200"), 1, 8)],
+        "ghcr.io/acme/train:1",
+        120,
+    ))
+    .await;
+    h.submit(&job(
+        "g2",
+        vec![pool("main", Some("l40s"), 1, 4)],
+        "ghcr.io/acme/train:1",
+        120,
+    ))
+    .await;
     h.submit(&cpu_job("c1")).await;
     // Needs both h200 nodes: waits for g1, then runs.
-    h.submit(&job("g3", vec![pool("main", Some("h200"), 2, 8)], "ghcr.io/acme/train:1", 120)).await;
+    h.submit(&job(
+        "g3",
+        vec![pool("main", Some("h200"), 2, 8)],
+        "ghcr.io/acme/train:1",
+        120,
+    ))
+    .await;
 
     let mut kills = 0;
     for _ in 0..80 {
@@ -90,7 +140,10 @@ async fn killing_the_reconciler_after_every_step_loses_no_job_and_creates_no_wor
         let _ = task.await;
         kills += 1;
     }
-    assert!(kills >= 8, "the test killed the reconciler only {kills} times");
+    assert!(
+        kills >= 8,
+        "the test killed the reconciler only {kills} times"
+    );
 
     // A last reconciler runs undisturbed and must leave no workload behind.
     let (_task, _ctx) = h.reconciler(test_config("crashy")).await;
@@ -99,12 +152,16 @@ async fn killing_the_reconciler_after_every_step_loses_no_job_and_creates_no_wor
         assert_logs_archived(&h, &job).await;
     }
     wait_for(20, "every workload deleted", || async {
-        let left = rayjobs.list(&Default::default()).await.ok()?.items.len() + pods.get_opt("tp-c1").await.ok()?.map_or(0, |_| 1);
+        let left = rayjobs.list(&Default::default()).await.ok()?.items.len()
+            + pods.get_opt("tp-c1").await.ok()?.map_or(0, |_| 1);
         (left == 0).then_some(())
     })
     .await;
     let map = uids.lock().map(|m| m.clone()).unwrap_or_default();
-    assert_eq!(map.keys().cloned().collect::<Vec<_>>(), ["tp-c1", "tp-g1", "tp-g2", "tp-g3"]);
+    assert_eq!(
+        map.keys().cloned().collect::<Vec<_>>(),
+        ["tp-c1", "tp-g1", "tp-g2", "tp-g3"]
+    );
     for (name, set) in map {
         assert_eq!(set.len(), 1, "{name} was created {} times", set.len());
     }

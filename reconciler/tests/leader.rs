@@ -10,21 +10,39 @@ use tuneplane_core::job::JobState;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn only_one_of_two_reconcilers_acts_and_the_standby_takes_over_when_the_leader_dies() {
-    let h = start(sim_config(FLEET, Duration::from_millis(300), Some(Duration::from_millis(300)))).await;
+    let h = start(sim_config(
+        FLEET,
+        Duration::from_millis(300),
+        Some(Duration::from_millis(300)),
+    ))
+    .await;
     let (task_a, a) = h.reconciler(test_config("replica-a")).await;
     let (task_b, b) = h.reconciler(test_config("replica-b")).await;
-    wait_for(10, "a leader", || async { (a.leadership.is_leader() || b.leadership.is_leader()).then_some(()) }).await;
+    wait_for(10, "a leader", || async {
+        (a.leadership.is_leader() || b.leadership.is_leader()).then_some(())
+    })
+    .await;
 
     for i in 0..4 {
-        h.submit(&job(&format!("j{i}"), vec![pool("main", Some("l40s"), 1, 4)], "ghcr.io/acme/train:1", 60)).await;
+        h.submit(&job(
+            &format!("j{i}"),
+            vec![pool("main", Some("l40s"), 1, 4)],
+            "ghcr.io/acme/train:1",
+            60,
+        ))
+        .await;
     }
     // Sample leadership while the jobs run through: never both at once.
     for _ in 0..100 {
-        assert!(!(a.leadership.is_leader() && b.leadership.is_leader()), "two leaders at once");
+        assert!(
+            !(a.leadership.is_leader() && b.leadership.is_leader()),
+            "two leaders at once"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for i in 0..4 {
-        h.wait_state(30, &format!("j{i}"), JobState::Succeeded).await;
+        h.wait_state(30, &format!("j{i}"), JobState::Succeeded)
+            .await;
     }
     let (leader_task, standby, leader, standby_task) = if a.leadership.is_leader() {
         (task_a, b, a, task_b)
@@ -32,12 +50,19 @@ async fn only_one_of_two_reconcilers_acts_and_the_standby_takes_over_when_the_le
         (task_b, a, b, task_a)
     };
     assert_eq!(standby.metrics.passes(), 0, "the standby never ran a pass");
-    assert_eq!(leader.metrics.admissions(), 4, "every job admitted once, by the leader");
+    assert_eq!(
+        leader.metrics.admissions(),
+        4,
+        "every job admitted once, by the leader"
+    );
 
     // The leader dies without releasing the Lease; the standby takes over after it expires.
     leader_task.abort();
     let _ = leader_task.await;
-    wait_for(10, "the standby to lead", || async { standby.leadership.is_leader().then_some(()) }).await;
+    wait_for(10, "the standby to lead", || async {
+        standby.leadership.is_leader().then_some(())
+    })
+    .await;
     h.submit(&cpu_job("after")).await;
     h.wait_state(30, "after", JobState::Succeeded).await;
     assert_eq!(standby.metrics.admissions(), 1);

@@ -24,7 +24,12 @@ async fn gone_after_archive(h: &Harness, id: &str, name: &str, pod: bool) {
     let seen = &seen;
     wait_for(20, &format!("{name} deleted"), || async move {
         let exists = if pod {
-            Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs").get_opt(name).await.ok().flatten().is_some()
+            Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_some()
         } else {
             rayjobs(h).get_opt(name).await.ok().flatten().is_some()
         };
@@ -32,12 +37,21 @@ async fn gone_after_archive(h: &Harness, id: &str, name: &str, pod: bool) {
             seen.store(true, std::sync::atomic::Ordering::SeqCst);
             return None;
         }
-        let terminal = h.jobs.get_job(id).await.ok().flatten().is_some_and(|j| j.is_terminal());
+        let terminal = h
+            .jobs
+            .get_job(id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|j| j.is_terminal());
         if !seen.load(std::sync::atomic::Ordering::SeqCst) && !terminal {
             return None;
         }
         let archived = h.blobs.head(key).await.ok().flatten().is_some();
-        assert!(archived, "{name} was deleted before its logs were archived at {key}");
+        assert!(
+            archived,
+            "{name} was deleted before its logs were archived at {key}"
+        );
         Some(())
     })
     .await;
@@ -47,77 +61,149 @@ async fn gone_after_archive(h: &Harness, id: &str, name: &str, pod: bool) {
 async fn multi_pool_job_is_admitted_only_when_every_pool_fits_and_a_stopped_job_frees_its_nodes() {
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
-    h.submit(&job("hold", vec![pool("main", Some("h200"), 1, 8)], "ghcr.io/acme/train:1", 60)).await;
+    h.submit(&job(
+        "hold",
+        vec![pool("main", Some("h200"), 1, 8)],
+        "ghcr.io/acme/train:1",
+        60,
+    ))
+    .await;
     h.wait_state(20, "hold", JobState::Running).await;
 
-    let multi = vec![pool("main", Some("h200"), 2, 8), pool("eval", Some("l40s"), 1, 4)];
-    h.submit(&job("multi", multi, "ghcr.io/acme/train:1", 60)).await;
+    let multi = vec![
+        pool("main", Some("h200"), 2, 8),
+        pool("eval", Some("l40s"), 1, 4),
+    ];
+    h.submit(&job("multi", multi, "ghcr.io/acme/train:1", 60))
+        .await;
     let waiting = h
         .wait_job(20, "multi", "pending InsufficientGpu", |j| {
-            j.pending.as_ref().is_some_and(|p| p.reason == PendingReason::InsufficientGpu)
+            j.pending
+                .as_ref()
+                .is_some_and(|p| p.reason == PendingReason::InsufficientGpu)
         })
         .await;
     assert_eq!(waiting.state, JobState::Queued);
-    assert!(rayjobs(&h).get_opt("tp-multi").await.ok().flatten().is_none(), "no partial admission");
+    assert!(
+        rayjobs(&h)
+            .get_opt("tp-multi")
+            .await
+            .ok()
+            .flatten()
+            .is_none(),
+        "no partial admission"
+    );
 
     // Stop the running job: it ends STOPPED with logs, and the gang job then fits.
     let mut hold = h.job("hold").await;
     hold.stop_requested = true;
-    h.jobs.update_job(&hold).await.unwrap_or_else(|e| panic!("{e}"));
+    h.jobs
+        .update_job(&hold)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let stopped = h.wait_state(20, "hold", JobState::Stopped).await;
-    assert_eq!(stopped.failure.map(|f| f.reason), Some(FailureReason::StopRequested));
+    assert_eq!(
+        stopped.failure.map(|f| f.reason),
+        Some(FailureReason::StopRequested)
+    );
     gone_after_archive(&h, "hold", "tp-hold", false).await;
     assert_logs_archived(&h, &h.job("hold").await).await;
 
     h.wait_state(20, "multi", JobState::Running).await;
-    let rj = rayjobs(&h).get("tp-multi").await.unwrap_or_else(|e| panic!("{e}"));
+    let rj = rayjobs(&h)
+        .get("tp-multi")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let cluster = rj.spec.ray_cluster_spec.clone().unwrap_or_default();
     let head = &cluster["headGroupSpec"]["template"]["spec"];
     assert_eq!(head["nodeSelector"]["tuneplane/gpu-series"], "h200");
-    assert_eq!(head["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "8");
+    assert_eq!(
+        head["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        "8"
+    );
     let groups: Vec<(String, i64, String)> = cluster["workerGroupSpecs"]
         .as_array()
         .cloned()
         .unwrap_or_default()
         .iter()
         .map(|g| {
-            let series = g["template"]["spec"]["nodeSelector"]["tuneplane/gpu-series"].as_str().unwrap_or_default();
-            (g["groupName"].as_str().unwrap_or_default().to_owned(), g["replicas"].as_i64().unwrap_or(-1), series.to_owned())
+            let series = g["template"]["spec"]["nodeSelector"]["tuneplane/gpu-series"]
+                .as_str()
+                .unwrap_or_default();
+            (
+                g["groupName"].as_str().unwrap_or_default().to_owned(),
+                g["replicas"].as_i64().unwrap_or(-1),
+                series.to_owned(),
+            )
         })
         .collect();
-    assert_eq!(groups, [("main".into(), 1, "h200".into()), ("eval".into(), 1, "l40s".into())]);
+    assert_eq!(
+        groups,
+        [
+            ("main".into(), 1, "h200".into()),
+            ("eval".into(), 1, "l40s".into())
+        ]
+    );
     // Three Ray pods, each on its own node of the right series.
     let pods = Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
         .list(&ListParams::default().labels("tuneplane.io/job-id=multi"))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut nodes: Vec<String> = pods.items.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
+    let mut nodes: Vec<String> = pods
+        .items
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
     nodes.sort();
     assert_eq!(nodes, ["h200-0", "h200-1", "l40s-0"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cpu_only_job_becomes_a_pod_and_succeeds_with_its_logs_archived_before_deletion() {
-    let h = start(sim_config(FLEET, Duration::from_secs(2), Some(Duration::from_millis(1500)))).await;
+    let h = start(sim_config(
+        FLEET,
+        Duration::from_secs(2),
+        Some(Duration::from_millis(1500)),
+    ))
+    .await;
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
     h.submit(&cpu_job("cpu1")).await;
     let pod = wait_for(20, "pod tp-cpu1", || async {
-        Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs").get_opt("tp-cpu1").await.ok().flatten()
+        Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
+            .get_opt("tp-cpu1")
+            .await
+            .ok()
+            .flatten()
     })
     .await;
     let spec = pod.spec.clone().unwrap_or_default();
     assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
     let resources = serde_json::to_value(&spec.containers[0].resources).unwrap_or_default();
     assert_eq!(resources["requests"], resources["limits"]);
-    assert!(rayjobs(&h).get_opt("tp-cpu1").await.ok().flatten().is_none(), "not a RayJob");
+    assert!(
+        rayjobs(&h)
+            .get_opt("tp-cpu1")
+            .await
+            .ok()
+            .flatten()
+            .is_none(),
+        "not a RayJob"
+    );
 
     gone_after_archive(&h, "cpu1", "tp-cpu1", true).await;
     let done = h.wait_state(20, "cpu1", JobState::Succeeded).await;
     let entries = assert_logs_archived(&h, &done).await;
     let index: Value = serde_json::from_str(&entries[0].1).unwrap_or_default();
     assert_eq!(index["entries"][0]["container"], "job");
-    assert!(entries.iter().any(|(p, _)| p == "tp-cpu1/job.log"), "{entries:?}");
-    let events = h.jobs.list_events("cpu1", 100, None).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        entries.iter().any(|(p, _)| p == "tp-cpu1/job.log"),
+        "{entries:?}"
+    );
+    let events = h
+        .jobs
+        .list_events("cpu1", 100, None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let keys: Vec<&str> = events.items.iter().map(|e| e.key.as_str()).collect();
     for k in ["state-ADMITTED", "state-RUNNING", "state-SUCCEEDED"] {
         assert!(keys.contains(&k), "{k} in {keys:?}");
@@ -128,16 +214,44 @@ async fn cpu_only_job_becomes_a_pod_and_succeeds_with_its_logs_archived_before_d
 async fn gpu_job_succeeds_and_its_rayjob_is_deleted_after_submitter_and_ray_logs_are_archived() {
     let h = start(sim_config(FLEET, Duration::from_millis(500), None)).await;
     let (_task, ctx) = h.reconciler(test_config("r1")).await;
-    h.submit(&job("ok", vec![pool("main", Some("l40s"), 1, 4)], "ghcr.io/acme/train:1", 60)).await;
+    h.submit(&job(
+        "ok",
+        vec![pool("main", Some("l40s"), 1, 4)],
+        "ghcr.io/acme/train:1",
+        60,
+    ))
+    .await;
     gone_after_archive(&h, "ok", "tp-ok", false).await;
     let done = h.wait_state(20, "ok", JobState::Succeeded).await;
     let entries = assert_logs_archived(&h, &done).await;
     let index: Value = serde_json::from_str(&entries[0].1).unwrap_or_default();
-    let pods: Vec<String> = index["entries"].as_array().cloned().unwrap_or_default().iter().map(|e| e["pod"].as_str().unwrap_or_default().to_owned()).collect();
-    assert!(pods.iter().any(|p| p.contains("-head-")), "head pod logs: {pods:?}");
-    assert!(pods.iter().any(|p| p.starts_with("tp-ok-") && !p.contains("-head-")), "submitter logs: {pods:?}");
-    let capacity = h.jobs.get_capacity().await.ok().flatten().unwrap_or_default();
-    assert_eq!(capacity["series"]["l40s"]["total_gpus"], 4, "capacity published");
+    let pods: Vec<String> = index["entries"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| e["pod"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        pods.iter().any(|p| p.contains("-head-")),
+        "head pod logs: {pods:?}"
+    );
+    assert!(
+        pods.iter()
+            .any(|p| p.starts_with("tp-ok-") && !p.contains("-head-")),
+        "submitter logs: {pods:?}"
+    );
+    let capacity = h
+        .jobs
+        .get_capacity()
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    assert_eq!(
+        capacity["series"]["l40s"]["total_gpus"], 4,
+        "capacity published"
+    );
     assert!(ctx.metrics.admissions() >= 1);
 }
 
@@ -145,11 +259,34 @@ async fn gpu_job_succeeds_and_its_rayjob_is_deleted_after_submitter_and_ray_logs
 async fn job_behind_a_bigger_job_of_another_series_is_not_blocked() {
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
-    h.submit(&job("hold", vec![pool("main", Some("h200"), 2, 8)], "ghcr.io/acme/train:1", 60)).await;
+    h.submit(&job(
+        "hold",
+        vec![pool("main", Some("h200"), 2, 8)],
+        "ghcr.io/acme/train:1",
+        60,
+    ))
+    .await;
     h.wait_state(20, "hold", JobState::Running).await;
-    h.submit(&job("big", vec![pool("main", Some("h200"), 1, 8)], "ghcr.io/acme/train:1", 60)).await;
-    h.wait_job(20, "big", "waiting for GPUs", |j| j.pending.as_ref().is_some_and(|p| p.reason == PendingReason::InsufficientGpu)).await;
-    h.submit(&job("small", vec![pool("main", Some("l40s"), 1, 4)], "ghcr.io/acme/train:1", 60)).await;
+    h.submit(&job(
+        "big",
+        vec![pool("main", Some("h200"), 1, 8)],
+        "ghcr.io/acme/train:1",
+        60,
+    ))
+    .await;
+    h.wait_job(20, "big", "waiting for GPUs", |j| {
+        j.pending
+            .as_ref()
+            .is_some_and(|p| p.reason == PendingReason::InsufficientGpu)
+    })
+    .await;
+    h.submit(&job(
+        "small",
+        vec![pool("main", Some("l40s"), 1, 4)],
+        "ghcr.io/acme/train:1",
+        60,
+    ))
+    .await;
     h.wait_state(20, "small", JobState::Running).await;
     assert_eq!(h.job("big").await.state, JobState::Queued);
 }

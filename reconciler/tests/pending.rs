@@ -19,15 +19,22 @@ node_groups:
 ";
 
 async fn rayjob_gone(h: &Harness, name: &str) {
-    let api: Api<RayJob> = Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
+    let api: Api<RayJob> =
+        Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
     wait_for(20, &format!("{name} deleted"), || async {
-        api.get_opt(name).await.ok().flatten().is_none().then_some(())
+        api.get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the_kubernetes_message_then_fail_at_the_deadline() {
+async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the_kubernetes_message_then_fail_at_the_deadline()
+ {
     let h = start(sim_config(ONE_NODE, Duration::from_secs(600), None)).await;
     // Someone else's GPU pod waits for the same node; it is older than ours, so it is bound first.
     let other: Pod = serde_json::from_value(json!({
@@ -37,35 +44,76 @@ async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the
                  "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "8", "cpu": "1", "memory": "1Gi"}}}]}
     }))
     .unwrap_or_else(|e| panic!("{e}"));
-    Api::<Pod>::namespaced(h.client.clone(), "default").create(&PostParams::default(), &other).await.unwrap_or_else(|e| panic!("{e}"));
+    Api::<Pod>::namespaced(h.client.clone(), "default")
+        .create(&PostParams::default(), &other)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
-    h.submit(&job("stuck", vec![pool("main", Some("h200"), 1, 8)], "ghcr.io/acme/train:1", 6)).await;
+    h.submit(&job(
+        "stuck",
+        vec![pool("main", Some("h200"), 1, 8)],
+        "ghcr.io/acme/train:1",
+        6,
+    ))
+    .await;
 
     let tainted = h
-        .wait_job(20, "stuck", "NoMatchingNode", |j| j.pending.as_ref().is_some_and(|p| p.reason == PendingReason::NoMatchingNode))
+        .wait_job(20, "stuck", "NoMatchingNode", |j| {
+            j.pending
+                .as_ref()
+                .is_some_and(|p| p.reason == PendingReason::NoMatchingNode)
+        })
         .await;
     assert_eq!(tainted.state, JobState::Admitted);
     let message = tainted.pending.map(|p| p.message).unwrap_or_default();
-    assert!(message.starts_with("0/2 nodes are available") && message.contains("taint"), "{message}");
+    assert!(
+        message.starts_with("0/2 nodes are available") && message.contains("taint"),
+        "{message}"
+    );
 
     let nodes: Api<Node> = Api::all(h.client.clone());
     let keep_gpu_taint = json!({"spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}});
-    nodes.patch("h200-0", &PatchParams::default(), &Patch::Merge(&keep_gpu_taint)).await.unwrap_or_else(|e| panic!("{e}"));
+    nodes
+        .patch(
+            "h200-0",
+            &PatchParams::default(),
+            &Patch::Merge(&keep_gpu_taint),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let short = h
-        .wait_job(20, "stuck", "InsufficientGpu", |j| j.pending.as_ref().is_some_and(|p| p.reason == PendingReason::InsufficientGpu))
+        .wait_job(20, "stuck", "InsufficientGpu", |j| {
+            j.pending
+                .as_ref()
+                .is_some_and(|p| p.reason == PendingReason::InsufficientGpu)
+        })
         .await;
     let message = short.pending.map(|p| p.message).unwrap_or_default();
     assert!(message.contains("Insufficient nvidia.com/gpu"), "{message}");
 
     let failed = h.wait_state(20, "stuck", JobState::Failed).await;
-    let failure = failed.failure.clone().unwrap_or_else(|| panic!("no failure"));
+    let failure = failed
+        .failure
+        .clone()
+        .unwrap_or_else(|| panic!("no failure"));
     assert_eq!(failure.reason, FailureReason::PreRunningDeadlineExceeded);
-    assert!(failure.message.contains("InsufficientGpu"), "{}", failure.message);
+    assert!(
+        failure.message.contains("InsufficientGpu"),
+        "{}",
+        failure.message
+    );
     assert_logs_archived(&h, &failed).await;
     rayjob_gone(&h, "tp-stuck").await;
-    let events = h.jobs.list_events("stuck", 200, None).await.unwrap_or_else(|e| panic!("{e}"));
+    let events = h
+        .jobs
+        .list_events("stuck", 200, None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        events.items.iter().any(|e| e.source == EventSource::Kubernetes && e.reason == "FailedScheduling"),
+        events
+            .items
+            .iter()
+            .any(|e| e.source == EventSource::Kubernetes && e.reason == "FailedScheduling"),
         "Kubernetes warnings are copied: {:?}",
         events.items
     );
@@ -77,14 +125,30 @@ async fn bad_image_shows_image_pull_then_fails_at_the_pre_running_deadline() {
     config.scenario.image_pull_failures = vec!["ghcr.io/acme/missing:1".into()];
     let h = start(config).await;
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
-    h.submit(&job("badimg", vec![pool("main", Some("l40s"), 1, 4)], "ghcr.io/acme/missing:1", 3)).await;
+    h.submit(&job(
+        "badimg",
+        vec![pool("main", Some("l40s"), 1, 4)],
+        "ghcr.io/acme/missing:1",
+        3,
+    ))
+    .await;
     let pulling = h
-        .wait_job(20, "badimg", "ImagePull", |j| j.pending.as_ref().is_some_and(|p| p.reason == PendingReason::ImagePull))
+        .wait_job(20, "badimg", "ImagePull", |j| {
+            j.pending
+                .as_ref()
+                .is_some_and(|p| p.reason == PendingReason::ImagePull)
+        })
         .await;
     let message = pulling.pending.map(|p| p.message).unwrap_or_default();
-    assert!(message.contains("ErrImagePull") || message.contains("ImagePullBackOff"), "{message}");
+    assert!(
+        message.contains("ErrImagePull") || message.contains("ImagePullBackOff"),
+        "{message}"
+    );
     let failed = h.wait_state(20, "badimg", JobState::Failed).await;
-    let failure = failed.failure.clone().unwrap_or_else(|| panic!("no failure"));
+    let failure = failed
+        .failure
+        .clone()
+        .unwrap_or_else(|| panic!("no failure"));
     assert_eq!(failure.reason, FailureReason::PreRunningDeadlineExceeded);
     assert!(failure.message.contains("ImagePull"), "{}", failure.message);
     assert_logs_archived(&h, &failed).await;

@@ -59,8 +59,12 @@ pub struct Harness {
 pub async fn start(config: SimConfig) -> Harness {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap_or_else(|e| panic!("{e}"));
-    let blobs = FsBlobStore::open(dir.path().join("blobs"), b"test-secret".to_vec(), "http://127.0.0.1:9/blobs")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let blobs = FsBlobStore::open(
+        dir.path().join("blobs"),
+        b"test-secret".to_vec(),
+        "http://127.0.0.1:9/blobs",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     with_stores(config, Arc::new(jobs), Arc::new(blobs), dir).await
 }
 
@@ -71,10 +75,19 @@ pub async fn with_stores(
     blobs: Arc<dyn BlobStore>,
     dir: tempfile::TempDir,
 ) -> Harness {
-    let sim = KubeSim::start(config).await.unwrap_or_else(|e| panic!("kubesim: {e}"));
+    let sim = KubeSim::start(config)
+        .await
+        .unwrap_or_else(|e| panic!("kubesim: {e}"));
     let url = sim.url().parse().unwrap_or_else(|e| panic!("url: {e}"));
-    let client = kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("client: {e}"));
-    Harness { sim, client, jobs, blobs, _dir: dir }
+    let client =
+        kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("client: {e}"));
+    Harness {
+        sim,
+        client,
+        jobs,
+        blobs,
+        _dir: dir,
+    }
 }
 
 /// Reconciler settings for tests: fast passes, a short lease in `default`.
@@ -94,9 +107,15 @@ impl Harness {
     /// Starts a reconciler as a task; abort the handle to crash it.
     pub async fn reconciler(&self, config: Config) -> (JoinHandle<()>, Arc<Ctx>) {
         let metrics = Arc::new(Metrics::default());
-        let r = Reconciler::new(config, self.client.clone(), self.jobs.clone(), self.blobs.clone(), metrics)
-            .await
-            .unwrap_or_else(|e| panic!("reconciler: {e}"));
+        let r = Reconciler::new(
+            config,
+            self.client.clone(),
+            self.jobs.clone(),
+            self.blobs.clone(),
+            metrics,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("reconciler: {e}"));
         let ctx = r.ctx();
         let task = tokio::spawn(async move {
             if let Err(e) = r.run_until(std::future::pending()).await {
@@ -108,25 +127,45 @@ impl Harness {
 
     /// Stores a queued job.
     pub async fn submit(&self, job: &JobRecord) {
-        self.jobs.create_job(job, None).await.unwrap_or_else(|e| panic!("create job: {e}"));
+        self.jobs
+            .create_job(job, None)
+            .await
+            .unwrap_or_else(|e| panic!("create job: {e}"));
     }
 
     /// Reads a job.
     pub async fn job(&self, id: &str) -> JobRecord {
-        self.jobs.get_job(id).await.ok().flatten().unwrap_or_else(|| panic!("job {id} missing"))
+        self.jobs
+            .get_job(id)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("job {id} missing"))
     }
 
     /// Waits until job `id` satisfies `check`.
-    pub async fn wait_job(&self, secs: u64, id: &str, what: &str, check: impl Fn(&JobRecord) -> bool) -> JobRecord {
+    pub async fn wait_job(
+        &self,
+        secs: u64,
+        id: &str,
+        what: &str,
+        check: impl Fn(&JobRecord) -> bool,
+    ) -> JobRecord {
         wait_for(secs, &format!("job {id} {what}"), || async {
-            self.jobs.get_job(id).await.ok().flatten().filter(|j| check(j))
+            self.jobs
+                .get_job(id)
+                .await
+                .ok()
+                .flatten()
+                .filter(|j| check(j))
         })
         .await
     }
 
     /// Waits until job `id` is in `state`.
     pub async fn wait_state(&self, secs: u64, id: &str, state: JobState) -> JobRecord {
-        self.wait_job(secs, id, state.as_str(), |j| j.state == state).await
+        self.wait_job(secs, id, state.as_str(), |j| j.state == state)
+            .await
     }
 }
 
@@ -136,7 +175,12 @@ pub fn pool(name: &str, series: Option<&str>, nodes: u32, gpus: u32) -> serde_js
 }
 
 /// A queued job with `pools`, `image` and a pre-running deadline.
-pub fn job(id: &str, pools: Vec<serde_json::Value>, image: &str, pre_running_seconds: u64) -> JobRecord {
+pub fn job(
+    id: &str,
+    pools: Vec<serde_json::Value>,
+    image: &str,
+    pre_running_seconds: u64,
+) -> JobRecord {
     let spec: JobSpec = serde_json::from_value(json!({
         "name": "t", "plugin": "custom/custom", "image": image, "entrypoint": "python train.py",
         "env": {"EPOCHS": "1"}, "pools": pools,
@@ -166,7 +210,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {secs}s waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
@@ -179,8 +226,16 @@ pub fn untar(bytes: &[u8]) -> Vec<(String, String)> {
     for entry in archive.entries().unwrap_or_else(|e| panic!("{e}")) {
         let mut entry = entry.unwrap_or_else(|e| panic!("{e}"));
         let mut text = String::new();
-        entry.read_to_string(&mut text).unwrap_or_else(|e| panic!("{e}"));
-        out.push((entry.path().map(|p| p.display().to_string()).unwrap_or_default(), text));
+        entry
+            .read_to_string(&mut text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        out.push((
+            entry
+                .path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            text,
+        ));
     }
     out
 }
@@ -188,9 +243,18 @@ pub fn untar(bytes: &[u8]) -> Vec<(String, String)> {
 /// Asserts the job is terminal, holds its logs key and the archive exists with an index.
 pub async fn assert_logs_archived(h: &Harness, job: &JobRecord) -> Vec<(String, String)> {
     assert!(job.is_terminal(), "{} is {}", job.id, job.state);
-    let key = job.logs_key.clone().unwrap_or_else(|| panic!("job {} has no logs key", job.id));
+    let key = job
+        .logs_key
+        .clone()
+        .unwrap_or_else(|| panic!("job {} has no logs key", job.id));
     assert_eq!(key, format!("logs/{}/logs.tar.gz", job.id));
-    let bytes = h.blobs.get(&key).await.ok().flatten().unwrap_or_else(|| panic!("no archive at {key}"));
+    let bytes = h
+        .blobs
+        .get(&key)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("no archive at {key}"));
     let entries = untar(&bytes);
     assert_eq!(entries.first().map(|e| e.0.as_str()), Some("index.json"));
     entries
