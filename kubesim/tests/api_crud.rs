@@ -21,7 +21,7 @@ async fn pods_are_created_read_replaced_and_deleted_with_server_metadata() {
     let (_sim, client) = start(fast_config()).await;
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let created = pods
-        .create(&PostParams::default(), &pod("p1", "busybox", 0, None))
+        .create(&PostParams::default(), &idle_pod("p1"))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let meta = &created.metadata;
@@ -117,7 +117,7 @@ async fn merge_json_and_apply_patches_update_and_apply_creates_when_missing() {
         .patch(
             "ap",
             &PatchParams::apply("tuneplane"),
-            &Patch::Apply(pod("ap", "busybox", 0, None)),
+            &Patch::Apply(idle_pod("ap")),
         )
         .await
         .unwrap_or_else(|e| panic!("apply create: {e}"));
@@ -157,7 +157,7 @@ async fn merge_json_and_apply_patches_update_and_apply_creates_when_missing() {
         Some("2")
     );
     // Re-applying the same intent changes nothing, so the resourceVersion stays.
-    let mut intent = pod("ap", "busybox", 0, None);
+    let mut intent = idle_pod("ap");
     intent.metadata.labels = Some([("a".to_string(), "1".to_string())].into());
     let before = pods
         .get("ap")

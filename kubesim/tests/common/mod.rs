@@ -80,6 +80,16 @@ pub fn pod(name: &str, image: &str, gpus: u32, series: Option<&str>) -> Pod {
     .unwrap_or_else(|e| panic!("pod fixture: {e}"))
 }
 
+/// A pod no scheduler picks up (`schedulerName` is not the default), so nothing but the test
+/// writes to it.
+pub fn idle_pod(name: &str) -> Pod {
+    let mut p = pod(name, "busybox", 0, None);
+    if let Some(spec) = p.spec.as_mut() {
+        spec.scheduler_name = Some("none".into());
+    }
+    p
+}
+
 /// The part of the RayJob spec the tests use.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
