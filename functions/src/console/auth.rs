@@ -51,12 +51,8 @@ fn now_s(state: &AppState) -> i64 {
     (state.clock)() / 1000
 }
 
-fn keys_of(parts: &Parts) -> Result<Arc<ConsoleKeys>, Response> {
-    parts
-        .extensions
-        .get::<Arc<ConsoleKeys>>()
-        .cloned()
-        .ok_or_else(|| (StatusCode::INTERNAL_SERVER_ERROR, "console keys missing").into_response())
+fn keys_of(parts: &Parts) -> Option<Arc<ConsoleKeys>> {
+    parts.extensions.get::<Arc<ConsoleKeys>>().cloned()
 }
 
 /// True unless the browser reports a cross-origin request (`Sec-Fetch-Site`, or an `Origin`
@@ -79,12 +75,15 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
 
 /// A redirect to the sign-in page that comes back to `parts`' page afterwards.
 fn to_sign_in(parts: &Parts) -> Response {
-    let next = if parts.method == Method::GET {
-        parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/console/jobs")
-    } else {
-        "/console/jobs"
+    // Console routes are nested under BASE, which the nested router strips from the URI.
+    let next = match parts.uri.path_and_query() {
+        Some(p) if parts.method == Method::GET => format!("{}{}", super::BASE, p.as_str()),
+        _ => "/console/jobs".to_owned(),
     };
-    let location = format!("/console/sign-in?next={}", encode_component(safe_next(next)));
+    let location = format!(
+        "/console/sign-in?next={}",
+        encode_component(safe_next(&next))
+    );
     Redirect::to(&location).into_response()
 }
 
@@ -118,7 +117,9 @@ impl FromRequestParts<Arc<AppState>> for Viewer {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        let keys = keys_of(parts)?;
+        let Some(keys) = keys_of(parts) else {
+            return Err((StatusCode::INTERNAL_SERVER_ERROR, "console keys missing").into_response());
+        };
         if parts.method != Method::GET && !same_origin(&parts.headers) {
             return Err(ConsoleError::Csrf.into_response());
         }
@@ -197,7 +198,11 @@ fn sign_in_form(keys: &ConsoleKeys, next: &str, error: Option<&str>) -> Response
             }
         }
     };
-    let status = if error.is_some() { StatusCode::UNAUTHORIZED } else { StatusCode::OK };
+    let status = if error.is_some() {
+        StatusCode::UNAUTHORIZED
+    } else {
+        StatusCode::OK
+    };
     let mut res = respond(status, page("Sign in", None, Nav::None, body));
     if let Ok(v) = set_cookie(SIGNIN_COOKIE, &nonce, "/console", SIGNIN_TTL_SECONDS).parse() {
         res.headers_mut().append(header::SET_COOKIE, v);
@@ -226,7 +231,11 @@ pub async fn sign_in(
         .and_then(|h| cookie(h, SIGNIN_COOKIE))
         .unwrap_or_default();
     if !same_origin(&headers) || !keys.session.check_signin_token(nonce, &form.csrf) {
-        return sign_in_form(&keys, &form.next, Some("The sign-in form expired; please try again."));
+        return sign_in_form(
+            &keys,
+            &form.next,
+            Some("The sign-in form expired; please try again."),
+        );
     }
     let bearer = format!("Bearer {}", form.api_key.trim());
     let principal = match authenticate(state.submit.jobs().as_ref(), Some(&bearer)).await {
@@ -241,7 +250,9 @@ pub async fn sign_in(
         return sign_in_form(&keys, &form.next, Some("That API key may not read jobs."));
     }
     tracing::info!(tenant = %principal.tenant, key = %principal.key_name, "console sign-in");
-    let value = keys.session.issue(&hash_api_key(form.api_key.trim()), now_s(&state));
+    let value = keys
+        .session
+        .issue(&hash_api_key(form.api_key.trim()), now_s(&state));
     let mut res = Redirect::to(safe_next(&form.next)).into_response();
     for c in [
         set_cookie(SESSION_COOKIE, &value, "/", SESSION_TTL_SECONDS),
@@ -263,7 +274,10 @@ pub struct CsrfForm {
 }
 
 /// `POST /console/sign-out`.
-pub async fn sign_out(viewer: Viewer, Form(form): Form<CsrfForm>) -> Result<Response, ConsoleError> {
+pub async fn sign_out(
+    viewer: Viewer,
+    Form(form): Form<CsrfForm>,
+) -> Result<Response, ConsoleError> {
     viewer.check_csrf(&form.csrf)?;
     let mut res = Redirect::to("/console/sign-in").into_response();
     if let Ok(v) = set_cookie(SESSION_COOKIE, "", "/", 0).parse() {

@@ -20,9 +20,9 @@ pub async fn snapshot(state: &AppState) -> Result<Option<CapacitySnapshot>, Cons
     let Some(value) = state.submit.jobs().get_capacity().await? else {
         return Ok(None);
     };
-    serde_json::from_value(value)
-        .map(Some)
-        .map_err(|e| ConsoleError::BadRequest(format!("the stored capacity snapshot does not decode: {e}")))
+    serde_json::from_value(value).map(Some).map_err(|e| {
+        ConsoleError::BadRequest(format!("the stored capacity snapshot does not decode: {e}"))
+    })
 }
 
 fn node_state(n: &NodeCapacity) -> &'static str {
@@ -44,8 +44,8 @@ fn bar(used: u32, blocked: u32, total: u32) -> Markup {
     }
 }
 
-/// `GET /console/capacity`.
-pub async fn page_handler(state: &AppState, viewer: &Viewer) -> Result<Markup, ConsoleError> {
+/// The body of the capacity page.
+pub async fn body(state: &AppState) -> Result<Markup, ConsoleError> {
     let snap = snapshot(state).await?;
     let now = (state.clock)();
     Ok(html! {
@@ -111,8 +111,14 @@ pub async fn page_handler(state: &AppState, viewer: &Viewer) -> Result<Markup, C
 }
 
 /// `GET /console/capacity`.
-pub async fn page_route(State(state): State<Arc<AppState>>, viewer: Viewer) -> Result<Response, ConsoleError> {
+pub async fn page_route(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+) -> Result<Response, ConsoleError> {
     viewer.principal.require(SCOPE_JOBS_READ)?;
-    let body = page_handler(&state, &viewer).await?;
-    Ok(respond(StatusCode::OK, page("Capacity", Some(&viewer), Nav::Capacity, body)))
+    let body = body(&state).await?;
+    Ok(respond(
+        StatusCode::OK,
+        page("Capacity", Some(&viewer), Nav::Capacity, body),
+    ))
 }

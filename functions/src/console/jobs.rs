@@ -16,7 +16,7 @@ use tuneplane_core::store::{JobQuery, PresignMethod};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 
 use super::auth::{CsrfForm, Viewer, encode_component};
-use super::layout::{ConsoleError, Nav, clock, csrf_field, page, respond, status_badge, time};
+use super::layout::{ConsoleError, Nav, clock, page, respond, status_badge, time};
 use super::{logs, view};
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
@@ -40,17 +40,32 @@ pub struct ListQuery {
     pub cursor: Option<String>,
 }
 
+/// One clock: elapsed ms, start ms, still counting; `None` when it has not started.
+pub type ClockReading = Option<(i64, i64, bool)>;
+
 /// The three clocks of a job at `now`: (label, elapsed ms, start ms, still counting).
-pub fn clocks(job: &JobRecord, now: i64) -> [(&'static str, Option<(i64, i64, bool)>); 3] {
+pub fn clocks(job: &JobRecord, now: i64) -> [(&'static str, ClockReading); 3] {
     let end = |t: Option<i64>| t.or(job.finished_at_ms).unwrap_or(now);
     let queue_end = end(job.admitted_at_ms);
-    let queue = Some((queue_end - job.submitted_at_ms, job.submitted_at_ms, job.state == JobState::Queued));
-    let pre = job.admitted_at_ms.map(|a| (end(job.running_at_ms) - a, a, job.state == JobState::Admitted));
-    let run = job.running_at_ms.map(|r| (end(None) - r, r, job.state == JobState::Running));
+    let queue = Some((
+        queue_end - job.submitted_at_ms,
+        job.submitted_at_ms,
+        job.state == JobState::Queued,
+    ));
+    let pre = job.admitted_at_ms.map(|a| {
+        (
+            end(job.running_at_ms) - a,
+            a,
+            job.state == JobState::Admitted,
+        )
+    });
+    let run = job
+        .running_at_ms
+        .map(|r| (end(None) - r, r, job.state == JobState::Running));
     [("Queue wait", queue), ("Pre-running", pre), ("Run", run)]
 }
 
-fn clock_cell(c: Option<(i64, i64, bool)>) -> Markup {
+fn clock_cell(c: ClockReading) -> Markup {
     match c {
         Some((ms, start, running)) => clock(ms, start, running),
         None => html! { span.muted { "–" } },
@@ -77,13 +92,28 @@ pub async fn list(
     Query(q): Query<ListQuery>,
 ) -> Result<Response, ConsoleError> {
     viewer.principal.require(SCOPE_JOBS_READ)?;
-    let filter = q.status.as_deref().filter(|s| !s.is_empty()).map(str::to_ascii_uppercase);
+    let filter = q
+        .status
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .map(str::to_ascii_uppercase);
     let state_filter = match &filter {
         None => None,
-        Some(s) => Some(JobState::parse(s).ok_or_else(|| ConsoleError::BadRequest(format!("unknown status {s:?}")))?),
+        Some(s) => Some(
+            JobState::parse(s)
+                .ok_or_else(|| ConsoleError::BadRequest(format!("unknown status {s:?}")))?,
+        ),
     };
-    let query = JobQuery { state: state_filter, limit: PAGE_SIZE, cursor: q.cursor.clone().filter(|c| !c.is_empty()) };
-    let page_of_jobs = state.submit.jobs().list_jobs(&viewer.principal.tenant, &query).await?;
+    let query = JobQuery {
+        state: state_filter,
+        limit: PAGE_SIZE,
+        cursor: q.cursor.clone().filter(|c| !c.is_empty()),
+    };
+    let page_of_jobs = state
+        .submit
+        .jobs()
+        .list_jobs(&viewer.principal.tenant, &query)
+        .await?;
     let now = (state.clock)();
     let status_param = filter.clone().unwrap_or_default();
     let body = html! {
@@ -134,7 +164,10 @@ pub async fn list(
             }
         }
     };
-    Ok(respond(StatusCode::OK, page("Jobs", Some(&viewer), Nav::Jobs, body)))
+    Ok(respond(
+        StatusCode::OK,
+        page("Jobs", Some(&viewer), Nav::Jobs, body),
+    ))
 }
 
 /// Query of the detail page.
@@ -150,7 +183,11 @@ async fn all_events(state: &AppState, job_id: &str) -> Result<Vec<JobEvent>, Con
     let mut cursor: Option<String> = None;
     // Bounded: at most MAX_EVENTS events over at most MAX_EVENTS / 500 pages.
     for _ in 0..MAX_EVENTS / 500 {
-        let page = state.submit.jobs().list_events(job_id, 500, cursor.as_deref()).await?;
+        let page = state
+            .submit
+            .jobs()
+            .list_events(job_id, 500, cursor.as_deref())
+            .await?;
         out.extend(page.items);
         match page.next {
             Some(next) => cursor = Some(next),
@@ -170,7 +207,11 @@ pub async fn detail(
     viewer.principal.require(SCOPE_JOBS_READ)?;
     let job = owned_job(&state, &viewer.principal.tenant, &id).await?;
     let events = all_events(&state, &job.id).await?;
-    let capsule = state.submit.blobs().head(&storage_key(&job.capsule_sha256)).await?;
+    let capsule = state
+        .submit
+        .blobs()
+        .head(&storage_key(&job.capsule_sha256))
+        .await?;
     let preview = match &job.logs_key {
         Some(key) => logs::preview_blob(state.submit.blobs().as_ref(), key).await,
         None => None,
@@ -179,11 +220,24 @@ pub async fn detail(
     let notice = match q.notice.as_deref() {
         Some("submitted") => Some("Job submitted."),
         Some("existing") => Some("This form was already submitted: this is the job it created."),
-        Some("stop-requested") => Some("Stop requested: the reconciler stops the job on its next pass."),
+        Some("stop-requested") => {
+            Some("Stop requested: the reconciler stops the job on its next pass.")
+        }
         _ => None,
     };
-    let body = super::jobs_detail::render(&viewer, &job, &events, capsule.as_ref(), preview.as_deref(), now, notice);
-    Ok(respond(StatusCode::OK, page(&job.spec.name, Some(&viewer), Nav::Jobs, body)))
+    let body = super::jobs_detail::render(
+        &viewer,
+        &job,
+        &events,
+        capsule.as_ref(),
+        preview.as_deref(),
+        now,
+        notice,
+    );
+    Ok(respond(
+        StatusCode::OK,
+        page(&job.spec.name, Some(&viewer), Nav::Jobs, body),
+    ))
 }
 
 /// `POST /console/jobs/{id}/stop`.
@@ -196,8 +250,17 @@ pub async fn stop(
     viewer.check_csrf(&form.csrf)?;
     viewer.principal.require(SCOPE_JOBS_WRITE)?;
     // The API's own stop handler: one set of rules for both doors.
-    let res = crate::routes::jobs::stop(State(state), Auth(viewer.principal.clone()), Path(id.clone())).await?;
-    let notice = if res.status() == StatusCode::ACCEPTED { "?notice=stop-requested" } else { "" };
+    let res = crate::routes::jobs::stop(
+        State(state),
+        Auth(viewer.principal.clone()),
+        Path(id.clone()),
+    )
+    .await?;
+    let notice = if res.status() == StatusCode::ACCEPTED {
+        "?notice=stop-requested"
+    } else {
+        ""
+    };
     tracing::info!(job_id = %id, "console stop");
     Ok(Redirect::to(&format!("/console/jobs/{id}{notice}")).into_response())
 }
@@ -213,6 +276,10 @@ pub async fn logs_download(
     let Some(key) = &job.logs_key else {
         return Err(ApiError::NotFound(format!("job {id} has no archived logs yet")).into());
     };
-    let url = state.submit.blobs().presign(PresignMethod::Get, key, LOGS_URL_TTL).await?;
+    let url = state
+        .submit
+        .blobs()
+        .presign(PresignMethod::Get, key, LOGS_URL_TTL)
+        .await?;
     Ok(Redirect::to(&url.url).into_response())
 }

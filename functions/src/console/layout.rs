@@ -122,7 +122,9 @@ pub enum ConsoleError {
     #[error(transparent)]
     Api(#[from] ApiError),
     /// The form's CSRF token or origin does not check out.
-    #[error("this form has expired or did not come from this console; reload the page and try again")]
+    #[error(
+        "this form has expired or did not come from this console; reload the page and try again"
+    )]
     Csrf,
     /// A malformed request.
     #[error("{0}")]
@@ -150,7 +152,10 @@ impl IntoResponse for ConsoleError {
                 if status.is_server_error() {
                     tracing::error!(request_id = %request_id, error = ?e, "console internal error");
                 }
-                let msg = body["error"]["message"].as_str().unwrap_or("error").to_owned();
+                let msg = body["error"]["message"]
+                    .as_str()
+                    .unwrap_or("error")
+                    .to_owned();
                 (status, msg)
             }
             ConsoleError::Csrf => (StatusCode::FORBIDDEN, self.to_string()),

@@ -61,20 +61,32 @@ pub fn preview(tar_gz: &[u8]) -> std::io::Result<Vec<LogTail>> {
         for line in BufReader::new(entry).split(b'\n') {
             let line = line?;
             total += 1;
-            let text: String = String::from_utf8_lossy(&line).chars().take(MAX_LINE_CHARS).collect();
+            let text: String = String::from_utf8_lossy(&line)
+                .chars()
+                .take(MAX_LINE_CHARS)
+                .collect();
             tail.push_back(text);
             if tail.len() > TAIL_LINES {
                 tail.pop_front();
             }
         }
         if total > 0 {
-            out.push(LogTail { path, truncated: total > TAIL_LINES, lines: tail.into() });
+            out.push(LogTail {
+                path,
+                truncated: total > TAIL_LINES,
+                lines: tail.into(),
+            });
         }
         if out.len() >= MAX_FILES {
             break;
         }
     }
-    out.sort_by_key(|t| (t.path.contains("init") as u8, !t.path.contains("submitter") as u8));
+    out.sort_by_key(|t| {
+        (
+            t.path.contains("init") as u8,
+            !t.path.contains("submitter") as u8,
+        )
+    });
     Ok(out)
 }
 
@@ -90,9 +102,12 @@ mod tests {
             h.set_size(data.len() as u64);
             h.set_mode(0o644);
             h.set_cksum();
-            b.append_data(&mut h, path, data.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            b.append_data(&mut h, path, data.as_bytes())
+                .unwrap_or_else(|e| panic!("{e}"));
         }
-        b.into_inner().and_then(|g| g.finish()).unwrap_or_else(|e| panic!("{e}"))
+        b.into_inner()
+            .and_then(|g| g.finish())
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]

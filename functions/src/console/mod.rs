@@ -93,7 +93,10 @@ pub fn router_with(keys: ConsoleKeys) -> Router<Arc<AppState>> {
         .route("/jobs/{id}/stop", post(jobs::stop))
         .route("/jobs/{id}/logs", get(jobs::logs_download))
         .route("/capacity", get(capacity::page_route))
-        .route("/playgrounds", get(playgrounds::list).post(playgrounds::create))
+        .route(
+            "/playgrounds",
+            get(playgrounds::list).post(playgrounds::create),
+        )
         .route("/playgrounds/{id}/delete", post(playgrounds::delete))
         .route("/submit", get(submit::page_route).post(submit::submit))
         .route("/submit/validate", post(submit::validate_route))
@@ -101,7 +104,6 @@ pub fn router_with(keys: ConsoleKeys) -> Router<Arc<AppState>> {
         .route("/assets/{name}", get(assets::serve));
     Router::new()
         .route("/", get(|| async { Redirect::to("/console/jobs") }))
-        .route(BASE, get(|| async { Redirect::to("/console/jobs") }))
         .nest(BASE, pages)
         .layer(Extension(Arc::new(keys)))
 }
@@ -118,9 +120,15 @@ async fn security_headers(req: Request, next: Next) -> Response {
              connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     res
 }

@@ -43,7 +43,7 @@ pub async fn list(
         .into_iter()
         .filter(|p| p.tenant == viewer.principal.tenant)
         .collect();
-    mine.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms));
+    mine.sort_by_key(|p| std::cmp::Reverse(p.created_at_ms));
     let series: Vec<String> = match super::capacity::snapshot(&state).await {
         Ok(Some(s)) => s.series.keys().cloned().collect(),
         _ => Vec::new(),
@@ -117,7 +117,10 @@ pub async fn list(
             }
         }
     };
-    Ok(respond(StatusCode::OK, page("Playgrounds", Some(&viewer), Nav::Playgrounds, body)))
+    Ok(respond(
+        StatusCode::OK,
+        page("Playgrounds", Some(&viewer), Nav::Playgrounds, body),
+    ))
 }
 
 /// The create form.
@@ -148,7 +151,10 @@ pub async fn create(
 ) -> Result<Response, ConsoleError> {
     viewer.check_csrf(&form.csrf)?;
     viewer.principal.require(SCOPE_JOBS_WRITE)?;
-    let (Ok(gpus), Ok(minutes)) = (form.gpus.trim().parse::<u32>(), form.ttl_minutes.trim().parse::<u64>()) else {
+    let (Ok(gpus), Ok(minutes)) = (
+        form.gpus.trim().parse::<u32>(),
+        form.ttl_minutes.trim().parse::<u64>(),
+    ) else {
         let msg = encode_component("GPUs and lifetime must be whole numbers");
         return Ok(Redirect::to(&format!("/console/playgrounds?error={msg}")).into_response());
     };
@@ -156,11 +162,19 @@ pub async fn create(
         "model": form.model.trim(), "series": form.series.trim(), "gpus": gpus,
         "ttl_seconds": minutes.saturating_mul(60),
     });
-    let res = crate::routes::playgrounds::create(State(state), Auth(viewer.principal.clone()), Bytes::from(body.to_string())).await;
+    let res = crate::routes::playgrounds::create(
+        State(state),
+        Auth(viewer.principal.clone()),
+        Bytes::from(body.to_string()),
+    )
+    .await;
     match res {
         Ok(_) => Ok(Redirect::to("/console/playgrounds").into_response()),
         Err(ApiError::BadRequest { message, .. }) => {
-            let msg = encode_component(&message.replace("ttl_seconds: between 60 and 86400", "lifetime: between 1 and 1440 minutes"));
+            let msg = encode_component(&message.replace(
+                "ttl_seconds: between 60 and 86400",
+                "lifetime: between 1 and 1440 minutes",
+            ));
             Ok(Redirect::to(&format!("/console/playgrounds?error={msg}")).into_response())
         }
         Err(e) => Err(e.into()),
@@ -176,6 +190,7 @@ pub async fn delete(
 ) -> Result<Response, ConsoleError> {
     viewer.check_csrf(&form.csrf)?;
     viewer.principal.require(SCOPE_JOBS_WRITE)?;
-    crate::routes::playgrounds::delete(State(state), Auth(viewer.principal.clone()), Path(id)).await?;
+    crate::routes::playgrounds::delete(State(state), Auth(viewer.principal.clone()), Path(id))
+        .await?;
     Ok(Redirect::to("/console/playgrounds").into_response())
 }

@@ -99,7 +99,8 @@ impl SessionKey {
     /// Verifies a session cookie value; `None` when forged, malformed or expired at `now_s`.
     pub fn open(&self, value: &str, now_s: i64) -> Option<Session> {
         let mut it = value.split('.');
-        let (v, sid, key, expires, tag) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+        let (v, sid, key, expires, tag) =
+            (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
         if it.next().is_some() || v != VERSION || !is_hex(sid, 32) || !is_hex(key, 64) {
             return None;
         }
@@ -141,7 +142,9 @@ impl SessionKey {
 }
 
 fn is_hex(s: &str, len: usize) -> bool {
-    s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// The value of cookie `name` in a `Cookie` request header.
@@ -169,7 +172,9 @@ mod tests {
     fn issued_session_opens_until_it_expires() {
         let key = SessionKey::from_secret(b"test secret");
         let cookie = key.issue(&"ab".repeat(32), 1_000);
-        let s = key.open(&cookie, 1_001).unwrap_or_else(|| panic!("session"));
+        let s = key
+            .open(&cookie, 1_001)
+            .unwrap_or_else(|| panic!("session"));
         assert_eq!(s.key_sha256, "ab".repeat(32));
         assert!(key.open(&cookie, 1_000 + SESSION_TTL_SECONDS).is_none());
     }

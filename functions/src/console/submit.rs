@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 use tuneplane_core::spec::{FieldError, validate};
-use tuneplane_core::submit::{Code, Origin, SCOPE_JOBS_WRITE, SpecInput, SubmitError, SubmitRequest};
+use tuneplane_core::submit::{
+    Code, Origin, SCOPE_JOBS_WRITE, SpecInput, SubmitError, SubmitRequest,
+};
 
 use super::auth::Viewer;
 use super::layout::{ConsoleError, Nav, csrf_field, page, respond};
@@ -78,8 +80,15 @@ fn form(viewer: &Viewer, f: &FormState) -> Markup {
 /// `GET /console/submit`.
 pub async fn page_route(viewer: Viewer) -> Result<Response, ConsoleError> {
     viewer.principal.require(SCOPE_JOBS_WRITE)?;
-    let f = FormState { spec: STARTER_SPEC.into(), idempotency_key: new_idempotency_key(), ..FormState::default() };
-    Ok(respond(StatusCode::OK, page("Submit", Some(&viewer), Nav::Submit, form(&viewer, &f))))
+    let f = FormState {
+        spec: STARTER_SPEC.into(),
+        idempotency_key: new_idempotency_key(),
+        ..FormState::default()
+    };
+    Ok(respond(
+        StatusCode::OK,
+        page("Submit", Some(&viewer), Nav::Submit, form(&viewer, &f)),
+    ))
 }
 
 /// Body of the inline validation request.
@@ -94,12 +103,17 @@ pub struct ValidateForm {
 }
 
 /// Validates `text` as submission would (with the published fleet shape, if any).
-async fn check_spec(state: &AppState, text: &str) -> Result<Result<Vec<String>, Vec<FieldError>>, ConsoleError> {
+async fn check_spec(
+    state: &AppState,
+    text: &str,
+) -> Result<Result<Vec<String>, Vec<FieldError>>, ConsoleError> {
     let shape = state.submit.fleet_shape().await?;
-    Ok(match validate(text, shape.as_ref(), &state.submit.config().defaults) {
-        Ok(v) => Ok(v.notes),
-        Err(e) => Err(e.0),
-    })
+    Ok(
+        match validate(text, shape.as_ref(), &state.submit.config().defaults) {
+            Ok(v) => Ok(v.notes),
+            Err(e) => Err(e.0),
+        },
+    )
 }
 
 /// `POST /console/submit/validate`: the feedback fragment for the editor (progressive enhancement).
@@ -109,7 +123,10 @@ pub async fn validate_route(
     Form(form): Form<ValidateForm>,
 ) -> Result<Response, ConsoleError> {
     viewer.check_csrf(&form.csrf)?;
-    let errors = check_spec(&state, &form.spec).await?.err().unwrap_or_default();
+    let errors = check_spec(&state, &form.spec)
+        .await?
+        .err()
+        .unwrap_or_default();
     Ok(respond(StatusCode::OK, spec_feedback(&errors, true)))
 }
 
@@ -121,10 +138,14 @@ pub async fn submit(
 ) -> Result<Response, ConsoleError> {
     let mut f = FormState::default();
     let (mut csrf, mut code) = (String::new(), None::<Vec<u8>>);
-    let bad = |e: axum::extract::multipart::MultipartError| ConsoleError::BadRequest(format!("the form could not be read: {e}"));
+    let bad = |e: axum::extract::multipart::MultipartError| {
+        ConsoleError::BadRequest(format!("the form could not be read: {e}"))
+    };
     // Bounded: a form has four fields; anything beyond is ignored after a few extra parts.
     for _ in 0..8 {
-        let Some(mut field) = multipart.next_field().await.map_err(bad)? else { break };
+        let Some(mut field) = multipart.next_field().await.map_err(bad)? else {
+            break;
+        };
         match field.name().unwrap_or_default() {
             "csrf" => csrf = field.text().await.map_err(bad)?,
             "idempotency_key" => f.idempotency_key = field.text().await.map_err(bad)?,
@@ -133,13 +154,18 @@ pub async fn submit(
                 let mut bytes = Vec::new();
                 while let Some(chunk) = field.chunk().await.map_err(bad)? {
                     if bytes.len() + chunk.len() > MAX_INLINE_CODE_BYTES {
-                        f.code_error = Some(format!("the archive is over {} MiB; submit larger code with the CLI", MAX_INLINE_CODE_BYTES >> 20));
+                        f.code_error = Some(format!(
+                            "the archive is over {} MiB; submit larger code with the CLI",
+                            MAX_INLINE_CODE_BYTES >> 20
+                        ));
                         bytes.clear();
                         break;
                     }
                     bytes.extend_from_slice(&chunk);
                 }
-                if f.code_error.is_none() { code = Some(bytes) }
+                if f.code_error.is_none() {
+                    code = Some(bytes)
+                }
             }
             _ => {}
         }
@@ -171,7 +197,10 @@ pub async fn submit(
         Ok(s) => {
             tracing::info!(job_id = %s.job.id, tenant = %viewer.principal.tenant, created = s.created, "console submit");
             let notice = if s.created { "submitted" } else { "existing" };
-            Ok(Redirect::to(&format!("/console/jobs/{}?notice={notice}", s.job.id)).into_response())
+            Ok(
+                Redirect::to(&format!("/console/jobs/{}?notice={notice}", s.job.id))
+                    .into_response(),
+            )
         }
         Err(SubmitError::InvalidSpec(errors)) => {
             f.spec_errors = errors.0;
@@ -190,6 +219,12 @@ pub async fn submit(
 }
 
 fn rejected(viewer: &Viewer, mut f: FormState) -> Response {
-    f.notes.push("Choose the code archive again before resubmitting (browsers do not keep file fields).".into());
-    respond(StatusCode::UNPROCESSABLE_ENTITY, page("Submit", Some(viewer), Nav::Submit, form(viewer, &f)))
+    f.notes.push(
+        "Choose the code archive again before resubmitting (browsers do not keep file fields)."
+            .into(),
+    );
+    respond(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        page("Submit", Some(viewer), Nav::Submit, form(viewer, &f)),
+    )
 }

@@ -47,7 +47,9 @@ pub fn pending_words(reason: PendingReason) -> &'static str {
         PendingReason::ImagePull => {
             "Kubernetes cannot pull the container image: check its name, tag and registry access."
         }
-        PendingReason::Starting => "Pods are created and starting (pulling, initialising, waiting for Ray).",
+        PendingReason::Starting => {
+            "Pods are created and starting (pulling, initialising, waiting for Ray)."
+        }
         PendingReason::InvalidWorkload => "Kubernetes rejected the workload or never acted on it.",
     }
 }
@@ -61,7 +63,9 @@ pub fn pending_code(reason: PendingReason) -> String {
 pub fn failure_words(reason: FailureReason) -> &'static str {
     match reason {
         FailureReason::EntrypointFailed => "The entrypoint exited with an error.",
-        FailureReason::PreRunningDeadlineExceeded => "It did not start running before its pre-running deadline.",
+        FailureReason::PreRunningDeadlineExceeded => {
+            "It did not start running before its pre-running deadline."
+        }
         FailureReason::RunDeadlineExceeded => "It was still running at its run deadline.",
         FailureReason::ImagePull => "The container image could not be pulled.",
         FailureReason::InvalidWorkload => "Kubernetes rejected the workload.",
@@ -83,10 +87,19 @@ pub fn pool_lines(spec: &JobSpec) -> Vec<String> {
     spec.pools
         .iter()
         .map(|p| {
-            let nodes = if p.nodes == 1 { "1 node".to_owned() } else { format!("{} nodes", p.nodes) };
+            let nodes = if p.nodes == 1 {
+                "1 node".to_owned()
+            } else {
+                format!("{} nodes", p.nodes)
+            };
             match &p.series {
-                Some(series) => format!("{}: {series} × {nodes} × {} GPUs", p.name, p.gpus_per_node),
-                None => format!("{}: CPU × {nodes} ({} CPU, {} GiB)", p.name, p.cpus, p.memory_gb),
+                Some(series) => {
+                    format!("{}: {series} × {nodes} × {} GPUs", p.name, p.gpus_per_node)
+                }
+                None => format!(
+                    "{}: CPU × {nodes} ({} CPU, {} GiB)",
+                    p.name, p.cpus, p.memory_gb
+                ),
             }
         })
         .collect()
@@ -151,7 +164,11 @@ pub fn group_events(events: &[JobEvent]) -> Vec<EventGroup> {
 
 /// Percentage of `part` in `whole`, 0..=100 (0 when `whole` is 0).
 pub fn percent(part: u32, whole: u32) -> u32 {
-    if whole == 0 { 0 } else { (u64::from(part) * 100 / u64::from(whole)).min(100) as u32 }
+    if whole == 0 {
+        0
+    } else {
+        (u64::from(part) * 100 / u64::from(whole)).min(100) as u32
+    }
 }
 
 /// Human size: `512 B`, `3.4 KiB`, `12.0 MiB`.
@@ -188,7 +205,10 @@ mod tests {
         ];
         let groups = group_events(&events);
         assert_eq!(groups.len(), 2);
-        assert_eq!((groups[0].reason.as_str(), groups[0].count), ("FailedScheduling", 2));
+        assert_eq!(
+            (groups[0].reason.as_str(), groups[0].count),
+            ("FailedScheduling", 2)
+        );
         assert_eq!((groups[0].first_ms, groups[0].last_ms), (1, 5));
         assert_eq!(groups[1].reason, "BackOff");
     }
