@@ -16,7 +16,9 @@ REQUIREMENTS=(
   "moto[s3,dynamodb]==5.2.1"
   "flask==3.1.3"
   "flask-cors==6.0.2"
-  # Template checks (cfn-lint, aws-sam-translator, jsonschema) go here.
+  # Template checks: cfn-lint on template.yaml and on its offline SAM transform.
+  "cfn-lint==1.58.0"
+  "aws-sam-translator==1.115.0"
 )
 # --------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,134 @@
+//! `template.yaml` checks: cfn-lint on the SAM template and on its offline aws-sam-translator
+//! transform (which catches more, e.g. IAM actions that do not exist), then structural checks of
+//! the transformed template against what the code expects (table keys, indexes, TTL, runtimes,
+//! configuration variables).
+//!
+//! The tools come from the repository venv (`scripts/bootstrap-venv.sh`, run by `scripts/test.sh`);
+//! without it these tests fail with that instruction instead of passing silently.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use tuneplane_functions::config;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn venv_tool(name: &str) -> PathBuf {
+    let path = root().join(".venv/bin").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/bootstrap-venv.sh (scripts/test.sh does) to install the pinned template tools",
+        path.display()
+    );
+    path
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{cmd:?} failed:\n{text}");
+    text
+}
+
+fn transformed(dir: &Path) -> PathBuf {
+    let out = dir.join("template.transformed.json");
+    run(Command::new(venv_tool("python"))
+        .arg(root().join("functions/tests/template/sam_transform.py"))
+        .arg(root().join("template.yaml"))
+        .arg(&out));
+    out
+}
+
+#[test]
+fn cfn_lint_passes_on_the_sam_template() {
+    run(Command::new(venv_tool("cfn-lint")).arg(root().join("template.yaml")));
+}
+
+#[test]
+fn cfn_lint_passes_on_the_offline_sam_transform() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = transformed(dir.path());
+    run(Command::new(venv_tool("cfn-lint")).arg(&out));
+}
+
+#[test]
+fn transformed_template_matches_what_the_code_expects() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let text = std::fs::read_to_string(transformed(dir.path())).unwrap_or_default();
+    let doc: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let resources = &doc["Resources"];
+
+    let table = &resources["JobsTable"]["Properties"];
+    let keys: Vec<&str> = table["KeySchema"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|k| k["AttributeName"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(keys, ["pk", "sk"]);
+    let indexes: Vec<&str> = table["GlobalSecondaryIndexes"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|i| i["IndexName"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(indexes, ["active", "tenant"]);
+    assert_eq!(table["TimeToLiveSpecification"]["AttributeName"], "ttl");
+
+    let known = [
+        config::ENV_TABLE,
+        config::ENV_BUCKET,
+        config::ENV_WEBHOOKS,
+        config::ENV_NAMESPACE,
+        config::ENV_PRE_RUNNING,
+        config::ENV_RUN,
+        config::ENV_SCRATCH,
+        config::ENV_LOG_FORMAT,
+    ];
+    let mut functions = 0;
+    for (name, resource) in resources.as_object().into_iter().flatten() {
+        if resource["Type"] != "AWS::Lambda::Function" {
+            continue;
+        }
+        functions += 1;
+        let props = &resource["Properties"];
+        assert_eq!(props["Runtime"], "provided.al2023", "{name}");
+        assert_eq!(
+            props["Architectures"],
+            serde_json::json!(["arm64"]),
+            "{name}"
+        );
+        for var in props["Environment"]["Variables"]
+            .as_object()
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                known.contains(&var.0.as_str()),
+                "{name}: unknown variable {}",
+                var.0
+            );
+        }
+    }
+    assert_eq!(functions, 3);
+    let bucket = &resources["Bucket"]["Properties"];
+    let block = &bucket["PublicAccessBlockConfiguration"];
+    for flag in [
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ] {
+        assert_eq!(block[flag], true, "{flag}");
+    }
+}
