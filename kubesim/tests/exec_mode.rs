@@ -237,3 +237,55 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
     assert_eq!(std::fs::read_to_string(&runs).unwrap_or_default(), "run\n");
     server.abort();
 }
+
+#[tokio::test]
+async fn deleting_an_executed_pod_sends_sigterm_to_its_process() {
+    let data = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (_sim, client) = start(exec_config(data.path())).await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let script = "trap 'echo term > /work/term.txt; exit 0' TERM; echo started; while true; do sleep 0.1; done";
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "forever"},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+            "volumes": [{"name": "work", "emptyDir": {}}],
+            "containers": [{
+                "name": "main", "image": "bash", "command": ["bash", "-c", script],
+                "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+            }],
+        },
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let created = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let uid8: String = created
+        .metadata
+        .uid
+        .unwrap_or_default()
+        .chars()
+        .take(8)
+        .collect();
+    wait_for(20, "the process to start", || {
+        let pods = pods.clone();
+        async move {
+            let logs = pods.logs("forever", &LogParams::default()).await.ok()?;
+            logs.contains("started").then_some(())
+        }
+    })
+    .await;
+    pods.delete("forever", &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let marker = data
+        .path()
+        .join(format!("pods/default/forever-{uid8}/volumes/work/term.txt"));
+    wait_for(20, "the TERM trap to run", || {
+        let marker = marker.clone();
+        async move { marker.exists().then_some(()) }
+    })
+    .await;
+}

@@ -21,6 +21,8 @@ pub(super) struct Job {
     container: String,
     root: PathBuf,
     kind: Kind,
+    /// How long a stopped process gets between SIGTERM and SIGKILL.
+    grace: std::time::Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +98,11 @@ impl Job {
             .cloned()
             .unwrap_or_default();
         let container = str_at(&c, "/name").unwrap_or("main").to_string();
+        // The pod's grace period, capped so a stuck process cannot hold a test for long.
+        let grace_secs = json::i64_at(pod, "/spec/terminationGracePeriodSeconds")
+            .unwrap_or(30)
+            .clamp(0, 10);
+        let grace = std::time::Duration::from_secs(grace_secs as u64);
         if let Some(entrypoint) = json::annotation(pod, RAYJOB_ENTRYPOINT) {
             let runtime_env = json::annotation(pod, RAYJOB_RUNTIME_ENV)
                 .unwrap_or_default()
@@ -105,6 +112,7 @@ impl Job {
                 pod: name,
                 container,
                 root,
+                grace,
                 kind: Kind::RayJob {
                     entrypoint: entrypoint.to_string(),
                     runtime_env,
@@ -178,6 +186,7 @@ impl Job {
             pod: name,
             container,
             root,
+            grace,
             kind: Kind::Container {
                 argv,
                 env,
@@ -292,9 +301,18 @@ impl Job {
         let code = tokio::select! {
             status = child.wait() => status.ok().and_then(|s| s.code()).unwrap_or(137),
             _ = kill => {
-                // Killing an already-exited child fails harmlessly.
-                let _ = child.kill().await;
-                137
+                // Like the kubelet: SIGTERM, then SIGKILL after the grace period.
+                if let Some(pid) = child.id() {
+                    let _ = tokio::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
+                }
+                match tokio::time::timeout(self.grace, child.wait()).await {
+                    Ok(status) => status.ok().and_then(|s| s.code()).unwrap_or(143),
+                    Err(_) => {
+                        // Killing an already-exited child fails harmlessly.
+                        let _ = child.kill().await;
+                        137
+                    }
+                }
             }
         };
         let _ = tokio::join!(out, err);
