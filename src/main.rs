@@ -22,6 +22,8 @@ struct Cli {
 enum Command {
     /// Validate a JobSpec and print the authoritative spec (every default filled in) as JSON.
     Validate(cmd::validate::Args),
+    /// Print the RayJob or Pod the reconciler would create for a spec (YAML; nothing is created).
+    Render(cmd::render::Args),
     /// Build and inspect capsules (the deterministic zip a job runs from).
     #[command(subcommand)]
     Capsule(cmd::capsule::Command),
@@ -122,6 +124,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => cmd::validate::run(&args),
+        Command::Render(args) => cmd::render::run(&args),
         Command::Capsule(c) => cmd::capsule::run(c),
         Command::Demo(args) => cmd::demo::run(&args),
         Command::Admin(c) => cmd::admin::run(c),

@@ -1,0 +1,78 @@
+//! `tuneplane render --spec SPEC [--fleet FLEET] [--job-id ID] [--capsule-url URL] [--capsule-sha256 HEX]`:
+//! prints the YAML of the RayJob or Pod the reconciler would create for a spec — a dry run for users
+//! and a check for reviewers. Rendering is core's, the very functions the reconciler calls.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use tuneplane_core::job::JobRecord;
+use tuneplane_core::render::{CapsuleDelivery, CapsuleRef, RenderSettings, render_pod, render_rayjob};
+use tuneplane_core::spec::WorkloadKind;
+
+/// Placeholder capsule hash when none is given (the capsule is not built by this command).
+const PLACEHOLDER_SHA: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Arguments of `render`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// JobSpec file (YAML or JSON).
+    #[arg(long)]
+    pub spec: PathBuf,
+    /// Fleet file; with it, jobs that could never fit the fleet are rejected.
+    #[arg(long)]
+    pub fleet: Option<PathBuf>,
+    /// Job id to render for (the workload is named `tp-<id>`).
+    #[arg(long, default_value = "job-preview")]
+    pub job_id: String,
+    /// Tenant label value.
+    #[arg(long, default_value = "preview")]
+    pub tenant: String,
+    /// Capsule URL (a presigned URL whose path ends in `.zip`); a placeholder by default.
+    #[arg(long)]
+    pub capsule_url: Option<String>,
+    /// Capsule SHA-256 (64 hex digits); a placeholder by default.
+    #[arg(long)]
+    pub capsule_sha256: Option<String>,
+    /// Request `nvidia.com/gpu` in pod limits (1) or not (0, kind/CI).
+    #[arg(long, env = "TUNEPLANE_K8S_GPU_PASSTHROUGH", default_value = "1")]
+    pub gpu_passthrough: String,
+    /// Capsule delivery: `presigned` or `init-container`.
+    #[arg(long, env = "TUNEPLANE_CAPSULE_DELIVERY", default_value = "presigned")]
+    pub capsule_delivery: String,
+}
+
+fn settings(args: &Args) -> anyhow::Result<RenderSettings> {
+    let gpu_passthrough = match args.gpu_passthrough.as_str() {
+        "1" | "true" => true,
+        "0" | "false" => false,
+        other => bail!("--gpu-passthrough (TUNEPLANE_K8S_GPU_PASSTHROUGH): {other:?}: use 1 or 0"),
+    };
+    let delivery = CapsuleDelivery::parse(&args.capsule_delivery).with_context(|| {
+        format!(
+            "--capsule-delivery (TUNEPLANE_CAPSULE_DELIVERY): {:?}: use presigned or init-container",
+            args.capsule_delivery
+        )
+    })?;
+    Ok(RenderSettings { gpu_passthrough, delivery, ..RenderSettings::default() })
+}
+
+/// Prints the workload as YAML, or the spec's problems (exit 1).
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let settings = settings(args)?;
+    let Some(v) = super::load_spec(&args.spec, args.fleet.as_deref())? else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let sha = args.capsule_sha256.clone().unwrap_or_else(|| PLACEHOLDER_SHA.to_owned());
+    let url = args.capsule_url.clone().unwrap_or_else(|| {
+        format!("https://capsules.example.invalid/{}?presigned=placeholder", tuneplane_core::capsule::storage_key(&sha))
+    });
+    let job = JobRecord::new_queued(&args.job_id, &args.tenant, v.spec, &sha, 0);
+    let capsule = CapsuleRef { sha256: sha, url };
+    let object = match job.spec.kind() {
+        WorkloadKind::RayJob => render_rayjob(&job, &capsule, &settings)?,
+        WorkloadKind::Pod => render_pod(&job, &capsule, &settings)?,
+    };
+    print!("{}", yaml_serde::to_string(&object)?);
+    Ok(ExitCode::SUCCESS)
+}
