@@ -12,7 +12,11 @@ fn render(args: &[&str]) -> (i32, String, String) {
         .output()
         .unwrap_or_else(|e| panic!("run tuneplane: {e}"));
     let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
 }
 
 fn yaml(text: &str) -> serde_json::Value {
@@ -24,8 +28,16 @@ fn render_prints_the_rayjob_of_a_multi_pool_spec() {
     let sha = "ab".repeat(32);
     let url = format!("https://bucket.example/capsules/sha256/{sha}/capsule.zip?X-Amz-Signature=x");
     let (code, out, err) = render(&[
-        "--spec", "examples/ray-multipool/tuneplane.yaml", "--fleet", "examples/fleet.yaml",
-        "--job-id", "j-42", "--capsule-sha256", &sha, "--capsule-url", &url,
+        "--spec",
+        "examples/ray-multipool/tuneplane.yaml",
+        "--fleet",
+        "examples/fleet.yaml",
+        "--job-id",
+        "j-42",
+        "--capsule-sha256",
+        &sha,
+        "--capsule-url",
+        &url,
     ]);
     assert_eq!(code, 0, "{err}");
     let rj = yaml(&out);
@@ -33,12 +45,21 @@ fn render_prints_the_rayjob_of_a_multi_pool_spec() {
     assert_eq!(rj["metadata"]["name"], "tp-j-42");
     let env: serde_json::Value = yaml(rj["spec"]["runtimeEnvYAML"].as_str().unwrap_or_default());
     assert_eq!(env["working_dir"], serde_json::json!(url));
-    assert!(rj["spec"]["rayClusterSpec"]["workerGroupSpecs"].as_array().is_some_and(|g| g.len() >= 2));
+    assert!(
+        rj["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+            .as_array()
+            .is_some_and(|g| g.len() >= 2)
+    );
 }
 
 #[test]
 fn render_prints_a_pod_for_a_cpu_job_without_gpus_when_passthrough_is_off() {
-    let (code, out, err) = render(&["--spec", "examples/hello-cpu/tuneplane.yaml", "--gpu-passthrough", "0"]);
+    let (code, out, err) = render(&[
+        "--spec",
+        "examples/hello-cpu/tuneplane.yaml",
+        "--gpu-passthrough",
+        "0",
+    ]);
     assert_eq!(code, 0, "{err}");
     let pod = yaml(&out);
     assert_eq!(pod["kind"], "Pod");
@@ -47,9 +68,19 @@ fn render_prints_a_pod_for_a_cpu_job_without_gpus_when_passthrough_is_off() {
 
 #[test]
 fn render_refuses_a_spec_that_never_fits_the_fleet_and_a_bad_setting() {
-    let (code, _, err) = render(&["--spec", "examples/too-big/tuneplane.yaml", "--fleet", "examples/fleet.yaml"]);
+    let (code, _, err) = render(&[
+        "--spec",
+        "examples/too-big/tuneplane.yaml",
+        "--fleet",
+        "examples/fleet.yaml",
+    ]);
     assert_eq!(code, 1, "{err}");
-    let (code, _, err) = render(&["--spec", "examples/hello-cpu/tuneplane.yaml", "--capsule-delivery", "ftp"]);
+    let (code, _, err) = render(&[
+        "--spec",
+        "examples/hello-cpu/tuneplane.yaml",
+        "--capsule-delivery",
+        "ftp",
+    ]);
     assert_ne!(code, 0);
     assert!(err.contains("TUNEPLANE_CAPSULE_DELIVERY"), "{err}");
 }

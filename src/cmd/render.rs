@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use tuneplane_core::job::JobRecord;
-use tuneplane_core::render::{CapsuleDelivery, CapsuleRef, RenderSettings, render_pod, render_rayjob};
+use tuneplane_core::render::{
+    CapsuleDelivery, CapsuleRef, RenderSettings, render_pod, render_rayjob,
+};
 use tuneplane_core::spec::WorkloadKind;
 
 /// Placeholder capsule hash when none is given (the capsule is not built by this command).
@@ -54,7 +56,11 @@ fn settings(args: &Args) -> anyhow::Result<RenderSettings> {
             args.capsule_delivery
         )
     })?;
-    Ok(RenderSettings { gpu_passthrough, delivery, ..RenderSettings::default() })
+    Ok(RenderSettings {
+        gpu_passthrough,
+        delivery,
+        ..RenderSettings::default()
+    })
 }
 
 /// Prints the workload as YAML, or the spec's problems (exit 1).
@@ -63,9 +69,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let Some(v) = super::load_spec(&args.spec, args.fleet.as_deref())? else {
         return Ok(ExitCode::FAILURE);
     };
-    let sha = args.capsule_sha256.clone().unwrap_or_else(|| PLACEHOLDER_SHA.to_owned());
+    let sha = args
+        .capsule_sha256
+        .clone()
+        .unwrap_or_else(|| PLACEHOLDER_SHA.to_owned());
     let url = args.capsule_url.clone().unwrap_or_else(|| {
-        format!("https://capsules.example.invalid/{}?presigned=placeholder", tuneplane_core::capsule::storage_key(&sha))
+        format!(
+            "https://capsules.example.invalid/{}?presigned=placeholder",
+            tuneplane_core::capsule::storage_key(&sha)
+        )
     });
     let job = JobRecord::new_queued(&args.job_id, &args.tenant, v.spec, &sha, 0);
     let capsule = CapsuleRef { sha256: sha, url };
