@@ -122,8 +122,16 @@ impl Stack {
             image_pull_failures: opts.unpullable_images.clone(),
             ..Scenario::default()
         };
+        let mut rc = tuneplane_reconciler::Config {
+            pass_interval: opts.pass_interval,
+            ..tuneplane_reconciler::Config::default()
+        };
+        // The reconciler's own namespace (its Lease lives there) exists from the start.
+        let mut namespaces = SimConfig::default().namespaces;
+        namespaces.push(rc.namespace.clone());
         let sim = KubeSim::start(SimConfig {
             fleet: Some(opts.fleet.clone()),
+            namespaces,
             scenario,
             exec_dir: opts.execute.then(|| dir.join("exec")),
             ..SimConfig::default()
@@ -160,10 +168,6 @@ impl Stack {
         // The reconciler, through a real kube client over HTTP.
         let client =
             kube::Client::try_from(kube::Config::new(sim.url().parse().context("kubesim URL")?))?;
-        let mut rc = tuneplane_reconciler::Config {
-            pass_interval: opts.pass_interval,
-            ..tuneplane_reconciler::Config::default()
-        };
         rc.render.gpu_passthrough = true;
         rc.render.delivery = CapsuleDelivery::Presigned;
         rc.identity = format!("dev-{}", std::process::id());
