@@ -71,85 +71,94 @@ pub struct AdmissionPlan {
     pub waiting: Vec<Waiting>,
 }
 
-#[derive(Debug, Clone)]
+/// Free resources of one schedulable node.
+#[derive(Debug, Clone, Copy)]
 struct Free {
-    series: Option<String>,
     gpus: u32,
     cpus: f64,
     memory_gb: f64,
 }
 
-type FreeMap = BTreeMap<String, Free>;
+/// Schedulable nodes by index (the snapshot's name order), grouped by series so a pool scans only
+/// the nodes it may use.
+struct Nodes<'c> {
+    names: Vec<&'c str>,
+    by_series: BTreeMap<&'c str, Vec<usize>>,
+    all: Vec<usize>,
+}
 
 const EPS: f64 = 1e-9;
 
-fn free_map(capacity: &CapacitySnapshot, idle: bool) -> FreeMap {
-    capacity
-        .nodes
-        .iter()
-        .filter(|n| n.schedulable())
-        .map(|n| {
-            let (gpus, cpus, mem) = if idle {
-                (n.gpus, n.cpus, n.memory_gb)
-            } else {
-                (
-                    n.free_gpus(),
-                    n.cpus - n.cpus_used,
-                    n.memory_gb - n.memory_gb_used,
-                )
-            };
-            let free = Free {
-                series: n.series.clone(),
-                gpus,
-                cpus: cpus.max(0.0),
-                memory_gb: mem.max(0.0),
-            };
-            (n.name.clone(), free)
-        })
-        .collect()
+fn index(capacity: &CapacitySnapshot) -> (Nodes<'_>, Vec<Free>, Vec<Free>) {
+    let mut nodes = Nodes {
+        names: Vec::new(),
+        by_series: BTreeMap::new(),
+        all: Vec::new(),
+    };
+    let (mut free, mut idle) = (Vec::new(), Vec::new());
+    for n in capacity.nodes.iter().filter(|n| n.schedulable()) {
+        let i = nodes.names.len();
+        nodes.names.push(n.name.as_str());
+        nodes.all.push(i);
+        if let Some(s) = &n.series {
+            nodes.by_series.entry(s.as_str()).or_default().push(i);
+        }
+        free.push(Free {
+            gpus: n.free_gpus(),
+            cpus: (n.cpus - n.cpus_used).max(0.0),
+            memory_gb: (n.memory_gb - n.memory_gb_used).max(0.0),
+        });
+        idle.push(Free {
+            gpus: n.gpus,
+            cpus: n.cpus.max(0.0),
+            memory_gb: n.memory_gb.max(0.0),
+        });
+    }
+    (nodes, free, idle)
 }
 
-fn fits(f: &Free, series: Option<&str>, gpus: u32, cpus: f64, mem: f64) -> bool {
-    // CPU-only machines may use free CPU on any node; GPU machines only their series.
-    let series_ok = series.is_none() || f.series.as_deref() == series;
-    series_ok && f.gpus >= gpus && f.cpus + EPS >= cpus && f.memory_gb + EPS >= mem
+fn fits(f: &Free, (gpus, cpus, mem): (u32, f64, f64)) -> bool {
+    f.gpus >= gpus && f.cpus + EPS >= cpus && f.memory_gb + EPS >= mem
 }
 
 /// Picks `count` distinct nodes (not in `taken`) for machines of this size, best fit first
 /// (fewest free GPUs, then fewest free CPUs) to keep large blocks whole. `Err(available)` if too few.
+/// CPU-only machines may use free CPU on any node; GPU machines only nodes of their series.
 fn pick(
-    free: &FreeMap,
-    taken: &BTreeSet<String>,
+    nodes: &Nodes,
+    free: &[Free],
+    taken: &[usize],
     series: Option<&str>,
-    (gpus, cpus, mem): (u32, f64, f64),
+    shape: (u32, f64, f64),
     count: u32,
-) -> Result<Vec<String>, u32> {
-    let mut candidates: Vec<(&String, &Free)> = free
+) -> Result<Vec<usize>, u32> {
+    let scope: &[usize] = match series {
+        Some(s) => nodes.by_series.get(s).map_or(&[], Vec::as_slice),
+        None => &nodes.all,
+    };
+    let mut candidates: Vec<usize> = scope
         .iter()
-        .filter(|(name, f)| !taken.contains(*name) && fits(f, series, gpus, cpus, mem))
+        .copied()
+        .filter(|i| !taken.contains(i) && fits(&free[*i], shape))
         .collect();
-    candidates.sort_by(|a, b| {
-        (a.1.gpus, a.0)
-            .cmp(&(b.1.gpus, b.0))
-            .then(a.1.cpus.total_cmp(&b.1.cpus))
-    });
     let available = u32::try_from(candidates.len()).unwrap_or(u32::MAX);
     if available < count {
         return Err(available);
     }
-    Ok(candidates
-        .into_iter()
-        .take(count as usize)
-        .map(|(n, _)| n.clone())
-        .collect())
-}
-
-fn take(free: &mut FreeMap, node: &str, (gpus, cpus, mem): (u32, f64, f64)) {
-    if let Some(f) = free.get_mut(node) {
-        f.gpus = f.gpus.saturating_sub(gpus);
-        f.cpus = (f.cpus - cpus).max(0.0);
-        f.memory_gb = (f.memory_gb - mem).max(0.0);
+    let order = |a: &usize, b: &usize| {
+        free[*a]
+            .gpus
+            .cmp(&free[*b].gpus)
+            .then(free[*a].cpus.total_cmp(&free[*b].cpus))
+            .then(a.cmp(b))
+    };
+    if count == 0 {
+        return Ok(Vec::new());
     }
+    candidates.select_nth_unstable_by(count as usize - 1, order);
+    candidates.truncate(count as usize);
+    candidates.sort_by(order);
+    Ok(candidates)
 }
 
 fn size(pool: &Pool) -> (u32, f64, f64) {
@@ -162,37 +171,62 @@ struct Misfit<'a> {
     available: u32,
 }
 
-/// Places every pool of `pools` on distinct nodes of `free`, applying the usage on success.
-fn place<'a>(free: &mut FreeMap, pools: &'a [Pool]) -> Result<Vec<PoolPlacement>, Misfit<'a>> {
+/// Places every pool of `pools` on distinct nodes, taking their resources from `free` on success
+/// and leaving `free` untouched on failure (changes are undone).
+fn place<'a>(
+    nodes: &Nodes,
+    free: &mut [Free],
+    pools: &'a [Pool],
+) -> Result<Vec<PoolPlacement>, Misfit<'a>> {
     // Largest machines first: they have the fewest candidate nodes.
-    let mut order: Vec<&Pool> = pools.iter().collect();
-    order.sort_by_key(|p| std::cmp::Reverse(p.gpus_per_node));
-    let mut taken = BTreeSet::new();
-    let mut trial = free.clone();
-    let mut placed: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for pool in order {
-        let nodes = pick(
-            &trial,
+    let mut order: Vec<usize> = (0..pools.len()).collect();
+    order.sort_by_key(|i| std::cmp::Reverse(pools[*i].gpus_per_node));
+    let mut taken: Vec<usize> = Vec::new();
+    let mut undo: Vec<(usize, Free)> = Vec::new();
+    let mut placed: Vec<Vec<usize>> = vec![Vec::new(); pools.len()];
+    for i in order {
+        let pool = &pools[i];
+        let shape = size(pool);
+        match pick(
+            nodes,
+            free,
             &taken,
             pool.series.as_deref(),
-            size(pool),
+            shape,
             pool.nodes,
-        )
-        .map_err(|available| Misfit { pool, available })?;
-        for n in &nodes {
-            take(&mut trial, n, size(pool));
-            taken.insert(n.clone());
+        ) {
+            Ok(chosen) => {
+                for n in &chosen {
+                    undo.push((*n, free[*n]));
+                    let f = &mut free[*n];
+                    f.gpus = f.gpus.saturating_sub(shape.0);
+                    f.cpus = (f.cpus - shape.1).max(0.0);
+                    f.memory_gb = (f.memory_gb - shape.2).max(0.0);
+                }
+                taken.extend_from_slice(&chosen);
+                placed[i] = chosen;
+            }
+            Err(available) => {
+                for (n, before) in undo.into_iter().rev() {
+                    free[n] = before;
+                }
+                return Err(Misfit { pool, available });
+            }
         }
-        placed.insert(pool.name.as_str(), nodes);
     }
-    *free = trial;
     Ok(pools
         .iter()
-        .map(|p| PoolPlacement {
+        .zip(placed)
+        .map(|(p, chosen)| PoolPlacement {
             pool: p.name.clone(),
-            nodes: placed.remove(p.name.as_str()).unwrap_or_default(),
+            nodes: chosen.iter().map(|i| nodes.names[*i].to_owned()).collect(),
         })
         .collect())
+}
+
+/// Places `pools` on a copy of the idle fleet: `Some` if the job could never fit it.
+fn never_fits<'a>(nodes: &Nodes, idle: &[Free], pools: &'a [Pool]) -> Option<Misfit<'a>> {
+    place(nodes, &mut idle.to_vec(), pools).err()
 }
 
 fn describe(pool: &Pool) -> String {
@@ -218,15 +252,19 @@ pub fn plan_admissions(
     capacity: &CapacitySnapshot,
     reservations: &[Reservation],
 ) -> AdmissionPlan {
-    let mut free = free_map(capacity, false);
-    let idle = free_map(capacity, true);
+    let (nodes, mut free, idle) = index(capacity);
     for r in reservations {
         let shape = (r.gpus, r.cpus, r.memory_gb);
         // Reserve what can be reserved; machines that fit nowhere hold nothing.
         for _ in 0..r.machines {
-            match pick(&free, &BTreeSet::new(), r.series.as_deref(), shape, 1) {
-                Ok(nodes) => nodes.iter().for_each(|n| take(&mut free, n, shape)),
-                Err(_) => break,
+            let Ok(chosen) = pick(&nodes, &free, &[], r.series.as_deref(), shape, 1) else {
+                break;
+            };
+            for n in chosen {
+                let f = &mut free[n];
+                f.gpus = f.gpus.saturating_sub(shape.0);
+                f.cpus = (f.cpus - shape.1).max(0.0);
+                f.memory_gb = (f.memory_gb - shape.2).max(0.0);
             }
         }
     }
@@ -249,7 +287,7 @@ pub fn plan_admissions(
             reason,
             message,
         };
-        if let Err(m) = place(&mut idle.clone(), &job.spec.pools) {
+        if let Some(m) = never_fits(&nodes, &idle, &job.spec.pools) {
             let message = format!(
                 "pool {}: needs {} node(s) with {}, the fleet has {} schedulable",
                 m.pool.name,
@@ -268,7 +306,7 @@ pub fn plan_admissions(
                 .push(wait(PendingReason::QueuedBehindOthers, message));
             continue;
         }
-        match place(&mut free, &job.spec.pools) {
+        match place(&nodes, &mut free, &job.spec.pools) {
             Ok(placements) => plan.admit.push(Admission {
                 job_id: job.id.clone(),
                 placements,
