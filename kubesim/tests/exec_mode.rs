@@ -57,10 +57,15 @@ async fn cpu_pod_command_runs_in_bash_with_env_workdir_and_mounts_inside_the_dat
         "spec": {
             "restartPolicy": "Never",
             "volumes": [{"name": "work", "emptyDir": {}}],
+            "initContainers": [{
+                "name": "fetch", "image": "bash",
+                "command": ["bash", "-c", "echo fetched > /work/in.txt && echo init done"],
+                "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+            }],
             "containers": [{
                 "name": "main", "image": "python:3.12-slim",
                 "command": ["bash", "-c"],
-                "args": ["echo \"$GREETING from $POD_NAME\" > /work/out.txt && cat /work/out.txt && pwd && exit 3"],
+                "args": ["echo \"$GREETING from $POD_NAME\" > /work/out.txt && cat /work/out.txt /work/in.txt && pwd && exit 3"],
                 "workingDir": "/work",
                 "env": [{"name": "GREETING", "value": "hi"}, {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                 "volumeMounts": [{"name": "work", "mountPath": "/work"}],
@@ -90,12 +95,28 @@ async fn cpu_pod_command_runs_in_bash_with_env_workdir_and_mounts_inside_the_dat
         .unwrap_or_else(|e| panic!("{e}"));
     let mut lines = logs.lines();
     assert_eq!(lines.next(), Some("hi from cpu-job"));
+    assert_eq!(
+        lines.next(),
+        Some("fetched"),
+        "the init container ran first, sharing the volume"
+    );
     let cwd = lines.next().unwrap_or_default();
     assert!(
         Path::new(cwd).starts_with(data.path()),
         "working directory {cwd} must be inside the data dir"
     );
     assert!(Path::new(cwd).join("out.txt").exists());
+    let init_logs = pods
+        .logs(
+            "cpu-job",
+            &LogParams {
+                container: Some("fetch".into()),
+                ..LogParams::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(init_logs, "init done\n");
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! Execution mode: eligible pods really run on this machine.
 //!
-//! A CPU pod's first container runs through bash with the pod's env and working directory; its
+//! A CPU pod's init containers and then its first container run through bash with the pod's env and working directory; its
 //! volume mounts and working directory map into a per-pod folder under the data directory (paths in
 //! the command, args and env are rewritten to those folders, so the rendered pod needs no special
 //! case). A RayJob runs as a one-node stand-in for a Ray cluster: its submitter pod runs the
@@ -88,10 +88,19 @@ impl Executor {
             self.store.logs.append(ns, name, container, &note);
             *result.lock().unwrap_or_else(|p| p.into_inner()) = Some(code);
         } else {
-            let job = process::Job::from_pod(pod, &self.dir);
+            let steps = process::Job::steps(pod, &self.dir);
             let (store, slot) = (self.store.clone(), result.clone());
             tokio::spawn(async move {
-                let code = job.run(&store, kill_rx).await;
+                let mut kill_rx = kill_rx;
+                let mut code = 0;
+                // Init containers run in order; a failing or killed step ends the pod.
+                for step in &steps {
+                    let (c, killed) = step.run(&store, &mut kill_rx).await;
+                    code = c;
+                    if c != 0 || killed {
+                        break;
+                    }
+                }
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(code);
             });
         }

@@ -82,8 +82,29 @@ fn rewrite(text: &str, mounts: &[(String, PathBuf)]) -> String {
 }
 
 impl Job {
-    /// Reads what to run from a pod (its first container, or the RayJob annotations).
-    pub(super) fn from_pod(pod: &Value, data_dir: &Path) -> Self {
+    /// What to run for a pod, in order: its init containers then its first container, or the
+    /// RayJob entrypoint for a submitter pod.
+    pub(super) fn steps(pod: &Value, data_dir: &Path) -> Vec<Self> {
+        let main = pod
+            .pointer("/spec/containers/0")
+            .cloned()
+            .unwrap_or_default();
+        if json::annotation(pod, RAYJOB_ENTRYPOINT).is_some() {
+            return vec![Self::from_container(pod, &main, data_dir)];
+        }
+        let init = pod
+            .pointer("/spec/initContainers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        init.iter()
+            .chain(std::iter::once(&main))
+            .map(|c| Self::from_container(pod, c, data_dir))
+            .collect()
+    }
+
+    /// Reads what to run for one container of a pod (or the RayJob annotations).
+    fn from_container(pod: &Value, c: &Value, data_dir: &Path) -> Self {
         let (ns, name) = (
             json::namespace(pod).to_string(),
             json::name(pod).to_string(),
@@ -93,11 +114,7 @@ impl Job {
             .join("pods")
             .join(&ns)
             .join(format!("{name}-{uid8}"));
-        let c = pod
-            .pointer("/spec/containers/0")
-            .cloned()
-            .unwrap_or_default();
-        let container = str_at(&c, "/name").unwrap_or("main").to_string();
+        let container = str_at(c, "/name").unwrap_or("main").to_string();
         // The pod's grace period, capped so a stuck process cannot hold a test for long.
         let grace_secs = json::i64_at(pod, "/spec/terminationGracePeriodSeconds")
             .unwrap_or(30)
@@ -178,7 +195,7 @@ impl Job {
                 Some((key, rewrite(&value, &mounts)))
             })
             .collect();
-        let workdir = map_path(str_at(&c, "/workingDir").unwrap_or("/"), &mounts, &root);
+        let workdir = map_path(str_at(c, "/workingDir").unwrap_or("/"), &mounts, &root);
         let mut dirs: Vec<PathBuf> = mounts.iter().map(|(_, h)| h.clone()).collect();
         dirs.push(workdir.clone());
         Self {
@@ -202,13 +219,17 @@ impl Job {
             .append(&self.ns, &self.pod, &self.container, text);
     }
 
-    /// Runs to completion (or until killed) and returns the exit code.
-    pub(super) async fn run(&self, store: &Arc<Store>, kill: oneshot::Receiver<()>) -> i32 {
+    /// Runs to completion (or until killed); returns the exit code and whether it was killed.
+    pub(super) async fn run(
+        &self,
+        store: &Arc<Store>,
+        kill: &mut oneshot::Receiver<()>,
+    ) -> (i32, bool) {
         match self.command().await {
             Ok(cmd) => self.spawn(store, cmd, kill).await,
             Err(message) => {
                 self.log(store, &format!("kubesim: {message}\n"));
-                127
+                (127, false)
             }
         }
     }
@@ -270,8 +291,8 @@ impl Job {
         &self,
         store: &Arc<Store>,
         mut cmd: tokio::process::Command,
-        kill: oneshot::Receiver<()>,
-    ) -> i32 {
+        kill: &mut oneshot::Receiver<()>,
+    ) -> (i32, bool) {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -280,7 +301,7 @@ impl Job {
             Ok(c) => c,
             Err(e) => {
                 self.log(store, &format!("kubesim: cannot start bash: {e}\n"));
-                return 127;
+                return (127, false);
             }
         };
         let pump = |reader: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>| {
@@ -298,25 +319,26 @@ impl Job {
         };
         let out = pump(child.stdout.take().map(|s| Box::new(s) as _));
         let err = pump(child.stderr.take().map(|s| Box::new(s) as _));
-        let code = tokio::select! {
-            status = child.wait() => status.ok().and_then(|s| s.code()).unwrap_or(137),
+        let (code, killed) = tokio::select! {
+            status = child.wait() => (status.ok().and_then(|s| s.code()).unwrap_or(137), false),
             _ = kill => {
                 // Like the kubelet: SIGTERM, then SIGKILL after the grace period.
                 if let Some(pid) = child.id() {
                     let _ = tokio::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
                 }
-                match tokio::time::timeout(self.grace, child.wait()).await {
+                let code = match tokio::time::timeout(self.grace, child.wait()).await {
                     Ok(status) => status.ok().and_then(|s| s.code()).unwrap_or(143),
                     Err(_) => {
                         // Killing an already-exited child fails harmlessly.
                         let _ = child.kill().await;
                         137
                     }
-                }
+                };
+                (code, true)
             }
         };
         let _ = tokio::join!(out, err);
-        code
+        (code, killed)
     }
 }
 
