@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Request};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderName, HeaderValue, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
 use tracing::Instrument;
 use tuneplane_core::submit::{Principal, SubmitService, authenticate};
 
@@ -102,6 +104,42 @@ async fn request_id(req: Request, next: Next) -> Response {
             .insert(HeaderName::from_static(REQUEST_ID_HEADER), value);
     }
     response
+}
+
+/// The raw request body, with the API's error format when it is over the size limit.
+#[derive(Debug, Clone)]
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(RawBody(bytes)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::TooLarge(format!(
+                    "the request body is over {} MiB; upload large code with POST /v1/uploads",
+                    MAX_BODY_BYTES >> 20
+                )))
+            }
+            Err(e) => Err(ApiError::bad_request("invalid_body", e.body_text())),
+        }
+    }
+}
+
+/// Query parameters, with the API's error format when they do not parse.
+#[derive(Debug, Clone)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| ApiQuery(q))
+            .map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))
+    }
 }
 
 /// The authenticated caller of a request (`Authorization: Bearer <api key>`).

@@ -12,7 +12,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -23,7 +22,7 @@ use sha2::Sha256;
 use tuneplane_core::store::PutOutcome;
 use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitRequest, merge_patch};
 
-use crate::app::AppState;
+use crate::app::{AppState, RawBody};
 use crate::config::WebhookSource;
 use crate::error::ApiError;
 use crate::routes::jobs::submitted_response;
@@ -167,7 +166,7 @@ pub async fn receive(
     State(state): State<Arc<AppState>>,
     Path(source): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
     let config = state
         .webhooks

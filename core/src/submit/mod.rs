@@ -237,15 +237,22 @@ impl SubmitService {
 
     /// Runs one submission end to end (see the module docs). `now_ms` is the submission time.
     pub async fn submit(&self, req: SubmitRequest, now_ms: i64) -> Result<Submitted> {
-        if let Some(key) = &req.idempotency_key {
+        let SubmitRequest {
+            tenant,
+            spec,
+            code,
+            idempotency_key,
+            origin,
+        } = req;
+        if let Some(key) = &idempotency_key {
             check_idempotency_key(key)?;
         }
         let shape = self.fleet_shape().await?;
         let scratch = code::Scratch::new(&self.config.scratch_dir)?;
 
-        let prepared = match (&req.spec, &req.code) {
+        let prepared = match (spec, code) {
             (SpecInput::Authoritative(spec), Code::Capsule { sha256 }) => {
-                self.existing_capsule(spec, sha256).await?
+                self.existing_capsule(*spec, &sha256).await?
             }
             (_, Code::Capsule { .. }) | (SpecInput::Authoritative(_), _) => {
                 return Err(SubmitError::InvalidRequest(
@@ -253,13 +260,13 @@ impl SubmitService {
                 ));
             }
             (spec, Code::Archive(bytes)) => {
-                let archive = code::ArchiveSource::Bytes(bytes.clone());
+                let archive = code::ArchiveSource::Bytes(bytes);
                 self.build(spec, archive, shape.as_ref(), scratch.path())
                     .await?
             }
             (spec, Code::Blob { key }) => {
                 let path = scratch.path().join("code.archive");
-                self.fetch_blob(key, &path).await?;
+                self.fetch_blob(&key, &path).await?;
                 let archive = code::ArchiveSource::File(path);
                 self.build(spec, archive, shape.as_ref(), scratch.path())
                     .await?
@@ -278,13 +285,13 @@ impl SubmitService {
 
         let record = JobRecord::new_queued(
             (self.new_id)(),
-            req.tenant.clone(),
+            tenant,
             prepared.spec,
             prepared.sha256.clone(),
             now_ms,
         );
-        let idem = req.idempotency_key.as_ref().map(|key| Idempotency {
-            key: key.clone(),
+        let idem = idempotency_key.map(|key| Idempotency {
+            key,
             request_sha256: request_digest(&prepared.sha256),
             ttl_seconds: self.config.idempotency_ttl_seconds,
         });
@@ -300,7 +307,7 @@ impl SubmitService {
                 reason: "Submitted".into(),
                 message: format!(
                     "{}; capsule {}",
-                    req.origin.describe(),
+                    origin.describe(),
                     &prepared.sha256[..12.min(prepared.sha256.len())]
                 ),
                 object: None,
@@ -317,13 +324,13 @@ impl SubmitService {
     /// Stages and builds on the offload (CPU work), inside the request's scratch folder.
     async fn build(
         &self,
-        spec: &SpecInput,
+        spec: SpecInput,
         archive: code::ArchiveSource,
         shape: Option<&FleetShape>,
         dir: &std::path::Path,
     ) -> Result<Prepared> {
         let spec_text = match spec {
-            SpecInput::Text(t) => Some(t.clone()),
+            SpecInput::Text(t) => Some(t),
             SpecInput::InArchive | SpecInput::Authoritative(_) => None,
         };
         let (config, shape, dir) = (Arc::clone(&self.config), shape.cloned(), dir.to_path_buf());
@@ -332,7 +339,7 @@ impl SubmitService {
         self.offload.run(task).await
     }
 
-    async fn existing_capsule(&self, spec: &JobSpec, sha256: &str) -> Result<Prepared> {
+    async fn existing_capsule(&self, spec: JobSpec, sha256: &str) -> Result<Prepared> {
         let key = storage_key(sha256);
         crate::store::validate_blob_key(&key).map_err(|_| {
             SubmitError::InvalidRequest(format!("{sha256:?} is not a capsule digest"))
@@ -341,7 +348,7 @@ impl SubmitService {
             return Err(SubmitError::NotFound(format!("capsule {sha256}")));
         }
         Ok(Prepared {
-            spec: spec.clone(),
+            spec,
             sha256: sha256.to_owned(),
             capsule_file: None,
             notes: Vec::new(),

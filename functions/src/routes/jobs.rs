@@ -4,8 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -15,7 +14,7 @@ use tuneplane_core::store::{JobQuery, PresignMethod, StoreError};
 use tuneplane_core::submit::{Origin, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, Submitted};
 
 use super::submission::parse_body;
-use crate::app::{AppState, Auth};
+use crate::app::{ApiQuery, AppState, Auth, RawBody};
 use crate::error::ApiError;
 
 /// Header of the client's idempotency key.
@@ -49,7 +48,7 @@ pub async fn submit(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
     headers: HeaderMap,
-    body: Bytes,
+    RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
     let idempotency_key = match headers.get(IDEMPOTENCY_HEADER) {
@@ -85,7 +84,7 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
-    Query(q): Query<ListQuery>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
     let status = match q.status.as_deref() {
@@ -147,7 +146,7 @@ pub async fn events(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
     Path(id): Path<String>,
-    Query(q): Query<EventsQuery>,
+    ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
     let job = owned_job(&state, &principal.tenant, &id).await?;
