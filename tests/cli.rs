@@ -192,14 +192,37 @@ fn inspect_refuses_a_tampered_capsule() {
 }
 
 #[test]
-fn demo_runs_the_example_job_and_exits_zero() {
-    let out = tuneplane(&["demo", "--examples", p(&examples())]);
+fn demo_runs_every_example_to_its_expected_end_and_exits_zero() {
+    let out = tuneplane(&[
+        "demo",
+        "--examples",
+        p(&examples()),
+        "--timeout-seconds",
+        "240",
+    ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-    assert!(stdout.contains("*** hello from TunePlane ***"), "{stdout}");
+    for needle in [
+        "demo ok: every example ended as expected",
+        "pending InsufficientGpu",
+        "pending ImagePull",
+        "PreRunningDeadlineExceeded",
+        "countdown 1",
+        "sibling import ok: model",
+        "SERIES",
+    ] {
+        assert!(stdout.contains(needle), "{needle} missing from:\n{stdout}");
+    }
+    let summary: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| *l != "SUMMARY")
+        .skip(2)
+        .take(5)
+        .collect();
+    assert_eq!(summary.len(), 5, "{stdout}");
     assert!(
-        stdout.contains("rejected: rejected entry \"../../home/user/.bashrc\""),
-        "{stdout}"
+        summary.iter().all(|l| l.trim_end().ends_with("yes")),
+        "{summary:#?}"
     );
 }
 

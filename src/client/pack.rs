@@ -12,6 +12,15 @@ use tuneplane_core::capsule::{ArchiveKind, Limits, walk_dir};
 
 /// Reads `source` into an archive the API accepts, reporting progress on stderr.
 pub fn pack(source: &Path) -> anyhow::Result<Vec<u8>> {
+    pack_with(source, true)
+}
+
+/// Like [`pack`], without progress output.
+pub fn pack_quiet(source: &Path) -> anyhow::Result<Vec<u8>> {
+    pack_with(source, false)
+}
+
+fn pack_with(source: &Path, progress: bool) -> anyhow::Result<Vec<u8>> {
     let meta =
         std::fs::metadata(source).with_context(|| format!("cannot read {}", source.display()))?;
     if !meta.is_dir() {
@@ -43,7 +52,7 @@ pub fn pack(source: &Path) -> anyhow::Result<Vec<u8>> {
             size: data.len() as u64,
         })?;
         done += f.size;
-        if tty || i + 1 == files.len() {
+        if progress && (tty || i + 1 == files.len()) {
             let pct = if total == 0 { 100 } else { done * 100 / total };
             eprint!(
                 "\rpacking {}/{} files, {} ({pct}%)   ",
@@ -54,7 +63,9 @@ pub fn pack(source: &Path) -> anyhow::Result<Vec<u8>> {
             let _ = std::io::stderr().flush();
         }
     }
-    eprintln!();
+    if progress {
+        eprintln!();
+    }
     Ok(zip.finish()?.0)
 }
 

