@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::json;
+
 use crate::fleet::UNSCHEDULABLE_TAINT;
 use crate::quantity::{self, Milli};
 
@@ -101,10 +103,10 @@ impl NodeInfo {
     pub fn from_node(node: &Value) -> Self {
         Self {
             name: crate::json::name(node).to_string(),
-            labels: string_map(node.pointer("/metadata/labels")),
-            taints: taints(node.pointer("/spec/taints")),
-            unschedulable: node.pointer("/spec/unschedulable") == Some(&Value::Bool(true)),
-            allocatable: resources(node.pointer("/status/allocatable")),
+            labels: string_map(json::at(node, "/metadata/labels")),
+            taints: taints(json::at(node, "/spec/taints")),
+            unschedulable: json::at(node, "/spec/unschedulable") == Some(&Value::Bool(true)),
+            allocatable: resources(json::at(node, "/status/allocatable")),
             used: Resources::new(),
         }
     }
@@ -133,8 +135,8 @@ impl PodNeeds {
                 .into_iter()
                 .flatten()
             {
-                let mut req = resources(c.pointer("/resources/limits"));
-                req.extend(resources(c.pointer("/resources/requests")));
+                let mut req = resources(json::at(c, "/resources/limits"));
+                req.extend(resources(json::at(c, "/resources/requests")));
                 for (k, v) in req {
                     let e = total.entry(k).or_insert(0);
                     *e = if list == "initContainers" {
@@ -187,9 +189,9 @@ impl PodNeeds {
             .collect();
         Self {
             requests,
-            node_selector: string_map(pod.pointer("/spec/nodeSelector")),
+            node_selector: string_map(json::at(pod, "/spec/nodeSelector")),
             affinity,
-            tolerations: taints(pod.pointer("/spec/tolerations")),
+            tolerations: taints(json::at(pod, "/spec/tolerations")),
         }
     }
 

@@ -30,7 +30,7 @@ pub struct Kubelet {
 }
 
 fn containers(pod: &Value, list: &str) -> Vec<(String, String)> {
-    pod.pointer(&format!("/spec/{list}"))
+    json::at(pod, &format!("/spec/{list}"))
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
@@ -49,17 +49,17 @@ fn containers(pod: &Value, list: &str) -> Vec<(String, String)> {
 }
 
 fn container_state(pod: &Value) -> Option<&Value> {
-    pod.pointer("/status/containerStatuses/0/state")
+    json::at(pod, "/status/containerStatuses/0/state")
 }
 
 fn waiting_reason(pod: &Value) -> Option<&str> {
     container_state(pod)
-        .and_then(|s| s.pointer("/waiting/reason"))
+        .and_then(|s| json::at(s, "/waiting/reason"))
         .and_then(Value::as_str)
 }
 
 fn condition_time(pod: &Value, ty: &str) -> Option<String> {
-    pod.pointer("/status/conditions")
+    json::at(pod, "/status/conditions")
         .and_then(Value::as_array)
         .and_then(|a| {
             a.iter()
@@ -91,7 +91,7 @@ impl Kubelet {
             let phase = str_at(pod, "/status/phase").unwrap_or_default();
             if !bound
                 || !matches!(phase, "Pending" | "Running")
-                || pod.pointer("/metadata/deletionTimestamp").is_some()
+                || json::at(pod, "/metadata/deletionTimestamp").is_some()
             {
                 continue;
             }
@@ -141,7 +141,7 @@ impl Kubelet {
         if phase == "Pending" {
             let bound_at = condition_time(pod, "PodScheduled").unwrap_or_default();
             let waited = json::seconds_since(&bound_at);
-            if pod.pointer("/status/containerStatuses").is_none() {
+            if json::at(pod, "/status/containerStatuses").is_none() {
                 return self.write_waiting(store, ns, name, "ContainerCreating", None);
             }
             if waited < delay {
@@ -187,13 +187,10 @@ impl Kubelet {
 
     /// When a simulated (not executed) container exits, if it has by now.
     fn simulated_exit(&self, pod: &Value) -> Option<Exit> {
-        let images: Vec<String> = containers(pod, "containers")
-            .into_iter()
-            .map(|(_, i)| i)
-            .collect();
-        let crash = images
-            .iter()
-            .any(|i| self.scenario.crash_images.contains(i));
+        let crash = !self.scenario.crash_images.is_empty()
+            && containers(pod, "containers")
+                .iter()
+                .any(|(_, i)| self.scenario.crash_images.contains(i));
         let run = json::annotation(pod, annotations::RUN_SECONDS)
             .and_then(|s| s.parse::<f64>().ok())
             .or(if crash { Some(0.0) } else { None })
@@ -322,7 +319,7 @@ impl Kubelet {
         let now = json::now_rfc3339();
         let updated = store.update_all(&PODS, ns, name, |cur| {
             let mut p = cur.clone();
-            let prev: Vec<Value> = p.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
+            let prev: Vec<Value> = json::at(&p, "/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
             let statuses: Vec<Value> = containers(&p, "containers")
                 .into_iter()
                 .map(|(c, image)| {
@@ -395,7 +392,7 @@ impl Kubelet {
             let mut p = cur.clone();
             if let Some(list) = p.pointer_mut("/status/containerStatuses").and_then(Value::as_array_mut) {
                 for s in list {
-                    let started = s.pointer("/state/running/startedAt").cloned().unwrap_or(json!(now));
+                    let started = json::at(s, "/state/running/startedAt").cloned().unwrap_or(json!(now));
                     let count = s.get("restartCount").and_then(Value::as_i64).unwrap_or(0) + 1;
                     s["restartCount"] = json!(count);
                     s["ready"] = json!(false);
@@ -430,7 +427,7 @@ impl Kubelet {
             }
             if let Some(list) = p.pointer_mut("/status/containerStatuses").and_then(Value::as_array_mut) {
                 for s in list {
-                    let started = s.pointer("/state/running/startedAt").cloned().unwrap_or(json!(now));
+                    let started = json::at(s, "/state/running/startedAt").cloned().unwrap_or(json!(now));
                     s["ready"] = json!(false);
                     s["started"] = json!(false);
                     let reason = if code == 0 { "Completed" } else { "Error" };

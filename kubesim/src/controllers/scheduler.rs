@@ -41,7 +41,7 @@ impl Scheduler {
                     .unwrap_or_default()
                     .is_empty()
                     && json::str_at(p, "/status/phase") == Some("Pending")
-                    && p.pointer("/metadata/deletionTimestamp").is_none()
+                    && json::at(p, "/metadata/deletionTimestamp").is_none()
                     && json::str_at(p, "/spec/schedulerName")
                         .is_none_or(|s| s == "default-scheduler")
             })
