@@ -168,12 +168,12 @@ impl Stores {
     }
 
     fn snapshot(&self) -> Cluster {
-        Cluster {
-            nodes: self.nodes.state(),
-            pods: self.pods.state(),
-            rayjobs: self.rayjobs.state(),
-            events: self.events.state(),
-        }
+        Cluster::new(
+            self.nodes.state(),
+            self.pods.state(),
+            self.rayjobs.state(),
+            self.events.state(),
+        )
     }
 }
 
