@@ -109,7 +109,7 @@ impl LabelSelector {
 
     /// Whether an object's labels satisfy every requirement.
     pub fn matches(&self, obj: &Value) -> bool {
-        let labels = obj.pointer("/metadata/labels");
+        let labels = crate::json::at(obj, "/metadata/labels");
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
         self.0.iter().all(|r| match r {
             LabelReq::Eq(k, v) => get(k) == Some(v.as_str()),
@@ -176,7 +176,7 @@ pub fn field_value(obj: &Value, field: &str) -> String {
             .to_string();
     }
     let pointer = format!("/{}", field.replace('.', "/"));
-    match obj.pointer(&pointer) {
+    match crate::json::at(obj, &pointer) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Bool(b)) => b.to_string(),
         Some(Value::Number(n)) => n.to_string(),

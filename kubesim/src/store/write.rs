@@ -398,7 +398,7 @@ fn finalizers(obj: &Value) -> Vec<&str> {
 }
 
 fn owned_by(obj: &Value, uid: &str) -> bool {
-    obj.pointer("/metadata/ownerReferences")
+    crate::json::at(obj, "/metadata/ownerReferences")
         .and_then(Value::as_array)
         .is_some_and(|refs| {
             refs.iter()
