@@ -45,6 +45,7 @@ impl DevArgs {
             execute: !self.no_exec,
             unpullable_images: unpullable,
             pass_interval: Duration::from_millis(500),
+            backend: super::Backend::Embedded,
         })
     }
 }

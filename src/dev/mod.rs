@@ -49,6 +49,23 @@ pub struct StackOptions {
     pub unpullable_images: Vec<String>,
     /// Reconciler pass interval.
     pub pass_interval: Duration,
+    /// Where jobs and blobs live.
+    pub backend: Backend,
+}
+
+/// The stores of the stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// Embedded job store and filesystem blobs in the data dir (the default).
+    Embedded,
+    /// DynamoDB and S3 through the AWS SDK (`AWS_ENDPOINT_URL` points at a local endpoint in tests);
+    /// the table and bucket are created if missing.
+    Aws {
+        /// Table name.
+        table: String,
+        /// Bucket name.
+        bucket: String,
+    },
 }
 
 /// A running stack. Dropping it does not stop it; call [`Stack::shutdown`].
@@ -109,13 +126,7 @@ impl Stack {
         let api_url = format!("http://{}", listener.local_addr()?);
 
         let (secret, _) = persisted(&dir.join("blob-secret"), || Ok(hex(&random::<32>()?)))?;
-        let jobs: Arc<dyn JobStore> = Arc::new(EmbeddedJobStore::open(dir.join("jobs"))?);
-        let fs_blobs = FsBlobStore::open(
-            dir.join("blobs"),
-            secret.as_bytes(),
-            format!("{api_url}/blobs"),
-        )?;
-        let blobs: Arc<dyn BlobStore> = Arc::new(fs_blobs.clone());
+        let (jobs, blobs, fs_blobs) = stores(&opts.backend, &dir, &secret, &api_url).await?;
         let api_key = default_key(&dir, jobs.as_ref()).await?;
 
         let scenario = Scenario {
@@ -148,10 +159,13 @@ impl Stack {
         let fn_config = functions_config(&dir, &secret, &api_url)?;
         let state =
             tuneplane_functions::runtime::state_with(&fn_config, jobs.clone(), blobs.clone());
-        let app = tuneplane_functions::app::router(state).nest(
-            "/blobs",
-            tuneplane_stores::blob_server::router(fs_blobs, MAX_UPLOAD_BYTES),
-        );
+        let mut app = tuneplane_functions::app::router(state);
+        if let Some(fs_blobs) = fs_blobs {
+            app = app.nest(
+                "/blobs",
+                tuneplane_stores::blob_server::router(fs_blobs, MAX_UPLOAD_BYTES),
+            );
+        }
         let mut s = stopped.clone();
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
@@ -219,6 +233,47 @@ impl Stack {
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+}
+
+type Stores = (Arc<dyn JobStore>, Arc<dyn BlobStore>, Option<FsBlobStore>);
+
+/// The stores of `backend`; the filesystem blob store is returned again so its server can be mounted.
+async fn stores(
+    backend: &Backend,
+    dir: &Path,
+    secret: &str,
+    api_url: &str,
+) -> anyhow::Result<Stores> {
+    match backend {
+        Backend::Embedded => {
+            let jobs: Arc<dyn JobStore> = Arc::new(EmbeddedJobStore::open(dir.join("jobs"))?);
+            let fs = FsBlobStore::open(
+                dir.join("blobs"),
+                secret.as_bytes(),
+                format!("{api_url}/blobs"),
+            )?;
+            Ok((jobs, Arc::new(fs.clone()), Some(fs)))
+        }
+        Backend::Aws { table, bucket } => {
+            use tuneplane_stores::{aws, dynamo, s3};
+            let sdk = aws::load_config().await;
+            let path_style = sdk.endpoint_url().is_some();
+            let ddb = aws::dynamodb_client(&sdk, None);
+            dynamo::table::create_table(&ddb, table)
+                .await
+                .with_context(|| format!("cannot create table {table}"))?;
+            let blobs = s3::S3BlobStore::new(aws::s3_client(&sdk, path_style), bucket.clone());
+            blobs
+                .ensure_bucket()
+                .await
+                .with_context(|| format!("cannot create bucket {bucket}"))?;
+            Ok((
+                Arc::new(dynamo::DynamoJobStore::new(ddb, table.clone())),
+                Arc::new(blobs),
+                None,
+            ))
         }
     }
 }

@@ -57,6 +57,44 @@ impl S3BlobStore {
         &self.bucket
     }
 
+    /// Creates the bucket if it does not exist yet (local stacks and tests; production buckets
+    /// come from `template.yaml`).
+    pub async fn ensure_bucket(&self) -> Result<()> {
+        if self
+            .client
+            .head_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        match self
+            .client
+            .create_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            // A concurrent creator won: the bucket exists, which is all we need.
+            Err(e)
+                if self
+                    .client
+                    .head_bucket()
+                    .bucket(&self.bucket)
+                    .send()
+                    .await
+                    .is_ok() =>
+            {
+                tracing::debug!(error = %e, bucket = %self.bucket, "bucket created concurrently");
+                Ok(())
+            }
+            Err(e) => Err(self.backend("create_bucket", "", e)),
+        }
+    }
+
     fn backend(
         &self,
         op: &'static str,

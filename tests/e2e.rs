@@ -1,0 +1,252 @@
+//! The whole flow, end to end: HTTP API → capsule in the blob store → record in the job store →
+//! reconciler → kubesim in execution mode (pods really run here) → archived logs → terminal record →
+//! workload deleted. Once on the embedded stores and once on DynamoDB + S3 through the local AWS
+//! endpoint (`scripts/with-moto.sh` sets `AWS_ENDPOINT_URL`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api as KubeApi, ListParams};
+use serde_json::{Value, json};
+use tuneplane::client::{Api, ClientArgs, Output, pack};
+use tuneplane::cmd::jobs::read_logs_archive;
+use tuneplane::dev::{Backend, Stack, StackOptions, UNPULLABLE_IMAGE};
+use tuneplane_core::fleet::Fleet;
+use tuneplane_core::job::{JobEvent, JobRecord, JobState};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
+
+async fn start(backend: Backend, dir: &Path) -> (Stack, Api) {
+    let fleet =
+        Fleet::from_yaml(&std::fs::read_to_string(examples().join("fleet.yaml")).unwrap()).unwrap();
+    let stack = Stack::start(StackOptions {
+        data_dir: dir.to_path_buf(),
+        port: 0,
+        fleet,
+        execute: true,
+        unpullable_images: vec![UNPULLABLE_IMAGE.into()],
+        pass_interval: Duration::from_millis(200),
+        backend,
+    })
+    .await
+    .unwrap();
+    let api = Api::new(&ClientArgs {
+        api: stack.api_url.clone(),
+        key: Some(stack.api_key.clone()),
+        output: Output::Json,
+    })
+    .unwrap();
+    for _ in 0..100 {
+        let cap: Value = api.get("/capacity").await.unwrap();
+        if !cap["snapshot"].is_null() {
+            return (stack, api);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no capacity snapshot");
+}
+
+async fn submit_dir(api: &Api, dir: &Path, spec: &str) -> JobRecord {
+    let code = pack::pack_quiet(dir).unwrap();
+    let body = json!({"spec": spec, "code": {"inline": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, code)}});
+    let (status, v): (_, Value) = api.post("/jobs", &body, &[]).await.unwrap();
+    assert_eq!(status.as_u16(), 201, "{v}");
+    serde_json::from_value(v["job"].clone()).unwrap()
+}
+
+async fn submit_example(api: &Api, name: &str) -> JobRecord {
+    let dir = examples().join(name);
+    submit_dir(
+        api,
+        &dir,
+        &std::fs::read_to_string(dir.join("tuneplane.yaml")).unwrap(),
+    )
+    .await
+}
+
+async fn wait_until(
+    api: &Api,
+    id: &str,
+    what: &str,
+    done: impl Fn(&JobRecord) -> bool,
+) -> JobRecord {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let job: JobRecord = api.get(&format!("/jobs/{id}")).await.unwrap();
+        if done(&job) {
+            return job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id} never became {what}: {job:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn terminal(api: &Api, id: &str) -> JobRecord {
+    wait_until(api, id, "terminal", |j| j.state.is_terminal()).await
+}
+
+async fn logs(api: &Api, id: &str) -> Vec<(String, String)> {
+    let link: Value = api.get(&format!("/jobs/{id}/logs")).await.unwrap();
+    let bytes = reqwest::get(link["url"].as_str().unwrap())
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    read_logs_archive(&bytes).unwrap()
+}
+
+async fn events(api: &Api, id: &str) -> Vec<JobEvent> {
+    let page: Value = api
+        .get(&format!("/jobs/{id}/events?limit=1000"))
+        .await
+        .unwrap();
+    serde_json::from_value(page["events"].clone()).unwrap()
+}
+
+/// Pods of the job left in the cluster (the workload is deleted after the terminal record).
+async fn pods_left(stack: &Stack, id: &str) -> usize {
+    let client =
+        kube::Client::try_from(kube::Config::new(stack.sim.url().parse().unwrap())).unwrap();
+    let pods: KubeApi<Pod> = KubeApi::all(client);
+    // Deletion follows the terminal record within a pass or two.
+    for _ in 0..50 {
+        let left = pods
+            .list(&ListParams::default().labels(&format!("tuneplane.io/job-id={id}")))
+            .await
+            .unwrap()
+            .items
+            .len();
+        if left == 0 {
+            return 0;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    pods.list(&ListParams::default().labels(&format!("tuneplane.io/job-id={id}")))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+async fn whole_flow(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = start(backend, dir.path()).await;
+
+    let hello = submit_example(&api, "hello-cpu").await;
+    let ray = submit_example(&api, "ray-multipool").await;
+    let bad = submit_example(&api, "bad-image").await;
+    let sleeper_dir = dir.path().join("sleeper");
+    std::fs::create_dir_all(&sleeper_dir).unwrap();
+    std::fs::write(sleeper_dir.join("sleep.sh"), "echo sleeping; sleep 300\n").unwrap();
+    let sleeper = submit_dir(&api, &sleeper_dir, "name: sleeper\nimage: python:3.12-slim\nentrypoint: bash sleep.sh\npools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}]\n").await;
+
+    // hello-cpu really ran; its output is in the archive, and its pod is gone.
+    let job = terminal(&api, &hello.id).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:?}");
+    assert_eq!(
+        job.logs_key.as_deref(),
+        Some(format!("logs/{}/logs.tar.gz", hello.id).as_str())
+    );
+    let files = logs(&api, &hello.id).await;
+    assert!(
+        files
+            .iter()
+            .any(|(_, t)| t.contains("*** hello from TunePlane ***")),
+        "{files:?}"
+    );
+    assert_eq!(pods_left(&stack, &hello.id).await, 0);
+
+    // ray-multipool: a head, a worker of the primary pool, a worker of the eval pool and the
+    // submitter; the entrypoint's sibling import worked.
+    let job = terminal(&api, &ray.id).await;
+    assert_eq!(job.state, JobState::Succeeded, "{job:?}");
+    let files = logs(&api, &ray.id).await;
+    let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        files
+            .iter()
+            .any(|(_, t)| t.contains("sibling import ok: model")),
+        "{names:?}"
+    );
+    for part in ["head", "main", "eval", "submitter"] {
+        assert!(
+            names.iter().any(|n| n.contains(part)),
+            "no {part} log in {names:?}"
+        );
+    }
+    assert_eq!(pods_left(&stack, &ray.id).await, 0);
+
+    // stop: the sleeper runs, is asked to stop, ends STOPPED.
+    wait_until(&api, &sleeper.id, "RUNNING", |j| {
+        j.state == JobState::Running
+    })
+    .await;
+    let (status, _): (_, Value) = api
+        .post(&format!("/jobs/{}/stop", sleeper.id), &json!({}), &[])
+        .await
+        .unwrap();
+    assert_eq!(status.as_u16(), 202);
+    let job = terminal(&api, &sleeper.id).await;
+    assert_eq!(job.state, JobState::Stopped, "{job:?}");
+    assert!(
+        logs(&api, &sleeper.id)
+            .await
+            .iter()
+            .any(|(_, t)| t.contains("sleeping"))
+    );
+    assert_eq!(pods_left(&stack, &sleeper.id).await, 0);
+
+    // bad-image: pending on the image pull, then the pre-running deadline.
+    let job = terminal(&api, &bad.id).await;
+    assert_eq!(job.state, JobState::Failed, "{job:?}");
+    assert_eq!(
+        format!("{:?}", job.failure.as_ref().unwrap().reason),
+        "PreRunningDeadlineExceeded"
+    );
+    let evs = events(&api, &bad.id).await;
+    assert!(
+        evs.iter()
+            .any(|e| e.kind == "Warning" && e.message.contains("registry.invalid")),
+        "{evs:#?}"
+    );
+    assert_eq!(pods_left(&stack, &bad.id).await, 0);
+
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn whole_flow_on_embedded_stores() {
+    whole_flow(Backend::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn whole_flow_on_the_local_aws_endpoint() {
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").expect(
+        "AWS_ENDPOINT_URL is not set: run through scripts/with-moto.sh (or scripts/test.sh)",
+    );
+    assert!(
+        endpoint.starts_with("http://127.0.0.1:"),
+        "refusing a non-loopback endpoint {endpoint}"
+    );
+    assert_eq!(
+        std::env::var("AWS_EC2_METADATA_DISABLED").as_deref(),
+        Ok("true")
+    );
+    let unique = format!("{}", std::process::id());
+    whole_flow(Backend::Aws {
+        table: format!("e2e-{unique}"),
+        bucket: format!("e2e-{unique}"),
+    })
+    .await;
+}
