@@ -70,6 +70,8 @@ pub enum Route {
     Health,
     /// A resource path.
     Resource(ResourcePath),
+    /// `/api/v1/namespaces/<ns>/pods/<name>[:<port>]/proxy/...` (namespace, pod name).
+    PodProxy(String, String),
 }
 
 /// Parses a request path; `None` when the server does not serve it.
@@ -96,6 +98,10 @@ pub fn parse_path(path: &str, kuberay: bool) -> Option<Route> {
                 .iter()
                 .any(|(name, ver)| name == g && ver == v);
             return served.then(|| Route::Resources(g.to_string(), v.to_string()));
+        }
+        ["api", "v1", "namespaces", ns, "pods", target, "proxy", ..] => {
+            let name = target.split(':').next().unwrap_or_default();
+            return Some(Route::PodProxy(ns.to_string(), name.to_string()));
         }
         ["api", "v1", rest @ ..] => ("", "v1", rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
@@ -205,6 +211,18 @@ async fn dispatch(
             }
             crud::handle(&state, &method, &path, &query, &headers, &body).await
         }
+        Route::PodProxy(ns, name) => match state.store.get(&resources::PODS, &ns, &name) {
+            // Simulated pods serve nothing; say so instead of a bare 404.
+            Ok(_) => {
+                let mut e = ApiError::internal(format!(
+                    "kubesim does not proxy to pods: pod {ns}/{name} is simulated and serves no port"
+                ));
+                e.code = 503;
+                e.reason = "ServiceUnavailable";
+                Err(e)
+            }
+            Err(e) => Err(e),
+        },
         other if method == Method::GET => Ok(discovery::handle(&state, &other, &uri)),
         _ => Err(ApiError::method_not_allowed(format!(
             "{method} is not supported on {}",
@@ -262,6 +280,10 @@ mod tests {
         assert_eq!(res("/api/v1/pods/p"), None);
         assert_eq!(res("/api/v1/widgets"), None);
         assert!(parse_path("/apis/ray.io/v1/rayjobs", false).is_none());
+        assert_eq!(
+            parse_path("/api/v1/namespaces/a/pods/pg:8000/proxy/v1/models", true),
+            Some(Route::PodProxy("a".into(), "pg".into()))
+        );
     }
 
     #[test]
