@@ -160,6 +160,7 @@ fn note(report: &mut PassReport, what: &str, job_id: &str, outcome: Result<()>) 
 }
 
 /// Runs one pass over `cluster` at `now`.
+#[tracing::instrument(name = "pass", skip(ctx, cluster), err)]
 pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> {
     let mut report = PassReport::default();
     let capacity = cluster.capacity(now);

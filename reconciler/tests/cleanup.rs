@@ -103,14 +103,12 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
     .await;
     let spec = serde_json::to_value(pod.spec.unwrap_or_default()).unwrap_or_default();
     assert_eq!(spec["nodeSelector"]["tuneplane/gpu-series"], "l40s");
-    let stored = h
-        .jobs
-        .get_playground("pg1")
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| panic!("record"));
-    assert_eq!(stored.pod_name.as_deref(), Some("pg-pg1"));
+    // The record learns its pod name right after the create.
+    wait_for(20, "playground record with its pod", || async {
+        let record = h.jobs.get_playground("pg1").await.ok().flatten()?;
+        (record.pod_name.as_deref() == Some("pg-pg1")).then_some(())
+    })
+    .await;
     wait_for(20, "playground reclaimed", || async {
         let gone = pods.get_opt("pg-pg1").await.ok().flatten().is_none();
         let record = h.jobs.get_playground("pg1").await.ok().flatten();

@@ -290,3 +290,56 @@ async fn job_behind_a_bigger_job_of_another_series_is_not_blocked() {
     h.wait_state(20, "small", JobState::Running).await;
     assert_eq!(h.job("big").await.state, JobState::Queued);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_gpu_passthrough_pods_request_no_gpus_and_admission_still_never_double_books() {
+    let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
+    let mut config = test_config("r1");
+    config.render.gpu_passthrough = false;
+    let (_task, _ctx) = h.reconciler(config).await;
+    h.submit(&job(
+        "first",
+        vec![pool("main", Some("l40s"), 1, 4)],
+        "ghcr.io/acme/train:1",
+        60,
+    ))
+    .await;
+    h.wait_state(20, "first", JobState::Running).await;
+    let pods = Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
+        .list(&ListParams::default().labels("tuneplane.io/job-id=first"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let head = pods.items.first().unwrap_or_else(|| panic!("no pods"));
+    let limits = serde_json::to_value(
+        &head
+            .spec
+            .as_ref()
+            .map(|s| s.containers[0].resources.clone()),
+    )
+    .unwrap_or_default();
+    assert!(limits["limits"].get("nvidia.com/gpu").is_none(), "{limits}");
+
+    h.submit(&job(
+        "second",
+        vec![pool("main", Some("l40s"), 1, 4)],
+        "ghcr.io/acme/train:1",
+        60,
+    ))
+    .await;
+    let waiting = h
+        .wait_job(20, "second", "InsufficientGpu", |j| {
+            j.pending
+                .as_ref()
+                .is_some_and(|p| p.reason == PendingReason::InsufficientGpu)
+        })
+        .await;
+    assert_eq!(waiting.state, JobState::Queued);
+    let capacity = h
+        .jobs
+        .get_capacity()
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    assert_eq!(capacity["series"]["l40s"]["free_gpus"], 0, "{capacity}");
+}
