@@ -117,6 +117,7 @@ async fn one_run(
         .env("TUNEPLANE_DATA_DIR", data.path())
         .env("TUNEPLANE_BLOB_SECRET", "bench-secret")
         .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::null())
         .kill_on_drop(true);
     for (k, v) in extra_env {
         cmd.env(k, v);
@@ -126,7 +127,7 @@ async fn one_run(
     while times.len() < 2 {
         match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
             Ok(Some((_, at, body))) => {
-                if times.is_empty() && !body.contains("\"ok\"") {
+                if times.is_empty() && !body.contains("\"statusCode\":200") {
                     return Err(format!("unexpected first response: {body}"));
                 }
                 times.push(at - start);
@@ -181,9 +182,17 @@ async fn main() {
     measure("api, local stores", exe, &[]).await;
     let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap_or_default();
     if endpoint.starts_with("http://127.0.0.1:") {
+        // The table must exist for the key lookup to answer 401 rather than 500.
+        let table = format!("tp-cold-start-{}", std::process::id());
+        let sdk = tuneplane_stores::aws::load_config().await;
+        let client = tuneplane_stores::aws::dynamodb_client(&sdk, None);
+        if let Err(e) = tuneplane_stores::dynamo::table::create_table(&client, &table).await {
+            println!("cannot create the table on {endpoint}: {e}");
+            return;
+        }
         let env = [
-            ("TUNEPLANE_TABLE".to_owned(), "tp-cold-start".to_owned()),
-            ("TUNEPLANE_BUCKET".to_owned(), "tp-cold-start".to_owned()),
+            ("TUNEPLANE_TABLE".to_owned(), table.clone()),
+            ("TUNEPLANE_BUCKET".to_owned(), table),
         ];
         measure("api, DynamoDB + S3 (local endpoint)", exe, &env).await;
     }
