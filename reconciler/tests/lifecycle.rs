@@ -311,8 +311,7 @@ async fn without_gpu_passthrough_pods_request_no_gpus_and_admission_still_never_
         .unwrap_or_else(|e| panic!("{e}"));
     let head = pods.items.first().unwrap_or_else(|| panic!("no pods"));
     let limits = serde_json::to_value(
-        &head
-            .spec
+        head.spec
             .as_ref()
             .map(|s| s.containers[0].resources.clone()),
     )
