@@ -226,7 +226,46 @@ fn place<'a>(
 
 /// Places `pools` on a copy of the idle fleet: `Some` if the job could never fit it.
 fn never_fits<'a>(nodes: &Nodes, idle: &[Free], pools: &'a [Pool]) -> Option<Misfit<'a>> {
+    if surely_fits(nodes, idle, pools) {
+        return None;
+    }
     place(nodes, &mut idle.to_vec(), pools).err()
+}
+
+/// A cheap sufficient test that [`place`] succeeds on the idle fleet: within each series, at least
+/// as many idle nodes fit the largest shape of the series' pools as those pools have machines.
+/// Then every pool finds its machines among those nodes whatever the pools before it took, so the
+/// full placement (a copy of the fleet and a sort per pool) is skipped for almost every job. The
+/// scan stops as soon as enough nodes are found, so it costs about one step per machine.
+fn surely_fits(nodes: &Nodes, idle: &[Free], pools: &[Pool]) -> bool {
+    // CPU-only machines may use any node, so they share nodes with the GPU pools: no shortcut.
+    if pools.len() > 1 && pools.iter().any(|p| p.series.is_none()) {
+        return false;
+    }
+    pools.iter().enumerate().all(|(k, p)| {
+        if pools[..k].iter().any(|q| q.series == p.series) {
+            return true; // this series was checked with its first pool
+        }
+        let (mut envelope, mut machines) = ((0, 0.0_f64, 0.0_f64), 0_usize);
+        for q in pools[k..].iter().filter(|q| q.series == p.series) {
+            envelope = (
+                envelope.0.max(q.gpus_per_node),
+                envelope.1.max(q.cpus),
+                envelope.2.max(q.memory_gb),
+            );
+            machines = machines.saturating_add(q.nodes as usize);
+        }
+        let scope: &[usize] = match p.series.as_deref() {
+            Some(s) => nodes.by_series.get(s).map_or(&[], Vec::as_slice),
+            None => &nodes.all,
+        };
+        scope
+            .iter()
+            .filter(|i| fits(&idle[**i], envelope))
+            .take(machines)
+            .count()
+            >= machines
+    })
 }
 
 fn describe(pool: &Pool) -> String {

@@ -217,3 +217,29 @@ fn jobs_already_stopping_or_admitted_are_not_planned() {
     let plan = plan_admissions(&[stopping, running], &cap, &[]);
     assert!(plan.admit.is_empty() && plan.waiting.is_empty());
 }
+
+#[test]
+fn job_that_fits_idle_fleet_only_by_mixing_node_sizes_is_not_reported_as_never_fitting() {
+    // One 8-GPU and one 2-GPU node: only one node fits the largest machine of the series, so the
+    // quick idle-fleet test cannot vouch for the job and the full placement must decide.
+    let cap = snapshot(vec![
+        node("h-big", Some("h200"), 8, 0),
+        node("h-small", Some("h200"), 2, 0),
+    ]);
+    let mixed = job(
+        "mixed",
+        0,
+        1,
+        vec![
+            pool("main", Some("h200"), 1, 8),
+            pool("aux", Some("h200"), 1, 2),
+        ],
+    );
+    let too_big = job("too-big", 0, 2, vec![pool("main", Some("h200"), 2, 8)]);
+    let plan = plan_admissions(&[mixed, too_big], &cap, &[]);
+    assert_eq!(admitted(&plan), ["mixed"]);
+    assert_eq!(
+        reason(&plan, "too-big"),
+        Some(PendingReason::NoMatchingNode)
+    );
+}
