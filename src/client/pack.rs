@@ -53,7 +53,7 @@ fn pack_with(source: &Path, progress: bool) -> anyhow::Result<Vec<u8>> {
         })?;
         done += f.size;
         if progress && (tty || i + 1 == files.len()) {
-            let pct = if total == 0 { 100 } else { done * 100 / total };
+            let pct = (done * 100).checked_div(total).unwrap_or(100);
             eprint!(
                 "\rpacking {}/{} files, {} ({pct}%)   ",
                 i + 1,
