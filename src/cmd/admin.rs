@@ -48,17 +48,26 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn create_key(args: &CreateKeyArgs) -> anyhow::Result<ExitCode> {
-    if !valid_id(&args.tenant) || args.tenant.len() > 40 {
-        bail!(
-            "tenant {:?}: use 1-40 lower-case letters, digits and '-'",
-            args.tenant
-        );
+/// Checks the tenant and scopes, stores a new key in `store` and returns its secret.
+pub async fn issue_key(
+    store: &dyn JobStore,
+    tenant: &str,
+    scopes: &[String],
+    name: &str,
+) -> anyhow::Result<String> {
+    if !valid_id(tenant) || tenant.len() > 40 {
+        bail!("tenant {tenant:?}: use 1-40 lower-case letters, digits and '-'");
     }
     let known = [SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, SCOPE_ADMIN];
-    if let Some(bad) = args.scopes.iter().find(|s| !known.contains(&s.as_str())) {
+    if let Some(bad) = scopes.iter().find(|s| !known.contains(&s.as_str())) {
         bail!("unknown scope {bad:?}; known: {}", known.join(", "));
     }
+    let (secret, record) = new_api_key(random_bytes(), tenant, scopes.to_vec(), name, now_ms());
+    store.put_api_key(&record).await?;
+    Ok(secret)
+}
+
+fn create_key(args: &CreateKeyArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -78,17 +87,9 @@ fn create_key(args: &CreateKeyArgs) -> anyhow::Result<ExitCode> {
                 (Arc::new(store), format!("embedded store {}", dir.display()))
             }
         };
-        let (secret, record) = new_api_key(
-            random_bytes(),
-            &args.tenant,
-            args.scopes.clone(),
-            &args.name,
-            now_ms(),
-        );
-        store
-            .put_api_key(&record)
+        let secret = issue_key(store.as_ref(), &args.tenant, &args.scopes, &args.name)
             .await
-            .with_context(|| format!("storing the key in the {location}"))?;
+            .with_context(|| format!("creating the key in the {location}"))?;
         eprintln!(
             "created key {:?} for tenant {} with scopes {} in the {location}; the secret is shown only now:",
             args.name,
@@ -98,4 +99,40 @@ fn create_key(args: &CreateKeyArgs) -> anyhow::Result<ExitCode> {
         println!("{secret}");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tuneplane_core::submit::authenticate;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn created_key_authenticates_as_its_tenant_with_its_scopes() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let store =
+            tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let scopes = vec![SCOPE_JOBS_READ.to_owned()];
+        let secret = issue_key(&store, "acme", &scopes, "ci")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let header = format!("Bearer {secret}");
+        let principal = authenticate(&store, Some(&header))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(principal.tenant, "acme");
+        assert_eq!(principal.scopes, scopes);
+        assert!(principal.require(SCOPE_JOBS_WRITE).is_err());
+    }
+
+    #[tokio::test]
+    async fn bad_tenant_or_scope_is_refused_before_anything_is_stored() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let store =
+            tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let ok = vec![SCOPE_JOBS_READ.to_owned()];
+        assert!(issue_key(&store, "Acme Corp", &ok, "x").await.is_err());
+        let bad = vec!["root".to_owned()];
+        assert!(issue_key(&store, "acme", &bad, "x").await.is_err());
+    }
 }
