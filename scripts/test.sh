@@ -21,6 +21,9 @@ done
 if ! command -v kubectl >/dev/null 2>&1; then
   need_apt+=(kubernetes-client)
 fi
+# The console's browser tests drive Debian's headless Chromium through chromedriver.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if ((${#need_apt[@]})); then
   step "installing system packages: ${need_apt[*]}"
   if [[ $(id -u) -eq 0 ]]; then

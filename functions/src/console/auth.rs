@@ -65,6 +65,8 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
         return false;
     }
     match (get("origin"), get("host")) {
+        // An opaque origin (`null`) says nothing; the CSRF token still has to match.
+        (Some("null"), _) => true,
         (Some(origin), Some(host)) => {
             let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
             origin_host.eq_ignore_ascii_case(host)

@@ -143,10 +143,10 @@ pub async fn list(
                     tbody {
                         @for job in &page_of_jobs.items {
                             tr data-job-id=(job.id) data-status=(job.state.as_str()) {
-                                td data-label="Name" { a href=(format!("/console/jobs/{}", job.id)) { (job.spec.name) } br; code.small { (job.id) } }
+                                td data-label="Name" { div { a href=(format!("/console/jobs/{}", job.id)) { (job.spec.name) } br; code.small { (job.id) } } }
                                 td data-label="Kind" { (view::kind_label(&job.spec)) }
-                                td data-label="Pools" { @for line in view::pool_lines(&job.spec) { span.pool { (line) } } }
-                                td data-label="Status" { (status_cell(job)) }
+                                td data-label="Pools" { div { @for line in view::pool_lines(&job.spec) { span.pool { (line) } } } }
+                                td data-label="Status" { div { (status_cell(job)) } }
                                 @for (label, c) in clocks(job, now) { td data-label=(label) { (clock_cell(c)) } }
                                 td data-label="Submitted" { (time(job.submitted_at_ms, true)) }
                             }

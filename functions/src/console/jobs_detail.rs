@@ -96,10 +96,10 @@ pub fn render(
                                     td data-label="Source" { (g.source) }
                                     td data-label="Type" { (g.kind) }
                                     td data-label="Reason" { strong { (g.reason) } }
-                                    td data-label="Message" {
+                                    td data-label="Message" { div {
                                         (g.message)
                                         @if let Some(o) = &g.object { br; code.small { (o) } }
-                                    }
+                                    } }
                                 }
                             }
                         }

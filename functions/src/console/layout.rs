@@ -39,7 +39,7 @@ pub fn page(title: &str, viewer: Option<&Viewer>, active: Nav, body: Markup) -> 
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="referrer" content="no-referrer";
+                meta name="referrer" content="same-origin";
                 title { (title) " · TunePlane" }
                 link rel="stylesheet" href=(super::assets::CSS_PATH);
                 script src=(super::assets::JS_PATH) defer {}

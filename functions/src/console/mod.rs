@@ -109,7 +109,7 @@ pub fn router_with(keys: ConsoleKeys) -> Router<Arc<AppState>> {
 }
 
 /// Headers of every page: a strict content security policy (scripts and styles only from this
-/// origin), no framing, no sniffing, no referrer, and no caching of tenant data.
+/// origin), no framing, no sniffing, no referrer to other sites, and no caching of tenant data.
 async fn security_headers(req: Request, next: Next) -> Response {
     let mut res = next.run(req).await;
     let h = res.headers_mut();
@@ -127,7 +127,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     res

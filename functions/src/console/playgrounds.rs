@@ -67,7 +67,7 @@ pub async fn list(
                         @for p in &mine {
                             @let expired = p.expires_at_ms <= now;
                             tr data-playground-id=(p.id) {
-                                td data-label="Model" { (p.model) br; code.small { (p.id) } }
+                                td data-label="Model" { div { (p.model) br; code.small { (p.id) } } }
                                 td data-label="GPUs" { (p.gpus) " × " (p.series) }
                                 td data-label="Time left" {
                                     @if expired { "expired, being removed" } @else {

@@ -39,7 +39,7 @@ pub fn pending_words(reason: PendingReason) -> &'static str {
             "Waiting for CPU or memory: no node has enough free right now."
         }
         PendingReason::NoMatchingNode => {
-            "No usable node carries this GPU series (all absent, cordoned or not ready)."
+            "Not enough usable nodes of this series: it has fewer Ready, uncordoned nodes than the job needs (or none)."
         }
         PendingReason::QueuedBehindOthers => {
             "Waiting behind jobs of higher priority or submitted earlier."

@@ -1,0 +1,436 @@
+//! Browser tests of the web console: a headless Chromium (Debian `chromium` + `chromium-driver`)
+//! against the `tuneplane dev` stack on 127.0.0.1 — sign in, submit `examples/hello-cpu` and watch
+//! it succeed, read a pending job's reason in the event view, compare the capacity page with
+//! `GET /v1/capacity` and the reconciler's admission snapshot, stop a job, and screenshot every page
+//! at desktop and 360 px width into `target/console-screenshots/`.
+//!
+//! The tests run one at a time (one browser and one stack at a time on a small machine).
+
+#[path = "console/harness.rs"]
+mod harness;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use base64::Engine;
+use harness::{World, archive_of, eventually, repo};
+use serde_json::{Value, json};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `body` on its own runtime, one test at a time.
+fn run<F: std::future::Future<Output = ()>>(body: impl FnOnce() -> F) {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    rt.block_on(body());
+}
+
+const PENDING_SPEC: &str = "name: wants-four-h200\nimage: python:3.12-slim\nentrypoint: python3 hello.py\npools:\n  - {name: main, series: h200, nodes: 4, gpus_per_node: 8}\n";
+
+/// Submits `spec` with hello-cpu's code through `POST /v1/jobs`; returns the job id.
+async fn submit_api(w: &World, spec: &str) -> String {
+    let archive = archive_of(
+        &repo().join("examples/hello-cpu"),
+        &w.dir.path().join("api.tar.gz"),
+    );
+    let bytes = std::fs::read(archive).unwrap_or_else(|e| panic!("{e}"));
+    let body = json!({"spec": spec, "code": {"inline": base64::engine::general_purpose::STANDARD.encode(bytes)}});
+    let res = reqwest::Client::new()
+        .post(w.url("/v1/jobs"))
+        .bearer_auth(&w.stack.api_key)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("submit: {e}"));
+    let bytes = res.bytes().await.unwrap_or_else(|e| panic!("{e}"));
+    let v: Value = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}"));
+    v["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no job id in {v}"))
+        .to_owned()
+}
+
+/// `GET path` on the API with the stack's key, as JSON.
+async fn get_json(w: &World, path: &str) -> Value {
+    let res = reqwest::Client::new()
+        .get(w.url(path))
+        .bearer_auth(&w.stack.api_key)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    let bytes = res.bytes().await.unwrap_or_else(|e| panic!("{e}"));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+/// Reloads the job page until its status is `state` (bounded).
+async fn wait_for_status(w: &World, id: &str, states: &[&str], tries: u32) {
+    let path = format!("/console/jobs/{id}");
+    eventually(
+        &format!("job {id} to reach {states:?}"),
+        tries,
+        Duration::from_millis(500),
+        || async {
+            w.open(&path).await;
+            let status = w
+                .find("#job-region")
+                .await
+                .attr("data-status")
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            states.contains(&status.as_str())
+        },
+    )
+    .await;
+}
+
+#[test]
+fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_preview() {
+    run(|| async {
+        let w = World::start().await;
+        w.open("/console/sign-in").await;
+        w.screenshots("sign-in").await;
+        w.sign_in().await;
+        // The session cookie is HttpOnly: page scripts cannot read it.
+        let visible = w.js("return document.cookie;", vec![]).await;
+        assert!(!visible.as_str().unwrap_or_default().contains("tp_session"));
+
+        w.open("/console/submit").await;
+        let code = archive_of(
+            &repo().join("examples/hello-cpu"),
+            &w.dir.path().join("hello-cpu.tar.gz"),
+        );
+        let spec = std::fs::read_to_string(repo().join("examples/hello-cpu/tuneplane.yaml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // A mistake first: the editor shows the validator's problem inline.
+        w.js("const s = document.getElementById('spec'); s.value = arguments[0]; s.dispatchEvent(new Event('input'));", vec![json!(spec.replace("hello-cpu", "Hello_CPU"))]).await;
+        eventually(
+            "inline validation",
+            40,
+            Duration::from_millis(100),
+            || async {
+                w.texts("#spec-feedback .field-errors li")
+                    .await
+                    .iter()
+                    .any(|t| t.starts_with("name"))
+            },
+        )
+        .await;
+        w.screenshots("submit-invalid").await;
+        w.js("const s = document.getElementById('spec'); s.value = arguments[0]; s.dispatchEvent(new Event('input'));", vec![json!(spec)]).await;
+        eventually(
+            "the spec to validate",
+            40,
+            Duration::from_millis(100),
+            || async {
+                w.texts("#spec-feedback .ok")
+                    .await
+                    .iter()
+                    .any(|t| t.contains("valid"))
+            },
+        )
+        .await;
+        w.find("#code")
+            .await
+            .send_keys(&code.display().to_string())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        w.screenshots("submit").await;
+        w.find("#submit-form button[type=submit]")
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        eventually("the job page", 100, Duration::from_millis(100), || async {
+            w.path().await.contains("notice=submitted")
+        })
+        .await;
+        let path = w.path().await;
+        let id = path
+            .trim_start_matches("/console/jobs/")
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+
+        wait_for_status(&w, &id, &["SUCCEEDED", "FAILED"], 360).await;
+        let status = w
+            .find("#job-region")
+            .await
+            .attr("data-status")
+            .await
+            .ok()
+            .flatten();
+        assert_eq!(status.as_deref(), Some("SUCCEEDED"));
+        let events = w.texts("table.events tbody tr").await;
+        assert!(
+            events.iter().any(|e| e.contains("Submitted")),
+            "events: {events:?}"
+        );
+        let logs = w.texts("pre.log").await.join("\n");
+        assert!(
+            logs.contains("countdown 1") && logs.contains("done"),
+            "log preview: {logs}"
+        );
+        w.screenshots("job-succeeded").await;
+
+        w.open("/console/jobs").await;
+        let rows = w.texts("table.jobs tbody tr").await;
+        assert!(
+            rows.iter()
+                .any(|r| r.contains("hello-cpu") && r.contains("SUCCEEDED") && r.contains("Pod")),
+            "rows: {rows:?}"
+        );
+        w.screenshots("jobs").await;
+        w.finish().await;
+    });
+}
+
+#[test]
+fn a_pending_job_shows_its_reason_in_the_event_view_and_can_be_stopped() {
+    run(|| async {
+        let w = World::start().await;
+        w.sign_in().await;
+        let id = submit_api(&w, PENDING_SPEC).await;
+        let path = format!("/console/jobs/{id}");
+        eventually(
+            "a pending reason",
+            120,
+            Duration::from_millis(500),
+            || async {
+                w.open(&path).await;
+                !w.texts(".pending").await.is_empty()
+            },
+        )
+        .await;
+        // The reason the API reports, in plain words beside the reconciler's message, and as an
+        // entry of the event view.
+        let job = get_json(&w, &format!("/v1/jobs/{id}")).await;
+        let (reason, message) = (
+            job["pending"]["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            job["pending"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+        assert!(!reason.is_empty(), "no pending reason in {job}");
+        let pending = w.texts(".pending").await.join("\n");
+        assert!(
+            pending.contains(&reason) && pending.contains(&message),
+            "{pending}"
+        );
+        assert!(!w.texts(".pending .words").await.join("").is_empty());
+        let events = w.texts("table.events tbody tr").await;
+        assert!(
+            events
+                .iter()
+                .any(|e| e.contains(&reason) && e.contains(&message)),
+            "the event view lacks {reason}: {events:?}"
+        );
+        w.screenshots("job-pending").await;
+
+        w.find("details.stop summary")
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        w.find("details.stop button[type=submit]")
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        w.client
+            .accept_alert()
+            .await
+            .unwrap_or_else(|e| panic!("confirmation dialog: {e}"));
+        eventually(
+            "the stop notice",
+            50,
+            Duration::from_millis(100),
+            || async { w.path().await.contains("notice=stop-requested") },
+        )
+        .await;
+        wait_for_status(&w, &id, &["STOPPED"], 120).await;
+        w.screenshots("job-stopped").await;
+        w.finish().await;
+    });
+}
+
+#[test]
+fn the_capacity_page_shows_the_snapshot_the_api_returns_and_admission_uses() {
+    run(|| async {
+        let w = World::start().await;
+        w.sign_in().await;
+        eventually(
+            "a capacity snapshot",
+            100,
+            Duration::from_millis(200),
+            || async {
+                w.open("/console/capacity").await;
+                !w.texts("section.series").await.is_empty()
+            },
+        )
+        .await;
+        let api: Value = reqwest::Client::new()
+            .get(w.url("/v1/capacity"))
+            .bearer_auth(&w.stack.api_key)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .bytes()
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_else(|| panic!("GET /v1/capacity"));
+        let snapshot: tuneplane_core::capacity::CapacitySnapshot =
+            serde_json::from_value(api["snapshot"].clone()).unwrap_or_else(|e| panic!("{e}"));
+        let admission = admission_snapshot(&w).await;
+        let sections = w
+            .client
+            .find_all(fantoccini::Locator::Css("section.series"))
+            .await
+            .unwrap_or_default();
+        assert_eq!(sections.len(), snapshot.series.len());
+        for s in sections {
+            let attr = |name: &'static str| {
+                let s = s.clone();
+                async move { s.attr(name).await.ok().flatten().unwrap_or_default() }
+            };
+            let series = attr("data-series").await;
+            let shown: Vec<u32> = [
+                attr("data-total").await,
+                attr("data-used").await,
+                attr("data-free").await,
+                attr("data-blocked").await,
+                attr("data-largest").await,
+                attr("data-nodes").await,
+            ]
+            .iter()
+            .map(|v| v.parse().unwrap_or(u32::MAX))
+            .collect();
+            // The visible figures are the attributes' numbers.
+            let total = s
+                .find(fantoccini::Locator::Css("dd.total"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .text()
+                .await
+                .unwrap_or_default();
+            assert_eq!(total, shown[0].to_string());
+            for (source, snap) in [("GET /v1/capacity", &snapshot), ("admission", &admission)] {
+                let c = &snap.series[&series];
+                let expected = vec![
+                    c.total_gpus,
+                    c.used_gpus,
+                    c.free_gpus,
+                    c.blocked_gpus,
+                    c.largest_free_block,
+                    c.nodes,
+                ];
+                assert_eq!(shown, expected, "series {series}: console vs {source}");
+            }
+        }
+        let node_rows = w.texts("table.nodes tbody tr").await;
+        assert_eq!(node_rows.len(), snapshot.nodes.len());
+        assert!(
+            node_rows.iter().any(|r| r.contains("Cordoned")),
+            "the fleet's cordoned h200 node"
+        );
+        w.screenshots("capacity").await;
+        w.finish().await;
+    });
+}
+
+/// The snapshot the reconciler plans admissions against, computed from the simulated cluster's
+/// Nodes and Pods by the reconciler's own functions.
+async fn admission_snapshot(w: &World) -> tuneplane_core::capacity::CapacitySnapshot {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    let url = w.stack.sim.url().parse().unwrap_or_else(|e| panic!("{e}"));
+    let client = kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("{e}"));
+    let nodes = kube::Api::<Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pods = kube::Api::<Pod>::all(client)
+        .list(&Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let nodes: Vec<_> = nodes
+        .items
+        .iter()
+        .map(tuneplane_reconciler::cluster::node_info)
+        .collect();
+    let pods: Vec<_> = pods
+        .items
+        .iter()
+        .map(tuneplane_reconciler::cluster::pod_info)
+        .collect();
+    tuneplane_core::capacity_compute::compute_capacity(0, &nodes, &pods)
+}
+
+#[test]
+fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
+    run(|| async {
+        let w = World::start().await;
+        w.sign_in().await;
+        w.open("/console/playgrounds").await;
+        w.find("#pg-model")
+            .await
+            .send_keys("Qwen/Qwen2.5-0.5B-Instruct")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        w.find("section form.stack button[type=submit]")
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        eventually(
+            "the playground row",
+            50,
+            Duration::from_millis(100),
+            || async {
+                w.texts("table.playgrounds tbody tr")
+                    .await
+                    .iter()
+                    .any(|r| r.contains("Qwen"))
+            },
+        )
+        .await;
+        let left = w.texts("[data-countdown-to]").await.join(" ");
+        assert!(left.contains('m'), "countdown: {left}");
+        w.screenshots("playgrounds").await;
+        w.find("table.playgrounds button.danger")
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        w.client
+            .accept_alert()
+            .await
+            .unwrap_or_else(|e| panic!("confirmation dialog: {e}"));
+        eventually(
+            "the playground to expire",
+            50,
+            Duration::from_millis(200),
+            || async {
+                w.open("/console/playgrounds").await;
+                w.client
+                    .find_all(fantoccini::Locator::Css("table.playgrounds button.danger"))
+                    .await
+                    .unwrap_or_default()
+                    .is_empty()
+            },
+        )
+        .await;
+        w.finish().await;
+    });
+}
