@@ -259,12 +259,17 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
         if job.as_ref().is_some_and(|j| !j.is_terminal()) {
             continue;
         }
-        if job.as_ref().and_then(|j| j.logs_key.as_ref()).is_none() {
+        // A terminal job with its logs only lost the race with its own deletion (or a crash
+        // between record and delete): delete again. Anything else is a true orphan.
+        let finished = job.as_ref().is_some_and(|j| j.logs_key.is_some());
+        if !finished {
             logs::archive(&ctx.kube, ctx.blobs.as_ref(), &id, &ns, &name).await?;
         }
         workload::delete(ctx, kind, &ns, &name).await?;
-        ctx.metrics.inc_orphans();
-        tracing::info!(job_id = %id, workload = %name, "orphan workload deleted");
+        if !finished {
+            ctx.metrics.inc_orphans();
+            tracing::info!(job_id = %id, workload = %name, "orphan workload archived and deleted");
+        }
     }
     Ok(())
 }

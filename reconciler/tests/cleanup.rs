@@ -136,3 +136,35 @@ async fn startup_fails_clearly_when_the_rayjob_crd_is_missing() {
     assert!(matches!(err, Error::MissingCrd(_)), "{err}");
     assert!(err.to_string().contains("KubeRay operator v1.4"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_healthz_are_served() {
+    let metrics = std::sync::Arc::new(Metrics::default());
+    metrics.heartbeat(tuneplane_reconciler::now_ms());
+    metrics.inc_admissions();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let router = tuneplane_reconciler::metrics::router(metrics);
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let client = reqwest::Client::new();
+    let body = client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = body.text().await.unwrap_or_default();
+    assert!(
+        text.contains("# TYPE tuneplane_admissions_total counter\ntuneplane_admissions_total 1"),
+        "{text}"
+    );
+    assert!(text.contains("tuneplane_queue_depth 0"));
+    let health = client
+        .get(format!("http://{addr}/healthz"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(health.status().as_u16(), 200);
+    server.abort();
+}
