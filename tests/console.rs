@@ -159,7 +159,32 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
             .unwrap_or_default()
             .to_owned();
 
-        wait_for_status(&w, &id, &["SUCCEEDED", "FAILED"], 360).await;
+        // The page follows the job by itself (auto-refresh), no reload needed.
+        eventually(
+            "the page to show the job finished",
+            360,
+            Duration::from_millis(500),
+            || async {
+                let region = w.find("#job-region").await;
+                let status = region
+                    .attr("data-status")
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                matches!(status.as_str(), "SUCCEEDED" | "FAILED")
+            },
+        )
+        .await;
+        // Times are shown in the browser's time zone, with relative ages.
+        let times = w.texts("#job-region time[data-ms]").await;
+        assert!(
+            times
+                .iter()
+                .all(|t| t.contains("GMT+5:30") && (t.contains("just now") || t.contains("ago"))),
+            "local times: {times:?}"
+        );
+        w.client.refresh().await.unwrap_or_else(|e| panic!("{e}"));
         let status = w
             .find("#job-region")
             .await

@@ -20,6 +20,8 @@ struct DevCli {
 
 /// Desktop viewport.
 pub const DESKTOP: (u32, u32) = (1280, 1000);
+/// Time zone of the browser (India: UTC+5:30, no daylight saving time).
+pub const BROWSER_TZ: &str = "Asia/Kolkata";
 /// Narrow phone viewport.
 pub const PHONE: (u32, u32) = (360, 1400);
 
@@ -94,7 +96,9 @@ impl World {
             .unwrap_or_else(|e| panic!("stack: {e:#}"));
         let port = free_port();
         let mut cmd = Command::new("chromedriver");
+        // A time zone other than the machine's, so local-time rendering is visible and checked.
         cmd.arg(format!("--port={port}"))
+            .env("TZ", BROWSER_TZ)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         // Its own process group, so that ending it also ends the Chromium it started.

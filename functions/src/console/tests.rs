@@ -723,3 +723,41 @@ async fn pages_forbid_framing_and_caching_and_assets_are_served() {
     );
     assert_eq!(s.get("/", None).await.location(), "/console/jobs");
 }
+
+#[tokio::test]
+async fn the_jobs_list_pages_newest_first() {
+    let s = stack().await;
+    let first = s.submit_api(&s.key_a, "first").await;
+    let jobs = s.state.submit.jobs();
+    let template = jobs
+        .get_job(&first)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("job"));
+    for i in 0..30 {
+        let mut job = template.clone();
+        job.id = format!("j-page{i:02}");
+        job.version = 0;
+        job.submitted_at_ms = template.submitted_at_ms + 1 + i;
+        jobs.create_job(&job, None)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let session = s.sign_in(&s.key_a).await;
+    let page1 = s.get("/console/jobs", Some(&session)).await;
+    assert!(page1.body.contains("j-page29"), "newest first");
+    assert!(!page1.body.contains(&first));
+    let marker = "rel=\"next\" href=\"";
+    let next = page1
+        .body
+        .split(marker)
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no next page link"))
+        .replace("&amp;", "&");
+    let page2 = s.get(&next, Some(&session)).await;
+    assert!(page2.body.contains(&first) && page2.body.contains("j-page00"));
+    assert!(!page2.body.contains("j-page29"));
+    assert!(page2.body.contains("First page"));
+}
