@@ -7,6 +7,7 @@
 
 pub mod archives;
 pub mod suite;
+pub mod triggers;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -1,0 +1,300 @@
+//! Suite cases of the non-API entry points: webhooks, schedules, the inbox and EventBridge
+//! submissions (instantiated by `api_suite!` with the API cases).
+
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use super::archives::{SPEC, body, code, hostile_tar};
+use super::{Harness, TENANT_A};
+
+/// Signed webhook delivery through the router.
+async fn deliver(h: &Harness, source: &str, headers: &[(&str, &str)], body: &[u8]) -> super::Reply {
+    h.call(
+        Method::POST,
+        &format!("/v1/webhooks/{source}"),
+        None,
+        headers,
+        body.to_vec(),
+    )
+    .await
+}
+
+fn now_secs() -> i64 {
+    tuneplane_functions::runtime::now_ms() / 1000
+}
+
+pub async fn signed_webhook_submits_once_and_a_replay_is_401(h: &Harness) {
+    let payload = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();
+    let sig = super::tuneplane_signature(super::WEBHOOK_SECRET, now_secs(), &payload);
+    let headers = [("x-tuneplane-signature", sig.as_str())];
+    let first = deliver(h, "ci", &headers, &payload).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.json);
+    let replay = deliver(h, "ci", &headers, &payload).await;
+    assert_eq!(replay.status, StatusCode::UNAUTHORIZED, "{}", replay.json);
+    assert!(
+        replay.json["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("replay")
+    );
+    assert_eq!(h.job_count(TENANT_A).await, 1);
+}
+
+pub async fn webhook_with_bad_signature_or_stale_timestamp_is_401(h: &Harness) {
+    let payload = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();
+    let wrong = super::tuneplane_signature("another-secret-0123456789", now_secs(), &payload);
+    let stale = super::tuneplane_signature(super::WEBHOOK_SECRET, now_secs() - 3600, &payload);
+    let tampered_body = [payload.as_slice(), b" "].concat();
+    let good_for_other = super::hub_signature(super::WEBHOOK_SECRET, &payload);
+    let cases: [(&str, String, &[u8]); 5] = [
+        ("x-tuneplane-signature", wrong, &payload),
+        ("x-tuneplane-signature", stale, &payload),
+        ("x-hub-signature-256", good_for_other, &tampered_body),
+        ("x-hub-signature-256", "sha256=zz".into(), &payload),
+        ("x-unrelated", "1".into(), &payload),
+    ];
+    for (header, value, bytes) in cases {
+        let reply = deliver(h, "ci", &[(header, value.as_str())], bytes).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{header}: {value}");
+        assert_eq!(reply.json["error"]["code"], "bad_signature");
+    }
+    let unknown = deliver(h, "nope", &[], &payload).await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    assert_eq!(h.job_count(TENANT_A).await, 0);
+}
+
+/// Stores template `nightly` of tenant A with the default code.
+async fn put_template(h: &Harness) {
+    let code_key = format!("templates/{TENANT_A}/nightly/code.tar.gz");
+    let spec: Value = yaml_serde::from_str(SPEC).unwrap_or_default();
+    let template = json!({"spec": spec, "code_key": code_key});
+    let blobs = h.blobs();
+    let put = blobs.put(&code_key, code()).await;
+    assert!(put.is_ok(), "{put:?}");
+    let key = tuneplane_functions::webhooks::template_key(TENANT_A, "nightly");
+    let put = blobs
+        .put(&key, serde_json::to_vec(&template).unwrap_or_default())
+        .await;
+    assert!(put.is_ok(), "{put:?}");
+}
+
+pub async fn git_push_webhook_runs_the_source_template_with_overrides(h: &Harness) {
+    put_template(h).await;
+    let push = br#"{"ref": "refs/heads/main", "after": "9f2c1e7"}"#;
+    let sig = super::hub_signature(super::WEBHOOK_SECRET, push);
+    let headers = [
+        ("x-hub-signature-256", sig.as_str()),
+        ("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+    ];
+    let reply = deliver(h, "git", &headers, push).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+    assert_eq!(reply.json["job"]["spec"]["name"], "sft");
+    assert_eq!(
+        deliver(h, "git", &headers, push).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    let explicit =
+        serde_json::to_vec(&json!({"template": "nightly", "overrides": {"priority": 7}}))
+            .unwrap_or_default();
+    let sig = super::tuneplane_signature(super::WEBHOOK_SECRET, now_secs(), &explicit);
+    let reply = deliver(
+        h,
+        "ci",
+        &[("x-tuneplane-signature", sig.as_str())],
+        &explicit,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+    assert_eq!(reply.json["job"]["spec"]["priority"], 7);
+}
+
+fn fixture(name: &str, vars: &[(&str, &str)]) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let mut text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for (k, v) in vars {
+        text = text.replace(&format!("{{{{{k}}}}}"), v);
+    }
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+pub async fn scheduled_event_delivered_twice_creates_one_job(h: &Harness) {
+    use tuneplane_core::store::ScheduleRecord;
+    use tuneplane_functions::triggers::{Outcome, handle_scheduled};
+    // The schedule runs the spec and capsule of an earlier submission.
+    let first = h.submit(&body(SPEC, &code()), None).await;
+    let template: tuneplane_core::job::JobRecord =
+        serde_json::from_value(first.json["job"].clone()).unwrap_or_else(|e| panic!("{e}"));
+    let schedule = ScheduleRecord {
+        id: "nightly-sft".into(),
+        tenant: TENANT_A.into(),
+        expression: "cron(0 2 * * ? *)".into(),
+        spec: template.spec.clone(),
+        capsule_sha256: template.capsule_sha256.clone(),
+        enabled: true,
+        created_at_ms: 0,
+        version: 0,
+    };
+    let stored = h.jobs().put_schedule(&schedule).await;
+    assert!(stored.is_ok(), "{stored:?}");
+    let event = fixture("scheduler_event.json", &[("SCHEDULE", "nightly-sft")]);
+    let once = handle_scheduled(&h.state, &event)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let twice = handle_scheduled(&h.state, &event)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (
+        Outcome::Submitted {
+            job_id: a,
+            created: true,
+        },
+        Outcome::Submitted {
+            job_id: b,
+            created: false,
+        },
+    ) = (&once, &twice)
+    else {
+        panic!("expected created then repeated: {once:?} {twice:?}");
+    };
+    assert_eq!(a, b);
+    assert_eq!(h.job_count(TENANT_A).await, 2);
+    let missing = fixture("scheduler_event.json", &[("SCHEDULE", "gone")]);
+    let outcome = handle_scheduled(&h.state, &missing)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(outcome, Outcome::Rejected { .. }), "{outcome:?}");
+}
+
+pub async fn inbox_archive_becomes_a_job(h: &Harness) {
+    use tuneplane_functions::triggers::{Outcome, handle_inbox};
+    let key = "inbox/acme/run-1.zip";
+    let archive = super::archives::zip(&[("tuneplane.yaml", SPEC), ("train.py", "print(1)\n")]);
+    assert!(h.blobs().put(key, archive).await.is_ok());
+    let event = fixture(
+        "s3_object_created.json",
+        &[
+            ("BUCKET", "tp"),
+            ("KEY", "inbox/acme/run-1.zip"),
+            ("ETAG", "0123abcd"),
+        ],
+    );
+    let outcomes = handle_inbox(&h.state, &event)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(
+            outcomes.as_slice(),
+            [Outcome::Submitted { created: true, .. }]
+        ),
+        "{outcomes:?}"
+    );
+    // At-least-once delivery: the same notification again is the same job.
+    let again = handle_inbox(&h.state, &event)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(
+            again.as_slice(),
+            [Outcome::Submitted { created: false, .. }]
+        ),
+        "{again:?}"
+    );
+    assert_eq!(h.job_count(TENANT_A).await, 1);
+    assert_eq!(
+        h.object_count("inbox/").await,
+        1,
+        "no note beside an accepted archive"
+    );
+}
+
+pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
+    use tuneplane_functions::triggers::{Outcome, handle_inbox};
+    let key = "inbox/acme/evil.tar";
+    assert!(h.blobs().put(key, hostile_tar()).await.is_ok());
+    let event = fixture(
+        "s3_object_created.json",
+        &[("BUCKET", "tp"), ("KEY", key), ("ETAG", "ffff")],
+    );
+    let outcomes = handle_inbox(&h.state, &event)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let [
+        Outcome::Rejected {
+            note_key: Some(note_key),
+            ..
+        },
+    ] = outcomes.as_slice()
+    else {
+        panic!("expected a rejection note: {outcomes:?}");
+    };
+    assert_eq!(note_key, "inbox/acme/evil.tar.error.json");
+    let note = h
+        .blobs()
+        .get(note_key)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let note: Value = serde_json::from_slice(&note).unwrap_or(Value::Null);
+    assert_eq!(note["error"]["code"], "invalid_code", "{note}");
+    assert!(
+        note["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("evil.sh")
+    );
+    assert_eq!(h.job_count(TENANT_A).await, 0);
+    assert_eq!(h.object_count("capsules/").await, 0);
+    assert_eq!(
+        h.object_count("inbox/").await,
+        2,
+        "the archive and its note, nothing else"
+    );
+    // The note's own creation event is ignored.
+    let note_event = fixture(
+        "s3_object_created.json",
+        &[("BUCKET", "tp"), ("KEY", note_key), ("ETAG", "1")],
+    );
+    let ignored = handle_inbox(&h.state, &note_event)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(ignored.as_slice(), [Outcome::Skipped(_)]),
+        "{ignored:?}"
+    );
+}
+
+pub async fn submission_event_becomes_a_job(h: &Harness) {
+    use base64::Engine;
+    use tuneplane_functions::triggers::{Outcome, handle_inbox};
+    let b64 = base64::engine::general_purpose::STANDARD.encode(code());
+    let spec = SPEC.replace('\n', "\\n");
+    let event = fixture(
+        "eventbridge_submission.json",
+        &[("SPEC", &spec), ("CODE", &b64)],
+    );
+    let outcomes = handle_inbox(&h.state, &event)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(
+            outcomes.as_slice(),
+            [Outcome::Submitted { created: true, .. }]
+        ),
+        "{outcomes:?}"
+    );
+    let again = handle_inbox(&h.state, &event)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(
+            again.as_slice(),
+            [Outcome::Submitted { created: false, .. }]
+        ),
+        "{again:?}"
+    );
+}
