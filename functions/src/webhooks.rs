@@ -3,8 +3,11 @@
 //! The raw body is verified with HMAC-SHA256 under the source's own secret, in either header
 //! format: `X-Hub-Signature-256: sha256=<hex>` (Git hosting), or `X-TunePlane-Signature:
 //! t=<unix>,v1=<hex>` over `<t>.<body>` with a five-minute window. Comparison is constant time.
-//! Each verified signature is recorded with a put-if-absent in the blob store, so a captured
-//! delivery sent again is refused (401) even inside the window.
+//! Each verified signature is recorded with a put-if-absent in the blob store
+//! (`webhooks/seen/<source>/<signature>`), so a captured delivery sent again is refused (401) even
+//! inside the window. Git-host signatures carry no timestamp, so for them the marker is the only
+//! replay defence: it lives as long as the bucket's lifecycle rule keeps it (90 days in
+//! `template.yaml`). A delivery that fails is forgotten again, so the sender's retry is accepted.
 //!
 //! The payload becomes a submission: `{"spec", "code"}` like `POST /v1/jobs`, or `{"template",
 //! "overrides"}` naming a stored template, or anything else (a Git push event) when the source
