@@ -29,6 +29,8 @@ macro_rules! api_suite {
             upload_then_submit_by_upload_id,
             job_that_cannot_fit_the_published_capacity_is_rejected_at_submit,
             healthz_needs_no_key_and_unknown_routes_are_json_404,
+            read_only_key_cannot_submit_or_stop,
+            playgrounds_are_created_listed_and_expired_per_tenant,
         );
         $crate::api_suite!(@cases $make; triggers;
             signed_webhook_submits_once_and_a_replay_is_401,
@@ -378,4 +380,79 @@ pub async fn healthz_needs_no_key_and_unknown_routes_are_json_404(h: &Harness) {
     let missing = h.call(Method::GET, "/v2/jobs", None, &[], Vec::new()).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert_eq!(missing.json["error"]["code"], "not_found");
+}
+
+pub async fn read_only_key_cannot_submit_or_stop(h: &Harness) {
+    use tuneplane_core::submit::{SCOPE_JOBS_READ, new_api_key};
+    let id = job_id(&h.submit(&body(SPEC, &code()), None).await);
+    let (secret, record) = new_api_key(
+        tuneplane_functions::runtime::random_bytes(),
+        TENANT_A,
+        vec![SCOPE_JOBS_READ.to_owned()],
+        "reader",
+        0,
+    );
+    assert!(h.jobs().put_api_key(&record).await.is_ok());
+    let bytes = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();
+    let submit = h
+        .call(Method::POST, "/v1/jobs", Some(&secret), &[], bytes)
+        .await;
+    assert_eq!(submit.status, StatusCode::FORBIDDEN);
+    assert_eq!(submit.json["error"]["details"]["scope"], "jobs:write");
+    let stop_path = format!("/v1/jobs/{id}/stop");
+    let stop = h
+        .call(Method::POST, &stop_path, Some(&secret), &[], Vec::new())
+        .await;
+    assert_eq!(stop.status, StatusCode::FORBIDDEN);
+    let read_path = format!("/v1/jobs/{id}");
+    let read = h
+        .call(Method::GET, &read_path, Some(&secret), &[], Vec::new())
+        .await;
+    assert_eq!(read.status, StatusCode::OK);
+    assert_eq!(h.job_count(TENANT_A).await, 1);
+}
+
+pub async fn playgrounds_are_created_listed_and_expired_per_tenant(h: &Harness) {
+    let (a, b) = (h.key_a.clone(), h.key_b.clone());
+    let create = |v: Value| serde_json::to_vec(&v).unwrap_or_default();
+    let made = h
+        .call(
+            Method::POST,
+            "/v1/playgrounds",
+            Some(&a),
+            &[],
+            create(json!({"model": "qwen2.5-7b", "series": "l40s", "gpus": 1, "ttl_seconds": 600})),
+        )
+        .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.json);
+    let id = made.json["id"].as_str().unwrap_or_default().to_owned();
+    let bad = h
+        .call(
+            Method::POST,
+            "/v1/playgrounds",
+            Some(&a),
+            &[],
+            create(json!({"model": "", "series": "L40S", "gpus": 99})),
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let message = bad.json["error"]["message"].as_str().unwrap_or_default();
+    for field in ["model", "series", "gpus"] {
+        assert!(message.contains(field), "{field} missing from {message}");
+    }
+    let list = h.get("/v1/playgrounds").await;
+    assert_eq!(list.json["playgrounds"].as_array().map(Vec::len), Some(1));
+    let path = format!("/v1/playgrounds/{id}");
+    let theirs = h.call(Method::GET, &path, Some(&b), &[], Vec::new()).await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND);
+    let b_list = h
+        .call(Method::GET, "/v1/playgrounds", Some(&b), &[], Vec::new())
+        .await;
+    assert_eq!(b_list.json["playgrounds"], json!([]));
+    let gone = h
+        .call(Method::DELETE, &path, Some(&a), &[], Vec::new())
+        .await;
+    assert_eq!(gone.status, StatusCode::ACCEPTED, "{}", gone.json);
+    let expires = gone.json["expires_at_ms"].as_i64().unwrap_or(i64::MAX);
+    assert!(expires <= tuneplane_functions::runtime::now_ms());
 }
