@@ -127,9 +127,32 @@ pub fn decide(job: &JobRecord, observed: &Observed, now_ms: i64, cap_ms: Option<
     }
 }
 
-/// True if the pending reason of a queued job should be rewritten (reason or message changed).
-pub fn pending_changed(current: Option<&Pending>, reason: PendingReason, message: &str) -> bool {
-    current.is_none_or(|p| p.reason != reason || p.message != message)
+/// A queued job's message may change every pass (free GPU counts, the blocking job); it is
+/// rewritten at most this often unless the reason itself changes, to keep store writes low.
+pub const MESSAGE_REFRESH_MS: i64 = 30_000;
+
+/// The pending reason to store for a queued job, or `None` to leave the record alone. The flag
+/// is true when the reason itself changed (worth an event). `last_write_ms` is when this process
+/// last wrote it (unknown after a restart).
+pub fn next_pending(
+    current: Option<&Pending>,
+    reason: PendingReason,
+    message: &str,
+    now_ms: i64,
+    last_write_ms: Option<i64>,
+) -> Option<(Pending, bool)> {
+    let fresh = |since_ms| Pending {
+        reason,
+        message: message.to_owned(),
+        since_ms,
+    };
+    match current {
+        Some(p) if p.reason == reason => {
+            let stale = last_write_ms.is_none_or(|at| now_ms - at >= MESSAGE_REFRESH_MS);
+            (p.message != message && stale).then(|| (fresh(p.since_ms), false))
+        }
+        _ => Some((fresh(now_ms), true)),
+    }
 }
 
 #[cfg(test)]

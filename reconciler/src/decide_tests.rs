@@ -139,3 +139,52 @@ fn finished_and_invalid_workloads_end_the_job() {
         }
     ));
 }
+
+#[test]
+fn queued_pending_reason_is_rewritten_on_a_new_reason_and_message_changes_are_throttled() {
+    let current = Pending {
+        reason: PendingReason::InsufficientGpu,
+        message: "1 available".into(),
+        since_ms: 100,
+    };
+    let (p, new_reason) = next_pending(
+        Some(&current),
+        PendingReason::QueuedBehindOthers,
+        "behind j1",
+        5_000,
+        Some(4_000),
+    )
+    .unwrap_or_else(|| panic!("reason changed"));
+    assert!(new_reason);
+    assert_eq!(p.since_ms, 5_000);
+    assert!(
+        next_pending(
+            Some(&current),
+            PendingReason::InsufficientGpu,
+            "1 available",
+            90_000,
+            None
+        )
+        .is_none()
+    );
+    assert!(
+        next_pending(
+            Some(&current),
+            PendingReason::InsufficientGpu,
+            "0 available",
+            5_000,
+            Some(4_000)
+        )
+        .is_none()
+    );
+    let (p, new_reason) = next_pending(
+        Some(&current),
+        PendingReason::InsufficientGpu,
+        "0 available",
+        40_000,
+        Some(4_000),
+    )
+    .unwrap_or_else(|| panic!("refresh"));
+    assert!(!new_reason);
+    assert_eq!((p.since_ms, p.message.as_str()), (100, "0 available"));
+}

@@ -55,6 +55,8 @@ pub struct Ctx {
     pub leadership: Arc<leader::Leadership>,
     /// Kubernetes event uids already copied, per job (the store dedupes too; this saves writes).
     pub seen_events: Mutex<HashMap<String, HashSet<String>>>,
+    /// When this process last wrote each queued job's pending reason.
+    pub pending_written: Mutex<HashMap<String, i64>>,
     /// The last published capacity (without its timestamp) and when it was published.
     published: Mutex<Option<(CapacitySnapshot, i64)>>,
 }
@@ -80,6 +82,7 @@ impl Ctx {
             metrics,
             leadership,
             seen_events: Mutex::new(HashMap::new()),
+            pending_written: Mutex::new(HashMap::new()),
             published: Mutex::new(None),
         }
     }

@@ -9,14 +9,14 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
-use tuneplane_core::admission::{Reservation, plan_admissions};
+use tuneplane_core::admission::{Reservation, Waiting, plan_admissions};
 use tuneplane_core::constants::{FIELD_MANAGER, POOL_LABEL};
-use tuneplane_core::job::{JobRecord, JobState, Pending};
+use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::playground::playground_name;
 use tuneplane_core::render::{label_value, render_playground, workload_name};
 
 use crate::cluster::{Cluster, pod_info};
-use crate::decide::pending_changed;
+use crate::decide::next_pending;
 use crate::error::{Error, Result};
 use crate::kube_io::{is_conflict, is_not_found};
 use crate::sync::{platform_event, sweep_orphans, sync_job};
@@ -83,26 +83,50 @@ async fn admit(ctx: &Ctx, job: &JobRecord, placement: String, now: i64) -> Resul
     );
     ctx.jobs.append_events(&job.id, &[ev]).await?;
     ctx.metrics.inc_admissions();
+    ctx.pending_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&job.id);
     tracing::info!(job_id = %job.id, capsule = %job.capsule_sha256, "admitted");
     workload::create(ctx, &stored).await?;
     Ok(())
 }
 
-async fn set_queued_pending(ctx: &Ctx, job: &JobRecord, pending: Pending) -> Result<()> {
-    if !pending_changed(job.pending.as_ref(), pending.reason, &pending.message) {
+async fn set_queued_pending(ctx: &Ctx, job: &JobRecord, waiting: Waiting, now: i64) -> Result<()> {
+    let last = ctx
+        .pending_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&job.id)
+        .copied();
+    let Some((pending, new_reason)) = next_pending(
+        job.pending.as_ref(),
+        waiting.reason,
+        &waiting.message,
+        now,
+        last,
+    ) else {
         return Ok(());
-    }
+    };
     let mut next = job.clone();
-    let ev = platform_event(
-        pending.since_ms,
-        format!("pending-{:?}-{}", pending.reason, pending.since_ms),
-        "Normal",
-        &format!("{:?}", pending.reason),
-        pending.message.clone(),
-    );
+    let event = new_reason.then(|| {
+        platform_event(
+            pending.since_ms,
+            format!("pending-{:?}-{}", pending.reason, pending.since_ms),
+            "Normal",
+            &format!("{:?}", pending.reason),
+            pending.message.clone(),
+        )
+    });
     next.pending = Some(pending);
     ctx.jobs.update_job(&next).await?;
-    ctx.jobs.append_events(&job.id, &[ev]).await?;
+    ctx.pending_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(job.id.clone(), now);
+    if let Some(ev) = event {
+        ctx.jobs.append_events(&job.id, &[ev]).await?;
+    }
     Ok(())
 }
 
@@ -222,17 +246,8 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             continue;
         };
         report.waiting += 1;
-        let pending = Pending {
-            reason: w.reason,
-            message: w.message,
-            since_ms: now,
-        };
-        note(
-            &mut report,
-            "pending",
-            &job.id,
-            set_queued_pending(ctx, job, pending).await,
-        );
+        let outcome = set_queued_pending(ctx, job, w, now).await;
+        note(&mut report, "pending", &job.id, outcome);
     }
     note(
         &mut report,

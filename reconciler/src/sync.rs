@@ -214,6 +214,10 @@ pub async fn finish(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&job.id);
+    ctx.pending_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&job.id);
     Ok(())
 }
 

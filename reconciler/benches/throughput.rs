@@ -1,0 +1,126 @@
+//! Admission throughput of the real reconciler against kubesim and the embedded store: how fast a
+//! burst of queued jobs becomes ADMITTED and RUNNING, and what a pass costs meanwhile (compare:
+//! Kueue's scale tests admit ~42 workloads/s). `cargo bench -p tuneplane-reconciler --bench
+//! throughput` prints the figures and asserts nothing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tuneplane_core::fleet::Fleet;
+use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::spec::JobSpec;
+use tuneplane_core::store::{BlobStore, JobStore};
+use tuneplane_kubesim::{KubeSim, SimConfig};
+use tuneplane_reconciler::metrics::Metrics;
+use tuneplane_reconciler::{Config, Reconciler};
+
+const JOBS: usize = 400;
+const NODES: u32 = 200;
+
+fn job(i: usize) -> JobRecord {
+    let spec: JobSpec = serde_json::from_value(serde_json::json!({
+        "name": "b", "plugin": "custom/custom", "image": "img:1", "entrypoint": "true", "env": {},
+        "pools": [{"name": "main", "series": "l40s", "nodes": 1, "gpus_per_node": 2, "cpus": 4.0, "memory_gb": 16.0}],
+        "deadlines": {"pre_running_seconds": 600, "run_seconds": 3600}, "priority": 0, "labels": {},
+        "namespace": "tuneplane-jobs", "platform_version": "0"
+    }))
+    .unwrap_or_else(|e| panic!("spec: {e}"));
+    JobRecord::new_queued(format!("b{i:04}"), "t", spec, "ab".repeat(32), i as i64)
+}
+
+async fn count(jobs: &dyn JobStore, state: JobState) -> usize {
+    jobs.list_active()
+        .await
+        .map(|a| a.iter().filter(|j| j.state == state).count())
+        .unwrap_or(0)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let fleet = format!(
+        "node_groups:\n  - {{name: l40s, series: l40s, count: {NODES}, gpus: 4, cpus: 48, memory_gb: 256}}\n"
+    );
+    let mut config = SimConfig {
+        fleet: Some(Fleet::from_yaml(&fleet).unwrap_or_else(|e| panic!("{e}"))),
+        tick: Duration::from_millis(50),
+        ..SimConfig::default()
+    };
+    config.scenario.start_delay = Duration::from_millis(100);
+    config.scenario.rayjob_run = Duration::from_secs(3600);
+    let sim = KubeSim::start(config)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let url = sim.url().parse().unwrap_or_else(|e| panic!("{e}"));
+    let client = kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let jobs: Arc<dyn JobStore> = Arc::new(
+        tuneplane_stores::EmbeddedJobStore::open(dir.path().join("jobs"))
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
+    let blobs: Arc<dyn BlobStore> = Arc::new(
+        tuneplane_stores::FsBlobStore::open(
+            dir.path().join("blobs"),
+            b"s".to_vec(),
+            "http://127.0.0.1:9/b",
+        )
+        .unwrap_or_else(|e| panic!("{e}")),
+    );
+    for i in 0..JOBS {
+        jobs.create_job(&job(i), None)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let settings = Config {
+        namespace: "default".into(),
+        pass_interval: Duration::from_millis(500),
+        kube_qps: 200,
+        kube_burst: 400,
+        ..Config::default()
+    };
+    let metrics = Arc::new(Metrics::default());
+    let r = Reconciler::new(settings, client, jobs.clone(), blobs, metrics.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let started = Instant::now();
+    let task = tokio::spawn(r.run_until(std::future::pending()));
+    let (mut admitted_at, mut running_at) = (None, None);
+    while started.elapsed() < Duration::from_secs(300) && running_at.is_none() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if admitted_at.is_none() && metrics.admissions() as usize >= JOBS {
+            admitted_at = Some(started.elapsed());
+        }
+        if count(jobs.as_ref(), JobState::Running).await >= JOBS {
+            running_at = Some(started.elapsed());
+        }
+    }
+    task.abort();
+    let text = metrics.render();
+    let figure = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .and_then(|l| l.split(' ').nth(1))
+            .unwrap_or("?")
+            .to_owned()
+    };
+    let per_s = |d: Option<Duration>| {
+        d.map_or("n/a".into(), |d| {
+            format!(
+                "{:.0} jobs/s ({:.1} s)",
+                JOBS as f64 / d.as_secs_f64(),
+                d.as_secs_f64()
+            )
+        })
+    };
+    println!(
+        "{JOBS} jobs on {NODES} nodes: admitted {}, running {}",
+        per_s(admitted_at),
+        per_s(running_at)
+    );
+    println!(
+        "passes: {} totalling {} s, last {} s; API throttling {} s",
+        figure("tuneplane_pass_duration_seconds_count"),
+        figure("tuneplane_pass_duration_seconds_sum"),
+        figure("tuneplane_last_pass_duration_seconds"),
+        figure("tuneplane_kube_throttled_seconds_total"),
+    );
+}
