@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use tuneplane_core::store::JobStore;
+use tuneplane_core::store::{JobStore, ScheduleRecord};
 use tuneplane_core::submit::{SCOPE_ADMIN, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, new_api_key};
 use tuneplane_functions::runtime::{now_ms, random_bytes, valid_id};
 
@@ -19,6 +19,36 @@ use tuneplane_functions::runtime::{now_ms, random_bytes, valid_id};
 pub enum Command {
     /// Create an API key for a tenant and print its secret (shown once, stored hashed).
     CreateKey(CreateKeyArgs),
+    /// Record a schedule that reruns an existing job's spec and capsule (the EventBridge
+    /// Scheduler entry that fires it is created separately; see the printed command).
+    CreateSchedule(CreateScheduleArgs),
+}
+
+/// Where the job store is (shared by the admin commands).
+#[derive(clap::Args, Debug)]
+pub struct StoreArgs {
+    /// DynamoDB table (production); takes precedence over --data-dir.
+    #[arg(long, env = "TUNEPLANE_TABLE")]
+    pub table: Option<String>,
+    /// Data directory of the dev stack (embedded store under `<dir>/jobs`).
+    #[arg(long, env = "TUNEPLANE_DATA_DIR", default_value = ".tuneplane-dev")]
+    pub data_dir: PathBuf,
+}
+
+/// Arguments of `admin create-schedule`.
+#[derive(clap::Args, Debug)]
+pub struct CreateScheduleArgs {
+    /// Schedule id (lower-case letters, digits and '-').
+    #[arg(long)]
+    pub id: String,
+    /// Job whose authoritative spec and capsule each run reuses.
+    #[arg(long)]
+    pub from_job: String,
+    /// EventBridge Scheduler expression, e.g. `cron(0 2 * * ? *)` or `rate(1 day)`.
+    #[arg(long)]
+    pub expression: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// Arguments of `admin create-key`.
@@ -33,19 +63,106 @@ pub struct CreateKeyArgs {
     /// A label for the key (shown in logs, never the secret).
     #[arg(long, default_value = "cli")]
     pub name: String,
-    /// DynamoDB table (production); takes precedence over --data-dir.
-    #[arg(long, env = "TUNEPLANE_TABLE")]
-    pub table: Option<String>,
-    /// Data directory of the dev stack (embedded store under `<dir>/jobs`).
-    #[arg(long, env = "TUNEPLANE_DATA_DIR", default_value = ".tuneplane-dev")]
-    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// Runs an `admin` subcommand.
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::CreateKey(args) => create_key(&args),
+        Command::CreateSchedule(args) => create_schedule(&args),
     }
+}
+
+/// Opens the configured job store; returns it with a description for messages.
+async fn open_store(args: &StoreArgs) -> anyhow::Result<(Arc<dyn JobStore>, String)> {
+    Ok(match &args.table {
+        Some(table) => {
+            let sdk = tuneplane_stores::aws::load_config().await;
+            let client = tuneplane_stores::aws::dynamodb_client(&sdk, None);
+            let store = tuneplane_stores::DynamoJobStore::new(client, table.clone());
+            (Arc::new(store), format!("DynamoDB table {table}"))
+        }
+        None => {
+            let dir = args.data_dir.join("jobs");
+            let store = tuneplane_stores::EmbeddedJobStore::open(&dir)
+                .with_context(|| format!("opening the job store in {}", dir.display()))?;
+            (Arc::new(store), format!("embedded store {}", dir.display()))
+        }
+    })
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(f)
+}
+
+/// Stores a schedule that reruns job `from_job`; returns the stored record.
+pub async fn schedule_from_job(
+    store: &dyn JobStore,
+    id: &str,
+    from_job: &str,
+    expression: &str,
+) -> anyhow::Result<ScheduleRecord> {
+    if !valid_id(id) {
+        bail!("schedule id {id:?}: use 1-64 lower-case letters, digits and '-'");
+    }
+    if !(expression.starts_with("cron(")
+        || expression.starts_with("rate(")
+        || expression.starts_with("at("))
+    {
+        bail!(
+            "expression {expression:?}: use cron(...), rate(...) or at(...) as EventBridge Scheduler does"
+        );
+    }
+    let job = store
+        .get_job(from_job)
+        .await?
+        .with_context(|| format!("job {from_job} not found"))?;
+    let version = store.get_schedule(id).await?.map_or(0, |s| s.version);
+    let record = ScheduleRecord {
+        id: id.to_owned(),
+        tenant: job.tenant,
+        expression: expression.to_owned(),
+        spec: job.spec,
+        capsule_sha256: job.capsule_sha256,
+        enabled: true,
+        created_at_ms: now_ms(),
+        version,
+    };
+    Ok(store.put_schedule(&record).await?)
+}
+
+fn create_schedule(args: &CreateScheduleArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        let (store, location) = open_store(&args.store).await?;
+        let record = schedule_from_job(store.as_ref(), &args.id, &args.from_job, &args.expression)
+            .await
+            .with_context(|| format!("creating the schedule in the {location}"))?;
+        eprintln!(
+            "schedule {} of tenant {} stored in the {location}; create its trigger with:",
+            record.id, record.tenant
+        );
+        // EventBridge Scheduler fills in <aws.scheduler.scheduled-time> at each firing.
+        let input = serde_json::json!({
+            "schedule_id": record.id,
+            "scheduled_time": "<aws.scheduler.scheduled-time>",
+        });
+        let target = serde_json::json!({
+            "Arn": "<ScheduledFunctionArn output>",
+            "RoleArn": "<SchedulerRoleArn output>",
+            "Input": input.to_string(),
+        });
+        println!(
+            "aws scheduler create-schedule --name {} --group-name <ScheduleGroupName output> \\\n  --schedule-expression '{}' --flexible-time-window Mode=OFF \\\n  --target '{}'",
+            record.id, record.expression, target
+        );
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// Checks the tenant and scopes, stores a new key in `store` and returns its secret.
@@ -68,25 +185,8 @@ pub async fn issue_key(
 }
 
 fn create_key(args: &CreateKeyArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let (store, location): (Arc<dyn JobStore>, String) = match &args.table {
-            Some(table) => {
-                let sdk = tuneplane_stores::aws::load_config().await;
-                let client = tuneplane_stores::aws::dynamodb_client(&sdk, None);
-                let store = tuneplane_stores::DynamoJobStore::new(client, table.clone());
-                (Arc::new(store), format!("DynamoDB table {table}"))
-            }
-            None => {
-                let dir = args.data_dir.join("jobs");
-                let store = tuneplane_stores::EmbeddedJobStore::open(&dir)
-                    .with_context(|| format!("opening the job store in {}", dir.display()))?;
-                (Arc::new(store), format!("embedded store {}", dir.display()))
-            }
-        };
+    block_on(async {
+        let (store, location) = open_store(&args.store).await?;
         let secret = issue_key(store.as_ref(), &args.tenant, &args.scopes, &args.name)
             .await
             .with_context(|| format!("creating the key in the {location}"))?;
@@ -134,5 +234,45 @@ mod tests {
         assert!(issue_key(&store, "Acme Corp", &ok, "x").await.is_err());
         let bad = vec!["root".to_owned()];
         assert!(issue_key(&store, "acme", &bad, "x").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn schedule_copies_the_jobs_spec_capsule_and_tenant() {
+        use tuneplane_core::job::JobRecord;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let store =
+            tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let spec = tuneplane_core::spec::validate(
+            "name: t\nimage: i\nentrypoint: 'true'\npools: [{name: main, series: h200, nodes: 1, gpus_per_node: 1}]\n",
+            None,
+            &Default::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .spec;
+        let job = JobRecord::new_queued("j-1", "acme", spec, "ab".repeat(32), 1);
+        assert!(store.create_job(&job, None).await.is_ok());
+        let made = schedule_from_job(&store, "nightly", "j-1", "cron(0 2 * * ? *)")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (made.tenant.as_str(), made.capsule_sha256.len()),
+            ("acme", 64)
+        );
+        // Recreating it updates the same record.
+        let again = schedule_from_job(&store, "nightly", "j-1", "rate(1 day)").await;
+        assert_eq!(
+            again.map(|s| s.expression).ok().as_deref(),
+            Some("rate(1 day)")
+        );
+        assert!(
+            schedule_from_job(&store, "x", "missing", "rate(1 day)")
+                .await
+                .is_err()
+        );
+        assert!(
+            schedule_from_job(&store, "x", "j-1", "every day")
+                .await
+                .is_err()
+        );
     }
 }
