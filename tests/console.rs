@@ -209,7 +209,7 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
         let rows = w.texts("table.jobs tbody tr").await;
         assert!(
             rows.iter()
-                .any(|r| r.contains("hello-cpu") && r.contains("SUCCEEDED") && r.contains("Pod")),
+                .any(|r| r.contains(&id) && r.contains("SUCCEEDED") && r.contains("Pod")),
             "rows: {rows:?}"
         );
         w.screenshots("jobs").await;
@@ -456,6 +456,54 @@ fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
             },
         )
         .await;
+        w.finish().await;
+    });
+}
+
+#[test]
+fn the_console_can_be_used_with_the_keyboard_alone() {
+    run(|| async {
+        let w = World::start().await;
+        w.open("/console/sign-in").await;
+        let tab = char::from(fantoccini::key::Key::Tab).to_string();
+        let enter = char::from(fantoccini::key::Key::Enter).to_string();
+        let active = || async {
+            let e = w
+                .client
+                .active_element()
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let id = e.attr("id").await.ok().flatten().unwrap_or_default();
+            let class = e.attr("class").await.ok().flatten().unwrap_or_default();
+            (e, format!("{id}.{class}"))
+        };
+        // The first Tab reaches the skip link; further Tabs reach the key field; Enter signs in.
+        w.find("body")
+            .await
+            .send_keys(&tab)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(active().await.1, ".skip");
+        let mut found = false;
+        for _ in 0..6 {
+            let (e, name) = active().await;
+            if name.starts_with("api_key") {
+                e.send_keys(&format!("{}{enter}", w.stack.api_key))
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                found = true;
+                break;
+            }
+            e.send_keys(&tab).await.unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert!(found, "the API key field is not reachable with Tab");
+        eventually("the jobs page", 50, Duration::from_millis(100), || async {
+            w.path().await == "/console/jobs"
+        })
+        .await;
+        // The main navigation is reachable and announces the current page.
+        let current = w.texts("header nav a[aria-current=page]").await;
+        assert_eq!(current, vec!["Jobs".to_string()]);
         w.finish().await;
     });
 }

@@ -61,6 +61,9 @@ pub async fn body(state: &AppState) -> Result<Markup, ConsoleError> {
                     " · the same snapshot admission uses."
                 }
                 h2 { "GPU series" }
+                p.legend aria-hidden="true" {
+                    span.swatch.used {} " used " span.swatch.blocked {} " blocked (cordoned or NotReady) " span.swatch.free {} " free"
+                }
                 @if s.series.is_empty() { p.empty { "No GPU nodes." } }
                 div.series-list {
                     @for (name, c) in &s.series {
