@@ -47,6 +47,7 @@ pub struct CreateScheduleArgs {
     /// EventBridge Scheduler expression, e.g. `cron(0 2 * * ? *)` or `rate(1 day)`.
     #[arg(long)]
     pub expression: String,
+    /// Where the job store is.
     #[command(flatten)]
     pub store: StoreArgs,
 }
@@ -63,6 +64,7 @@ pub struct CreateKeyArgs {
     /// A label for the key (shown in logs, never the secret).
     #[arg(long, default_value = "cli")]
     pub name: String,
+    /// Where the job store is.
     #[command(flatten)]
     pub store: StoreArgs,
 }
