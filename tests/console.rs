@@ -112,7 +112,7 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
         w.js("const s = document.getElementById('spec'); s.value = arguments[0]; s.dispatchEvent(new Event('input'));", vec![json!(spec.replace("hello-cpu", "Hello_CPU"))]).await;
         eventually(
             "inline validation",
-            40,
+            300,
             Duration::from_millis(100),
             || async {
                 w.texts("#spec-feedback .field-errors li")
@@ -126,7 +126,7 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
         w.js("const s = document.getElementById('spec'); s.value = arguments[0]; s.dispatchEvent(new Event('input'));", vec![json!(spec)]).await;
         eventually(
             "the spec to validate",
-            40,
+            300,
             Duration::from_millis(100),
             || async {
                 w.texts("#spec-feedback .ok")
@@ -147,7 +147,7 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
             .click()
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        eventually("the job page", 100, Duration::from_millis(100), || async {
+        eventually("the job page", 300, Duration::from_millis(100), || async {
             w.path().await.contains("notice=submitted")
         })
         .await;
@@ -279,7 +279,7 @@ fn a_pending_job_shows_its_reason_in_the_event_view_and_can_be_stopped() {
             .unwrap_or_else(|e| panic!("confirmation dialog: {e}"));
         eventually(
             "the stop notice",
-            50,
+            300,
             Duration::from_millis(100),
             || async { w.path().await.contains("notice=stop-requested") },
         )
@@ -297,7 +297,7 @@ fn the_capacity_page_shows_the_snapshot_the_api_returns_and_admission_uses() {
         w.sign_in().await;
         eventually(
             "a capacity snapshot",
-            100,
+            300,
             Duration::from_millis(200),
             || async {
                 w.open("/console/capacity").await;
@@ -420,7 +420,7 @@ fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
             .unwrap_or_else(|e| panic!("{e}"));
         eventually(
             "the playground row",
-            50,
+            300,
             Duration::from_millis(100),
             || async {
                 w.texts("table.playgrounds tbody tr")
@@ -444,7 +444,7 @@ fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
             .unwrap_or_else(|e| panic!("confirmation dialog: {e}"));
         eventually(
             "the playground to expire",
-            50,
+            300,
             Duration::from_millis(200),
             || async {
                 w.open("/console/playgrounds").await;
@@ -497,7 +497,7 @@ fn the_console_can_be_used_with_the_keyboard_alone() {
             e.send_keys(&tab).await.unwrap_or_else(|e| panic!("{e}"));
         }
         assert!(found, "the API key field is not reachable with Tab");
-        eventually("the jobs page", 50, Duration::from_millis(100), || async {
+        eventually("the jobs page", 300, Duration::from_millis(100), || async {
             w.path().await == "/console/jobs"
         })
         .await;

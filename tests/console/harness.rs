@@ -110,7 +110,7 @@ impl World {
         let http = reqwest::Client::new();
         eventually(
             "chromedriver to answer",
-            100,
+            300,
             Duration::from_millis(100),
             || {
                 let req = http.get(format!("{url}/status")).send();
@@ -185,7 +185,7 @@ impl World {
             .unwrap_or_else(|e| panic!("{e}"));
         eventually(
             "the jobs page after sign-in",
-            50,
+            300,
             Duration::from_millis(100),
             || async { self.path().await == "/console/jobs" },
         )
