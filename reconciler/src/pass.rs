@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 
+use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use tuneplane_core::admission::{Reservation, Waiting, plan_admissions};
@@ -21,6 +22,9 @@ use crate::error::{Error, Result};
 use crate::kube_io::{is_conflict, is_not_found};
 use crate::sync::{platform_event, sweep_orphans, sync_job};
 use crate::{Ctx, workload};
+
+/// Jobs synced or admitted at the same time within a pass.
+pub const CONCURRENCY: usize = 16;
 
 /// Counts of one pass, for tests and logs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -176,6 +180,19 @@ async fn playgrounds(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<()> {
     Ok(())
 }
 
+async fn sync_one(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> (String, Result<()>) {
+    let outcome = if ctx.leadership.is_leader() {
+        sync_job(ctx, cluster, job, now).await
+    } else {
+        Ok(())
+    };
+    (job.id.clone(), outcome)
+}
+
+async fn admit_one(ctx: &Ctx, job: &JobRecord, message: String, now: i64) -> (String, Result<()>) {
+    (job.id.clone(), admit(ctx, job, message, now).await)
+}
+
 fn note(report: &mut PassReport, what: &str, job_id: &str, outcome: Result<()>) {
     if let Err(e) = outcome {
         report.errors += 1;
@@ -195,16 +212,22 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         .filter(|j| j.state == JobState::Queued)
         .count();
     ctx.metrics.set_jobs(queued, active.len());
-    for job in &active {
-        if !ctx.leadership.is_leader() {
-            return Ok(report);
-        }
-        note(
-            &mut report,
-            "sync",
-            &job.id,
-            sync_job(ctx, cluster, job, now).await,
-        );
+    // Jobs are independent: sync them (and below, admit them) a few at a time, so a pass with
+    // many changes is not a queue of store round trips.
+    // Futures are collected first: a stream over a borrowing closure would not be `Send`.
+    let syncs: Vec<_> = active
+        .iter()
+        .map(|job| sync_one(ctx, cluster, job, now))
+        .collect();
+    let synced: Vec<(String, Result<()>)> = futures_util::stream::iter(syncs)
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    for (id, outcome) in synced {
+        note(&mut report, "sync", &id, outcome);
+    }
+    if !ctx.leadership.is_leader() {
+        return Ok(report);
     }
     let ids: BTreeSet<String> = active.iter().map(|j| j.id.clone()).collect();
     note(
@@ -217,29 +240,31 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         return Ok(report);
     }
     let plan = plan_admissions(&active, &capacity, &reservations(cluster, &active));
-    for a in &plan.admit {
-        let Some(job) = active.iter().find(|j| j.id == a.job_id) else {
-            continue;
-        };
-        let placement = a
-            .placements
-            .iter()
-            .map(|p| format!("{}: {}", p.pool, p.nodes.join(", ")))
-            .collect::<Vec<_>>()
-            .join("; ");
+    let admissions: Vec<(&JobRecord, String)> = plan
+        .admit
+        .iter()
+        .filter_map(|a| {
+            let job = active.iter().find(|j| j.id == a.job_id)?;
+            let placement = a
+                .placements
+                .iter()
+                .map(|p| format!("{}: {}", p.pool, p.nodes.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ");
+            Some((job, format!("admitted; planned nodes {placement}")))
+        })
+        .collect();
+    let admits: Vec<_> = admissions
+        .into_iter()
+        .map(|(job, message)| admit_one(ctx, job, message, now))
+        .collect();
+    let admitted: Vec<(String, Result<()>)> = futures_util::stream::iter(admits)
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    for (id, outcome) in admitted {
         report.admitted += 1;
-        note(
-            &mut report,
-            "admit",
-            &job.id,
-            admit(
-                ctx,
-                job,
-                format!("admitted; planned nodes {placement}"),
-                now,
-            )
-            .await,
-        );
+        note(&mut report, "admit", &id, outcome);
     }
     for w in plan.waiting {
         let Some(job) = active.iter().find(|j| j.id == w.job_id) else {
