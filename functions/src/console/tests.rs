@@ -761,3 +761,54 @@ async fn the_jobs_list_pages_newest_first() {
     assert!(!page2.body.contains("j-page29"));
     assert!(page2.body.contains("First page"));
 }
+
+#[tokio::test]
+async fn archived_logs_are_previewed_and_downloadable_through_a_short_lived_link() {
+    let s = stack().await;
+    let id = s.submit_api(&s.key_a, "logged").await;
+    let lines: String = (0..60).map(|i| format!("step {i}\n")).collect();
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut b = tar::Builder::new(gz);
+    let mut h = tar::Header::new_gnu();
+    h.set_size(lines.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "tp-x-head/ray-head.log", lines.as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bytes = b
+        .into_inner()
+        .and_then(|g| g.finish())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let key = format!("logs/{id}/logs.tar.gz");
+    s.state
+        .submit
+        .blobs()
+        .put(&key, bytes)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let jobs = s.state.submit.jobs();
+    let mut job = jobs
+        .get_job(&id)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("job"));
+    job.logs_key = Some(key.clone());
+    jobs.update_job(&job)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let session = s.sign_in(&s.key_a).await;
+    let page = s.get(&format!("/console/jobs/{id}"), Some(&session)).await;
+    assert!(page.body.contains("step 59") && !page.body.contains("step 19\n"));
+    assert!(page.body.contains("tp-x-head/ray-head.log"));
+    let link = s
+        .get(&format!("/console/jobs/{id}/logs"), Some(&session))
+        .await;
+    assert_eq!(link.status, StatusCode::SEE_OTHER);
+    assert!(link.location().contains(&key), "{}", link.location());
+    let other = s.sign_in(&s.key_b).await;
+    let denied = s
+        .get(&format!("/console/jobs/{id}/logs"), Some(&other))
+        .await;
+    assert_eq!(denied.status, StatusCode::NOT_FOUND);
+}
