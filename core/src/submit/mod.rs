@@ -312,7 +312,11 @@ impl SubmitService {
                 ),
                 object: None,
             };
-            self.jobs.append_events(&job.id, &[event]).await?;
+            // The job exists now; failing the request here would make the client retry a
+            // submission that succeeded. The event is informational, so say it is missing instead.
+            if let Err(e) = self.jobs.append_events(&job.id, &[event]).await {
+                notes.push(format!("the submission event was not recorded: {e}"));
+            }
         }
         Ok(Submitted {
             job,
