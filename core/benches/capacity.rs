@@ -1,7 +1,7 @@
 //! Capacity computation at scale: `compute_capacity` over 1,000 nodes and 10,000 pods (issue 8
 //! target: under 5 ms), and 5,000 nodes × 50,000 pods to show growth, on one thread. The reconciler
 //! converts Kubernetes objects into these structs first; that conversion is measured by
-//! `cargo bench -p tuneplane-reconciler --bench reconcile`. Run with
+//! `cargo bench --bench reconcile`. Run with
 //! `cargo bench -p tuneplane-core --bench capacity`; prints figures, asserts none.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is a failure with its location

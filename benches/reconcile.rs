@@ -1,0 +1,510 @@
+//! The reconciler at fleet scale, on one machine, with no execution (kubesim simulates the pods).
+//!
+//! The reconciler runs as a **separate process** (this binary re-executed with `child`), exactly as
+//! in production, against kubesim (in the parent) over HTTP on 127.0.0.1 and the embedded job store
+//! (the same redb file, opened by both processes) or DynamoDB on the local endpoint. Jobs are
+//! written straight into the store, so the figures isolate admission. The child prints its metrics
+//! every 100 ms; the parent reads its memory from `/proc/<pid>/status`. Sections:
+//!
+//! - `capacity`: `Cluster::new` + `Cluster::capacity` over 1,000 Node and 10,000 Pod objects
+//!   (the conversion from Kubernetes objects plus `compute_capacity`), in this process.
+//! - `admit`: admissions per second from a queue of 5,000 small CPU jobs (target ≥ 500/s).
+//! - `aws`: the same against DynamoDB on the local endpoint (needs `AWS_ENDPOINT_URL`, e.g. under
+//!   `scripts/with-moto.sh`), with store requests per admitted job; 1,000 jobs by default.
+//! - `memory`: the reconciler's RSS with 1,000 nodes, 10,000 pods and 10,000 active jobs
+//!   (target < 150 MB), and its pass time in that steady state.
+//! - `history`: pass time with 1,000 active jobs, before and after 100,000 terminal jobs are added
+//!   to the store (a pass reads the active index only, so it must not grow).
+//!
+//! Run: `cargo bench --bench reconcile [-- SECTION...]`. Sizes:
+//! `TUNEPLANE_BENCH_ADMIT_JOBS`, `TUNEPLANE_BENCH_AWS_JOBS`, `TUNEPLANE_BENCH_TERMINAL_JOBS`,
+//! `TUNEPLANE_BENCH_QPS` (the reconciler's API rate limit in the bench, default 5,000/s; the
+//! production default of 20/s would cap admissions at 20/s). Prints figures, asserts none.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is a failure with its location
+#![allow(missing_docs)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tuneplane_core::constants::DEFAULT_NAMESPACE;
+use tuneplane_core::fleet::Fleet;
+use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::spec::JobSpec;
+use tuneplane_core::store::{BlobStore, JobStore};
+use tuneplane_kubesim::{KubeSim, SimConfig};
+use tuneplane_reconciler::cluster::Cluster;
+use tuneplane_reconciler::metrics::Metrics;
+use tuneplane_reconciler::{Config, Reconciler};
+use tuneplane_stores::aws::{RequestCounter, dynamodb_client};
+use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore};
+
+const SHA: &str = "5f0c6a1b2d3e4f5061728394a5b6c7d8e9f00112233445566778899aabbccdd0";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn cpu_job(i: usize, state: JobState) -> JobRecord {
+    let spec: JobSpec = serde_json::from_value(json!({
+        "name": "bench", "plugin": "custom/custom", "image": "python:3.12-slim",
+        "entrypoint": "python train.py", "env": {"EPOCHS": "1"},
+        "pools": [{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0, "cpus": 1.0, "memory_gb": 1.0}],
+        "deadlines": {"pre_running_seconds": 3600, "run_seconds": 86400}, "priority": 0,
+        "labels": {"team": "bench"}, "namespace": DEFAULT_NAMESPACE, "platform_version": "0.1.0"
+    }))
+    .unwrap();
+    let now = tuneplane_reconciler::now_ms();
+    let mut job = JobRecord::new_queued(format!("j{i:06}"), "bench", spec, SHA, now);
+    job.state = state;
+    if state.is_terminal() {
+        job.admitted_at_ms = Some(now);
+        job.running_at_ms = Some(now);
+        job.finished_at_ms = Some(now);
+    }
+    job
+}
+
+// ---------------------------------------------------------------------------------------------
+// The child: one reconciler process.
+
+/// `child <kube url> embedded:<dir> | dynamo:<table> <qps>`: runs a reconciler and prints
+/// `stat <admissions> <passes> <pass seconds sum> <last pass seconds> <store requests>` every 100 ms.
+fn child(args: &[String]) {
+    let [url, store, qps] = args else {
+        panic!("usage: child URL STORE QPS")
+    };
+    let qps: u32 = qps.parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let counter = RequestCounter::new();
+        let scratch = tempfile::tempdir().unwrap();
+        let jobs: Arc<dyn JobStore> = if let Some(dir) = store.strip_prefix("embedded:") {
+            Arc::new(EmbeddedJobStore::open(Path::new(dir).join("jobs")).unwrap())
+        } else if let Some(table) = store.strip_prefix("dynamo:") {
+            let sdk = tuneplane_stores::aws::load_config().await;
+            Arc::new(DynamoJobStore::new(
+                dynamodb_client(&sdk, Some(counter.clone())),
+                table,
+            ))
+        } else {
+            panic!("unknown store {store}")
+        };
+        let blobs: Arc<dyn BlobStore> = Arc::new(
+            FsBlobStore::open(
+                scratch.path().join("blobs"),
+                b"bench".to_vec(),
+                "http://127.0.0.1:9/blobs",
+            )
+            .unwrap(),
+        );
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let config = Config {
+            namespace: "default".into(),
+            identity: "bench".into(),
+            pass_interval: Duration::from_secs(1),
+            lease_duration: Duration::from_secs(15),
+            kube_qps: qps,
+            kube_burst: qps,
+            metrics_addr: ([127, 0, 0, 1], 0).into(),
+            ..Config::default()
+        };
+        let metrics = Arc::new(Metrics::default());
+        let r = Reconciler::new(config, client, jobs, blobs, metrics.clone())
+            .await
+            .unwrap();
+        let printer = async {
+            loop {
+                let text = metrics.render();
+                let value = |name: &str| {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                        .unwrap_or("0")
+                        .to_owned()
+                };
+                let line = format!(
+                    "stat {} {} {} {} {}",
+                    metrics.admissions(),
+                    metrics.passes(),
+                    value("tuneplane_pass_duration_seconds_sum"),
+                    value("tuneplane_last_pass_duration_seconds"),
+                    counter.total()
+                );
+                let mut out = std::io::stdout().lock();
+                if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                    return; // the parent went away
+                }
+                drop(out);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::select! {
+            r = r.run_until(std::future::pending()) => r.unwrap(),
+            () = printer => {}
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent's view of the child.
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Stat {
+    at: Option<Instant>,
+    admissions: u64,
+    passes: u64,
+    pass_sum: f64,
+    last_pass: f64,
+    requests: u64,
+}
+
+struct Proc {
+    child: Child,
+    stats: Receiver<Stat>,
+    last: Stat,
+}
+
+impl Proc {
+    fn start(url: &str, store: &str, qps: usize) -> Proc {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["child", url, store, &qps.to_string()])
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, stats) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { return };
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if f.len() == 6 && f[0] == "stat" {
+                    let stat = Stat {
+                        at: Some(Instant::now()),
+                        admissions: f[1].parse().unwrap_or(0),
+                        passes: f[2].parse().unwrap_or(0),
+                        pass_sum: f[3].parse().unwrap_or(0.0),
+                        last_pass: f[4].parse().unwrap_or(0.0),
+                        requests: f[5].parse().unwrap_or(0),
+                    };
+                    if tx.send(stat).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Proc {
+            child,
+            stats,
+            last: Stat::default(),
+        }
+    }
+
+    /// Waits (at most `limit`) for a stat satisfying `done`; returns it, or the last one on timeout.
+    fn wait(&mut self, limit: Duration, done: impl Fn(&Stat) -> bool) -> (Stat, bool) {
+        let end = Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.stats.recv_timeout(left) {
+                Ok(s) => {
+                    self.last = s;
+                    if done(&s) {
+                        return (s, true);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => return (self.last, false),
+                Err(RecvTimeoutError::Disconnected) => panic!("the reconciler process died"),
+            }
+        }
+    }
+
+    /// Average pass time over the next `window` (seconds per pass, passes).
+    fn pass_time(&mut self, window: Duration) -> (f64, u64) {
+        let (start, _) = self.wait(Duration::from_secs(5), |_| true);
+        let (end, _) = self.wait(window, |_| false);
+        let passes = end.passes.saturating_sub(start.passes);
+        let avg = if passes == 0 {
+            end.last_pass
+        } else {
+            (end.pass_sum - start.pass_sum) / passes as f64
+        };
+        (avg, passes)
+    }
+
+    /// (VmRSS, VmHWM) in MiB.
+    fn memory(&self) -> (f64, f64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn sim(cpu_nodes: usize, cpus: u32) -> KubeSim {
+    let fleet = format!(
+        "node_groups:\n  - {{name: cpu, count: {cpu_nodes}, cpus: {cpus}, memory_gb: 512}}\n"
+    );
+    let mut config = SimConfig {
+        fleet: Some(Fleet::from_yaml(&fleet).unwrap()),
+        tick: Duration::from_millis(100),
+        ..SimConfig::default()
+    };
+    config.scenario.start_delay = Duration::from_millis(50);
+    config.scenario.pod_run = None; // pods run until deleted: a steady state
+    KubeSim::start(config).await.unwrap()
+}
+
+async fn write_jobs(store: &dyn JobStore, from: usize, count: usize, state: JobState) -> f64 {
+    let start = Instant::now();
+    for i in from..from + count {
+        store.create_job(&cpu_job(i, state), None).await.unwrap();
+    }
+    start.elapsed().as_secs_f64()
+}
+
+async fn count_running(store: &dyn JobStore) -> usize {
+    let active = store.list_active().await.unwrap();
+    active
+        .iter()
+        .filter(|j| j.state == JobState::Running)
+        .count()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sections.
+
+fn section_capacity() {
+    let series = ["h200", "h100", "l40s", "a10g"];
+    let nodes: Vec<Arc<k8s_openapi::api::core::v1::Node>> = (0..1_000)
+        .map(|i| {
+            Arc::new(serde_json::from_value(json!({
+                "metadata": {"name": format!("node-{i:05}"), "labels": {"tuneplane/gpu-series": series[i % 4]}},
+                "spec": {},
+                "status": {
+                    "capacity": {"nvidia.com/gpu": "8", "cpu": "192", "memory": "2048Gi"},
+                    "allocatable": {"nvidia.com/gpu": "8", "cpu": "191500m", "memory": "2000Gi"},
+                    "conditions": [{"type": "Ready", "status": "True"}]
+                }
+            })).unwrap())
+        })
+        .collect();
+    let pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>> = (0..10_000)
+        .map(|i| {
+            Arc::new(serde_json::from_value(json!({
+                "metadata": {"name": format!("pod-{i:05}"), "namespace": DEFAULT_NAMESPACE,
+                    "labels": {"tuneplane.io/job-id": format!("j{:05}", i / 2)},
+                    "annotations": {"tuneplane.io/admitted-gpus": "1"}},
+                "spec": {"nodeName": format!("node-{:05}", (i * 7) % 1_000), "containers": [{"name": "ray",
+                    "image": "img", "resources": {"requests": {"cpu": "4", "memory": "16Gi"},
+                    "limits": {"nvidia.com/gpu": "1"}}}]},
+                "status": {"phase": if i % 10 == 0 { "Succeeded" } else { "Running" }}
+            })).unwrap())
+        })
+        .collect();
+    let mut times = Vec::new();
+    for _ in 0..31 {
+        let start = Instant::now();
+        let cluster = Cluster::new(nodes.clone(), pods.clone(), Vec::new(), Vec::new());
+        let snap = cluster.capacity(0);
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(snap.nodes.len(), 1_000);
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "capacity from Kubernetes objects (Cluster::new + capacity), 1,000 nodes x 10,000 pods: median {:.2} ms, best {:.2} ms",
+        times[times.len() / 2],
+        times[0]
+    );
+}
+
+async fn section_admit(jobs: usize, qps: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
+    let took = write_jobs(&store, 0, jobs, JobState::Queued).await;
+    println!(
+        "admit (embedded): {jobs} queued jobs written in {took:.1} s ({:.0} creates/s)",
+        jobs as f64 / took
+    );
+    let sim = sim(jobs.div_ceil(50), 64).await;
+    let started = Instant::now();
+    let mut p = Proc::start(
+        &sim.url(),
+        &format!("embedded:{}", dir.path().display()),
+        qps,
+    );
+    run_admissions(&mut p, "embedded", jobs, started);
+}
+
+fn run_admissions(p: &mut Proc, label: &str, jobs: usize, started: Instant) {
+    let (first, _) = p.wait(Duration::from_secs(120), |s| s.admissions > 0);
+    let (done, ok) = p.wait(Duration::from_secs(600), |s| s.admissions >= jobs as u64);
+    let (t0, t1) = (first.at.unwrap(), done.at.unwrap());
+    let window = t1.duration_since(t0).as_secs_f64().max(1e-3);
+    let admitted = done.admissions.saturating_sub(first.admissions);
+    println!(
+        "admit ({label}): {} of {jobs} admitted{}; {:.0} admissions/s from the first to the last \
+         (±0.1 s sampling), {:.1} s from process start to the last",
+        done.admissions,
+        if ok { "" } else { " (TIMED OUT)" },
+        admitted as f64 / window,
+        t1.duration_since(started).as_secs_f64()
+    );
+    if done.requests > 0 {
+        println!(
+            "admit ({label}): {} store requests from start to the last admission = {:.1} per admitted job",
+            done.requests,
+            done.requests as f64 / done.admissions.max(1) as f64
+        );
+    }
+}
+
+async fn section_aws(jobs: usize, qps: usize) {
+    let Ok(url) = std::env::var("AWS_ENDPOINT_URL") else {
+        println!("aws: skipped (AWS_ENDPOINT_URL unset; run under scripts/with-moto.sh)");
+        return;
+    };
+    let host = url.split("://").nth(1).unwrap_or_default();
+    assert!(
+        host.starts_with("127.0.0.1:"),
+        "refusing non-local endpoint {url}"
+    );
+    let sdk = tuneplane_stores::aws::load_config().await;
+    let dynamo = dynamodb_client(&sdk, None);
+    let table = format!("tp-bench-{}", std::process::id());
+    tuneplane_stores::dynamo::table::create_table(&dynamo, &table)
+        .await
+        .unwrap();
+    let store = DynamoJobStore::new(dynamo, table.clone());
+    let took = write_jobs(&store, 0, jobs, JobState::Queued).await;
+    println!(
+        "admit (dynamodb, local endpoint): {jobs} queued jobs written in {took:.1} s ({:.0} creates/s)",
+        jobs as f64 / took
+    );
+    let sim = sim(jobs.div_ceil(50), 64).await;
+    let started = Instant::now();
+    let mut p = Proc::start(&sim.url(), &format!("dynamo:{table}"), qps);
+    run_admissions(&mut p, "dynamodb, local endpoint", jobs, started);
+}
+
+async fn section_memory(qps: usize) {
+    let (nodes, jobs) = (1_000, 10_000);
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
+    write_jobs(&store, 0, jobs, JobState::Queued).await;
+    let sim = sim(nodes, 16).await;
+    let started = Instant::now();
+    let mut p = Proc::start(
+        &sim.url(),
+        &format!("embedded:{}", dir.path().display()),
+        qps,
+    );
+    let (done, ok) = p.wait(Duration::from_secs(600), |s| s.admissions >= jobs as u64);
+    println!(
+        "memory: {} of {jobs} admitted{} after {:.1} s",
+        done.admissions,
+        if ok { "" } else { " (TIMED OUT)" },
+        started.elapsed().as_secs_f64()
+    );
+    // Steady state: every job RUNNING (its pod Running), bounded wait.
+    let mut running = 0;
+    for _ in 0..300 {
+        running = count_running(&store).await;
+        if running >= jobs {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (pass, passes) = p.pass_time(Duration::from_secs(15));
+    let (rss, hwm) = p.memory();
+    println!(
+        "memory: steady state {running} RUNNING jobs, {nodes} nodes: reconciler \
+         process VmRSS {rss:.0} MiB, VmHWM {hwm:.0} MiB (peak, includes the admission burst); \
+         pass {:.1} ms (mean of {passes})",
+        pass * 1e3
+    );
+}
+
+async fn section_history(qps: usize, terminal: usize) {
+    let active = 1_000;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
+    write_jobs(&store, 0, active, JobState::Queued).await;
+    let sim = sim(active.div_ceil(50), 64).await;
+    let mut p = Proc::start(
+        &sim.url(),
+        &format!("embedded:{}", dir.path().display()),
+        qps,
+    );
+    p.wait(Duration::from_secs(300), |s| s.admissions >= active as u64);
+    for _ in 0..120 {
+        if count_running(&store).await >= active {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (before, n0) = p.pass_time(Duration::from_secs(15));
+    let took = write_jobs(&store, active, terminal, JobState::Succeeded).await;
+    let (after, n1) = p.pass_time(Duration::from_secs(15));
+    println!(
+        "history: {active} active jobs: pass {:.2} ms (mean of {n0}) with no terminal jobs; \
+         {:.2} ms (mean of {n1}) with {terminal} terminal jobs in the store (written in {took:.0} s)",
+        before * 1e3,
+        after * 1e3
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("child") {
+        child(&args[1..]);
+        return;
+    }
+    let wanted: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let on = |name: &str| wanted.is_empty() || wanted.contains(&name);
+    let qps = env_usize("TUNEPLANE_BENCH_QPS", 5_000);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    if on("capacity") {
+        section_capacity();
+    }
+    rt.block_on(async {
+        if on("admit") {
+            section_admit(env_usize("TUNEPLANE_BENCH_ADMIT_JOBS", 5_000), qps).await;
+        }
+        if on("aws") {
+            section_aws(env_usize("TUNEPLANE_BENCH_AWS_JOBS", 1_000), qps).await;
+        }
+        if on("memory") {
+            section_memory(qps).await;
+        }
+        if on("history") {
+            let terminal = env_usize("TUNEPLANE_BENCH_TERMINAL_JOBS", 100_000);
+            section_history(qps, terminal).await;
+        }
+    });
+}
