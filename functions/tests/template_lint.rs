@@ -94,6 +94,7 @@ fn transformed_template_matches_what_the_code_expects() {
         config::ENV_RUN,
         config::ENV_SCRATCH,
         config::ENV_LOG_FORMAT,
+        tuneplane_functions::console::session::ENV_CONSOLE_SECRET,
     ];
     let mut functions = 0;
     for (name, resource) in resources.as_object().into_iter().flatten() {
