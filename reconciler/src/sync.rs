@@ -266,11 +266,15 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
         // A terminal job with its logs only lost the race with its own deletion (or a crash
         // between record and delete): delete again. Anything else is a true orphan.
         let finished = job.as_ref().is_some_and(|j| j.logs_key.is_some());
-        if !finished {
+        // An archive already there was written by an earlier pass just before it deleted this
+        // workload (the reflector can lag one pass): archiving again would overwrite it with the
+        // logs of pods that are already gone.
+        let archived = ctx.blobs.head(&logs::logs_key(&id)).await?.is_some();
+        if !finished && !archived {
             logs::archive(&ctx.kube, ctx.blobs.as_ref(), &id, &ns, &name).await?;
         }
         workload::delete(ctx, kind, &ns, &name).await?;
-        if !finished {
+        if !finished && !archived {
             ctx.metrics.inc_orphans();
             tracing::info!(job_id = %id, workload = %name, "orphan workload archived and deleted");
         }
