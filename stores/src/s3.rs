@@ -57,6 +57,26 @@ impl S3BlobStore {
         &self.bucket
     }
 
+    /// `GetObject` of a checked key; a missing object is `None`.
+    async fn get_object(
+        &self,
+        key: &str,
+    ) -> Result<Option<aws_sdk_s3::operation::get_object::GetObjectOutput>> {
+        validate_blob_key(key)?;
+        match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(Some(out)),
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
+            Err(e) => Err(self.backend("GetObject", key, e)),
+        }
+    }
+
     /// Creates the bucket if it does not exist yet (local stacks and tests; production buckets
     /// come from `template.yaml`).
     pub async fn ensure_bucket(&self) -> Result<()> {
@@ -311,47 +331,24 @@ impl BlobStore for S3BlobStore {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        validate_blob_key(key)?;
-        match self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
+        let Some(out) = self.get_object(key).await? else {
+            return Ok(None);
+        };
+        let bytes = out
+            .body
+            .collect()
             .await
-        {
-            Ok(out) => {
-                let bytes = out
-                    .body
-                    .collect()
-                    .await
-                    .map_err(|e| self.backend("GetObject", key, e))?;
-                Ok(Some(bytes.to_vec()))
-            }
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
-            Err(e) => Err(self.backend("GetObject", key, e)),
-        }
+            .map_err(|e| self.backend("GetObject", key, e))?;
+        Ok(Some(bytes.to_vec()))
     }
 
     #[tracing::instrument(skip_all, fields(bucket = %self.bucket, key), err)]
     async fn get_to_file(&self, key: &str, path: &Path) -> Result<BlobMeta> {
-        validate_blob_key(key)?;
-        let mut out = match self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
-            Ok(out) => out,
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => {
-                return Err(StoreError::BlobNotFound {
-                    bucket: self.bucket.clone(),
-                    key: key.to_owned(),
-                });
-            }
-            Err(e) => return Err(self.backend("GetObject", key, e)),
+        let Some(mut out) = self.get_object(key).await? else {
+            return Err(StoreError::BlobNotFound {
+                bucket: self.bucket.clone(),
+                key: key.to_owned(),
+            });
         };
         let sha256 = out.metadata.as_ref().and_then(|m| m.get("sha256")).cloned();
         // Write beside the destination, then rename: a reader never sees a partial file.
