@@ -33,6 +33,10 @@ pub struct Metrics {
     pass_micros_sum: AtomicU64,
     last_pass_micros: AtomicU64,
     api_retries: AtomicU64,
+    kube_errors: AtomicU64,
+    store_errors: AtomicU64,
+    other_errors: AtomicU64,
+    backoff_micros: AtomicU64,
     throttled_micros: AtomicU64,
     leader: AtomicU64,
     heartbeat_ms: AtomicI64,
@@ -79,6 +83,37 @@ impl Metrics {
     /// Counts a retried API call.
     pub fn inc_api_retries(&self) {
         self.api_retries.fetch_add(1, Relaxed);
+    }
+    /// Counts a step that failed for good (after any retries) by what failed: the API server,
+    /// a store, or anything else (render, transition, archive).
+    pub fn inc_step_error(&self, error: &Error) {
+        match error {
+            Error::Kube { .. } | Error::MissingCrd(_) => &self.kube_errors,
+            Error::Store(_) => &self.store_errors,
+            _ => &self.other_errors,
+        }
+        .fetch_add(1, Relaxed);
+    }
+    /// Adds time the pass loop waited after failed passes.
+    pub fn observe_backoff(&self, waited: Duration) {
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.backoff_micros.fetch_add(micros, Relaxed);
+    }
+    /// API calls retried so far.
+    pub fn api_retries(&self) -> u64 {
+        self.api_retries.load(Relaxed)
+    }
+    /// Steps failed because of the API server, because of a store, and otherwise.
+    pub fn step_errors(&self) -> (u64, u64, u64) {
+        (
+            self.kube_errors.load(Relaxed),
+            self.store_errors.load(Relaxed),
+            self.other_errors.load(Relaxed),
+        )
+    }
+    /// Passes that hit an error so far.
+    pub fn pass_errors(&self) -> u64 {
+        self.pass_errors.load(Relaxed)
     }
     /// Adds time spent waiting on the client-side rate limit.
     pub fn observe_throttle(&self, waited: Duration) {
@@ -190,6 +225,30 @@ impl Metrics {
             "counter",
             "API calls retried (429/5xx/transport).",
             n(&self.api_retries),
+        );
+        put(
+            "tuneplane_kube_errors_total",
+            "counter",
+            "Steps that failed on an API call after its retries (retried next pass).",
+            n(&self.kube_errors),
+        );
+        put(
+            "tuneplane_store_errors_total",
+            "counter",
+            "Steps that failed on a job or blob store call (retried next pass).",
+            n(&self.store_errors),
+        );
+        put(
+            "tuneplane_step_errors_other_total",
+            "counter",
+            "Steps that failed otherwise (render, conflicting transition, archive).",
+            n(&self.other_errors),
+        );
+        put(
+            "tuneplane_pass_backoff_seconds_total",
+            "counter",
+            "Time the pass loop waited after failed passes.",
+            secs(&self.backoff_micros),
         );
         put(
             "tuneplane_kube_throttled_seconds_total",

@@ -193,9 +193,10 @@ async fn admit_one(ctx: &Ctx, job: &JobRecord, message: String, now: i64) -> (St
     (job.id.clone(), admit(ctx, job, message, now).await)
 }
 
-fn note(report: &mut PassReport, what: &str, job_id: &str, outcome: Result<()>) {
+fn note(ctx: &Ctx, report: &mut PassReport, what: &str, job_id: &str, outcome: Result<()>) {
     if let Err(e) = outcome {
         report.errors += 1;
+        ctx.metrics.inc_step_error(&e);
         tracing::warn!(job_id, error = %e, "{what} failed; retrying next pass");
     }
 }
@@ -224,13 +225,14 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         .collect()
         .await;
     for (id, outcome) in synced {
-        note(&mut report, "sync", &id, outcome);
+        note(ctx, &mut report, "sync", &id, outcome);
     }
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }
     let ids: BTreeSet<String> = active.iter().map(|j| j.id.clone()).collect();
     note(
+        ctx,
         &mut report,
         "orphan sweep",
         "",
@@ -264,7 +266,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         .await;
     for (id, outcome) in admitted {
         report.admitted += 1;
-        note(&mut report, "admit", &id, outcome);
+        note(ctx, &mut report, "admit", &id, outcome);
     }
     for w in plan.waiting {
         let Some(job) = active.iter().find(|j| j.id == w.job_id) else {
@@ -272,9 +274,10 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         };
         report.waiting += 1;
         let outcome = set_queued_pending(ctx, job, w, now).await;
-        note(&mut report, "pending", &job.id, outcome);
+        note(ctx, &mut report, "pending", &job.id, outcome);
     }
     note(
+        ctx,
         &mut report,
         "playgrounds",
         "",

@@ -177,6 +177,20 @@ impl Stores {
     }
 }
 
+/// How long the loop waits after `failures` failed passes in a row (a pass fails when it cannot
+/// list jobs or publish capacity): nothing after a good pass, then the pass interval doubling up
+/// to [`MAX_BACKOFF`], so a dead store or API server is not hammered by a pass per watch event.
+pub fn backoff_after(failures: u32, pass_interval: Duration) -> Duration {
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    let factor = 1u32 << (failures - 1).min(16);
+    pass_interval.saturating_mul(factor).min(MAX_BACKOFF)
+}
+
+/// The longest wait between passes while passes keep failing.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
 async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
     if !stores.ready().await {
         tracing::error!("reflector stores never became ready");
@@ -185,6 +199,8 @@ async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
     // Watch events come in bursts: run at most one pass per gap, and one per interval without events.
     let gap = (ctx.config.pass_interval / 10)
         .clamp(Duration::from_millis(20), Duration::from_millis(500));
+    let mut failures: u32 = 0;
+    let mut step_failed = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(ctx.config.pass_interval) => {}
@@ -198,10 +214,48 @@ async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
             let outcome = crate::pass::pass(ctx, &cluster, now).await;
             let ok = matches!(&outcome, Ok(r) if r.errors == 0);
             if let Err(e) = &outcome {
+                ctx.metrics.inc_step_error(e);
                 tracing::warn!(error = %e, "pass failed");
             }
             ctx.metrics.observe_pass(started.elapsed(), ok);
+            // A failed step of one job is retried next pass at the normal pace (at most once per
+            // pass interval, not once per watch event); a failed pass backs off exponentially.
+            step_failed = matches!(&outcome, Ok(r) if r.errors > 0);
+            failures = if outcome.is_err() {
+                failures.saturating_add(1)
+            } else {
+                0
+            };
         }
-        tokio::time::sleep(gap).await;
+        let mut backoff = backoff_after(failures, ctx.config.pass_interval);
+        if step_failed {
+            backoff = backoff.max(ctx.config.pass_interval);
+        }
+        if failures > 0 {
+            tracing::info!(
+                failures,
+                backoff_ms = backoff.as_millis() as u64,
+                "passes failing; backing off"
+            );
+        }
+        if !backoff.is_zero() {
+            ctx.metrics.observe_backoff(backoff);
+        }
+        tokio::time::sleep(gap.max(backoff)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_pass_interval_and_is_capped() {
+        let i = Duration::from_secs(5);
+        assert_eq!(backoff_after(0, i), Duration::ZERO);
+        assert_eq!(backoff_after(1, i), i);
+        assert_eq!(backoff_after(3, i), Duration::from_secs(20));
+        assert_eq!(backoff_after(10, i), MAX_BACKOFF);
+        assert_eq!(backoff_after(u32::MAX, i), MAX_BACKOFF);
     }
 }
