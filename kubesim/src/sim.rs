@@ -166,8 +166,12 @@ impl KubeSim {
             bookmark_interval: config.bookmark_interval,
             faults: faults.clone(),
         });
+        // Connections carry a handle that the fault plan uses to drop them mid-request.
+        let listener = crate::api::faults::FaultListener::new(listener);
+        let service =
+            router.into_make_service_with_connect_info::<crate::api::faults::ConnHandle>();
         let server = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
+            if let Err(e) = axum::serve(listener, service).await {
                 tracing::error!(error = %e, "kubesim server stopped");
             }
         });
@@ -248,6 +252,17 @@ impl KubeSim {
     /// `Retry-After: 1`); discovery and health paths are not affected.
     pub fn fail_next_requests(&self, count: u32, code: u16) {
         self.faults.fail_next(count, code);
+    }
+
+    /// Installs a seeded fault plan for resource requests (replacing any), or clears it with
+    /// `None`; takes effect from the next request. A pending `fail_next_requests` goes first.
+    pub fn set_fault_plan(&self, plan: Option<crate::api::faults::FaultPlan>) {
+        self.faults.set_plan(plan);
+    }
+
+    /// Resource requests received so far and the faults injected into them, by kind.
+    pub fn fault_counts(&self) -> crate::api::faults::FaultCounts {
+        self.faults.counts()
     }
 
     /// Stops the server and the controllers.

@@ -197,6 +197,7 @@ async fn dispatch(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    extensions: axum::http::Extensions,
     body: Bytes,
 ) -> Response {
     let query = parse_query(uri.query());
@@ -206,8 +207,22 @@ async fn dispatch(
     tracing::debug!(%method, path = uri.path(), "request");
     let result = match route {
         Route::Resource(path) => {
-            if let Some(failure) = state.faults.take() {
-                return failure;
+            let verdict = state.faults.verdict(&method);
+            if let Some(delay) = verdict.delay {
+                tokio::time::sleep(delay).await;
+            }
+            match verdict.fault {
+                Some(faults::Fault::Status(failure)) => return failure,
+                Some(faults::Fault::Drop) => {
+                    type Conn = axum::extract::ConnectInfo<faults::ConnHandle>;
+                    if let Some(axum::extract::ConnectInfo(conn)) = extensions.get::<Conn>() {
+                        conn.kill();
+                    }
+                    // Never written when the connection was killed; served without a
+                    // killable connection (a router used directly), a plain 503 stands in.
+                    return faults::status(503, 1);
+                }
+                None => {}
             }
             crud::handle(&state, &method, &path, &query, &headers, &body).await
         }

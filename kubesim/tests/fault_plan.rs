@@ -1,0 +1,98 @@
+//! The seeded fault plan as a kube-rs client sees it: error statuses, dropped connections (a
+//! transport error, not an HTTP answer), slow answers, scopes, counters, and clearing the plan.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use tuneplane_kubesim::{FaultPlan, FaultScope};
+
+/// A client without kube-rs's own retry layer, so every injected fault reaches the caller.
+fn bare_client(sim: &tuneplane_kubesim::KubeSim) -> kube::Client {
+    let mut config = kube::Config::new(sim.url().parse().unwrap_or_else(|e| panic!("{e}")));
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_a_transport_error_and_the_next_request_succeeds() {
+    let (sim, _) = start(fast_config()).await;
+    let nodes: Api<Node> = Api::all(bare_client(&sim));
+    assert!(nodes.get("h200-0").await.is_ok());
+    sim.set_fault_plan(Some(FaultPlan {
+        drop_rate: 1.0,
+        ..FaultPlan::default()
+    }));
+    for _ in 0..3 {
+        match nodes.get("h200-0").await {
+            Err(kube::Error::HyperError(_) | kube::Error::Service(_)) => {}
+            other => panic!("expected a transport error, got {other:?}"),
+        }
+    }
+    sim.set_fault_plan(None);
+    assert!(nodes.get("h200-0").await.is_ok());
+    let c = sim.fault_counts();
+    assert_eq!((c.drops, c.error_total(), c.requests), (3, 0, 5));
+}
+
+#[tokio::test]
+async fn errors_follow_the_plan_codes_and_429_says_when_to_retry() {
+    let (sim, _) = start(fast_config()).await;
+    let nodes: Api<Node> = Api::all(bare_client(&sim));
+    sim.set_fault_plan(Some(FaultPlan {
+        retry_after_secs: 2,
+        ..FaultPlan::outage(429, FaultScope::All)
+    }));
+    match nodes.get("h200-0").await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (429, "TooManyRequests"));
+            assert_eq!(s.details.map(|d| d.retry_after_seconds), Some(2));
+        }
+        other => panic!("expected 429, got {other:?}"),
+    }
+    sim.set_fault_plan(Some(FaultPlan {
+        error_rate: 1.0,
+        error_codes: vec![500, 503],
+        ..FaultPlan::default()
+    }));
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        match nodes.get("h200-0").await {
+            Err(kube::Error::Api(s)) => seen.insert(s.code),
+            other => panic!("expected an error status, got {other:?}"),
+        };
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), [500, 503]);
+    assert_eq!(sim.fault_counts().error_total(), 21);
+}
+
+#[tokio::test]
+async fn a_mutating_scope_spares_reads_and_slow_answers_are_delayed() {
+    let (sim, _) = start(fast_config()).await;
+    let client = bare_client(&sim);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    sim.set_fault_plan(Some(FaultPlan::outage(503, FaultScope::Mutating)));
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "m"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(maps.create(&PostParams::default(), &cm).await.is_err());
+    assert!(maps.list(&Default::default()).await.is_ok());
+    assert!(maps.get_opt("m").await.is_ok_and(|m| m.is_none()));
+    sim.set_fault_plan(Some(FaultPlan {
+        slow_rate: 1.0,
+        slow_min: Duration::from_millis(200),
+        slow_max: Duration::from_millis(200),
+        scope: FaultScope::Mutating,
+        ..FaultPlan::default()
+    }));
+    let started = Instant::now();
+    assert!(maps.create(&PostParams::default(), &cm).await.is_ok());
+    assert!(maps.delete("m", &DeleteParams::default()).await.is_ok());
+    // Two delayed writes: at least the two delays (a lower bound, not a performance assertion).
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    let c = sim.fault_counts();
+    assert_eq!((c.errors.get(&503), c.slow, c.requests), (Some(&1), 2, 5));
+}
