@@ -54,8 +54,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/webhooks/{source}"),
 ];
 
-/// The router with every `/v1` route, the body limit and the request-id middleware.
+/// The router with every `/v1` route, the body limit and the request-id middleware; console
+/// sessions are signed with the key from `TUNEPLANE_CONSOLE_SECRET` (random when unset).
 pub fn router(state: Arc<AppState>) -> Router {
+    router_with_console(state, crate::console::ConsoleKeys::from_env())
+}
+
+/// [`router`] with explicit console keys (a one-process stack persists its own).
+pub fn router_with_console(state: Arc<AppState>, console: crate::console::ConsoleKeys) -> Router {
     let v1 = Router::new()
         .route("/healthz", get(routes::misc::healthz))
         .route("/jobs", post(routes::jobs::submit).get(routes::jobs::list))
@@ -76,7 +82,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/webhooks/{source}", post(crate::webhooks::receive));
     Router::new()
         .nest("/v1", v1)
-        .merge(crate::console::router())
+        .merge(crate::console::router_with(console))
         .fallback(routes::misc::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(request_id))

@@ -246,3 +246,134 @@ async fn submit_payload(
     tracing::info!(job_id = %submitted.job.id, source, created = submitted.created, "webhook submitted");
     Ok(submitted_response(&submitted))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    const SECRET: &str = "whsec-test";
+    const BODY: &[u8] = br#"{"ref":"refs/heads/main"}"#;
+    const NOW: i64 = 1_800_000_000;
+
+    fn sign(t: i64, body: &[u8]) -> String {
+        let mut m = mac(SECRET).unwrap();
+        m.update(format!("{t}.").as_bytes());
+        m.update(body);
+        hex::encode(m.finalize().into_bytes())
+    }
+
+    fn hub(body: &[u8]) -> String {
+        let mut m = mac(SECRET).unwrap();
+        m.update(body);
+        format!("sha256={}", hex::encode(m.finalize().into_bytes()))
+    }
+
+    fn headers(name: &'static str, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(name, HeaderValue::from_str(value).unwrap());
+        h
+    }
+
+    /// Flips one hex digit of a signature at `at` (so it stays well-formed hex).
+    fn flip(sig: &str, at: usize) -> String {
+        let mut bytes = sig.as_bytes().to_vec();
+        bytes[at] = if bytes[at] == b'0' { b'1' } else { b'0' };
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn timestamped_signature_is_accepted_inside_the_window_only() {
+        let sig = sign(NOW, BODY);
+        let h = headers(TUNEPLANE_SIGNATURE_HEADER, &format!("t={NOW},v1={sig}"));
+        assert_eq!(verify(SECRET, &h, BODY, NOW), Ok(sig.clone()));
+        assert_eq!(
+            verify(SECRET, &h, BODY, NOW + WINDOW_SECONDS),
+            Ok(sig.clone())
+        );
+        assert_eq!(
+            verify(SECRET, &h, BODY, NOW + WINDOW_SECONDS + 1),
+            Err(SignatureError::Stale)
+        );
+        // A timestamp from the future is as stale as one from the past.
+        assert_eq!(
+            verify(SECRET, &h, BODY, NOW - WINDOW_SECONDS - 1),
+            Err(SignatureError::Stale)
+        );
+    }
+
+    #[test]
+    fn a_signature_wrong_in_its_first_or_last_digit_or_for_another_body_is_refused() {
+        let sig = sign(NOW, BODY);
+        for bad in [flip(&sig, 0), flip(&sig, sig.len() - 1)] {
+            let h = headers(TUNEPLANE_SIGNATURE_HEADER, &format!("t={NOW},v1={bad}"));
+            assert_eq!(verify(SECRET, &h, BODY, NOW), Err(SignatureError::Mismatch));
+        }
+        let h = headers(TUNEPLANE_SIGNATURE_HEADER, &format!("t={NOW},v1={sig}"));
+        assert_eq!(
+            verify(SECRET, &h, b"{\"ref\":\"refs/heads/evil\"}", NOW),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            verify("another-secret", &h, BODY, NOW),
+            Err(SignatureError::Mismatch)
+        );
+        // Moving the timestamp (to replay an old delivery inside a new window) breaks the MAC.
+        let moved = headers(
+            TUNEPLANE_SIGNATURE_HEADER,
+            &format!("t={},v1={sig}", NOW + 10),
+        );
+        assert_eq!(
+            verify(SECRET, &moved, BODY, NOW),
+            Err(SignatureError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn a_truncated_signature_is_refused_not_compared_as_a_prefix() {
+        let sig = sign(NOW, BODY);
+        for cut in [2, 32, sig.len() - 2] {
+            let h = headers(
+                TUNEPLANE_SIGNATURE_HEADER,
+                &format!("t={NOW},v1={}", &sig[..cut]),
+            );
+            assert_eq!(verify(SECRET, &h, BODY, NOW), Err(SignatureError::Mismatch));
+        }
+        let full = hub(BODY);
+        let h = headers(HUB_SIGNATURE_HEADER, &full[..full.len() - 2]);
+        assert_eq!(verify(SECRET, &h, BODY, NOW), Err(SignatureError::Mismatch));
+    }
+
+    #[test]
+    fn rotation_accepts_any_valid_v1_and_reports_the_one_that_matched() {
+        let sig = sign(NOW, BODY);
+        let old = flip(&sig, 10);
+        let h = headers(
+            TUNEPLANE_SIGNATURE_HEADER,
+            &format!("t={NOW},v1=zz,v1={old},v1={}", sig.to_uppercase()),
+        );
+        assert_eq!(verify(SECRET, &h, BODY, NOW), Ok(sig));
+    }
+
+    #[test]
+    fn hub_signatures_verify_and_malformed_headers_are_named() {
+        let h = headers(HUB_SIGNATURE_HEADER, &hub(BODY));
+        assert!(verify(SECRET, &h, BODY, NOW).is_ok());
+        for (name, value) in [
+            (HUB_SIGNATURE_HEADER, "md5=abcd"),
+            (HUB_SIGNATURE_HEADER, "sha256=not-hex"),
+            (TUNEPLANE_SIGNATURE_HEADER, "v1=abcd"),
+            (TUNEPLANE_SIGNATURE_HEADER, "t=yesterday,v1=abcd"),
+        ] {
+            assert_eq!(
+                verify(SECRET, &headers(name, value), BODY, NOW),
+                Err(SignatureError::Malformed),
+                "{name}: {value}"
+            );
+        }
+        assert_eq!(
+            verify(SECRET, &HeaderMap::new(), BODY, NOW),
+            Err(SignatureError::Malformed)
+        );
+    }
+}

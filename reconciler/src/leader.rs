@@ -109,6 +109,17 @@ impl Elector {
                     spec: Some(self.spec(now, None, 0)),
                 };
                 let created = self.api.create(&PostParams::default(), &lease).await;
+                if let Err(e) = &created
+                    && is_not_found(e)
+                {
+                    // Creating in a namespace that does not exist answers 404: say so, since no
+                    // replica can ever lead until the namespace is there.
+                    tracing::warn!(
+                        lease = %self.name,
+                        error = %e,
+                        "cannot create the lease: does its namespace exist? (TUNEPLANE_NAMESPACE)"
+                    );
+                }
                 return self.settle(now, created);
             }
         };
@@ -155,7 +166,9 @@ impl Elector {
                 Ok(false)
             }
             Err(e) => {
-                self.state.drop_leadership();
+                // A failed write (5xx, timeout) says nothing about who holds the Lease: leadership
+                // won last time still runs until its local deadline, which ends before anyone
+                // else may take over, so keep it and let the next round renew.
                 Err(crate::error::Error::kube(
                     "update lease",
                     self.name.clone(),

@@ -159,7 +159,15 @@ impl Stack {
         let fn_config = functions_config(&dir, &secret, &api_url)?;
         let state =
             tuneplane_functions::runtime::state_with(&fn_config, jobs.clone(), blobs.clone());
-        let mut app = tuneplane_functions::app::router(state);
+        // Console sessions survive a restart of the stack: the session key persists with the data.
+        let (console_secret, _) =
+            persisted(&dir.join("console-secret"), || Ok(hex(&random::<32>()?)))?;
+        let console = tuneplane_functions::console::ConsoleKeys {
+            session: tuneplane_functions::console::session::SessionKey::from_secret(
+                console_secret.as_bytes(),
+            ),
+        };
+        let mut app = tuneplane_functions::app::router_with_console(state, console);
         if let Some(fs_blobs) = fs_blobs {
             app = app.nest(
                 "/blobs",

@@ -76,13 +76,8 @@ impl ConsoleKeys {
     }
 }
 
-/// The console's routes, to be merged into the API router (which adds the state, the body limit
-/// and the request-id middleware).
-pub fn router() -> Router<Arc<AppState>> {
-    router_with(ConsoleKeys::from_env())
-}
-
-/// The console's routes with explicit keys.
+/// The console's routes with the given keys, to be merged into the API router (which adds the
+/// state, the body limit and the request-id middleware).
 pub fn router_with(keys: ConsoleKeys) -> Router<Arc<AppState>> {
     let pages = Router::new()
         .route("/", get(|| async { Redirect::to("/console/jobs") }))
