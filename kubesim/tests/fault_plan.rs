@@ -36,7 +36,8 @@ async fn a_dropped_connection_is_a_transport_error_and_the_next_request_succeeds
     sim.set_fault_plan(None);
     assert!(nodes.get("h200-0").await.is_ok());
     let c = sim.fault_counts();
-    assert_eq!((c.drops, c.error_total(), c.requests), (3, 0, 5));
+    assert_eq!((c.drops, c.lost_responses, c.error_total()), (3, 0, 0));
+    assert_eq!(c.requests, 5);
 }
 
 #[tokio::test]
@@ -95,4 +96,28 @@ async fn a_mutating_scope_spares_reads_and_slow_answers_are_delayed() {
     assert!(started.elapsed() >= Duration::from_millis(400));
     let c = sim.fault_counts();
     assert_eq!((c.errors.get(&503), c.slow, c.requests), (Some(&1), 2, 5));
+}
+
+#[tokio::test]
+async fn a_lost_response_applies_the_write_but_the_client_sees_a_transport_error() {
+    let (sim, _) = start(fast_config()).await;
+    let maps: Api<ConfigMap> = Api::namespaced(bare_client(&sim), "default");
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "lost"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    sim.set_fault_plan(Some(FaultPlan {
+        lost_response_rate: 1.0,
+        scope: FaultScope::Mutating,
+        ..FaultPlan::default()
+    }));
+    match maps.create(&PostParams::default(), &cm).await {
+        Err(kube::Error::HyperError(_) | kube::Error::Service(_)) => {}
+        other => panic!("expected a transport error, got {other:?}"),
+    }
+    assert!(maps.get_opt("lost").await.is_ok_and(|m| m.is_some()));
+    sim.set_fault_plan(None);
+    match maps.create(&PostParams::default(), &cm).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 409),
+        other => panic!("expected 409 AlreadyExists, got {other:?}"),
+    }
+    assert_eq!(sim.fault_counts().lost_responses, 1);
 }

@@ -5,7 +5,9 @@
 //! - [`FaultPlan`]: a seeded, switchable plan that gives each resource request in its
 //!   [`FaultScope`] a probability of an error status (picked from a set), of a dropped connection
 //!   (the server reads the request and closes the connection without answering, so the client sees
-//!   a transport error), and of a slow answer (a delay before it is handled).
+//!   a transport error), of a lost response (the request is applied, then the connection is closed
+//!   before the answer is written: the client cannot tell it from a drop, and a retried create meets
+//!   409 AlreadyExists), and of a slow answer (a delay before it is handled).
 //!
 //! Every resource request is counted, and so is every injected fault by kind ([`FaultCounts`]).
 //! Discovery and health paths are never affected.
@@ -51,7 +53,8 @@ impl FaultScope {
 
 /// A seeded plan of faults. Each request in scope draws from one PRNG seeded with `seed`: with
 /// probability `error_rate` it is answered with a status from `error_codes`, else with probability
-/// `drop_rate` its connection is dropped; independently, with probability `slow_rate` it is first
+/// `drop_rate` its connection is dropped, else with probability `lost_response_rate` it is handled
+/// and its connection dropped before the answer; independently, with probability `slow_rate` it is first
 /// delayed by a time between `slow_min` and `slow_max`. The sequence of draws is reproducible; which
 /// request gets which draw depends on the order requests arrive in.
 #[derive(Debug, Clone)]
@@ -68,6 +71,8 @@ pub struct FaultPlan {
     pub retry_after_secs: u32,
     /// Probability (0..=1) of a dropped connection (when no error status was drawn).
     pub drop_rate: f64,
+    /// Probability (0..=1) of a lost response (when neither an error nor a drop was drawn).
+    pub lost_response_rate: f64,
     /// Probability (0..=1) of a delay before the request is handled.
     pub slow_rate: f64,
     /// Shortest delay.
@@ -86,6 +91,7 @@ impl Default for FaultPlan {
             error_codes: vec![500, 503, 429],
             retry_after_secs: 1,
             drop_rate: 0.0,
+            lost_response_rate: 0.0,
             slow_rate: 0.0,
             slow_min: Duration::from_millis(50),
             slow_max: Duration::from_millis(300),
@@ -112,8 +118,10 @@ pub struct FaultCounts {
     pub requests: u64,
     /// Error statuses injected, by code.
     pub errors: BTreeMap<u16, u64>,
-    /// Connections dropped.
+    /// Connections dropped before the request was handled.
     pub drops: u64,
+    /// Requests handled whose connection was then dropped before the answer.
+    pub lost_responses: u64,
     /// Requests delayed.
     pub slow: u64,
 }
@@ -141,6 +149,8 @@ pub enum Fault {
     Status(Response),
     /// Close the connection without answering.
     Drop,
+    /// Handle the request, then close the connection without answering.
+    LoseResponse,
 }
 
 /// SplitMix64: small, seedable, good enough to draw faults.
@@ -230,6 +240,9 @@ impl Faults {
         } else if draw < plan.error_rate + plan.drop_rate {
             counts.drops += 1;
             verdict.fault = Some(Fault::Drop);
+        } else if draw < plan.error_rate + plan.drop_rate + plan.lost_response_rate {
+            counts.lost_responses += 1;
+            verdict.fault = Some(Fault::LoseResponse);
         }
         verdict
     }

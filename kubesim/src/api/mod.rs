@@ -211,16 +211,25 @@ async fn dispatch(
             if let Some(delay) = verdict.delay {
                 tokio::time::sleep(delay).await;
             }
+            type Conn = axum::extract::ConnectInfo<faults::ConnHandle>;
+            let conn = extensions.get::<Conn>().map(|c| c.0.clone());
             match verdict.fault {
                 Some(faults::Fault::Status(failure)) => return failure,
+                // A killed connection never writes the answer. Served without a killable
+                // connection (a router used directly), a drop answers a plain 503.
                 Some(faults::Fault::Drop) => {
-                    type Conn = axum::extract::ConnectInfo<faults::ConnHandle>;
-                    if let Some(axum::extract::ConnectInfo(conn)) = extensions.get::<Conn>() {
+                    if let Some(conn) = conn {
                         conn.kill();
                     }
-                    // Never written when the connection was killed; served without a
-                    // killable connection (a router used directly), a plain 503 stands in.
                     return faults::status(503, 1);
+                }
+                Some(faults::Fault::LoseResponse) => {
+                    let answer =
+                        crud::handle(&state, &method, &path, &query, &headers, &body).await;
+                    if let Some(conn) = conn {
+                        conn.kill();
+                    }
+                    return answer.unwrap_or_else(IntoResponse::into_response);
                 }
                 None => {}
             }
