@@ -4,6 +4,16 @@
 //! delete the workload. A crash after any step leaves a state the next pass finishes: before the
 //! record write the job is still active and is ended again; after it, the workload is an orphan of
 //! a terminal job and is deleted by [`sweep_orphans`].
+//!
+//! A state's platform event (`state-ADMITTED`, `state-RUNNING`, `state-SUCCEEDED`, ...) is a
+//! second write after the record's, and a crash can fall between the two. Every state event is
+//! dated by the record's own timestamp for that state, so it can be written again without a
+//! duplicate (the store keeps one event per time and key): the first sync of an active job in a
+//! process writes its current state's event if it is missing, and the orphan sweep writes a
+//! terminal job's event again before it deletes the workload. A job that ended without a workload
+//! (stopped while queued, workload lost) leaves nothing for the sweep to find: a crash between its
+//! terminal record and its event still loses that event. (Writing the event first instead would
+//! duplicate it when the dead process's write lands after its successor's.)
 
 use std::collections::BTreeSet;
 
@@ -42,6 +52,95 @@ fn workload_of(job: &JobRecord) -> String {
     job.workload_name
         .clone()
         .unwrap_or_else(|| workload_name(&job.id))
+}
+
+/// The event of a state `job` entered, dated by the record: `admitted_at_ms`, `running_at_ms` or
+/// `finished_at_ms`. `None` for a queued job (or a record that lacks the time).
+pub fn state_event(job: &JobRecord) -> Option<JobEvent> {
+    let key = format!("state-{}", job.state);
+    Some(match job.state {
+        JobState::Queued => return None,
+        JobState::Admitted => platform_event(
+            job.admitted_at_ms?,
+            key,
+            "Normal",
+            "Admitted",
+            "admitted".into(),
+        ),
+        JobState::Running => platform_event(
+            job.running_at_ms?,
+            key,
+            "Normal",
+            "Running",
+            "every pod of the workload runs".into(),
+        ),
+        JobState::Succeeded | JobState::Failed | JobState::Stopped => {
+            let message = match &job.failure {
+                Some(f) => format!("{:?}: {}", f.reason, f.message),
+                None => "the entrypoint exited 0".to_owned(),
+            };
+            platform_event(
+                job.finished_at_ms?,
+                key,
+                "Normal",
+                job.state.as_str(),
+                message,
+            )
+        }
+    })
+}
+
+/// Marks the event of `job`'s current state as stored by this process (kept with the copied
+/// Kubernetes event uids, which never start with `state-`).
+fn mark_state_event(ctx: &Ctx, job: &JobRecord) {
+    ctx.seen_events
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(job.id.clone())
+        .or_default()
+        .insert(format!("state-{}", job.state));
+}
+
+/// Writes the event of an admitted or running job's state if it is missing, once per process:
+/// the process that wrote the record may have crashed before the event. (Read first: a rewrite
+/// would replace the admission's message, which names the planned nodes.)
+async fn restore_state_event(ctx: &Ctx, job: &JobRecord) -> Result<()> {
+    let key = format!("state-{}", job.state);
+    let known = ctx
+        .seen_events
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&job.id)
+        .is_some_and(|s| s.contains(&key));
+    if known {
+        return Ok(());
+    }
+    if let Some(ev) = state_event(job)
+        && stored_event_at(ctx, &job.id, &key).await? != Some(ev.at_ms)
+    {
+        tracing::info!(job_id = %job.id, key, "state event restored");
+        ctx.jobs.append_events(&job.id, &[ev]).await?;
+    }
+    mark_state_event(ctx, job);
+    Ok(())
+}
+
+/// The time of the job's first stored event with `key`, if any.
+async fn stored_event_at(ctx: &Ctx, job_id: &str, key: &str) -> Result<Option<i64>> {
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = ctx
+            .jobs
+            .list_events(job_id, 1000, cursor.as_deref())
+            .await?;
+        if let Some(e) = page.items.iter().find(|e| e.key == key) {
+            return Ok(Some(e.at_ms));
+        }
+        cursor = page.next;
+        if cursor.is_none() {
+            return Ok(None);
+        }
+    }
 }
 
 /// What the job's workload shows in `cluster`.
@@ -117,6 +216,7 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
         observe(cluster, job)
     };
     if job.state != JobState::Queued {
+        restore_state_event(ctx, job).await?;
         copy_warnings(ctx, cluster, job).await?;
     }
     let cap_ms = ctx
@@ -136,15 +236,11 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
         Step::MarkRunning => {
             let mut next = job.clone();
             next.transition(JobState::Running, now)?;
-            ctx.jobs.update_job(&next).await?;
-            let ev = platform_event(
-                now,
-                "state-RUNNING".into(),
-                "Normal",
-                "Running",
-                "every pod of the workload runs".into(),
-            );
-            ctx.jobs.append_events(&job.id, &[ev]).await?;
+            let stored = ctx.jobs.update_job(&next).await?;
+            if let Some(ev) = state_event(&stored) {
+                ctx.jobs.append_events(&job.id, &[ev]).await?;
+            }
+            mark_state_event(ctx, &stored);
             tracing::info!(job_id = %job.id, "running");
         }
         Step::SetPending(pending) => {
@@ -178,26 +274,15 @@ pub async fn finish(
     let name = workload_of(job);
     let key = logs::archive(&ctx.kube, ctx.blobs.as_ref(), &job.id, ns, &name).await?;
     let mut next = job.clone();
-    let message = match &failure {
-        Some((reason, message)) => {
-            next.finish_with_failure(*reason, message.clone(), now)?;
-            format!("{reason:?}: {message}")
-        }
-        None => {
-            next.transition(state, now)?;
-            "the entrypoint exited 0".to_owned()
-        }
-    };
+    match &failure {
+        Some((reason, message)) => next.finish_with_failure(*reason, message.clone(), now)?,
+        None => next.transition(state, now)?,
+    }
     next.logs_key = Some(key);
-    ctx.jobs.update_job(&next).await?;
-    let ev = platform_event(
-        now,
-        format!("state-{}", next.state),
-        "Normal",
-        next.state.as_str(),
-        message,
-    );
-    ctx.jobs.append_events(&job.id, &[ev]).await?;
+    let stored = ctx.jobs.update_job(&next).await?;
+    if let Some(ev) = state_event(&stored) {
+        ctx.jobs.append_events(&job.id, &[ev]).await?;
+    }
     if matches!(
         failure,
         Some((
@@ -272,6 +357,10 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
         let archived = ctx.blobs.head(&logs::logs_key(&id)).await?.is_some();
         if !finished && !archived {
             logs::archive(&ctx.kube, ctx.blobs.as_ref(), &id, &ns, &name).await?;
+        }
+        // The process that ended the job may have crashed between its record and its event.
+        if finished && let Some(ev) = job.as_ref().and_then(state_event) {
+            ctx.jobs.append_events(&id, &[ev]).await?;
         }
         workload::delete(ctx, kind, &ns, &name).await?;
         if !finished && !archived {

@@ -1,0 +1,116 @@
+//! Crash test at scale: 200 jobs of every kind (CPU Pods, GPU RayJobs on one or two series, gang
+//! jobs that make the rest queue, failing images, stop requests) run through their whole life while
+//! the reconciler is killed (its task dropped, the Lease not released) after a seeded random
+//! lifetime and restarted, over and over. Afterwards every job is terminal in the state it must
+//! reach, was admitted once, has its logs archive, every workload is gone and none was created
+//! twice.
+//!
+//! The seed is printed; `TUNEPLANE_CRASH_SEED=<n>` replays a run's kill schedule (the timing of
+//! the machine still varies). A restarted reconciler keeps its identity (a StatefulSet pod coming
+//! back), so it renews its own Lease at once; `failover_load.rs` covers new identities.
+
+mod common;
+mod scale;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use scale::{Kind, Rng, Tracker};
+use tokio::time::Instant;
+
+const JOBS: usize = 200;
+const WAVES: usize = 4;
+/// Between waves of submissions.
+const WAVE_GAP: Duration = Duration::from_secs(2);
+/// The kill phase ends after this many kills or this long, whichever comes first.
+const MAX_KILLS: usize = 150;
+const KILL_PHASE: Duration = Duration::from_secs(45);
+/// A reconciler lives this many milliseconds (uniform) before it is killed.
+const LIFETIME_MS: (u64, u64) = (20, 700);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
+    let seed = scale::seed(0x7E57_C0DE);
+    println!("crash_scale: seed {seed} (TUNEPLANE_CRASH_SEED={seed} replays the kill schedule)");
+    let mut rng = Rng::new(seed);
+    let h = start(scale::config()).await;
+    let jobs = scale::mix("s", JOBS);
+    let tracker = Tracker::start(&h, &jobs);
+    let stopper = scale::stopper(&h, &jobs);
+    let started = Instant::now();
+
+    let per_wave = JOBS.div_ceil(WAVES);
+    let mut waves = jobs.chunks(per_wave).enumerate().peekable();
+    let mut kills = 0usize;
+    let mut lifetimes_ms = 0u64;
+    let (mut admissions, mut retries, mut orphans, mut errors) = (0u64, 0u64, 0u64, 0u64);
+    let mut tally = |ctx: &tuneplane_reconciler::Ctx| {
+        let text = ctx.metrics.render();
+        let (kube, store, other) = ctx.metrics.step_errors();
+        admissions += ctx.metrics.admissions();
+        retries += ctx.metrics.api_retries();
+        orphans += scale::metric(&text, "tuneplane_orphans_deleted_total");
+        errors += kube + store + other;
+    };
+    loop {
+        // The next wave is due every WAVE_GAP.
+        while let Some((i, _)) = waves.peek()
+            && started.elapsed() >= WAVE_GAP * u32::try_from(*i).unwrap_or(u32::MAX)
+        {
+            let (_, wave) = waves.next().unwrap_or_else(|| unreachable!());
+            for (id, kind) in wave {
+                h.submit(&scale::record(id, *kind)).await;
+            }
+        }
+        let done = waves.peek().is_none() && scale::active(&h).await == 0;
+        if done || kills >= MAX_KILLS || started.elapsed() >= KILL_PHASE {
+            break;
+        }
+        let lifetime = rng.range(LIFETIME_MS.0, LIFETIME_MS.1);
+        let (task, ctx) = h.reconciler(test_config("crashy")).await;
+        tokio::time::sleep(Duration::from_millis(lifetime)).await;
+        task.abort();
+        let _ = task.await;
+        tally(&ctx);
+        kills += 1;
+        lifetimes_ms += lifetime;
+    }
+    let killed_at = started.elapsed();
+    let left_after_kills = scale::active(&h).await;
+    // Every wave was submitted while reconcilers were being killed.
+    assert!(
+        waves.peek().is_none(),
+        "the kill phase ended before every wave was submitted"
+    );
+    assert!(
+        kills >= 20,
+        "only {kills} kills: the test did not test much"
+    );
+
+    // One last reconciler runs undisturbed and finishes whatever is left.
+    let (task, ctx) = h.reconciler(test_config("crashy")).await;
+    let outcome = scale::check(&h, &jobs, &tracker).await;
+    task.abort();
+    let _ = task.await;
+    tally(&ctx);
+    stopper.abort();
+
+    let kinds: BTreeMap<Kind, usize> = jobs.iter().fold(BTreeMap::new(), |mut m, (_, k)| {
+        *m.entry(*k).or_insert(0) += 1;
+        m
+    });
+    println!(
+        "crash_scale: seed {seed}: {JOBS} jobs {kinds:?}; {kills} kills (mean lifetime {} ms) in \
+         {:.1} s, {left_after_kills} jobs left for the last reconciler; finished after {:.1} s; \
+         final states {:?}; {} workloads created; terminal events lost by jobs without a \
+         workload {}; admissions counted {admissions}; orphans deleted {orphans}; API retries \
+         {retries}; failed steps {errors}",
+        lifetimes_ms / kills.max(1) as u64,
+        killed_at.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        outcome.by_state,
+        outcome.workloads,
+        outcome.terminal_events_lost,
+    );
+}
