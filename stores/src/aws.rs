@@ -6,13 +6,32 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 
-/// Loads the SDK configuration from the environment (the standard AWS chain).
+/// Attempts per SDK call, the first included: a throttled or failed call is retried twice.
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// The retry policy of every client: standard mode (exponential backoff with jitter from 1 s,
+/// capped at 20 s, and a retry quota that stops retrying when most calls fail), at most
+/// [`MAX_ATTEMPTS`] attempts. A call that still fails returns to the caller, whose own loop retries
+/// later (the reconciler's next pass, the API client's retry).
+pub fn retry_config() -> RetryConfig {
+    RetryConfig::standard()
+        .with_max_attempts(MAX_ATTEMPTS)
+        .with_initial_backoff(std::time::Duration::from_secs(1))
+        .with_max_backoff(std::time::Duration::from_secs(20))
+}
+
+/// Loads the SDK configuration from the environment (the standard AWS chain) with the explicit
+/// [`retry_config`].
 pub async fn load_config() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest()).load().await
+    aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(retry_config())
+        .load()
+        .await
 }
 
 /// A DynamoDB client from `config`, with optional interceptors.
