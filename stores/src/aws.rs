@@ -26,7 +26,7 @@ pub fn retry_config() -> RetryConfig {
 }
 
 /// Loads the SDK configuration from the environment (the standard AWS chain) with the explicit
-/// [`retry_config`].
+/// [`retry_config`] (which takes precedence over `AWS_MAX_ATTEMPTS` and `AWS_RETRY_MODE`).
 pub async fn load_config() -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .retry_config(retry_config())

@@ -1,0 +1,376 @@
+//! Fault-injecting decorators over real stores: [`FaultyJobStore`] and [`FaultyBlobStore`] pass
+//! every call to the wrapped store, except that a seeded, reproducible sequence of draws fails some
+//! of them, either *before* the real call (nothing is written) or *after* it succeeded (the write
+//! happened but the caller sees an error, like a response lost on the way back). An outage switch
+//! fails every call before it reaches the store. Injected faults and all calls are counted per
+//! method, so a test can prove both kinds happened and bound the calls made during an outage.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tuneplane_core::job::{JobEvent, JobRecord};
+use tuneplane_core::store::{
+    ApiKeyRecord, BlobMeta, BlobStore, CreateOutcome, Idempotency, JobQuery, JobStore, Page,
+    PlaygroundRecord, PresignMethod, PresignedRequest, PutOutcome, Result, ScheduleRecord,
+    StoreError,
+};
+
+/// Where an injected fault struck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// Failed before the real call: nothing was written.
+    Before,
+    /// Failed after the real call succeeded: the write happened, the caller sees an error.
+    After,
+    /// Failed because of the outage switch (before the real call).
+    Outage,
+}
+
+/// SplitMix64: a tiny seeded generator, so a seed names one sequence of fault draws.
+#[derive(Debug)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// A scripted fault: the `nth` call (from 1) of `method` whose key contains `key` fails as `kind`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// Method name as counted (`update_job`, `blob put`, ...).
+    pub method: &'static str,
+    /// A substring of the call's key (job id, blob key).
+    pub key: String,
+    /// Which matching call, counting from 1.
+    pub nth: u64,
+    /// How it fails.
+    pub kind: FaultKind,
+}
+
+/// The fault plan shared by a job store and a blob store decorator, and its counters.
+#[derive(Debug)]
+pub struct Faults {
+    /// The seed of the draws.
+    pub seed: u64,
+    before: f64,
+    after: f64,
+    rng: Mutex<SplitMix>,
+    enabled: AtomicBool,
+    outage: AtomicBool,
+    injected: Mutex<BTreeMap<(FaultKind, &'static str), u64>>,
+    calls: Mutex<BTreeMap<&'static str, u64>>,
+    /// Scripted rules not fired yet, with the matching calls seen so far.
+    rules: Mutex<Vec<(Rule, u64)>>,
+}
+
+impl Faults {
+    /// Fails a fraction `before` of calls before the real call and `after` after it, drawn from `seed`.
+    pub fn new(seed: u64, before: f64, after: f64) -> Arc<Faults> {
+        Arc::new(Faults {
+            seed,
+            before,
+            after,
+            rng: Mutex::new(SplitMix(seed)),
+            enabled: AtomicBool::new(true),
+            outage: AtomicBool::new(false),
+            injected: Mutex::default(),
+            calls: Mutex::default(),
+            rules: Mutex::default(),
+        })
+    }
+
+    /// No random faults, only `rules`, each of which fires once.
+    pub fn scripted(rules: Vec<Rule>) -> Arc<Faults> {
+        let faults = Faults::new(0, 0.0, 0.0);
+        if let Ok(mut r) = faults.rules.lock() {
+            *r = rules.into_iter().map(|rule| (rule, 0)).collect();
+        }
+        faults
+    }
+
+    /// Scripted rules that have not fired.
+    pub fn unfired(&self) -> Vec<Rule> {
+        self.rules
+            .lock()
+            .map(|r| r.iter().map(|(rule, _)| rule.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Turns the random faults on or off (the outage switch is separate).
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on, Ordering::SeqCst);
+    }
+
+    /// Starts or ends a full outage: every call fails before reaching the store.
+    pub fn set_outage(&self, on: bool) {
+        self.outage.store(on, Ordering::SeqCst);
+    }
+
+    /// Injected faults by kind and method.
+    pub fn injected(&self) -> BTreeMap<(FaultKind, &'static str), u64> {
+        self.injected.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Injected faults of one kind, over all methods.
+    pub fn injected_of(&self, kind: FaultKind) -> u64 {
+        self.injected()
+            .iter()
+            .filter(|((k, _), _)| *k == kind)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Calls received (failed or not) by method.
+    pub fn calls(&self) -> BTreeMap<&'static str, u64> {
+        self.calls.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Calls received so far, over all methods.
+    pub fn total_calls(&self) -> u64 {
+        self.calls().values().sum()
+    }
+
+    fn count(&self, kind: FaultKind, method: &'static str) {
+        if let Ok(mut m) = self.injected.lock() {
+            *m.entry((kind, method)).or_default() += 1;
+        }
+    }
+
+    /// Fires the first scripted rule that matches this call, if any.
+    fn scripted_fault(&self, method: &'static str, key: &str) -> Option<FaultKind> {
+        let mut rules = self.rules.lock().ok()?;
+        let mut fired = None;
+        for (i, (rule, seen)) in rules.iter_mut().enumerate() {
+            if rule.method == method && key.contains(rule.key.as_str()) {
+                *seen += 1;
+                if *seen == rule.nth && fired.is_none() {
+                    fired = Some(i);
+                }
+            }
+        }
+        fired.map(|i| rules.remove(i).0.kind)
+    }
+
+    /// Decides the fate of one call: `Some(kind)` to fail it.
+    fn draw(&self, method: &'static str, key: &str) -> Option<FaultKind> {
+        if let Ok(mut m) = self.calls.lock() {
+            *m.entry(method).or_default() += 1;
+        }
+        if self.outage.load(Ordering::SeqCst) {
+            return Some(FaultKind::Outage);
+        }
+        if let Some(kind) = self.scripted_fault(method, key) {
+            return Some(kind);
+        }
+        if !self.enabled.load(Ordering::SeqCst) {
+            return None;
+        }
+        let u = self.rng.lock().map(|mut r| r.next_unit()).unwrap_or(1.0);
+        if u < self.before {
+            Some(FaultKind::Before)
+        } else if u < self.before + self.after {
+            Some(FaultKind::After)
+        } else {
+            None
+        }
+    }
+
+    fn error(kind: FaultKind, method: &'static str, key: &str) -> StoreError {
+        StoreError::Backend {
+            op: method,
+            table: "faulty".into(),
+            key: key.to_owned(),
+            source: Box::new(std::io::Error::other(format!("injected {kind:?} fault"))),
+        }
+    }
+
+    /// Runs `call` unless the draw fails it before; fails it after when the draw says so.
+    async fn run<T, F>(&self, method: &'static str, key: &str, call: F) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T>>,
+    {
+        match self.draw(method, key) {
+            Some(kind @ (FaultKind::Before | FaultKind::Outage)) => {
+                self.count(kind, method);
+                Err(Faults::error(kind, method, key))
+            }
+            Some(FaultKind::After) => {
+                let outcome = call.await;
+                // Only a call that really succeeded can lose its response; a real error stands.
+                if outcome.is_ok() {
+                    self.count(FaultKind::After, method);
+                    Err(Faults::error(FaultKind::After, method, key))
+                } else {
+                    outcome
+                }
+            }
+            None => call.await,
+        }
+    }
+}
+
+/// A [`JobStore`] that injects [`Faults`] in front of a real one.
+pub struct FaultyJobStore {
+    inner: Arc<dyn JobStore>,
+    faults: Arc<Faults>,
+}
+
+impl FaultyJobStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn JobStore>, faults: Arc<Faults>) -> Arc<FaultyJobStore> {
+        Arc::new(FaultyJobStore { inner, faults })
+    }
+}
+
+#[async_trait::async_trait]
+impl JobStore for FaultyJobStore {
+    async fn create_job(
+        &self,
+        job: &JobRecord,
+        idem: Option<&Idempotency>,
+    ) -> Result<CreateOutcome> {
+        let call = self.inner.create_job(job, idem);
+        self.faults.run("create_job", &job.id, call).await
+    }
+    async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
+        self.faults.run("get_job", id, self.inner.get_job(id)).await
+    }
+    async fn update_job(&self, job: &JobRecord) -> Result<JobRecord> {
+        let call = self.inner.update_job(job);
+        self.faults.run("update_job", &job.id, call).await
+    }
+    async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
+        let call = self.inner.list_jobs(tenant, query);
+        self.faults.run("list_jobs", tenant, call).await
+    }
+    async fn list_active(&self) -> Result<Vec<JobRecord>> {
+        let call = self.inner.list_active();
+        self.faults.run("list_active", "", call).await
+    }
+    async fn append_events(&self, job_id: &str, events: &[JobEvent]) -> Result<()> {
+        let call = self.inner.append_events(job_id, events);
+        self.faults.run("append_events", job_id, call).await
+    }
+    async fn list_events(
+        &self,
+        job_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<JobEvent>> {
+        let call = self.inner.list_events(job_id, limit, cursor);
+        self.faults.run("list_events", job_id, call).await
+    }
+    async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()> {
+        let call = self.inner.put_capacity(snapshot);
+        self.faults.run("put_capacity", "", call).await
+    }
+    async fn get_capacity(&self) -> Result<Option<serde_json::Value>> {
+        let call = self.inner.get_capacity();
+        self.faults.run("get_capacity", "", call).await
+    }
+    async fn put_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        let call = self.inner.put_api_key(key);
+        self.faults.run("put_api_key", "", call).await
+    }
+    async fn get_api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyRecord>> {
+        let call = self.inner.get_api_key(key_sha256);
+        self.faults.run("get_api_key", "", call).await
+    }
+    async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord> {
+        let call = self.inner.put_schedule(schedule);
+        self.faults.run("put_schedule", "", call).await
+    }
+    async fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
+        let call = self.inner.get_schedule(id);
+        self.faults.run("get_schedule", id, call).await
+    }
+    async fn delete_schedule(&self, id: &str) -> Result<()> {
+        let call = self.inner.delete_schedule(id);
+        self.faults.run("delete_schedule", id, call).await
+    }
+    async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord> {
+        let call = self.inner.put_playground(playground);
+        self.faults
+            .run("put_playground", &playground.id, call)
+            .await
+    }
+    async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>> {
+        let call = self.inner.get_playground(id);
+        self.faults.run("get_playground", id, call).await
+    }
+    async fn list_playgrounds(&self) -> Result<Vec<PlaygroundRecord>> {
+        let call = self.inner.list_playgrounds();
+        self.faults.run("list_playgrounds", "", call).await
+    }
+    async fn delete_playground(&self, id: &str) -> Result<()> {
+        let call = self.inner.delete_playground(id);
+        self.faults.run("delete_playground", id, call).await
+    }
+}
+
+/// A [`BlobStore`] that injects [`Faults`] in front of a real one.
+pub struct FaultyBlobStore {
+    inner: Arc<dyn BlobStore>,
+    faults: Arc<Faults>,
+}
+
+impl FaultyBlobStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn BlobStore>, faults: Arc<Faults>) -> Arc<FaultyBlobStore> {
+        Arc::new(FaultyBlobStore { inner, faults })
+    }
+}
+
+#[async_trait::async_trait]
+impl BlobStore for FaultyBlobStore {
+    async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<PutOutcome> {
+        let call = self.inner.put_if_absent(key, bytes);
+        self.faults.run("blob put_if_absent", key, call).await
+    }
+    async fn put_file_if_absent(&self, key: &str, path: &Path) -> Result<PutOutcome> {
+        let call = self.inner.put_file_if_absent(key, path);
+        self.faults.run("blob put_file_if_absent", key, call).await
+    }
+    async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
+        let call = self.inner.put(key, bytes);
+        self.faults.run("blob put", key, call).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.faults.run("blob get", key, self.inner.get(key)).await
+    }
+    async fn get_to_file(&self, key: &str, path: &Path) -> Result<BlobMeta> {
+        let call = self.inner.get_to_file(key, path);
+        self.faults.run("blob get_to_file", key, call).await
+    }
+    async fn head(&self, key: &str) -> Result<Option<BlobMeta>> {
+        self.faults
+            .run("blob head", key, self.inner.head(key))
+            .await
+    }
+    async fn delete(&self, key: &str) -> Result<()> {
+        self.faults
+            .run("blob delete", key, self.inner.delete(key))
+            .await
+    }
+    async fn presign(
+        &self,
+        method: PresignMethod,
+        key: &str,
+        expires_in: Duration,
+    ) -> Result<PresignedRequest> {
+        let call = self.inner.presign(method, key, expires_in);
+        self.faults.run("blob presign", key, call).await
+    }
+}

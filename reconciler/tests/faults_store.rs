@@ -1,0 +1,540 @@
+//! Store faults between the reconciler and its stores: calls that fail before reaching the store,
+//! writes that happened but whose response was lost, a full store outage, and (through a loopback
+//! HTTP fault proxy in front of moto) throttling, server errors, dropped connections and delays on
+//! the DynamoDB + S3 path. Every job still ends once, with its logs, its workload created exactly
+//! once and deleted; failed passes back off instead of looping; the metrics show the errors.
+//!
+//! Fault draws are seeded: the k-th draw is fixed, so the number of faults of each kind among the
+//! first N calls is too (every kind appears within the first 49 proxied requests, both decorator
+//! kinds within the first 10 store calls; each run makes well over a hundred). Which call gets
+//! which draw depends on scheduling.
+//!
+//! The AWS test fails, rather than skips, without `AWS_ENDPOINT_URL` (as `aws_stores.rs` does):
+//! run under `scripts/with-moto.sh`.
+
+mod common;
+#[path = "common/fault_proxy.rs"]
+mod fault_proxy;
+#[path = "common/faulty.rs"]
+mod faulty;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, Region};
+use aws_sdk_dynamodb::config::Credentials;
+use common::*;
+use fault_proxy::{FaultProxy, ProxyFault, ProxyPlan};
+use faulty::{FaultKind, Faults, FaultyBlobStore, FaultyJobStore, Rule};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::render::workload_name;
+use tuneplane_core::store::{BlobStore, JobStore};
+use tuneplane_reconciler::metrics::Metrics;
+use tuneplane_reconciler::rayjob::{self, RayJob};
+use tuneplane_reconciler::{Ctx, Reconciler};
+use tuneplane_stores::aws::{dynamodb_client, retry_config, s3_client};
+use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore, S3BlobStore};
+
+type Uids = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+
+/// Watches `api` and records every uid each object name ever had.
+fn record_uids<K>(api: Api<K>, uids: Uids) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects();
+        let mut stream = stream.boxed();
+        while let Some(item) = stream.next().await {
+            if let Ok(obj) = item {
+                let mut map = uids.lock().unwrap_or_else(|p| p.into_inner());
+                map.entry(obj.name_any())
+                    .or_default()
+                    .insert(obj.uid().unwrap_or_default());
+            }
+        }
+    })
+}
+
+/// Workload watches of the job namespace.
+struct Workloads {
+    rayjobs: Api<RayJob>,
+    pods: Api<Pod>,
+    uids: Uids,
+    _tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Workloads {
+    fn watch(h: &Harness) -> Workloads {
+        let uids: Uids = Arc::default();
+        let rayjobs: Api<RayJob> =
+            Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
+        let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+        let tasks = vec![
+            record_uids(rayjobs.clone(), uids.clone()),
+            record_uids(pods.clone(), uids.clone()),
+        ];
+        Workloads {
+            rayjobs,
+            pods,
+            uids,
+            _tasks: tasks,
+        }
+    }
+
+    /// Asserts each job's workload was created exactly once and none is left.
+    async fn assert_once_and_gone(&self, jobs: &[JobRecord]) {
+        let names: BTreeSet<String> = jobs.iter().map(|j| workload_name(&j.id)).collect();
+        wait_for(30, "every workload deleted", || async {
+            let rayjobs = self.rayjobs.list(&Default::default()).await.ok()?.items;
+            let pods = self.pods.list(&Default::default()).await.ok()?.items;
+            let left = rayjobs.len()
+                + pods
+                    .iter()
+                    .filter(|p| names.contains(&p.name_any()))
+                    .count();
+            (left == 0).then_some(())
+        })
+        .await;
+        let map = self.uids.lock().map(|m| m.clone()).unwrap_or_default();
+        for name in &names {
+            let n = map.get(name).map_or(0, BTreeSet::len);
+            assert_eq!(n, 1, "workload {name} was created {n} times");
+        }
+    }
+}
+
+/// Starts a reconciler over the given (faulty) stores; the harness keeps the real ones.
+async fn reconciler_over(
+    h: &Harness,
+    jobs: Arc<dyn JobStore>,
+    blobs: Arc<dyn BlobStore>,
+) -> (tokio::task::JoinHandle<()>, Arc<Ctx>) {
+    let r = Reconciler::new(
+        test_config("faulty"),
+        h.client.clone(),
+        jobs,
+        blobs,
+        Arc::new(Metrics::default()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("reconciler: {e}"));
+    let ctx = r.ctx();
+    let task = tokio::spawn(async move {
+        if let Err(e) = r.run_until(std::future::pending()).await {
+            panic!("reconciler stopped: {e}");
+        }
+    });
+    (task, ctx)
+}
+
+/// A mix of `gpu` h200 jobs, `small` l40s jobs and `cpu` CPU jobs.
+fn mix(gpu: usize, small: usize, cpu: usize) -> Vec<JobRecord> {
+    let mut out = Vec::new();
+    for i in 0..gpu {
+        let pools = vec![pool("main", Some("h200"), 1, 4)];
+        out.push(job(&format!("g{i:02}"), pools, "ghcr.io/acme/train:1", 120));
+    }
+    for i in 0..small {
+        let pools = vec![pool("main", Some("l40s"), 1, 2)];
+        out.push(job(&format!("s{i:02}"), pools, "ghcr.io/acme/train:1", 120));
+    }
+    for i in 0..cpu {
+        out.push(cpu_job(&format!("c{i:02}")));
+    }
+    out
+}
+
+/// Waits (polling gently) until no job is active, then returns every job, all of which succeeded.
+async fn wait_all_succeeded(h: &Harness, jobs: &[JobRecord], secs: u64) -> Vec<JobRecord> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if h.jobs.list_active().await.is_ok_and(|a| a.is_empty()) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {secs}s; still active: {:?}",
+            h.jobs.list_active().await.map(|a| a
+                .iter()
+                .map(|j| format!("{}:{}", j.id, j.state))
+                .collect::<Vec<_>>())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut done = Vec::new();
+    for j in jobs {
+        let stored = h.job(&j.id).await;
+        assert_eq!(stored.state, JobState::Succeeded, "job {}", j.id);
+        assert_logs_archived(h, &stored).await;
+        done.push(stored);
+    }
+    done
+}
+
+/// Asserts each job has exactly one admission and one terminal event, and at most one running
+/// event (a short job can end between two passes without being seen running).
+async fn assert_state_events(h: &Harness, jobs: &[JobRecord]) {
+    for j in jobs {
+        let events = h
+            .jobs
+            .list_events(&j.id, 1000, None)
+            .await
+            .unwrap_or_else(|e| panic!("events of {}: {e}", j.id))
+            .items;
+        let count = |key: &str| events.iter().filter(|e| e.key == key).count();
+        let keys: Vec<&str> = events.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(count("state-ADMITTED"), 1, "job {}: {keys:?}", j.id);
+        assert_eq!(count("state-SUCCEEDED"), 1, "job {}: {keys:?}", j.id);
+        assert!(count("state-RUNNING") <= 1, "job {}: {keys:?}", j.id);
+    }
+}
+
+/// A metric's value from the reconciler's exposition.
+fn metric(ctx: &Ctx, name: &str) -> f64 {
+    ctx.metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+fn embedded_stores(dir: &tempfile::TempDir) -> (Arc<dyn JobStore>, Arc<dyn BlobStore>) {
+    let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap_or_else(|e| panic!("{e}"));
+    let blobs = FsBlobStore::open(
+        dir.path().join("blobs"),
+        b"test-secret".to_vec(),
+        "http://127.0.0.1:9/blobs",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    (Arc::new(jobs), Arc::new(blobs))
+}
+
+fn fast_sim() -> tuneplane_kubesim::SimConfig {
+    sim_config(
+        FLEET,
+        Duration::from_millis(300),
+        Some(Duration::from_millis(300)),
+    )
+}
+
+/// Seed of the embedded fault draws.
+const EMBEDDED_SEED: u64 = 0x7e57_0008;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_end_once_with_their_logs_when_store_calls_fail_before_or_after_writing() {
+    let started = std::time::Instant::now();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (jobs, blobs) = embedded_stores(&dir);
+    let h = with_stores(fast_sim(), jobs, blobs, dir).await;
+    let watch = Workloads::watch(&h);
+    // 8% of calls fail before the store sees them, 8% after the store applied them.
+    let faults = Faults::new(EMBEDDED_SEED, 0.08, 0.08);
+    let (_task, ctx) = reconciler_over(
+        &h,
+        FaultyJobStore::new(h.jobs.clone(), faults.clone()),
+        FaultyBlobStore::new(h.blobs.clone(), faults.clone()),
+    )
+    .await;
+    let all = mix(10, 6, 14);
+    for j in &all {
+        h.submit(j).await;
+    }
+
+    let done = wait_all_succeeded(&h, &all, 50).await;
+    watch.assert_once_and_gone(&done).await;
+    assert_state_events(&h, &done).await;
+
+    let (_, store_errors, _) = ctx.metrics.step_errors();
+    let before = faults.injected_of(FaultKind::Before);
+    let after = faults.injected_of(FaultKind::After);
+    println!(
+        "embedded faults: seed {EMBEDDED_SEED:#x}, {} jobs, {} store calls, injected before {before} after {after} ({:?}), store errors seen {store_errors}, pass errors {}, run {:.1} s",
+        all.len(),
+        faults.total_calls(),
+        faults.injected(),
+        ctx.metrics.pass_errors(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(before > 0 && after > 0, "{:?}", faults.injected());
+    assert!(store_errors > 0, "no store error reached the metrics");
+    assert_eq!(
+        metric(&ctx, "tuneplane_store_errors_total"),
+        store_errors as f64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_that_applied_but_answered_an_error_are_picked_up_without_a_second_workload() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (jobs, blobs) = embedded_stores(&dir);
+    let h = with_stores(fast_sim(), jobs, blobs, dir).await;
+    let watch = Workloads::watch(&h);
+    let all = vec![
+        job(
+            "lg",
+            vec![pool("main", Some("h200"), 1, 8)],
+            "ghcr.io/acme/train:1",
+            120,
+        ),
+        cpu_job("lc"),
+    ];
+    let mut rules = Vec::new();
+    for j in &all {
+        let rule = |method, key: String, nth, kind| Rule {
+            method,
+            key,
+            nth,
+            kind,
+        };
+        // The admission record lands but its answer is lost; so does the next record write.
+        rules.push(rule("update_job", j.id.clone(), 1, FaultKind::After));
+        rules.push(rule("update_job", j.id.clone(), 2, FaultKind::After));
+        // The first event write fails outright.
+        rules.push(rule("append_events", j.id.clone(), 1, FaultKind::Before));
+        // The log archive is stored but the put answers an error.
+        rules.push(rule(
+            "blob put",
+            format!("logs/{}/", j.id),
+            1,
+            FaultKind::After,
+        ));
+    }
+    let expected = rules.len() as u64;
+    let faults = Faults::scripted(rules);
+    let (_task, ctx) = reconciler_over(
+        &h,
+        FaultyJobStore::new(h.jobs.clone(), faults.clone()),
+        FaultyBlobStore::new(h.blobs.clone(), faults.clone()),
+    )
+    .await;
+    for j in &all {
+        h.submit(j).await;
+    }
+
+    let done = wait_all_succeeded(&h, &all, 40).await;
+    watch.assert_once_and_gone(&done).await;
+    assert_state_events(&h, &done).await;
+    assert!(faults.unfired().is_empty(), "{:?}", faults.unfired());
+    let injected = faults.injected();
+    assert_eq!(
+        injected.values().sum::<u64>(),
+        expected,
+        "every scripted fault struck a call that succeeded: {injected:?}"
+    );
+    assert!(ctx.metrics.step_errors().1 >= expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_fails_passes_that_back_off_and_every_job_finishes_after_it() {
+    let started = std::time::Instant::now();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (jobs, blobs) = embedded_stores(&dir);
+    let h = with_stores(
+        sim_config(
+            FLEET,
+            Duration::from_millis(1500),
+            Some(Duration::from_millis(1500)),
+        ),
+        jobs,
+        blobs,
+        dir,
+    )
+    .await;
+    let watch = Workloads::watch(&h);
+    let faults = Faults::new(1, 0.0, 0.0);
+    let (_task, ctx) = reconciler_over(
+        &h,
+        FaultyJobStore::new(h.jobs.clone(), faults.clone()),
+        FaultyBlobStore::new(h.blobs.clone(), faults.clone()),
+    )
+    .await;
+    let all = mix(3, 1, 3);
+    for j in &all {
+        h.submit(j).await;
+    }
+    // The outage starts once every job has been admitted (their workloads run through it).
+    wait_for(20, "every job admitted", || async {
+        let active = h.jobs.list_active().await.ok()?;
+        active
+            .iter()
+            .all(|j| j.state != JobState::Queued)
+            .then_some(())
+    })
+    .await;
+
+    let calls_before = faults.total_calls();
+    let pass_errors_before = ctx.metrics.pass_errors();
+    faults.set_outage(true);
+    // The pass under way when the outage starts fails its in-flight steps; count after it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let calls_settled = faults.total_calls();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    faults.set_outage(false);
+    let outage_calls = faults.total_calls() - calls_before;
+    let late_calls = faults.total_calls() - calls_settled;
+    let failed_passes = ctx.metrics.pass_errors() - pass_errors_before;
+
+    let done = wait_all_succeeded(&h, &all, 40).await;
+    watch.assert_once_and_gone(&done).await;
+    assert_state_events(&h, &done).await;
+    let backoff = metric(&ctx, "tuneplane_pass_backoff_seconds_total");
+    println!(
+        "outage: 4 s, {failed_passes} failed passes, {outage_calls} store calls during it ({late_calls} after its first 0.5 s), backoff {backoff:.1} s, step errors (kube, store, other) {:?}, run {:.1} s",
+        ctx.metrics.step_errors(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failed_passes >= 3, "only {failed_passes} passes failed");
+    // A pass every 100 ms would make 35 calls or more in 3.5 s; backing off makes about 4.
+    assert!(
+        late_calls <= 10,
+        "{late_calls} store calls in 3.5 s of outage: the loop does not back off"
+    );
+    assert!(backoff > 0.0);
+    assert_eq!(faults.injected_of(FaultKind::Outage), outage_calls);
+    assert!(ctx.metrics.step_errors().1 >= failed_passes);
+}
+
+fn moto_endpoint() -> (String, SocketAddr) {
+    let url = std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| {
+        panic!("AWS_ENDPOINT_URL is not set: run `scripts/with-moto.sh cargo test -p tuneplane-reconciler` (scripts/test.sh does)")
+    });
+    let host = url.split("://").nth(1).unwrap_or_default();
+    assert!(
+        host.starts_with("127.0.0.1:"),
+        "refusing non-local AWS_ENDPOINT_URL={url}"
+    );
+    let addr = host
+        .trim_end_matches('/')
+        .parse()
+        .unwrap_or_else(|e| panic!("AWS_ENDPOINT_URL={url}: {e}"));
+    (url, addr)
+}
+
+async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "tuneplane-tests",
+        ))
+        // The production retry policy (bounded attempts, standard mode).
+        .retry_config(retry_config())
+        .load()
+        .await
+}
+
+/// Seed of the proxy's draws.
+const PROXY_SEED: u64 = 0x7e57_0a05;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_end_once_on_dynamodb_and_s3_behind_a_proxy_that_throttles_drops_and_delays() {
+    let started = std::time::Instant::now();
+    let (url, upstream) = moto_endpoint();
+    let direct = sdk_config(&url).await;
+    let name = format!(
+        "tp-faults-{}-{}",
+        std::process::id(),
+        tuneplane_reconciler::now_ms()
+    );
+    let dynamo = dynamodb_client(&direct, None);
+    tuneplane_stores::dynamo::table::create_table(&dynamo, &name)
+        .await
+        .unwrap_or_else(|e| panic!("table: {e}"));
+    let s3 = s3_client(&direct, true);
+    s3.create_bucket()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("bucket: {e}"));
+    // The test reads and submits directly; only the reconciler goes through the proxy.
+    let h = with_stores(
+        fast_sim(),
+        Arc::new(DynamoJobStore::new(dynamo, name.clone())),
+        Arc::new(S3BlobStore::new(s3, name.clone())),
+        tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+    )
+    .await;
+    let watch = Workloads::watch(&h);
+    let plan = ProxyPlan {
+        seed: PROXY_SEED,
+        throttle: 0.06,
+        server_error: 0.04,
+        drop_before: 0.04,
+        drop_after: 0.04,
+        delay: 0.04,
+        max_delay: Duration::from_millis(300),
+    };
+    let proxy = FaultProxy::start(upstream, plan).await;
+    let via = sdk_config(&proxy.url()).await;
+    let (_task, ctx) = reconciler_over(
+        &h,
+        Arc::new(DynamoJobStore::new(
+            dynamodb_client(&via, None),
+            name.clone(),
+        )),
+        Arc::new(S3BlobStore::new(s3_client(&via, true), name.clone())),
+    )
+    .await;
+    let all = mix(5, 3, 4);
+    for j in &all {
+        h.submit(j).await;
+    }
+    // A short burst where every request is throttled: the SDK's bounded retries give up, so the
+    // reconciler itself sees store errors and backs off.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.set_outage(true);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    proxy.set_outage(false);
+
+    let done = wait_all_succeeded(&h, &all, 50).await;
+    watch.assert_once_and_gone(&done).await;
+    assert_state_events(&h, &done).await;
+
+    let stats = &proxy.stats;
+    let (_, store_errors, _) = ctx.metrics.step_errors();
+    println!(
+        "proxy faults: seed {PROXY_SEED:#x}, plan {plan:?}, {} jobs, requests {:?}, injected {:?}, store errors seen {store_errors}, pass errors {}, run {:.1} s",
+        all.len(),
+        stats.requests(),
+        stats.faults(),
+        ctx.metrics.pass_errors(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(stats.broken().is_empty(), "proxy: {:?}", stats.broken());
+    for kind in [
+        ProxyFault::Throttle,
+        ProxyFault::ServerError,
+        ProxyFault::DropBefore,
+        ProxyFault::DropAfter,
+        ProxyFault::Delay,
+    ] {
+        assert!(
+            stats.faults_of(kind) > 0,
+            "no {kind:?}: {:?}",
+            stats.faults()
+        );
+    }
+    assert!(store_errors > 0, "no store error reached the metrics");
+    assert!(metric(&ctx, "tuneplane_pass_backoff_seconds_total") > 0.0);
+}
