@@ -1,6 +1,11 @@
 //! Calls toward the API server: a deliberate client-side rate limit (token bucket) and bounded
 //! retries with exponential backoff on 429, 5xx and transport errors.
 //!
+//! This is the only retry layer: the client is built with kube-rs's own retry layer off
+//! ([`client_config`]). That layer retries 429/503/504 up to 15 times per request with backoff
+//! growing to minutes, inside one call and invisible to metrics; nested under [`Kube::call`] it
+//! would turn 5 attempts into up to 80 and hold a pass for minutes during an API server outage.
+//!
 //! Watches (reflectors) do not pass through here: they hold one long request each. Every other call
 //! (creates, deletes, log reads, lease updates) does, so the API server sees at most `qps` requests
 //! per second from the reconciler with bursts of `burst`, and the `kube_throttled_seconds` metric
@@ -56,6 +61,33 @@ impl RateLimiter {
     }
 }
 
+/// Longest an attempt may take. kube-rs sets no read timeout, so without this an API server (or a
+/// half-open connection) that never answers would hold a call, and with it a whole pass, forever.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest wait between two attempts, whatever the server's `Retry-After` asks.
+pub const MAX_DELAY: Duration = Duration::from_secs(5);
+
+/// The reconciler's client configuration: `config` with kube-rs's built-in retry layer off, so
+/// [`Kube::call`] alone retries (bounded, counted in `tuneplane_kube_retries_total`) and watches
+/// see errors at once and back off in their watcher.
+pub fn client_config(mut config: kube::Config) -> kube::Config {
+    config.default_retry = false;
+    config
+}
+
+/// The wait a 429 asks for (`details.retryAfterSeconds`), if any.
+pub fn retry_after(e: &kube::Error) -> Option<Duration> {
+    match e {
+        kube::Error::Api(s) if s.code == 429 => s
+            .details
+            .as_ref()
+            .map(|d| Duration::from_secs(u64::from(d.retry_after_seconds)))
+            .filter(|d| !d.is_zero()),
+        _ => None,
+    }
+}
+
 /// True for errors worth retrying: throttling, server errors, transport failures.
 pub fn retryable(e: &kube::Error) -> bool {
     match e {
@@ -63,6 +95,14 @@ pub fn retryable(e: &kube::Error) -> bool {
         kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
         _ => false,
     }
+}
+
+/// An attempt that took longer than its timeout, as a (retryable) transport error.
+fn timed_out(after: Duration) -> kube::Error {
+    kube::Error::Service(Box::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer within {after:?}"),
+    )))
 }
 
 /// True if the error is a 404.
@@ -82,6 +122,7 @@ pub struct Kube {
     pub client: kube::Client,
     limiter: Arc<RateLimiter>,
     metrics: Arc<Metrics>,
+    attempt_timeout: Duration,
 }
 
 impl Kube {
@@ -91,11 +132,22 @@ impl Kube {
             client,
             limiter: Arc::new(RateLimiter::new(qps, burst)),
             metrics,
+            attempt_timeout: ATTEMPT_TIMEOUT,
         }
     }
 
+    /// The same client with another per-attempt timeout (tests).
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Kube {
+        self.attempt_timeout = timeout;
+        self
+    }
+
     /// Runs `call` under the rate limit, retrying retryable failures with backoff (bounded by
-    /// [`MAX_ATTEMPTS`]). Non-retryable errors (404, 409, 422) return at once for the caller to judge.
+    /// [`MAX_ATTEMPTS`]; a 429's `Retry-After` lengthens the wait, up to [`MAX_DELAY`]).
+    /// Non-retryable errors (404, 409, 422) return at once for the caller to judge.
+    ///
+    /// Retrying a write whose answer was lost is safe for the callers' writes: creates use
+    /// deterministic names and take 409 AlreadyExists as success, deletes take 404 as success.
     pub async fn call<T, F, Fut>(&self, op: &'static str, object: &str, mut call: F) -> Result<T>
     where
         F: FnMut() -> Fut,
@@ -106,13 +158,17 @@ impl Kube {
         loop {
             let waited = self.limiter.acquire().await;
             self.metrics.observe_throttle(waited);
-            match call().await {
+            let outcome = tokio::time::timeout(self.attempt_timeout, call())
+                .await
+                .unwrap_or_else(|_| Err(timed_out(self.attempt_timeout)));
+            match outcome {
                 Ok(v) => return Ok(v),
                 Err(e) if retryable(&e) && attempt < MAX_ATTEMPTS => {
                     self.metrics.inc_api_retries();
                     tracing::warn!(op, object, attempt, error = %e, "retrying API call");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                    let wait = retry_after(&e).map_or(delay, |r| r.clamp(delay, MAX_DELAY));
+                    tokio::time::sleep(wait).await;
+                    delay = (delay * 2).min(MAX_DELAY);
                     attempt += 1;
                 }
                 Err(e) => return Err(Error::kube(op, object, e)),
@@ -146,5 +202,48 @@ mod tests {
         assert!(retryable(&status(429)) && retryable(&status(503)));
         assert!(!retryable(&status(409)) && !retryable(&status(404)));
         assert!(is_conflict(&status(409)) && is_not_found(&status(404)));
+        assert_eq!(retry_after(&status(429)), None);
+        let details = serde_json::from_value(serde_json::json!({"retryAfterSeconds": 2}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let throttled = kube::Error::Api(Box::new(kube::core::Status {
+            code: 429,
+            details: Some(details),
+            ..kube::core::Status::default()
+        }));
+        assert_eq!(retry_after(&throttled), Some(Duration::from_secs(2)));
+    }
+
+    #[tokio::test]
+    async fn an_attempt_that_never_answers_times_out_and_is_retried_a_bounded_number_of_times() {
+        let url = "http://127.0.0.1:1"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let client = kube::Client::try_from(client_config(kube::Config::new(url)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = Arc::new(Metrics::default());
+        let kube = Kube::new(client, 100, 100, metrics.clone())
+            .with_attempt_timeout(Duration::from_millis(10));
+        let mut attempts = 0;
+        let outcome: Result<()> = kube
+            .call("get", "hung", || {
+                attempts += 1;
+                std::future::pending()
+            })
+            .await;
+        assert!(matches!(outcome, Err(Error::Kube { ref source, .. }) if retryable(source)));
+        assert_eq!(attempts, MAX_ATTEMPTS);
+        assert_eq!(metrics.api_retries(), u64::from(MAX_ATTEMPTS - 1));
+    }
+
+    #[test]
+    fn the_client_configuration_turns_the_built_in_retry_layer_off() {
+        let url = "http://127.0.0.1:1"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(kube::Config::new(url).default_retry);
+        let url = "http://127.0.0.1:1"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!client_config(kube::Config::new(url)).default_retry);
     }
 }

@@ -117,6 +117,14 @@ pub async fn archive(
                     entry.path = Some(path.clone());
                     files.push((path, text.into_bytes()));
                 }
+                // The API server failing even after retries is no answer about the log: end
+                // this attempt, and a later pass archives again, rather than store an archive
+                // without the log. Other errors (a container that never started, a pod already
+                // gone) are the answer, written in the index.
+                Err(e) if matches!(&e, Error::Kube { source, .. } if crate::kube_io::retryable(source)) =>
+                {
+                    return Err(e);
+                }
                 Err(e) => entry.error = Some(e.to_string()),
             }
             entries.push(entry);

@@ -72,9 +72,11 @@ async fn main() -> anyhow::Result<()> {
     init_tracing();
     let config = Config::from_env()?;
     let (jobs, blobs) = stores().await?;
-    let client = kube::Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
         .context("Kubernetes client configuration")?;
+    let client = kube::Client::try_from(tuneplane_reconciler::kube_io::client_config(kube_config))
+        .context("Kubernetes client")?;
     let metrics = Arc::new(Metrics::default());
     let reconciler = Reconciler::new(config.clone(), client, jobs, blobs, metrics.clone()).await?;
     let server = tokio::spawn(tuneplane_reconciler::metrics::serve(
