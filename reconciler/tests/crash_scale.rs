@@ -6,8 +6,9 @@
 //! twice.
 //!
 //! The seed is printed; `TUNEPLANE_CRASH_SEED=<n>` replays a run's kill schedule (the timing of
-//! the machine still varies). A restarted reconciler keeps its identity (a StatefulSet pod coming
-//! back), so it renews its own Lease at once; `failover_load.rs` covers new identities.
+//! the machine still varies). Most restarts keep the identity (a pod coming back under its name),
+//! renew their own Lease at once and so race with whatever the killed one had in flight; one in
+//! five comes back under a new identity (a replacement pod) and must wait for the Lease to expire.
 
 mod common;
 mod scale;
@@ -28,6 +29,8 @@ const MAX_KILLS: usize = 150;
 const KILL_PHASE: Duration = Duration::from_secs(45);
 /// A reconciler lives this many milliseconds (uniform) before it is killed.
 const LIFETIME_MS: (u64, u64) = (20, 700);
+/// One restart in this many comes back under a new identity.
+const NEW_IDENTITY_ONE_IN: u64 = 5;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
@@ -43,6 +46,7 @@ async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
     let per_wave = JOBS.div_ceil(WAVES);
     let mut waves = jobs.chunks(per_wave).enumerate().peekable();
     let mut kills = 0usize;
+    let mut identities = 1usize;
     let mut lifetimes_ms = 0u64;
     let (mut admissions, mut retries, mut orphans, mut errors) = (0u64, 0u64, 0u64, 0u64);
     let mut tally = |ctx: &tuneplane_reconciler::Ctx| {
@@ -68,7 +72,11 @@ async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
             break;
         }
         let lifetime = rng.range(LIFETIME_MS.0, LIFETIME_MS.1);
-        let (task, ctx) = h.reconciler(test_config("crashy")).await;
+        if kills > 0 && rng.range(1, NEW_IDENTITY_ONE_IN) == 1 {
+            identities += 1;
+        }
+        let identity = format!("crashy-{identities}");
+        let (task, ctx) = h.reconciler(test_config(&identity)).await;
         tokio::time::sleep(Duration::from_millis(lifetime)).await;
         task.abort();
         let _ = task.await;
@@ -89,7 +97,9 @@ async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
     );
 
     // One last reconciler runs undisturbed and finishes whatever is left.
-    let (task, ctx) = h.reconciler(test_config("crashy")).await;
+    let (task, ctx) = h
+        .reconciler(test_config(&format!("crashy-{identities}")))
+        .await;
     let outcome = scale::check(&h, &jobs, &tracker).await;
     task.abort();
     let _ = task.await;
@@ -101,7 +111,8 @@ async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
         m
     });
     println!(
-        "crash_scale: seed {seed}: {JOBS} jobs {kinds:?}; {kills} kills (mean lifetime {} ms) in \
+        "crash_scale: seed {seed}: {JOBS} jobs {kinds:?}; {kills} kills (mean lifetime {} ms, \
+         {identities} identities) in \
          {:.1} s, {left_after_kills} jobs left for the last reconciler; finished after {:.1} s; \
          final states {:?}; {} workloads created; terminal events lost by jobs without a \
          workload {}; admissions counted {admissions}; orphans deleted {orphans}; API retries \
