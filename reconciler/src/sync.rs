@@ -370,3 +370,54 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tuneplane_core::spec::JobSpec;
+
+    fn queued() -> JobRecord {
+        let spec: JobSpec = serde_json::from_value(serde_json::json!({
+            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true",
+            "env": {}, "pools": [{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0,
+            "cpus": 1.0, "memory_gb": 1.0}],
+            "deadlines": {"pre_running_seconds": 10, "run_seconds": 100}, "priority": 0,
+            "labels": {}, "namespace": "ns", "platform_version": "0"
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        JobRecord::new_queued("j", "t", spec, "ab", 0)
+    }
+
+    #[test]
+    fn state_events_are_dated_by_the_record_so_a_rewrite_is_the_same_event() {
+        let mut job = queued();
+        assert_eq!(state_event(&job), None);
+        job.transition(JobState::Admitted, 1_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let admitted = state_event(&job).unwrap_or_else(|| panic!("no event"));
+        assert_eq!(
+            (admitted.at_ms, admitted.key.as_str()),
+            (1_000, "state-ADMITTED")
+        );
+        job.transition(JobState::Running, 2_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let running = state_event(&job).unwrap_or_else(|| panic!("no event"));
+        assert_eq!(
+            (running.at_ms, running.key.as_str()),
+            (2_000, "state-RUNNING")
+        );
+        let mut stopped = job.clone();
+        stopped
+            .finish_with_failure(FailureReason::StopRequested, "asked", 3_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ev = state_event(&stopped).unwrap_or_else(|| panic!("no event"));
+        assert_eq!((ev.at_ms, ev.key.as_str()), (3_000, "state-STOPPED"));
+        assert_eq!(ev.message, "StopRequested: asked");
+        job.transition(JobState::Succeeded, 4_000)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ev = state_event(&job).unwrap_or_else(|| panic!("no event"));
+        assert_eq!((ev.at_ms, ev.key.as_str()), (4_000, "state-SUCCEEDED"));
+        assert_eq!(ev.message, "the entrypoint exited 0");
+        assert_eq!(state_event(&job), state_event(&job.clone()));
+    }
+}
