@@ -35,7 +35,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::workload_name;
-use tuneplane_core::store::{BlobStore, JobStore};
+use tuneplane_core::store::{BlobStore, CreateOutcome, JobStore, StoreError};
 use tuneplane_reconciler::metrics::Metrics;
 use tuneplane_reconciler::rayjob::{self, RayJob};
 use tuneplane_reconciler::{Ctx, Reconciler};
@@ -411,6 +411,7 @@ async fn a_store_outage_fails_passes_that_back_off_and_every_job_finishes_after_
     assert!(ctx.metrics.step_errors().1 >= failed_passes);
 }
 
+/// The moto endpoint from `AWS_ENDPOINT_URL` and its socket address (loopback only).
 fn moto_endpoint() -> (String, SocketAddr) {
     let url = std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| {
         panic!("AWS_ENDPOINT_URL is not set: run `scripts/with-moto.sh cargo test -p tuneplane-reconciler` (scripts/test.sh does)")
@@ -447,14 +448,20 @@ async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
 /// Seed of the proxy's draws.
 const PROXY_SEED: u64 = 0x7e57_0a05;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_end_once_on_dynamodb_and_s3_behind_a_proxy_that_throttles_drops_and_delays() {
-    let started = std::time::Instant::now();
+/// A fresh table and bucket (one name) on moto, with clients that talk to moto directly.
+async fn moto_table_and_bucket() -> (
+    SocketAddr,
+    String,
+    aws_sdk_dynamodb::Client,
+    aws_sdk_s3::Client,
+) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let (url, upstream) = moto_endpoint();
     let direct = sdk_config(&url).await;
     let name = format!(
-        "tp-faults-{}-{}",
+        "tp-faults-{}-{}-{}",
         std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         tuneplane_reconciler::now_ms()
     );
     let dynamo = dynamodb_client(&direct, None);
@@ -467,6 +474,52 @@ async fn jobs_end_once_on_dynamodb_and_s3_behind_a_proxy_that_throttles_drops_an
         .send()
         .await
         .unwrap_or_else(|e| panic!("bucket: {e}"));
+    (upstream, name, dynamo, s3)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dynamodb_write_whose_answer_was_lost_is_not_a_conflict_when_the_sdk_retries_it() {
+    let (upstream, table, dynamo, _s3) = moto_table_and_bucket().await;
+    let direct = DynamoJobStore::new(dynamo, table.clone());
+    let proxy = FaultProxy::start(upstream, ProxyPlan::none()).await;
+    let via = sdk_config(&proxy.url()).await;
+    let proxied = DynamoJobStore::new(dynamodb_client(&via, None), table);
+
+    // A create: the item is written, the answer lost; the SDK's retry finds it there.
+    proxy.fail_next(ProxyFault::DropAfter, 1);
+    let created = proxied
+        .create_job(&cpu_job("lost-1"), None)
+        .await
+        .unwrap_or_else(|e| panic!("create after a lost answer: {e}"));
+    assert!(matches!(created, CreateOutcome::Created(ref j) if j.version == 1));
+
+    // A conditional update: written, answer lost, retried against the new version.
+    let mut next = created.record().clone();
+    next.stop_requested = true;
+    proxy.fail_next(ProxyFault::DropAfter, 1);
+    let stored = proxied
+        .update_job(&next)
+        .await
+        .unwrap_or_else(|e| panic!("update after a lost answer: {e}"));
+    assert_eq!(stored.version, 2);
+    let read = direct.get_job("lost-1").await.ok().flatten();
+    assert_eq!(read.as_ref(), Some(&stored));
+    assert_eq!(proxy.stats.faults_of(ProxyFault::DropAfter), 2);
+    // Each call went out twice: the answered-lost attempt and the retry.
+    assert!(proxy.stats.requests().get("dynamodb").copied().unwrap_or(0) >= 4);
+
+    // A real conflict is still one: the stored record moved on without this writer.
+    let stale = created.record().clone();
+    assert!(matches!(
+        proxied.update_job(&stale).await,
+        Err(StoreError::Conflict { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_end_once_on_dynamodb_and_s3_behind_a_proxy_that_throttles_drops_and_delays() {
+    let started = std::time::Instant::now();
+    let (upstream, name, dynamo, s3) = moto_table_and_bucket().await;
     // The test reads and submits directly; only the reconciler goes through the proxy.
     let h = with_stores(
         fast_sim(),

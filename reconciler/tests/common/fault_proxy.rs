@@ -52,6 +52,21 @@ pub struct ProxyPlan {
     pub max_delay: Duration,
 }
 
+impl ProxyPlan {
+    /// No random faults (scripted ones only, see [`FaultProxy::fail_next`]).
+    pub fn none() -> ProxyPlan {
+        ProxyPlan {
+            seed: 0,
+            throttle: 0.0,
+            server_error: 0.0,
+            drop_before: 0.0,
+            drop_after: 0.0,
+            delay: 0.0,
+            max_delay: Duration::ZERO,
+        }
+    }
+}
+
 /// Counters of a running proxy.
 #[derive(Debug, Default)]
 pub struct ProxyStats {
@@ -91,6 +106,7 @@ pub struct FaultProxy {
     pub stats: Arc<ProxyStats>,
     enabled: Arc<AtomicBool>,
     outage: Arc<AtomicBool>,
+    switches: Arc<Switches>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -109,6 +125,13 @@ impl FaultProxy {
     /// Turns fault injection on or off (requests are forwarded either way).
     pub fn set_enabled(&self, on: bool) {
         self.enabled.store(on, Ordering::SeqCst);
+    }
+
+    /// Gives the next `n` requests `fault` (before any random draw).
+    pub fn fail_next(&self, fault: ProxyFault, n: u64) {
+        if let Ok(mut next) = self.switches.next.lock() {
+            *next = (n > 0).then_some((fault, n));
+        }
     }
 
     /// Starts or ends an outage: every request is answered as throttled, none is forwarded.
@@ -131,11 +154,12 @@ impl FaultProxy {
             enabled: enabled.clone(),
             outage: outage.clone(),
             rng: Mutex::new(Rng(plan.seed)),
+            next: Mutex::new(None),
         });
-        let s = stats.clone();
+        let (s, sw) = (stats.clone(), switches.clone());
         let task = tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
-                let (s, sw) = (s.clone(), switches.clone());
+                let (s, sw) = (s.clone(), sw.clone());
                 tokio::spawn(async move {
                     if let Err(e) = serve(conn, upstream, plan, &s, &sw).await
                         && let Ok(mut b) = s.broken.lock()
@@ -150,6 +174,7 @@ impl FaultProxy {
             stats,
             enabled,
             outage,
+            switches,
             task,
         }
     }
@@ -160,6 +185,21 @@ struct Switches {
     enabled: Arc<AtomicBool>,
     outage: Arc<AtomicBool>,
     rng: Mutex<Rng>,
+    /// A fault for the next few requests, and how many are left.
+    next: Mutex<Option<(ProxyFault, u64)>>,
+}
+
+impl Switches {
+    fn take_next(&self) -> Option<ProxyFault> {
+        let mut next = self.next.lock().ok()?;
+        let (fault, left) = next.as_mut()?;
+        let fault = *fault;
+        *left -= 1;
+        if *left == 0 {
+            *next = None;
+        }
+        Some(fault)
+    }
 }
 
 /// SplitMix64 draws in [0, 1).
@@ -427,6 +467,8 @@ async fn serve(
     }
     let (fault, v) = if sw.outage.load(Ordering::SeqCst) {
         (Some(ProxyFault::Outage), 0.0)
+    } else if let Some(f) = sw.take_next() {
+        (Some(f), 0.5)
     } else if sw.enabled.load(Ordering::SeqCst) {
         draw(&plan, &sw.rng)
     } else {

@@ -179,7 +179,9 @@ impl DynamoJobStore {
         let mut job = job.clone();
         job.version = 1;
         let key = job_pk(&job.id);
-        let JobItem(item) = JobItem::from(&job);
+        let JobItem(mut item) = JobItem::from(&job);
+        let token = write_token();
+        item.insert(WRITE_TOKEN.to_owned(), s(&token));
         let Some(idem) = idem else {
             let result = self
                 .client
@@ -195,6 +197,9 @@ impl DynamoJobStore {
                     if e.as_service_error()
                         .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
                 {
+                    if self.already_written(&job.id, &token).await {
+                        return Ok(CreateOutcome::Created(job));
+                    }
                     Err(StoreError::AlreadyExists {
                         table: self.table.clone(),
                         key,
@@ -264,7 +269,9 @@ impl DynamoJobStore {
         let mut next = job.clone();
         next.version = job.version + 1;
         let key = job_pk(&job.id);
-        let JobItem(item) = JobItem::from(&next);
+        let JobItem(mut item) = JobItem::from(&next);
+        let token = write_token();
+        item.insert(WRITE_TOKEN.to_owned(), s(&token));
         let result = self
             .client
             .put_item()
@@ -287,11 +294,49 @@ impl DynamoJobStore {
                 if e.as_service_error()
                     .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
             {
+                if self.already_written(&job.id, &token).await {
+                    return Ok(next);
+                }
                 Err(self.conflict(&key, job.version))
             }
             Err(e) => Err(self.backend("PutItem", &key, e)),
         }
     }
+
+    /// True if the stored job carries `token`, the write token of a conditional put that failed
+    /// its condition. The SDK retries a request whose answer was lost (a dropped connection, a
+    /// 5xx after the write); the retry then fails the condition against its own earlier attempt,
+    /// which is a success. Another writer's record, even an identical one, has another token; a
+    /// read error says no.
+    async fn already_written(&self, id: &str, token: &str) -> bool {
+        let stored = self.get_item(&job_pk(id), JOB_SK).await.ok().flatten();
+        let ours = stored
+            .as_ref()
+            .and_then(|item| item.get(WRITE_TOKEN))
+            .and_then(|v| v.as_s().ok())
+            .is_some_and(|t| t == token);
+        if ours {
+            tracing::info!(job_id = %id, "conditional write had already applied (answer lost, retried)");
+        }
+        ours
+    }
+}
+
+/// Attribute of a job item naming the call that wrote it (see `already_written`).
+const WRITE_TOKEN: &str = "write_token";
+
+/// A token unique to one write call: process id, process start time and a counter.
+fn write_token() -> String {
+    static START: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let start = START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    });
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{:x}-{start:x}-{n:x}", std::process::id())
 }
 
 /// Current Unix time in seconds.
