@@ -121,3 +121,63 @@ async fn a_lost_response_applies_the_write_but_the_client_sees_a_transport_error
     }
     assert_eq!(sim.fault_counts().lost_responses, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_a_heavy_plan_every_request_is_answered_or_fails_never_hangs() {
+    let (sim, _) = start(fast_config()).await;
+    let client = bare_client(&sim);
+    sim.set_fault_plan(Some(FaultPlan {
+        seed: 99,
+        error_rate: 0.2,
+        drop_rate: 0.2,
+        lost_response_rate: 0.2,
+        slow_rate: 0.2,
+        slow_min: Duration::from_millis(1),
+        slow_max: Duration::from_millis(20),
+        ..FaultPlan::default()
+    }));
+    let mut tasks = Vec::new();
+    for t in 0..6 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+            let nodes: Api<Node> = Api::all(client);
+            let (mut ok, mut failed) = (0u32, 0u32);
+            for i in 0..60 {
+                let name = format!("m-{t}-{i}");
+                let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}}))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let call = async {
+                    match i % 4 {
+                        0 => maps.create(&PostParams::default(), &cm).await.map(|_| ()),
+                        1 => nodes.list(&Default::default()).await.map(|_| ()),
+                        2 => {
+                            let params = kube::api::WatchParams::default().timeout(1);
+                            nodes.watch(&params, "0").await.map(|_| ())
+                        }
+                        _ => maps
+                            .delete(&format!("m-{t}-{}", i - 3), &DeleteParams::default())
+                            .await
+                            .map(|_| ()),
+                    }
+                };
+                match tokio::time::timeout(Duration::from_secs(20), call).await {
+                    Ok(Ok(())) => ok += 1,
+                    Ok(Err(_)) => failed += 1,
+                    Err(_) => panic!("request {t}/{i} got neither an answer nor an error"),
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    let (mut ok, mut failed) = (0, 0);
+    for t in tasks {
+        let (o, f) = t.await.unwrap_or_else(|e| panic!("{e}"));
+        ok += o;
+        failed += f;
+    }
+    let c = sim.fault_counts();
+    assert_eq!(u64::from(ok + failed), c.requests);
+    assert!(ok > 0 && failed > 0, "{ok} ok, {failed} failed");
+    assert!(c.drops > 0 && c.lost_responses > 0 && c.slow > 0, "{c:?}");
+}

@@ -68,11 +68,18 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait between two attempts, whatever the server's `Retry-After` asks.
 pub const MAX_DELAY: Duration = Duration::from_secs(5);
 
+/// Read timeout of the client's connections unless configured: longer than a watch's server-side
+/// timeout (290 s), so only a connection that went silent (a half-open socket, a hung server) ends.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(295);
+
 /// The reconciler's client configuration: `config` with kube-rs's built-in retry layer off, so
 /// [`Kube::call`] alone retries (bounded, counted in `tuneplane_kube_retries_total`) and watches
-/// see errors at once and back off in their watcher.
+/// see errors at once and back off in their watcher; and a read timeout ([`READ_TIMEOUT`]), which
+/// kube-rs does not set, so a watch on a connection that went silent fails and is restarted
+/// instead of leaving a reflector stale forever.
 pub fn client_config(mut config: kube::Config) -> kube::Config {
     config.default_retry = false;
+    config.read_timeout.get_or_insert(READ_TIMEOUT);
     config
 }
 
@@ -244,6 +251,8 @@ mod tests {
         let url = "http://127.0.0.1:1"
             .parse()
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(!client_config(kube::Config::new(url)).default_retry);
+        let config = client_config(kube::Config::new(url));
+        assert!(!config.default_retry);
+        assert_eq!(config.read_timeout, Some(READ_TIMEOUT));
     }
 }
