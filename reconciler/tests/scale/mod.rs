@@ -400,9 +400,9 @@ pub async fn check(h: &Harness, jobs: &[(String, Kind)], tracker: &Tracker) -> O
         match kind {
             // Never admitted: never a workload.
             Kind::StoppedQueued if had_workload => broken.push(format!("{name} exists")),
-            // A 1 s pre-running deadline can pass before a crashed reconciler's successor
-            // creates the workload.
-            Kind::StoppedQueued | Kind::PullFails => {}
+            // A 1 s pre-running deadline can pass, or the stop come, before a crashed
+            // reconciler's successor creates the workload.
+            Kind::StoppedQueued | Kind::PullFails | Kind::StoppedAdmitted => {}
             _ if !had_workload => broken.push(format!("{name} was never seen")),
             _ => {}
         }
