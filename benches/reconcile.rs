@@ -18,6 +18,8 @@
 //!
 //! Run: `cargo bench --bench reconcile [-- SECTION...]`. Sizes:
 //! `TUNEPLANE_BENCH_ADMIT_JOBS`, `TUNEPLANE_BENCH_AWS_JOBS`, `TUNEPLANE_BENCH_TERMINAL_JOBS`,
+//! `TUNEPLANE_BENCH_MEMORY_JOBS` (active jobs of `memory`, default 10,000);
+//! `TUNEPLANE_BENCH_HOLD_SECS` keeps `memory`'s steady state that long for a profiler;
 //! `TUNEPLANE_BENCH_QPS` (the reconciler's API rate limit in the bench, default 5,000/s; the
 //! production default of 20/s would cap admissions at 20/s). Prints figures, asserts none.
 
@@ -174,8 +176,13 @@ struct Proc {
 
 impl Proc {
     fn start(url: &str, store: &str, qps: usize) -> Proc {
+        // glibc's arena limit as the reconciler's Deployment sets it (infra/kustomize/base);
+        // MALLOC_ARENA_MAX in the bench's environment overrides it (e.g. 16, glibc's default
+        // on 2 cores, to see the difference).
+        let arenas = std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "2".into());
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["child", url, store, &qps.to_string()])
+            .env("MALLOC_ARENA_MAX", arenas)
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .env("RUST_LOG", "error")
             .stdout(Stdio::piped())
@@ -228,8 +235,17 @@ impl Proc {
         }
     }
 
-    /// Average pass time over the next `window` (seconds per pass, passes).
+    /// Drops the stats queued while nobody read them, keeping the newest as `last`.
+    fn drain(&mut self) {
+        while let Ok(s) = self.stats.try_recv() {
+            self.last = s;
+        }
+    }
+
+    /// Average pass time over the next `window` (seconds per pass, passes). Stats queued before
+    /// the call are dropped first: the window starts now, not where the reader last stopped.
     fn pass_time(&mut self, window: Duration) -> (f64, u64) {
+        self.drain();
         let (start, _) = self.wait(Duration::from_secs(5), |_| true);
         let (end, _) = self.wait(window, |_| false);
         let passes = end.passes.saturating_sub(start.passes);
@@ -408,8 +424,8 @@ async fn section_aws(jobs: usize, qps: usize) {
     run_admissions(&mut p, "dynamodb, local endpoint", jobs, started);
 }
 
-async fn section_memory(qps: usize) {
-    let (nodes, jobs) = (1_000, 10_000);
+async fn section_memory(qps: usize, jobs: usize, hold: u64) {
+    let nodes = 1_000;
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
     write_jobs(&store, 0, jobs, JobState::Queued).await;
@@ -444,6 +460,20 @@ async fn section_memory(qps: usize) {
          pass {:.1} ms (mean of {passes})",
         pass * 1e3
     );
+    if hold > 0 {
+        // For profiling the steady state: `perf record -g -p <pid>` while this waits.
+        println!(
+            "memory: holding the steady state {hold} s (reconciler pid {})",
+            p.child.id()
+        );
+        tokio::time::sleep(Duration::from_secs(hold)).await;
+        let (pass, passes) = p.pass_time(Duration::from_secs(15));
+        let (rss, hwm) = p.memory();
+        println!(
+            "memory: after holding: VmRSS {rss:.0} MiB, VmHWM {hwm:.0} MiB; pass {:.1} ms (mean of {passes})",
+            pass * 1e3
+        );
+    }
 }
 
 async fn section_history(qps: usize, terminal: usize) {
@@ -500,7 +530,12 @@ fn main() {
             section_aws(env_usize("TUNEPLANE_BENCH_AWS_JOBS", 1_000), qps).await;
         }
         if on("memory") {
-            section_memory(qps).await;
+            section_memory(
+                qps,
+                env_usize("TUNEPLANE_BENCH_MEMORY_JOBS", 10_000),
+                env_usize("TUNEPLANE_BENCH_HOLD_SECS", 0) as u64,
+            )
+            .await;
         }
         if on("history") {
             let terminal = env_usize("TUNEPLANE_BENCH_TERMINAL_JOBS", 100_000);

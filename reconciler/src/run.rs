@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use tuneplane_core::constants::{MANAGED_BY, MANAGED_BY_LABEL};
 use tuneplane_core::store::{BlobStore, JobStore};
 
-use crate::cluster::Cluster;
+use crate::cluster::{self, Cluster};
 use crate::error::{Error, Result};
 use crate::kube_io::{Kube, is_not_found};
 use crate::leader::Elector;
@@ -28,9 +28,12 @@ pub struct Reconciler {
     elector: Elector,
 }
 
+/// Mirrors `api` into `writer`'s store, each object reduced by `strip` to what a pass reads
+/// (see `cluster::strip_pod`) before it is stored, and wakes the pass loop on every change.
 fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
+    strip: fn(&mut K),
     writer: reflector::store::Writer<K>,
     notify: Arc<Notify>,
 ) -> impl Future<Output = ()>
@@ -46,6 +49,7 @@ where
 {
     watcher(api, config)
         .default_backoff()
+        .modify(strip)
         .reflect(writer)
         .applied_objects()
         .for_each(move |event| {
@@ -112,24 +116,28 @@ impl Reconciler {
             reflect(
                 Api::<Node>::all(client.clone()),
                 watcher::Config::default(),
+                cluster::strip_node,
                 nodes_w,
                 notify.clone(),
             ),
             reflect(
                 Api::<Pod>::all(client.clone()),
                 watcher::Config::default(),
+                cluster::strip_pod,
                 pods_w,
                 notify.clone(),
             ),
             reflect(
                 Api::<Event>::all(client.clone()),
                 watcher::Config::default().fields("type=Warning"),
+                cluster::strip_event,
                 events_w,
                 notify.clone(),
             ),
             reflect(
                 Api::<RayJob>::all_with(client, &rayjob::resource()),
                 managed,
+                cluster::strip_rayjob,
                 rayjobs_w,
                 notify.clone(),
             ),
