@@ -26,7 +26,7 @@ const WAVES: usize = 4;
 const WAVE_GAP: Duration = Duration::from_secs(2);
 /// The kill phase ends after this many kills or this long, whichever comes first.
 const MAX_KILLS: usize = 150;
-const KILL_PHASE: Duration = Duration::from_secs(45);
+const KILL_PHASE: Duration = Duration::from_secs(30);
 /// A reconciler lives this many milliseconds (uniform) before it is killed.
 const LIFETIME_MS: (u64, u64) = (20, 700);
 /// One restart in this many comes back under a new identity.
