@@ -35,7 +35,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::workload_name;
-use tuneplane_core::store::{BlobStore, CreateOutcome, JobStore, StoreError};
+use tuneplane_core::store::{BlobStore, CreateOutcome, JobStore, PlaygroundRecord, StoreError};
 use tuneplane_reconciler::metrics::Metrics;
 use tuneplane_reconciler::rayjob::{self, RayJob};
 use tuneplane_reconciler::{Ctx, Reconciler};
@@ -514,6 +514,39 @@ async fn a_dynamodb_write_whose_answer_was_lost_is_not_a_conflict_when_the_sdk_r
         proxied.update_job(&stale).await,
         Err(StoreError::Conflict { .. })
     ));
+
+    // Versioned documents (the reconciler records a playground's pod) behave the same.
+    let pg = PlaygroundRecord {
+        id: "pg-lost".into(),
+        tenant: "acme".into(),
+        model: "m".into(),
+        series: "h200".into(),
+        gpus: 1,
+        pod_name: None,
+        created_at_ms: 1,
+        expires_at_ms: i64::MAX,
+        version: 0,
+    };
+    proxy.fail_next(ProxyFault::DropAfter, 1);
+    let pg = proxied
+        .put_playground(&pg)
+        .await
+        .unwrap_or_else(|e| panic!("playground create after a lost answer: {e}"));
+    let mut next = pg.clone();
+    next.pod_name = Some("tp-pg-lost".into());
+    proxy.fail_next(ProxyFault::DropAfter, 1);
+    let stored = proxied
+        .put_playground(&next)
+        .await
+        .unwrap_or_else(|e| panic!("playground update after a lost answer: {e}"));
+    assert_eq!(stored.version, 2);
+    let read = direct.get_playground("pg-lost").await.ok().flatten();
+    assert_eq!(read.as_ref(), Some(&stored));
+    assert!(matches!(
+        proxied.put_playground(&pg).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(proxy.stats.faults_of(ProxyFault::DropAfter), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -197,7 +197,7 @@ impl DynamoJobStore {
                     if e.as_service_error()
                         .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
                 {
-                    if self.already_written(&job.id, &token).await {
+                    if self.already_written(&key, JOB_SK, &token).await {
                         return Ok(CreateOutcome::Created(job));
                     }
                     Err(StoreError::AlreadyExists {
@@ -294,7 +294,7 @@ impl DynamoJobStore {
                 if e.as_service_error()
                     .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
             {
-                if self.already_written(&job.id, &token).await {
+                if self.already_written(&key, JOB_SK, &token).await {
                     return Ok(next);
                 }
                 Err(self.conflict(&key, job.version))
@@ -303,30 +303,35 @@ impl DynamoJobStore {
         }
     }
 
-    /// True if the stored job carries `token`, the write token of a conditional put that failed
-    /// its condition. The SDK retries a request whose answer was lost (a dropped connection, a
-    /// 5xx after the write); the retry then fails the condition against its own earlier attempt,
-    /// which is a success. Another writer's record, even an identical one, has another token; a
-    /// read error says no.
-    async fn already_written(&self, id: &str, token: &str) -> bool {
-        let stored = self.get_item(&job_pk(id), JOB_SK).await.ok().flatten();
+    /// True if the item at `pk`/`sk` carries `token`, the write token of a conditional put that
+    /// failed its condition. The SDK retries a request whose answer was lost (a dropped
+    /// connection, a 5xx after the write); the retry then fails the condition against its own
+    /// earlier attempt, which is a success. Another writer's item, even an identical one, has
+    /// another token; a read error says no.
+    pub(super) async fn already_written(&self, pk: &str, sk: &str, token: &str) -> bool {
+        let stored = self.get_item(pk, sk).await.ok().flatten();
         let ours = stored
             .as_ref()
             .and_then(|item| item.get(WRITE_TOKEN))
             .and_then(|v| v.as_s().ok())
             .is_some_and(|t| t == token);
         if ours {
-            tracing::info!(job_id = %id, "conditional write had already applied (answer lost, retried)");
+            tracing::info!(
+                table = %self.table,
+                key = %pk,
+                "conditional write had already applied (answer lost, retried)"
+            );
         }
         ours
     }
 }
 
-/// Attribute of a job item naming the call that wrote it (see `already_written`).
-const WRITE_TOKEN: &str = "write_token";
+/// Attribute of a versioned item (job, schedule, playground) naming the call that wrote it (see
+/// `already_written`).
+pub(super) const WRITE_TOKEN: &str = "write_token";
 
 /// A token unique to one write call: process id, process start time and a counter.
-fn write_token() -> String {
+pub(super) fn write_token() -> String {
     static START: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let start = START.get_or_init(|| {

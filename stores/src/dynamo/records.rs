@@ -57,8 +57,10 @@ impl DynamoJobStore {
             ("sk".to_owned(), s(sk)),
             ("body".to_owned(), s(to_json(body))),
         ]);
+        let token = super::write_token();
         if let Some(v) = expected {
             item.insert("version".to_owned(), n(v + 1));
+            item.insert(super::WRITE_TOKEN.to_owned(), s(&token));
         }
         item.extend(extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
         let mut put = self
@@ -80,6 +82,9 @@ impl DynamoJobStore {
                 if e.as_service_error()
                     .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
             {
+                if self.already_written(pk, sk, &token).await {
+                    return Ok(());
+                }
                 Err(match expected {
                     Some(0) => StoreError::AlreadyExists {
                         table: self.table().to_owned(),
