@@ -57,6 +57,8 @@ pub struct Ctx {
     pub seen_events: Mutex<HashMap<String, HashSet<String>>>,
     /// When this process last wrote each queued job's pending reason.
     pub pending_written: Mutex<HashMap<String, i64>>,
+    /// Log archives of a job that failed on API server errors so far, in this process.
+    pub archive_failures: Mutex<HashMap<String, u32>>,
     /// The last published capacity (without its timestamp) and when it was published.
     published: Mutex<Option<(CapacitySnapshot, i64)>>,
 }
@@ -83,6 +85,7 @@ impl Ctx {
             leadership,
             seen_events: Mutex::new(HashMap::new()),
             pending_written: Mutex::new(HashMap::new()),
+            archive_failures: Mutex::new(HashMap::new()),
             published: Mutex::new(None),
         }
     }

@@ -68,13 +68,24 @@ async fn list(kube: &Kube, api: &Api<Pod>, selector: &str) -> Result<Vec<Pod>> {
     Ok(pods.items)
 }
 
+/// Archives of one job that may fail on API server errors reading a log (the step is retried next
+/// pass) before one is written with those errors in its index instead: a log the API server keeps
+/// failing to serve (its node gone) must not keep the job from ending.
+pub const STRICT_ARCHIVE_ATTEMPTS: u32 = 10;
+
 /// Reads the logs of the job's pods in `namespace` and stores the archive; returns its key.
+///
+/// `strict`: a log read that still fails on an API server error (5xx, 429, transport) after
+/// [`Kube::call`]'s retries fails the archive, so a later pass tries again; otherwise the error is
+/// written in the index. Errors that are the answer (a container that never started, a pod already
+/// gone) are written in the index either way.
 pub async fn archive(
     kube: &Kube,
     blobs: &dyn BlobStore,
     job_id: &str,
     namespace: &str,
     workload: &str,
+    strict: bool,
 ) -> Result<String> {
     let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
     let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
@@ -119,13 +130,20 @@ pub async fn archive(
                 }
                 // The API server failing even after retries is no answer about the log: end
                 // this attempt, and a later pass archives again, rather than store an archive
-                // without the log. Other errors (a container that never started, a pod already
-                // gone) are the answer, written in the index.
-                Err(e) if matches!(&e, Error::Kube { source, .. } if crate::kube_io::retryable(source)) =>
+                // without the log.
+                Err(e)
+                    if strict
+                        && matches!(&e, Error::Kube { source, .. } if crate::kube_io::retryable(source)) =>
                 {
                     return Err(e);
                 }
-                Err(e) => entry.error = Some(e.to_string()),
+                // With the API server's reason ("container ... is waiting to start").
+                Err(e) => {
+                    entry.error = Some(match &e {
+                        Error::Kube { source, .. } => format!("{e}: {source}"),
+                        other => other.to_string(),
+                    });
+                }
             }
             entries.push(entry);
         }

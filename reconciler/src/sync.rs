@@ -262,6 +262,38 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
     Ok(())
 }
 
+/// Archives the job's logs: strictly (API server errors fail the step) for the first
+/// [`logs::STRICT_ARCHIVE_ATTEMPTS`] failed attempts in this process, then with errors in the index.
+async fn archive_logs(ctx: &Ctx, job_id: &str, namespace: &str, workload: &str) -> Result<String> {
+    let failed = ctx
+        .archive_failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(job_id)
+        .copied()
+        .unwrap_or(0);
+    let strict = failed < logs::STRICT_ARCHIVE_ATTEMPTS;
+    let outcome = logs::archive(
+        &ctx.kube,
+        ctx.blobs.as_ref(),
+        job_id,
+        namespace,
+        workload,
+        strict,
+    )
+    .await;
+    let mut failures = ctx
+        .archive_failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if outcome.is_ok() {
+        failures.remove(job_id);
+    } else {
+        *failures.entry(job_id.to_owned()).or_default() += 1;
+    }
+    outcome
+}
+
 /// Ends `job`: archive logs, write the terminal record, delete the workload.
 pub async fn finish(
     ctx: &Ctx,
@@ -272,7 +304,7 @@ pub async fn finish(
 ) -> Result<()> {
     let ns = job.spec.namespace.as_str();
     let name = workload_of(job);
-    let key = logs::archive(&ctx.kube, ctx.blobs.as_ref(), &job.id, ns, &name).await?;
+    let key = archive_logs(ctx, &job.id, ns, &name).await?;
     let mut next = job.clone();
     match &failure {
         Some((reason, message)) => next.finish_with_failure(*reason, message.clone(), now)?,
@@ -356,7 +388,7 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
         // logs of pods that are already gone.
         let archived = ctx.blobs.head(&logs::logs_key(&id)).await?.is_some();
         if !finished && !archived {
-            logs::archive(&ctx.kube, ctx.blobs.as_ref(), &id, &ns, &name).await?;
+            archive_logs(ctx, &id, &ns, &name).await?;
         }
         // The process that ended the job may have crashed between its record and its event.
         if finished && let Some(ev) = job.as_ref().and_then(state_event) {

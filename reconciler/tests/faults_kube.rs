@@ -204,6 +204,7 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
     let plan = FaultPlan {
         seed: 0x7e57_f00d,
         scope: FaultScope::All,
+        path_contains: None,
         error_rate: 0.10,
         error_codes: vec![500, 503, 429],
         retry_after_secs: 1,
@@ -340,4 +341,40 @@ async fn a_full_outage_backs_off_then_every_job_finishes_once() {
 
     assert_all_succeeded(&h, &ids, 45).await;
     assert_workloads_once(&h, &uids, ids.len(), &cpu).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_log_the_api_server_never_serves_delays_the_end_a_bounded_number_of_passes() {
+    use tuneplane_reconciler::kube_io::MAX_ATTEMPTS;
+    use tuneplane_reconciler::logs::STRICT_ARCHIVE_ATTEMPTS;
+    let h = start(sim_config(
+        FLEET,
+        Duration::from_millis(600),
+        Some(Duration::from_millis(600)),
+    ))
+    .await;
+    let (_task, _ctx) = reconciler(&h, test_config("logs")).await;
+    // Every log read answers 500 (as for a pod whose node is unreachable); nothing else fails.
+    h.sim.set_fault_plan(Some(FaultPlan {
+        path_contains: Some("/log".into()),
+        ..FaultPlan::outage(500, FaultScope::All)
+    }));
+    h.submit(&cpu_job("n1")).await;
+    let job = h.wait_state(50, "n1", JobState::Succeeded).await;
+    let entries = assert_logs_archived(&h, &job).await;
+    let index: serde_json::Value =
+        serde_json::from_str(&entries[0].1).unwrap_or_else(|e| panic!("index.json: {e}"));
+    let logs = index["entries"].as_array().cloned().unwrap_or_default();
+    assert!(!logs.is_empty());
+    for entry in &logs {
+        assert!(entry["path"].is_null(), "{entry}");
+        let error = entry["error"].as_str().unwrap_or_default();
+        assert!(error.contains("injected"), "{entry}");
+    }
+    // Each strict archive made MAX_ATTEMPTS reads of the first log and failed; then one archive
+    // read every log MAX_ATTEMPTS times and wrote the errors.
+    let reads = h.sim.fault_counts().errors.get(&500).copied().unwrap_or(0);
+    let strict = u64::from(STRICT_ARCHIVE_ATTEMPTS * MAX_ATTEMPTS);
+    let last = u64::from(MAX_ATTEMPTS) * logs.len() as u64;
+    assert_eq!(reads, strict + last, "log reads answered 500");
 }

@@ -63,6 +63,8 @@ pub struct FaultPlan {
     pub seed: u64,
     /// Requests the plan applies to.
     pub scope: FaultScope,
+    /// If set, only requests whose path contains this (e.g. `/log` for log reads).
+    pub path_contains: Option<String>,
     /// Probability (0..=1) of an error status.
     pub error_rate: f64,
     /// Statuses to answer with, picked uniformly (429 carries `Retry-After`).
@@ -87,6 +89,7 @@ impl Default for FaultPlan {
         Self {
             seed: 1,
             scope: FaultScope::All,
+            path_contains: None,
             error_rate: 0.0,
             error_codes: vec![500, 503, 429],
             retry_after_secs: 1,
@@ -210,7 +213,7 @@ impl Faults {
 
     /// Counts one resource request and decides its faults: a pending `fail_next` first, then the
     /// plan if the request is in its scope.
-    pub fn verdict(&self, method: &Method) -> Verdict {
+    pub fn verdict(&self, method: &Method, path: &str) -> Verdict {
         let mut state = self.lock();
         state.counts.requests += 1;
         if let Some((left, code)) = state.next {
@@ -222,7 +225,10 @@ impl Faults {
             };
         }
         let State { plan, counts, .. } = &mut *state;
-        let Some((plan, rng)) = plan.as_mut().filter(|(p, _)| p.scope.covers(method)) else {
+        let in_scope = |p: &FaultPlan| {
+            p.scope.covers(method) && p.path_contains.as_deref().is_none_or(|s| path.contains(s))
+        };
+        let Some((plan, rng)) = plan.as_mut().filter(|(p, _)| in_scope(p)) else {
             return Verdict::default();
         };
         let mut verdict = Verdict::default();
@@ -417,7 +423,7 @@ mod tests {
         let faults = Faults::default();
         faults.set_plan(Some(plan));
         for _ in 0..n {
-            let _ = faults.verdict(method);
+            let _ = faults.verdict(method, "/api/v1/nodes");
         }
         faults.counts()
     }
@@ -450,6 +456,19 @@ mod tests {
         };
         assert_eq!(counts_of(plan.clone(), 50, &Method::GET).error_total(), 0);
         assert_eq!(counts_of(plan, 50, &Method::DELETE).error_total(), 50);
+        let faults = Faults::default();
+        faults.set_plan(Some(FaultPlan {
+            path_contains: Some("/log".into()),
+            ..FaultPlan::outage(500, FaultScope::All)
+        }));
+        let logs = "/api/v1/namespaces/a/pods/p/log";
+        assert!(faults.verdict(&Method::GET, logs).fault.is_some());
+        assert!(
+            faults
+                .verdict(&Method::GET, "/api/v1/namespaces/a/pods/p")
+                .fault
+                .is_none()
+        );
     }
 
     #[test]
@@ -458,13 +477,18 @@ mod tests {
         faults.set_plan(Some(FaultPlan::outage(500, FaultScope::All)));
         faults.fail_next(1, 429);
         assert!(
-            matches!(faults.verdict(&Method::GET).fault, Some(Fault::Status(r)) if r.status() == 429)
+            matches!(faults.verdict(&Method::GET, "/api/v1/nodes").fault, Some(Fault::Status(r)) if r.status() == 429)
         );
         assert!(
-            matches!(faults.verdict(&Method::GET).fault, Some(Fault::Status(r)) if r.status() == 500)
+            matches!(faults.verdict(&Method::GET, "/api/v1/nodes").fault, Some(Fault::Status(r)) if r.status() == 500)
         );
         faults.set_plan(None);
-        assert!(faults.verdict(&Method::GET).fault.is_none());
+        assert!(
+            faults
+                .verdict(&Method::GET, "/api/v1/nodes")
+                .fault
+                .is_none()
+        );
         let c = faults.counts();
         assert_eq!(
             (c.requests, c.errors.get(&429), c.errors.get(&500)),

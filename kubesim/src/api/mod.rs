@@ -207,7 +207,7 @@ async fn dispatch(
     tracing::debug!(%method, path = uri.path(), "request");
     let result = match route {
         Route::Resource(path) => {
-            let verdict = state.faults.verdict(&method);
+            let verdict = state.faults.verdict(&method, uri.path());
             if let Some(delay) = verdict.delay {
                 tokio::time::sleep(delay).await;
             }
