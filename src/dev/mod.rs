@@ -188,8 +188,9 @@ impl Stack {
         }));
 
         // The reconciler, through a real kube client over HTTP.
-        let client =
-            kube::Client::try_from(kube::Config::new(sim.url().parse().context("kubesim URL")?))?;
+        let client = kube::Client::try_from(tuneplane_reconciler::kube_io::client_config(
+            kube::Config::new(sim.url().parse().context("kubesim URL")?),
+        ))?;
         rc.render.gpu_passthrough = true;
         rc.render.delivery = CapsuleDelivery::Presigned;
         rc.identity = format!("dev-{}", std::process::id());
