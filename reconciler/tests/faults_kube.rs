@@ -217,6 +217,18 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
     h.sim.set_fault_plan(Some(plan));
     let started = tokio::time::Instant::now();
     let before = h.sim.fault_counts().requests;
+    // Every 2 s the watch history is dropped and open watches end, so the reflectors resume, get
+    // 410 Gone and relist, through the faults, again and again.
+    let store = h.sim.store().clone();
+    let compactions = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let count = compactions.clone();
+    let compactor = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            store.compact();
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
     for j in &jobs {
         h.submit(j).await;
     }
@@ -224,7 +236,10 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
     assert_all_succeeded(&h, &ids, 50).await;
     assert_workloads_once(&h, &uids, ids.len(), &cpu).await;
     let elapsed = started.elapsed();
+    compactor.abort();
     h.sim.set_fault_plan(None);
+    let compactions = compactions.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(compactions > 0, "the watches were never ended");
 
     let c = h.sim.fault_counts();
     let requests = c.requests - before;
@@ -233,7 +248,7 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
     eprintln!(
         "faults_kube: {} jobs in {:.1}s; {requests} requests ({:.1}/job); errors {:?}, drops {}, \
          lost responses {}, slow {}; reconciler retries {retries}, failed kube steps {kube_errors}, \
-         failed passes {}",
+         failed passes {}; watches ended {compactions} times",
         ids.len(),
         elapsed.as_secs_f64(),
         requests as f64 / ids.len() as f64,
@@ -255,7 +270,8 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
     assert_eq!(metric(&ctx, "tuneplane_kube_retries_total"), retries as f64);
     // No tight loop. A job costs about 10 requests when nothing fails: create, two pod lists and
     // one log read per container to archive, delete, and the retries of those; the lease adds 2
-    // requests per renewal (one a second here) and the four watches a relist per failed watch.
+    // requests per renewal (one a second here) and the four watches a relist (list + watch) per
+    // failed watch and per compaction (every 2 s).
     // 40 per job plus 20 per second of run time is several times that, and a loop retrying without
     // backoff would exceed it by orders of magnitude.
     let bound = 40 * ids.len() as u64 + 20 * elapsed.as_secs().max(1);
