@@ -187,6 +187,20 @@ pub trait JobStore: Send + Sync {
     /// terminal; returns the stored record (version + 1). Otherwise [`StoreError::Conflict`].
     async fn update_job(&self, job: &JobRecord) -> Result<JobRecord>;
 
+    /// [`JobStore::update_job`] and [`JobStore::append_events`] for the same job as one atomic write:
+    /// both land or neither does, so a crash between a state change and its history entry cannot
+    /// leave the record without the event. The stores override this with a single transaction;
+    /// this default (for wrappers) writes the record, then the events.
+    async fn update_job_with_events(
+        &self,
+        job: &JobRecord,
+        events: &[JobEvent],
+    ) -> Result<JobRecord> {
+        let stored = self.update_job(job).await?;
+        self.append_events(&job.id, events).await?;
+        Ok(stored)
+    }
+
     /// A tenant's jobs, newest first, with an optional state filter.
     async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>>;
 

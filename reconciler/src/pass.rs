@@ -76,8 +76,8 @@ async fn admit(ctx: &Ctx, job: &JobRecord, placement: String, now: i64) -> Resul
     next.transition(JobState::Admitted, now)?;
     next.workload_name = Some(workload_name(&job.id));
     next.pending = None;
-    // The record first: a crash before the create leaves an ADMITTED job whose sync creates it.
-    let stored = ctx.jobs.update_job(&next).await?;
+    // The record (with its event, atomically) first: a crash before the create leaves an
+    // ADMITTED job whose sync creates it.
     let ev = platform_event(
         now,
         "state-ADMITTED".into(),
@@ -85,7 +85,7 @@ async fn admit(ctx: &Ctx, job: &JobRecord, placement: String, now: i64) -> Resul
         "Admitted",
         placement,
     );
-    ctx.jobs.append_events(&job.id, &[ev]).await?;
+    let stored = ctx.jobs.update_job_with_events(&next, &[ev]).await?;
     ctx.metrics.inc_admissions();
     ctx.pending_written
         .lock()
@@ -123,14 +123,12 @@ async fn set_queued_pending(ctx: &Ctx, job: &JobRecord, waiting: Waiting, now: i
         )
     });
     next.pending = Some(pending);
-    ctx.jobs.update_job(&next).await?;
+    let events: Vec<_> = event.into_iter().collect();
+    ctx.jobs.update_job_with_events(&next, &events).await?;
     ctx.pending_written
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(job.id.clone(), now);
-    if let Some(ev) = event {
-        ctx.jobs.append_events(&job.id, &[ev]).await?;
-    }
     Ok(())
 }
 

@@ -5,15 +5,9 @@
 //! record write the job is still active and is ended again; after it, the workload is an orphan of
 //! a terminal job and is deleted by [`sweep_orphans`].
 //!
-//! A state's platform event (`state-ADMITTED`, `state-RUNNING`, `state-SUCCEEDED`, ...) is a
-//! second write after the record's, and a crash can fall between the two. Every state event is
-//! dated by the record's own timestamp for that state, so it can be written again without a
-//! duplicate (the store keeps one event per time and key): the first sync of an active job in a
-//! process writes its current state's event if it is missing, and the orphan sweep writes a
-//! terminal job's event again before it deletes the workload. A job that ended without a workload
-//! (stopped while queued, workload lost) leaves nothing for the sweep to find: a crash between its
-//! terminal record and its event still loses that event. (Writing the event first instead would
-//! duplicate it when the dead process's write lands after its successor's.)
+//! A state's platform event (`state-ADMITTED`, `state-RUNNING`, `state-SUCCEEDED`, ...) is written
+//! in the same atomic store write as the record (`JobStore::update_job_with_events`), so a crash
+//! cannot leave one without the other. It is dated by the record's own timestamp for the state.
 
 use std::collections::BTreeSet;
 
@@ -90,59 +84,6 @@ pub fn state_event(job: &JobRecord) -> Option<JobEvent> {
     })
 }
 
-/// Marks the event of `job`'s current state as stored by this process (kept with the copied
-/// Kubernetes event uids, which never start with `state-`).
-fn mark_state_event(ctx: &Ctx, job: &JobRecord) {
-    ctx.seen_events
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(job.id.clone())
-        .or_default()
-        .insert(format!("state-{}", job.state));
-}
-
-/// Writes the event of an admitted or running job's state if it is missing, once per process:
-/// the process that wrote the record may have crashed before the event. (Read first: a rewrite
-/// would replace the admission's message, which names the planned nodes.)
-async fn restore_state_event(ctx: &Ctx, job: &JobRecord) -> Result<()> {
-    let key = format!("state-{}", job.state);
-    let known = ctx
-        .seen_events
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&job.id)
-        .is_some_and(|s| s.contains(&key));
-    if known {
-        return Ok(());
-    }
-    if let Some(ev) = state_event(job)
-        && stored_event_at(ctx, &job.id, &key).await? != Some(ev.at_ms)
-    {
-        tracing::info!(job_id = %job.id, key, "state event restored");
-        ctx.jobs.append_events(&job.id, &[ev]).await?;
-    }
-    mark_state_event(ctx, job);
-    Ok(())
-}
-
-/// The time of the job's first stored event with `key`, if any.
-async fn stored_event_at(ctx: &Ctx, job_id: &str, key: &str) -> Result<Option<i64>> {
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = ctx
-            .jobs
-            .list_events(job_id, 1000, cursor.as_deref())
-            .await?;
-        if let Some(e) = page.items.iter().find(|e| e.key == key) {
-            return Ok(Some(e.at_ms));
-        }
-        cursor = page.next;
-        if cursor.is_none() {
-            return Ok(None);
-        }
-    }
-}
-
 /// What the job's workload shows in `cluster`.
 pub fn observe(cluster: &Cluster, job: &JobRecord) -> Observed {
     let ns = job.spec.namespace.as_str();
@@ -216,7 +157,6 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
         observe(cluster, job)
     };
     if job.state != JobState::Queued {
-        restore_state_event(ctx, job).await?;
         copy_warnings(ctx, cluster, job).await?;
     }
     let cap_ms = ctx
@@ -236,11 +176,9 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
         Step::MarkRunning => {
             let mut next = job.clone();
             next.transition(JobState::Running, now)?;
-            let stored = ctx.jobs.update_job(&next).await?;
-            if let Some(ev) = state_event(&stored) {
-                ctx.jobs.append_events(&job.id, &[ev]).await?;
-            }
-            mark_state_event(ctx, &stored);
+            // The record and its event in one write: a crash cannot separate them.
+            let events: Vec<JobEvent> = state_event(&next).into_iter().collect();
+            ctx.jobs.update_job_with_events(&next, &events).await?;
             tracing::info!(job_id = %job.id, "running");
         }
         Step::SetPending(pending) => {
@@ -254,8 +192,7 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
                 pending.message.clone(),
             );
             next.pending = Some(pending);
-            ctx.jobs.update_job(&next).await?;
-            ctx.jobs.append_events(&job.id, &[ev]).await?;
+            ctx.jobs.update_job_with_events(&next, &[ev]).await?;
         }
         Step::Finish { state, failure } => finish(ctx, job, state, failure, now).await?,
     }
@@ -311,10 +248,10 @@ pub async fn finish(
         None => next.transition(state, now)?,
     }
     next.logs_key = Some(key);
-    let stored = ctx.jobs.update_job(&next).await?;
-    if let Some(ev) = state_event(&stored) {
-        ctx.jobs.append_events(&job.id, &[ev]).await?;
-    }
+    // The terminal record and its event land together, also for a job that never had a workload
+    // (nothing would be left for the orphan sweep to find and finish).
+    let events: Vec<JobEvent> = state_event(&next).into_iter().collect();
+    ctx.jobs.update_job_with_events(&next, &events).await?;
     if matches!(
         failure,
         Some((
@@ -389,10 +326,6 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
         let archived = ctx.blobs.head(&logs::logs_key(&id)).await?.is_some();
         if !finished && !archived {
             archive_logs(ctx, &id, &ns, &name).await?;
-        }
-        // The process that ended the job may have crashed between its record and its event.
-        if finished && let Some(ev) = job.as_ref().and_then(state_event) {
-            ctx.jobs.append_events(&id, &[ev]).await?;
         }
         workload::delete(ctx, kind, &ns, &name).await?;
         if !finished && !archived {

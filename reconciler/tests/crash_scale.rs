@@ -114,14 +114,12 @@ async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
         "crash_scale: seed {seed}: {JOBS} jobs {kinds:?}; {kills} kills (mean lifetime {} ms, \
          {identities} identities) in \
          {:.1} s, {left_after_kills} jobs left for the last reconciler; finished after {:.1} s; \
-         final states {:?}; {} workloads created; terminal events lost by jobs without a \
-         workload {}; admissions counted {admissions}; orphans deleted {orphans}; API retries \
+         final states {:?}; {} workloads created; admissions counted {admissions}; orphans deleted {orphans}; API retries \
          {retries}; failed steps {errors}",
         lifetimes_ms / kills.max(1) as u64,
         killed_at.as_secs_f64(),
         started.elapsed().as_secs_f64(),
         outcome.by_state,
         outcome.workloads,
-        outcome.terminal_events_lost,
     );
 }

@@ -193,14 +193,12 @@ async fn leader_failover_under_load_keeps_one_leader_and_every_job_whole() {
          a replica holds the Lease {lease_ms:?} ms, kill → the new leader's first pass done \
          {ms:?} ms (mean {mean} ms, max {} ms); leaders in turn \
          {leaders_seen:?}; {} replicas started; {samples} leadership samples, never two leaders; \
-         final states {:?}; {} workloads created; terminal events lost by jobs without a workload \
-         {}; admissions counted {admissions}",
+         final states {:?}; {} workloads created; admissions counted {admissions}",
         loop_time.as_secs_f64(),
         gaps.len(),
         ms.iter().max().copied().unwrap_or(0),
         next_replica,
         outcome.by_state,
         outcome.workloads,
-        outcome.terminal_events_lost,
     );
 }

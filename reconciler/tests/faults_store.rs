@@ -303,11 +303,12 @@ async fn writes_that_applied_but_answered_an_error_are_picked_up_without_a_secon
             nth,
             kind,
         };
-        // The admission record lands but its answer is lost; so does the next record write.
-        rules.push(rule("update_job", j.id.clone(), 1, FaultKind::After));
+        // The first admission write (record and event, one atomic call) fails outright; the
+        // retried one lands but its answer is lost; so does the next record write (running or
+        // terminal, whichever the job reaches first).
+        rules.push(rule("update_job", j.id.clone(), 1, FaultKind::Before));
         rules.push(rule("update_job", j.id.clone(), 2, FaultKind::After));
-        // The first event write fails outright.
-        rules.push(rule("append_events", j.id.clone(), 1, FaultKind::Before));
+        rules.push(rule("update_job", j.id.clone(), 3, FaultKind::After));
         // The log archive is stored but the put answers an error.
         rules.push(rule(
             "blob put",

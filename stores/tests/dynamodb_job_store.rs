@@ -41,7 +41,7 @@ async fn creating_the_table_twice_is_harmless() {
 /// Submit → admit → running → succeeded, with events at each step, as the functions and the
 /// reconciler perform it. The count is the running cost of one job.
 #[tokio::test]
-async fn one_job_lifecycle_costs_eight_writes_plus_the_shared_active_scan() {
+async fn one_job_lifecycle_costs_six_writes_plus_the_shared_active_scan() {
     let counter = RequestCounter::new();
     let store = store_with(Some(counter.clone())).await;
     counter.reset();
@@ -73,31 +73,32 @@ async fn one_job_lifecycle_costs_eight_writes_plus_the_shared_active_scan() {
     let scan = counter.snapshot();
 
     counter.reset();
+    // The reconciler writes each state change with its event in one transaction.
     let mut record = created.record().clone();
     ok(record.transition(JobState::Admitted, 2_000), "admit");
-    let mut record = ok(store.update_job(&record).await, "admit write");
-    ok(
-        store
-            .append_events("j-life", &[event(2_000, "admitted", "admitted")])
-            .await,
-        "event",
+    let admitted = [event(2_000, "state-ADMITTED", "admitted")];
+    let mut record = ok(
+        store.update_job_with_events(&record, &admitted).await,
+        "admit write",
     );
-    ok(record.transition(JobState::Running, 3_000), "run");
-    let mut record = ok(store.update_job(&record).await, "run write");
+    // Kubernetes warnings are copied as a batch.
     let warnings = [
         event(2_500, "uid-1", "pulling"),
         event(2_600, "uid-2", "pulled"),
-        event(3_000, "running", "running"),
     ];
     ok(store.append_events("j-life", &warnings).await, "events");
+    ok(record.transition(JobState::Running, 3_000), "run");
+    let running = [event(3_000, "state-RUNNING", "running")];
+    let mut record = ok(
+        store.update_job_with_events(&record, &running).await,
+        "run write",
+    );
     ok(record.transition(JobState::Succeeded, 4_000), "succeed");
     record.logs_key = Some("logs/j-life/logs.tar.gz".into());
-    ok(store.update_job(&record).await, "terminal write");
+    let succeeded = [event(4_000, "state-SUCCEEDED", "succeeded")];
     ok(
-        store
-            .append_events("j-life", &[event(4_000, "succeeded", "succeeded")])
-            .await,
-        "event",
+        store.update_job_with_events(&record, &succeeded).await,
+        "terminal write",
     );
     let follow = counter.snapshot();
 
@@ -112,9 +113,14 @@ async fn one_job_lifecycle_costs_eight_writes_plus_the_shared_active_scan() {
         map(&[("BatchWriteItem", 1), ("TransactWriteItems", 1)])
     );
     assert_eq!(scan, map(&[("Query", 4)]));
-    assert_eq!(follow, map(&[("BatchWriteItem", 3), ("PutItem", 3)]));
+    assert_eq!(
+        follow,
+        map(&[("BatchWriteItem", 1), ("TransactWriteItems", 3)])
+    );
     let per_job: u64 = submit.values().chain(follow.values()).sum();
-    assert_eq!(per_job, 8);
+    assert_eq!(per_job, 6);
+    let events = ok(store.list_events("j-life", 20, None).await, "events").items;
+    assert_eq!(events.len(), 6, "{events:?}");
     println!(
         "requests per job lifecycle: submit {submit:?}, follow {follow:?}; per reconciler pass: {scan:?}"
     );

@@ -251,6 +251,16 @@ impl JobStore for FaultyJobStore {
         let call = self.inner.update_job(job);
         self.faults.run("update_job", &job.id, call).await
     }
+    async fn update_job_with_events(
+        &self,
+        job: &JobRecord,
+        events: &[JobEvent],
+    ) -> Result<JobRecord> {
+        // One atomic call on the real store, faulted as a job write (before: nothing lands;
+        // after: record and events both landed).
+        let call = self.inner.update_job_with_events(job, events);
+        self.faults.run("update_job", &job.id, call).await
+    }
     async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
         let call = self.inner.list_jobs(tenant, query);
         self.faults.run("list_jobs", tenant, call).await

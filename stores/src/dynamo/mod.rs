@@ -12,7 +12,9 @@
 //!
 //! Indexes (projection ALL): `active` (`apk`, `ask`: sparse, holds only non-terminal jobs and
 //! playgrounds) and `tenant` (`tpk`, `tsk`). Every job write is a conditional `PutItem` on
-//! `version`; creation with an idempotency key is one `TransactWriteItems` of two conditional puts.
+//! `version`; creation with an idempotency key is one `TransactWriteItems` of two conditional puts,
+//! and a state change with its events (`update_job_with_events`) is one `TransactWriteItems` of the
+//! conditional job put and the event puts.
 
 pub mod item;
 mod query;
@@ -80,7 +82,7 @@ impl DynamoJobStore {
         }
     }
 
-    fn conflict(&self, key: &str, expected: u64) -> StoreError {
+    pub(super) fn conflict(&self, key: &str, expected: u64) -> StoreError {
         StoreError::Conflict {
             table: self.table.clone(),
             key: key.to_owned(),
@@ -265,7 +267,7 @@ impl DynamoJobStore {
         }
     }
 
-    async fn update_job_inner(&self, job: &JobRecord) -> Result<JobRecord> {
+    pub(super) async fn update_job_inner(&self, job: &JobRecord) -> Result<JobRecord> {
         let mut next = job.clone();
         next.version = job.version + 1;
         let key = job_pk(&job.id);

@@ -6,12 +6,13 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, TransactWriteItem, WriteRequest};
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{ACTIVE_SHARDS, JobQuery, Page, Result, decode_cursor, encode_cursor};
 
-use super::item::{EventItem, Item, JOB_SK, active_pk, event_sk, job_pk, s, tenant_pk};
-use super::{ACTIVE_INDEX, DynamoJobStore, TENANT_INDEX};
+use super::item::{EventItem, Item, JOB_SK, JobItem, active_pk, event_sk, job_pk, n, s, tenant_pk};
+use super::{ACTIVE_INDEX, DynamoJobStore, TENANT_INDEX, WRITE_TOKEN, write_token};
 
 impl DynamoJobStore {
     pub(super) async fn list_jobs_inner(
@@ -109,6 +110,85 @@ impl DynamoJobStore {
             .map(|(_, job)| job)
             .filter(|job| !job.is_terminal())
             .collect())
+    }
+
+    /// The job write and its events in one `TransactWriteItems` (at most 100 items: the job and
+    /// the first 99 distinct events; any further ones follow as a batch, which state changes never
+    /// need). The job put carries the same condition and write token as `update_job`.
+    pub(super) async fn update_job_with_events_inner(
+        &self,
+        job: &JobRecord,
+        events: &[JobEvent],
+    ) -> Result<JobRecord> {
+        let mut unique: std::collections::BTreeMap<String, &JobEvent> =
+            std::collections::BTreeMap::new();
+        for event in events {
+            unique.insert(event_sk(event.at_ms, &event.key), event);
+        }
+        let unique: Vec<JobEvent> = unique.into_values().cloned().collect();
+        if unique.is_empty() {
+            return self.update_job_inner(job).await;
+        }
+        let (now, later) = unique.split_at(unique.len().min(99));
+        let mut next = job.clone();
+        next.version = job.version + 1;
+        let key = job_pk(&job.id);
+        let JobItem(mut item) = JobItem::from(&next);
+        let token = write_token();
+        item.insert(WRITE_TOKEN.to_owned(), s(&token));
+        let put_job = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(
+                "attribute_exists(pk) AND #v = :v AND NOT (#st IN (:s1, :s2, :s3))",
+            )
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_names("#st", "state")
+            .expression_attribute_values(":v", n(job.version))
+            .expression_attribute_values(":s1", s("SUCCEEDED"))
+            .expression_attribute_values(":s2", s("FAILED"))
+            .expression_attribute_values(":s3", s("STOPPED"))
+            .build()
+            .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
+        let mut request = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put_job).build());
+        for event in now {
+            let ttl = (event.at_ms / 1000).saturating_add(self.event_ttl_secs);
+            let EventItem(item) = EventItem::new(&job.id, event, ttl);
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .build()
+                .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
+            request = request.transact_items(TransactWriteItem::builder().put(put).build());
+        }
+        match request.send().await {
+            Ok(_) => {}
+            Err(e) => {
+                let job_condition_failed = match e.as_service_error() {
+                    Some(TransactWriteItemsError::TransactionCanceledException(c)) => c
+                        .cancellation_reasons()
+                        .first()
+                        .and_then(|r| r.code())
+                        .is_some_and(|code| code == "ConditionalCheckFailed"),
+                    _ => false,
+                };
+                if !job_condition_failed {
+                    return Err(self.backend("TransactWriteItems", &key, e));
+                }
+                // A retry of a transaction that applied before its answer was lost fails the
+                // condition against itself: the token tells.
+                if !self.already_written(&key, JOB_SK, &token).await {
+                    return Err(self.conflict(&key, job.version));
+                }
+            }
+        }
+        if !later.is_empty() {
+            self.append_events_inner(&job.id, later).await?;
+        }
+        Ok(next)
     }
 
     pub(super) async fn append_events_inner(

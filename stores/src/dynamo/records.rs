@@ -158,6 +158,15 @@ impl JobStore for DynamoJobStore {
         self.update_job_inner(job).await
     }
 
+    #[tracing::instrument(skip_all, fields(table = %self.table(), job_id = %job.id, version = job.version, events = events.len()), err)]
+    async fn update_job_with_events(
+        &self,
+        job: &JobRecord,
+        events: &[JobEvent],
+    ) -> Result<JobRecord> {
+        self.update_job_with_events_inner(job, events).await
+    }
+
     async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
         self.list_jobs_inner(tenant, query).await
     }

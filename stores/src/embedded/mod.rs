@@ -153,6 +153,23 @@ impl JobStore for EmbeddedJobStore {
         self.write(move |tx| tx.update_job(job)).await
     }
 
+    async fn update_job_with_events(
+        &self,
+        job: &JobRecord,
+        events: &[JobEvent],
+    ) -> Result<JobRecord> {
+        let job = job.clone();
+        let events = events.to_vec();
+        // One redb write transaction: both commit or neither does.
+        self.write(move |tx| {
+            let id = job.id.clone();
+            let stored = tx.update_job(job)?;
+            tx.append_events(&id, &events)?;
+            Ok(stored)
+        })
+        .await
+    }
+
     async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
         let tenant = tenant.to_owned();
         let query = query.clone();

@@ -400,6 +400,58 @@ pub async fn events_list_in_time_order_and_repeats_are_stored_once(store: Store)
     assert!(other.items.is_empty() && other.next.is_none());
 }
 
+pub async fn a_state_change_and_its_events_land_together_or_not_at_all(store: Store) {
+    let v1 = create(&store, "j-1", "acme", 1, 0).await;
+    let mut admitted = v1.clone();
+    admitted.state = JobState::Admitted;
+    let stored = ok(
+        store
+            .update_job_with_events(
+                &admitted,
+                &[
+                    event(500, "state-ADMITTED", "admitted"),
+                    event(500, "note", "n"),
+                ],
+            )
+            .await,
+        "update with events",
+    );
+    assert_eq!(stored.version, 2);
+    // A stale writer (version 1 again) changes neither the record nor the history.
+    let mut stale = v1.clone();
+    stale.state = JobState::Stopped;
+    let err = store
+        .update_job_with_events(&stale, &[event(600, "state-STOPPED", "stopped")])
+        .await
+        .err();
+    assert!(
+        matches!(err, Some(StoreError::Conflict { expected: 1, .. })),
+        "{err:?}"
+    );
+    let read = ok(store.get_job("j-1").await, "get").map(|j| (j.version, j.state));
+    assert_eq!(read, Some((2, JobState::Admitted)));
+    let keys: Vec<String> = ok(store.list_events("j-1", 10, None).await, "events")
+        .items
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(keys, ["note", "state-ADMITTED"]);
+    // A missing job is a conflict too, and writes no orphan event.
+    let missing = store
+        .update_job_with_events(&job("absent", "acme", 1, 0), &[event(1, "x", "x")])
+        .await
+        .err();
+    assert!(
+        matches!(missing, Some(StoreError::Conflict { .. })),
+        "{missing:?}"
+    );
+    let orphan = ok(
+        store.list_events("absent", 10, None).await,
+        "events of a missing job",
+    );
+    assert!(orphan.items.is_empty(), "{:?}", orphan.items);
+}
+
 pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store) {
     assert_eq!(ok(store.get_capacity().await, "capacity"), None);
     let snapshot = json!({"series": {"h200": {"capacity": 16, "used": 8}}});

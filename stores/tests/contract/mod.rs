@@ -28,6 +28,7 @@ macro_rules! job_store_contract {
             active_index_is_in_admission_order_and_drops_terminal_jobs,
             tenant_listing_pages_newest_first_with_state_filter,
             events_list_in_time_order_and_repeats_are_stored_once,
+            a_state_change_and_its_events_land_together_or_not_at_all,
             capacity_api_keys_schedules_and_playgrounds_round_trip,
         );
     };
