@@ -33,6 +33,7 @@ pub struct Metrics {
     pass_micros_sum: AtomicU64,
     last_pass_micros: AtomicU64,
     api_retries: AtomicU64,
+    watch_errors: AtomicU64,
     kube_errors: AtomicU64,
     store_errors: AtomicU64,
     other_errors: AtomicU64,
@@ -102,6 +103,14 @@ impl Metrics {
     /// API calls retried so far.
     pub fn api_retries(&self) -> u64 {
         self.api_retries.load(Relaxed)
+    }
+    /// Counts a failed watch (list or watch request, or a broken stream).
+    pub fn inc_watch_errors(&self) {
+        self.watch_errors.fetch_add(1, Relaxed);
+    }
+    /// Watch failures so far.
+    pub fn watch_errors(&self) -> u64 {
+        self.watch_errors.load(Relaxed)
     }
     /// Steps failed because of the API server, because of a store, and otherwise.
     pub fn step_errors(&self) -> (u64, u64, u64) {
@@ -225,6 +234,12 @@ impl Metrics {
             "counter",
             "API calls retried (429/5xx/transport).",
             n(&self.api_retries),
+        );
+        put(
+            "tuneplane_watch_errors_total",
+            "counter",
+            "Failed watches (list, watch or stream errors; each restarts with backoff).",
+            n(&self.watch_errors),
         );
         put(
             "tuneplane_kube_errors_total",

@@ -29,13 +29,15 @@ pub struct Reconciler {
 }
 
 /// Mirrors `api` into `writer`'s store, each object reduced by `strip` to what a pass reads
-/// (see `cluster::strip_pod`) before it is stored, and wakes the pass loop on every change.
+/// (see `cluster::strip_pod`) before it is stored, and wakes the pass loop on every change;
+/// counts watch failures in `tuneplane_watch_errors_total`.
 fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     strip: fn(&mut K),
     writer: reflector::store::Writer<K>,
     notify: Arc<Notify>,
+    metrics: Arc<Metrics>,
 ) -> impl Future<Output = ()>
 where
     K: kube::Resource
@@ -54,6 +56,7 @@ where
         .applied_objects()
         .for_each(move |event| {
             if let Err(e) = event {
+                metrics.inc_watch_errors();
                 tracing::warn!(error = %e, "watch error; the watcher retries with backoff");
             }
             notify.notify_one();
@@ -119,6 +122,7 @@ impl Reconciler {
                 cluster::strip_node,
                 nodes_w,
                 notify.clone(),
+                self.ctx.metrics.clone(),
             ),
             reflect(
                 Api::<Pod>::all(client.clone()),
@@ -126,6 +130,7 @@ impl Reconciler {
                 cluster::strip_pod,
                 pods_w,
                 notify.clone(),
+                self.ctx.metrics.clone(),
             ),
             reflect(
                 Api::<Event>::all(client.clone()),
@@ -133,6 +138,7 @@ impl Reconciler {
                 cluster::strip_event,
                 events_w,
                 notify.clone(),
+                self.ctx.metrics.clone(),
             ),
             reflect(
                 Api::<RayJob>::all_with(client, &rayjob::resource()),
@@ -140,6 +146,7 @@ impl Reconciler {
                 cluster::strip_rayjob,
                 rayjobs_w,
                 notify.clone(),
+                self.ctx.metrics.clone(),
             ),
         );
         let stores = Stores {

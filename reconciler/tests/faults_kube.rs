@@ -217,14 +217,16 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
     h.sim.set_fault_plan(Some(plan));
     let started = tokio::time::Instant::now();
     let before = h.sim.fault_counts().requests;
-    // Every 2 s the watch history is dropped and open watches end, so the reflectors resume, get
-    // 410 Gone and relist, through the faults, again and again.
+    // After 1.5 s and then every 4 s the watch history is dropped and open watches end, so the
+    // reflectors resume, get 410 Gone and relist, through the faults, again and again.
     let store = h.sim.store().clone();
     let compactions = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let count = compactions.clone();
     let compactor = tokio::spawn(async move {
+        let mut period = Duration::from_millis(1500);
         loop {
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            tokio::time::sleep(period).await;
+            period = Duration::from_secs(4);
             store.compact();
             count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -248,7 +250,7 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
     eprintln!(
         "faults_kube: {} jobs in {:.1}s; {requests} requests ({:.1}/job); errors {:?}, drops {}, \
          lost responses {}, slow {}; reconciler retries {retries}, failed kube steps {kube_errors}, \
-         failed passes {}; watches ended {compactions} times",
+         failed passes {}; watches ended {compactions} times, watch errors {}",
         ids.len(),
         elapsed.as_secs_f64(),
         requests as f64 / ids.len() as f64,
@@ -257,6 +259,7 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
         c.lost_responses,
         c.slow,
         ctx.metrics.pass_errors(),
+        ctx.metrics.watch_errors(),
     );
     // With this seed every kind is drawn within the first 73 requests (the run makes over 200).
     for code in [429, 500, 503] {
@@ -268,10 +271,17 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
     assert!(c.drops > 0 && c.lost_responses > 0 && c.slow > 0, "{c:?}");
     assert!(retries > 0, "the reconciler never retried");
     assert_eq!(metric(&ctx, "tuneplane_kube_retries_total"), retries as f64);
+    // Faulted lists and watches, and the 410s after each compaction, are counted too.
+    let watch_errors = ctx.metrics.watch_errors();
+    assert!(watch_errors > 0, "no watch error counted");
+    assert_eq!(
+        metric(&ctx, "tuneplane_watch_errors_total"),
+        watch_errors as f64
+    );
     // No tight loop. A job costs about 10 requests when nothing fails: create, two pod lists and
     // one log read per container to archive, delete, and the retries of those; the lease adds 2
     // requests per renewal (one a second here) and the four watches a relist (list + watch) per
-    // failed watch and per compaction (every 2 s).
+    // failed watch and per compaction (every 4 s).
     // 40 per job plus 20 per second of run time is several times that, and a loop retrying without
     // backoff would exceed it by orders of magnitude.
     let bound = 40 * ids.len() as u64 + 20 * elapsed.as_secs().max(1);
