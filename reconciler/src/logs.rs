@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::time::Duration;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -24,6 +25,10 @@ use crate::kube_io::Kube;
 
 /// Most bytes kept per container log (the tail beyond is dropped and said so in the index).
 pub const MAX_LOG_BYTES: i64 = 32 * 1024 * 1024;
+
+/// Longest a log read may take per attempt (other calls get `kube_io::ATTEMPT_TIMEOUT`): a log of
+/// up to [`MAX_LOG_BYTES`] streamed through the API server from the kubelet can be slow.
+pub const LOG_READ_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The blob key of a job's log archive.
 pub fn logs_key(job_id: &str) -> String {
@@ -96,6 +101,7 @@ pub async fn archive(
             pods.insert(p.name_any(), p);
         }
     }
+    let reader = kube.clone().with_attempt_timeout(LOG_READ_TIMEOUT);
     let mut entries = Vec::new();
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     for (name, pod) in &pods {
@@ -121,7 +127,10 @@ pub async fn archive(
                 bytes: 0,
                 error: None,
             };
-            match kube.call("logs", &object, || api.logs(name, &params)).await {
+            match reader
+                .call("logs", &object, || api.logs(name, &params))
+                .await
+            {
                 Ok(text) => {
                     let path = format!("{name}/{container}.log");
                     entry.bytes = text.len();
