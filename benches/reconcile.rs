@@ -20,6 +20,7 @@
 //! `TUNEPLANE_BENCH_ADMIT_JOBS`, `TUNEPLANE_BENCH_AWS_JOBS`, `TUNEPLANE_BENCH_TERMINAL_JOBS`,
 //! `TUNEPLANE_BENCH_MEMORY_JOBS` (active jobs of `memory`, default 10,000);
 //! `TUNEPLANE_BENCH_HOLD_SECS` keeps `memory`'s steady state that long for a profiler;
+//! `TUNEPLANE_BENCH_REDB_CACHE_MB` sets the reconciler's embedded-store page cache;
 //! `TUNEPLANE_BENCH_QPS` (the reconciler's API rate limit in the bench, default 5,000/s; the
 //! production default of 20/s would cap admissions at 20/s). Prints figures, asserts none.
 
@@ -90,7 +91,11 @@ fn child(args: &[String]) {
         let counter = RequestCounter::new();
         let scratch = tempfile::tempdir().unwrap();
         let jobs: Arc<dyn JobStore> = if let Some(dir) = store.strip_prefix("embedded:") {
-            Arc::new(EmbeddedJobStore::open(Path::new(dir).join("jobs")).unwrap())
+            let cache = std::env::var("TUNEPLANE_BENCH_REDB_CACHE_MB")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .map_or(tuneplane_stores::embedded::CACHE_BYTES, |mb| mb << 20);
+            Arc::new(EmbeddedJobStore::open_with_cache(Path::new(dir).join("jobs"), cache).unwrap())
         } else if let Some(table) = store.strip_prefix("dynamo:") {
             let sdk = tuneplane_stores::aws::load_config().await;
             Arc::new(DynamoJobStore::new(
@@ -176,13 +181,19 @@ struct Proc {
 
 impl Proc {
     fn start(url: &str, store: &str, qps: usize) -> Proc {
-        // glibc's arena limit as the reconciler's Deployment sets it (infra/kustomize/base);
-        // MALLOC_ARENA_MAX in the bench's environment overrides it (e.g. 16, glibc's default
-        // on 2 cores, to see the difference).
-        let arenas = std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "2".into());
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        let mut child = Command::new(std::env::current_exe().unwrap());
+        // glibc's malloc settings as the reconciler's Deployment sets them
+        // (infra/kustomize/base/deployment.yaml); the same variables in the bench's environment
+        // override them (e.g. MALLOC_ARENA_MAX=16, glibc's default on 2 cores).
+        for (name, value) in [
+            ("MALLOC_ARENA_MAX", "1"),
+            ("MALLOC_MMAP_THRESHOLD_", "131072"),
+            ("MALLOC_TRIM_THRESHOLD_", "131072"),
+        ] {
+            child.env(name, std::env::var(name).unwrap_or_else(|_| value.into()));
+        }
+        let mut child = child
             .args(["child", url, store, &qps.to_string()])
-            .env("MALLOC_ARENA_MAX", arenas)
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .env("RUST_LOG", "error")
             .stdout(Stdio::piped())

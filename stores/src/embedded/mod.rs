@@ -25,9 +25,10 @@ pub const DB_FILE: &str = "jobs.redb";
 
 /// redb's page cache per open database. redb's default (1 GiB) let the cache grow with the whole
 /// file: the reconciler reads every active record each pass, so its cache ended up holding the
-/// jobs table. Pages beyond this are read again from the file (the OS page cache), which costs a
-/// pass a few milliseconds at 10,000 active jobs.
-pub const CACHE_BYTES: usize = 16 * 1024 * 1024;
+/// jobs table (~15 MiB of its RSS at 10,000 active jobs with a 16 MiB cap). Pages beyond this are
+/// read again from the file, i.e. from the OS page cache; at 10,000 active jobs the pass time did
+/// not measurably change (BENCHMARKS.md, "Reconciler memory").
+pub const CACHE_BYTES: usize = 4 * 1024 * 1024;
 
 /// [`JobStore`] persisted to `<dir>/jobs.redb`.
 #[derive(Clone)]
@@ -47,6 +48,11 @@ impl std::fmt::Debug for EmbeddedJobStore {
 impl EmbeddedJobStore {
     /// Opens (or creates) the store in `dir`, creating the directory if needed.
     pub fn open(dir: impl AsRef<Path>) -> Result<EmbeddedJobStore> {
+        Self::open_with_cache(dir, CACHE_BYTES)
+    }
+
+    /// [`open`](Self::open) with a page cache of `cache_bytes` instead of [`CACHE_BYTES`].
+    pub fn open_with_cache(dir: impl AsRef<Path>, cache_bytes: usize) -> Result<EmbeddedJobStore> {
         let dir = dir.as_ref();
         let path = dir.join(DB_FILE);
         let label = path.display().to_string();
@@ -55,7 +61,7 @@ impl EmbeddedJobStore {
         // redb still runs one write transaction at a time across all of them.
         let db = Database::builder()
             .set_concurrency_mode(ConcurrencyMode::MultiWriter)
-            .set_cache_size(CACHE_BYTES)
+            .set_cache_size(cache_bytes)
             .create(&path)
             .map_err(|e| db_err("open database", &label, "", e))?;
         tables::create_all(&db, &label)?;
