@@ -102,11 +102,16 @@ pub fn observe(cluster: &Cluster, job: &JobRecord) -> Observed {
 
 async fn copy_warnings(ctx: &Ctx, cluster: &Cluster, job: &JobRecord) -> Result<()> {
     let name = workload_of(job);
+    let warnings = cluster.warnings_for(&job.spec.namespace, &name);
+    if warnings.is_empty() {
+        // The common case: nothing to copy, and no per-job entry to allocate.
+        return Ok(());
+    }
     let mut fresh = Vec::new();
     {
         let mut seen = ctx.seen_events.lock().unwrap_or_else(|p| p.into_inner());
         let set = seen.entry(job.id.clone()).or_default();
-        for e in cluster.warnings_for(&job.spec.namespace, &name) {
+        for e in warnings {
             let uid = e.uid().unwrap_or_else(|| e.name_any());
             if !set.insert(uid.clone()) {
                 continue;
@@ -283,7 +288,10 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
         .iter()
         .filter(|r| r.metadata.deletion_timestamp.is_none())
     {
-        if let Some(id) = rj.labels().get(JOB_ID_LABEL) {
+        // Workloads of active jobs (nearly all of them) are skipped without allocating.
+        if let Some(id) = rj.labels().get(JOB_ID_LABEL)
+            && !active.contains(id)
+        {
             candidates.push((
                 WorkloadKind::RayJob,
                 rj.namespace().unwrap_or_default(),
@@ -299,6 +307,7 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
     {
         // Only the CPU job's own Pod is a workload; Ray pods belong to their RayJob.
         if let Some(id) = pod.labels().get(JOB_ID_LABEL)
+            && !active.contains(id)
             && pod.name_any() == workload_name(id)
         {
             candidates.push((
@@ -310,9 +319,6 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
         }
     }
     for (kind, ns, name, id) in candidates {
-        if active.contains(&id) {
-            continue;
-        }
         let job = ctx.jobs.get_job(&id).await?;
         if job.as_ref().is_some_and(|j| !j.is_terminal()) {
             continue;
