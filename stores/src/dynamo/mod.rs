@@ -21,6 +21,7 @@ mod query;
 mod records;
 pub mod table;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
@@ -268,28 +269,19 @@ impl DynamoJobStore {
     }
 
     pub(super) async fn update_job_inner(&self, job: &JobRecord) -> Result<JobRecord> {
-        let mut next = job.clone();
-        next.version = job.version + 1;
-        let key = job_pk(&job.id);
-        let JobItem(mut item) = JobItem::from(&next);
-        let token = write_token();
-        item.insert(WRITE_TOKEN.to_owned(), s(&token));
+        let write = GuardedJobWrite::new(job);
+        let (names, values) = write.condition_attributes();
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression(
-                "attribute_exists(pk) AND #v = :v AND NOT (#st IN (:s1, :s2, :s3))",
-            )
-            .expression_attribute_names("#v", "version")
-            .expression_attribute_names("#st", "state")
-            .expression_attribute_values(":v", n(job.version))
-            .expression_attribute_values(":s1", s("SUCCEEDED"))
-            .expression_attribute_values(":s2", s("FAILED"))
-            .expression_attribute_values(":s3", s("STOPPED"))
+            .set_item(Some(write.item))
+            .condition_expression(GuardedJobWrite::CONDITION)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
             .send()
             .await;
+        let (next, key, token) = (write.next, write.key, write.token);
         match result {
             Ok(_) => Ok(next),
             Err(e)
@@ -325,6 +317,57 @@ impl DynamoJobStore {
             );
         }
         ours
+    }
+}
+
+/// The parts of a conditional job write (plain `PutItem` or inside a transaction): the record at
+/// the next version with this call's write token, and the condition that the stored version is
+/// still the caller's and the stored job is not terminal.
+pub(super) struct GuardedJobWrite {
+    /// The record as it will be stored (version + 1).
+    pub next: JobRecord,
+    /// Its partition key.
+    pub key: String,
+    /// The item, write token included.
+    pub item: Item,
+    /// This call's write token (see `already_written`).
+    pub token: String,
+    expected_version: u64,
+}
+
+impl GuardedJobWrite {
+    /// The condition expression.
+    pub const CONDITION: &'static str =
+        "attribute_exists(pk) AND #v = :v AND NOT (#st IN (:s1, :s2, :s3))";
+
+    pub(super) fn new(job: &JobRecord) -> GuardedJobWrite {
+        let mut next = job.clone();
+        next.version = job.version + 1;
+        let JobItem(mut item) = JobItem::from(&next);
+        let token = write_token();
+        item.insert(WRITE_TOKEN.to_owned(), s(&token));
+        GuardedJobWrite {
+            key: job_pk(&job.id),
+            next,
+            item,
+            token,
+            expected_version: job.version,
+        }
+    }
+
+    /// The names and values [`Self::CONDITION`] refers to.
+    pub(super) fn condition_attributes(&self) -> (HashMap<String, String>, Item) {
+        let names = HashMap::from([
+            ("#v".to_owned(), "version".to_owned()),
+            ("#st".to_owned(), "state".to_owned()),
+        ]);
+        let values = Item::from([
+            (":v".to_owned(), n(self.expected_version)),
+            (":s1".to_owned(), s("SUCCEEDED")),
+            (":s2".to_owned(), s("FAILED")),
+            (":s3".to_owned(), s("STOPPED")),
+        ]);
+        (names, values)
     }
 }
 

@@ -11,8 +11,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, TransactWriteItem
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{ACTIVE_SHARDS, JobQuery, Page, Result, decode_cursor, encode_cursor};
 
-use super::item::{EventItem, Item, JOB_SK, JobItem, active_pk, event_sk, job_pk, n, s, tenant_pk};
-use super::{ACTIVE_INDEX, DynamoJobStore, TENANT_INDEX, WRITE_TOKEN, write_token};
+use super::item::{EventItem, Item, JOB_SK, active_pk, event_sk, job_pk, s, tenant_pk};
+use super::{ACTIVE_INDEX, DynamoJobStore, GuardedJobWrite, TENANT_INDEX};
 
 impl DynamoJobStore {
     pub(super) async fn list_jobs_inner(
@@ -130,24 +130,15 @@ impl DynamoJobStore {
             return self.update_job_inner(job).await;
         }
         let (now, later) = unique.split_at(unique.len().min(99));
-        let mut next = job.clone();
-        next.version = job.version + 1;
-        let key = job_pk(&job.id);
-        let JobItem(mut item) = JobItem::from(&next);
-        let token = write_token();
-        item.insert(WRITE_TOKEN.to_owned(), s(&token));
+        let write = GuardedJobWrite::new(job);
+        let (names, values) = write.condition_attributes();
+        let key = write.key.clone();
         let put_job = Put::builder()
             .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression(
-                "attribute_exists(pk) AND #v = :v AND NOT (#st IN (:s1, :s2, :s3))",
-            )
-            .expression_attribute_names("#v", "version")
-            .expression_attribute_names("#st", "state")
-            .expression_attribute_values(":v", n(job.version))
-            .expression_attribute_values(":s1", s("SUCCEEDED"))
-            .expression_attribute_values(":s2", s("FAILED"))
-            .expression_attribute_values(":s3", s("STOPPED"))
+            .set_item(Some(write.item))
+            .condition_expression(GuardedJobWrite::CONDITION)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
             .build()
             .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
         let mut request = self
@@ -180,7 +171,7 @@ impl DynamoJobStore {
                 }
                 // A retry of a transaction that applied before its answer was lost fails the
                 // condition against itself: the token tells.
-                if !self.already_written(&key, JOB_SK, &token).await {
+                if !self.already_written(&key, JOB_SK, &write.token).await {
                     return Err(self.conflict(&key, job.version));
                 }
             }
@@ -188,7 +179,7 @@ impl DynamoJobStore {
         if !later.is_empty() {
             self.append_events_inner(&job.id, later).await?;
         }
-        Ok(next)
+        Ok(write.next)
     }
 
     pub(super) async fn append_events_inner(
