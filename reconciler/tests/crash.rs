@@ -4,47 +4,16 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tuneplane_core::job::JobState;
 use tuneplane_reconciler::rayjob::{self, RayJob};
-
-type Uids = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
-
-/// Records every uid each workload name ever had.
-fn track<K>(api: Api<K>, config: watcher::Config, uids: Uids) -> tokio::task::JoinHandle<()>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    tokio::spawn(async move {
-        let mut stream = watcher(api, config)
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(item) = stream.next().await {
-            if let Ok(obj) = item {
-                let mut map = uids.lock().unwrap_or_else(|p| p.into_inner());
-                map.entry(obj.name_any())
-                    .or_default()
-                    .insert(obj.uid().unwrap_or_default());
-            }
-        }
-    })
-}
 
 /// A fingerprint of everything a step can change: record versions, archives, workloads.
 async fn fingerprint(h: &Harness, ids: &[&str], uids: &Uids) -> String {
@@ -85,10 +54,15 @@ async fn killing_the_reconciler_after_every_step_loses_no_job_and_creates_no_wor
     let uids: Uids = Arc::default();
     let rayjobs: Api<RayJob> =
         Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
-    let _t1 = track(rayjobs.clone(), watcher::Config::default(), uids.clone());
+    let _t1 = track_uids(
+        rayjobs.clone(),
+        watcher::Config::default(),
+        |_| true,
+        uids.clone(),
+    );
     let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
     let cpu_pods = watcher::Config::default().fields("metadata.name=tp-c1");
-    let _t2 = track(pods.clone(), cpu_pods, uids.clone());
+    let _t2 = track_uids(pods.clone(), cpu_pods, |_| true, uids.clone());
 
     let ids = ["g1", "g2", "c1", "g3"];
     h.submit(&job(

@@ -18,9 +18,9 @@ mod fault_proxy;
 #[path = "common/faulty.rs"]
 mod faulty;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region};
@@ -28,11 +28,10 @@ use aws_sdk_dynamodb::config::Credentials;
 use common::*;
 use fault_proxy::{FaultProxy, ProxyFault, ProxyPlan};
 use faulty::{FaultKind, Faults, FaultyBlobStore, FaultyJobStore, Rule};
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::workload_name;
 use tuneplane_core::store::{BlobStore, CreateOutcome, JobStore, PlaygroundRecord, StoreError};
@@ -41,35 +40,6 @@ use tuneplane_reconciler::rayjob::{self, RayJob};
 use tuneplane_reconciler::{Ctx, Reconciler};
 use tuneplane_stores::aws::{dynamodb_client, retry_config, s3_client};
 use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore, S3BlobStore};
-
-type Uids = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
-
-/// Watches `api` and records every uid each object name ever had.
-fn record_uids<K>(api: Api<K>, uids: Uids) -> tokio::task::JoinHandle<()>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects();
-        let mut stream = stream.boxed();
-        while let Some(item) = stream.next().await {
-            if let Ok(obj) = item {
-                let mut map = uids.lock().unwrap_or_else(|p| p.into_inner());
-                map.entry(obj.name_any())
-                    .or_default()
-                    .insert(obj.uid().unwrap_or_default());
-            }
-        }
-    })
-}
 
 /// Workload watches of the job namespace.
 struct Workloads {
@@ -86,8 +56,18 @@ impl Workloads {
             Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
         let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
         let tasks = vec![
-            record_uids(rayjobs.clone(), uids.clone()),
-            record_uids(pods.clone(), uids.clone()),
+            track_uids(
+                rayjobs.clone(),
+                watcher::Config::default(),
+                |_| true,
+                uids.clone(),
+            ),
+            track_uids(
+                pods.clone(),
+                watcher::Config::default(),
+                |_| true,
+                uids.clone(),
+            ),
         ];
         Workloads {
             rayjobs,

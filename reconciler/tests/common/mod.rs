@@ -259,3 +259,46 @@ pub async fn assert_logs_archived(h: &Harness, job: &JobRecord) -> Vec<(String, 
     assert_eq!(entries.first().map(|e| e.0.as_str()), Some("index.json"));
     entries
 }
+
+/// Every uid each object name ever had (a name with two uids was created twice).
+pub type Uids = std::sync::Arc<
+    std::sync::Mutex<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>,
+>;
+
+/// Watches `api` with `config` and records into `uids` every uid each object name accepted by
+/// `keep` ever had. The task runs until aborted or dropped with the runtime.
+pub fn track_uids<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    keep: impl Fn(&str) -> bool + Send + 'static,
+    uids: Uids,
+) -> JoinHandle<()>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures_util::StreamExt;
+    use kube::ResourceExt;
+    use kube::runtime::WatchStreamExt;
+    tokio::spawn(async move {
+        let mut stream = kube::runtime::watcher(api, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(item) = stream.next().await {
+            if let Ok(obj) = item
+                && keep(&obj.name_any())
+            {
+                let mut map = uids.lock().unwrap_or_else(|p| p.into_inner());
+                map.entry(obj.name_any())
+                    .or_default()
+                    .insert(obj.uid().unwrap_or_default());
+            }
+        }
+    })
+}

@@ -6,14 +6,13 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde_json::json;
 use tuneplane_core::job::{FailureReason, JobRecord, JobState};
 use tuneplane_core::render::workload_name;
@@ -195,36 +194,8 @@ pub fn mix(prefix: &str, n: usize) -> Vec<(String, Kind)> {
         .collect()
 }
 
-/// Every uid each workload name ever had.
-pub type Uids = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
-
-fn track<K>(api: Api<K>, keep: BTreeSet<String>, uids: Uids) -> tokio::task::JoinHandle<()>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    tokio::spawn(async move {
-        let mut stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(item) = stream.next().await {
-            if let Ok(obj) = item
-                && keep.contains(&obj.name_any())
-            {
-                let mut map = uids.lock().unwrap_or_else(|p| p.into_inner());
-                map.entry(obj.name_any())
-                    .or_default()
-                    .insert(obj.uid().unwrap_or_default());
-            }
-        }
-    })
-}
+pub use crate::common::Uids;
+use crate::common::track_uids;
 
 /// Watches the RayJobs and the CPU jobs' Pods of `jobs` from now on.
 pub struct Tracker {
@@ -246,9 +217,20 @@ impl Tracker {
         let rayjobs: Api<RayJob> =
             Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
         let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+        let (rayjob_names, pod_names) = (names(false), names(true));
         let tasks = vec![
-            track(rayjobs, names(false), uids.clone()),
-            track(pods, names(true), uids.clone()),
+            track_uids(
+                rayjobs,
+                watcher::Config::default(),
+                move |n| rayjob_names.contains(n),
+                uids.clone(),
+            ),
+            track_uids(
+                pods,
+                watcher::Config::default(),
+                move |n| pod_names.contains(n),
+                uids.clone(),
+            ),
         ];
         Tracker { uids, tasks }
     }
