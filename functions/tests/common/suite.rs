@@ -34,6 +34,7 @@ macro_rules! api_suite {
         );
         $crate::api_suite!(@cases $make; triggers;
             signed_webhook_submits_once_and_a_replay_is_401,
+            a_webhook_delivery_that_fails_is_forgotten_so_its_retry_is_not_a_replay,
             webhook_with_bad_signature_or_stale_timestamp_is_401,
             git_push_webhook_runs_the_source_template_with_overrides,
             scheduled_event_delivered_twice_creates_one_job,

@@ -40,6 +40,26 @@ pub async fn signed_webhook_submits_once_and_a_replay_is_401(h: &Harness) {
     assert_eq!(h.job_count(TENANT_A).await, 1);
 }
 
+pub async fn a_webhook_delivery_that_fails_is_forgotten_so_its_retry_is_not_a_replay(h: &Harness) {
+    // Signed correctly, but the template it names does not exist: the submission fails (4xx).
+    let payload =
+        serde_json::to_vec(&json!({"template": "missing", "overrides": {}})).unwrap_or_default();
+    let sig = super::tuneplane_signature(super::WEBHOOK_SECRET, now_secs(), &payload);
+    let headers = [("x-tuneplane-signature", sig.as_str())];
+    let first = deliver(h, "ci", &headers, &payload).await;
+    assert!(
+        first.status.is_client_error() && first.status != StatusCode::UNAUTHORIZED,
+        "{}: {}",
+        first.status,
+        first.json
+    );
+    // The sender retries the same delivery: it is heard again (same answer), not refused as a replay.
+    let retry = deliver(h, "ci", &headers, &payload).await;
+    assert_eq!(retry.status, first.status, "{}", retry.json);
+    assert_eq!(retry.json["error"]["code"], first.json["error"]["code"]);
+    assert_eq!(h.job_count(TENANT_A).await, 0);
+}
+
 pub async fn webhook_with_bad_signature_or_stale_timestamp_is_401(h: &Harness) {
     let payload = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();
     let wrong = super::tuneplane_signature("another-secret-0123456789", now_secs(), &payload);
