@@ -180,6 +180,23 @@ pub trait JobStore: Send + Sync {
         idem: Option<&Idempotency>,
     ) -> Result<CreateOutcome>;
 
+    /// [`JobStore::create_job`] with the job's first events in the same atomic write: when the
+    /// job is created, its events are stored with it; when an idempotent repeat returns the first
+    /// job ([`CreateOutcome::Existing`]) or the create fails, none are written. The stores
+    /// override this with one transaction; this default (for wrappers) creates, then appends.
+    async fn create_job_with_events(
+        &self,
+        job: &JobRecord,
+        idem: Option<&Idempotency>,
+        events: &[JobEvent],
+    ) -> Result<CreateOutcome> {
+        let outcome = self.create_job(job, idem).await?;
+        if let CreateOutcome::Created(created) = &outcome {
+            self.append_events(&created.id, events).await?;
+        }
+        Ok(outcome)
+    }
+
     /// Reads one job (strongly consistent).
     async fn get_job(&self, id: &str) -> Result<Option<JobRecord>>;
 

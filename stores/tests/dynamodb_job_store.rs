@@ -41,12 +41,12 @@ async fn creating_the_table_twice_is_harmless() {
 /// Submit → admit → running → succeeded, with events at each step, as the functions and the
 /// reconciler perform it. The count is the running cost of one job.
 #[tokio::test]
-async fn one_job_lifecycle_costs_six_writes_plus_the_shared_active_scan() {
+async fn one_job_lifecycle_costs_five_writes_plus_the_shared_active_scan() {
     let counter = RequestCounter::new();
     let store = store_with(Some(counter.clone())).await;
     counter.reset();
 
-    // Submit (functions): job + idempotency key in one transaction, then the submission event.
+    // Submit (functions): job, idempotency key and the submission event in one transaction.
     let idem = Idempotency {
         key: "req-1".into(),
         request_sha256: "a".repeat(64),
@@ -54,15 +54,13 @@ async fn one_job_lifecycle_costs_six_writes_plus_the_shared_active_scan() {
     };
     let created = ok(
         store
-            .create_job(&job("j-life", "acme", 1_000, 0), Some(&idem))
+            .create_job_with_events(
+                &job("j-life", "acme", 1_000, 0),
+                Some(&idem),
+                &[event(1_000, "submitted", "submitted")],
+            )
             .await,
         "submit",
-    );
-    ok(
-        store
-            .append_events("j-life", &[event(1_000, "submitted", "submitted")])
-            .await,
-        "event",
     );
     let submit = counter.snapshot();
 
@@ -108,17 +106,14 @@ async fn one_job_lifecycle_costs_six_writes_plus_the_shared_active_scan() {
             .map(|(k, v)| (k.to_string(), *v))
             .collect::<BTreeMap<_, _>>()
     };
-    assert_eq!(
-        submit,
-        map(&[("BatchWriteItem", 1), ("TransactWriteItems", 1)])
-    );
+    assert_eq!(submit, map(&[("TransactWriteItems", 1)]));
     assert_eq!(scan, map(&[("Query", 4)]));
     assert_eq!(
         follow,
         map(&[("BatchWriteItem", 1), ("TransactWriteItems", 3)])
     );
     let per_job: u64 = submit.values().chain(follow.values()).sum();
-    assert_eq!(per_job, 6);
+    assert_eq!(per_job, 5);
     let events = ok(store.list_events("j-life", 20, None).await, "events").items;
     assert_eq!(events.len(), 6, "{events:?}");
     println!(

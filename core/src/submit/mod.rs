@@ -295,29 +295,26 @@ impl SubmitService {
             request_sha256: request_digest(&prepared.sha256),
             ttl_seconds: self.config.idempotency_ttl_seconds,
         });
-        let outcome = self.jobs.create_job(&record, idem.as_ref()).await?;
+        let event = JobEvent {
+            at_ms: now_ms,
+            key: "submitted".into(),
+            source: EventSource::Platform,
+            kind: "Normal".into(),
+            reason: "Submitted".into(),
+            message: format!(
+                "{}; capsule {}",
+                origin.describe(),
+                &prepared.sha256[..12.min(prepared.sha256.len())]
+            ),
+            object: None,
+        };
+        // The job and its first event in one atomic write: no crash leaves a job without it.
+        let outcome = self
+            .jobs
+            .create_job_with_events(&record, idem.as_ref(), &[event])
+            .await?;
         let created = matches!(outcome, CreateOutcome::Created(_));
         let job = outcome.record().clone();
-        if created {
-            let event = JobEvent {
-                at_ms: now_ms,
-                key: "submitted".into(),
-                source: EventSource::Platform,
-                kind: "Normal".into(),
-                reason: "Submitted".into(),
-                message: format!(
-                    "{}; capsule {}",
-                    origin.describe(),
-                    &prepared.sha256[..12.min(prepared.sha256.len())]
-                ),
-                object: None,
-            };
-            // The job exists now; failing the request here would make the client retry a
-            // submission that succeeded. The event is informational, so say it is missing instead.
-            if let Err(e) = self.jobs.append_events(&job.id, &[event]).await {
-                notes.push(format!("the submission event was not recorded: {e}"));
-            }
-        }
         Ok(Submitted {
             job,
             created,

@@ -27,10 +27,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
-use tuneplane_core::job::JobRecord;
+use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{CreateOutcome, Idempotency, IdempotencyRecord, Result, StoreError};
 
-use item::{Item, JOB_SK, JobItem, Stored, job_pk, n, s};
+use item::{EventItem, Item, JOB_SK, JobItem, Stored, event_sk, job_pk, n, s};
 
 /// Name of the sparse index of active jobs and playgrounds.
 pub const ACTIVE_INDEX: &str = "active";
@@ -174,10 +174,44 @@ impl DynamoJobStore {
         item.as_ref().map(|i| self.decode(i)).transpose()
     }
 
+    /// The put of each event of `job_id` (at most 98, so that the job and its idempotency record
+    /// fit one transaction; a new job has one or two).
+    fn event_puts(&self, job_id: &str, events: &[JobEvent]) -> Result<Vec<TransactWriteItem>> {
+        let mut unique: std::collections::BTreeMap<String, &JobEvent> =
+            std::collections::BTreeMap::new();
+        for event in events {
+            unique.insert(event_sk(event.at_ms, &event.key), event);
+        }
+        if unique.len() > 98 {
+            return Err(self.backend(
+                "TransactWriteItems",
+                &job_pk(job_id),
+                std::io::Error::other(format!(
+                    "{} events cannot be written with the job in one transaction (at most 98)",
+                    unique.len()
+                )),
+            ));
+        }
+        unique
+            .into_values()
+            .map(|event| {
+                let ttl = (event.at_ms / 1000).saturating_add(self.event_ttl_secs);
+                let EventItem(item) = EventItem::new(job_id, event, ttl);
+                Put::builder()
+                    .table_name(&self.table)
+                    .set_item(Some(item))
+                    .build()
+                    .map(|put| TransactWriteItem::builder().put(put).build())
+                    .map_err(|e| self.backend("TransactWriteItems", &job_pk(job_id), e))
+            })
+            .collect()
+    }
+
     async fn create_job_inner(
         &self,
         job: &JobRecord,
         idem: Option<&Idempotency>,
+        events: &[JobEvent],
     ) -> Result<CreateOutcome> {
         let mut job = job.clone();
         job.version = 1;
@@ -185,6 +219,38 @@ impl DynamoJobStore {
         let JobItem(mut item) = JobItem::from(&job);
         let token = write_token();
         item.insert(WRITE_TOKEN.to_owned(), s(&token));
+        let event_puts = self.event_puts(&job.id, events)?;
+        if idem.is_none() && !event_puts.is_empty() {
+            // The job and its events in one transaction; a failed condition on the job (index 0)
+            // is either our own earlier attempt (answer lost, retried) or another job.
+            let put_job = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
+            let mut items = vec![TransactWriteItem::builder().put(put_job).build()];
+            items.extend(event_puts);
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items))
+                .send()
+                .await;
+            return match result {
+                Ok(_) => Ok(CreateOutcome::Created(job)),
+                Err(e) if first_condition_failed(&e) => {
+                    if self.already_written(&key, JOB_SK, &token).await {
+                        return Ok(CreateOutcome::Created(job));
+                    }
+                    Err(StoreError::AlreadyExists {
+                        table: self.table.clone(),
+                        key,
+                    })
+                }
+                Err(e) => Err(self.backend("TransactWriteItems", &key, e)),
+            };
+        }
         let Some(idem) = idem else {
             let result = self
                 .client
@@ -230,11 +296,16 @@ impl DynamoJobStore {
             .expression_attribute_values(":now", n(now))
             .build()
             .map_err(|e| self.backend("TransactWriteItems", &idem_pk, e))?;
+        // Job (index 0), idempotency record (1), then the events, which carry no condition.
+        let mut items = vec![
+            TransactWriteItem::builder().put(put_job).build(),
+            TransactWriteItem::builder().put(put_idem).build(),
+        ];
+        items.extend(event_puts);
         let result = self
             .client
             .transact_write_items()
-            .transact_items(TransactWriteItem::builder().put(put_job).build())
-            .transact_items(TransactWriteItem::builder().put(put_idem).build())
+            .set_transact_items(Some(items))
             .send()
             .await;
         let err = match result {
@@ -317,6 +388,23 @@ impl DynamoJobStore {
             );
         }
         ours
+    }
+}
+
+/// True when a transaction was cancelled because the condition of its first item failed.
+pub(super) fn first_condition_failed(
+    e: &aws_sdk_dynamodb::error::SdkError<
+        TransactWriteItemsError,
+        aws_sdk_dynamodb::config::http::HttpResponse,
+    >,
+) -> bool {
+    match e.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(c)) => c
+            .cancellation_reasons()
+            .first()
+            .and_then(|r| r.code())
+            .is_some_and(|code| code == "ConditionalCheckFailed"),
+        _ => false,
     }
 }
 

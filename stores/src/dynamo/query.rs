@@ -6,13 +6,12 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, TransactWriteItem, WriteRequest};
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{ACTIVE_SHARDS, JobQuery, Page, Result, decode_cursor, encode_cursor};
 
 use super::item::{EventItem, Item, JOB_SK, active_pk, event_sk, job_pk, s, tenant_pk};
-use super::{ACTIVE_INDEX, DynamoJobStore, GuardedJobWrite, TENANT_INDEX};
+use super::{ACTIVE_INDEX, DynamoJobStore, GuardedJobWrite, TENANT_INDEX, first_condition_failed};
 
 impl DynamoJobStore {
     pub(super) async fn list_jobs_inner(
@@ -158,15 +157,7 @@ impl DynamoJobStore {
         match request.send().await {
             Ok(_) => {}
             Err(e) => {
-                let job_condition_failed = match e.as_service_error() {
-                    Some(TransactWriteItemsError::TransactionCanceledException(c)) => c
-                        .cancellation_reasons()
-                        .first()
-                        .and_then(|r| r.code())
-                        .is_some_and(|code| code == "ConditionalCheckFailed"),
-                    _ => false,
-                };
-                if !job_condition_failed {
+                if !first_condition_failed(&e) {
                     return Err(self.backend("TransactWriteItems", &key, e));
                 }
                 // A retry of a transaction that applied before its answer was lost fails the

@@ -135,11 +135,21 @@ impl JobStore for DynamoJobStore {
         job: &JobRecord,
         idem: Option<&Idempotency>,
     ) -> Result<CreateOutcome> {
+        self.create_job_with_events(job, idem, &[]).await
+    }
+
+    #[tracing::instrument(skip_all, fields(table = %self.table(), job_id = %job.id, events = events.len()), err)]
+    async fn create_job_with_events(
+        &self,
+        job: &JobRecord,
+        idem: Option<&Idempotency>,
+        events: &[JobEvent],
+    ) -> Result<CreateOutcome> {
         // A concurrent identical submission can cancel ours before its own transaction has
         // committed (nothing to resolve against yet): retry briefly, then report the conflict.
         let mut attempt = 0;
         loop {
-            match self.create_job_inner(job, idem).await {
+            match self.create_job_inner(job, idem, events).await {
                 Err(StoreError::Conflict { .. }) if idem.is_some() && attempt < 5 => {
                     attempt += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(20 << attempt)).await;

@@ -149,6 +149,26 @@ impl JobStore for EmbeddedJobStore {
             .await
     }
 
+    async fn create_job_with_events(
+        &self,
+        job: &JobRecord,
+        idem: Option<&Idempotency>,
+        events: &[JobEvent],
+    ) -> Result<CreateOutcome> {
+        let job = job.clone();
+        let idem = idem.cloned();
+        let events = events.to_vec();
+        // One redb write transaction: the job, its idempotency record and its events.
+        self.write(move |tx| {
+            let outcome = tx.create_job(job, idem, now_secs())?;
+            if let CreateOutcome::Created(created) = &outcome {
+                tx.append_events(&created.id, &events)?;
+            }
+            Ok(outcome)
+        })
+        .await
+    }
+
     async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
         let id = id.to_owned();
         self.read(move |tx| tx.get_job(&id)).await

@@ -452,6 +452,68 @@ pub async fn a_state_change_and_its_events_land_together_or_not_at_all(store: St
     assert!(orphan.items.is_empty(), "{:?}", orphan.items);
 }
 
+pub async fn a_new_job_and_its_first_events_land_together_and_repeats_add_none(store: Store) {
+    let key = idem("sub-1", "a", 3600);
+    let first = ok(
+        store
+            .create_job_with_events(
+                &job("j-1", "acme", 1, 0),
+                Some(&key),
+                &[event(1, "submitted", "first")],
+            )
+            .await,
+        "create with events",
+    );
+    assert!(matches!(first, CreateOutcome::Created(_)), "{first:?}");
+    // The same request again (another id, as a retried request gets): the first job, no event.
+    let again = ok(
+        store
+            .create_job_with_events(
+                &job("j-2", "acme", 2, 0),
+                Some(&key),
+                &[event(2, "submitted", "again")],
+            )
+            .await,
+        "repeat",
+    );
+    assert!(
+        matches!(&again, CreateOutcome::Existing(j) if j.id == "j-1"),
+        "{again:?}"
+    );
+    // An existing job id without a key: refused, and no event lands on the existing job.
+    let taken = store
+        .create_job_with_events(
+            &job("j-1", "acme", 3, 0),
+            None,
+            &[event(3, "submitted", "taken")],
+        )
+        .await
+        .err();
+    assert!(
+        matches!(taken, Some(StoreError::AlreadyExists { .. })),
+        "{taken:?}"
+    );
+    // Without a key, a new job and its event land together.
+    ok(
+        store
+            .create_job_with_events(
+                &job("j-3", "acme", 4, 0),
+                None,
+                &[event(4, "submitted", "x")],
+            )
+            .await,
+        "create without key",
+    );
+    for (id, expected) in [("j-1", vec!["first"]), ("j-2", vec![]), ("j-3", vec!["x"])] {
+        let messages: Vec<String> = ok(store.list_events(id, 10, None).await, "events")
+            .items
+            .into_iter()
+            .map(|e| e.message)
+            .collect();
+        assert_eq!(messages, expected, "events of {id}");
+    }
+}
+
 pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store) {
     assert_eq!(ok(store.get_capacity().await, "capacity"), None);
     let snapshot = json!({"series": {"h200": {"capacity": 16, "used": 8}}});
