@@ -30,6 +30,6 @@ pub mod selector;
 mod sim;
 pub mod store;
 
-pub use api::faults::{FaultCounts, FaultPlan, FaultScope};
+pub use api::faults::{FaultCounts, FaultPlan, FaultScope, SplitMix64};
 pub use error::{ApiError, Error, Result};
 pub use sim::{KubeSim, Scenario, SimConfig, annotations};

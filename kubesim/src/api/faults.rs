@@ -156,12 +156,19 @@ pub enum Fault {
     LoseResponse,
 }
 
-/// SplitMix64: small, seedable, good enough to draw faults.
-#[derive(Debug)]
-struct Rng(u64);
+/// SplitMix64: a small seeded generator (no dependency), so a seed names one sequence of draws.
+/// Shared with the tests that inject faults of their own.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
 
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
+impl SplitMix64 {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -170,15 +177,20 @@ impl Rng {
     }
 
     /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi.saturating_sub(lo).saturating_add(1)).max(1)
     }
 }
 
 #[derive(Debug, Default)]
 struct State {
     next: Option<(u32, u16)>,
-    plan: Option<(FaultPlan, Rng)>,
+    plan: Option<(FaultPlan, SplitMix64)>,
     counts: FaultCounts,
 }
 
@@ -201,7 +213,7 @@ impl Faults {
     /// Installs `plan` (replacing any), or clears it with `None`.
     pub fn set_plan(&self, plan: Option<FaultPlan>) {
         self.lock().plan = plan.map(|p| {
-            let rng = Rng(p.seed);
+            let rng = SplitMix64::new(p.seed);
             (p, rng)
         });
     }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tuneplane_kubesim::SplitMix64;
 
 /// What the proxy did to one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -153,7 +154,7 @@ impl FaultProxy {
         let switches = Arc::new(Switches {
             enabled: enabled.clone(),
             outage: outage.clone(),
-            rng: Mutex::new(Rng(plan.seed)),
+            rng: Mutex::new(SplitMix64::new(plan.seed)),
             next: Mutex::new(None),
         });
         let (s, sw) = (stats.clone(), switches.clone());
@@ -184,7 +185,7 @@ impl FaultProxy {
 struct Switches {
     enabled: Arc<AtomicBool>,
     outage: Arc<AtomicBool>,
-    rng: Mutex<Rng>,
+    rng: Mutex<SplitMix64>,
     /// A fault for the next few requests, and how many are left.
     next: Mutex<Option<(ProxyFault, u64)>>,
 }
@@ -199,21 +200,6 @@ impl Switches {
             *next = None;
         }
         Some(fault)
-    }
-}
-
-/// SplitMix64 draws in [0, 1).
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -426,7 +412,7 @@ fn canned(service: &'static str, fault: ProxyFault) -> Vec<u8> {
     .into_bytes()
 }
 
-fn draw(plan: &ProxyPlan, rng: &Mutex<Rng>) -> (Option<ProxyFault>, f64) {
+fn draw(plan: &ProxyPlan, rng: &Mutex<SplitMix64>) -> (Option<ProxyFault>, f64) {
     let (u, v) = rng
         .lock()
         .map(|mut r| (r.unit(), r.unit()))

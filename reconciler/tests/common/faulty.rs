@@ -31,21 +31,6 @@ pub enum FaultKind {
     Outage,
 }
 
-/// SplitMix64: a tiny seeded generator, so a seed names one sequence of fault draws.
-#[derive(Debug)]
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// A scripted fault: the `nth` call (from 1) of `method` whose key contains `key` fails as `kind`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -66,7 +51,7 @@ pub struct Faults {
     pub seed: u64,
     before: f64,
     after: f64,
-    rng: Mutex<SplitMix>,
+    rng: Mutex<tuneplane_kubesim::SplitMix64>,
     enabled: AtomicBool,
     outage: AtomicBool,
     injected: Mutex<BTreeMap<(FaultKind, &'static str), u64>>,
@@ -82,7 +67,7 @@ impl Faults {
             seed,
             before,
             after,
-            rng: Mutex::new(SplitMix(seed)),
+            rng: Mutex::new(tuneplane_kubesim::SplitMix64::new(seed)),
             enabled: AtomicBool::new(true),
             outage: AtomicBool::new(false),
             injected: Mutex::default(),
@@ -177,7 +162,7 @@ impl Faults {
         if !self.enabled.load(Ordering::SeqCst) {
             return None;
         }
-        let u = self.rng.lock().map(|mut r| r.next_unit()).unwrap_or(1.0);
+        let u = self.rng.lock().map(|mut r| r.unit()).unwrap_or(1.0);
         if u < self.before {
             Some(FaultKind::Before)
         } else if u < self.before + self.after {

@@ -49,29 +49,8 @@ pub fn config() -> SimConfig {
     config
 }
 
-/// SplitMix64: a tiny seeded generator (reproducible, no dependency).
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-}
+/// The kill schedule's generator (kubesim's SplitMix64).
+pub use tuneplane_kubesim::SplitMix64 as Rng;
 
 /// The seed from `TUNEPLANE_CRASH_SEED` (decimal or 0x-hex), else `default`.
 pub fn seed(default: u64) -> u64 {
