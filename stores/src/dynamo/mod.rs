@@ -207,6 +207,23 @@ impl DynamoJobStore {
             .collect()
     }
 
+    /// After a create failed its `attribute_not_exists` condition: our own earlier attempt (its
+    /// answer lost, the SDK retried) is a success; any other job at that key is taken.
+    async fn ours_or_taken(
+        &self,
+        job: JobRecord,
+        key: String,
+        token: &str,
+    ) -> Result<CreateOutcome> {
+        if self.already_written(&key, JOB_SK, token).await {
+            return Ok(CreateOutcome::Created(job));
+        }
+        Err(StoreError::AlreadyExists {
+            table: self.table.clone(),
+            key,
+        })
+    }
+
     async fn create_job_inner(
         &self,
         job: &JobRecord,
@@ -239,15 +256,7 @@ impl DynamoJobStore {
                 .await;
             return match result {
                 Ok(_) => Ok(CreateOutcome::Created(job)),
-                Err(e) if first_condition_failed(&e) => {
-                    if self.already_written(&key, JOB_SK, &token).await {
-                        return Ok(CreateOutcome::Created(job));
-                    }
-                    Err(StoreError::AlreadyExists {
-                        table: self.table.clone(),
-                        key,
-                    })
-                }
+                Err(e) if first_condition_failed(&e) => self.ours_or_taken(job, key, &token).await,
                 Err(e) => Err(self.backend("TransactWriteItems", &key, e)),
             };
         }
@@ -266,13 +275,7 @@ impl DynamoJobStore {
                     if e.as_service_error()
                         .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
                 {
-                    if self.already_written(&key, JOB_SK, &token).await {
-                        return Ok(CreateOutcome::Created(job));
-                    }
-                    Err(StoreError::AlreadyExists {
-                        table: self.table.clone(),
-                        key,
-                    })
+                    self.ours_or_taken(job, key, &token).await
                 }
                 Err(e) => Err(self.backend("PutItem", &key, e)),
             };
