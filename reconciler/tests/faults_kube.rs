@@ -19,8 +19,7 @@ use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::workload_name;
 use tuneplane_kubesim::{FaultPlan, FaultScope};
 use tuneplane_reconciler::kube_io::client_config;
-use tuneplane_reconciler::metrics::Metrics;
-use tuneplane_reconciler::{Config, Ctx, Reconciler};
+use tuneplane_reconciler::{Config, Ctx};
 
 type Uids = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
 
@@ -63,22 +62,7 @@ async fn reconciler(h: &Harness, config: Config) -> (tokio::task::JoinHandle<()>
     let url = h.sim.url().parse().unwrap_or_else(|e| panic!("url: {e}"));
     let client = kube::Client::try_from(client_config(kube::Config::new(url)))
         .unwrap_or_else(|e| panic!("client: {e}"));
-    let r = Reconciler::new(
-        config,
-        client,
-        h.jobs.clone(),
-        h.blobs.clone(),
-        Arc::new(Metrics::default()),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("reconciler: {e}"));
-    let ctx = r.ctx();
-    let task = tokio::spawn(async move {
-        if let Err(e) = r.run_until(std::future::pending()).await {
-            panic!("reconciler stopped: {e}");
-        }
-    });
-    (task, ctx)
+    spawn_reconciler(config, client, h.jobs.clone(), h.blobs.clone()).await
 }
 
 fn gpu_job(id: &str, series: &str, nodes: u32, gpus: u32) -> JobRecord {

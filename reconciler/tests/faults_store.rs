@@ -35,9 +35,8 @@ use kube::runtime::watcher;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::workload_name;
 use tuneplane_core::store::{BlobStore, CreateOutcome, JobStore, PlaygroundRecord, StoreError};
-use tuneplane_reconciler::metrics::Metrics;
+use tuneplane_reconciler::Ctx;
 use tuneplane_reconciler::rayjob::{self, RayJob};
-use tuneplane_reconciler::{Ctx, Reconciler};
 use tuneplane_stores::aws::{dynamodb_client, retry_config, s3_client};
 use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore, S3BlobStore};
 
@@ -105,22 +104,7 @@ async fn reconciler_over(
     jobs: Arc<dyn JobStore>,
     blobs: Arc<dyn BlobStore>,
 ) -> (tokio::task::JoinHandle<()>, Arc<Ctx>) {
-    let r = Reconciler::new(
-        test_config("faulty"),
-        h.client.clone(),
-        jobs,
-        blobs,
-        Arc::new(Metrics::default()),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("reconciler: {e}"));
-    let ctx = r.ctx();
-    let task = tokio::spawn(async move {
-        if let Err(e) = r.run_until(std::future::pending()).await {
-            panic!("reconciler stopped: {e}");
-        }
-    });
-    (task, ctx)
+    spawn_reconciler(test_config("faulty"), h.client.clone(), jobs, blobs).await
 }
 
 /// A mix of `gpu` h200 jobs, `small` l40s jobs and `cpu` CPU jobs.

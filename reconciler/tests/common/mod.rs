@@ -103,26 +103,35 @@ pub fn test_config(identity: &str) -> Config {
     }
 }
 
+/// Starts a reconciler over `client` and the given stores as a task; abort the handle to crash it.
+pub async fn spawn_reconciler(
+    config: Config,
+    client: kube::Client,
+    jobs: Arc<dyn JobStore>,
+    blobs: Arc<dyn BlobStore>,
+) -> (JoinHandle<()>, Arc<Ctx>) {
+    let r = Reconciler::new(config, client, jobs, blobs, Arc::new(Metrics::default()))
+        .await
+        .unwrap_or_else(|e| panic!("reconciler: {e}"));
+    let ctx = r.ctx();
+    let task = tokio::spawn(async move {
+        if let Err(e) = r.run_until(std::future::pending()).await {
+            panic!("reconciler stopped: {e}");
+        }
+    });
+    (task, ctx)
+}
+
 impl Harness {
     /// Starts a reconciler as a task; abort the handle to crash it.
     pub async fn reconciler(&self, config: Config) -> (JoinHandle<()>, Arc<Ctx>) {
-        let metrics = Arc::new(Metrics::default());
-        let r = Reconciler::new(
+        spawn_reconciler(
             config,
             self.client.clone(),
             self.jobs.clone(),
             self.blobs.clone(),
-            metrics,
         )
         .await
-        .unwrap_or_else(|e| panic!("reconciler: {e}"));
-        let ctx = r.ctx();
-        let task = tokio::spawn(async move {
-            if let Err(e) = r.run_until(std::future::pending()).await {
-                panic!("reconciler stopped: {e}");
-            }
-        });
-        (task, ctx)
     }
 
     /// Stores a queued job.
