@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# Brings up a real Kubernetes control plane on 127.0.0.1 for TunePlane: etcd, kube-apiserver (RBAC,
+# service-account token signing, locally generated certificates), kube-controller-manager,
+# kube-scheduler, the KubeRay CRDs and operator, and fake GPU nodes played by `kubesim agent` (the
+# fleet file's nodes with nvidia.com/gpu capacity, tuneplane/gpu-series labels, cordons).
+#
+#   scripts/k8s-up.sh [--fleet FILE | --no-fleet] [--dir DIR] [--port PORT]
+#
+# Components are built once per machine from the Go modules pinned in testenv/ (scripts/testenv-build.sh).
+# State, logs and kubeconfigs go to DIR (default .tuneplane-k8s/ in the checkout). Prints the admin
+# kubeconfig's path last. scripts/k8s-down.sh stops everything. Running it again restarts the cluster
+# from a clean state.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DIR="${TUNEPLANE_K8S_DIR:-$ROOT/.tuneplane-k8s}"
+PORT="${TUNEPLANE_K8S_PORT:-6443}"
+FLEET="$ROOT/examples/fleet.yaml"
+while (($#)); do
+  case "$1" in
+    --fleet) FLEET="$2"; shift 2 ;;
+    --no-fleet) FLEET=""; shift ;;
+    --dir) DIR="$2"; shift 2 ;;
+    --port) PORT="$2"; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "k8s-up: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$DIR"
+DIR="$(cd "$DIR" && pwd)"
+
+say() { printf '[k8s-up] %s\n' "$*" >&2; }
+die() { printf '[k8s-up] error: %s\n' "$*" >&2; exit 1; }
+# The last lines of a component's log, for an error message.
+tail_log() { [[ -f "$DIR/logs/$1.log" ]] && tail -n 25 "$DIR/logs/$1.log" | sed 's/^/    /' >&2 || true; }
+
+command -v openssl >/dev/null 2>&1 || die "openssl is needed to generate the cluster's certificates (apt-get install openssl)"
+command -v curl >/dev/null 2>&1 || die "curl is needed to probe the components (apt-get install curl)"
+[[ -z "$FLEET" || -f "$FLEET" ]] || die "fleet file $FLEET does not exist"
+
+# A previous cluster in the same folder is stopped and wiped: every bring-up starts clean.
+"$ROOT/scripts/k8s-down.sh" --dir "$DIR" --quiet
+rm -rf "$DIR/etcd" "$DIR/pki" "$DIR/logs" "$DIR/run"
+mkdir -p "$DIR/pki" "$DIR/logs" "$DIR/run"
+
+BIN="$("$ROOT/scripts/testenv-build.sh" | tail -n 1)"
+CRDS="$(dirname "$BIN")/crds"
+say "binaries: $BIN"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ETCD_PORT=$(free_port); ETCD_PEER=$(free_port); KUBELET_PORT=$(free_port)
+if python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$PORT))!=0)"; then
+  die "port $PORT on 127.0.0.1 is in use (another cluster? scripts/k8s-down.sh, or --port)"
+fi
+
+# --- certificates -------------------------------------------------------------------------------
+PKI="$DIR/pki"
+say "generating certificates in $PKI"
+openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=tuneplane-test-ca" \
+  -keyout "$PKI/ca.key" -out "$PKI/ca.crt" 2>/dev/null
+cert() { # name, subject, [subjectAltName]
+  local name=$1 subj=$2 san=${3:-}
+  openssl req -newkey rsa:2048 -nodes -subj "$subj" -keyout "$PKI/$name.key" -out "$PKI/$name.csr" 2>/dev/null
+  local ext="$PKI/$name.ext"
+  { echo "basicConstraints=CA:FALSE"; echo "keyUsage=digitalSignature,keyEncipherment"
+    if [[ -n "$san" ]]; then echo "extendedKeyUsage=serverAuth,clientAuth"; echo "subjectAltName=$san"
+    else echo "extendedKeyUsage=clientAuth"; fi; } >"$ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 3650 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$ext"
+}
+cert apiserver "/CN=kube-apiserver" \
+  "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+cert admin "/O=system:masters/CN=tuneplane-admin"
+cert controller-manager "/CN=system:kube-controller-manager"
+cert scheduler "/CN=system:kube-scheduler"
+cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+cert kuberay-operator "/O=system:masters/CN=kuberay-operator"
+cert node-agent "/O=system:masters/CN=tuneplane-node-agent"
+cert kubelet "/CN=tuneplane-fake-kubelet" "IP:127.0.0.1,DNS:localhost"
+openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+
+kubeconfig() { # file, client cert name
+  cat >"$1" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: tuneplane-test
+  cluster:
+    server: https://127.0.0.1:$PORT
+    certificate-authority-data: $(base64 -w0 <"$PKI/ca.crt")
+users:
+- name: $2
+  user:
+    client-certificate-data: $(base64 -w0 <"$PKI/$2.crt")
+    client-key-data: $(base64 -w0 <"$PKI/$2.key")
+contexts:
+- name: tuneplane-test
+  context: {cluster: tuneplane-test, user: $2}
+current-context: tuneplane-test
+KC
+}
+kubeconfig "$DIR/admin.kubeconfig" admin
+kubeconfig "$DIR/run/controller-manager.kubeconfig" controller-manager
+kubeconfig "$DIR/run/scheduler.kubeconfig" scheduler
+kubeconfig "$DIR/run/kuberay-operator.kubeconfig" kuberay-operator
+kubeconfig "$DIR/run/node-agent.kubeconfig" node-agent
+
+# --- processes ----------------------------------------------------------------------------------
+start() { # name, command...
+  local name=$1; shift
+  setsid "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$DIR/run/$name.pid"
+}
+alive() { kill -0 "$(cat "$DIR/run/$1.pid")" 2>/dev/null; }
+wait_until() { # name, seconds, probe command...
+  local name=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ! alive "$name"; then say "$name exited; the end of its log ($DIR/logs/$name.log):"; tail_log "$name"; die "$name did not start"; fi
+    if ((SECONDS > deadline)); then say "$name not ready after ${secs}s; the end of its log:"; tail_log "$name"; die "$name did not become ready"; fi
+    sleep 0.5
+  done
+}
+
+say "starting etcd on 127.0.0.1:$ETCD_PORT"
+start etcd "$BIN/etcd" --name tuneplane --data-dir "$DIR/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER" \
+  --initial-cluster "tuneplane=http://127.0.0.1:$ETCD_PEER" --unsafe-no-fsync --log-level warn \
+  --listen-metrics-urls ""
+wait_until etcd 60 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+
+# Audit log of the reconciler's ServiceAccount only: which verbs on which resources it really uses
+# (the real-cluster tests compare them with infra/kustomize's RBAC).
+cat >"$DIR/run/audit-policy.yaml" <<'AUDIT'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: Metadata
+    users: ["system:serviceaccount:tuneplane-system:tuneplane-reconciler"]
+  - level: None
+AUDIT
+
+say "starting kube-apiserver on https://127.0.0.1:$PORT"
+start kube-apiserver "$BIN/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$PORT" \
+  --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+  --client-ca-file "$PKI/ca.crt" --authorization-mode RBAC \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+  --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
+  --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
+  --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+  --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
+  --allow-privileged=true --event-ttl 1h --profiling=false \
+  --audit-policy-file "$DIR/run/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log" \
+  --audit-log-format json
+ADMIN=(--cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key")
+wait_until kube-apiserver 120 curl -sf "${ADMIN[@]}" "https://127.0.0.1:$PORT/readyz"
+
+say "starting kube-controller-manager and kube-scheduler"
+start kube-controller-manager "$BIN/kube-controller-manager" \
+  --kubeconfig "$DIR/run/controller-manager.kubeconfig" --leader-elect=false \
+  --bind-address 127.0.0.1 --secure-port 0 \
+  --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+  --use-service-account-credentials=true \
+  --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key"
+start kube-scheduler "$BIN/kube-scheduler" \
+  --kubeconfig "$DIR/run/scheduler.kubeconfig" --leader-elect=false --secure-port 0
+# The controller manager is up when it has created the default namespace's service account.
+wait_until kube-controller-manager 90 curl -sf "${ADMIN[@]}" \
+  "https://127.0.0.1:$PORT/api/v1/namespaces/default/serviceaccounts/default"
+sleep 1
+alive kube-scheduler || { tail_log kube-scheduler; die "kube-scheduler exited"; }
+
+say "installing the KubeRay CRDs"
+for crd in "$CRDS"/*.yaml; do
+  code=$(curl -s -o "$DIR/run/crd-answer.json" -w '%{http_code}' "${ADMIN[@]}" -X POST \
+    -H 'Content-Type: application/yaml' --data-binary "@$crd" \
+    "https://127.0.0.1:$PORT/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+  [[ $code == 201 || $code == 409 ]] || { cat "$DIR/run/crd-answer.json" >&2; die "installing $(basename "$crd") answered HTTP $code"; }
+done
+for crd in rayjobs rayclusters; do
+  wait_until kube-apiserver 60 bash -c "curl -sf ${ADMIN[*]} https://127.0.0.1:$PORT/apis/apiextensions.k8s.io/v1/customresourcedefinitions/$crd.ray.io | grep -q '\"Established\"'"
+done
+
+say "starting the KubeRay operator (--use-kubernetes-proxy)"
+KUBECONFIG="$DIR/run/kuberay-operator.kubeconfig" start kuberay-operator "$BIN/kuberay-operator" \
+  --use-kubernetes-proxy --enable-leader-election=false --metrics-addr 0 --health-probe-bind-address 0 \
+  --log-stdout-encoder console
+sleep 2
+alive kuberay-operator || { tail_log kuberay-operator; die "the KubeRay operator exited"; }
+
+if [[ -n "$FLEET" ]]; then
+  say "building the node agent (cargo build -p tuneplane-kubesim)"
+  cargo build --quiet --locked -p tuneplane-kubesim --bin kubesim --manifest-path "$ROOT/Cargo.toml" \
+    || die "cargo build of the node agent failed"
+  say "starting fake nodes from $FLEET"
+  start node-agent "$ROOT/target/debug/kubesim" agent --kubeconfig "$DIR/run/node-agent.kubeconfig" \
+    --fleet "$FLEET" --kubelet-port "$KUBELET_PORT" \
+    --tls-cert "$PKI/kubelet.crt" --tls-key "$PKI/kubelet.key" --ready-file "$DIR/run/nodes-ready" \
+    ${TUNEPLANE_K8S_AGENT_ARGS:-}
+  wait_until node-agent 60 test -f "$DIR/run/nodes-ready"
+fi
+
+cat >"$DIR/env" <<ENV
+export KUBECONFIG=$DIR/admin.kubeconfig
+ENV
+say "control plane up: kube-apiserver https://127.0.0.1:$PORT, logs in $DIR/logs"
+say "try: kubectl --kubeconfig $DIR/admin.kubeconfig get nodes -L tuneplane/gpu-series"
+echo "$DIR/admin.kubeconfig"
