@@ -142,6 +142,7 @@ fn main() {
             unpullable_images: Vec::new(),
             pass_interval: Duration::from_secs(3),
             backend: Backend::Embedded,
+            cluster: tuneplane::dev::ClusterChoice::Simulated,
         })
         .await
         .unwrap();

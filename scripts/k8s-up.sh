@@ -184,9 +184,8 @@ for crd in "$CRDS"/*.yaml; do
     "https://127.0.0.1:$PORT/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
   [[ $code == 201 || $code == 409 ]] || { cat "$DIR/run/crd-answer.json" >&2; die "installing $(basename "$crd") answered HTTP $code"; }
 done
-for crd in rayjobs rayclusters; do
-  wait_until kube-apiserver 60 bash -c "curl -sf ${ADMIN[*]} https://127.0.0.1:$PORT/apis/apiextensions.k8s.io/v1/customresourcedefinitions/$crd.ray.io | grep -q '\"Established\"'"
-done
+# The operator starts its controllers once discovery serves every ray.io kind.
+wait_until kube-apiserver 60 bash -c "curl -sf ${ADMIN[*]} https://127.0.0.1:$PORT/apis/ray.io/v1 | grep -q '\"rayjobs\"' && curl -sf ${ADMIN[*]} https://127.0.0.1:$PORT/apis/ray.io/v1 | grep -q '\"rayservices\"' && curl -sf ${ADMIN[*]} https://127.0.0.1:$PORT/apis/ray.io/v1 | grep -q '\"rayclusters\"'"
 
 say "starting the KubeRay operator (--use-kubernetes-proxy)"
 KUBECONFIG="$DIR/run/kuberay-operator.kubeconfig" start kuberay-operator "$BIN/kuberay-operator" \

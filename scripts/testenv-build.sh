@@ -15,7 +15,6 @@ die() { printf '[testenv-build] error: %s\n' "$*" >&2; exit 1; }
 command -v go >/dev/null 2>&1 || die "go is not on PATH; the test tier builds Kubernetes from Go modules (go 1.24 or newer)"
 # The modules are fetched through the Go module proxy only; no binary is downloaded from anywhere.
 export GOFLAGS="${GOFLAGS:-} -mod=readonly"
-export CGO_ENABLED=0
 
 version_of() { # module dir, module path
   (cd "$ROOT/testenv/$1" && go list -m -f '{{.Version}}' "$2") || die "cannot resolve $2 in testenv/$1 (is the Go module proxy reachable?)"
@@ -27,14 +26,22 @@ OUT="$CACHE/k8s-${K8S#v}_etcd-${ETCD#v}_kuberay-${KUBERAY#v}"
 BIN="$OUT/bin"
 mkdir -p "$BIN"
 
+# The Kubernetes binaries report the release they were built from (kubectl version, /version).
+KVER=${K8S#v}; KMAJOR=${KVER%%.*}; KMINOR=${KVER#*.}; KMINOR=${KMINOR%%.*}
+KUBE_LDFLAGS="-X k8s.io/component-base/version.gitVersion=$K8S -X k8s.io/component-base/version.gitMajor=$KMAJOR \
+-X k8s.io/component-base/version.gitMinor=$KMINOR -X k8s.io/component-base/version.gitTreeState=clean \
+-X k8s.io/client-go/pkg/version.gitVersion=$K8S -X k8s.io/client-go/pkg/version.gitMajor=$KMAJOR \
+-X k8s.io/client-go/pkg/version.gitMinor=$KMINOR"
+
 build() { # module dir, package, binary name
-  local dir=$1 pkg=$2 name=$3
+  local dir=$1 pkg=$2 name=$3 ldflags="-s -w"
+  [[ $dir == kube ]] && ldflags="$ldflags $KUBE_LDFLAGS"
   if [[ -x "$BIN/$name" ]]; then
     return
   fi
   say "building $name from $pkg (first run on this machine; cached in $BIN)"
   local start=$SECONDS
-  (cd "$ROOT/testenv/$dir" && go build -ldflags='-s -w' -o "$BIN/.$name.tmp" "$pkg") \
+  (cd "$ROOT/testenv/$dir" && go build -ldflags="$ldflags" -o "$BIN/.$name.tmp" "$pkg") \
     || die "go build of $pkg failed (see the output above)"
   mv "$BIN/.$name.tmp" "$BIN/$name"
   say "built $name in $((SECONDS - start)) s"

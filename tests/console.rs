@@ -379,7 +379,14 @@ fn the_capacity_page_shows_the_snapshot_the_api_returns_and_admission_uses() {
 /// Nodes and Pods by the reconciler's own functions.
 async fn admission_snapshot(w: &World) -> tuneplane_core::capacity::CapacitySnapshot {
     use k8s_openapi::api::core::v1::{Node, Pod};
-    let url = w.stack.sim.url().parse().unwrap_or_else(|e| panic!("{e}"));
+    let url = w
+        .stack
+        .sim
+        .as_ref()
+        .unwrap_or_else(|| panic!("simulated cluster"))
+        .url()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"));
     let client = kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("{e}"));
     let nodes = kube::Api::<Node>::all(client.clone())
         .list(&Default::default())

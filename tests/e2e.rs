@@ -32,6 +32,7 @@ async fn start(backend: Backend, dir: &Path) -> (Stack, Api) {
         unpullable_images: vec![UNPULLABLE_IMAGE.into()],
         pass_interval: Duration::from_millis(200),
         backend,
+        cluster: tuneplane::dev::ClusterChoice::Simulated,
     })
     .await
     .unwrap();
@@ -116,8 +117,10 @@ async fn events(api: &Api, id: &str) -> Vec<JobEvent> {
 
 /// Pods of the job left in the cluster (the workload is deleted after the terminal record).
 async fn pods_left(stack: &Stack, id: &str) -> usize {
-    let client =
-        kube::Client::try_from(kube::Config::new(stack.sim.url().parse().unwrap())).unwrap();
+    let client = kube::Client::try_from(kube::Config::new(
+        stack.sim.as_ref().unwrap().url().parse().unwrap(),
+    ))
+    .unwrap();
     let pods: KubeApi<Pod> = KubeApi::all(client);
     // Deletion follows the terminal record within a pass or two.
     for _ in 0..50 {

@@ -90,22 +90,7 @@ fn node(group: &NodeGroup, group_index: usize, i: u32, cordoned: bool, not_ready
 /// Sets a node's Ready condition and the matching not-ready taint.
 pub fn set_ready(node: &mut Value, ready: bool) {
     let now = crate::json::now_rfc3339();
-    let (status, reason, message) = if ready {
-        ("True", "KubeletReady", "kubelet is posting ready status")
-    } else {
-        (
-            "False",
-            "KubeletNotReady",
-            "container runtime network not ready",
-        )
-    };
-    let pressure = |t: &str, r: &str| json!({"type": t, "status": "False", "reason": r, "lastHeartbeatTime": now, "lastTransitionTime": now, "message": ""});
-    node["status"]["conditions"] = json!([
-        pressure("MemoryPressure", "KubeletHasSufficientMemory"),
-        pressure("DiskPressure", "KubeletHasNoDiskPressure"),
-        pressure("PIDPressure", "KubeletHasSufficientPID"),
-        {"type": "Ready", "status": status, "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now},
-    ]);
+    node["status"]["conditions"] = node_conditions(ready, &now, &now);
     let mut taints: Vec<Value> = node
         .pointer("/spec/taints")
         .and_then(Value::as_array)
@@ -118,6 +103,27 @@ pub fn set_ready(node: &mut Value, ready: bool) {
         taints.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule", "timeAdded": now}));
     }
     crate::json::obj_mut(node, "spec").insert("taints".into(), Value::Array(taints));
+}
+
+/// A kubelet's node conditions: no memory, disk or PID pressure, and Ready (or NotReady), each
+/// last heard at `heartbeat` and last changed at `transition` (RFC 3339).
+pub fn node_conditions(ready: bool, heartbeat: &str, transition: &str) -> Value {
+    let (status, reason, message) = if ready {
+        ("True", "KubeletReady", "kubelet is posting ready status")
+    } else {
+        (
+            "False",
+            "KubeletNotReady",
+            "container runtime network not ready",
+        )
+    };
+    let pressure = |t: &str, r: &str| json!({"type": t, "status": "False", "reason": r, "lastHeartbeatTime": heartbeat, "lastTransitionTime": transition, "message": ""});
+    json!([
+        pressure("MemoryPressure", "KubeletHasSufficientMemory"),
+        pressure("DiskPressure", "KubeletHasNoDiskPressure"),
+        pressure("PIDPressure", "KubeletHasSufficientPID"),
+        {"type": "Ready", "status": status, "reason": reason, "message": message, "lastHeartbeatTime": heartbeat, "lastTransitionTime": transition},
+    ])
 }
 
 /// Whether a node object reports Ready.

@@ -8,6 +8,8 @@
 //! a kubelet that moves pods through their phases (with injected faults), a Job controller, and a
 //! KubeRay operator. In execution mode ([`exec`]) CPU pods and RayJob entrypoints really run.
 //!
+//! The [`agent`] plays the same kubelet for fake nodes of a *real* API server (`kubesim agent`).
+//!
 //! ```no_run
 //! # async fn demo() -> tuneplane_kubesim::Result<()> {
 //! let sim = tuneplane_kubesim::KubeSim::start(tuneplane_kubesim::SimConfig::default()).await?;
@@ -15,6 +17,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod agent;
 pub mod api;
 pub mod controllers;
 pub mod error;
@@ -29,6 +32,7 @@ pub mod resources;
 pub mod selector;
 mod sim;
 pub mod store;
+pub mod testbed;
 
 pub use api::faults::{FaultCounts, FaultPlan, FaultScope, SplitMix64};
 pub use error::{ApiError, Error, Result};

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use serde_json::Value;
 use tokio::sync::watch;
 
 /// Most bytes kept per container; older output is dropped first.
@@ -54,14 +55,7 @@ impl LogBook {
     pub fn append(&self, ns: &str, pod: &str, container: &str, text: &str) {
         self.with(|m| {
             let buf = m.entry(Self::key(ns, pod, container)).or_default();
-            buf.text.push_str(text);
-            if buf.text.len() > MAX_LOG_BYTES {
-                let mut cut = buf.text.len() - MAX_LOG_BYTES;
-                while !buf.text.is_char_boundary(cut) {
-                    cut += 1;
-                }
-                buf.text.drain(..cut);
-            }
+            append_bounded(&mut buf.text, text, MAX_LOG_BYTES);
         });
         self.changed.send_modify(|n| *n += 1);
     }
@@ -98,6 +92,83 @@ impl LogBook {
     }
 }
 
+/// Appends `text` to a log, then drops its oldest output past `max` bytes.
+pub fn append_bounded(log: &mut String, text: &str, max: usize) {
+    log.push_str(text);
+    if log.len() > max {
+        let mut cut = log.len() - max;
+        while !log.is_char_boundary(cut) {
+            cut += 1;
+        }
+        log.drain(..cut);
+    }
+}
+
+/// The part of a log that a `pods/log` request asks for with its `tailLines` (the last lines) and
+/// `limitBytes` (at most that many bytes of those, cut back to a character boundary) parameters;
+/// parameters that are missing or not numbers are ignored.
+pub fn requested_part<'a>(text: &'a str, query: &HashMap<String, String>) -> &'a str {
+    let number = |key: &str| query.get(key).and_then(|v| v.parse::<usize>().ok());
+    let mut out = match number("tailLines") {
+        Some(n) => tail_lines(text, n),
+        None => text,
+    };
+    if let Some(limit) = number("limitBytes")
+        && out.len() > limit
+    {
+        let mut cut = limit;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out = &out[..cut];
+    }
+    out
+}
+
+fn status_of<'a>(pod: &'a Value, container: &str) -> Option<&'a Value> {
+    ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .find_map(|list| {
+            crate::json::at(pod, &format!("/status/{list}"))
+                .and_then(Value::as_array)
+                .and_then(|a| {
+                    a.iter()
+                        .find(|s| s.get("name").and_then(Value::as_str) == Some(container))
+                })
+        })
+}
+
+/// Why the log of `container` of `pod` cannot be read yet, in the kubelet's words (`container
+/// "main" in pod "p" is waiting to start: trying and failing to pull image`); `None` once the
+/// container has run (running, terminated, or restarting after a run).
+pub fn not_started(pod: &Value, container: &str) -> Option<String> {
+    let status = status_of(pod, container);
+    let ran = status.is_some_and(|s| {
+        [
+            "/state/running",
+            "/state/terminated",
+            "/lastState/terminated",
+        ]
+        .iter()
+        .any(|p| crate::json::at(s, p).is_some())
+    });
+    if ran {
+        return None;
+    }
+    let reason = status
+        .and_then(|s| crate::json::str_at(s, "/state/waiting/reason"))
+        .unwrap_or("ContainerCreating");
+    let why = match reason {
+        "ErrImagePull" => "image can't be pulled",
+        "ImagePullBackOff" => "trying and failing to pull image",
+        other => other,
+    };
+    let pod_name = crate::json::name(pod);
+    Some(format!(
+        "container \"{container}\" in pod \"{pod_name}\" is waiting to start: {why}"
+    ))
+}
+
 /// The last `n` lines of `text`.
 pub fn tail_lines(text: &str, n: usize) -> &str {
     if n == 0 {
@@ -125,6 +196,59 @@ mod tests {
         assert_eq!(tail_lines("a\nb\nc\n", 2), "b\nc\n");
         assert_eq!(tail_lines("a\nb\nc", 5), "a\nb\nc");
         assert_eq!(tail_lines("a\nb\n", 0), "");
+    }
+
+    #[test]
+    fn logs_of_containers_that_never_ran_are_refused_in_the_kubelets_words() {
+        let pod = |state: Value| serde_json::json!({"metadata": {"name": "p"}, "status": {"containerStatuses": [{"name": "main", "state": state}]}});
+        let waiting = |r: &str| pod(serde_json::json!({"waiting": {"reason": r}}));
+        assert_eq!(
+            not_started(&waiting("ImagePullBackOff"), "main").as_deref(),
+            Some(
+                "container \"main\" in pod \"p\" is waiting to start: trying and failing to pull image"
+            )
+        );
+        assert!(
+            not_started(&waiting("ErrImagePull"), "main")
+                .is_some_and(|m| m.ends_with("image can't be pulled"))
+        );
+        assert!(
+            not_started(&pod(serde_json::json!({})), "other")
+                .is_some_and(|m| m.ends_with(": ContainerCreating"))
+        );
+        assert_eq!(
+            not_started(&pod(serde_json::json!({"running": {}})), "main"),
+            None
+        );
+    }
+
+    #[test]
+    fn bounded_logs_drop_the_oldest_bytes_and_limits_cut_at_characters() {
+        let mut log = String::from("abc");
+        append_bounded(&mut log, "déf", 4);
+        assert_eq!(log, "déf");
+        let query = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(requested_part("héllo", &query(&[("limitBytes", "2")])), "h");
+        assert_eq!(
+            requested_part("héllo", &query(&[("limitBytes", "3")])),
+            "hé"
+        );
+        assert_eq!(
+            requested_part(
+                "a\nb\nc\n",
+                &query(&[("tailLines", "2"), ("limitBytes", "3")])
+            ),
+            "b\nc"
+        );
+        assert_eq!(
+            requested_part("hi", &query(&[("limitBytes", "x"), ("follow", "true")])),
+            "hi"
+        );
     }
 
     #[test]

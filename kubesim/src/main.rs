@@ -1,18 +1,37 @@
 //! The `kubesim` binary: a simulated Kubernetes API server with a GPU fleet, for `tuneplane dev`
-//! and manual checks with kubectl. Writes a kubeconfig pointing at itself.
+//! and manual checks with kubectl; writes a kubeconfig pointing at itself. `kubesim agent` instead
+//! plays the kubelet of a fleet's fake nodes against a real API server.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
+use tuneplane_core::fleet::Fleet;
+use tuneplane_kubesim::agent::{AgentConfig, TlsFiles};
 use tuneplane_kubesim::{KubeSim, SimConfig};
 
 /// Simulated Kubernetes API server, GPU fleet, scheduler, kubelet and KubeRay.
 #[derive(Debug, Parser)]
-#[command(name = "kubesim", version)]
-struct Args {
+#[command(name = "kubesim", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    sim: SimArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Play the kubelet of the fleet's fake nodes against a real Kubernetes API server.
+    Agent(AgentArgs),
+}
+
+/// Options of the simulator (no subcommand).
+#[derive(Debug, Args)]
+struct SimArgs {
     /// Fleet file (node groups with GPU series, sizes and states).
     #[arg(long)]
     fleet: Option<PathBuf>,
@@ -42,14 +61,66 @@ struct Args {
     no_kuberay: bool,
 }
 
+/// Options of `kubesim agent`.
+#[derive(Debug, Args)]
+struct AgentArgs {
+    /// Fleet file whose nodes the agent registers and plays.
+    #[arg(long)]
+    fleet: PathBuf,
+    /// Print the fleet's node names, one a line, and exit (no cluster needed).
+    #[arg(long)]
+    list_nodes: bool,
+    /// Kubeconfig of the API server (with rights on nodes, leases, pods and events).
+    #[arg(long, required_unless_present = "list_nodes")]
+    kubeconfig: Option<PathBuf>,
+    /// Port of the kubelet endpoint (container logs) on 127.0.0.1; 0 picks a free one.
+    #[arg(long, default_value_t = 10250)]
+    kubelet_port: u16,
+    /// Certificate (PEM) of the kubelet endpoint; without it the endpoint speaks plain HTTP.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of the kubelet endpoint.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// File written (with the node names) once every node is registered.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+    /// Images whose pull fails (repeatable).
+    #[arg(long = "fail-image")]
+    fail_images: Vec<String>,
+    /// Images whose containers crash (repeatable).
+    #[arg(long = "crash-image")]
+    crash_images: Vec<String>,
+    /// Seconds pods run before exiting 0 when their annotations do not say (default: until
+    /// deleted).
+    #[arg(long)]
+    pod_seconds: Option<f64>,
+    /// Seconds between a pod being bound and its containers running.
+    #[arg(long, default_value_t = 0.2)]
+    start_seconds: f64,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    let args = Args::parse();
+    let cli = Cli::parse();
+    let logs = tracing_subscriber::fmt().with_env_filter(
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+    );
+    // The agent's stdout carries only its result lines (and `--list-nodes`' names).
+    match cli.command {
+        Some(Command::Agent(_)) => logs
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init(),
+        None => logs.init(),
+    }
+    match cli.command {
+        Some(Command::Agent(args)) => agent(args).await,
+        None => simulator(cli.sim).await,
+    }
+}
+
+async fn simulator(args: SimArgs) -> anyhow::Result<()> {
     let mut config = SimConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], args.port)),
         kuberay: !args.no_kuberay,
@@ -75,4 +146,70 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("waiting for Ctrl-C")?;
     Ok(())
+}
+
+fn load_fleet(path: &Path) -> anyhow::Result<Fleet> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading fleet file {}", path.display()))?;
+    Fleet::from_yaml(&text).with_context(|| format!("loading fleet {}", path.display()))
+}
+
+async fn agent(args: AgentArgs) -> anyhow::Result<()> {
+    let fleet = load_fleet(&args.fleet)?;
+    if args.list_nodes {
+        for node in tuneplane_kubesim::fleet::nodes(&fleet) {
+            println!("{}", tuneplane_kubesim::json::name(&node));
+        }
+        return Ok(());
+    }
+    let path = args
+        .kubeconfig
+        .as_deref()
+        .context("--kubeconfig is required")?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let client_config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    let client = kube::Client::try_from(client_config).context("building the API client")?;
+    let mut config = AgentConfig::new(fleet);
+    config.kubelet_port = Some(args.kubelet_port);
+    config.tls = match (args.tls_cert, args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        _ => None,
+    };
+    config.ready_file = args.ready_file;
+    config.scenario.image_pull_failures = args.fail_images;
+    config.scenario.crash_images = args.crash_images;
+    config.scenario.pod_run = args
+        .pod_seconds
+        .map(|s| Duration::from_secs_f64(s.max(0.0)));
+    config.scenario.start_delay = Duration::from_secs_f64(args.start_seconds.max(0.0));
+    let agent = tuneplane_kubesim::agent::start(client, config)
+        .await
+        .context("starting the node agent")?;
+    println!(
+        "kubesim agent: {} node(s) registered, kubelet endpoint on {}",
+        agent.node_names().len(),
+        agent
+            .kubelet_addr()
+            .map_or_else(|| "none".to_string(), |a| a.to_string())
+    );
+    wait_for_stop_signal().await?;
+    tracing::info!("stopping the node agent");
+    agent.shutdown().await;
+    Ok(())
+}
+
+/// Waits for Ctrl-C or SIGTERM (what `scripts/k8s-down.sh` sends).
+async fn wait_for_stop_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("listening for SIGTERM")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C"),
+        _ = term.recv() => Ok(()),
+    }
 }

@@ -6,6 +6,7 @@
 //! functions (core's `compute_capacity`, `plan_admissions`, renderers; [`decide`], [`status`]);
 //! this crate fetches, calls them and writes.
 
+pub mod access;
 pub mod cluster;
 pub mod config;
 pub mod decide;

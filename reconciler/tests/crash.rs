@@ -65,28 +65,28 @@ async fn killing_the_reconciler_after_every_step_loses_no_job_and_creates_no_wor
     let _t2 = track_uids(pods.clone(), cpu_pods, |_| true, uids.clone());
 
     let ids = ["g1", "g2", "c1", "g3"];
-    h.submit(&job(
+    h.submit(&finishing(job(
         "g1",
         vec![pool("main", Some("h200"), 1, 8)],
         "ghcr.io/acme/train:1",
         120,
-    ))
+    )))
     .await;
-    h.submit(&job(
+    h.submit(&finishing(job(
         "g2",
         vec![pool("main", Some("l40s"), 1, 4)],
         "ghcr.io/acme/train:1",
         120,
-    ))
+    )))
     .await;
     h.submit(&cpu_job("c1")).await;
     // Needs both h200 nodes: waits for g1, then runs.
-    h.submit(&job(
+    h.submit(&finishing(job(
         "g3",
         vec![pool("main", Some("h200"), 2, 8)],
         "ghcr.io/acme/train:1",
         120,
-    ))
+    )))
     .await;
 
     let mut kills = 0;
@@ -122,7 +122,12 @@ async fn killing_the_reconciler_after_every_step_loses_no_job_and_creates_no_wor
     // A last reconciler runs undisturbed and must leave no workload behind.
     let (_task, _ctx) = h.reconciler(test_config("crashy")).await;
     for id in ids {
-        let job = h.wait_state(30, id, JobState::Succeeded).await;
+        let end = if id == "c1" {
+            JobState::Succeeded
+        } else {
+            ray_end()
+        };
+        let job = h.wait_state(30, id, end).await;
         assert_logs_archived(&h, &job).await;
     }
     wait_for(20, "every workload deleted", || async {

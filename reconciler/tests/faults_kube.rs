@@ -26,7 +26,7 @@ type Uids = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
 /// Records every uid each RayJob, and each Pod named in `pods`, ever had, from the store's feed.
 fn track(h: &Harness, pods: BTreeSet<String>) -> (Uids, tokio::task::JoinHandle<()>) {
     let uids: Uids = Arc::default();
-    let mut feed = h.sim.store().subscribe();
+    let mut feed = h.sim().store().subscribe();
     let out = uids.clone();
     let task = tokio::spawn(async move {
         loop {
@@ -59,7 +59,7 @@ fn track(h: &Harness, pods: BTreeSet<String>) -> (Uids, tokio::task::JoinHandle<
 
 /// A reconciler whose client is configured as in production.
 async fn reconciler(h: &Harness, config: Config) -> (tokio::task::JoinHandle<()>, Arc<Ctx>) {
-    let url = h.sim.url().parse().unwrap_or_else(|e| panic!("url: {e}"));
+    let url = h.sim().url().parse().unwrap_or_else(|e| panic!("url: {e}"));
     let client = kube::Client::try_from(client_config(kube::Config::new(url)))
         .unwrap_or_else(|e| panic!("client: {e}"));
     spawn_reconciler(config, client, h.jobs.clone(), h.blobs.clone()).await
@@ -133,7 +133,7 @@ async fn assert_all_succeeded(h: &Harness, ids: &[String], secs: u64) {
 async fn assert_workloads_once(h: &Harness, uids: &Uids, expected: usize, cpu: &BTreeSet<String>) {
     use tuneplane_kubesim::resources::{PODS, RAYJOBS};
     wait_for(30, "every workload deleted", || async {
-        let store = h.sim.store();
+        let store = h.sim().store();
         let left = store.count(&RAYJOBS)
             + cpu
                 .iter()
@@ -198,12 +198,12 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
         slow_min: Duration::from_millis(50),
         slow_max: Duration::from_millis(300),
     };
-    h.sim.set_fault_plan(Some(plan));
+    h.sim().set_fault_plan(Some(plan));
     let started = tokio::time::Instant::now();
-    let before = h.sim.fault_counts().requests;
+    let before = h.sim().fault_counts().requests;
     // After 1.5 s and then every 4 s the watch history is dropped and open watches end, so the
     // reflectors resume, get 410 Gone and relist, through the faults, again and again.
-    let store = h.sim.store().clone();
+    let store = h.sim().store().clone();
     let compactions = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let count = compactions.clone();
     let compactor = tokio::spawn(async move {
@@ -223,11 +223,11 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
     assert_workloads_once(&h, &uids, ids.len(), &cpu).await;
     let elapsed = started.elapsed();
     compactor.abort();
-    h.sim.set_fault_plan(None);
+    h.sim().set_fault_plan(None);
     let compactions = compactions.load(std::sync::atomic::Ordering::Relaxed);
     assert!(compactions > 0, "the watches were never ended");
 
-    let c = h.sim.fault_counts();
+    let c = h.sim().fault_counts();
     let requests = c.requests - before;
     let retries = ctx.metrics.api_retries();
     let (kube_errors, _, _) = ctx.metrics.step_errors();
@@ -304,7 +304,11 @@ async fn a_full_outage_backs_off_then_every_job_finishes_once() {
         h.submit(j).await;
     }
     wait_for(20, "a first workload", || async {
-        (h.sim.store().count(&tuneplane_kubesim::resources::RAYJOBS) > 0).then_some(())
+        (h.sim()
+            .store()
+            .count(&tuneplane_kubesim::resources::RAYJOBS)
+            > 0)
+        .then_some(())
     })
     .await;
 
@@ -312,8 +316,8 @@ async fn a_full_outage_backs_off_then_every_job_finishes_once() {
     // admitted (the store works) but their workloads cannot be created.
     let errors_before = ctx.metrics.pass_errors();
     let backoff_before = metric(&ctx, "tuneplane_pass_backoff_seconds_total");
-    let requests_before = h.sim.fault_counts().requests;
-    h.sim.set_fault_plan(Some(FaultPlan {
+    let requests_before = h.sim().fault_counts().requests;
+    h.sim().set_fault_plan(Some(FaultPlan {
         seed: 8,
         error_rate: 0.5,
         error_codes: vec![503],
@@ -325,8 +329,8 @@ async fn a_full_outage_backs_off_then_every_job_finishes_once() {
     }
     let outage = Duration::from_secs(4);
     tokio::time::sleep(outage).await;
-    let during_outage = h.sim.fault_counts().requests - requests_before;
-    h.sim.set_fault_plan(None);
+    let during_outage = h.sim().fault_counts().requests - requests_before;
+    h.sim().set_fault_plan(None);
     let failed_passes = ctx.metrics.pass_errors() - errors_before;
     let backoff = metric(&ctx, "tuneplane_pass_backoff_seconds_total") - backoff_before;
     eprintln!(
@@ -365,7 +369,7 @@ async fn a_log_the_api_server_never_serves_delays_the_end_a_bounded_number_of_pa
     .await;
     let (_task, _ctx) = reconciler(&h, test_config("logs")).await;
     // Every log read answers 500 (as for a pod whose node is unreachable); nothing else fails.
-    h.sim.set_fault_plan(Some(FaultPlan {
+    h.sim().set_fault_plan(Some(FaultPlan {
         path_contains: Some("/log".into()),
         ..FaultPlan::outage(500, FaultScope::All)
     }));
@@ -383,7 +387,13 @@ async fn a_log_the_api_server_never_serves_delays_the_end_a_bounded_number_of_pa
     }
     // Each strict archive made MAX_ATTEMPTS reads of the first log and failed; then one archive
     // read every log MAX_ATTEMPTS times and wrote the errors.
-    let reads = h.sim.fault_counts().errors.get(&500).copied().unwrap_or(0);
+    let reads = h
+        .sim()
+        .fault_counts()
+        .errors
+        .get(&500)
+        .copied()
+        .unwrap_or(0);
     let strict = u64::from(STRICT_ARCHIVE_ATTEMPTS * MAX_ATTEMPTS);
     let last = u64::from(MAX_ATTEMPTS) * logs.len() as u64;
     assert_eq!(reads, strict + last, "log reads answered 500");

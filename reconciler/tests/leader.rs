@@ -24,12 +24,12 @@ async fn only_one_of_two_reconcilers_acts_and_the_standby_takes_over_when_the_le
     .await;
 
     for i in 0..4 {
-        h.submit(&job(
+        h.submit(&finishing(job(
             &format!("j{i}"),
             vec![pool("main", Some("l40s"), 1, 4)],
             "ghcr.io/acme/train:1",
             60,
-        ))
+        )))
         .await;
     }
     // Sample leadership while the jobs run through: never both at once.
@@ -41,8 +41,7 @@ async fn only_one_of_two_reconcilers_acts_and_the_standby_takes_over_when_the_le
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for i in 0..4 {
-        h.wait_state(30, &format!("j{i}"), JobState::Succeeded)
-            .await;
+        h.wait_state(30, &format!("j{i}"), ray_end()).await;
     }
     let (leader_task, standby, leader, standby_task) = if a.leadership.is_leader() {
         (task_a, b, a, task_b)

@@ -67,6 +67,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         fleet: args.examples.join("fleet.yaml"),
         fail_images: Vec::new(),
         no_exec: false,
+        kubeconfig: None,
     };
     let opts = dev.options()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -27,15 +27,25 @@ pub struct DevArgs {
     /// Simulate pods instead of running their commands on this machine.
     #[arg(long)]
     pub no_exec: bool,
+    /// Run the reconciler against this cluster instead of kubesim (its nodes are the fleet; the
+    /// kubeconfig's credentials set up the reconciler's ServiceAccount and RBAC).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl DevArgs {
     /// The stack options these arguments ask for.
     pub fn options(&self) -> anyhow::Result<StackOptions> {
-        let text = std::fs::read_to_string(&self.fleet)
-            .with_context(|| format!("cannot read the fleet file {}", self.fleet.display()))?;
-        let fleet =
-            Fleet::from_yaml(&text).with_context(|| format!("in {}", self.fleet.display()))?;
+        // A real cluster's own nodes are the fleet; the fleet file only shapes kubesim.
+        let fleet = if self.kubeconfig.is_some() {
+            Fleet {
+                node_groups: Vec::new(),
+            }
+        } else {
+            let text = std::fs::read_to_string(&self.fleet)
+                .with_context(|| format!("cannot read the fleet file {}", self.fleet.display()))?;
+            Fleet::from_yaml(&text).with_context(|| format!("in {}", self.fleet.display()))?
+        };
         let mut unpullable = vec![UNPULLABLE_IMAGE.to_string()];
         unpullable.extend(self.fail_images.iter().cloned());
         Ok(StackOptions {
@@ -46,6 +56,12 @@ impl DevArgs {
             unpullable_images: unpullable,
             pass_interval: Duration::from_millis(500),
             backend: super::Backend::Embedded,
+            cluster: match &self.kubeconfig {
+                Some(path) => super::ClusterChoice::Real {
+                    kubeconfig: path.clone(),
+                },
+                None => super::ClusterChoice::Simulated,
+            },
         })
     }
 }
@@ -67,6 +83,13 @@ pub fn run(args: &DevArgs) -> anyhow::Result<ExitCode> {
         println!("  API:        {}", stack.api_url);
         println!("  API key:    {}   (tenant default)", stack.api_key);
         println!("  kubeconfig: {}", stack.kubeconfig.display());
+        if stack.sim.is_none() {
+            println!(
+                "  cluster:    the kubeconfig's; the reconciler acts as system:serviceaccount:{}:{}",
+                tuneplane_reconciler::access::SYSTEM_NAMESPACE,
+                tuneplane_reconciler::access::SERVICE_ACCOUNT
+            );
+        }
         println!();
         println!(
             "  export TUNEPLANE_API={} TUNEPLANE_API_KEY={}",

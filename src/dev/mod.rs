@@ -5,6 +5,12 @@
 //! and the filesystem blob store (whose presigned URLs are served under `/blobs` on the same port),
 //! kubesim in execution mode (pods really run on this machine) and the reconciler talking to kubesim
 //! over HTTP through a real kube client. State lives in the data directory and survives restarts.
+//!
+//! With a kubeconfig ([`ClusterChoice::Real`]) the reconciler works against that cluster instead
+//! (the control plane of `scripts/k8s-up.sh`, or a kind cluster with KubeRay): the stack applies
+//! the reconciler's ServiceAccount and RBAC from `infra/kustomize` with the kubeconfig's (admin)
+//! credentials, then the reconciler authenticates with a TokenRequest token of that ServiceAccount,
+//! so it has exactly the permissions a deployment has.
 
 mod args;
 
@@ -51,6 +57,20 @@ pub struct StackOptions {
     pub pass_interval: Duration,
     /// Where jobs and blobs live.
     pub backend: Backend,
+    /// Which cluster the reconciler works against.
+    pub cluster: ClusterChoice,
+}
+
+/// The cluster of the stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterChoice {
+    /// kubesim in this process, with the options' fleet (the default).
+    Simulated,
+    /// A real cluster reached through this (admin) kubeconfig; its own nodes are the fleet.
+    Real {
+        /// Kubeconfig path.
+        kubeconfig: PathBuf,
+    },
 }
 
 /// The stores of the stack.
@@ -74,14 +94,16 @@ pub struct Stack {
     pub api_url: String,
     /// API key of the `default` tenant.
     pub api_key: String,
-    /// Kubeconfig for kubectl against the simulated cluster.
+    /// Kubeconfig for kubectl against the cluster (the simulated one's, or the one given).
     pub kubeconfig: PathBuf,
     /// The job store (shared with the API and the reconciler).
     pub jobs: Arc<dyn JobStore>,
     /// The blob store.
     pub blobs: Arc<dyn BlobStore>,
-    /// The simulated cluster.
-    pub sim: KubeSim,
+    /// The simulated cluster (`None` against a real cluster).
+    pub sim: Option<KubeSim>,
+    /// Keeps the reconciler's ServiceAccount token fresh (real clusters only).
+    _token: Option<tuneplane_reconciler::access::TokenRefresher>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -129,29 +151,23 @@ impl Stack {
         let (jobs, blobs, fs_blobs) = stores(&opts.backend, &dir, &secret, &api_url).await?;
         let api_key = default_key(&dir, jobs.as_ref()).await?;
 
-        let scenario = Scenario {
-            image_pull_failures: opts.unpullable_images.clone(),
-            ..Scenario::default()
-        };
         let mut rc = tuneplane_reconciler::Config {
             pass_interval: opts.pass_interval,
             ..tuneplane_reconciler::Config::default()
         };
-        // The reconciler's own namespace (its Lease lives there) exists from the start.
-        let mut namespaces = SimConfig::default().namespaces;
-        namespaces.push(rc.namespace.clone());
-        let sim = KubeSim::start(SimConfig {
-            fleet: Some(opts.fleet.clone()),
-            namespaces,
-            scenario,
-            exec_dir: opts.execute.then(|| dir.join("exec")),
-            ..SimConfig::default()
-        })
-        .await
-        .context("cannot start the simulated cluster")?;
-        let kubeconfig = dir.join("kubeconfig");
-        sim.write_kubeconfig(&kubeconfig, DEFAULT_NAMESPACE)?;
-
+        let (sim, kube_config, kubeconfig, token) = match &opts.cluster {
+            ClusterChoice::Simulated => {
+                let sim = start_sim(&opts, &dir, &rc).await?;
+                let kubeconfig = dir.join("kubeconfig");
+                sim.write_kubeconfig(&kubeconfig, DEFAULT_NAMESPACE)?;
+                let config = kube::Config::new(sim.url().parse().context("kubesim URL")?);
+                (Some(sim), config, kubeconfig, None)
+            }
+            ClusterChoice::Real { kubeconfig } => {
+                let (config, token) = real_cluster(kubeconfig, &dir).await?;
+                (None, config, kubeconfig.clone(), Some(token))
+            }
+        };
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
 
@@ -188,9 +204,8 @@ impl Stack {
         }));
 
         // The reconciler, through a real kube client over HTTP.
-        let client = kube::Client::try_from(tuneplane_reconciler::kube_io::client_config(
-            kube::Config::new(sim.url().parse().context("kubesim URL")?),
-        ))?;
+        let client =
+            kube::Client::try_from(tuneplane_reconciler::kube_io::client_config(kube_config))?;
         rc.render.gpu_passthrough = true;
         rc.render.delivery = CapsuleDelivery::Presigned;
         rc.identity = format!("dev-{}", std::process::id());
@@ -217,6 +232,7 @@ impl Stack {
             jobs,
             blobs,
             sim,
+            _token: token,
             stop,
             tasks,
         };
@@ -244,6 +260,53 @@ impl Stack {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
         }
     }
+}
+
+/// kubesim over the options' fleet, in execution mode unless turned off.
+async fn start_sim(
+    opts: &StackOptions,
+    dir: &Path,
+    rc: &tuneplane_reconciler::Config,
+) -> anyhow::Result<KubeSim> {
+    let scenario = Scenario {
+        image_pull_failures: opts.unpullable_images.clone(),
+        ..Scenario::default()
+    };
+    // The reconciler's own namespace (its Lease lives there) exists from the start.
+    let mut namespaces = SimConfig::default().namespaces;
+    namespaces.push(rc.namespace.clone());
+    KubeSim::start(SimConfig {
+        fleet: Some(opts.fleet.clone()),
+        namespaces,
+        scenario,
+        exec_dir: opts.execute.then(|| dir.join("exec")),
+        ..SimConfig::default()
+    })
+    .await
+    .context("cannot start the simulated cluster")
+}
+
+/// The reconciler's client configuration for a real cluster: the kubeconfig's credentials apply
+/// the reconciler's ServiceAccount and RBAC (`infra/kustomize`), then the reconciler uses a token
+/// of that ServiceAccount (renewed in the background).
+async fn real_cluster(
+    kubeconfig: &Path,
+    dir: &Path,
+) -> anyhow::Result<(kube::Config, tuneplane_reconciler::access::TokenRefresher)> {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("cannot read the kubeconfig {}", kubeconfig.display()))?;
+    let admin =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("cannot use the kubeconfig {}", kubeconfig.display()))?;
+    let server = admin.cluster_url.to_string();
+    tuneplane_reconciler::access::service_account_config(&admin, &dir.join("reconciler.token"))
+        .await
+        .with_context(|| {
+            format!(
+                "cannot set up the reconciler's ServiceAccount on {server} (the kubeconfig needs rights to create namespaces, RBAC and tokens)"
+            )
+        })
 }
 
 type Stores = (Arc<dyn JobStore>, Arc<dyn BlobStore>, Option<FsBlobStore>);

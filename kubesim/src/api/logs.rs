@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::ApiState;
 use crate::error::ApiError;
-use crate::logs::tail_lines;
+use crate::logs::{not_started, requested_part};
 use crate::resources::PODS;
 use crate::store::Store;
 
@@ -24,27 +24,11 @@ pub(super) async fn serve(
 ) -> Result<Response, ApiError> {
     let pod = state.store.get(&PODS, ns, name)?;
     let container = pick_container(&pod, name, query.get("container").map(String::as_str))?;
-    if !started(&pod, &container) {
-        let reason = waiting_reason(&pod, &container).unwrap_or_else(|| "ContainerCreating".into());
-        return Err(ApiError::bad_request(format!(
-            "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
-        )));
+    if let Some(why) = not_started(&pod, &container) {
+        return Err(ApiError::bad_request(why));
     }
     let snapshot = state.store.logs.read(ns, name, &container);
-    let mut first = match query.get("tailLines").and_then(|t| t.parse::<usize>().ok()) {
-        Some(n) => tail_lines(&snapshot.text, n).to_string(),
-        None => snapshot.text.clone(),
-    };
-    if let Some(limit) = query
-        .get("limitBytes")
-        .and_then(|l| l.parse::<usize>().ok())
-    {
-        let mut cut = limit.min(first.len());
-        while !first.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        first.truncate(cut);
-    }
+    let first = requested_part(&snapshot.text, query).to_string();
     let follow = query.get("follow").is_some_and(|v| v == "true" || v == "1");
     if !follow || snapshot.closed {
         return Ok(text_response(Body::from(first)));
@@ -131,32 +115,4 @@ fn pick_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String
             main.join(" ")
         ))),
     }
-}
-
-fn status_of<'a>(pod: &'a Value, container: &str) -> Option<&'a Value> {
-    ["containerStatuses", "initContainerStatuses"]
-        .iter()
-        .find_map(|list| {
-            pod.pointer(&format!("/status/{list}"))
-                .and_then(Value::as_array)
-                .and_then(|a| {
-                    a.iter()
-                        .find(|s| s.get("name").and_then(Value::as_str) == Some(container))
-                })
-        })
-}
-
-fn started(pod: &Value, container: &str) -> bool {
-    status_of(pod, container).is_some_and(|s| {
-        s.pointer("/state/running").is_some()
-            || s.pointer("/state/terminated").is_some()
-            || s.pointer("/lastState/terminated").is_some()
-    })
-}
-
-fn waiting_reason(pod: &Value, container: &str) -> Option<String> {
-    status_of(pod, container)
-        .and_then(|s| s.pointer("/state/waiting/reason"))
-        .and_then(Value::as_str)
-        .map(str::to_string)
 }

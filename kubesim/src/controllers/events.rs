@@ -18,7 +18,7 @@ pub const WARNING: &str = "Warning";
 /// Records Events, folding repeats into a count.
 pub struct Recorder {
     store: Arc<Store>,
-    seen: HashMap<(String, String, String, String), (String, String)>,
+    seen: HashMap<FoldKey, (String, String)>,
 }
 
 impl Recorder {
@@ -32,16 +32,10 @@ impl Recorder {
 
     /// Records an event about `obj` from `component`.
     pub fn record(&mut self, obj: &Value, ty: &str, reason: &str, message: &str, component: &str) {
-        if self.seen.len() > 50_000 {
+        if self.seen.len() > MAX_FOLDED {
             self.seen.clear();
         }
-        let uid = json::uid(obj).to_string();
-        let key = (
-            uid.clone(),
-            ty.to_string(),
-            reason.to_string(),
-            message.to_string(),
-        );
+        let key = fold_key(obj, ty, reason, message);
         let now = json::now_rfc3339();
         if let Some((ens, ename)) = self.seen.get(&key) {
             let bumped = self.store.update(&EVENTS, ens, ename, false, |cur| {
@@ -73,12 +67,41 @@ pub fn create(
     message: &str,
     component: &str,
 ) -> Result<(String, String), crate::ApiError> {
+    let event = event_object(obj, ty, reason, message, component, &Origin::default());
+    let (ns, name) = (
+        json::namespace(&event).to_string(),
+        json::name(&event).to_string(),
+    );
+    store.create(&EVENTS, &ns, event)?;
+    Ok((ns, name))
+}
+
+/// Where an event comes from beyond its component: the node that reports it and the part of the
+/// object it is about. The simulator leaves both empty; the node agent fills them like a kubelet.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Origin<'a> {
+    /// The reporting host (`source.host`, `reportingInstance`).
+    pub host: Option<&'a str>,
+    /// The `involvedObject.fieldPath` (`spec.containers{main}`).
+    pub field_path: Option<&'a str>,
+}
+
+/// A new core/v1 Event about `obj` (count 1, both timestamps now), named `<object>.<hex time>`
+/// in the object's namespace (`default` for cluster-scoped objects).
+pub fn event_object(
+    obj: &Value,
+    ty: &str,
+    reason: &str,
+    message: &str,
+    component: &str,
+    origin: &Origin<'_>,
+) -> Value {
     let now = json::now_rfc3339();
     let mut ns = json::namespace(obj).to_string();
     if ns.is_empty() {
         ns = "default".into();
     }
-    let involved = json!({
+    let mut involved = json!({
         "kind": obj.get("kind").cloned().unwrap_or(Value::Null),
         "apiVersion": obj.get("apiVersion").cloned().unwrap_or(Value::Null),
         "namespace": json::namespace(obj),
@@ -86,28 +109,51 @@ pub fn create(
         "uid": json::uid(obj),
         "resourceVersion": json::str_at(obj, "/metadata/resourceVersion").unwrap_or_default(),
     });
+    if let Some(path) = origin.field_path {
+        involved["fieldPath"] = json!(path);
+    }
     let name = format!(
         "{}.{:x}{}",
         json::name(obj),
         jiff::Timestamp::now().as_nanosecond() as u64 & 0xffff_ffff_ffff,
         json::random_suffix(2)
     );
-    let event = json!({
+    let mut source = json!({"component": component});
+    if let Some(host) = origin.host {
+        source["host"] = json!(host);
+    }
+    json!({
         "metadata": {"name": name, "namespace": ns},
         "involvedObject": involved,
         "reason": reason,
         "message": message,
         "type": ty,
-        "source": {"component": component},
+        "source": source,
         "reportingComponent": component,
-        "reportingInstance": "",
+        "reportingInstance": origin.host.unwrap_or_default(),
         "firstTimestamp": now,
         "lastTimestamp": now,
         "count": 1,
-    });
-    store.create(&EVENTS, &ns, event)?;
-    Ok((ns, name))
+    })
 }
+
+/// The key under which repeats of an event are folded into one Event's count: the object's uid,
+/// the type, reason and message.
+pub type FoldKey = (String, String, String, String);
+
+/// The [`FoldKey`] of an event about `obj`.
+pub fn fold_key(obj: &Value, ty: &str, reason: &str, message: &str) -> FoldKey {
+    (
+        json::uid(obj).to_string(),
+        ty.to_string(),
+        reason.to_string(),
+        message.to_string(),
+    )
+}
+
+/// Most folded events a recorder remembers; past that it forgets them all (and starts new
+/// Events for later repeats).
+pub const MAX_FOLDED: usize = 50_000;
 
 /// Deletes Events last seen more than `ttl` ago, as the API server's event TTL does.
 pub fn expire(store: &Store, ttl: std::time::Duration) {

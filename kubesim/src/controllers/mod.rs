@@ -8,6 +8,7 @@ pub mod fit;
 pub mod jobs;
 pub mod kubelet;
 pub mod kuberay;
+pub mod lifecycle;
 pub mod scheduler;
 
 use std::sync::Arc;

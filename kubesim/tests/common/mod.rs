@@ -47,7 +47,16 @@ pub async fn start(config: SimConfig) -> (KubeSim, kube::Client) {
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, failing the test after `secs` seconds.
-pub async fn wait_for<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(secs: u64, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll_every(Duration::from_millis(20), secs, what, check).await
+}
+
+/// Polls `check` every `every` until it returns `Some`, failing the test after `secs` seconds.
+pub async fn poll_every<T, F, Fut>(every: Duration, secs: u64, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -60,7 +69,7 @@ where
         if tokio::time::Instant::now() > deadline {
             panic!("timed out after {secs}s waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(every).await;
     }
 }
 

@@ -1,6 +1,11 @@
 //! Shared harness of the reconciler's integration tests: kubesim on 127.0.0.1:0 with a small fleet,
 //! the embedded job store and filesystem blobs in a temporary directory, job builders, a reconciler
 //! that runs as a task (dropping the task is a crash), and a bounded wait helper.
+//!
+//! The scenario suite (lifecycle, pending, cleanup, leader, crash) runs on either backend, chosen by
+//! one setting: `TUNEPLANE_TEST_K8S=real` runs it against a real control plane ([`real`]) instead of
+//! kubesim. Waits are three times longer there (the real KubeRay operator and scheduler requeue on
+//! their own clocks).
 
 #![allow(dead_code)]
 
@@ -17,6 +22,8 @@ use tuneplane_kubesim::{KubeSim, SimConfig};
 use tuneplane_reconciler::metrics::Metrics;
 use tuneplane_reconciler::{Config, Ctx, Reconciler};
 use tuneplane_stores::{EmbeddedJobStore, FsBlobStore};
+
+pub mod real;
 
 /// A capsule hash (the capsule is never downloaded in simulation mode).
 pub const SHA: &str = "5f0c6a1b2d3e4f5061728394a5b6c7d8e9f00112233445566778899aabbccdd0";
@@ -42,12 +49,34 @@ pub fn sim_config(fleet: &str, rayjob_run: Duration, pod_run: Option<Duration>) 
     config
 }
 
-/// A simulator, a client for it and the stores.
+/// The cluster of a scenario.
+pub enum Cluster {
+    /// kubesim in this process.
+    Sim(KubeSim),
+    /// The real control plane.
+    Real(Box<real::Real>),
+}
+
+/// Ends the calling test early, saying why, when it runs on the real control plane: for the
+/// scenarios that cannot run there (each names its reason; the README lists them).
+#[macro_export]
+macro_rules! kubesim_only {
+    ($why:expr) => {
+        if $crate::common::real::is_real() {
+            eprintln!("skipped on the real control plane: {}", $why);
+            return;
+        }
+    };
+}
+
+/// A cluster, clients for it and the stores.
 pub struct Harness {
-    /// The simulator.
-    pub sim: KubeSim,
-    /// A client for it.
+    /// The cluster.
+    pub cluster: Cluster,
+    /// An admin client for the test's own reads and writes.
     pub client: kube::Client,
+    /// The reconciler's client (on the real cluster: its ServiceAccount, with infra's RBAC).
+    pub reconciler_client: kube::Client,
     /// Job store.
     pub jobs: Arc<dyn JobStore>,
     /// Blob store.
@@ -75,6 +104,21 @@ pub async fn with_stores(
     blobs: Arc<dyn BlobStore>,
     dir: tempfile::TempDir,
 ) -> Harness {
+    if real::is_real() {
+        let (client, reconciler_client, cluster) = real::start(&config, dir.path()).await;
+        return Harness {
+            cluster: Cluster::Real(Box::new(cluster)),
+            client,
+            reconciler_client,
+            jobs,
+            blobs,
+            _dir: dir,
+        };
+    }
+    let mut config = config;
+    config
+        .namespaces
+        .push(tuneplane_reconciler::access::SYSTEM_NAMESPACE.into());
     let sim = KubeSim::start(config)
         .await
         .unwrap_or_else(|e| panic!("kubesim: {e}"));
@@ -82,7 +126,8 @@ pub async fn with_stores(
     let client =
         kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("client: {e}"));
     Harness {
-        sim,
+        cluster: Cluster::Sim(sim),
+        reconciler_client: client.clone(),
         client,
         jobs,
         blobs,
@@ -90,10 +135,10 @@ pub async fn with_stores(
     }
 }
 
-/// Reconciler settings for tests: fast passes, a short lease in `default`.
+/// Reconciler settings for tests: fast passes, a short lease in the reconciler's own namespace.
 pub fn test_config(identity: &str) -> Config {
     Config {
-        namespace: "default".into(),
+        namespace: tuneplane_reconciler::access::SYSTEM_NAMESPACE.into(),
         identity: identity.into(),
         pass_interval: Duration::from_millis(100),
         lease_duration: Duration::from_secs(1),
@@ -123,11 +168,39 @@ pub async fn spawn_reconciler(
 }
 
 impl Harness {
+    /// The simulator; panics on the real backend (callers are kubesim-only tests).
+    pub fn sim(&self) -> &KubeSim {
+        match &self.cluster {
+            Cluster::Sim(sim) => sim,
+            Cluster::Real(_) => panic!("this test needs kubesim (it steers the simulator)"),
+        }
+    }
+
+    /// Whether the scenario runs on the real control plane.
+    pub fn is_real(&self) -> bool {
+        matches!(self.cluster, Cluster::Real(_))
+    }
+
+    /// Marks a node Ready or NotReady (kubesim directly; on the real cluster through the agent).
+    pub async fn set_node_ready(&self, node: &str, ready: bool) {
+        match &self.cluster {
+            Cluster::Sim(sim) => sim
+                .set_node_ready(node, ready)
+                .unwrap_or_else(|e| panic!("{e}")),
+            Cluster::Real(r) => r
+                .testbed
+                .agent
+                .set_node_ready(node, ready)
+                .await
+                .unwrap_or_else(|e| panic!("{e}")),
+        }
+    }
+
     /// Starts a reconciler as a task; abort the handle to crash it.
     pub async fn reconciler(&self, config: Config) -> (JoinHandle<()>, Arc<Ctx>) {
         spawn_reconciler(
             config,
-            self.client.clone(),
+            self.reconciler_client.clone(),
             self.jobs.clone(),
             self.blobs.clone(),
         )
@@ -200,6 +273,28 @@ pub fn job(
     JobRecord::new_queued(id, "acme", spec, SHA, tuneplane_reconciler::now_ms())
 }
 
+/// The state a GPU job that runs to its end reaches: SUCCEEDED on kubesim; on the real control
+/// plane FAILED, at the short run deadline [`finishing`] gives it (KubeRay reads a job's own end
+/// from the Ray head's dashboard, which fake nodes do not run, but enforces
+/// `activeDeadlineSeconds` itself).
+pub fn ray_end() -> JobState {
+    if real::is_real() {
+        JobState::Failed
+    } else {
+        JobState::Succeeded
+    }
+}
+
+/// `job` made to end on either backend: on the real control plane a GPU job gets a 5 s run
+/// deadline (see [`ray_end`]); CPU jobs and kubesim runs are unchanged.
+pub fn finishing(mut job: JobRecord) -> JobRecord {
+    let gpu = job.spec.pools.iter().any(|p| p.gpus_per_node > 0);
+    if real::is_real() && gpu {
+        job.spec.deadlines.run_seconds = 5;
+    }
+    job
+}
+
 /// A CPU-only job.
 pub fn cpu_job(id: &str) -> JobRecord {
     let mut p = pool("main", None, 1, 0);
@@ -214,6 +309,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
+    let secs = if real::is_real() { secs * 3 } else { secs };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(v) = check().await {

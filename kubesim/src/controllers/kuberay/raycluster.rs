@@ -68,10 +68,17 @@ fn build_pod(cluster: &Value, group: &Value, group_name: &str, head: bool) -> Va
     let cname = json::name(cluster);
     let template = group.get("template").cloned().unwrap_or_default();
     let mut pod = json!({"metadata": template.get("metadata").cloned().unwrap_or(json!({})), "spec": template.get("spec").cloned().unwrap_or(json!({}))});
+    // KubeRay's names: the head pod is `<cluster>-head` (no suffix), workers are generated from
+    // `<cluster>-<group>-worker-`; the prefix is cut at 50 characters.
+    let prefix = |p: String| p.chars().take(50).collect::<String>().to_lowercase();
     let name = if head {
-        format!("{cname}-head-{}", json::random_suffix(5))
+        format!("{}-head", prefix(cname.to_string()))
     } else {
-        format!("{cname}-{group_name}-worker-{}", json::random_suffix(5))
+        format!(
+            "{}-worker-{}",
+            prefix(format!("{cname}-{group_name}")),
+            json::random_suffix(5)
+        )
     };
     let meta = json::obj_mut(&mut pod, "metadata");
     meta.insert("name".into(), json!(name));

@@ -1,0 +1,432 @@
+//! The agent's pod loop: one watcher over bound pods keeps a copy of those on the agent's nodes;
+//! a tick advances each through the simulated kubelet's lifecycle
+//! ([`lifecycle`](crate::controllers::lifecycle)), writing each step's status as a JSON merge patch
+//! on `pods/status` and its events, and writing the container logs. Pods being deleted are
+//! deleted for good (grace period 0, uid precondition), as a kubelet does once its containers
+//! stopped. Failed writes back off and give up after a bound until the pod changes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::recorder::Recorder;
+use super::retry::{self, status_code};
+use super::{AgentConfig, AgentLogs, NODE_IP};
+use crate::controllers::lifecycle::{self, Step};
+use crate::json;
+use crate::sim::{Scenario, annotations};
+
+/// Consecutive failed writes for one pod before the agent leaves it until it changes.
+const MAX_FAILURES: u32 = 8;
+
+/// One pod on the agent's nodes.
+struct Tracked {
+    /// The latest copy (from the watcher or the agent's own write).
+    pod: Value,
+    /// When the agent first saw it (its bound time when it has no `PodScheduled` condition).
+    seen: Instant,
+    /// Consecutive failed writes.
+    failures: u32,
+    /// No write before this.
+    retry_at: Option<Instant>,
+    /// The final delete was accepted (the pod may linger for finalizers).
+    delete_sent: bool,
+}
+
+/// The pod loop's state.
+pub(crate) struct PodWorker {
+    pods: Api<Pod>,
+    client: kube::Client,
+    nodes: HashSet<String>,
+    scenario: Scenario,
+    tick: Duration,
+    log_retention: Duration,
+    recorder: Arc<Recorder>,
+    logs: Arc<AgentLogs>,
+    tracked: HashMap<String, Tracked>,
+    /// Uids listed since the watcher's last (re)start, until the list is done.
+    relisting: Option<HashSet<String>>,
+}
+
+/// A resourceVersion as a number, to tell an older copy from a newer one (the API server's are
+/// etcd revisions; an opaque one compares as unknown).
+fn revision(pod: &Value) -> Option<u64> {
+    json::str_at(pod, "/metadata/resourceVersion").and_then(|v| v.parse().ok())
+}
+
+/// The log lines the agent writes for `step` of `pod` on `node`, per container.
+fn log_lines(step: &Step, pod: &Value, node: &str) -> Vec<(String, String)> {
+    let who = |c: &str| {
+        format!(
+            "kubesim agent: container {c} of {}/{}",
+            json::namespace(pod),
+            json::name(pod)
+        )
+    };
+    let exited = |c: &str, code: i32| format!("{} exited with code {code}\n", who(c));
+    let mut out = Vec::new();
+    match step {
+        Step::Start => {
+            let first = json::str_at(pod, "/status/phase") == Some("Pending");
+            if first {
+                for (c, _) in lifecycle::containers(pod, "initContainers") {
+                    let text = format!("{} started on {node}\n{}", who(&c), exited(&c, 0));
+                    out.push((c, text));
+                }
+            }
+            for (c, _) in lifecycle::containers(pod, "containers") {
+                let mut text = format!("{} started on {node}\n", who(&c));
+                if let Some(log) = json::annotation(pod, annotations::LOG) {
+                    text.push_str(log);
+                    if !log.ends_with('\n') {
+                        text.push('\n');
+                    }
+                }
+                out.push((c, text));
+            }
+        }
+        _ => {
+            if let Some(code) = step.exit_code() {
+                for (c, _) in lifecycle::containers(pod, "containers") {
+                    let text = exited(&c, code);
+                    out.push((c, text));
+                }
+            }
+        }
+    }
+    out
+}
+
+impl PodWorker {
+    /// A pod loop for the pods on `nodes`.
+    pub(crate) fn new(
+        client: kube::Client,
+        nodes: Vec<String>,
+        config: &AgentConfig,
+        recorder: Arc<Recorder>,
+        logs: Arc<AgentLogs>,
+    ) -> Self {
+        Self {
+            pods: Api::all(client.clone()),
+            client,
+            nodes: nodes.into_iter().collect(),
+            scenario: config.scenario.clone(),
+            tick: config.tick,
+            log_retention: config.log_retention,
+            recorder,
+            logs,
+            tracked: HashMap::new(),
+            relisting: None,
+        }
+    }
+
+    /// Watches and advances pods until `stop` turns true.
+    pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        // Bound pods only; the agent's are picked out of those.
+        let config = watcher::Config::default().fields("spec.nodeName!=");
+        let stream = watcher(self.pods.clone(), config).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        let mut tick = tokio::time::interval(self.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                event = stream.next() => match event {
+                    Some(Ok(e)) => self.on_event(e),
+                    Some(Err(e)) => tracing::warn!(error = %e, "pod watch failed; retrying"),
+                    None => {
+                        tracing::error!("pod watch ended");
+                        return;
+                    }
+                },
+                _ = tick.tick() => self.step_all().await,
+            }
+        }
+    }
+
+    fn ours(&self, pod: &Pod) -> bool {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| self.nodes.contains(n))
+    }
+
+    fn on_event(&mut self, event: watcher::Event<Pod>) {
+        match event {
+            watcher::Event::Init => self.relisting = Some(HashSet::new()),
+            watcher::Event::InitApply(pod) => {
+                if let Some(uid) = self.upsert(&pod)
+                    && let Some(seen) = self.relisting.as_mut()
+                {
+                    seen.insert(uid);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(seen) = self.relisting.take() {
+                    let gone: Vec<String> = self
+                        .tracked
+                        .keys()
+                        .filter(|u| !seen.contains(*u))
+                        .cloned()
+                        .collect();
+                    for uid in gone {
+                        self.forget(&uid);
+                    }
+                }
+            }
+            watcher::Event::Apply(pod) => {
+                self.upsert(&pod);
+            }
+            watcher::Event::Delete(pod) => {
+                if let Some(uid) = pod.metadata.uid.as_deref() {
+                    self.forget(uid);
+                }
+            }
+        }
+    }
+
+    /// Takes in a pod from the watcher if it is on the agent's nodes; returns its uid then.
+    fn upsert(&mut self, pod: &Pod) -> Option<String> {
+        if !self.ours(pod) {
+            return None;
+        }
+        let uid = pod.metadata.uid.clone()?;
+        let value = match serde_json::to_value(pod) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "pod not readable");
+                return None;
+            }
+        };
+        match self.tracked.get_mut(&uid) {
+            Some(t) => {
+                let newer = match (revision(&value), revision(&t.pod)) {
+                    (Some(new), Some(old)) => new > old,
+                    _ => true,
+                };
+                if newer {
+                    self.logs.observe(&uid, &value);
+                    t.pod = value;
+                    // Changed by someone: worth trying again.
+                    t.failures = 0;
+                    t.retry_at = None;
+                }
+            }
+            None => {
+                self.logs.observe(&uid, &value);
+                self.tracked.insert(
+                    uid.clone(),
+                    Tracked {
+                        pod: value,
+                        seen: Instant::now(),
+                        failures: 0,
+                        retry_at: None,
+                        delete_sent: false,
+                    },
+                );
+            }
+        }
+        Some(uid)
+    }
+
+    fn forget(&mut self, uid: &str) {
+        if self.tracked.remove(uid).is_some() {
+            self.logs.pod_deleted(uid);
+        }
+    }
+
+    /// One pass over every tracked pod.
+    async fn step_all(&mut self) {
+        let now = Instant::now();
+        let uids: Vec<String> = self.tracked.keys().cloned().collect();
+        for uid in uids {
+            self.step_one(&uid, now).await;
+        }
+        self.logs.expire(self.log_retention);
+    }
+
+    async fn step_one(&mut self, uid: &str, now: Instant) {
+        let Some(t) = self.tracked.get(uid) else {
+            return;
+        };
+        if t.failures >= MAX_FAILURES || t.retry_at.is_some_and(|at| now < at) {
+            return;
+        }
+        if json::at(&t.pod, "/metadata/deletionTimestamp").is_some() {
+            if !t.delete_sent {
+                self.finish_deletion(uid).await;
+            }
+            return;
+        }
+        if !lifecycle::is_active(&t.pod) {
+            return;
+        }
+        let bound_for = match lifecycle::condition_time(&t.pod, "PodScheduled") {
+            Some(at) => json::seconds_since(&at),
+            None => t.seen.elapsed().as_secs_f64(),
+        };
+        let pod = t.pod.clone();
+        let step = lifecycle::next_step(&pod, &self.scenario, bound_for, || {
+            lifecycle::simulated_exit(&pod, &self.scenario)
+        });
+        if let Some(step) = step {
+            self.write_step(uid, &pod, &step).await;
+        }
+    }
+
+    /// Writes a step's status, then its events and log lines.
+    async fn write_step(&mut self, uid: &str, pod: &Value, step: &Step) {
+        let (ns, name) = (json::namespace(pod), json::name(pod));
+        let node = json::str_at(pod, "/spec/nodeName")
+            .unwrap_or_default()
+            .to_string();
+        let mut next = pod.clone();
+        lifecycle::apply(step, &mut next, NODE_IP);
+        let patch = json!({"status": next["status"]});
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let written = api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        let updated = match written.map(|p| serde_json::to_value(&p)) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, pod = name, "written pod not readable");
+                next
+            }
+            Err(e) => {
+                self.failed(uid, name, &format!("{step:?}"), &e);
+                return;
+            }
+        };
+        tracing::debug!(pod = %format!("{ns}/{name}"), ?step, "pod step written");
+        self.logs.observe(uid, &updated);
+        if let Some(t) = self.tracked.get_mut(uid) {
+            t.pod = updated;
+            t.failures = 0;
+            t.retry_at = None;
+        }
+        for e in lifecycle::events(step, pod) {
+            self.recorder
+                .record(
+                    pod,
+                    e.ty,
+                    e.reason,
+                    &e.message,
+                    &node,
+                    e.field_path.as_deref(),
+                )
+                .await;
+        }
+        for (container, text) in log_lines(step, pod, &node) {
+            self.logs.append(uid, &container, &text);
+        }
+    }
+
+    /// Deletes a pod that is being deleted, for good.
+    async fn finish_deletion(&mut self, uid: &str) {
+        let Some(t) = self.tracked.get(uid) else {
+            return;
+        };
+        let (ns, name) = (
+            json::namespace(&t.pod).to_string(),
+            json::name(&t.pod).to_string(),
+        );
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {
+                tracing::debug!(pod = %format!("{ns}/{name}"), "pod deleted");
+                if let Some(t) = self.tracked.get_mut(uid) {
+                    t.delete_sent = true;
+                }
+            }
+            // Gone already, or the name now holds another pod.
+            Err(e) if matches!(status_code(&e), Some(404 | 409)) => self.forget(uid),
+            Err(e) => self.failed(uid, &name, "deletion", &e),
+        }
+    }
+
+    /// Notes a failed write: back off, and after [`MAX_FAILURES`] leave the pod until it changes.
+    fn failed(&mut self, uid: &str, name: &str, what: &str, e: &kube::Error) {
+        if status_code(e) == Some(404) {
+            self.forget(uid);
+            return;
+        }
+        let Some(t) = self.tracked.get_mut(uid) else {
+            return;
+        };
+        t.failures = if retry::retriable(e) {
+            t.failures + 1
+        } else {
+            MAX_FAILURES
+        };
+        if t.failures >= MAX_FAILURES {
+            tracing::error!(error = %e, pod = name, what, "pod write failed; leaving the pod until it changes");
+        } else {
+            let wait = retry::backoff(t.failures);
+            tracing::warn!(error = %e, pod = name, what, ?wait, "pod write failed; retrying");
+            t.retry_at = Some(Instant::now() + wait);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_tell_starts_annotations_and_exits() {
+        let mut pod = json!({
+            "metadata": {"name": "p", "namespace": "ns", "annotations": {annotations::LOG: "hi there"}},
+            "spec": {"initContainers": [{"name": "init", "image": "i"}], "containers": [{"name": "main", "image": "m"}]},
+            "status": {"phase": "Pending"},
+        });
+        let start = log_lines(&Step::Start, &pod, "n-0");
+        assert_eq!(
+            start,
+            [
+                (
+                    "init".to_string(),
+                    "kubesim agent: container init of ns/p started on n-0\nkubesim agent: container init of ns/p exited with code 0\n".to_string()
+                ),
+                (
+                    "main".to_string(),
+                    "kubesim agent: container main of ns/p started on n-0\nhi there\n".to_string()
+                ),
+            ]
+        );
+        pod["status"]["phase"] = json!("Running");
+        assert_eq!(log_lines(&Step::Start, &pod, "n-0").len(), 1);
+        assert_eq!(
+            log_lines(&Step::Terminate(3), &pod, "n-0")[0].1,
+            "kubesim agent: container main of ns/p exited with code 3\n"
+        );
+        assert_eq!(
+            log_lines(&Step::DeadlineExceeded, &pod, "n-0")[0].1,
+            "kubesim agent: container main of ns/p exited with code 137\n"
+        );
+        assert!(log_lines(&Step::Creating, &pod, "n-0").is_empty());
+    }
+
+    #[test]
+    fn revisions_compare_as_numbers() {
+        let rv = |v: &str| json!({"metadata": {"resourceVersion": v}});
+        assert!(revision(&rv("10")) > revision(&rv("9")));
+        assert_eq!(revision(&rv("opaque")), None);
+    }
+}

@@ -1,0 +1,353 @@
+//! The agent's kubelet endpoint: an HTTP/1.1 server on 127.0.0.1 (HTTPS with the given certificate
+//! and key; no client certificate is required) answering the API server's
+//! `GET /containerLogs/{namespace}/{pod}/{container}` from the agent's logs, honouring `tailLines`
+//! and `limitBytes` (other parameters are accepted and ignored); like a kubelet it answers 400 for a
+//! container that has not run yet and 404 for unknown pods and containers, in plain text.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::{AgentError, AgentLogs, LogLookupError, TlsFiles};
+
+/// A bound kubelet endpoint, not serving yet.
+pub(crate) struct Endpoint {
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    addr: SocketAddr,
+}
+
+impl Endpoint {
+    /// Loads the TLS files (if any) and binds 127.0.0.1:`port`.
+    pub(crate) async fn bind(port: u16, tls: Option<&TlsFiles>) -> Result<Self, AgentError> {
+        let tls = tls.map(acceptor).transpose()?;
+        let want = SocketAddr::from(([127, 0, 0, 1], port));
+        let bind_err = |source| AgentError::Bind {
+            addr: want.to_string(),
+            source,
+        };
+        let listener = TcpListener::bind(want).await.map_err(bind_err)?;
+        let addr = listener.local_addr().map_err(bind_err)?;
+        Ok(Self {
+            listener,
+            tls,
+            addr,
+        })
+    }
+
+    /// The bound address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves connections until `stop` turns true; open connections end with it.
+    pub(crate) async fn serve(self, logs: Arc<AgentLogs>, mut stop: watch::Receiver<bool>) {
+        let mut connections = JoinSet::new();
+        tracing::info!(addr = %self.addr, tls = self.tls.is_some(), "kubelet endpoint listening");
+        loop {
+            let accepted = tokio::select! {
+                _ = stop.changed() => break,
+                a = self.listener.accept() => a,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            };
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "kubelet endpoint accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let (tls, logs) = (self.tls.clone(), logs.clone());
+            connections.spawn(async move {
+                match tls {
+                    Some(acceptor) => match acceptor.accept(stream).await {
+                        Ok(s) => serve_connection(s, logs).await,
+                        Err(e) => {
+                            tracing::debug!(error = %e, %peer, "kubelet TLS handshake failed")
+                        }
+                    },
+                    None => serve_connection(stream, logs).await,
+                }
+            });
+        }
+    }
+}
+
+/// A TLS acceptor with the certificate chain and key (aws-lc-rs, HTTP/1.1 only).
+fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, AgentError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .and_then(|it| it.collect::<Result<_, _>>())
+        .map_err(|e| {
+            AgentError::Tls(format!(
+                "reading certificates from {}: {e}",
+                files.cert.display()
+            ))
+        })?;
+    if certs.is_empty() {
+        return Err(AgentError::Tls(format!(
+            "no certificate in {}",
+            files.cert.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+        AgentError::Tls(format!(
+            "reading the private key {}: {e}",
+            files.key.display()
+        ))
+    })?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| AgentError::Tls(format!("protocol versions: {e}")))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| {
+            AgentError::Tls(format!(
+                "certificate {} with key {}: {e}",
+                files.cert.display(),
+                files.key.display()
+            ))
+        })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+async fn serve_connection<S>(stream: S, logs: Arc<AgentLogs>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let logs = logs.clone();
+        async move { Ok::<_, Infallible>(handle(&req, &logs)) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(error = %e, "kubelet endpoint connection ended with an error");
+    }
+}
+
+fn text(code: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// Parses a URL query into its parameters (no percent-decoding: the kubelet's parameters are
+/// numbers and booleans).
+fn query_params(query: Option<&str>) -> HashMap<String, String> {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (kv.to_string(), String::new()),
+        })
+        .collect()
+}
+
+/// Answers one request of the kubelet endpoint.
+fn handle<B>(req: &Request<B>, logs: &AgentLogs) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    if path == "/healthz" {
+        return text(StatusCode::OK, "ok".into());
+    }
+    let Some(rest) = path.strip_prefix("/containerLogs/") else {
+        return text(StatusCode::NOT_FOUND, "404 page not found\n".into());
+    };
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("method {} not allowed\n", req.method()),
+        );
+    }
+    let parts: Vec<&str> = rest.split('/').collect();
+    let [ns, pod, container] = parts[..] else {
+        return text(StatusCode::NOT_FOUND, "404 page not found\n".into());
+    };
+    if container.is_empty() {
+        return text(StatusCode::BAD_REQUEST, "missing container name\n".into());
+    }
+    match logs.read(ns, pod, container) {
+        Ok(log) => {
+            let query = query_params(req.uri().query());
+            text(
+                StatusCode::OK,
+                crate::logs::requested_part(&log, &query).to_string(),
+            )
+        }
+        Err(e @ LogLookupError::NotStarted(_)) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+        Err(e) => text(StatusCode::NOT_FOUND, format!("{e}\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running_pod() -> serde_json::Value {
+        serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "main", "image": "i"}]},
+            "status": {"containerStatuses": [{"name": "main", "state": {"running": {}}}]},
+        })
+    }
+
+    fn get(logs: &AgentLogs, uri: &str) -> (StatusCode, String) {
+        let req = Request::get(uri)
+            .body(())
+            .unwrap_or_else(|e| panic!("request: {e}"));
+        let resp = handle(&req, logs);
+        let status = resp.status();
+        let body = futures_util::FutureExt::now_or_never(http_body_util::BodyExt::collect(
+            resp.into_body(),
+        ))
+        .and_then(Result::ok)
+        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+        .unwrap_or_default();
+        (status, body)
+    }
+
+    #[test]
+    fn container_logs_are_served_with_tail_and_limit() {
+        let logs = AgentLogs::default();
+        logs.observe("u", &running_pod());
+        logs.append("u", "main", "one\ntwo\nthree\n");
+        assert_eq!(
+            get(&logs, "/containerLogs/ns/p/main"),
+            (StatusCode::OK, "one\ntwo\nthree\n".into())
+        );
+        assert_eq!(
+            get(
+                &logs,
+                "/containerLogs/ns/p/main?tailLines=2&follow=true&timestamps=false"
+            )
+            .1,
+            "two\nthree\n"
+        );
+        assert_eq!(
+            get(&logs, "/containerLogs/ns/p/main?limitBytes=5").1,
+            "one\nt"
+        );
+        assert_eq!(
+            get(&logs, "/containerLogs/ns/q/main"),
+            (StatusCode::NOT_FOUND, "pod \"q\" does not exist\n".into())
+        );
+        assert_eq!(
+            get(&logs, "/containerLogs/ns/p/side"),
+            (
+                StatusCode::NOT_FOUND,
+                "container \"side\" not found in pod \"p\"\n".into()
+            )
+        );
+        assert_eq!(get(&logs, "/pods").0, StatusCode::NOT_FOUND);
+        assert_eq!(get(&logs, "/healthz").0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn the_endpoint_serves_over_a_socket_and_stops() {
+        let logs = Arc::new(AgentLogs::default());
+        logs.observe("u", &running_pod());
+        logs.append("u", "main", "hello\n");
+        let endpoint = Endpoint::bind(0, None)
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let addr = endpoint.addr();
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(endpoint.serve(logs, stop_rx));
+        let body = reqwest::get(format!("http://{addr}/containerLogs/ns/p/main"))
+            .await
+            .unwrap_or_else(|e| panic!("get: {e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("body: {e}"));
+        assert_eq!(body, "hello\n");
+        let _ = stop.send(true);
+        tokio::time::timeout(std::time::Duration::from_secs(5), task)
+            .await
+            .unwrap_or_else(|e| panic!("endpoint did not stop: {e}"))
+            .unwrap_or_else(|e| panic!("endpoint task: {e}"));
+    }
+
+    #[tokio::test]
+    async fn the_endpoint_speaks_https_with_a_pem_certificate() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let (cert, key) = (dir.path().join("k.crt"), dir.path().join("k.key"));
+        let made = std::process::Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args([
+                "-subj",
+                "/CN=kubelet",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output();
+        if !made.is_ok_and(|o| o.status.success()) {
+            println!("skipped: openssl could not make a test certificate");
+            return;
+        }
+        let logs = Arc::new(AgentLogs::default());
+        logs.observe("u", &running_pod());
+        logs.append("u", "main", "over tls\n");
+        let files = TlsFiles { cert, key };
+        let endpoint = Endpoint::bind(0, Some(&files))
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let addr = endpoint.addr();
+        let (_stop, stop_rx) = watch::channel(false);
+        tokio::spawn(endpoint.serve(logs, stop_rx));
+        let client = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .build()
+            .unwrap_or_else(|e| panic!("client: {e}"));
+        let resp = client
+            .get(format!(
+                "https://{addr}/containerLogs/ns/p/main?follow=false"
+            ))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("get: {e}"));
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.text().await.unwrap_or_default(), "over tls\n");
+    }
+
+    #[test]
+    fn missing_tls_files_are_reported_with_their_path() {
+        let files = TlsFiles {
+            cert: "/nonexistent/kubelet.crt".into(),
+            key: "/nonexistent/kubelet.key".into(),
+        };
+        let err = acceptor(&files)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("/nonexistent/kubelet.crt"), "{err}");
+    }
+}
