@@ -69,6 +69,89 @@ fn decimal(s: &str) -> Option<(i128, u32)> {
     Some((if neg { -m } else { m }, frac.len() as u32))
 }
 
+/// The canonical form the API server stores a quantity in (`1024Gi` → `1Ti`, `1000m` → `1`,
+/// `2000` → `2k`, `0.5` → `500m`): binary suffixes stay binary and decimal ones decimal, with the
+/// largest suffix that keeps the value whole. Exponent forms and values finer than a milli-unit
+/// (or binary values that are not whole bytes) are returned unchanged.
+pub fn canonical(s: &str) -> String {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(t.len());
+    let suffix = &t[split..];
+    let Some(milli) = parse(t) else {
+        return s.to_owned();
+    };
+    if suffix.starts_with(['e', 'E']) || milli < 0 {
+        return s.to_owned();
+    }
+    // The value must be exact at milli precision (parse rounds up).
+    let Some((mantissa, scale)) = decimal(&t[..split]) else {
+        return s.to_owned();
+    };
+    let binary = suffix.ends_with('i');
+    if binary {
+        if milli % 1000 != 0 {
+            return s.to_owned();
+        }
+        let mut v = milli / 1000;
+        if v == 0 {
+            return "0".into();
+        }
+        let mut i = 0;
+        let units = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+        while i + 1 < units.len() && v % 1024 == 0 {
+            v /= 1024;
+            i += 1;
+        }
+        return format!("{v}{}", units[i]);
+    }
+    // Exactness check for decimal values: re-derive from mantissa and scale.
+    let mult: i128 = match suffix {
+        "n" => -9,
+        "u" => -6,
+        "m" => -3,
+        "" => 0,
+        "k" => 3,
+        "M" => 6,
+        "G" => 9,
+        "T" => 12,
+        "P" => 15,
+        "E" => 18,
+        _ => return s.to_owned(),
+    };
+    // value * 1000 = mantissa * 10^(mult + 3 - scale) must be whole.
+    let exp = mult + 3 - i128::from(scale);
+    if exp < 0 && mantissa % 10i128.pow(u32::try_from(-exp).unwrap_or(0)) != 0 {
+        return s.to_owned();
+    }
+    if milli == 0 {
+        return "0".into();
+    }
+    if milli % 1000 != 0 {
+        return format!("{milli}m");
+    }
+    let mut v = milli / 1000;
+    let mut i = 0;
+    let units = ["", "k", "M", "G", "T", "P", "E"];
+    while i + 1 < units.len() && v % 1000 == 0 {
+        v /= 1000;
+        i += 1;
+    }
+    format!("{v}{}", units[i])
+}
+
+/// Canonicalizes every string quantity of a resource map (`limits`, `capacity`, ...) in place.
+pub fn canonicalize_map(map: Option<&mut serde_json::Value>) {
+    if let Some(m) = map.and_then(serde_json::Value::as_object_mut) {
+        for v in m.values_mut() {
+            if let Some(q) = v.as_str() {
+                *v = serde_json::Value::String(canonical(q));
+            }
+        }
+    }
+}
+
 /// A quantity from a JSON value (string or number); 0 when absent or invalid.
 pub fn from_json(v: Option<&serde_json::Value>) -> Milli {
     match v {

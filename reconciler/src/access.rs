@@ -91,21 +91,17 @@ const fn within(
 
 const JOBS: &str = tuneplane_core::constants::DEFAULT_NAMESPACE;
 
-/// Every request the reconciler makes (reflectors list and watch cluster-wide; log reads `get`
-/// `pods/log`; workloads are created and deleted in the jobs namespace; the Lease lives in the
+/// Every request the reconciler makes (reflectors list and watch cluster-wide, nothing is read
+/// one by one; log reads `get` `pods/log`; workloads are created and deleted in the jobs namespace; the Lease lives in the
 /// reconciler's own namespace).
 pub const REQUIRED: &[Access] = &[
-    cluster("", "nodes", "get"),
     cluster("", "nodes", "list"),
     cluster("", "nodes", "watch"),
-    cluster("", "pods", "get"),
     cluster("", "pods", "list"),
     cluster("", "pods", "watch"),
-    cluster("", "events", "get"),
     cluster("", "events", "list"),
     cluster("", "events", "watch"),
     cluster("", "pods/log", "get"),
-    cluster("ray.io", "rayjobs", "get"),
     cluster("ray.io", "rayjobs", "list"),
     cluster("ray.io", "rayjobs", "watch"),
     within(JOBS, "ray.io", "rayjobs", "create"),

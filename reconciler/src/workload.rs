@@ -133,25 +133,3 @@ pub async fn delete(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) 
         other => other,
     }
 }
-
-/// True if the workload exists, asked of the API server directly (not the reflector).
-pub async fn exists(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) -> Result<bool> {
-    let object = format!("{namespace}/{name}");
-    Ok(match kind {
-        WorkloadKind::RayJob => {
-            let api: Api<RayJob> =
-                Api::namespaced_with(ctx.kube.client.clone(), namespace, &rayjob::resource());
-            ctx.kube
-                .call("get rayjob", &object, || api.get_opt(name))
-                .await?
-                .is_some()
-        }
-        WorkloadKind::Pod => {
-            let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), namespace);
-            ctx.kube
-                .call("get pod", &object, || api.get_opt(name))
-                .await?
-                .is_some()
-        }
-    })
-}

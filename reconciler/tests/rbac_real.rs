@@ -77,6 +77,18 @@ const DENIED: &[Access] = &[
     Access {
         group: "",
         resource: "pods",
+        verb: "get",
+        namespace: Some("tuneplane-jobs"),
+    },
+    Access {
+        group: "",
+        resource: "nodes",
+        verb: "get",
+        namespace: None,
+    },
+    Access {
+        group: "",
+        resource: "pods",
         verb: "create",
         namespace: Some("default"),
     },
