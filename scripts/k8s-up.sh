@@ -6,6 +6,9 @@
 #
 #   scripts/k8s-up.sh [--fleet FILE | --no-fleet] [--dir DIR] [--port PORT]
 #
+# The agent's pods that are meant to end (CPU jobs, submitters) run 3 s and exit 0, and the
+# bad-image example's image cannot be pulled; TUNEPLANE_K8S_AGENT_ARGS replaces those agent options
+# (see `kubesim agent --help`).
 # Components are built once per machine from the Go modules pinned in testenv/ (scripts/testenv-build.sh).
 # State, logs and kubeconfigs go to DIR (default .tuneplane-k8s/ in the checkout). Prints the admin
 # kubeconfig's path last. scripts/k8s-down.sh stops everything. Running it again restarts the cluster
@@ -202,7 +205,7 @@ if [[ -n "$FLEET" ]]; then
   start node-agent "$ROOT/target/debug/kubesim" agent --kubeconfig "$DIR/run/node-agent.kubeconfig" \
     --fleet "$FLEET" --kubelet-port "$KUBELET_PORT" \
     --tls-cert "$PKI/kubelet.crt" --tls-key "$PKI/kubelet.key" --ready-file "$DIR/run/nodes-ready" \
-    ${TUNEPLANE_K8S_AGENT_ARGS:-}
+    ${TUNEPLANE_K8S_AGENT_ARGS:---pod-seconds 3 --fail-image registry.invalid/tuneplane/does-not-exist:0.0}
   wait_until node-agent 60 test -f "$DIR/run/nodes-ready"
 fi
 

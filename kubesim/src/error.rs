@@ -101,6 +101,25 @@ impl ApiError {
         e
     }
 
+    /// `409 Conflict` for a delete whose precondition (`what`: `UID` or `ResourceVersion`) does
+    /// not hold, in the API server's words; `details.kind` is the kind, not the plural.
+    pub fn precondition_failed(kind: &str, name: &str, what: &str, want: &str, have: &str) -> Self {
+        let hint = if what == "UID" {
+            "deleted and then recreated"
+        } else {
+            "modified"
+        };
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {kind} \"{name}\": the {what} in the precondition ({want}) does not match the {what} in record ({have}). The object might have been {hint}"
+            ),
+        );
+        e.details = Some(json!({"name": name, "kind": kind}));
+        e
+    }
+
     /// `409 Conflict` for a stale resourceVersion or UID precondition.
     pub fn conflict(plural: &str, group: &str, name: &str) -> Self {
         let what = qualified(plural, group);
@@ -116,7 +135,9 @@ impl ApiError {
         e
     }
 
-    /// `422 Invalid` with one cause per offending field.
+    /// `422 Invalid` with one cause per offending field, each `(field, message)` with the message
+    /// in the API server's form (`Required value`, `Invalid value: "x": ...`); the cause's reason
+    /// follows from it. Several causes are listed in brackets, as the API server aggregates them.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: &[(String, String)]) -> Self {
         let text: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
         let what = if group.is_empty() {
@@ -124,14 +145,30 @@ impl ApiError {
         } else {
             format!("{kind}.{group}")
         };
+        let list = match text.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
         let mut e = Self::new(
             422,
             "Invalid",
-            format!("{what} \"{name}\" is invalid: {}", text.join(", ")),
+            format!("{what} \"{name}\" is invalid: {list}"),
         );
+        let reason = |m: &str| {
+            [
+                ("Required value", "FieldValueRequired"),
+                ("Unsupported value", "FieldValueNotSupported"),
+                ("Forbidden", "FieldValueForbidden"),
+                ("Duplicate value", "FieldValueDuplicate"),
+                ("Too long", "FieldValueTooLong"),
+            ]
+            .iter()
+            .find(|(prefix, _)| m.starts_with(prefix))
+            .map_or("FieldValueInvalid", |(_, r)| r)
+        };
         let causes: Vec<Value> = causes
             .iter()
-            .map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f}))
+            .map(|(f, m)| json!({"reason": reason(m), "message": m, "field": f}))
             .collect();
         e.details = Some(json!({"name": name, "group": group, "kind": kind, "causes": causes}));
         e

@@ -36,11 +36,15 @@ fn node(group: &NodeGroup, group_index: usize, i: u32, cordoned: bool, not_ready
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
+        // The node lifecycle controller mirrors the OS and architecture into the beta labels.
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
         NODE_GROUP_LABEL: group.name,
     });
     let mut capacity = json!({
         "cpu": group.cpus.to_string(),
-        "memory": format!("{}Gi", group.memory_gb),
+        // Stored in the API server's canonical form (`1024Gi` is `1Ti`).
+        "memory": crate::quantity::canonical(&format!("{}Gi", group.memory_gb)),
         "pods": "110",
         "ephemeral-storage": "500Gi",
     });
@@ -102,7 +106,13 @@ pub fn set_ready(node: &mut Value, ready: bool) {
     if !ready {
         taints.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule", "timeAdded": now}));
     }
-    crate::json::obj_mut(node, "spec").insert("taints".into(), Value::Array(taints));
+    let spec = crate::json::obj_mut(node, "spec");
+    // An empty list is not stored (the API server omits it).
+    if taints.is_empty() {
+        spec.remove("taints");
+    } else {
+        spec.insert("taints".into(), Value::Array(taints));
+    }
 }
 
 /// A kubelet's node conditions: no memory, disk or PID pressure, and Ready (or NotReady), each

@@ -91,8 +91,8 @@ struct AgentArgs {
     /// Images whose containers crash (repeatable).
     #[arg(long = "crash-image")]
     crash_images: Vec<String>,
-    /// Seconds pods run before exiting 0 when their annotations do not say (default: until
-    /// deleted).
+    /// Seconds pods meant to end (restartPolicy Never/OnFailure) run before exiting 0 when their
+    /// annotations do not say (default: until deleted); Always pods run until deleted.
     #[arg(long)]
     pod_seconds: Option<f64>,
     /// Seconds between a pod being bound and its containers running.

@@ -203,13 +203,16 @@ fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
 }
 
 impl ApiError {
-    /// `422 Invalid` for a JSON patch that cannot be applied.
+    /// `422 Invalid` for a JSON patch that cannot be applied. The API server answers every such
+    /// failure alike (a generic server response: no cause, empty details); `message` says what
+    /// failed in kubesim's log only.
     pub fn invalid_patch(message: String) -> Self {
-        let mut e = ApiError::bad_request(format!(
-            "the server rejected our request due to an error in our request: {message}"
-        ));
+        tracing::debug!(%message, "JSON patch not applied");
+        let mut e =
+            ApiError::bad_request("the server rejected our request due to an error in our request");
         e.code = 422;
         e.reason = "Invalid";
+        e.details = Some(serde_json::json!({}));
         e
     }
 }

@@ -180,4 +180,25 @@ mod tests {
         assert_eq!(parse("1Zi"), None);
         assert_eq!(from_json(Some(&serde_json::json!(8))), 8000);
     }
+
+    #[test]
+    fn quantities_take_the_api_servers_canonical_form() {
+        for (given, stored) in [
+            ("1024Gi", "1Ti"),
+            ("65536Mi", "64Gi"),
+            ("1536Mi", "1536Mi"),
+            ("4Gi", "4Gi"),
+            ("0.5Gi", "512Mi"),
+            ("1000m", "1"),
+            ("1500m", "1500m"),
+            ("0.5", "500m"),
+            ("2000", "2k"),
+            ("96", "96"),
+            ("0", "0"),
+            ("1e3", "1e3"),
+            ("x", "x"),
+        ] {
+            assert_eq!(canonical(given), stored, "{given}");
+        }
+    }
 }

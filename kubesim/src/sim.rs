@@ -34,7 +34,8 @@ pub struct Scenario {
     pub image_pull_failures: Vec<String>,
     /// Images whose containers exit with code 1 right after starting.
     pub crash_images: Vec<String>,
-    /// How long pods run before exiting 0 when no annotation says; `None` runs until deleted.
+    /// How long pods meant to end (`restartPolicy` `Never`/`OnFailure`) run before exiting 0 when no
+    /// annotation says; `None` runs them until deleted. `Always` pods run until deleted.
     pub pod_run: Option<Duration>,
     /// How long a RayJob's entrypoint runs when no annotation says.
     pub rayjob_run: Duration,

@@ -4,6 +4,11 @@
 //! through the HTTP API exactly as a user would, follows every job to its end with live progress,
 //! then prints a summary table, the capacity per series and the last lines of each job's archived
 //! logs. It exits 0 only if every example ended as it is meant to.
+//!
+//! With `--kubeconfig` the reconciler works against that cluster (`scripts/k8s-up.sh`'s real
+//! control plane with its fake nodes): there a RayJob goes as far as RUNNING — KubeRay learns a
+//! Ray job's end from the Ray head's dashboard, which fake nodes do not run — so the demo stops
+//! `ray-multipool` and `queued-behind` once they run and expects them STOPPED.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,6 +34,10 @@ pub struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout_seconds: u64,
+    /// Run against this cluster instead of kubesim (e.g. the kubeconfig `scripts/k8s-up.sh`
+    /// prints); its nodes must be the examples' fleet.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// How an example is meant to end.
@@ -39,6 +48,8 @@ enum Expect {
     Failed(&'static str),
     /// Refused at submit with a message containing this.
     Rejected(&'static str),
+    /// Reaches RUNNING, is then stopped by the demo, and ends STOPPED.
+    StoppedWhenRunning,
 }
 
 /// The examples in submission order.
@@ -46,6 +57,15 @@ const EXAMPLES: &[(&str, Expect)] = &[
     ("hello-cpu", Expect::Succeeded),
     ("ray-multipool", Expect::Succeeded),
     ("queued-behind", Expect::Succeeded),
+    ("bad-image", Expect::Failed("PreRunningDeadlineExceeded")),
+    ("too-big", Expect::Rejected("largest h200 node has 8")),
+];
+
+/// The examples on a real cluster with fake nodes: RayJobs cannot finish by themselves there.
+const EXAMPLES_REAL: &[(&str, Expect)] = &[
+    ("hello-cpu", Expect::Succeeded),
+    ("ray-multipool", Expect::StoppedWhenRunning),
+    ("queued-behind", Expect::StoppedWhenRunning),
     ("bad-image", Expect::Failed("PreRunningDeadlineExceeded")),
     ("too-big", Expect::Rejected("largest h200 node has 8")),
 ];
@@ -67,17 +87,31 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         fleet: args.examples.join("fleet.yaml"),
         fail_images: Vec::new(),
         no_exec: false,
-        kubeconfig: None,
+        kubeconfig: args.kubeconfig.clone(),
     };
     let opts = dev.options()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let result = rt.block_on(async {
-        println!("starting the stack (API, embedded stores, simulated cluster in execution mode, reconciler) ...");
+        match &args.kubeconfig {
+            None => println!("starting the stack (API, embedded stores, simulated cluster in execution mode, reconciler) ..."),
+            Some(k) => println!("starting the stack (API, embedded stores, reconciler against the cluster of {}) ...", k.display()),
+        }
         let stack = Stack::start(opts).await?;
         println!("API {} — data in {}\n", stack.api_url, data_dir.display());
-        let outcome = demo(&stack, &args.examples, Duration::from_secs(args.timeout_seconds)).await;
+        let examples = if args.kubeconfig.is_some() {
+            EXAMPLES_REAL
+        } else {
+            EXAMPLES
+        };
+        let outcome = demo(
+            &stack,
+            &args.examples,
+            examples,
+            Duration::from_secs(args.timeout_seconds),
+        )
+        .await;
         stack.shutdown().await;
         outcome
     });
@@ -85,7 +119,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     result
 }
 
-async fn demo(stack: &Stack, examples: &Path, timeout: Duration) -> anyhow::Result<ExitCode> {
+async fn demo(
+    stack: &Stack,
+    examples: &Path,
+    list: &[(&'static str, Expect)],
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
     let api = Api::new(&ClientArgs {
         api: stack.api_url.clone(),
         key: Some(stack.api_key.clone()),
@@ -94,7 +133,7 @@ async fn demo(stack: &Stack, examples: &Path, timeout: Duration) -> anyhow::Resu
     wait_for_capacity(&api).await?;
     let started = Instant::now();
     let mut tracked = Vec::new();
-    for (example, expect) in EXAMPLES {
+    for (example, expect) in list {
         let t = submit(&api, examples, example, *expect).await?;
         match (&t.job, &t.rejection) {
             (Some(j), _) => println!(
@@ -235,6 +274,22 @@ async fn follow(
                 }
                 _ => job.state.to_string(),
             };
+            if matches!(t.expect, Expect::StoppedWhenRunning)
+                && job.state == JobState::Running
+                && !job.stop_requested
+            {
+                api.post::<Value>(
+                    &format!("/jobs/{}/stop", job.id),
+                    &serde_json::json!({}),
+                    &[],
+                )
+                .await?;
+                println!(
+                    "[{:>5.1}s] {:<14} RUNNING on the real cluster: stopping it (fake nodes run no Ray dashboard)",
+                    started.elapsed().as_secs_f64(),
+                    t.example
+                );
+            }
             if line != t.last_line {
                 println!(
                     "[{:>5.1}s] {:<14} {line}",
@@ -268,6 +323,9 @@ fn as_expected(t: &Tracked) -> bool {
                     .is_some_and(|f| format!("{:?}", f.reason) == reason)
         }
         (Expect::Rejected(needle), None, Some(msg)) => msg.contains(needle),
+        (Expect::StoppedWhenRunning, Some(j), _) => {
+            j.state == JobState::Stopped && j.running_at_ms.is_some()
+        }
         _ => false,
     }
 }

@@ -24,8 +24,13 @@ pub(super) async fn serve(
 ) -> Result<Response, ApiError> {
     let pod = state.store.get(&PODS, ns, name)?;
     let container = pick_container(&pod, name, query.get("container").map(String::as_str))?;
+    // A pod without a node has no kubelet to ask: the API server answers 204 with no body.
+    if crate::json::str_at(&pod, "/spec/nodeName").is_none_or(str::is_empty) {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     if let Some(why) = not_started(&pod, &container) {
-        return Err(ApiError::bad_request(why));
+        // The kubelet's error body (with its newline) becomes the Status message.
+        return Err(ApiError::bad_request(format!("{why}\n")));
     }
     let snapshot = state.store.logs.read(ns, name, &container);
     let first = requested_part(&snapshot.text, query).to_string();

@@ -32,6 +32,73 @@ impl Recorder {
 
     /// Records an event about `obj` from `component`.
     pub fn record(&mut self, obj: &Value, ty: &str, reason: &str, message: &str, component: &str) {
+        self.record_at(obj, ty, reason, message, component, None);
+    }
+
+    /// Records an event the way components on the `events.k8s.io/v1` API do (kube-scheduler):
+    /// `eventTime` and `action` set, no `source` and no `firstTimestamp`/`lastTimestamp` in the
+    /// core/v1 view; a repeat bumps `series.count`.
+    pub fn record_new(
+        &mut self,
+        obj: &Value,
+        ty: &str,
+        reason: &str,
+        message: &str,
+        component: &str,
+        action: &str,
+    ) {
+        if self.seen.len() > MAX_FOLDED {
+            self.seen.clear();
+        }
+        let key = fold_key(obj, ty, reason, message);
+        let now = json::now_micro();
+        if let Some((ens, ename)) = self.seen.get(&key) {
+            let bumped = self.store.update(&EVENTS, ens, ename, false, |cur| {
+                let mut e = cur.clone();
+                let count = e
+                    .pointer("/series/count")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1)
+                    + 1;
+                e["series"] = json!({"count": count, "lastObservedTime": now});
+                Ok(e)
+            });
+            if bumped.is_ok() {
+                return;
+            }
+        }
+        let mut event = event_object(obj, ty, reason, message, component, &Origin::default());
+        if let Some(m) = event.as_object_mut() {
+            for k in ["source", "firstTimestamp", "lastTimestamp", "count"] {
+                m.remove(k);
+            }
+            m.insert("eventTime".into(), json!(now));
+            m.insert("action".into(), json!(action));
+            m.insert("reportingInstance".into(), json!(component));
+        }
+        let (ns, name) = (
+            json::namespace(&event).to_string(),
+            json::name(&event).to_string(),
+        );
+        match self.store.create(&EVENTS, &ns, event) {
+            Ok(_) => {
+                self.seen.insert(key, (ns, name));
+            }
+            Err(e) => tracing::debug!(error = %e, reason, "event not recorded"),
+        }
+    }
+
+    /// [`Recorder::record`] about a part of `obj` (`involvedObject.fieldPath`, like the
+    /// kubelet's `spec.containers{main}`).
+    pub fn record_at(
+        &mut self,
+        obj: &Value,
+        ty: &str,
+        reason: &str,
+        message: &str,
+        component: &str,
+        field_path: Option<&str>,
+    ) {
         if self.seen.len() > MAX_FOLDED {
             self.seen.clear();
         }
@@ -49,7 +116,16 @@ impl Recorder {
                 return;
             }
         }
-        match create(&self.store, obj, ty, reason, message, component) {
+        let origin = Origin {
+            host: None,
+            field_path,
+        };
+        let event = event_object(obj, ty, reason, message, component, &origin);
+        let (ns, name) = (
+            json::namespace(&event).to_string(),
+            json::name(&event).to_string(),
+        );
+        match self.store.create(&EVENTS, &ns, event).map(|_| (ns, name)) {
             Ok((ns, name)) => {
                 self.seen.insert(key, (ns, name));
             }

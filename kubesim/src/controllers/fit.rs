@@ -230,14 +230,24 @@ impl PodNeeds {
 
     /// Why the node cannot take the pod (empty when it can).
     pub fn reasons(&self, node: &NodeInfo) -> Vec<String> {
+        self.filter(node).reasons
+    }
+
+    /// The scheduler's filters on one node, in kube-scheduler's plugin order (NodeUnschedulable,
+    /// TaintToleration, NodeAffinity, NodeResourcesFit), stopping at the first plugin that fails.
+    pub fn filter(&self, node: &NodeInfo) -> Filtered {
         let unschedulable_taint = Taint {
             key: UNSCHEDULABLE_TAINT.into(),
             value: String::new(),
             effect: "NoSchedule".into(),
             operator: String::new(),
         };
+        let unresolvable = |reason: &str| Filtered {
+            reasons: vec![reason.to_string()],
+            unresolvable: true,
+        };
         if node.unschedulable && !self.tolerates(&unschedulable_taint) {
-            return vec!["node(s) were unschedulable".into()];
+            return unresolvable("node(s) were unschedulable");
         }
         let untolerated = node
             .taints
@@ -246,28 +256,37 @@ impl PodNeeds {
                 t.key != UNSCHEDULABLE_TAINT
                     && (t.effect == "NoSchedule" || t.effect == "NoExecute")
             })
-            .find(|t| !self.tolerates(t));
-        if let Some(t) = untolerated {
-            return vec![format!(
-                "node(s) had untolerated taint {{{}: {}}}",
-                t.key, t.value
-            )];
+            .any(|t| !self.tolerates(t));
+        if untolerated {
+            // kube-scheduler ≥ 1.33 no longer names the taint.
+            return unresolvable("node(s) had untolerated taint(s)");
         }
         if !self.matches_labels(&node.labels) {
-            return vec!["node(s) didn't match Pod's node affinity/selector".into()];
+            return unresolvable("node(s) didn't match Pod's node affinity/selector");
         }
-        let mut out = Vec::new();
+        let mut out = Filtered::default();
         for (r, want) in self.requests.iter().filter(|(_, v)| **v > 0) {
             if node.free(r) < *want {
-                out.push(if r == "pods" {
+                out.reasons.push(if r == "pods" {
                     "Too many pods".to_string()
                 } else {
                     format!("Insufficient {r}")
                 });
+                // More than the node has at all: preempting other pods cannot help.
+                out.unresolvable |= node.allocatable.get(r).copied().unwrap_or(0) < *want;
             }
         }
         out
     }
+}
+
+/// What the filters say about one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filtered {
+    /// Why the node cannot take the pod (empty when it can).
+    pub reasons: Vec<String>,
+    /// Whether preemption cannot help (kube-scheduler's `UnschedulableAndUnresolvable`).
+    pub unresolvable: bool,
 }
 
 /// Least-allocated score of a node after placing the pod (higher spreads better).
@@ -287,35 +306,76 @@ fn score(needs: &PodNeeds, node: &NodeInfo) -> f64 {
 
 /// Picks a node for the pod (index into `nodes`), or the `FailedScheduling` message.
 pub fn place(needs: &PodNeeds, nodes: &[NodeInfo]) -> Result<usize, String> {
+    place_with(needs, nodes, true)
+}
+
+/// [`place`] for a pod that may (`preempts`) or may not (`preemptionPolicy: Never`) preempt.
+pub fn place_with(needs: &PodNeeds, nodes: &[NodeInfo], preempts: bool) -> Result<usize, String> {
     let mut best: Option<(usize, f64)> = None;
     let mut histogram: BTreeMap<String, usize> = BTreeMap::new();
+    let mut preemption: BTreeMap<String, usize> = BTreeMap::new();
     for (i, node) in nodes.iter().enumerate() {
-        let reasons = needs.reasons(node);
-        if reasons.is_empty() {
+        let filtered = needs.filter(node);
+        if filtered.reasons.is_empty() {
             let s = score(needs, node);
             if best.is_none_or(|(_, b)| s > b) {
                 best = Some((i, s));
             }
         } else {
-            for r in reasons {
+            for r in filtered.reasons {
                 *histogram.entry(r).or_insert(0) += 1;
             }
+            // No pod has a lower priority than another here (TunePlane sets none), so where
+            // preemption might help the dry run finds no victims.
+            let why = if filtered.unresolvable {
+                PREEMPTION_NOT_HELPFUL
+            } else {
+                NO_VICTIMS
+            };
+            *preemption.entry(why.to_string()).or_insert(0) += 1;
         }
     }
     if let Some((i, _)) = best {
         return Ok(i);
     }
-    Err(failed_message(nodes.len(), &histogram))
+    let preemption = preempts.then_some(&preemption);
+    Err(failed_message(nodes.len(), &histogram, preemption))
 }
 
-/// `0/N nodes are available: <count> <reason>, ... .` with reasons by count, then by text.
-pub fn failed_message(total: usize, histogram: &BTreeMap<String, usize>) -> String {
-    let mut reasons: Vec<(&String, &usize)> = histogram.iter().collect();
-    reasons.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
-    let parts: Vec<String> = reasons.iter().map(|(r, c)| format!("{c} {r}")).collect();
-    if parts.is_empty() {
-        format!("0/{total} nodes are available.")
-    } else {
-        format!("0/{total} nodes are available: {}.", parts.join(", "))
+/// The preemption verdict of a node that fails a filter preemption cannot fix.
+pub const PREEMPTION_NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
+/// The preemption verdict of a node where evicting lower-priority pods could help, when none has.
+pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
+
+/// `"<count> <reason>"` entries sorted as strings and joined, as kube-scheduler's `FitError` does.
+fn histogram_text(histogram: &BTreeMap<String, usize>) -> String {
+    let mut parts: Vec<String> = histogram.iter().map(|(r, c)| format!("{c} {r}")).collect();
+    parts.sort();
+    parts.join(", ")
+}
+
+/// kube-scheduler's `FitError` message: `0/N nodes are available: <count> <reason>, ....`, the
+/// entries sorted as strings, then the PostFilter plugins' messages (DynamicResources' `no new
+/// claims to deallocate`, DefaultPreemption's verdict per node, or that the pod may not preempt
+/// when `preemption` is `None`).
+pub fn failed_message(
+    total: usize,
+    histogram: &BTreeMap<String, usize>,
+    preemption: Option<&BTreeMap<String, usize>>,
+) -> String {
+    if total == 0 {
+        return "no nodes available to schedule pods".to_string();
     }
+    let mut message = format!("0/{total} nodes are available:");
+    if !histogram.is_empty() {
+        message.push_str(&format!(" {}.", histogram_text(histogram)));
+    }
+    let verdict = match preemption {
+        None => "not eligible due to preemptionPolicy=Never".to_string(),
+        Some(p) => format!("0/{total} nodes are available: {}", histogram_text(p)),
+    };
+    message.push_str(&format!(
+        " no new claims to deallocate, preemption: {verdict}."
+    ));
+    message
 }

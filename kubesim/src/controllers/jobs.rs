@@ -127,10 +127,9 @@ fn create_pod(store: &Store, job: &Value) -> Result<(), crate::ApiError> {
     let template = job.pointer("/spec/template").cloned().unwrap_or_default();
     let mut pod = json!({"metadata": template.get("metadata").cloned().unwrap_or(json!({})), "spec": template.get("spec").cloned().unwrap_or(json!({}))});
     let meta = json::obj_mut(&mut pod, "metadata");
-    meta.insert(
-        "name".into(),
-        json!(format!("{name}-{}", json::random_suffix(5))),
-    );
+    // The Job controller generates its pods' names.
+    meta.remove("name");
+    meta.insert("generateName".into(), json!(format!("{name}-")));
     meta.insert("ownerReferences".into(), json!([owner_ref(job)]));
     let labels = json::obj_mut(&mut pod["metadata"], "labels");
     for (k, v) in [

@@ -73,7 +73,14 @@ impl Kubelet {
         );
         let Some(step) = step else { return Ok(()) };
         for e in lifecycle::events(&step, pod) {
-            rec.record(pod, e.ty, e.reason, &e.message, "kubelet");
+            rec.record_at(
+                pod,
+                e.ty,
+                e.reason,
+                &e.message,
+                "kubelet",
+                e.field_path.as_deref(),
+            );
         }
         if step == Step::DeadlineExceeded
             && let Some(ex) = exec.as_deref_mut()

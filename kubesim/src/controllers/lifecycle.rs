@@ -229,7 +229,10 @@ pub fn simulated_exit(pod: &Value, scenario: &Scenario) -> Option<Exit> {
     let run = json::annotation(pod, annotations::RUN_SECONDS)
         .and_then(|s| s.parse::<f64>().ok())
         .or(if crash { Some(0.0) } else { None })
-        .or(scenario.pod_run.map(|d| d.as_secs_f64()))?;
+        .or(scenario
+            .pod_run
+            .filter(|_| meant_to_end(pod))
+            .map(|d| d.as_secs_f64()))?;
     let started = str_at(pod, "/status/containerStatuses/0/state/running/startedAt")?;
     if json::seconds_since(started) < run {
         return None;
@@ -238,6 +241,13 @@ pub fn simulated_exit(pod: &Value, scenario: &Scenario) -> Option<Exit> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(if crash { 1 } else { 0 });
     Some(Exit { code })
+}
+
+/// Whether a pod is meant to end by itself (`restartPolicy` `Never` or `OnFailure`: jobs, CPU
+/// pods, submitters); `scenario.pod_run` ends only those, so servers (Ray heads and workers,
+/// playgrounds: `Always`) keep running until deleted unless their annotation says otherwise.
+fn meant_to_end(pod: &Value) -> bool {
+    str_at(pod, "/spec/restartPolicy").is_some_and(|p| p != "Always")
 }
 
 /// The message of a failed pull of `image` (the waiting message and the `Failed` event).

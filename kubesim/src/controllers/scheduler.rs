@@ -12,6 +12,9 @@ use crate::json;
 use crate::resources::{NODES, PODS};
 use crate::store::Store;
 
+/// The scheduler's name (`schedulerName`, the events' `reportingComponent`).
+pub const SCHEDULER: &str = "default-scheduler";
+
 /// Most pods bound per tick, like a real scheduler's throughput bound.
 const MAX_BINDS_PER_TICK: usize = 2000;
 
@@ -81,31 +84,34 @@ impl Scheduler {
                 json::name(pod),
                 json::uid(pod).to_string(),
             );
-            match fit::place(&needs, &nodes) {
+            let preempts = json::str_at(pod, "/spec/preemptionPolicy") != Some("Never");
+            match fit::place_with(&needs, &nodes, preempts) {
                 Ok(i) => {
                     let node = nodes[i].name.clone();
                     if bind(store, ns, name, &node).is_ok() {
                         nodes[i].add(&needs.requests);
                         self.last_failure.remove(&uid);
                         let message = format!("Successfully assigned {ns}/{name} to {node}");
-                        recorder.record(
+                        recorder.record_new(
                             pod,
                             super::events::NORMAL,
                             "Scheduled",
                             &message,
-                            "default-scheduler",
+                            SCHEDULER,
+                            "Binding",
                         );
                     }
                 }
                 Err(message) => {
                     if self.last_failure.get(&uid) != Some(&message) {
                         mark_unschedulable(store, ns, name, &message);
-                        recorder.record(
+                        recorder.record_new(
                             pod,
                             WARNING,
                             "FailedScheduling",
                             &message,
-                            "default-scheduler",
+                            SCHEDULER,
+                            "Scheduling",
                         );
                         self.last_failure.insert(uid, message);
                     }

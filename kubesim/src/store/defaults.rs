@@ -31,8 +31,95 @@ pub(super) fn prepare_create(rt: &'static ResourceType, obj: &mut Value) {
 
 fn default_pod(pod: &mut Value) {
     default_pod_spec(pod);
+    admit_pod(pod);
     let qos = qos_class(pod);
     pod["status"] = json!({"phase": "Pending", "qosClass": qos});
+}
+
+/// Where the ServiceAccount admission plugin mounts the token volume.
+pub const SERVICE_ACCOUNT_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// What the API server's default admission plugins add to a new Pod (not to pod templates):
+/// `Priority` (priority 0, `PreemptLowerPriority`), `ServiceAccount` (the namespace's `default`
+/// account and its projected token volume `kube-api-access-<rand5>`, mounted read-only in every
+/// container) and `DefaultTolerationSeconds` (300 s for `not-ready` and `unreachable`).
+fn admit_pod(pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    spec.entry("priority").or_insert(json!(0));
+    spec.entry("preemptionPolicy")
+        .or_insert(json!("PreemptLowerPriority"));
+    let account = spec
+        .get("serviceAccountName")
+        .or_else(|| spec.get("serviceAccount"))
+        .and_then(Value::as_str)
+        .filter(|a| !a.is_empty())
+        .unwrap_or("default")
+        .to_string();
+    spec.insert("serviceAccountName".into(), json!(account));
+    spec.insert("serviceAccount".into(), json!(account));
+    let automount = spec.get("automountServiceAccountToken") != Some(&json!(false));
+    let mounted = ["initContainers", "containers"].iter().any(|list| {
+        spec.get(*list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.get("volumeMounts")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|m| m.get("mountPath") == Some(&json!(SERVICE_ACCOUNT_MOUNT)))
+            })
+    });
+    if automount && !mounted {
+        let volume = format!("kube-api-access-{}", crate::json::random_suffix(5));
+        let projected = json!({"name": volume, "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"items": [{"key": "ca.crt", "path": "ca.crt"}], "name": "kube-root-ca.crt"}},
+            {"downwardAPI": {"items": [{"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}, "path": "namespace"}]}},
+        ]}});
+        let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
+        if let Some(v) = volumes.as_array_mut() {
+            v.push(projected);
+        }
+        for list in ["initContainers", "containers"] {
+            for c in spec
+                .get_mut(list)
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let Some(c) = c.as_object_mut() else { continue };
+                let mounts = c.entry("volumeMounts").or_insert_with(|| json!([]));
+                if let Some(m) = mounts.as_array_mut() {
+                    m.push(json!({"name": volume, "readOnly": true, "mountPath": SERVICE_ACCOUNT_MOUNT}));
+                }
+            }
+        }
+    }
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    if let Some(list) = tolerations.as_array_mut() {
+        for key in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ] {
+            let tolerated = list.iter().any(|t| {
+                let effect = t.get("effect").and_then(Value::as_str).unwrap_or_default();
+                let op = t
+                    .get("operator")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let k = t.get("key").and_then(Value::as_str).unwrap_or_default();
+                (effect.is_empty() || effect == "NoExecute")
+                    && (k == key || (k.is_empty() && op == "Exists"))
+            });
+            if !tolerated {
+                list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+            }
+        }
+    }
 }
 
 /// Defaults of a pod (or pod template) `spec`.
@@ -46,6 +133,7 @@ fn default_pod_spec(pod: &mut Value) {
         ("terminationGracePeriodSeconds", json!(30)),
         ("dnsPolicy", json!("ClusterFirst")),
         ("securityContext", json!({})),
+        ("enableServiceLinks", json!(true)),
     ] {
         spec.entry(k).or_insert(v);
     }
@@ -59,7 +147,20 @@ fn default_pod_spec(pod: &mut Value) {
                 .or_insert(json!("/dev/termination-log"));
             c.entry("terminationMessagePolicy").or_insert(json!("File"));
             c.entry("imagePullPolicy").or_insert(json!("IfNotPresent"));
+            for port in c
+                .get_mut("ports")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(p) = port.as_object_mut() {
+                    p.entry("protocol").or_insert(json!("TCP"));
+                }
+            }
             let res = c.entry("resources").or_insert(json!({}));
+            // Quantities are stored in their canonical form (`65536Mi` is `64Gi`).
+            crate::quantity::canonicalize_map(res.get_mut("limits"));
+            crate::quantity::canonicalize_map(res.get_mut("requests"));
             // Requests default to limits for every resource that has a limit but no request.
             if let Some(limits) = res.get("limits").and_then(Value::as_object).cloned() {
                 let requests = crate::json::obj_mut(res, "requests");

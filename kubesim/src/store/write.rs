@@ -81,19 +81,27 @@ impl Store {
                 ));
             }
         };
+        let mut causes: Vec<(String, String)> = Vec::new();
         if !json::is_dns_subdomain(&name) {
-            return Err(ApiError::invalid(
-                rt.kind,
-                rt.group,
-                &name,
-                &[(
-                    "metadata.name".into(),
-                    format!(
-                        "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-                    ),
-                )],
+            causes.push((
+                "metadata.name".into(),
+                format!(
+                    "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+                ),
             ));
         }
+        if std::ptr::eq(rt, &resources::PODS)
+            && obj
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty)
+        {
+            causes.push(("spec.containers".into(), "Required value".into()));
+        }
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(rt.kind, rt.group, &name, &causes));
+        }
+        let meta = json::obj_mut(&mut obj, "metadata");
         meta.insert("name".into(), Value::String(name.clone()));
         if rt.namespaced {
             meta.insert("namespace".into(), Value::String(ns.to_string()));
@@ -276,16 +284,23 @@ impl Store {
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
-        if opts
-            .resource_version
-            .as_deref()
-            .is_some_and(|rv| Some(rv) != str_at(&current, "/metadata/resourceVersion"))
-            || opts
-                .uid
-                .as_deref()
-                .is_some_and(|u| u != json::uid(&current))
+        if let Some(u) = opts.uid.as_deref()
+            && u != json::uid(&current)
         {
-            return Err(ApiError::conflict(rt.plural, rt.group, name));
+            let have = json::uid(&current);
+            return Err(ApiError::precondition_failed(rt.kind, name, "UID", u, have));
+        }
+        let have_rv = str_at(&current, "/metadata/resourceVersion").unwrap_or_default();
+        if let Some(rv) = opts.resource_version.as_deref()
+            && rv != have_rv
+        {
+            return Err(ApiError::precondition_failed(
+                rt.kind,
+                name,
+                "ResourceVersion",
+                rv,
+                have_rv,
+            ));
         }
         Ok(self.delete_locked(&mut inner, rt, current, opts.propagation))
     }

@@ -71,17 +71,23 @@ fn build_pod(cluster: &Value, group: &Value, group_name: &str, head: bool) -> Va
     // KubeRay's names: the head pod is `<cluster>-head` (no suffix), workers are generated from
     // `<cluster>-<group>-worker-`; the prefix is cut at 50 characters.
     let prefix = |p: String| p.chars().take(50).collect::<String>().to_lowercase();
-    let name = if head {
-        format!("{}-head", prefix(cname.to_string()))
-    } else {
-        format!(
-            "{}-worker-{}",
-            prefix(format!("{cname}-{group_name}")),
-            json::random_suffix(5)
-        )
-    };
     let meta = json::obj_mut(&mut pod, "metadata");
-    meta.insert("name".into(), json!(name));
+    if head {
+        meta.insert(
+            "name".into(),
+            json!(format!("{}-head", prefix(cname.to_string()))),
+        );
+    } else {
+        // Workers are generated (`generateName`), as KubeRay's worker template does.
+        meta.remove("name");
+        meta.insert(
+            "generateName".into(),
+            json!(format!(
+                "{}-worker-",
+                prefix(format!("{cname}-{group_name}"))
+            )),
+        );
+    }
     meta.remove("namespace");
     meta.insert("ownerReferences".into(), json!([owner_ref(cluster)]));
     let node_type = if head { "head" } else { "worker" };
@@ -109,7 +115,16 @@ fn build_pod(cluster: &Value, group: &Value, group_name: &str, head: bool) -> Va
     {
         labels.insert(k.clone(), v.clone());
     }
+    if !head {
+        let init = wait_gcs_ready(cname, pod.pointer("/spec/containers/0"));
+        let spec = json::obj_mut(&mut pod, "spec");
+        let list = spec.entry("initContainers").or_insert_with(|| json!([]));
+        if let Some(list) = list.as_array_mut() {
+            list.push(init);
+        }
+    }
     if let Some(c) = pod.pointer_mut("/spec/containers/0") {
+        add_metrics_port(c);
         let params = group
             .get("rayStartParams")
             .and_then(Value::as_object)
@@ -127,6 +142,40 @@ fn build_pod(cluster: &Value, group: &Value, group_name: &str, head: bool) -> Va
         }
     }
     pod
+}
+
+/// KubeRay's default metrics port, added to the Ray container unless a port named `metrics` exists.
+fn add_metrics_port(container: &mut Value) {
+    let Some(c) = container.as_object_mut() else {
+        return;
+    };
+    let ports = c.entry("ports").or_insert_with(|| json!([]));
+    if let Some(list) = ports.as_array_mut()
+        && !list
+            .iter()
+            .any(|p| p.get("name") == Some(&json!("metrics")))
+    {
+        list.push(json!({"name": "metrics", "containerPort": 8080}));
+    }
+}
+
+/// The init container KubeRay appends to every worker: it waits for the head's GCS, with the Ray
+/// container's image, env and mounts and fixed small resources.
+fn wait_gcs_ready(cluster: &str, ray: Option<&Value>) -> Value {
+    let field = |k: &str| ray.and_then(|c| c.get(k)).cloned();
+    let mut c = json!({
+        "name": "wait-gcs-ready",
+        "image": field("image").unwrap_or(json!("rayproject/ray")),
+        "command": ["/bin/bash", "-lc", "--"],
+        "args": [format!("until ray health-check --address {cluster}-head-svc:6379 > /dev/null 2>&1; do sleep 5; done; echo \"GCS is ready.\"")],
+        "resources": {"limits": {"cpu": "200m", "memory": "256Mi"}, "requests": {"cpu": "200m", "memory": "256Mi"}},
+    });
+    for k in ["imagePullPolicy", "env", "volumeMounts", "securityContext"] {
+        if let Some(v) = field(k) {
+            c[k] = v;
+        }
+    }
+    c
 }
 
 fn phase(p: &Value) -> &str {
@@ -229,6 +278,8 @@ pub fn reconcile(
             "conditions": [
                 {"type": "HeadPodReady", "status": if head_ready { "True" } else { "False" }, "reason": if head_ready { "HeadPodRunningAndReady" } else { "HeadPodNotFound" }, "lastTransitionTime": now},
                 {"type": "RayClusterProvisioned", "status": if provisioned { "True" } else { "False" }, "reason": if provisioned { "AllPodRunningAndReadyFirstTime" } else { "RayClusterPodsProvisioning" }, "lastTransitionTime": now},
+                {"type": "RayClusterSuspended", "status": "False", "reason": "RayClusterSuspended", "lastTransitionTime": now},
+                {"type": "RayClusterSuspending", "status": "False", "reason": "RayClusterSuspending", "lastTransitionTime": now},
             ],
         });
         if all_ready {
@@ -236,7 +287,7 @@ pub fn reconcile(
             status["readyTimestamp"] = old.get("readyTimestamp").cloned().unwrap_or(json!(now));
         }
         // Keep transition times stable when nothing else changed, so no-op passes write nothing.
-        for i in 0..2 {
+        for i in 0..4 {
             if old.pointer(&format!("/conditions/{i}/status")) == status.pointer(&format!("/conditions/{i}/status"))
                 && let Some(t) = old.pointer(&format!("/conditions/{i}/lastTransitionTime"))
             {
