@@ -3,7 +3,8 @@
 //! examples' fleet on fake nodes (`kubesim agent`), the one-machine stack whose reconciler works
 //! against the real API server, scheduler and KubeRay operator as its ServiceAccount, and the
 //! examples submitted through the HTTP API as a user would:
-//! - `hello-cpu` ends SUCCEEDED (a Pod; the fake kubelet runs it for 2 s) with its logs archived;
+//! - `hello-cpu` ends SUCCEEDED (a Pod; the fake kubelet runs it for 2 s) with its logs archived
+//!   through the API server from the node;
 //! - `ray-multipool` gets a RayCluster from the real operator whose pods the real scheduler bound
 //!   to the nodes admission planned: head and main worker on two distinct h200 nodes, the eval
 //!   worker on an l40s node; it reaches RUNNING (fake nodes run no Ray dashboard, so KubeRay never
@@ -115,7 +116,8 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
         Fleet::from_yaml(&std::fs::read_to_string(examples().join("fleet.yaml")).unwrap()).unwrap();
     let scenario = Scenario {
         image_pull_failures: vec![UNPULLABLE_IMAGE.into()],
-        pod_run: None,
+        // Pods meant to end (the CPU job, submitters) run 2 s; Ray's servers run until deleted.
+        pod_run: Some(Duration::from_secs(2)),
         ..Scenario::default()
     };
     let bed = Testbed::start(&kubeconfig, fleet, scenario).await.unwrap();
@@ -185,24 +187,12 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     };
-    // Let it run briefly, then finish it the way a container ends: the fake kubelet ends a pod
-    // whose run-seconds annotation has passed; hello-cpu's rendered Pod has none, so it is told.
     // Where the real scheduler put it: the CPU Pod tolerates the GPU taint and has no node
     // constraint, so it may land on a GPU node (placement that follows admission's plan is the
     // scheduling issue's work, not asserted here).
     let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
     let nodes: KubeApi<Node> = KubeApi::all(bed.admin.clone());
     eprintln!("hello-cpu's pod was bound to {node}");
-    let _ = pods
-        .patch(
-            &pod.name_any(),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(
-                json!({"metadata": {"annotations": {"kubesim.tuneplane.io/run-seconds": "1"}}}),
-            ),
-        )
-        .await
-        .unwrap();
     let done = wait_until(&api, &hello, 90, "SUCCEEDED", |j| j.state.is_terminal()).await;
     assert_eq!(done.state, JobState::Succeeded, "{done:?}");
     let logs = archived_logs(&api, &hello).await;
@@ -280,6 +270,27 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
         placed["headgroup@h200"], placed["main@h200"],
         "the two h200 machines of the pool are distinct nodes"
     );
+    // The operator turned rayStartParams into each pod's `ray start`: the pool's custom resource
+    // and an explicit GPU count (head = machine zero of the primary pool).
+    for p in &ray_pods {
+        let group = p.labels().get("ray.io/group").cloned().unwrap_or_default();
+        let (pool, gpus) = match group.as_str() {
+            "headgroup" | "main" => ("main", 8),
+            _ => ("eval", 4),
+        };
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let line = [
+            c.command.clone().unwrap_or_default(),
+            c.args.clone().unwrap_or_default(),
+        ]
+        .concat()
+        .join(" ");
+        assert!(
+            line.contains(&format!("--resources='{{\"tuneplane.pool.{pool}\": 1}}'"))
+                && line.contains(&format!("--num-gpus={gpus}")),
+            "{group}: {line}"
+        );
+    }
 
     // queued-behind waits for the h200 nodes ray-multipool holds (3 schedulable, 2 taken).
     let behind = submitted(&api, "queued-behind").await;
