@@ -149,6 +149,16 @@ pub async fn archive(
                 // With the API server's reason ("container ... is waiting to start").
                 Err(e) => {
                     entry.error = Some(match &e {
+                        // The API server's own words and code, not the client's debug dump.
+                        Error::Kube {
+                            source: kube::Error::Api(status),
+                            ..
+                        } => format!(
+                            "the API server answered {} {}: {}",
+                            status.code,
+                            status.reason,
+                            status.message.trim_end()
+                        ),
                         Error::Kube { source, .. } => format!("{e}: {source}"),
                         other => other.to_string(),
                     });
