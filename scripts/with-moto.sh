@@ -18,7 +18,7 @@ fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/bootstrap-venv.sh"
 PY="$ROOT/.venv/bin/python"
-MOTO="$ROOT/.venv/bin/moto_server"
+# moto's server, one backend call at a time (transactions isolated as in DynamoDB).
 LOG="${MOTO_LOG:-$(mktemp -t tuneplane-moto.XXXXXX)}"
 MOTO_PID=""
 
@@ -55,7 +55,7 @@ urllib.request.urlopen("http://127.0.0.1:%s/moto-api/data.json" % sys.argv[1], t
 # A chosen port can be taken before moto binds it: try a few.
 for attempt in 1 2 3; do
   PORT="$(free_port)"
-  "$MOTO" -H 127.0.0.1 -p "$PORT" >"$LOG" 2>&1 &
+  "$PY" "$ROOT/scripts/moto-serial.py" 127.0.0.1 "$PORT" >"$LOG" 2>&1 &
   MOTO_PID=$!
   if wait_ready "$PORT"; then
     break

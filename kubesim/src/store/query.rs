@@ -175,7 +175,7 @@ mod tests {
         let store = Store::new(100);
         let _ = store.create(&NAMESPACES, "", json!({"metadata": {"name": "default"}}));
         for i in 0..n {
-            let _ = store.create(&PODS, "default", json!({"metadata": {"name": format!("p{i:02}"), "labels": {"i": i.to_string()}}, "spec": {"containers": []}}));
+            let _ = store.create(&PODS, "default", json!({"metadata": {"name": format!("p{i:02}"), "labels": {"i": i.to_string()}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}));
         }
         store
     }
@@ -210,7 +210,7 @@ mod tests {
         let _ = store.create(
             &PODS,
             "default",
-            json!({"metadata": {"name": "late"}, "spec": {"containers": []}}),
+            json!({"metadata": {"name": "late"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
         );
         assert!(store.watch_from(&PODS, Some(rv)).is_ok());
         assert_eq!(
