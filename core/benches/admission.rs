@@ -46,6 +46,7 @@ fn fleet(nodes: usize) -> CapacitySnapshot {
             memory_gb_used: (i % 3) as f64 * 128.0,
             ready: i % 97 != 0,
             cordoned: i % 89 == 0,
+            ..Default::default()
         })
         .collect();
     CapacitySnapshot::from_nodes(0, nodes)
@@ -114,6 +115,7 @@ fn reservations(count: usize) -> Vec<Reservation> {
             cpus: 8.0,
             memory_gb: 64.0,
             machines: 2,
+            nodes: Vec::new(),
         })
         .collect()
 }

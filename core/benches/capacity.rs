@@ -38,6 +38,8 @@ fn pods(count: usize, nodes: usize) -> Vec<PodInfo> {
             gpus_admitted: (i % 5 == 0).then_some(1),
             cpus: 2.0,
             memory_gb: 8.0,
+            // Jobs of a few pods each, as the reconciler sees them.
+            job_id: Some(format!("job-{:06}", i / 4)),
         })
         .collect()
 }

@@ -3,16 +3,41 @@
 //! [`plan_admissions`] walks the queue in priority then FIFO order over the very capacity snapshot
 //! the API shows. A job is admitted only when every pool fits at once (gang), each machine on its
 //! own node of the pool's series with enough free GPUs, CPU and memory on that node — never on
-//! aggregate counts, so 4+4+4+4 free GPUs cannot host one machine of 8. Machines of admitted jobs
-//! whose pods are not bound yet ([`Reservation`]) are placed first, so they stay reserved.
+//! aggregate counts, so 4+4+4+4 free GPUs cannot host one machine of 8. The planned nodes are
+//! part of the admission: the rendered workload is pinned to them (required node affinity), so
+//! what Kubernetes binds is what was planned.
 //!
-//! A job that does not fit blocks later jobs of the series it needs (no starvation of big jobs by
-//! small ones), but never jobs of other series. A job that could not fit even an idle fleet (the
-//! fleet shrank after it was accepted) waits with `NoMatchingNode` and blocks nobody.
+//! The rules, in the order they apply (the reconciler's README explains them for operators):
+//!
+//! 1. **Admitted but unbound.** Machines of admitted jobs whose pods are not bound yet
+//!    ([`Reservation`]) keep their planned nodes: their resources are taken first.
+//! 2. **CPU jobs and GPU nodes.** A CPU-only machine goes to CPU nodes first. On a GPU node it may
+//!    use only what the node's free GPUs do not keep ([`GpuShare`]: 4 CPUs and 32 GiB per free
+//!    GPU by default), so CPU work never makes free GPUs unusable.
+//! 3. **Never fits.** A job that could not fit even the idle fleet (it shrank after the job was
+//!    accepted) waits with `NoMatchingNode` and holds nothing.
+//! 4. **Backfill with reservations.** A job that fits now on nodes nobody has reserved is
+//!    admitted, whatever waits before it. A job that does not fit reserves, for this pass, the
+//!    nodes it would use once they drain (those closest to fitting it); later jobs may not use
+//!    reserved nodes. So small jobs fill the gaps a waiting big job cannot use (other series, CPU
+//!    nodes, nodes it does not need) but never the nodes it waits for, and the big job starts as
+//!    soon as they drain. Reservations are recomputed every pass and never persisted.
+//! 5. **Reasons tell the truth.** A job that waits names what is short and where: `InsufficientGpu`
+//!    only when fewer nodes of the series have the free GPUs than it needs, else `InsufficientCpu`
+//!    or `InsufficientMemory`, with the jobs holding most of it; `QueuedBehindOthers` when it
+//!    would fit but only on nodes reserved for an earlier job.
+//!
+//! Within a pass free resources only shrink and reservations only grow, so a machine shape that
+//! failed once fails again for every larger one: the planner remembers failures per series and
+//! answers most jobs of a long queue without scanning nodes (see `BENCHMARKS.md`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 
-use crate::capacity::CapacitySnapshot;
+use serde::{Deserialize, Serialize};
+
+use crate::capacity::{CapacitySnapshot, GpuShare};
 use crate::job::{JobRecord, JobState, PendingReason};
 use crate::spec::Pool;
 
@@ -31,10 +56,13 @@ pub struct Reservation {
     pub memory_gb: f64,
     /// Machines still unbound.
     pub machines: u32,
+    /// The planned nodes these machines wait for (empty for jobs admitted before plans were
+    /// recorded: then any fitting node is held).
+    pub nodes: Vec<String>,
 }
 
 /// Where one pool of an admitted job goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolPlacement {
     /// Pool name.
     pub pool: String,
@@ -47,7 +75,7 @@ pub struct PoolPlacement {
 pub struct Admission {
     /// Job id.
     pub job_id: String,
-    /// Placement of every pool (the planned nodes; Kubernetes still binds the pods).
+    /// Placement of every pool: the workload is pinned to these nodes.
     pub placements: Vec<PoolPlacement>,
 }
 
@@ -79,209 +107,955 @@ struct Free {
     memory_gb: f64,
 }
 
-/// Schedulable nodes by index (the snapshot's name order), grouped by series so a pool scans only
-/// the nodes it may use.
-struct Nodes<'c> {
-    names: Vec<&'c str>,
-    by_series: BTreeMap<&'c str, Vec<usize>>,
-    all: Vec<usize>,
+/// A machine: GPUs, CPUs, memory; `gpu` false for CPU-only machines (which see GPU nodes through
+/// the [`GpuShare`]).
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    gpus: u32,
+    cpus: f64,
+    memory_gb: f64,
+    cpu_only: bool,
+}
+
+impl Shape {
+    fn of(pool: &Pool) -> Shape {
+        Shape {
+            gpus: pool.gpus_per_node,
+            cpus: pool.cpus,
+            memory_gb: pool.memory_gb,
+            cpu_only: pool.series.is_none(),
+        }
+    }
+
+    /// `self` needs at least as much as `other` of everything.
+    fn covers(&self, other: &Shape) -> bool {
+        self.cpu_only == other.cpu_only
+            && self.gpus >= other.gpus
+            && self.cpus + EPS >= other.cpus
+            && self.memory_gb + EPS >= other.memory_gb
+    }
 }
 
 const EPS: f64 = 1e-9;
 
-fn index(capacity: &CapacitySnapshot) -> (Nodes<'_>, Vec<Free>, Vec<Free>) {
-    let mut nodes = Nodes {
-        names: Vec::new(),
-        by_series: BTreeMap::new(),
-        all: Vec::new(),
-    };
-    let (mut free, mut idle) = (Vec::new(), Vec::new());
-    for n in capacity.nodes.iter().filter(|n| n.schedulable()) {
-        let i = nodes.names.len();
-        nodes.names.push(n.name.as_str());
-        nodes.all.push(i);
-        if let Some(s) = &n.series {
-            nodes.by_series.entry(s.as_str()).or_default().push(i);
+/// Which nodes a placement may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum View {
+    /// Nodes nobody reserved in this pass.
+    Open,
+    /// Every schedulable node (to tell "short" from "reserved for another job").
+    All,
+}
+
+/// How many nodes of a scope passed each test, for the reason of a misfit.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    gpus: u32,
+    gpus_cpus: u32,
+    all: u32,
+}
+
+/// A remembered failure: placing `shape` × `machines` failed in this scope and view, so every
+/// shape that covers it with at least as many machines fails too.
+#[derive(Debug, Clone, Copy)]
+struct Failure {
+    shape: Shape,
+    machines: u32,
+    counts: Counts,
+}
+
+/// Failures remembered per scope and view; bounded, so a queue of endless distinct shapes costs
+/// a scan per job rather than a growing list.
+const MAX_FAILURES: usize = 48;
+
+/// A scope: the nodes one pool may use (a series, or every node for CPU-only pools).
+struct Scope {
+    /// Node indexes, in the order CPU-only machines prefer them (CPU nodes first) for the CPU
+    /// scope, by name otherwise.
+    nodes: Vec<usize>,
+    /// Per free-GPU count, how many open / all nodes of the scope have exactly that many.
+    open_hist: Vec<u32>,
+    all_hist: Vec<u32>,
+    /// Nodes of the scope nobody reserved in this pass.
+    open: u32,
+    failed: [Vec<Failure>; 2],
+    failed_reserve: Vec<(Shape, u32)>,
+    /// Machines known to fit every schedulable node view (`shape`, machines, a reservation
+    /// owner among the fitting nodes); cleared whenever resources of the scope are taken.
+    fits_all: Vec<(Shape, u32, Option<usize>)>,
+    /// Machines known to fit the idle fleet (it does not change within a pass).
+    fits_idle: Vec<(Shape, u32)>,
+    /// Lazily built "held by" texts per resource (0 GPUs, 1 CPUs, 2 memory).
+    holders: [Option<String>; 3],
+}
+
+impl Scope {
+    fn count_ge(hist: &[u32], gpus: u32) -> u32 {
+        hist.iter().skip(gpus as usize).sum()
+    }
+}
+
+/// The planner's state over one pass.
+struct Planner<'c> {
+    capacity: &'c CapacitySnapshot,
+    /// Index into `capacity.nodes` of each schedulable node.
+    cap_index: Vec<usize>,
+    names: Vec<&'c str>,
+    gpu_node: Vec<bool>,
+    series_scope: Vec<Option<usize>>,
+    free: Vec<Free>,
+    idle: Vec<Free>,
+    /// Owner (index into `owners`) of a node reserved in this pass.
+    reserved: Vec<Option<usize>>,
+    owners: Vec<String>,
+    share: GpuShare,
+    /// Scope 0 is the CPU scope (every node); the rest are series.
+    scopes: Vec<Scope>,
+    /// Scope of each series (a handful: a linear search beats hashing).
+    by_series: Vec<(&'c str, usize)>,
+    /// Nodes taken by the pools of the job being placed: `marks[i] == epoch` (a new epoch clears
+    /// them all at once, so no per-node list is searched).
+    marks: Vec<Cell<u32>>,
+    epoch: Cell<u32>,
+    /// Scope of each pool of the job being planned (resolved once per job).
+    cur: Vec<Option<usize>>,
+}
+
+const CPU_SCOPE: usize = 0;
+
+impl<'c> Planner<'c> {
+    fn new(capacity: &'c CapacitySnapshot) -> Self {
+        let share = capacity.gpu_share;
+        let mut p = Planner {
+            capacity,
+            cap_index: Vec::new(),
+            names: Vec::new(),
+            gpu_node: Vec::new(),
+            series_scope: Vec::new(),
+            free: Vec::new(),
+            idle: Vec::new(),
+            reserved: Vec::new(),
+            owners: Vec::new(),
+            share,
+            scopes: Vec::new(),
+            by_series: Vec::new(),
+            marks: Vec::new(),
+            epoch: Cell::new(0),
+            cur: Vec::new(),
+        };
+        let max_gpus = capacity.nodes.iter().map(|n| n.gpus).max().unwrap_or(0) as usize;
+        let scope = || Scope {
+            nodes: Vec::new(),
+            open_hist: vec![0; max_gpus + 1],
+            all_hist: vec![0; max_gpus + 1],
+            open: 0,
+            failed: [Vec::new(), Vec::new()],
+            failed_reserve: Vec::new(),
+            fits_all: Vec::new(),
+            fits_idle: Vec::new(),
+            holders: [None, None, None],
+        };
+        p.scopes.push(scope());
+        for (k, n) in capacity.nodes.iter().enumerate() {
+            if !n.schedulable() {
+                continue;
+            }
+            let i = p.names.len();
+            p.cap_index.push(k);
+            p.names.push(n.name.as_str());
+            p.gpu_node.push(n.gpus > 0);
+            let free = Free {
+                gpus: n.free_gpus(),
+                cpus: (n.cpus - n.cpus_used).max(0.0),
+                memory_gb: (n.memory_gb - n.memory_gb_used).max(0.0),
+            };
+            p.free.push(free);
+            p.idle.push(Free {
+                gpus: n.gpus,
+                cpus: n.cpus.max(0.0),
+                memory_gb: n.memory_gb.max(0.0),
+            });
+            p.reserved.push(None);
+            p.marks.push(Cell::new(0));
+            let s = n.series.as_deref().map(|name| {
+                match p.by_series.iter().find(|(s, _)| *s == name) {
+                    Some((_, k)) => *k,
+                    None => {
+                        p.scopes.push(scope());
+                        p.by_series.push((name, p.scopes.len() - 1));
+                        p.scopes.len() - 1
+                    }
+                }
+            });
+            p.series_scope.push(s);
+            p.scopes[CPU_SCOPE].nodes.push(i);
+            p.scopes[CPU_SCOPE].open += 1;
+            if let Some(s) = s {
+                p.scopes[s].nodes.push(i);
+                p.scopes[s].open += 1;
+                let g = free.gpus as usize;
+                p.scopes[s].open_hist[g] += 1;
+                p.scopes[s].all_hist[g] += 1;
+            }
         }
-        free.push(Free {
-            gpus: n.free_gpus(),
-            cpus: (n.cpus - n.cpus_used).max(0.0),
-            memory_gb: (n.memory_gb - n.memory_gb_used).max(0.0),
+        // CPU-only machines prefer CPU nodes; the sort is stable, so names order the rest.
+        let gpu_node = &p.gpu_node;
+        p.scopes[CPU_SCOPE].nodes.sort_by_key(|&i| gpu_node[i]);
+        p
+    }
+
+    /// Starts a new placement question: no node is taken.
+    fn begin(&self) {
+        self.epoch.set(self.epoch.get().wrapping_add(1));
+        if self.epoch.get() == 0 {
+            // Wrapped: clear the stale marks once.
+            self.marks.iter().for_each(|m| m.set(u32::MAX));
+            self.epoch.set(1);
+        }
+    }
+
+    fn mark(&self, i: usize) {
+        self.marks[i].set(self.epoch.get());
+    }
+
+    fn marked(&self, i: usize) -> bool {
+        self.marks[i].get() == self.epoch.get()
+    }
+
+    fn scope_of(&self, pool: &Pool) -> Option<usize> {
+        match pool.series.as_deref() {
+            None => Some(CPU_SCOPE),
+            Some(s) => self.series(s),
+        }
+    }
+
+    /// Resolves the scopes of a job's pools, for every question about that job that follows.
+    fn set_job(&mut self, pools: &[Pool]) {
+        self.cur.clear();
+        for p in pools {
+            let scope = self.scope_of(p);
+            self.cur.push(scope);
+        }
+    }
+
+    fn series(&self, name: &str) -> Option<usize> {
+        self.by_series
+            .iter()
+            .find(|(s, _)| *s == name)
+            .map(|(_, k)| *k)
+    }
+
+    /// What a machine of `shape` may use of `f` on node `i`.
+    fn room(&self, i: usize, f: &Free, shape: &Shape) -> Free {
+        if shape.cpu_only && self.gpu_node[i] {
+            let (cpus, memory_gb) = self.share.cpu_job_room(f.gpus, f.cpus, f.memory_gb);
+            Free {
+                gpus: f.gpus,
+                cpus,
+                memory_gb,
+            }
+        } else {
+            *f
+        }
+    }
+
+    fn fits(&self, i: usize, f: &Free, shape: &Shape) -> bool {
+        let r = self.room(i, f, shape);
+        r.gpus >= shape.gpus && r.cpus + EPS >= shape.cpus && r.memory_gb + EPS >= shape.memory_gb
+    }
+
+    /// Takes `shape` from node `i`, keeping the histograms current.
+    fn take(&mut self, i: usize, shape: &Shape) {
+        self.scopes[CPU_SCOPE].fits_all.clear();
+        if let Some(s) = self.series_scope[i] {
+            self.scopes[s].fits_all.clear();
+        }
+        let before = self.free[i].gpus;
+        let f = &mut self.free[i];
+        f.gpus = f.gpus.saturating_sub(shape.gpus);
+        f.cpus = (f.cpus - shape.cpus).max(0.0);
+        f.memory_gb = (f.memory_gb - shape.memory_gb).max(0.0);
+        let after = f.gpus;
+        self.rehist(i, before, after);
+    }
+
+    fn restore(&mut self, i: usize, to: Free) {
+        let before = self.free[i].gpus;
+        self.free[i] = to;
+        self.rehist(i, before, to.gpus);
+    }
+
+    fn rehist(&mut self, i: usize, before: u32, after: u32) {
+        if before == after {
+            return;
+        }
+        if let Some(s) = self.series_scope[i] {
+            let open = self.reserved[i].is_none();
+            let sc = &mut self.scopes[s];
+            sc.all_hist[before as usize] -= 1;
+            sc.all_hist[after as usize] += 1;
+            if open {
+                sc.open_hist[before as usize] -= 1;
+                sc.open_hist[after as usize] += 1;
+            }
+        }
+    }
+
+    fn reserve_node(&mut self, i: usize, owner: usize) {
+        self.reserved[i] = Some(owner);
+        self.scopes[CPU_SCOPE].open -= 1;
+        if let Some(s) = self.series_scope[i] {
+            self.scopes[s].open_hist[self.free[i].gpus as usize] -= 1;
+            self.scopes[s].open -= 1;
+        }
+    }
+
+    /// A remembered failure that `shape` × `machines` covers, if any.
+    fn known_failure(
+        &self,
+        scope: usize,
+        view: View,
+        shape: &Shape,
+        machines: u32,
+    ) -> Option<Counts> {
+        let sc = &self.scopes[scope];
+        let hist = match view {
+            View::Open => &sc.open_hist,
+            View::All => &sc.all_hist,
+        };
+        if view == View::Open && sc.open < machines {
+            return Some(Counts::default());
+        }
+        if !shape.cpu_only {
+            let with_gpus = Scope::count_ge(hist, shape.gpus);
+            if with_gpus < machines {
+                // Exact: the histogram counts the nodes with enough free GPUs.
+                return Some(Counts {
+                    gpus: with_gpus,
+                    gpus_cpus: with_gpus,
+                    all: with_gpus,
+                });
+            }
+        }
+        sc.failed[view as usize]
+            .iter()
+            .find(|f| machines >= f.machines && shape.covers(&f.shape))
+            .map(|f| f.counts)
+    }
+
+    fn remember(&mut self, scope: usize, view: View, shape: Shape, machines: u32, counts: Counts) {
+        let list = &mut self.scopes[scope].failed[view as usize];
+        list.retain(|f| !(f.machines >= machines && f.shape.covers(&shape)));
+        if list.len() >= MAX_FAILURES {
+            list.remove(0);
+        }
+        list.push(Failure {
+            shape,
+            machines,
+            counts,
         });
-        idle.push(Free {
-            gpus: n.gpus,
-            cpus: n.cpus.max(0.0),
-            memory_gb: n.memory_gb.max(0.0),
-        });
     }
-    (nodes, free, idle)
-}
 
-fn fits(f: &Free, (gpus, cpus, mem): (u32, f64, f64)) -> bool {
-    f.gpus >= gpus && f.cpus + EPS >= cpus && f.memory_gb + EPS >= mem
-}
-
-/// Picks `count` distinct nodes (not in `taken`) for machines of this size, best fit first
-/// (fewest free GPUs, then fewest free CPUs) to keep large blocks whole. `Err(available)` if too few.
-/// CPU-only machines may use free CPU on any node; GPU machines only nodes of their series.
-fn pick(
-    nodes: &Nodes,
-    free: &[Free],
-    taken: &[usize],
-    series: Option<&str>,
-    shape: (u32, f64, f64),
-    count: u32,
-) -> Result<Vec<usize>, u32> {
-    let scope: &[usize] = match series {
-        Some(s) => nodes.by_series.get(s).map_or(&[], Vec::as_slice),
-        None => &nodes.all,
-    };
-    let mut candidates: Vec<usize> = scope
-        .iter()
-        .copied()
-        .filter(|i| !taken.contains(i) && fits(&free[*i], shape))
-        .collect();
-    let available = u32::try_from(candidates.len()).unwrap_or(u32::MAX);
-    if available < count {
-        return Err(available);
+    /// Picks `count` distinct nodes of `scope` (not marked taken) for machines of `shape`, best fit
+    /// first (fewest free GPUs, then fewest free CPUs; CPU nodes before GPU nodes for CPU-only
+    /// machines) to keep large blocks whole.
+    fn pick(
+        &self,
+        scope: usize,
+        shape: &Shape,
+        count: u32,
+        view: View,
+    ) -> Result<Vec<usize>, Counts> {
+        let mut counts = Counts::default();
+        let mut candidates: Vec<usize> = Vec::new();
+        for &i in &self.scopes[scope].nodes {
+            if (view == View::Open && self.reserved[i].is_some()) || self.marked(i) {
+                continue;
+            }
+            let r = self.room(i, &self.free[i], shape);
+            if r.gpus < shape.gpus {
+                continue;
+            }
+            counts.gpus += 1;
+            if r.cpus + EPS < shape.cpus {
+                continue;
+            }
+            counts.gpus_cpus += 1;
+            if r.memory_gb + EPS < shape.memory_gb {
+                continue;
+            }
+            counts.all += 1;
+            candidates.push(i);
+        }
+        if counts.all < count {
+            return Err(counts);
+        }
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let key = |i: usize| {
+            let r = self.room(i, &self.free[i], shape);
+            (shape.cpu_only && self.gpu_node[i], r.gpus, r.cpus)
+        };
+        let order = |a: &usize, b: &usize| {
+            let (ka, kb) = (key(*a), key(*b));
+            ka.0.cmp(&kb.0)
+                .then(ka.1.cmp(&kb.1))
+                .then(ka.2.total_cmp(&kb.2))
+                .then(a.cmp(b))
+        };
+        candidates.select_nth_unstable_by(count as usize - 1, order);
+        candidates.truncate(count as usize);
+        candidates.sort_by(order);
+        Ok(candidates)
     }
-    let order = |a: &usize, b: &usize| {
-        free[*a]
-            .gpus
-            .cmp(&free[*b].gpus)
-            .then(free[*a].cpus.total_cmp(&free[*b].cpus))
-            .then(a.cmp(b))
-    };
-    if count == 0 {
-        return Ok(Vec::new());
+
+    /// Whether `pools` would fit if nobody had reserved anything in this pass, and if so the
+    /// owner of a reservation in the way. Pools of one series are asked together as their
+    /// largest machine times their machines (enough when it fits); answers are remembered per
+    /// series until resources of it are taken, so a long queue of jobs that wait for reserved
+    /// nodes costs no scans.
+    fn fits_unreserved<'p>(&mut self, pools: &'p [Pool]) -> Result<Option<usize>, Misfit<'p>> {
+        if pools.len() > 1 && pools.iter().any(|p| p.series.is_none()) {
+            return self.exact_owner(pools);
+        }
+        let mut owner: Option<usize> = None;
+        let mut groups: Vec<(usize, Shape, u32, usize)> = Vec::new(); // scope, envelope, machines, pools
+        for (k, pool) in pools.iter().enumerate() {
+            let Some(scope) = self.cur[k] else {
+                return Err(Misfit {
+                    pool,
+                    counts: Counts::default(),
+                });
+            };
+            let shape = Shape::of(pool);
+            match groups.iter_mut().find(|g| g.0 == scope) {
+                Some(g) => {
+                    g.1.gpus = g.1.gpus.max(shape.gpus);
+                    g.1.cpus = g.1.cpus.max(shape.cpus);
+                    g.1.memory_gb = g.1.memory_gb.max(shape.memory_gb);
+                    g.2 = g.2.saturating_add(pool.nodes);
+                    g.3 += 1;
+                }
+                None => groups.push((scope, shape, pool.nodes, 1)),
+            }
+        }
+        for (scope, shape, machines, count) in groups {
+            let known = self.scopes[scope]
+                .fits_all
+                .iter()
+                .find(|(s, m, _)| *m >= machines && s.covers(&shape))
+                .map(|(_, _, o)| *o);
+            if let Some(o) = known {
+                owner = owner.or(o);
+                continue;
+            }
+            if count == 1 {
+                let pool = (0..pools.len())
+                    .find(|&k| self.cur[k] == Some(scope))
+                    .map_or(&pools[0], |k| &pools[k]);
+                if let Some(counts) = self.known_failure(scope, View::All, &shape, machines) {
+                    return Err(Misfit { pool, counts });
+                }
+            }
+            let mut counts = Counts::default();
+            let mut found_owner = None;
+            for &i in &self.scopes[scope].nodes {
+                let r = self.room(i, &self.free[i], &shape);
+                if r.gpus < shape.gpus {
+                    continue;
+                }
+                counts.gpus += 1;
+                if r.cpus + EPS < shape.cpus {
+                    continue;
+                }
+                counts.gpus_cpus += 1;
+                if r.memory_gb + EPS < shape.memory_gb {
+                    continue;
+                }
+                counts.all += 1;
+                found_owner = found_owner.or(self.reserved[i]);
+                if counts.all >= machines {
+                    break;
+                }
+            }
+            if counts.all >= machines {
+                let list = &mut self.scopes[scope].fits_all;
+                if list.len() >= MAX_FAILURES {
+                    list.remove(0);
+                }
+                list.push((shape, machines, found_owner));
+                owner = owner.or(found_owner);
+                continue;
+            }
+            if count > 1 {
+                // The envelope is only a sufficient test: ask the exact question.
+                return self.exact_owner(pools);
+            }
+            let pool = (0..pools.len())
+                .find(|&k| self.cur[k] == Some(scope))
+                .map_or(&pools[0], |k| &pools[k]);
+            self.remember(scope, View::All, shape, machines, counts);
+            return Err(Misfit { pool, counts });
+        }
+        Ok(owner)
     }
-    candidates.select_nth_unstable_by(count as usize - 1, order);
-    candidates.truncate(count as usize);
-    candidates.sort_by(order);
-    Ok(candidates)
+
+    fn exact_owner<'p>(&mut self, pools: &'p [Pool]) -> Result<Option<usize>, Misfit<'p>> {
+        let nodes = self.would_fit(pools, View::All)?;
+        Ok(nodes.iter().find_map(|&i| self.reserved[i]))
+    }
+
+    /// Whether `pools` would fit on distinct nodes of this view, answered by first fit with an
+    /// early stop (no sorting, nothing taken): the question behind "short" versus "reserved".
+    fn would_fit<'p>(&mut self, pools: &'p [Pool], view: View) -> Result<Vec<usize>, Misfit<'p>> {
+        self.begin();
+        let mut taken: Vec<usize> = Vec::new();
+        for (k, pool) in pools.iter().enumerate() {
+            let shape = Shape::of(pool);
+            let Some(scope) = self.cur[k] else {
+                return Err(Misfit {
+                    pool,
+                    counts: Counts::default(),
+                });
+            };
+            // A remembered failure holds whatever other pools took.
+            if let Some(counts) = self.known_failure(scope, view, &shape, pool.nodes) {
+                return Err(Misfit { pool, counts });
+            }
+            let start = taken.len();
+            let mut counts = Counts::default();
+            for &i in &self.scopes[scope].nodes {
+                if (view == View::Open && self.reserved[i].is_some()) || self.marked(i) {
+                    continue;
+                }
+                let r = self.room(i, &self.free[i], &shape);
+                if r.gpus < shape.gpus {
+                    continue;
+                }
+                counts.gpus += 1;
+                if r.cpus + EPS < shape.cpus {
+                    continue;
+                }
+                counts.gpus_cpus += 1;
+                if r.memory_gb + EPS < shape.memory_gb {
+                    continue;
+                }
+                counts.all += 1;
+                taken.push(i);
+                if counts.all >= pool.nodes {
+                    break;
+                }
+            }
+            for &i in &taken[start..] {
+                self.mark(i);
+            }
+            if counts.all < pool.nodes {
+                if start == 0 {
+                    self.remember(scope, view, shape, pool.nodes, counts);
+                }
+                return Err(Misfit { pool, counts });
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Places every pool of `pools` on distinct nodes, taking their resources on success and
+    /// leaving everything untouched on failure.
+    fn place<'p>(
+        &mut self,
+        pools: &'p [Pool],
+        view: View,
+        commit: bool,
+    ) -> Result<Vec<Vec<usize>>, Misfit<'p>> {
+        // Most waiting jobs of a long queue fail on a remembered failure: answer before
+        // allocating anything.
+        for (k, pool) in pools.iter().enumerate() {
+            let Some(scope) = self.cur[k] else {
+                return Err(Misfit {
+                    pool,
+                    counts: Counts::default(),
+                });
+            };
+            if let Some(counts) = self.known_failure(scope, view, &Shape::of(pool), pool.nodes) {
+                return Err(Misfit { pool, counts });
+            }
+        }
+        let mut order: Vec<usize> = (0..pools.len()).collect();
+        order.sort_by_key(|i| std::cmp::Reverse(pools[*i].gpus_per_node));
+        self.begin();
+        let mut taken_any = false;
+        let mut undo: Vec<(usize, Free)> = Vec::new();
+        let mut placed: Vec<Vec<usize>> = vec![Vec::new(); pools.len()];
+        for i in order {
+            let pool = &pools[i];
+            let shape = Shape::of(pool);
+            let outcome = match self.cur[i] {
+                None => Err(Counts::default()),
+                Some(scope) => {
+                    // A remembered failure holds whatever other pools took; a new one is
+                    // remembered only when none took anything.
+                    match self.known_failure(scope, view, &shape, pool.nodes) {
+                        Some(counts) => Err(counts),
+                        None => {
+                            let picked = self.pick(scope, &shape, pool.nodes, view);
+                            if let (Err(counts), false) = (&picked, taken_any) {
+                                self.remember(scope, view, shape, pool.nodes, *counts);
+                            }
+                            picked
+                        }
+                    }
+                }
+            };
+            match outcome {
+                Ok(chosen) => {
+                    for &n in &chosen {
+                        undo.push((n, self.free[n]));
+                        self.take(n, &shape);
+                        self.mark(n);
+                    }
+                    taken_any |= !chosen.is_empty();
+                    placed[i] = chosen;
+                }
+                Err(counts) => {
+                    for (n, before) in undo.into_iter().rev() {
+                        self.restore(n, before);
+                    }
+                    return Err(Misfit { pool, counts });
+                }
+            }
+        }
+        if !commit {
+            for (n, before) in undo.into_iter().rev() {
+                self.restore(n, before);
+            }
+        }
+        Ok(placed)
+    }
+
+    /// A cheap sufficient test that `pools` fit the idle fleet: within each series, at least as
+    /// many idle nodes fit the largest machine of the series' pools as those pools have
+    /// machines. Then every pool finds its machines among those nodes whatever the pools before
+    /// it took. The scan stops once enough nodes are found (about one step per machine).
+    fn surely_fits(&mut self, pools: &[Pool]) -> bool {
+        // CPU-only machines may use any node, so they share nodes with the GPU pools: no shortcut.
+        if pools.len() > 1 && pools.iter().any(|p| p.series.is_none()) {
+            return false;
+        }
+        for (k, p) in pools.iter().enumerate() {
+            if self.cur[..k].contains(&self.cur[k]) {
+                continue; // this series was checked with its first pool
+            }
+            let mut envelope = Shape::of(p);
+            let mut machines = 0_u32;
+            for (_, q) in pools
+                .iter()
+                .enumerate()
+                .skip(k)
+                .filter(|(j, _)| self.cur[*j] == self.cur[k])
+            {
+                envelope.gpus = envelope.gpus.max(q.gpus_per_node);
+                envelope.cpus = envelope.cpus.max(q.cpus);
+                envelope.memory_gb = envelope.memory_gb.max(q.memory_gb);
+                machines = machines.saturating_add(q.nodes);
+            }
+            let Some(scope) = self.cur[k] else {
+                return false;
+            };
+            let sc = &self.scopes[scope];
+            if sc
+                .fits_idle
+                .iter()
+                .any(|(s, m)| *m >= machines && s.covers(&envelope))
+            {
+                continue;
+            }
+            let found = sc
+                .nodes
+                .iter()
+                .filter(|&&i| self.fits(i, &self.idle[i], &envelope))
+                .take(machines as usize)
+                .count();
+            if found < machines as usize {
+                return false;
+            }
+            let list = &mut self.scopes[scope].fits_idle;
+            if list.len() >= MAX_FAILURES {
+                list.remove(0);
+            }
+            list.push((envelope, machines));
+        }
+        true
+    }
+
+    /// Would `pools` fit the idle fleet? `Some` with the misfit if never.
+    fn never_fits<'p>(&mut self, pools: &'p [Pool]) -> Option<Misfit<'p>> {
+        if self.surely_fits(pools) {
+            return None;
+        }
+        self.begin();
+        let mut order: Vec<usize> = (0..pools.len()).collect();
+        order.sort_by_key(|i| std::cmp::Reverse(pools[*i].gpus_per_node));
+        for i in order {
+            let pool = &pools[i];
+            let shape = Shape::of(pool);
+            let Some(scope) = self.cur[i] else {
+                return Some(Misfit {
+                    pool,
+                    counts: Counts::default(),
+                });
+            };
+            // Idle nodes that fit, in scope order; any of them will do for the fit question, but
+            // later pools of the same scope must not reuse them, so take the smallest fitting.
+            let mut found = 0_u32;
+            let mut fitting: Vec<usize> = Vec::new();
+            for &n in &self.scopes[scope].nodes {
+                if self.marked(n) || !self.fits(n, &self.idle[n], &shape) {
+                    continue;
+                }
+                found += 1;
+                fitting.push(n);
+                if found >= pool.nodes && pools.len() == 1 {
+                    break;
+                }
+            }
+            if found < pool.nodes {
+                return Some(Misfit {
+                    pool,
+                    counts: Counts {
+                        gpus: found,
+                        gpus_cpus: found,
+                        all: found,
+                    },
+                });
+            }
+            if pools.len() > 1 {
+                let idle = &self.idle;
+                fitting.sort_by(|a, b| {
+                    idle[*a]
+                        .gpus
+                        .cmp(&idle[*b].gpus)
+                        .then(idle[*a].cpus.total_cmp(&idle[*b].cpus))
+                        .then(a.cmp(b))
+                });
+                fitting
+                    .into_iter()
+                    .take(pool.nodes as usize)
+                    .for_each(|n| self.mark(n));
+            }
+        }
+        None
+    }
+
+    /// Reserves for `owner` the nodes `pools` would use once they drain: per pool, open nodes
+    /// whose idle size fits, closest to fitting now first. All or nothing.
+    fn reserve(&mut self, pools: &[Pool], owner: usize) -> bool {
+        self.begin();
+        let mut chosen_all: Vec<usize> = Vec::new();
+        let mut order: Vec<usize> = (0..pools.len()).collect();
+        order.sort_by_key(|i| std::cmp::Reverse(pools[*i].gpus_per_node));
+        for i in order {
+            let pool = &pools[i];
+            let shape = Shape::of(pool);
+            let Some(scope) = self.cur[i] else {
+                return false;
+            };
+            let first = chosen_all.is_empty();
+            if self.scopes[scope].open < pool.nodes {
+                return false;
+            }
+            if first
+                && self.scopes[scope]
+                    .failed_reserve
+                    .iter()
+                    .any(|(s, m)| pool.nodes >= *m && shape.covers(s))
+            {
+                return false;
+            }
+            let mut candidates: Vec<usize> = self.scopes[scope]
+                .nodes
+                .iter()
+                .copied()
+                .filter(|&n| {
+                    self.reserved[n].is_none()
+                        && !self.marked(n)
+                        && self.fits(n, &self.idle[n], &shape)
+                })
+                .collect();
+            if (candidates.len() as u64) < u64::from(pool.nodes) {
+                if first {
+                    let list = &mut self.scopes[scope].failed_reserve;
+                    if list.len() >= MAX_FAILURES {
+                        list.remove(0);
+                    }
+                    list.push((shape, pool.nodes));
+                }
+                return false;
+            }
+            // Closest to fitting now: most free GPUs, then CPUs (as the machine sees them);
+            // CPU-only machines keep to CPU nodes when they can.
+            let key = |n: usize| {
+                let r = self.room(n, &self.free[n], &shape);
+                (
+                    shape.cpu_only && self.gpu_node[n],
+                    std::cmp::Reverse(r.gpus),
+                    r.cpus,
+                )
+            };
+            candidates.sort_by(|a, b| {
+                let (ka, kb) = (key(*a), key(*b));
+                ka.0.cmp(&kb.0)
+                    .then(ka.1.cmp(&kb.1))
+                    .then(kb.2.total_cmp(&ka.2))
+                    .then(a.cmp(b))
+            });
+            for n in candidates.into_iter().take(pool.nodes as usize) {
+                self.mark(n);
+                chosen_all.push(n);
+            }
+        }
+        for n in chosen_all {
+            self.reserve_node(n, owner);
+        }
+        true
+    }
+
+    /// "held by j-a (16 GPUs), j-b (8 GPUs)" for the nodes of `scope`, by `resource`
+    /// (0 GPUs, 1 CPUs, 2 memory); empty when nobody holds any.
+    fn holders(&mut self, scope: usize, resource: usize) -> String {
+        if let Some(text) = &self.scopes[scope].holders[resource] {
+            return text.clone();
+        }
+        let mut per_job: BTreeMap<&str, f64> = BTreeMap::new();
+        for &i in &self.scopes[scope].nodes {
+            for h in &self.capacity.nodes[self.cap_index[i]].holders {
+                let amount = match resource {
+                    0 => f64::from(h.gpus),
+                    1 => h.cpus,
+                    _ => h.memory_gb,
+                };
+                if amount > 0.0 {
+                    *per_job.entry(h.job_id.as_str()).or_insert(0.0) += amount;
+                }
+            }
+        }
+        let mut top: Vec<(&str, f64)> = per_job.into_iter().collect();
+        top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+        let unit = ["GPUs", "CPUs", "GiB"][resource];
+        let mut text = String::new();
+        for (k, (job, amount)) in top.iter().take(3).enumerate() {
+            let sep = if k == 0 { "" } else { ", " };
+            let _ = write!(text, "{sep}{job} ({} {unit})", trim(*amount));
+        }
+        if top.len() > 3 {
+            let _ = write!(text, " and {} more", top.len() - 3);
+        }
+        self.scopes[scope].holders[resource] = Some(text.clone());
+        text
+    }
 }
 
-fn size(pool: &Pool) -> (u32, f64, f64) {
-    (pool.gpus_per_node, pool.cpus, pool.memory_gb)
+/// A number without a needless `.0`.
+fn trim(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-6 {
+        format!("{}", v.round() as i64)
+    } else {
+        format!("{v:.1}")
+    }
 }
 
-/// Why a pool did not fit: the pool and how many suitable nodes were found.
+/// Why a pool did not fit: the pool and how many nodes passed each test.
 struct Misfit<'a> {
     pool: &'a Pool,
-    available: u32,
-}
-
-/// Places every pool of `pools` on distinct nodes, taking their resources from `free` on success
-/// and leaving `free` untouched on failure (changes are undone).
-fn place<'a>(
-    nodes: &Nodes,
-    free: &mut [Free],
-    pools: &'a [Pool],
-) -> Result<Vec<PoolPlacement>, Misfit<'a>> {
-    // Largest machines first: they have the fewest candidate nodes.
-    let mut order: Vec<usize> = (0..pools.len()).collect();
-    order.sort_by_key(|i| std::cmp::Reverse(pools[*i].gpus_per_node));
-    let mut taken: Vec<usize> = Vec::new();
-    let mut undo: Vec<(usize, Free)> = Vec::new();
-    let mut placed: Vec<Vec<usize>> = vec![Vec::new(); pools.len()];
-    for i in order {
-        let pool = &pools[i];
-        let shape = size(pool);
-        match pick(
-            nodes,
-            free,
-            &taken,
-            pool.series.as_deref(),
-            shape,
-            pool.nodes,
-        ) {
-            Ok(chosen) => {
-                for n in &chosen {
-                    undo.push((*n, free[*n]));
-                    let f = &mut free[*n];
-                    f.gpus = f.gpus.saturating_sub(shape.0);
-                    f.cpus = (f.cpus - shape.1).max(0.0);
-                    f.memory_gb = (f.memory_gb - shape.2).max(0.0);
-                }
-                taken.extend_from_slice(&chosen);
-                placed[i] = chosen;
-            }
-            Err(available) => {
-                for (n, before) in undo.into_iter().rev() {
-                    free[n] = before;
-                }
-                return Err(Misfit { pool, available });
-            }
-        }
-    }
-    Ok(pools
-        .iter()
-        .zip(placed)
-        .map(|(p, chosen)| PoolPlacement {
-            pool: p.name.clone(),
-            nodes: chosen.iter().map(|i| nodes.names[*i].to_owned()).collect(),
-        })
-        .collect())
-}
-
-/// Places `pools` on a copy of the idle fleet: `Some` if the job could never fit it.
-fn never_fits<'a>(nodes: &Nodes, idle: &[Free], pools: &'a [Pool]) -> Option<Misfit<'a>> {
-    if surely_fits(nodes, idle, pools) {
-        return None;
-    }
-    place(nodes, &mut idle.to_vec(), pools).err()
-}
-
-/// A cheap sufficient test that [`place`] succeeds on the idle fleet: within each series, at least
-/// as many idle nodes fit the largest shape of the series' pools as those pools have machines.
-/// Then every pool finds its machines among those nodes whatever the pools before it took, so the
-/// full placement (a copy of the fleet and a sort per pool) is skipped for almost every job. The
-/// scan stops as soon as enough nodes are found, so it costs about one step per machine.
-fn surely_fits(nodes: &Nodes, idle: &[Free], pools: &[Pool]) -> bool {
-    // CPU-only machines may use any node, so they share nodes with the GPU pools: no shortcut.
-    if pools.len() > 1 && pools.iter().any(|p| p.series.is_none()) {
-        return false;
-    }
-    pools.iter().enumerate().all(|(k, p)| {
-        if pools[..k].iter().any(|q| q.series == p.series) {
-            return true; // this series was checked with its first pool
-        }
-        let (mut envelope, mut machines) = ((0, 0.0_f64, 0.0_f64), 0_usize);
-        for q in pools[k..].iter().filter(|q| q.series == p.series) {
-            envelope = (
-                envelope.0.max(q.gpus_per_node),
-                envelope.1.max(q.cpus),
-                envelope.2.max(q.memory_gb),
-            );
-            machines = machines.saturating_add(q.nodes as usize);
-        }
-        let scope: &[usize] = match p.series.as_deref() {
-            Some(s) => nodes.by_series.get(s).map_or(&[], Vec::as_slice),
-            None => &nodes.all,
-        };
-        scope
-            .iter()
-            .filter(|i| fits(&idle[**i], envelope))
-            .take(machines)
-            .count()
-            >= machines
-    })
+    counts: Counts,
 }
 
 fn describe(pool: &Pool) -> String {
     match &pool.series {
         Some(s) => format!("{} free {s} GPUs", pool.gpus_per_node),
-        None => format!("{} free CPUs and {} GiB memory", pool.cpus, pool.memory_gb),
+        None => format!(
+            "{} free CPUs and {} GiB memory",
+            trim(pool.cpus),
+            trim(pool.memory_gb)
+        ),
     }
 }
 
-/// The scheduling domains a job competes in: one per GPU series, `cpu` for CPU-only machines.
-fn domains(job: &JobRecord) -> BTreeSet<String> {
-    job.spec
-        .pools
-        .iter()
-        .map(|p| p.series.clone().unwrap_or_else(|| "cpu".to_owned()))
-        .collect()
+/// The reason and message of a job that is short of resources (not of reserved nodes).
+fn shortage(planner: &mut Planner, m: &Misfit) -> (PendingReason, String) {
+    let p = m.pool;
+    let scope = planner.scope_of(p).unwrap_or(CPU_SCOPE);
+    let c = m.counts;
+    // (reason, resource index for the holders, where the resource is short, message)
+    let (reason, resource, short, mut message) = match &p.series {
+        Some(s) if c.gpus < p.nodes => (
+            PendingReason::InsufficientGpu,
+            0,
+            format!("{s} GPUs"),
+            format!(
+                "pool {}: needs {} node(s) with {}, {} available",
+                p.name,
+                p.nodes,
+                describe(p),
+                c.gpus
+            ),
+        ),
+        Some(s) if c.gpus_cpus < p.nodes => (
+            PendingReason::InsufficientCpu,
+            1,
+            format!("CPUs on {s} nodes"),
+            format!(
+                "pool {}: needs {} {s} node(s) with {} free GPUs and {} free CPUs; {} have the GPUs, {} also the CPUs",
+                p.name,
+                p.nodes,
+                p.gpus_per_node,
+                trim(p.cpus),
+                c.gpus,
+                c.gpus_cpus
+            ),
+        ),
+        Some(s) => (
+            PendingReason::InsufficientMemory,
+            2,
+            format!("memory on {s} nodes"),
+            format!(
+                "pool {}: needs {} {s} node(s) with {} free GPUs, {} CPUs and {} GiB memory; {} have the GPUs and CPUs, {} also the memory",
+                p.name,
+                p.nodes,
+                p.gpus_per_node,
+                trim(p.cpus),
+                trim(p.memory_gb),
+                c.gpus_cpus,
+                c.all
+            ),
+        ),
+        None => {
+            let (reason, resource, short) = if c.gpus_cpus < p.nodes {
+                (PendingReason::InsufficientCpu, 1, "CPUs")
+            } else {
+                (PendingReason::InsufficientMemory, 2, "memory")
+            };
+            (
+                reason,
+                resource,
+                short.to_owned(),
+                format!(
+                    "pool {}: needs {} node(s) with {}, {} available (GPU nodes keep {} CPUs and {} GiB per free GPU for GPU jobs)",
+                    p.name,
+                    p.nodes,
+                    describe(p),
+                    c.all,
+                    trim(planner.share.cpus),
+                    trim(planner.share.memory_gb)
+                ),
+            )
+        }
+    };
+    let holders = planner.holders(scope, resource);
+    if !holders.is_empty() {
+        let _ = write!(message, "; {short} held by {holders}");
+    }
+    (reason, message)
 }
 
 /// Plans which `queue` jobs (only `QUEUED` ones count) to admit against `capacity`, after placing
@@ -291,86 +1065,125 @@ pub fn plan_admissions(
     capacity: &CapacitySnapshot,
     reservations: &[Reservation],
 ) -> AdmissionPlan {
-    let (nodes, mut free, idle) = index(capacity);
-    for r in reservations {
-        let shape = (r.gpus, r.cpus, r.memory_gb);
-        // Reserve what can be reserved; machines that fit nowhere hold nothing.
-        for _ in 0..r.machines {
-            let Ok(chosen) = pick(&nodes, &free, &[], r.series.as_deref(), shape, 1) else {
-                break;
-            };
-            for n in chosen {
-                let f = &mut free[n];
-                f.gpus = f.gpus.saturating_sub(shape.0);
-                f.cpus = (f.cpus - shape.1).max(0.0);
-                f.memory_gb = (f.memory_gb - shape.2).max(0.0);
-            }
-        }
-    }
-    let mut jobs: Vec<&JobRecord> = queue
+    let mut planner = Planner::new(capacity);
+    hold_reservations(&mut planner, reservations);
+    // Sorted on plain keys (ids only break ties): a queue of 100,000 records sorted through
+    // references spent most of its time chasing pointers.
+    let mut keys: Vec<(std::cmp::Reverse<i32>, i64, usize)> = queue
         .iter()
-        .filter(|j| j.state == JobState::Queued && !j.stop_requested)
+        .enumerate()
+        .filter(|(_, j)| j.state == JobState::Queued && !j.stop_requested)
+        .map(|(k, j)| (std::cmp::Reverse(j.spec.priority), j.submitted_at_ms, k))
         .collect();
-    jobs.sort_by(|a, b| {
-        (std::cmp::Reverse(a.spec.priority), a.submitted_at_ms, &a.id).cmp(&(
-            std::cmp::Reverse(b.spec.priority),
-            b.submitted_at_ms,
-            &b.id,
-        ))
+    keys.sort_unstable_by(|a, b| {
+        (a.0, a.1)
+            .cmp(&(b.0, b.1))
+            .then_with(|| queue[a.2].id.cmp(&queue[b.2].id))
     });
-    let mut blocked: BTreeMap<String, String> = BTreeMap::new();
+    let jobs = keys.iter().map(|k| &queue[k.2]);
     let mut plan = AdmissionPlan::default();
     for job in jobs {
+        let pools = &job.spec.pools;
+        planner.set_job(pools);
         let wait = |reason, message: String| Waiting {
             job_id: job.id.clone(),
             reason,
             message,
         };
-        if let Some(m) = never_fits(&nodes, &idle, &job.spec.pools) {
+        if let Ok(placed) = planner.place(pools, View::Open, true) {
+            let placements = pools
+                .iter()
+                .zip(placed)
+                .map(|(p, nodes)| PoolPlacement {
+                    pool: p.name.clone(),
+                    nodes: nodes.iter().map(|i| planner.names[*i].to_owned()).collect(),
+                })
+                .collect();
+            plan.admit.push(Admission {
+                job_id: job.id.clone(),
+                placements,
+            });
+            continue;
+        }
+        if let Some(m) = planner.never_fits(pools) {
             let message = format!(
                 "pool {}: needs {} node(s) with {}, the fleet has {} schedulable",
                 m.pool.name,
                 m.pool.nodes,
                 describe(m.pool),
-                m.available
+                m.counts.all
             );
             plan.waiting
                 .push(wait(PendingReason::NoMatchingNode, message));
             continue;
         }
-        let doms = domains(job);
-        if let Some(blocker) = doms.iter().find_map(|d| blocked.get(d)) {
-            let message = format!("waiting behind job {blocker} (higher priority or earlier)");
+        // Would it fit without this pass's reservations? Then it waits for a reserved node.
+        let behind = match planner.fits_unreserved(pools) {
+            Ok(owner) => owner
+                .or((!planner.owners.is_empty()).then_some(0))
+                .map(|o| format!("job {}", planner.owners[o]))
+                .or_else(|| Some("earlier jobs".to_owned())),
+            Err(m) => {
+                let (reason, message) = shortage(&mut planner, &m);
+                plan.waiting.push(wait(reason, message));
+                None
+            }
+        };
+        if let Some(owner) = behind {
+            let message = format!(
+                "waiting behind {owner} (higher priority or earlier), which holds the nodes this job would use until they drain"
+            );
             plan.waiting
                 .push(wait(PendingReason::QueuedBehindOthers, message));
-            continue;
         }
-        match place(&nodes, &mut free, &job.spec.pools) {
-            Ok(placements) => plan.admit.push(Admission {
-                job_id: job.id.clone(),
-                placements,
-            }),
-            Err(m) => {
-                let reason = if m.pool.series.is_some() {
-                    PendingReason::InsufficientGpu
-                } else {
-                    PendingReason::InsufficientCpu
-                };
-                let message = format!(
-                    "pool {}: needs {} node(s) with {}, {} available",
-                    m.pool.name,
-                    m.pool.nodes,
-                    describe(m.pool),
-                    m.available
-                );
-                plan.waiting.push(wait(reason, message));
-                for d in doms {
-                    blocked.entry(d).or_insert_with(|| job.id.clone());
-                }
-            }
+        let owner = planner.owners.len();
+        if planner.reserve(pools, owner) {
+            planner.owners.push(job.id.clone());
         }
     }
     plan
+}
+
+/// Takes the resources of admitted-but-unbound machines from their planned nodes (or, for jobs
+/// admitted without a recorded plan, from the best-fitting nodes).
+fn hold_reservations(planner: &mut Planner, reservations: &[Reservation]) {
+    let index: HashMap<&str, usize> = planner
+        .names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (*n, i))
+        .collect();
+    for r in reservations {
+        let shape = Shape {
+            gpus: r.gpus,
+            cpus: r.cpus,
+            memory_gb: r.memory_gb,
+            cpu_only: r.series.is_none(),
+        };
+        if !r.nodes.is_empty() {
+            for n in r.nodes.iter().take(r.machines as usize) {
+                if let Some(&i) = index.get(n.as_str()) {
+                    planner.take(i, &shape);
+                }
+            }
+            continue;
+        }
+        let scope = match r.series.as_deref() {
+            None => Some(CPU_SCOPE),
+            Some(s) => planner.series(s),
+        };
+        let Some(scope) = scope else { continue };
+        // Reserve what can be reserved; machines that fit nowhere hold nothing.
+        for _ in 0..r.machines {
+            planner.begin();
+            let Ok(chosen) = planner.pick(scope, &shape, 1, View::All) else {
+                break;
+            };
+            for n in chosen {
+                planner.take(n, &shape);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,22 @@ fn admitted(plan: &AdmissionPlan) -> Vec<&str> {
     plan.admit.iter().map(|a| a.job_id.as_str()).collect()
 }
 
+fn nodes_of<'p>(plan: &'p AdmissionPlan, id: &str) -> Vec<&'p str> {
+    plan.admit
+        .iter()
+        .filter(|a| a.job_id == id)
+        .flat_map(|a| a.placements.iter().flat_map(|p| p.nodes.iter()))
+        .map(String::as_str)
+        .collect()
+}
+
+fn message<'p>(plan: &'p AdmissionPlan, id: &str) -> &'p str {
+    plan.waiting
+        .iter()
+        .find(|w| w.job_id == id)
+        .map_or("", |w| w.message.as_str())
+}
+
 fn reason(plan: &AdmissionPlan, id: &str) -> Option<PendingReason> {
     plan.waiting
         .iter()
@@ -120,6 +136,7 @@ fn reservations_of_admitted_jobs_keep_their_gpus() {
         cpus: 8.0,
         memory_gb: 64.0,
         machines: 1,
+        nodes: Vec::new(),
     };
     let queue = [
         job("a", 0, 1, vec![pool("m", Some("h200"), 1, 8)]),
@@ -159,7 +176,8 @@ fn priority_then_submission_order_and_a_blocked_series_blocks_only_itself() {
         Some(PendingReason::InsufficientGpu)
     );
 
-    // A job of one series that does not fit right now holds back later jobs of that series only.
+    // A job that does not fit right now reserves the node it waits for; later jobs backfill the
+    // nodes it does not need, but not that one.
     let cap = snapshot(vec![
         node("h-0", Some("h200"), 8, 4),
         node("h-1", Some("h200"), 8, 4),
@@ -168,14 +186,19 @@ fn priority_then_submission_order_and_a_blocked_series_blocks_only_itself() {
     let queue = [
         job("big", 0, 1, vec![pool("m", Some("h200"), 1, 8)]),
         job("small", 0, 2, vec![pool("m", Some("h200"), 1, 2)]),
-        job("other", 0, 3, vec![pool("m", Some("l40s"), 1, 4)]),
+        job("small2", 0, 3, vec![pool("m", Some("h200"), 1, 2)]),
+        job("small3", 0, 4, vec![pool("m", Some("h200"), 1, 2)]),
+        job("other", 0, 5, vec![pool("m", Some("l40s"), 1, 4)]),
     ];
     let plan = plan_admissions(&queue, &cap, &[]);
-    assert_eq!(admitted(&plan), ["other"]);
+    assert_eq!(admitted(&plan), ["small", "small2", "other"]);
+    assert_eq!(nodes_of(&plan, "small"), ["h-1"]);
+    assert_eq!(reason(&plan, "big"), Some(PendingReason::InsufficientGpu));
     assert_eq!(
-        reason(&plan, "small"),
+        reason(&plan, "small3"),
         Some(PendingReason::QueuedBehindOthers)
     );
+    assert!(message(&plan, "small3").contains("waiting behind job big"));
 }
 
 #[test]
@@ -241,5 +264,350 @@ fn job_that_fits_idle_fleet_only_by_mixing_node_sizes_is_not_reported_as_never_f
     assert_eq!(
         reason(&plan, "too-big"),
         Some(PendingReason::NoMatchingNode)
+    );
+}
+
+fn sized(name: &str, series: Option<&str>, gpus: u32, cpus: f64, memory_gb: f64) -> NodeCapacity {
+    NodeCapacity {
+        cpus,
+        memory_gb,
+        ..node(name, series, gpus, 0)
+    }
+}
+
+fn cpu_pool(cpus: f64, memory_gb: f64) -> serde_json::Value {
+    serde_json::json!({"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0,
+        "cpus": cpus, "memory_gb": memory_gb})
+}
+
+fn gpu_pool(series: &str, nodes: u32, gpus: u32) -> serde_json::Value {
+    // The JobSpec defaults: 4 CPUs and 32 GiB per GPU.
+    serde_json::json!({"name": "main", "series": series, "nodes": nodes, "gpus_per_node": gpus,
+        "cpus": 4.0 * f64::from(gpus), "memory_gb": 32.0 * f64::from(gpus)})
+}
+
+/// The sample fleet (`examples/fleet.yaml`): h200 × 4 (one cordoned), l40s × 2, cpu × 2.
+fn sample_fleet() -> Vec<NodeCapacity> {
+    let mut nodes: Vec<NodeCapacity> = (0..4)
+        .map(|i| sized(&format!("h200-{i}"), Some("h200"), 8, 192.0, 2048.0))
+        .collect();
+    nodes[3].cordoned = true;
+    nodes.extend((0..2).map(|i| sized(&format!("l40s-{i}"), Some("l40s"), 4, 64.0, 512.0)));
+    nodes.extend((0..2).map(|i| sized(&format!("cpu-{i}"), None, 0, 32.0, 128.0)));
+    nodes
+}
+
+/// Takes the admitted jobs' machines from `cap` on their planned nodes, as the next pass sees it.
+fn apply(cap: &mut CapacitySnapshot, queue: &[JobRecord], plan: &AdmissionPlan) {
+    for a in &plan.admit {
+        let Some(job) = queue.iter().find(|j| j.id == a.job_id) else {
+            continue;
+        };
+        for placement in &a.placements {
+            let Some(pool) = job.spec.pools.iter().find(|p| p.name == placement.pool) else {
+                continue;
+            };
+            for name in &placement.nodes {
+                let Some(n) = cap.nodes.iter_mut().find(|n| &n.name == name) else {
+                    continue;
+                };
+                n.gpus_used += pool.gpus_per_node;
+                n.cpus_used += pool.cpus;
+                n.memory_gb_used += pool.memory_gb;
+                n.holders.push(crate::capacity::Holder {
+                    job_id: job.id.clone(),
+                    gpus: pool.gpus_per_node,
+                    cpus: pool.cpus,
+                    memory_gb: pool.memory_gb,
+                });
+            }
+        }
+    }
+    *cap = CapacitySnapshot::from_nodes(cap.taken_at_ms, std::mem::take(&mut cap.nodes));
+}
+
+#[test]
+fn the_new_user_scenario_uses_cpu_nodes_first_and_keeps_the_h200_gpus_usable() {
+    // 30 small CPU jobs and 8 jobs of 30 CPUs, then an h200 × 3 × 8 job.
+    let mut queue: Vec<JobRecord> = (0..30)
+        .map(|i| job(&format!("small-{i:02}"), 0, i, vec![cpu_pool(1.0, 2.0)]))
+        .collect();
+    queue.extend((0..8).map(|i| job(&format!("wide-{i}"), 0, 100 + i, vec![cpu_pool(30.0, 8.0)])));
+    let mut cap = snapshot(sample_fleet());
+    let plan = plan_admissions(&queue, &cap, &[]);
+    assert_eq!(plan.admit.len(), 38, "{:?}", plan.waiting);
+    for i in 0..30 {
+        let on = nodes_of(&plan, &format!("small-{i:02}"));
+        assert!(
+            on[0].starts_with("cpu-"),
+            "small-{i:02} on {on:?}: CPU nodes come first"
+        );
+    }
+    apply(&mut cap, &queue, &plan);
+    // Every h200 node keeps 4 CPUs and 32 GiB for each of its 8 free GPUs.
+    for n in cap
+        .nodes
+        .iter()
+        .filter(|n| n.series.as_deref() == Some("h200") && !n.cordoned)
+    {
+        assert!(
+            n.cpus - n.cpus_used >= 32.0,
+            "{}: {} CPUs used",
+            n.name,
+            n.cpus_used
+        );
+    }
+    let gpu = job("h200-3x8", 0, 1_000, vec![gpu_pool("h200", 3, 8)]);
+    let plan = plan_admissions(std::slice::from_ref(&gpu), &cap, &[]);
+    assert_eq!(admitted(&plan), ["h200-3x8"], "{:?}", plan.waiting);
+    let mut planned = nodes_of(&plan, "h200-3x8");
+    planned.sort_unstable();
+    assert_eq!(planned, ["h200-0", "h200-1", "h200-2"]);
+}
+
+#[test]
+fn cpu_jobs_spilled_onto_gpu_nodes_never_take_what_free_gpus_keep() {
+    // CPU nodes full; CPU jobs spill onto one 8-GPU node of 96 CPUs: they may use 96 - 8 × 4 = 64.
+    let mut full = sized("cpu-0", None, 0, 32.0, 128.0);
+    full.cpus_used = 32.0;
+    let cap = snapshot(vec![full, sized("h-0", Some("h200"), 8, 96.0, 1024.0)]);
+    let queue: Vec<JobRecord> = (0..3)
+        .map(|i| job(&format!("spill-{i}"), 0, i, vec![cpu_pool(30.0, 8.0)]))
+        .chain([job("gpu", 0, 10, vec![gpu_pool("h200", 1, 8)])])
+        .collect();
+    let plan = plan_admissions(&queue, &cap, &[]);
+    assert_eq!(admitted(&plan), ["spill-0", "spill-1", "gpu"]);
+    assert_eq!(
+        reason(&plan, "spill-2"),
+        Some(PendingReason::InsufficientCpu)
+    );
+    assert!(
+        message(&plan, "spill-2").contains("GPU nodes keep 4 CPUs and 32 GiB per free GPU"),
+        "{}",
+        message(&plan, "spill-2")
+    );
+}
+
+#[test]
+fn a_gpu_job_short_of_cpu_says_cpu_and_names_the_holders() {
+    let mut a = sized("h-0", Some("h200"), 8, 64.0, 1024.0);
+    a.cpus_used = 60.0;
+    a.holders = vec![crate::capacity::Holder {
+        job_id: "hog".into(),
+        gpus: 0,
+        cpus: 60.0,
+        memory_gb: 8.0,
+    }];
+    let cap = snapshot(vec![a]);
+    let plan = plan_admissions(&[job("j", 0, 1, vec![gpu_pool("h200", 1, 8)])], &cap, &[]);
+    assert_eq!(reason(&plan, "j"), Some(PendingReason::InsufficientCpu));
+    let m = message(&plan, "j");
+    assert!(m.contains("1 have the GPUs, 0 also the CPUs"), "{m}");
+    assert!(
+        m.contains("CPUs on h200 nodes held by hog (60 CPUs)"),
+        "{m}"
+    );
+
+    let mut b = sized("h-0", Some("h200"), 8, 64.0, 300.0);
+    b.memory_gb_used = 200.0;
+    let plan = plan_admissions(
+        &[job("j", 0, 1, vec![gpu_pool("h200", 1, 8)])],
+        &snapshot(vec![b]),
+        &[],
+    );
+    assert_eq!(reason(&plan, "j"), Some(PendingReason::InsufficientMemory));
+}
+
+#[test]
+fn a_small_cpu_job_behind_a_waiting_gpu_job_is_admitted_in_the_same_pass() {
+    let mut busy = sized("h-0", Some("h200"), 8, 96.0, 1024.0);
+    busy.gpus_used = 4;
+    let cap = snapshot(vec![busy, sized("cpu-0", None, 0, 32.0, 128.0)]);
+    let queue = [
+        job("head", 5, 1, vec![gpu_pool("h200", 1, 8)]),
+        job("tiny", 0, 2, vec![cpu_pool(1.0, 1.0)]),
+    ];
+    let plan = plan_admissions(&queue, &cap, &[]);
+    assert_eq!(admitted(&plan), ["tiny"]);
+    assert_eq!(nodes_of(&plan, "tiny"), ["cpu-0"]);
+    assert_eq!(reason(&plan, "head"), Some(PendingReason::InsufficientGpu));
+}
+
+#[test]
+fn a_big_job_is_not_starved_by_a_stream_of_small_ones() {
+    // Twelve 8-GPU nodes, each busy with a 4-GPU job. A 10-node job waits; every pass, four new
+    // 4-GPU jobs arrive and running ones end two passes after admission. Without reservations the
+    // small jobs would refill each node as it drains and the big job would never start.
+    let names: Vec<String> = (0..12).map(|i| format!("n-{i:02}")).collect();
+    let mut running: Vec<(String, String, u32, usize)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (format!("old-{i}"), n.clone(), 4, i % 3))
+        .collect();
+    let mut queue = vec![job("big", 0, 0, vec![gpu_pool("h200", 10, 8)])];
+    let mut big_admitted_at = None;
+    for pass in 0..20_usize {
+        running.retain(|r| r.3 > pass);
+        queue.extend((0..4).map(|k| {
+            let id = format!("small-{pass}-{k}");
+            job(
+                &id,
+                0,
+                1 + (pass * 4 + k) as i64,
+                vec![gpu_pool("h200", 1, 4)],
+            )
+        }));
+        let nodes = names
+            .iter()
+            .map(|n| {
+                let used: u32 = running.iter().filter(|r| &r.1 == n).map(|r| r.2).sum();
+                let mut c = sized(n, Some("h200"), 8, 96.0, 1024.0);
+                c.gpus_used = used;
+                c.cpus_used = f64::from(used) * 4.0;
+                c.memory_gb_used = f64::from(used) * 32.0;
+                c
+            })
+            .collect();
+        let plan = plan_admissions(&queue, &snapshot(nodes), &[]);
+        for a in &plan.admit {
+            let Some(job) = queue.iter().find(|j| j.id == a.job_id) else {
+                continue;
+            };
+            let gpus = job.spec.pools[0].gpus_per_node;
+            for n in &a.placements[0].nodes {
+                running.push((a.job_id.clone(), n.clone(), gpus, pass + 2));
+            }
+        }
+        if plan.admit.iter().any(|a| a.job_id == "big") {
+            big_admitted_at = Some(pass);
+            break;
+        }
+        let admitted_ids: Vec<&str> = admitted(&plan);
+        queue.retain(|j| !admitted_ids.contains(&j.id.as_str()));
+    }
+    let pass = big_admitted_at.unwrap_or_else(|| panic!("the big job starved for 20 passes"));
+    // The old jobs end by pass 3 and nothing new lands on the ten reserved nodes.
+    assert!(pass <= 3, "admitted at pass {pass}");
+}
+
+#[test]
+fn admitted_but_unbound_machines_keep_their_planned_nodes() {
+    let cap = snapshot(vec![
+        node("h-0", Some("h200"), 8, 0),
+        node("h-1", Some("h200"), 8, 0),
+    ]);
+    let held = Reservation {
+        job_id: "earlier".into(),
+        series: Some("h200".into()),
+        gpus: 8,
+        cpus: 8.0,
+        memory_gb: 64.0,
+        machines: 1,
+        nodes: vec!["h-0".into()],
+    };
+    let plan = plan_admissions(
+        &[job("next", 0, 1, vec![pool("m", Some("h200"), 1, 8)])],
+        &cap,
+        &[held],
+    );
+    assert_eq!(
+        nodes_of(&plan, "next"),
+        ["h-1"],
+        "h-0 is planned for the earlier job"
+    );
+}
+
+/// Deterministic xorshift for the property tests.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn insufficient_gpu_is_only_said_when_too_few_nodes_have_the_free_gpus() {
+    // Random partly-busy fleets and queues; at most one pool per series per job, so "too few
+    // nodes" is a plain count. After applying the plan's admissions (what the next snapshot
+    // shows), every job waiting with InsufficientGpu must see fewer nodes of its series with
+    // the free GPUs than it needs, and every GPU job waiting with InsufficientCpu/Memory must see
+    // enough of them (GPUs were not what it lacked).
+    let mut rng = Rng(0x5DEE_CE66_D1CE_4E5B);
+    let series = ["h200", "l40s", "a10g"];
+    let mut checked = 0;
+    for round in 0..200 {
+        let (gpu_nodes, cpu_nodes) = (4 + rng.below(12), rng.below(3));
+        let mut nodes: Vec<NodeCapacity> = (0..gpu_nodes)
+            .map(|i| {
+                let s = series[rng.below(3) as usize];
+                let mut n = sized(&format!("n-{i}"), Some(s), 8, 64.0, 512.0);
+                n.gpus_used = rng.below(9) as u32;
+                n.cpus_used = rng.below(65) as f64;
+                n.memory_gb_used = rng.below(513) as f64;
+                n.cordoned = rng.below(10) == 0;
+                n
+            })
+            .collect();
+        nodes.extend((0..cpu_nodes).map(|i| sized(&format!("c-{i}"), None, 0, 32.0, 128.0)));
+        let queue: Vec<JobRecord> = (0..(1 + rng.below(12)))
+            .map(|i| {
+                let s = series[rng.below(3) as usize];
+                let g = [1, 2, 4, 8][rng.below(4) as usize];
+                let pools = if rng.below(6) == 0 {
+                    vec![cpu_pool(
+                        1.0 + rng.below(40) as f64,
+                        1.0 + rng.below(100) as f64,
+                    )]
+                } else {
+                    vec![gpu_pool(s, 1 + rng.below(3) as u32, g)]
+                };
+                job(
+                    &format!("r{round}-{i}"),
+                    rng.below(3) as i32,
+                    i as i64,
+                    pools,
+                )
+            })
+            .collect();
+        let mut cap = snapshot(nodes);
+        let plan = plan_admissions(&queue, &cap, &[]);
+        apply(&mut cap, &queue, &plan);
+        for w in &plan.waiting {
+            let Some(job) = queue.iter().find(|j| j.id == w.job_id) else {
+                continue;
+            };
+            let p = &job.spec.pools[0];
+            let Some(s) = p.series.as_deref() else {
+                continue;
+            };
+            let with_gpus = cap
+                .nodes
+                .iter()
+                .filter(|n| n.series.as_deref() == Some(s) && n.free_gpus() >= p.gpus_per_node)
+                .count() as u32;
+            match w.reason {
+                PendingReason::InsufficientGpu => {
+                    checked += 1;
+                    assert!(
+                        with_gpus < p.nodes,
+                        "{}: {} ({with_gpus} nodes have the GPUs)",
+                        w.job_id,
+                        w.message
+                    );
+                }
+                PendingReason::InsufficientCpu | PendingReason::InsufficientMemory => {
+                    assert!(with_gpus >= p.nodes, "{}: {}", w.job_id, w.message);
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} InsufficientGpu cases were generated"
     );
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fleet::{FleetShape, SeriesShape};
+use crate::fleet::{CpuJobHost, FleetShape, SeriesShape};
 
 /// Capacity of the fleet at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -19,27 +19,63 @@ pub struct CapacitySnapshot {
     pub series: BTreeMap<String, SeriesCapacity>,
     /// Every node, sorted by name.
     pub nodes: Vec<NodeCapacity>,
-    /// CPU and memory over every schedulable node (CPU-only jobs may use any node).
+    /// CPU and memory CPU-only jobs may use, over every schedulable node (see [`GpuShare`]).
     #[serde(default)]
     pub cpu: CpuCapacity,
+    /// What each free GPU keeps of its node's CPU and memory for GPU jobs.
+    #[serde(default)]
+    pub gpu_share: GpuShare,
 }
 
-/// CPU and memory totals over schedulable nodes.
+/// The CPU and memory each free GPU of a node keeps for GPU jobs: a CPU-only job placed on a GPU
+/// node may use only what is left after `free GPUs × share`, so CPU work never turns free GPUs
+/// into GPUs no job can use. Defaults to the JobSpec's per-GPU defaults (4 CPUs, 32 GiB).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GpuShare {
+    /// CPU cores kept per free GPU.
+    pub cpus: f64,
+    /// Memory kept per free GPU, GiB.
+    pub memory_gb: f64,
+}
+
+impl Default for GpuShare {
+    fn default() -> Self {
+        GpuShare {
+            cpus: crate::spec::DEFAULT_CPUS_PER_GPU,
+            memory_gb: crate::spec::DEFAULT_MEMORY_GB_PER_GPU,
+        }
+    }
+}
+
+impl GpuShare {
+    /// What a CPU-only job may use of `free_cpus` and `free_memory_gb` on a node with
+    /// `free_gpus` free GPUs.
+    pub fn cpu_job_room(&self, free_gpus: u32, free_cpus: f64, free_memory_gb: f64) -> (f64, f64) {
+        let g = f64::from(free_gpus);
+        (
+            (free_cpus - g * self.cpus).max(0.0),
+            (free_memory_gb - g * self.memory_gb).max(0.0),
+        )
+    }
+}
+
+/// CPU and memory totals over schedulable nodes. The free figures are what CPU-only jobs may
+/// use: on GPU nodes, what is left after each free GPU's [`GpuShare`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuCapacity {
     /// Schedulable nodes.
     pub nodes: u32,
     /// CPU cores of schedulable nodes.
     pub total_cpus: f64,
-    /// Free CPU cores.
+    /// Free CPU cores a CPU-only job may use.
     pub free_cpus: f64,
     /// Memory of schedulable nodes, GiB.
     pub total_memory_gb: f64,
-    /// Free memory, GiB.
+    /// Free memory a CPU-only job may use, GiB.
     pub free_memory_gb: f64,
-    /// Most free CPU cores on one node.
+    /// Most free CPU cores a CPU-only job may use on one node.
     pub largest_free_cpus: f64,
-    /// Most free memory on one node, GiB.
+    /// Most free memory a CPU-only job may use on one node, GiB.
     pub largest_free_memory_gb: f64,
 }
 
@@ -89,6 +125,23 @@ pub struct NodeCapacity {
     pub cordoned: bool,
     /// Ready condition is True.
     pub ready: bool,
+    /// Jobs whose live pods use the node, with what they hold (for pending messages; not
+    /// published, so the stored snapshot stays small).
+    #[serde(skip)]
+    pub holders: Vec<Holder>,
+}
+
+/// What one job's pods hold on one node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Holder {
+    /// Job id (the pods' job-id label).
+    pub job_id: String,
+    /// GPUs held.
+    pub gpus: u32,
+    /// CPU cores held.
+    pub cpus: f64,
+    /// Memory held, GiB.
+    pub memory_gb: f64,
 }
 
 impl NodeCapacity {
@@ -108,8 +161,18 @@ impl NodeCapacity {
 }
 
 impl CapacitySnapshot {
-    /// Builds a snapshot from per-node figures, computing the series totals.
-    pub fn from_nodes(taken_at_ms: u64, mut nodes: Vec<NodeCapacity>) -> Self {
+    /// Builds a snapshot from per-node figures, computing the series totals, with the default
+    /// [`GpuShare`].
+    pub fn from_nodes(taken_at_ms: u64, nodes: Vec<NodeCapacity>) -> Self {
+        Self::from_nodes_with_share(taken_at_ms, nodes, GpuShare::default())
+    }
+
+    /// [`CapacitySnapshot::from_nodes`] with the installation's [`GpuShare`].
+    pub fn from_nodes_with_share(
+        taken_at_ms: u64,
+        mut nodes: Vec<NodeCapacity>,
+        gpu_share: GpuShare,
+    ) -> Self {
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let mut series: BTreeMap<String, SeriesCapacity> = BTreeMap::new();
         for n in &nodes {
@@ -128,8 +191,11 @@ impl CapacitySnapshot {
         }
         let mut cpu = CpuCapacity::default();
         for n in nodes.iter().filter(|n| n.schedulable()) {
-            let free_cpus = (n.cpus - n.cpus_used).max(0.0);
-            let free_mem = (n.memory_gb - n.memory_gb_used).max(0.0);
+            let (free_cpus, free_mem) = gpu_share.cpu_job_room(
+                n.free_gpus(),
+                n.cpus - n.cpus_used,
+                n.memory_gb - n.memory_gb_used,
+            );
             cpu.nodes += 1;
             cpu.total_cpus += n.cpus;
             cpu.free_cpus += free_cpus;
@@ -143,6 +209,7 @@ impl CapacitySnapshot {
             series,
             nodes,
             cpu,
+            gpu_share,
         }
     }
 
@@ -151,6 +218,12 @@ impl CapacitySnapshot {
     pub fn shape(&self) -> FleetShape {
         let mut shape = FleetShape::default();
         for n in &self.nodes {
+            let (cpu_cpus, cpu_mem) = self.gpu_share.cpu_job_room(n.gpus, n.cpus, n.memory_gb);
+            shape.add_cpu_job_host(CpuJobHost {
+                cpus: cpu_cpus,
+                memory_gb: cpu_mem,
+                gpu_node: n.gpus > 0,
+            });
             // Quantities are whole cores/GiB in the shape; round down to stay conservative.
             let (cpus, mem) = (n.cpus.max(0.0) as u32, n.memory_gb.max(0.0) as u32);
             shape.max_node_cpus = shape.max_node_cpus.max(cpus);

@@ -10,7 +10,7 @@
 //! [`ADMITTED_GPUS_ANNOTATION`]). With `TUNEPLANE_K8S_GPU_PASSTHROUGH=0` TunePlane's pods request no
 //! GPUs, so counting only requests would double-book; the annotation keeps them counted.
 
-use crate::capacity::{CapacitySnapshot, NodeCapacity};
+use crate::capacity::{CapacitySnapshot, GpuShare, Holder, NodeCapacity};
 
 /// Pod annotation carrying the GPUs TunePlane admitted the pod for (whatever it requests).
 pub const ADMITTED_GPUS_ANNOTATION: &str = "tuneplane.io/admitted-gpus";
@@ -51,6 +51,8 @@ pub struct PodInfo {
     pub cpus: f64,
     /// Memory requested, GiB.
     pub memory_gb: f64,
+    /// The TunePlane job the pod belongs to (its job-id label), if any.
+    pub job_id: Option<String>,
 }
 
 impl PodInfo {
@@ -60,11 +62,23 @@ impl PodInfo {
     }
 }
 
-/// The snapshot of `nodes` with the usage of `pods`, taken at `taken_at_ms`.
+/// The snapshot of `nodes` with the usage of `pods`, taken at `taken_at_ms`, with the default
+/// [`GpuShare`].
 pub fn compute_capacity(
     taken_at_ms: u64,
     nodes: &[NodeInfo],
     pods: &[PodInfo],
+) -> CapacitySnapshot {
+    compute_capacity_with_share(taken_at_ms, nodes, pods, GpuShare::default())
+}
+
+/// [`compute_capacity`] with the installation's [`GpuShare`]. Each node also lists the jobs
+/// holding it ([`crate::capacity::Holder`]), for pending messages.
+pub fn compute_capacity_with_share(
+    taken_at_ms: u64,
+    nodes: &[NodeInfo],
+    pods: &[PodInfo],
+    gpu_share: GpuShare,
 ) -> CapacitySnapshot {
     let mut per_node: Vec<NodeCapacity> = nodes
         .iter()
@@ -89,11 +103,27 @@ pub fn compute_capacity(
             continue;
         };
         let n = &mut per_node[i];
-        n.gpus_used = n.gpus_used.saturating_add(pod.gpus_held());
-        n.cpus_used += pod.cpus.max(0.0);
-        n.memory_gb_used += pod.memory_gb.max(0.0);
+        let (gpus, cpus, memory_gb) = (pod.gpus_held(), pod.cpus.max(0.0), pod.memory_gb.max(0.0));
+        n.gpus_used = n.gpus_used.saturating_add(gpus);
+        n.cpus_used += cpus;
+        n.memory_gb_used += memory_gb;
+        if let Some(job) = &pod.job_id {
+            match n.holders.iter_mut().find(|h| &h.job_id == job) {
+                Some(h) => {
+                    h.gpus = h.gpus.saturating_add(gpus);
+                    h.cpus += cpus;
+                    h.memory_gb += memory_gb;
+                }
+                None => n.holders.push(Holder {
+                    job_id: job.clone(),
+                    gpus,
+                    cpus,
+                    memory_gb,
+                }),
+            }
+        }
     }
-    CapacitySnapshot::from_nodes(taken_at_ms, per_node)
+    CapacitySnapshot::from_nodes_with_share(taken_at_ms, per_node, gpu_share)
 }
 
 /// Parses a Kubernetes quantity of CPU (`"500m"`, `"2"`, `"1.5"`) into cores; `None` if malformed.

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::capacity::GpuShare;
+
 /// A fleet file: groups of identical nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -118,10 +120,23 @@ impl Fleet {
         Ok(())
     }
 
-    /// The shape validation needs: nodes per series and the largest node sizes.
+    /// The shape validation needs: nodes per series and the largest node sizes, with the default
+    /// [`GpuShare`].
     pub fn shape(&self) -> FleetShape {
+        self.shape_with(GpuShare::default())
+    }
+
+    /// [`Fleet::shape`] with the installation's [`GpuShare`].
+    pub fn shape_with(&self, share: GpuShare) -> FleetShape {
         let mut shape = FleetShape::default();
         for g in self.node_groups.iter().filter(|g| g.count > 0) {
+            let (cpus, memory_gb) =
+                share.cpu_job_room(g.gpus, f64::from(g.cpus), f64::from(g.memory_gb));
+            shape.add_cpu_job_host(CpuJobHost {
+                cpus,
+                memory_gb,
+                gpu_node: g.gpus > 0,
+            });
             shape.max_node_cpus = shape.max_node_cpus.max(g.cpus);
             shape.max_node_memory_gb = shape.max_node_memory_gb.max(g.memory_gb);
             if let Some(series) = &g.series {
@@ -137,14 +152,55 @@ impl Fleet {
 }
 
 /// What validation needs to know about a fleet to reject jobs that can never fit.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FleetShape {
     /// Per GPU series.
     pub series: BTreeMap<String, SeriesShape>,
-    /// Most CPUs on any node (CPU-only jobs may run on any node).
+    /// Most CPUs on any node.
     pub max_node_cpus: u32,
     /// Most memory on any node, GiB.
     pub max_node_memory_gb: u32,
+    /// The largest CPU-only machines idle nodes can host (none larger in both CPU and memory),
+    /// after each GPU's [`GpuShare`] on GPU nodes.
+    #[serde(default)]
+    pub cpu_job_hosts: Vec<CpuJobHost>,
+}
+
+/// The largest CPU-only machine one kind of idle node can host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuJobHost {
+    /// CPU cores.
+    pub cpus: f64,
+    /// Memory, GiB.
+    pub memory_gb: f64,
+    /// The node has GPUs (their share is already taken off).
+    pub gpu_node: bool,
+}
+
+impl FleetShape {
+    /// Adds a node kind to [`FleetShape::cpu_job_hosts`], keeping only hosts no other one beats
+    /// in both CPU and memory.
+    pub fn add_cpu_job_host(&mut self, host: CpuJobHost) {
+        let beats = |a: &CpuJobHost, b: &CpuJobHost| a.cpus >= b.cpus && a.memory_gb >= b.memory_gb;
+        if host.cpus <= 0.0 || self.cpu_job_hosts.iter().any(|h| beats(h, &host)) {
+            return;
+        }
+        self.cpu_job_hosts.retain(|h| !beats(&host, h));
+        self.cpu_job_hosts.push(host);
+        self.cpu_job_hosts.sort_by(|a, b| {
+            b.cpus
+                .total_cmp(&a.cpus)
+                .then(a.memory_gb.total_cmp(&b.memory_gb))
+        });
+    }
+
+    /// True if some idle node can host a CPU-only machine of this size.
+    pub fn hosts_cpu_job(&self, cpus: f64, memory_gb: f64) -> bool {
+        const EPS: f64 = 1e-9;
+        self.cpu_job_hosts
+            .iter()
+            .any(|h| h.cpus + EPS >= cpus && h.memory_gb + EPS >= memory_gb)
+    }
 }
 
 /// Size of one GPU series.

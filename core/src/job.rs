@@ -13,6 +13,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::admission::PoolPlacement;
 use crate::spec::JobSpec;
 
 /// Lifecycle state of a job. Terminal states are final.
@@ -95,8 +96,11 @@ impl fmt::Display for JobState {
 pub enum PendingReason {
     /// Not enough free GPUs of the series on distinct nodes right now.
     InsufficientGpu,
-    /// Not enough free CPU or memory for a CPU-only job right now.
+    /// Not enough free CPU on the nodes the job may use right now (for a GPU pool: on the nodes
+    /// that have the free GPUs).
     InsufficientCpu,
+    /// Not enough free memory on the nodes the job may use right now.
+    InsufficientMemory,
     /// No node carries the requested series (or all are cordoned / not Ready).
     NoMatchingNode,
     /// Waiting behind jobs of higher priority or earlier submission.
@@ -184,6 +188,9 @@ pub struct JobRecord {
     pub workload_name: Option<String>,
     /// Blob key of the archived logs once written.
     pub logs_key: Option<String>,
+    /// The nodes admission planned for each pool; the workload is pinned to them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<PoolPlacement>,
 }
 
 /// A transition the lifecycle does not allow.
@@ -223,6 +230,7 @@ impl JobRecord {
             failure: None,
             workload_name: None,
             logs_key: None,
+            placements: Vec::new(),
         }
     }
 

@@ -11,10 +11,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
-use tuneplane_core::capacity::CapacitySnapshot;
+use tuneplane_core::capacity::{CapacitySnapshot, GpuShare};
 use tuneplane_core::capacity_compute::{
-    ADMITTED_GPUS_ANNOTATION, NodeInfo, PodInfo, compute_capacity, parse_count, parse_cpu,
-    parse_memory_gb,
+    ADMITTED_GPUS_ANNOTATION, NodeInfo, PodInfo, compute_capacity_with_share, parse_count,
+    parse_cpu, parse_memory_gb,
 };
 use tuneplane_core::constants::{
     GPU_RESOURCE, JOB_ID_LABEL, MANAGED_BY, MANAGED_BY_LABEL, POOL_LABEL, SERIES_LABEL,
@@ -185,6 +185,7 @@ pub fn pod_info(pod: &Pod) -> PodInfo {
             .and_then(|v| parse_count(v)),
         cpus,
         memory_gb: mem,
+        job_id: pod.labels().get(JOB_ID_LABEL).cloned(),
     }
 }
 
@@ -424,11 +425,11 @@ impl Cluster {
         c
     }
 
-    /// The capacity snapshot at `now_ms`.
-    pub fn capacity(&self, now_ms: i64) -> CapacitySnapshot {
+    /// The capacity snapshot at `now_ms`, CPU-only room computed with `share`.
+    pub fn capacity(&self, now_ms: i64, share: GpuShare) -> CapacitySnapshot {
         let nodes: Vec<NodeInfo> = self.nodes.iter().map(|n| node_info(n)).collect();
         let pods: Vec<PodInfo> = self.pods.iter().map(|p| pod_info(p)).collect();
-        compute_capacity(u64::try_from(now_ms).unwrap_or(0), &nodes, &pods)
+        compute_capacity_with_share(u64::try_from(now_ms).unwrap_or(0), &nodes, &pods, share)
     }
 
     /// The RayJob `namespace/name`, if the reflector holds it.
@@ -759,7 +760,7 @@ mod tests {
             Some("j1")
         );
         assert!(c.pod("ns", "p4").is_none() && c.pod("", "").is_none());
-        let cap = c.capacity(1);
+        let cap = c.capacity(1, GpuShare::default());
         assert_eq!(cap.series["h200"].free_gpus, 2);
         assert_eq!(cap.nodes[0].memory_gb, 1024.0);
     }

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use tuneplane_core::capacity::GpuShare;
 use tuneplane_core::render::{CapsuleDelivery, RenderSettings, Toleration};
 
 use crate::error::{Error, Result};
@@ -41,6 +42,10 @@ pub const ENV_PLAYGROUND_NAMESPACE: &str = "TUNEPLANE_PLAYGROUND_NAMESPACE";
 pub const ENV_PLAYGROUND_IMAGE: &str = "TUNEPLANE_PLAYGROUND_IMAGE";
 /// Longest validity of a presigned capsule URL, seconds (default 604800, S3's limit).
 pub const ENV_MAX_URL_SECONDS: &str = "TUNEPLANE_MAX_PRESIGN_SECONDS";
+/// CPU cores each free GPU keeps for GPU jobs: CPU-only jobs may not use them (default 4).
+pub const ENV_GPU_SHARE_CPUS: &str = "TUNEPLANE_GPU_SHARE_CPUS";
+/// Memory each free GPU keeps for GPU jobs, GiB (default 32).
+pub const ENV_GPU_SHARE_MEMORY_GB: &str = "TUNEPLANE_GPU_SHARE_MEMORY_GB";
 
 /// The reconciler's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +74,8 @@ pub struct Config {
     pub playground_namespace: String,
     /// Longest presigned URL validity.
     pub max_presign: Duration,
+    /// What each free GPU keeps of its node for GPU jobs.
+    pub gpu_share: GpuShare,
 }
 
 impl Default for Config {
@@ -86,6 +93,7 @@ impl Default for Config {
             kube_burst: 40,
             playground_namespace: tuneplane_core::constants::DEFAULT_NAMESPACE.into(),
             max_presign: Duration::from_secs(604_800),
+            gpu_share: GpuShare::default(),
         }
     }
 }
@@ -183,6 +191,21 @@ impl Config {
             let secs: u64 = number(ENV_MAX_URL_SECONDS, &v, "a number of seconds")?;
             c.max_presign = Duration::from_secs(secs.max(60));
         }
+        for (var, field) in [
+            (ENV_GPU_SHARE_CPUS, &mut c.gpu_share.cpus),
+            (ENV_GPU_SHARE_MEMORY_GB, &mut c.gpu_share.memory_gb),
+        ] {
+            if let Some(v) = get(var) {
+                let n: f64 = number(var, &v, "a number (per GPU)")?;
+                if !n.is_finite() || !(0.0..=1024.0).contains(&n) {
+                    return Err(bad(
+                        var,
+                        format!("{v:?} must be between 0 and 1024 (per GPU)"),
+                    ));
+                }
+                *field = n;
+            }
+        }
         Ok(c)
     }
 }
@@ -227,5 +250,18 @@ mod tests {
             .err()
             .map(|e| e.to_string());
         assert!(err.unwrap_or_default().contains(ENV_KUBE_QPS));
+    }
+
+    #[test]
+    fn gpu_share_defaults_to_the_spec_defaults_and_rejects_negative_values() {
+        let c = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((c.gpu_share.cpus, c.gpu_share.memory_gb), (4.0, 32.0));
+        let c = parse(&[(ENV_GPU_SHARE_CPUS, "8"), (ENV_GPU_SHARE_MEMORY_GB, "0")])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((c.gpu_share.cpus, c.gpu_share.memory_gb), (8.0, 0.0));
+        let err = parse(&[(ENV_GPU_SHARE_CPUS, "-1")])
+            .err()
+            .map(|e| e.to_string());
+        assert!(err.unwrap_or_default().contains(ENV_GPU_SHARE_CPUS));
     }
 }

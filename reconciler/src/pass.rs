@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
-use tuneplane_core::admission::{Reservation, Waiting, plan_admissions};
+use tuneplane_core::admission::{PoolPlacement, Reservation, Waiting, plan_admissions};
 use tuneplane_core::constants::{FIELD_MANAGER, POOL_LABEL};
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::playground::playground_name;
@@ -37,45 +37,69 @@ pub struct PassReport {
     pub errors: usize,
 }
 
-/// Machines of admitted jobs that are not bound to a node yet.
+/// Machines of admitted jobs that are not bound to a node yet, with the planned nodes they still
+/// wait for (planned nodes where no pod of the pool is bound yet).
 pub fn reservations(cluster: &Cluster, jobs: &[JobRecord]) -> Vec<Reservation> {
     let mut out = Vec::new();
     for job in jobs.iter().filter(|j| j.state == JobState::Admitted) {
         let pods = cluster.job_pods(&job.spec.namespace, &label_value(&job.id));
         for pool in &job.spec.pools {
-            let bound = pods
+            let bound_on: Vec<String> = pods
                 .iter()
                 .filter(|p| {
                     p.metadata.labels.as_ref().and_then(|l| l.get(POOL_LABEL)) == Some(&pool.name)
                 })
-                .filter(|p| {
+                .filter_map(|p| {
                     let info = pod_info(p);
-                    info.node_name.is_some() && !info.terminal
+                    if info.terminal { None } else { info.node_name }
                 })
-                .count();
+                .collect();
             let machines = pool
                 .nodes
-                .saturating_sub(u32::try_from(bound).unwrap_or(u32::MAX));
-            if machines > 0 {
-                out.push(Reservation {
-                    job_id: job.id.clone(),
-                    series: pool.series.clone(),
-                    gpus: pool.gpus_per_node,
-                    cpus: pool.cpus,
-                    memory_gb: pool.memory_gb,
-                    machines,
-                });
+                .saturating_sub(u32::try_from(bound_on.len()).unwrap_or(u32::MAX));
+            if machines == 0 {
+                continue;
             }
+            let nodes: Vec<String> = job
+                .placements
+                .iter()
+                .find(|p| p.pool == pool.name)
+                .map(|p| {
+                    p.nodes
+                        .iter()
+                        .filter(|n| !bound_on.contains(n))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push(Reservation {
+                job_id: job.id.clone(),
+                series: pool.series.clone(),
+                gpus: pool.gpus_per_node,
+                cpus: pool.cpus,
+                memory_gb: pool.memory_gb,
+                machines,
+                nodes,
+            });
         }
     }
     out
 }
 
-async fn admit(ctx: &Ctx, job: &JobRecord, placement: String, now: i64) -> Result<()> {
+async fn admit(
+    ctx: &Ctx,
+    job: &JobRecord,
+    placements: Vec<PoolPlacement>,
+    placement: String,
+    now: i64,
+) -> Result<()> {
     let mut next = job.clone();
     next.transition(JobState::Admitted, now)?;
     next.workload_name = Some(workload_name(&job.id));
     next.pending = None;
+    // The plan is part of the record: the workload is rendered pinned to it, also when a later
+    // pass (after a crash) creates it.
+    next.placements = placements;
     // The record (with its event, atomically) first: a crash before the create leaves an
     // ADMITTED job whose sync creates it.
     let ev = platform_event(
@@ -191,8 +215,17 @@ async fn sync_one(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> (S
     (job.id.clone(), outcome)
 }
 
-async fn admit_one(ctx: &Ctx, job: &JobRecord, message: String, now: i64) -> (String, Result<()>) {
-    (job.id.clone(), admit(ctx, job, message, now).await)
+async fn admit_one(
+    ctx: &Ctx,
+    job: &JobRecord,
+    placements: Vec<PoolPlacement>,
+    message: String,
+    now: i64,
+) -> (String, Result<()>) {
+    (
+        job.id.clone(),
+        admit(ctx, job, placements, message, now).await,
+    )
 }
 
 fn note(ctx: &Ctx, report: &mut PassReport, what: &str, job_id: &str, outcome: Result<()>) {
@@ -207,7 +240,7 @@ fn note(ctx: &Ctx, report: &mut PassReport, what: &str, job_id: &str, outcome: R
 #[tracing::instrument(name = "pass", skip(ctx, cluster), err)]
 pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> {
     let mut report = PassReport::default();
-    let capacity = cluster.capacity(now);
+    let capacity = cluster.capacity(now, ctx.config.gpu_share);
     ctx.publish_capacity(&capacity).await?;
     let active = ctx.jobs.list_active().await?;
     let queued = active
@@ -247,9 +280,9 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     // Plans name jobs by id: look them up once each (10,000 queued jobs made a scan per job
     // quadratic).
     let by_id: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.id.as_str(), j)).collect();
-    let admissions: Vec<(&JobRecord, String)> = plan
+    let admissions: Vec<(&JobRecord, Vec<PoolPlacement>, String)> = plan
         .admit
-        .iter()
+        .into_iter()
         .filter_map(|a| {
             let job = *by_id.get(a.job_id.as_str())?;
             let placement = a
@@ -258,12 +291,16 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
                 .map(|p| format!("{}: {}", p.pool, p.nodes.join(", ")))
                 .collect::<Vec<_>>()
                 .join("; ");
-            Some((job, format!("admitted; planned nodes {placement}")))
+            Some((
+                job,
+                a.placements,
+                format!("admitted; planned nodes {placement}"),
+            ))
         })
         .collect();
     let admits: Vec<_> = admissions
         .into_iter()
-        .map(|(job, message)| admit_one(ctx, job, message, now))
+        .map(|(job, placements, message)| admit_one(ctx, job, placements, message, now))
         .collect();
     let admitted: Vec<(String, Result<()>)> = futures_util::stream::iter(admits)
         .buffer_unordered(CONCURRENCY)

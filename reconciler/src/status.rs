@@ -52,8 +52,10 @@ const IMAGE_PULL: [&str; 4] = [
 pub fn scheduling_reason(message: &str) -> PendingReason {
     if message.contains("Insufficient nvidia.com/gpu") {
         PendingReason::InsufficientGpu
-    } else if message.contains("Insufficient cpu") || message.contains("Insufficient memory") {
+    } else if message.contains("Insufficient cpu") {
         PendingReason::InsufficientCpu
+    } else if message.contains("Insufficient memory") {
+        PendingReason::InsufficientMemory
     } else {
         PendingReason::NoMatchingNode
     }

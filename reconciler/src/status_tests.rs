@@ -26,6 +26,10 @@ fn scheduler_messages_map_to_structured_reasons() {
     assert_eq!(scheduling_reason(gpu), PendingReason::InsufficientGpu);
     assert_eq!(
         scheduling_reason("0/1 nodes are available: 1 Insufficient memory."),
+        PendingReason::InsufficientMemory
+    );
+    assert_eq!(
+        scheduling_reason("0/1 nodes are available: 1 Insufficient cpu."),
         PendingReason::InsufficientCpu
     );
     assert_eq!(

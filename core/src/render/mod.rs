@@ -241,5 +241,35 @@ fn tolerations(settings: &RenderSettings) -> Value {
     json!(settings.tolerations)
 }
 
+/// Node label the planned nodes are matched by.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// The affinity that pins the pods of `pool` to the nodes admission planned for it: required
+/// node affinity on their hostnames and, for a pool of several machines, required pod
+/// anti-affinity between the pool's pods, so each machine gets its own planned node. `None` when
+/// the job carries no plan for the pool (rendered before admission, e.g. by `tuneplane render`
+/// without a fleet).
+pub fn placement_affinity(job: &JobRecord, pool: &crate::spec::Pool) -> Option<Value> {
+    let planned = job.placements.iter().find(|p| p.pool == pool.name)?;
+    if planned.nodes.is_empty() {
+        return None;
+    }
+    let mut affinity = json!({
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": planned.nodes}]}
+        ]}},
+    });
+    if pool.nodes > 1 {
+        affinity["podAntiAffinity"] = json!({"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {
+                JOB_ID_LABEL: label_value(&job.id),
+                crate::constants::POOL_LABEL: pool.name,
+            }},
+            "topologyKey": HOSTNAME_LABEL,
+        }]});
+    }
+    Some(affinity)
+}
+
 #[cfg(test)]
 mod tests;

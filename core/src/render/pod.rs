@@ -1,13 +1,14 @@
 //! The plain Pod of a CPU-only custom job (DESIGN §5): requests equal limits, `restartPolicy:
-//! Never`, the fleet's tolerations (it may use free CPU on GPU nodes), no accelerator, the run
-//! deadline as `activeDeadlineSeconds`, and a bootstrap that verifies the capsule before running it.
+//! Never`, the fleet's tolerations (it may use free CPU on GPU nodes, within the share the free
+//! GPUs keep), pinned to the node admission planned, no accelerator, the run deadline as
+//! `activeDeadlineSeconds`, and a bootstrap that verifies the capsule before running it.
 
 use serde_json::{Value, json};
 
 use super::bootstrap::{POD_WORK_DIR, SHA_ENV, URL_ENV, pod_bootstrap_script};
 use super::{
     CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, job_annotations, job_env,
-    job_labels, memory_quantity, tolerations, workload_name,
+    job_labels, memory_quantity, placement_affinity, tolerations, workload_name,
 };
 use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
 use crate::constants::POOL_LABEL;
@@ -45,7 +46,7 @@ pub fn render_pod(
     labels.insert(POOL_LABEL.into(), json!(pool.name));
     let mut annotations = job_annotations(job);
     annotations[ADMITTED_GPUS_ANNOTATION] = json!("0");
-    Ok(json!({
+    let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -69,5 +70,9 @@ pub fn render_pod(
             }],
             "volumes": [{"name": "work", "emptyDir": {}}],
         },
-    }))
+    });
+    if let Some(affinity) = placement_affinity(job, pool) {
+        pod["spec"]["affinity"] = affinity;
+    }
+    Ok(pod)
 }

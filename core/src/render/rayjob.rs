@@ -4,13 +4,16 @@
 //! worker group has `nodes - 1` replicas and every further pool gets a group with `nodes`
 //! replicas. Each group is pinned with a Ray custom resource `tuneplane.pool.<name>` written in the
 //! single-quoted JSON form KubeRay pastes into `ray start`, and `num-gpus` is always explicit.
+//! Every group's pods are pinned to the nodes admission planned for the pool (the head shares the
+//! primary pool's nodes with its workers), one pod per node.
 
 use serde_json::{Value, json};
 
 use super::bootstrap::{RAY_CAPSULE_DIR, SHA_ENV, URL_ENV, ray_fetch_script};
 use super::{
     CapsuleDelivery, CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity,
-    job_annotations, job_env, job_labels, memory_quantity, tolerations, workload_name,
+    job_annotations, job_env, job_labels, memory_quantity, placement_affinity, tolerations,
+    workload_name,
 };
 use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
 use crate::constants::{GPU_RESOURCE, POOL_LABEL, SERIES_LABEL};
@@ -85,6 +88,9 @@ fn group_template(
     });
     if let Some(series) = &pool.series {
         spec["nodeSelector"] = json!({ SERIES_LABEL: series });
+    }
+    if let Some(affinity) = placement_affinity(job, pool) {
+        spec["affinity"] = affinity;
     }
     if settings.delivery == CapsuleDelivery::InitContainer {
         spec["volumes"] = json!([{"name": "tuneplane-capsule", "emptyDir": {}}]);

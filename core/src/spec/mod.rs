@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use validate::{Defaults, FieldError, MAX_SPEC_BYTES, SpecErrors, Validated, validate};
+pub use validate::{
+    DEFAULT_CPUS_PER_GPU, DEFAULT_MEMORY_GB_PER_GPU, Defaults, FieldError, MAX_SPEC_BYTES,
+    SpecErrors, Validated, validate,
+};
 
 use crate::constants::PLUGIN_CUSTOM;
 

@@ -730,6 +730,63 @@ impl Checker {
         }
     }
 
+    /// Rejects a CPU-only pool that no idle node could host: CPU nodes whole, GPU nodes only
+    /// beyond the share their GPUs keep (see `capacity::GpuShare`). Names the largest that fit.
+    fn fit_cpu_only(&mut self, p: &str, pool: &Pool, fleet: &FleetShape) {
+        if fleet.cpu_job_hosts.is_empty() {
+            // A snapshot from before per-GPU shares: only the largest node sizes are known.
+            if pool.cpus > f64::from(fleet.max_node_cpus) {
+                self.err(
+                    format!("{p}.cpus"),
+                    format!(
+                        "{} CPUs exceed the largest node ({} CPUs)",
+                        pool.cpus, fleet.max_node_cpus
+                    ),
+                );
+            }
+            if pool.memory_gb > f64::from(fleet.max_node_memory_gb) {
+                self.err(
+                    format!("{p}.memory_gb"),
+                    format!(
+                        "{} GiB exceeds the largest node ({} GiB)",
+                        pool.memory_gb, fleet.max_node_memory_gb
+                    ),
+                );
+            }
+            return;
+        }
+        if fleet.hosts_cpu_job(pool.cpus, pool.memory_gb) {
+            return;
+        }
+        let largest: Vec<String> = fleet
+            .cpu_job_hosts
+            .iter()
+            .map(|h| {
+                let kind = if h.gpu_node {
+                    "on a GPU node, after the CPU and memory its GPUs keep"
+                } else {
+                    "on a CPU node"
+                };
+                format!("{} CPUs with {} GiB {kind}", h.cpus, h.memory_gb)
+            })
+            .collect();
+        // Name the field that is too big for every host that would fit the other one.
+        let cpus_fit = fleet
+            .cpu_job_hosts
+            .iter()
+            .any(|h| h.cpus + 1e-9 >= pool.cpus);
+        let field = if cpus_fit { "memory_gb" } else { "cpus" };
+        self.err(
+            format!("{p}.{field}"),
+            format!(
+                "a CPU-only machine of {} CPUs and {} GiB fits no node; the largest that fit: {}",
+                pool.cpus,
+                pool.memory_gb,
+                largest.join("; ")
+            ),
+        );
+    }
+
     /// Rejects jobs that no node of the fleet could ever host.
     fn fit(&mut self, spec: &JobSpec, fleet: &FleetShape) {
         let known: Vec<&str> = fleet.series.keys().map(String::as_str).collect();
@@ -737,25 +794,7 @@ impl Checker {
         for (i, pool) in spec.pools.iter().enumerate() {
             let p = format!("pools[{i}]");
             let Some(series) = pool.series.as_deref() else {
-                // CPU-only: may use any node.
-                if pool.cpus > f64::from(fleet.max_node_cpus) {
-                    self.err(
-                        format!("{p}.cpus"),
-                        format!(
-                            "{} CPUs exceed the largest node ({} CPUs)",
-                            pool.cpus, fleet.max_node_cpus
-                        ),
-                    );
-                }
-                if pool.memory_gb > f64::from(fleet.max_node_memory_gb) {
-                    self.err(
-                        format!("{p}.memory_gb"),
-                        format!(
-                            "{} GiB exceeds the largest node ({} GiB)",
-                            pool.memory_gb, fleet.max_node_memory_gb
-                        ),
-                    );
-                }
+                self.fit_cpu_only(&p, pool, fleet);
                 continue;
             };
             let Some(shape) = fleet.series.get(series) else {

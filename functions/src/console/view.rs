@@ -36,13 +36,16 @@ pub fn pending_words(reason: PendingReason) -> &'static str {
             "Waiting for GPUs: not enough nodes of the series have enough free GPUs at once right now."
         }
         PendingReason::InsufficientCpu => {
-            "Waiting for CPU or memory: no node has enough free right now."
+            "Waiting for CPU: too few of the nodes the job may use have enough free CPU right now."
+        }
+        PendingReason::InsufficientMemory => {
+            "Waiting for memory: too few of the nodes the job may use have enough free memory right now."
         }
         PendingReason::NoMatchingNode => {
             "Not enough usable nodes of this series: it has fewer Ready, uncordoned nodes than the job needs (or none)."
         }
         PendingReason::QueuedBehindOthers => {
-            "Waiting behind jobs of higher priority or submitted earlier."
+            "Waiting behind a job of higher priority or submitted earlier, which holds the nodes this job would use until they drain."
         }
         PendingReason::ImagePull => {
             "Kubernetes cannot pull the container image: check its name, tag and registry access."

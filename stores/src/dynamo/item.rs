@@ -171,6 +171,10 @@ impl From<&JobRecord> for JobItem {
         put_opt("logs_key", job.logs_key.as_ref().map(s));
         put_opt("pending", job.pending.as_ref().map(|p| s(to_json(p))));
         put_opt("failure", job.failure.as_ref().map(|f| s(to_json(f))));
+        put_opt(
+            "placements",
+            (!job.placements.is_empty()).then(|| s(to_json(&job.placements))),
+        );
         // Sparse index: only non-terminal jobs carry the active-index keys.
         if !job.is_terminal() {
             put_opt("apk", Some(s(active_pk(active_shard(&job.id)))));
@@ -215,6 +219,7 @@ impl TryFrom<Stored<'_>> for JobRecord {
             failure: stored.opt_json("failure")?,
             workload_name: stored.opt_s("workload_name")?.map(str::to_owned),
             logs_key: stored.opt_s("logs_key")?.map(str::to_owned),
+            placements: stored.opt_json("placements")?.unwrap_or_default(),
         })
     }
 }
