@@ -12,6 +12,7 @@ pub mod capsule;
 pub mod constants;
 pub mod fleet;
 pub mod job;
+pub mod playground;
 pub mod render;
 pub mod spec;
 pub mod store;

@@ -19,7 +19,10 @@ pub use records::{
     ACTIVE_SHARDS, active_shard, active_sort_key, decode_cursor, encode_cursor, event_sort_key,
     tenant_sort_key,
 };
-pub use records::{ApiKeyRecord, IdempotencyRecord, PlaygroundRecord, ScheduleRecord};
+pub use records::{
+    ApiKeyRecord, IdempotencyRecord, PlaygroundRecord, PlaygroundState, PlaygroundStatus,
+    ScheduleRecord,
+};
 
 /// Boxed source of a backend failure (an SDK or database error), kept as the error's `source()`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

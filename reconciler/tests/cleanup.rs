@@ -90,6 +90,8 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
         created_at_ms: now,
         expires_at_ms: now + 2_500,
         version: 0,
+        pod_namespace: None,
+        status: None,
     };
     h.jobs
         .put_playground(&pg)

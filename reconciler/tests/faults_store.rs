@@ -491,6 +491,8 @@ async fn a_dynamodb_write_whose_answer_was_lost_is_not_a_conflict_when_the_sdk_r
         created_at_ms: 1,
         expires_at_ms: i64::MAX,
         version: 0,
+        pod_namespace: None,
+        status: None,
     };
     proxy.fail_next(ProxyFault::DropAfter, 1);
     let pg = proxied

@@ -124,3 +124,59 @@ async fn one_job_lifecycle_costs_five_writes_plus_the_shared_active_scan() {
         "terminal job left the active index"
     );
 }
+
+/// A playground item exactly as the previous version wrote it (no `pod_namespace`, no `status`
+/// in its body, a `pg-pg-` pod name) still decodes, lists, and takes the new fields on update.
+#[tokio::test]
+async fn a_playground_item_of_the_previous_version_decodes_and_updates() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use tuneplane_core::store::{PlaygroundState, PlaygroundStatus};
+    let config = sdk_config().await;
+    let client = dynamodb_client(&config, None);
+    let table = unique_name("tp-jobs");
+    ok(create_table(&client, &table).await, "create table");
+    let body = r#"{"id":"pg-0a1b","tenant":"acme","model":"qwen","series":"l40s","gpus":1,"pod_name":"pg-pg-0a1b","created_at_ms":1,"expires_at_ms":9999999999999,"version":1}"#;
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    ok(
+        client
+            .put_item()
+            .table_name(&table)
+            .item("pk", s("PG#pg-0a1b"))
+            .item("sk", s("PG"))
+            .item("body", s(body))
+            .item("version", AttributeValue::N("1".into()))
+            .item("tenant", s("acme"))
+            .item("apk", s("PLAYGROUNDS"))
+            .item("ask", s("pg-0a1b"))
+            .send()
+            .await
+            .map(|_| ()),
+        "raw put",
+    );
+    let store = DynamoJobStore::new(client, table);
+    let old = ok(store.get_playground("pg-0a1b").await, "get old")
+        .unwrap_or_else(|| panic!("old playground missing"));
+    assert_eq!(old.pod_name.as_deref(), Some("pg-pg-0a1b"));
+    assert_eq!(
+        (old.pod_namespace.clone(), old.status.clone()),
+        (None, None)
+    );
+    assert_eq!(
+        ok(store.list_playgrounds().await, "list"),
+        vec![old.clone()]
+    );
+    let mut next = old;
+    next.status = Some(PlaygroundStatus {
+        state: PlaygroundState::Pending,
+        reason: Some("ImagePull".into()),
+        message: "pod pg-pg-0a1b: ErrImagePull: not found".into(),
+        since_ms: 2,
+        updated_ms: 2,
+    });
+    let stored = ok(store.put_playground(&next).await, "update old");
+    assert_eq!(stored.version, 2);
+    assert_eq!(
+        ok(store.get_playground("pg-0a1b").await, "get updated"),
+        Some(stored)
+    );
+}

@@ -13,8 +13,13 @@ use crate::store::PlaygroundRecord;
 /// Port vLLM listens on (named `http`).
 pub const PORT: u16 = 8000;
 
-/// Deterministic Pod name of a playground: `pg-<id>` made DNS-safe.
-pub fn playground_name(id: &str) -> String {
+/// CPU cores a playground pod requests (the scheduler needs a node with this much free).
+pub const REQUEST_CPUS: u32 = 4;
+/// Memory a playground pod requests, GiB.
+pub const REQUEST_MEMORY_GB: u32 = 32;
+
+/// `id` lowercased with every other character a `-`, at most 56 characters, no trailing `-`.
+fn dns_safe(id: &str) -> String {
     let mut clean: String = id
         .to_ascii_lowercase()
         .chars()
@@ -24,15 +29,37 @@ pub fn playground_name(id: &str) -> String {
     while clean.ends_with('-') {
         clean.pop();
     }
-    format!("pg-{clean}")
+    clean
 }
 
-/// The API-proxy path that reaches the playground's server.
-pub fn proxy_path(namespace: &str, id: &str) -> String {
-    format!(
-        "/api/v1/namespaces/{namespace}/pods/{}:{PORT}/proxy/",
-        playground_name(id)
-    )
+/// Deterministic Pod name of a new playground: the id made DNS-safe, with the `pg-` prefix once
+/// (ids are `pg-<hex>`, so their pod is `pg-<hex>` too; an id without the prefix gets it).
+pub fn playground_name(id: &str) -> String {
+    let clean = dns_safe(id);
+    match clean.strip_prefix("pg-") {
+        Some(rest) if !rest.is_empty() => clean,
+        _ => format!("pg-{clean}"),
+    }
+}
+
+/// The Pod name older versions gave a playground (`pg-` + the id, so `pg-pg-<hex>`). A record
+/// they wrote names its pod in `pod_name`; this finds a pod they created but did not record.
+pub fn legacy_playground_name(id: &str) -> String {
+    format!("pg-{}", dns_safe(id))
+}
+
+/// The Pod name of `playground`: the recorded one, else [`playground_name`].
+pub fn pod_name_of(playground: &PlaygroundRecord) -> String {
+    playground
+        .pod_name
+        .clone()
+        .unwrap_or_else(|| playground_name(&playground.id))
+}
+
+/// The Kubernetes API-proxy path that reaches the server of pod `pod_name` in `namespace`
+/// (relative to the cluster's API server: `kubectl get --raw <path>v1/models`).
+pub fn proxy_path(namespace: &str, pod_name: &str) -> String {
+    format!("/api/v1/namespaces/{namespace}/pods/{pod_name}:{PORT}/proxy/")
 }
 
 /// Renders the Pod of `playground` in `namespace`.
@@ -50,7 +77,7 @@ pub fn render_playground(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": playground_name(&playground.id),
+            "name": pod_name_of(playground),
             "namespace": namespace,
             "labels": {
                 PLAYGROUND_LABEL: label_value(&playground.id),
@@ -72,7 +99,10 @@ pub fn render_playground(
                          "--tensor-parallel-size", playground.gpus.max(1).to_string()],
                 "ports": [{"name": "http", "containerPort": PORT}],
                 "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10},
-                "resources": {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": limits},
+                "resources": {
+                    "requests": {"cpu": REQUEST_CPUS.to_string(), "memory": format!("{REQUEST_MEMORY_GB}Gi")},
+                    "limits": limits,
+                },
             }],
         },
     })

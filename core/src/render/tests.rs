@@ -257,20 +257,55 @@ fn playground_is_a_vllm_pod_on_its_series_reached_through_the_api_proxy() {
         created_at_ms: 0,
         expires_at_ms: 3_600_000,
         version: 0,
+        pod_namespace: None,
+        status: None,
     };
     let pod = render_playground(&pg, "tuneplane-jobs", &RenderSettings::default());
-    assert_eq!(at(&pod, "/metadata/name"), "pg-pg-1");
+    assert_eq!(at(&pod, "/metadata/name"), "pg-1");
     assert_eq!(at(&pod, "/spec/nodeSelector/tuneplane~1gpu-series"), "l40s");
     assert_eq!(
         at(&pod, "/spec/containers/0/resources/limits/nvidia.com~1gpu"),
         "1"
     );
+    assert_eq!(at(&pod, "/spec/containers/0/resources/requests/cpu"), "4");
+    assert_eq!(
+        at(&pod, "/spec/containers/0/resources/requests/memory"),
+        "32Gi"
+    );
     assert_eq!(at(&pod, "/spec/containers/0/ports/0/name"), "http");
     assert_eq!(at(&pod, "/spec/activeDeadlineSeconds"), 3600);
     assert_eq!(
-        playground::proxy_path("ns", "PG_1"),
-        "/api/v1/namespaces/ns/pods/pg-pg-1:8000/proxy/"
+        playground::proxy_path("ns", "pg-1"),
+        "/api/v1/namespaces/ns/pods/pg-1:8000/proxy/"
     );
+    // A record of an older version keeps the pod name it recorded.
+    let old = PlaygroundRecord {
+        pod_name: Some("pg-pg-1".into()),
+        ..pg
+    };
+    let pod = render_playground(&old, "tuneplane-jobs", &RenderSettings::default());
+    assert_eq!(at(&pod, "/metadata/name"), "pg-pg-1");
+}
+
+#[test]
+fn playground_pod_names_carry_the_prefix_once() {
+    use playground::{legacy_playground_name, playground_name};
+    // Ids as the API makes them (`pg-` + 20 hex): the pod is named like the id.
+    assert_eq!(
+        playground_name("pg-0123456789abcdef0123"),
+        "pg-0123456789abcdef0123"
+    );
+    assert_eq!(
+        legacy_playground_name("pg-0123456789abcdef0123"),
+        "pg-pg-0123456789abcdef0123"
+    );
+    // Ids without the prefix get it; odd characters become dashes; no trailing dash.
+    assert_eq!(playground_name("pg1"), "pg-pg1");
+    assert_eq!(playground_name("My_Playground--"), "pg-my-playground");
+    assert_eq!(playground_name("pg-"), "pg-pg");
+    let long = playground_name(&format!("pg-{}", "a".repeat(100)));
+    assert!(long.len() <= 63 && long.starts_with("pg-a"), "{long}");
+    assert!(!long.starts_with("pg-pg-"));
 }
 
 fn rayjob_schema() -> Value {

@@ -76,7 +76,8 @@ pub struct PlaygroundRecord {
     pub series: String,
     /// GPUs of the pod.
     pub gpus: u32,
-    /// Pod name once created.
+    /// Pod name once created (records of older versions name `pg-pg-<hex>` pods; the reconciler
+    /// keeps using the name recorded here).
     pub pod_name: Option<String>,
     /// Creation time, Unix milliseconds.
     pub created_at_ms: i64,
@@ -84,6 +85,58 @@ pub struct PlaygroundRecord {
     pub expires_at_ms: i64,
     /// Optimistic-concurrency version (0 before creation).
     pub version: u64,
+    /// Namespace of the pod, recorded with `pod_name` (absent on records of older versions: the
+    /// default namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_namespace: Option<String>,
+    /// What the reconciler last saw of the pod; rewritten only when the state, reason or message
+    /// changes. Absent before the pod exists and on records of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PlaygroundStatus>,
+}
+
+/// State of a playground's pod as the reconciler saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlaygroundState {
+    /// The pod exists but does not run yet (unschedulable, pulling, starting).
+    Pending,
+    /// The pod runs (vLLM may still be loading the model).
+    Running,
+    /// The pod ended or disappeared; it is not restarted. Delete the playground and create another.
+    Failed,
+}
+
+impl PlaygroundState {
+    /// The name used in records and the API (`Pending`, `Running`, `Failed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlaygroundState::Pending => "Pending",
+            PlaygroundState::Running => "Running",
+            PlaygroundState::Failed => "Failed",
+        }
+    }
+}
+
+/// Why a playground's pod is in its state: what the reconciler last recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlaygroundStatus {
+    /// The pod's state.
+    pub state: PlaygroundState,
+    /// Machine-readable reason: a pending reason while `Pending` (`InsufficientGpu`,
+    /// `NoMatchingNode`, `ImagePull`, `Starting`, ...), why it ended when `Failed`
+    /// (`ServerExited`, `PodLost`, ...), none while `Running`. A string, so a record written by a
+    /// newer version with a reason this one does not know still decodes.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The Kubernetes message (scheduler, kubelet) or the platform's, verbatim.
+    #[serde(default)]
+    pub message: String,
+    /// When this state and reason were first seen, Unix milliseconds.
+    pub since_ms: i64,
+    /// When the message was last written, Unix milliseconds (a message that changes under the
+    /// same reason is rewritten at most every 30 s).
+    #[serde(default)]
+    pub updated_ms: i64,
 }
 
 /// Sort key of a tenant's job listing (ascending = oldest first): `<submitted ms>#<id>`.
@@ -158,6 +211,43 @@ mod tests {
             decode_cursor("zz"),
             Err(StoreError::InvalidCursor { .. })
         ));
+    }
+
+    #[test]
+    fn playground_records_of_older_versions_decode_and_new_fields_round_trip() {
+        // A record as the previous version wrote it: no pod_namespace, no status.
+        let old = r#"{"id":"pg-0a1b","tenant":"acme","model":"qwen","series":"l40s","gpus":1,
+            "pod_name":"pg-pg-0a1b","created_at_ms":1,"expires_at_ms":2,"version":3}"#;
+        let pg: PlaygroundRecord = serde_json::from_str(old).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(pg.pod_name.as_deref(), Some("pg-pg-0a1b"));
+        assert_eq!((pg.pod_namespace.clone(), pg.status.clone()), (None, None));
+        // Absent optional fields are not written, so older readers see the shape they know.
+        let text = serde_json::to_string(&pg).unwrap_or_default();
+        assert!(
+            !text.contains("status") && !text.contains("pod_namespace"),
+            "{text}"
+        );
+
+        let mut next = pg;
+        next.status = Some(PlaygroundStatus {
+            state: PlaygroundState::Pending,
+            reason: Some("InsufficientGpu".into()),
+            message: "0/4 nodes are available: 1 Insufficient nvidia.com/gpu".into(),
+            since_ms: 7,
+            updated_ms: 7,
+        });
+        next.pod_namespace = Some("tuneplane-jobs".into());
+        let text = serde_json::to_string(&next).unwrap_or_default();
+        assert!(text.contains(r#""state":"Pending""#), "{text}");
+        let back: PlaygroundRecord = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, next);
+        // A reason this version does not know still decodes (it is a string).
+        let newer = text.replace("InsufficientGpu", "SomethingNew");
+        let read: PlaygroundRecord = serde_json::from_str(&newer).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            read.status.and_then(|s| s.reason).as_deref(),
+            Some("SomethingNew")
+        );
     }
 
     #[test]

@@ -76,6 +76,8 @@ pub async fn create(
         created_at_ms: now,
         expires_at_ms: now + (ttl as i64) * 1000,
         version: 0,
+        pod_namespace: None,
+        status: None,
     };
     let stored = state.submit.jobs().put_playground(&record).await?;
     Ok((StatusCode::CREATED, Json(stored)).into_response())

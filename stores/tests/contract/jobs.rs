@@ -5,8 +5,8 @@ use std::sync::Arc;
 use serde_json::json;
 use tuneplane_core::job::{JobState, PendingReason};
 use tuneplane_core::store::{
-    ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, PlaygroundRecord, ScheduleRecord,
-    StoreError, hash_api_key,
+    ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, PlaygroundRecord,
+    PlaygroundState, PlaygroundStatus, ScheduleRecord, StoreError, hash_api_key,
 };
 
 use super::fixtures::{event, job, ok, spec};
@@ -584,6 +584,8 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
         created_at_ms: 1,
         expires_at_ms: 3_600_000,
         version: 0,
+        pod_namespace: None,
+        status: None,
     };
     let pg = ok(store.put_playground(&pg).await, "create playground");
     let pg2 = ok(
@@ -602,4 +604,93 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
     ok(store.delete_playground("pg-1").await, "delete playground");
     assert_eq!(ok(store.get_playground("pg-1").await, "get"), None);
     assert_eq!(ok(store.list_playgrounds().await, "list").len(), 1);
+}
+
+pub async fn playground_pod_and_status_round_trip_and_updates_are_versioned(store: Store) {
+    let pg = PlaygroundRecord {
+        id: "pg-0a1b2c".into(),
+        tenant: "acme".into(),
+        model: "Qwen/Qwen2.5-0.5B-Instruct".into(),
+        series: "l40s".into(),
+        gpus: 2,
+        pod_name: None,
+        created_at_ms: 1,
+        expires_at_ms: 3_600_000,
+        version: 0,
+        pod_namespace: None,
+        status: None,
+    };
+    let created = ok(store.put_playground(&pg).await, "create playground");
+    assert_eq!(created.version, 1);
+    assert_eq!(
+        ok(store.get_playground(&pg.id).await, "get new"),
+        Some(created.clone())
+    );
+    // What the reconciler records: the pod, its namespace and why it is not running.
+    let pending = PlaygroundRecord {
+        pod_name: Some("pg-0a1b2c".into()),
+        pod_namespace: Some("tuneplane-jobs".into()),
+        status: Some(PlaygroundStatus {
+            state: PlaygroundState::Pending,
+            reason: Some("InsufficientGpu".into()),
+            message: "0/4 nodes are available: 1 Insufficient nvidia.com/gpu, 3 node(s) didn't match Pod's node affinity/selector.".into(),
+            since_ms: 5,
+            updated_ms: 5,
+        }),
+        ..created.clone()
+    };
+    let stored = ok(store.put_playground(&pending).await, "record status");
+    assert_eq!(stored.version, 2);
+    let read = ok(store.get_playground(&pg.id).await, "get pending")
+        .unwrap_or_else(|| panic!("playground missing"));
+    assert_eq!(read, stored);
+    assert_eq!(
+        read.status.as_ref().and_then(|s| s.reason.as_deref()),
+        Some("InsufficientGpu")
+    );
+    assert_eq!(
+        ok(store.list_playgrounds().await, "list"),
+        vec![stored.clone()]
+    );
+    // A writer holding the version before the status (a delete racing the reconciler) conflicts
+    // instead of erasing it.
+    let stale = PlaygroundRecord {
+        expires_at_ms: 2,
+        ..created
+    };
+    assert!(matches!(
+        store.put_playground(&stale).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    // The status changes and goes back to none when a newer record drops it.
+    let running = PlaygroundRecord {
+        status: Some(PlaygroundStatus {
+            state: PlaygroundState::Running,
+            reason: None,
+            message: "pod pg-0a1b2c runs on node l40s-0".into(),
+            since_ms: 9,
+            updated_ms: 9,
+        }),
+        ..stored
+    };
+    let stored = ok(store.put_playground(&running).await, "record running");
+    let read = ok(store.get_playground(&pg.id).await, "get running");
+    assert_eq!(read.as_ref(), Some(&stored));
+    assert_eq!(
+        read.and_then(|r| r.status).map(|s| s.state),
+        Some(PlaygroundState::Running)
+    );
+    let cleared = ok(
+        store
+            .put_playground(&PlaygroundRecord {
+                status: None,
+                ..stored
+            })
+            .await,
+        "clear status",
+    );
+    assert_eq!(
+        ok(store.get_playground(&pg.id).await, "get cleared"),
+        Some(cleared)
+    );
 }
