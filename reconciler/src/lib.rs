@@ -16,6 +16,7 @@ pub mod leader;
 pub mod logs;
 pub mod metrics;
 pub mod pass;
+pub mod playground;
 pub mod rayjob;
 mod run;
 pub mod status;

@@ -8,18 +8,14 @@
 use std::collections::{BTreeSet, HashMap};
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
 use tuneplane_core::admission::{PoolPlacement, Reservation, Waiting, plan_admissions};
-use tuneplane_core::constants::{FIELD_MANAGER, POOL_LABEL};
+use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::{JobRecord, JobState};
-use tuneplane_core::render::playground::playground_name;
-use tuneplane_core::render::{label_value, render_playground, workload_name};
+use tuneplane_core::render::{label_value, workload_name};
 
 use crate::cluster::{Cluster, pod_info};
 use crate::decide::next_pending;
-use crate::error::{Error, Result};
-use crate::kube_io::{is_conflict, is_not_found};
+use crate::error::Result;
 use crate::sync::{platform_event, sweep_orphans, sync_job};
 use crate::{Ctx, workload};
 
@@ -156,52 +152,6 @@ async fn set_queued_pending(ctx: &Ctx, job: &JobRecord, waiting: Waiting, now: i
     Ok(())
 }
 
-async fn playgrounds(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<()> {
-    let ns = ctx.config.playground_namespace.as_str();
-    let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), ns);
-    for pg in ctx.jobs.list_playgrounds().await? {
-        let name = playground_name(&pg.id);
-        if now >= pg.expires_at_ms {
-            let params = kube::api::DeleteParams::background();
-            match ctx
-                .kube
-                .call("delete pod", &name, || api.delete(&name, &params))
-                .await
-            {
-                Ok(_) => {}
-                Err(Error::Kube { source, .. }) if is_not_found(&source) => {}
-                Err(e) => return Err(e),
-            }
-            ctx.jobs.delete_playground(&pg.id).await?;
-            tracing::info!(playground = %pg.id, "playground reclaimed");
-        } else if cluster.pod(ns, &name).is_none() && pg.pod_name.is_none() {
-            let value = render_playground(&pg, ns, &ctx.config.render);
-            let pod: Pod = serde_json::from_value(value).map_err(|source| Error::Convert {
-                job_id: pg.id.clone(),
-                kind: "Pod",
-                source,
-            })?;
-            let params = PostParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..PostParams::default()
-            };
-            match ctx
-                .kube
-                .call("create pod", &name, || api.create(&params, &pod))
-                .await
-            {
-                Ok(_) => {}
-                Err(Error::Kube { source, .. }) if is_conflict(&source) => {}
-                Err(e) => return Err(e),
-            }
-            let mut next = pg.clone();
-            next.pod_name = Some(name);
-            ctx.jobs.put_playground(&next).await?;
-        }
-    }
-    Ok(())
-}
-
 async fn sync_one(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> (String, Result<()>) {
     let outcome = if ctx.leadership.is_leader() {
         // Boxed: `sync_job`'s future is large (it can archive logs and create workloads), and a
@@ -318,12 +268,6 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         let outcome = set_queued_pending(ctx, job, w, now).await;
         note(ctx, &mut report, "pending", &job.id, outcome);
     }
-    note(
-        ctx,
-        &mut report,
-        "playgrounds",
-        "",
-        playgrounds(ctx, cluster, now).await,
-    );
+    crate::playground::pass(ctx, cluster, now, &mut report).await;
     Ok(report)
 }

@@ -1,4 +1,5 @@
-//! Orphan workloads, playground creation and TTL reclaim, and the startup error without KubeRay.
+//! Orphan workloads, playground creation, pending reasons and TTL reclaim (pods named by the old
+//! `pg-pg-` scheme included), and the startup error without KubeRay.
 
 mod common;
 
@@ -8,7 +9,7 @@ use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use tuneplane_core::render::{CapsuleRef, RenderSettings, render_rayjob};
-use tuneplane_core::store::PlaygroundRecord;
+use tuneplane_core::store::{PlaygroundRecord, PlaygroundState};
 use tuneplane_reconciler::metrics::Metrics;
 use tuneplane_reconciler::rayjob::{self, RayJob};
 use tuneplane_reconciler::{Error, Reconciler};
@@ -105,16 +106,212 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
     .await;
     let spec = serde_json::to_value(pod.spec.unwrap_or_default()).unwrap_or_default();
     assert_eq!(spec["nodeSelector"]["tuneplane/gpu-series"], "l40s");
-    // The record learns its pod name right after the create.
+    // The record learns its pod name right after the create, then that the pod runs.
     wait_for(20, "playground record with its pod", || async {
         let record = h.jobs.get_playground("pg1").await.ok().flatten()?;
-        (record.pod_name.as_deref() == Some("pg-pg1")).then_some(())
+        (record.pod_name.as_deref() == Some("pg-pg1")
+            && record.pod_namespace.as_deref() == Some("tuneplane-jobs"))
+        .then_some(())
     })
     .await;
     wait_for(20, "playground reclaimed", || async {
         let gone = pods.get_opt("pg-pg1").await.ok().flatten().is_none();
         let record = h.jobs.get_playground("pg1").await.ok().flatten();
         (gone && record.is_none()).then_some(())
+    })
+    .await;
+}
+
+/// A playground on `series` with `gpus`, living `ttl_ms`.
+fn playground(id: &str, series: &str, gpus: u32, ttl_ms: i64) -> PlaygroundRecord {
+    let now = tuneplane_reconciler::now_ms();
+    PlaygroundRecord {
+        id: id.into(),
+        tenant: "acme".into(),
+        model: "Qwen/Qwen3-0.6B".into(),
+        series: series.into(),
+        gpus,
+        pod_name: None,
+        created_at_ms: now,
+        expires_at_ms: now + ttl_ms,
+        version: 0,
+        pod_namespace: None,
+        status: None,
+    }
+}
+
+async fn wait_playground(
+    h: &Harness,
+    id: &str,
+    what: &str,
+    check: impl Fn(&PlaygroundRecord) -> bool,
+) -> PlaygroundRecord {
+    wait_for(30, &format!("playground {id} {what}"), || async {
+        h.jobs
+            .get_playground(id)
+            .await
+            .ok()
+            .flatten()
+            .filter(|p| check(p))
+    })
+    .await
+}
+
+/// Moves playground `id`'s TTL to now, as `DELETE /v1/playgrounds/{id}` does (retrying the
+/// version conflicts a concurrent reconciler write causes).
+async fn expire_now(h: &Harness, id: &str) {
+    for _ in 0..20 {
+        let mut pg = h
+            .jobs
+            .get_playground(id)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("playground {id} missing"));
+        pg.expires_at_ms = tuneplane_reconciler::now_ms();
+        if h.jobs.put_playground(&pg).await.is_ok() {
+            return;
+        }
+    }
+    panic!("playground {id} kept changing");
+}
+
+fn state_reason(p: &PlaygroundRecord) -> (Option<PlaygroundState>, Option<String>) {
+    let s = p.status.as_ref();
+    (s.map(|s| s.state), s.and_then(|s| s.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_record_says_why() {
+    let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
+    // The one l40s node has 4 GPUs: the first playground takes them all.
+    let hold = playground("pg-hold", "l40s", 4, 600_000);
+    let wait = playground("pg-wait", "l40s", 1, 600_000);
+    h.jobs
+        .put_playground(&hold)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (_task, ctx) = h.reconciler(test_config("r1")).await;
+    let running = wait_playground(&h, "pg-hold", "running", |p| {
+        state_reason(p).0 == Some(PlaygroundState::Running)
+    })
+    .await;
+    // Ids carry the prefix: the pod is named like the id, not pg-pg-hold.
+    assert_eq!(running.pod_name.as_deref(), Some("pg-hold"));
+    h.jobs
+        .put_playground(&wait)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pending = wait_playground(&h, "pg-wait", "pending for GPUs", |p| {
+        state_reason(p)
+            == (
+                Some(PlaygroundState::Pending),
+                Some("InsufficientGpu".into()),
+            )
+    })
+    .await;
+    let status = pending
+        .status
+        .clone()
+        .unwrap_or_else(|| panic!("no status"));
+    assert!(
+        status.message.contains("Insufficient nvidia.com/gpu"),
+        "the scheduler's message is kept: {}",
+        status.message
+    );
+    // The pod exists and is not running.
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+    let pod = pods
+        .get_opt("pg-wait")
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("pod pg-wait missing"));
+    assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
+    // Passes that see the same reason write nothing.
+    let passes = ctx.metrics.passes();
+    wait_for(30, "three more passes", || async {
+        (ctx.metrics.passes() >= passes + 3).then_some(())
+    })
+    .await;
+    let again = h
+        .jobs
+        .get_playground("pg-wait")
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("pg-wait missing"));
+    assert_eq!(again.version, pending.version, "rewritten without a change");
+    assert_eq!(again.status, pending.status);
+    // Freeing the GPUs (deleting the first playground) lets it run; the record follows.
+    expire_now(&h, "pg-hold").await;
+    wait_playground(&h, "pg-wait", "running once GPUs are free", |p| {
+        state_reason(p) == (Some(PlaygroundState::Running), None)
+    })
+    .await;
+    wait_for(30, "pg-hold reclaimed", || async {
+        let gone = pods.get_opt("pg-hold").await.ok().flatten().is_none();
+        let record = h.jobs.get_playground("pg-hold").await.ok().flatten();
+        (gone && record.is_none()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_playground_of_the_old_naming_is_followed_and_reclaimed_not_duplicated() {
+    let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+    // Two records as the previous version left them: one whose `pg-pg-` pod it recorded, one
+    // whose pod it created but never recorded (a crash between the create and the write).
+    let settings = RenderSettings::default();
+    let mut recorded = playground("pg-old1", "h200", 1, 600_000);
+    let unrecorded = playground("pg-old2", "h200", 1, 600_000);
+    for pg in [&recorded, &unrecorded] {
+        let name = tuneplane_core::render::playground::legacy_playground_name(&pg.id);
+        let mut as_old = pg.clone();
+        as_old.pod_name = Some(name);
+        let value = tuneplane_core::render::render_playground(&as_old, "tuneplane-jobs", &settings);
+        let pod: Pod = serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"));
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    recorded.pod_name = Some("pg-pg-old1".into());
+    for pg in [&recorded, &unrecorded] {
+        h.jobs
+            .put_playground(pg)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let (_task, _ctx) = h.reconciler(test_config("r1")).await;
+    for id in ["pg-old1", "pg-old2"] {
+        let seen = wait_playground(&h, id, "running in its old pod", |p| {
+            state_reason(p).0 == Some(PlaygroundState::Running)
+        })
+        .await;
+        assert_eq!(seen.pod_name, Some(format!("pg-{id}")));
+    }
+    // No pod under the new naming was created beside them.
+    for id in ["pg-old1", "pg-old2"] {
+        assert!(
+            pods.get_opt(id).await.ok().flatten().is_none(),
+            "a second pod {id} was created"
+        );
+    }
+    // Deleting (expiring) them removes the old pods and the records.
+    for id in ["pg-old1", "pg-old2"] {
+        expire_now(&h, id).await;
+    }
+    wait_for(30, "old playgrounds reclaimed", || async {
+        for id in ["pg-old1", "pg-old2"] {
+            let old_pod = format!("pg-{id}");
+            if pods.get_opt(&old_pod).await.ok().flatten().is_some()
+                || h.jobs.get_playground(id).await.ok().flatten().is_some()
+            {
+                return None;
+            }
+        }
+        Some(())
     })
     .await;
 }

@@ -1,0 +1,405 @@
+//! Playgrounds, the last step of a pass: create each playground's vLLM pod, record what the pod
+//! shows (why it is not running, from the same pod reading as job pending reasons:
+//! [`status::pending_from_pods`]), and reclaim the pod and the record at the TTL (or after a
+//! delete, which moves the TTL to now).
+//!
+//! The record is written only when something a user sees changes: the pod's name and namespace
+//! once, the state or reason when they change, and a message that changes under the same reason
+//! at most every [`MESSAGE_REFRESH_MS`]. A pass over playgrounds whose pods are steady writes
+//! nothing.
+//!
+//! Pod names carry the `pg-` prefix once ([`playground_name`]); records of older versions name
+//! their `pg-pg-<id>` pod in `pod_name`, which stays authoritative, and a `pg-pg-<id>` pod that an
+//! older version created but never recorded is adopted rather than duplicated.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use tuneplane_core::constants::FIELD_MANAGER;
+use tuneplane_core::render::playground::{legacy_playground_name, playground_name};
+use tuneplane_core::render::render_playground;
+use tuneplane_core::store::{PlaygroundRecord, PlaygroundState, PlaygroundStatus};
+
+use crate::cluster::Cluster;
+use crate::decide::MESSAGE_REFRESH_MS;
+use crate::error::{Error, Result};
+use crate::kube_io::{is_conflict, is_not_found};
+use crate::pass::PassReport;
+use crate::{Ctx, status};
+
+/// What one pod shows: state, reason and message.
+pub type Observation = (PlaygroundState, Option<String>, String);
+
+/// Reads a playground's pod: `Running`; `Failed` when it ended (`ServerExited`, or `TtlExpired`
+/// when its `activeDeadlineSeconds` fallback fired); otherwise `Pending` with the reason and
+/// message a job's pods would give (`InsufficientGpu` from `PodScheduled=False`, `ImagePull`
+/// from the container's waiting reason, `Starting`).
+pub fn observe(pod: &Pod) -> Observation {
+    let name = pod.name_any();
+    let status = pod.status.as_ref();
+    let exit = || {
+        let t = status
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.first())
+            .and_then(|c| c.state.as_ref()?.terminated.as_ref());
+        match t {
+            Some(t) => match t.reason.as_deref() {
+                Some(why) if !why.is_empty() => {
+                    format!(
+                        "the vLLM container exited with status {} ({why})",
+                        t.exit_code
+                    )
+                }
+                _ => format!("the vLLM container exited with status {}", t.exit_code),
+            },
+            None => "the vLLM container exited".to_owned(),
+        }
+    };
+    match status.and_then(|s| s.phase.as_deref()) {
+        Some("Running") => {
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .unwrap_or("?");
+            (
+                PlaygroundState::Running,
+                None,
+                format!(
+                    "pod {name} runs on node {node}; vLLM answers once it has loaded the model"
+                ),
+            )
+        }
+        Some("Failed") if status.and_then(|s| s.reason.as_deref()) == Some("DeadlineExceeded") => (
+            PlaygroundState::Failed,
+            Some("TtlExpired".into()),
+            format!("pod {name} reached its lifetime (activeDeadlineSeconds)"),
+        ),
+        Some("Failed" | "Succeeded") => (
+            PlaygroundState::Failed,
+            Some("ServerExited".into()),
+            format!(
+                "{}; it is not restarted: delete the playground and create another",
+                exit()
+            ),
+        ),
+        _ => {
+            let (reason, message) = status::pending_from_pods(&[pod]);
+            (
+                PlaygroundState::Pending,
+                Some(format!("{reason:?}")),
+                message,
+            )
+        }
+    }
+}
+
+/// The status to store after `observed`, or `None` to leave the record alone: a new state or
+/// reason is written at once (from now); a new message under the same reason at most every
+/// [`MESSAGE_REFRESH_MS`], keeping when the reason was first seen.
+pub fn next_status(
+    current: Option<&PlaygroundStatus>,
+    observed: &Observation,
+    now_ms: i64,
+) -> Option<PlaygroundStatus> {
+    let (state, reason, message) = observed;
+    let fresh = |since_ms| PlaygroundStatus {
+        state: *state,
+        reason: reason.clone(),
+        message: message.clone(),
+        since_ms,
+        updated_ms: now_ms,
+    };
+    match current {
+        Some(c) if c.state == *state && c.reason == *reason => {
+            let stale = now_ms - c.updated_ms >= MESSAGE_REFRESH_MS;
+            (c.message != *message && stale).then(|| fresh(c.since_ms))
+        }
+        _ => Some(fresh(now_ms)),
+    }
+}
+
+/// Runs the playground step of a pass; each playground's failure is counted in `report` (and the
+/// metrics) and retried next pass, without holding up the others.
+pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64, report: &mut PassReport) {
+    let all = match ctx.jobs.list_playgrounds().await {
+        Ok(all) => all,
+        Err(e) => return failed(ctx, report, "", &e.into()),
+    };
+    for pg in &all {
+        if let Err(e) = reconcile(ctx, cluster, pg, now).await {
+            failed(ctx, report, &pg.id, &e);
+        }
+    }
+}
+
+fn failed(ctx: &Ctx, report: &mut PassReport, playground: &str, e: &Error) {
+    report.errors += 1;
+    ctx.metrics.inc_step_error(e);
+    tracing::warn!(playground, error = %e, "playgrounds failed; retrying next pass");
+}
+
+/// Pod names that may belong to `pg`, most authoritative first: the recorded one, the current
+/// naming, the naming of older versions.
+fn candidates(pg: &PlaygroundRecord) -> Vec<String> {
+    let mut names: Vec<String> = pg.pod_name.iter().cloned().collect();
+    for name in [playground_name(&pg.id), legacy_playground_name(&pg.id)] {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// One playground: reclaim it when expired, else create its pod or record what the pod shows.
+pub async fn reconcile(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    pg: &PlaygroundRecord,
+    now: i64,
+) -> Result<()> {
+    let ns = pg
+        .pod_namespace
+        .clone()
+        .unwrap_or_else(|| ctx.config.playground_namespace.clone());
+    let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), &ns);
+    let present: Vec<String> = candidates(pg)
+        .into_iter()
+        .filter(|n| cluster.pod(&ns, n).is_some())
+        .collect();
+    if now >= pg.expires_at_ms {
+        let mut doomed = present;
+        if let Some(recorded) = &pg.pod_name
+            && !doomed.contains(recorded)
+        {
+            doomed.push(recorded.clone());
+        }
+        if doomed.is_empty() {
+            doomed.push(playground_name(&pg.id));
+        }
+        for name in &doomed {
+            let params = DeleteParams::background();
+            match ctx
+                .kube
+                .call("delete pod", name, || api.delete(name, &params))
+                .await
+            {
+                Ok(_) => {}
+                Err(Error::Kube { source, .. }) if is_not_found(&source) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        ctx.jobs.delete_playground(&pg.id).await?;
+        tracing::info!(playground = %pg.id, pods = ?doomed, "playground reclaimed");
+        return Ok(());
+    }
+    // The recorded pod when there is one; else one an earlier pass (or version) created but did
+    // not record; else a new one under the current naming.
+    let name = match &pg.pod_name {
+        Some(recorded) => recorded.clone(),
+        None => present
+            .first()
+            .cloned()
+            .unwrap_or_else(|| playground_name(&pg.id)),
+    };
+    let mut next = pg.clone();
+    next.pod_name = Some(name.clone());
+    next.pod_namespace = Some(ns.clone());
+    match cluster.pod(&ns, &name) {
+        Some(pod) => {
+            if let Some(status) = next_status(pg.status.as_ref(), &observe(pod), now) {
+                next.status = Some(status);
+            }
+        }
+        None => {
+            // Not in the reflector: new, or gone (deleted outside TunePlane, its node removed).
+            // Creating is idempotent (an existing pod answers 409), so a lagging reflector costs
+            // one refused create, and a lost pod comes back.
+            let value = render_playground(&next, &ns, &ctx.config.render);
+            let pod: Pod = serde_json::from_value(value).map_err(|source| Error::Convert {
+                job_id: pg.id.clone(),
+                kind: "Pod",
+                source,
+            })?;
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            };
+            let created = match ctx
+                .kube
+                .call("create pod", &name, || api.create(&params, &pod))
+                .await
+            {
+                Ok(_) => true,
+                Err(Error::Kube { source, .. }) if is_conflict(&source) => false,
+                Err(e) => return Err(e),
+            };
+            if created || pg.status.is_none() {
+                let again = if pg.pod_name.is_some() && created {
+                    "recreated (the previous one disappeared)"
+                } else {
+                    "created"
+                };
+                next.status = Some(PlaygroundStatus {
+                    state: PlaygroundState::Pending,
+                    reason: Some("Starting".to_owned()),
+                    message: format!("pod {name} {again}; waiting for the scheduler"),
+                    since_ms: now,
+                    updated_ms: now,
+                });
+                if created {
+                    tracing::info!(playground = %pg.id, pod = %name, "playground pod created");
+                }
+            }
+        }
+    }
+    if next != *pg {
+        ctx.jobs.put_playground(&next).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
+        PodCondition, PodSpec, PodStatus,
+    };
+
+    use super::*;
+
+    fn pod(status: PodStatus) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some("pg-1".into());
+        p.spec = Some(PodSpec {
+            node_name: Some("l40s-0".into()),
+            ..PodSpec::default()
+        });
+        p.status = Some(status);
+        p
+    }
+
+    fn waiting(reason: &str, message: &str) -> PodStatus {
+        PodStatus {
+            phase: Some("Pending".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "vllm".into(),
+                state: Some(ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(reason.into()),
+                        message: Some(message.into()),
+                    }),
+                    ..ContainerState::default()
+                }),
+                ..ContainerStatus::default()
+            }]),
+            ..PodStatus::default()
+        }
+    }
+
+    #[test]
+    fn an_unschedulable_pod_reads_as_the_schedulers_reason_and_message() {
+        let msg = "0/4 nodes are available: 1 Insufficient nvidia.com/gpu, 3 node(s) didn't match Pod's node affinity/selector.";
+        let p = pod(PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                message: Some(msg.into()),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        });
+        let (state, reason, message) = observe(&p);
+        assert_eq!(state, PlaygroundState::Pending);
+        assert_eq!(reason.as_deref(), Some("InsufficientGpu"));
+        assert_eq!(message, msg);
+    }
+
+    #[test]
+    fn image_pulls_running_and_ended_pods_read_as_such() {
+        let (state, reason, message) = observe(&pod(waiting("ImagePullBackOff", "Back-off")));
+        assert_eq!(
+            (state, reason.as_deref()),
+            (PlaygroundState::Pending, Some("ImagePull"))
+        );
+        assert!(message.contains("ImagePullBackOff: Back-off"), "{message}");
+        let running = pod(PodStatus {
+            phase: Some("Running".into()),
+            ..PodStatus::default()
+        });
+        let (state, reason, message) = observe(&running);
+        assert_eq!((state, reason), (PlaygroundState::Running, None));
+        assert!(message.contains("node l40s-0"), "{message}");
+        let mut ended = waiting("x", "y");
+        ended.phase = Some("Failed".into());
+        ended.container_statuses = Some(vec![ContainerStatus {
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some("OOMKilled".into()),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            }),
+            ..ContainerStatus::default()
+        }]);
+        let (state, reason, message) = observe(&pod(ended));
+        assert_eq!(
+            (state, reason.as_deref()),
+            (PlaygroundState::Failed, Some("ServerExited"))
+        );
+        assert!(message.starts_with("the vLLM container exited with status 137 (OOMKilled)"));
+        let deadline = pod(PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some("DeadlineExceeded".into()),
+            ..PodStatus::default()
+        });
+        assert_eq!(observe(&deadline).1.as_deref(), Some("TtlExpired"));
+    }
+
+    #[test]
+    fn the_status_is_rewritten_only_when_what_users_see_changes() {
+        let gpu = |m: &str| {
+            (
+                PlaygroundState::Pending,
+                Some("InsufficientGpu".to_owned()),
+                m.to_owned(),
+            )
+        };
+        let first = next_status(None, &gpu("a"), 1_000).unwrap_or_else(|| panic!("first"));
+        assert_eq!((first.since_ms, first.updated_ms), (1_000, 1_000));
+        // The same observation: nothing to write, however often the pass runs.
+        assert_eq!(next_status(Some(&first), &gpu("a"), 1_100), None);
+        assert_eq!(next_status(Some(&first), &gpu("a"), 999_999), None);
+        // A new message under the same reason waits for the refresh interval ...
+        assert_eq!(next_status(Some(&first), &gpu("b"), 1_000 + 29_999), None);
+        let later = next_status(Some(&first), &gpu("b"), 1_000 + MESSAGE_REFRESH_MS)
+            .unwrap_or_else(|| panic!("refresh"));
+        assert_eq!((later.message.as_str(), later.since_ms), ("b", 1_000));
+        // ... a new reason or state is written at once, from now.
+        let running = (PlaygroundState::Running, None, "runs".to_owned());
+        let run = next_status(Some(&first), &running, 1_200).unwrap_or_else(|| panic!("run"));
+        assert_eq!((run.state, run.since_ms), (PlaygroundState::Running, 1_200));
+    }
+
+    #[test]
+    fn candidates_put_the_recorded_name_first_and_include_the_old_naming() {
+        let mut pg = PlaygroundRecord {
+            id: "pg-ab".into(),
+            tenant: "t".into(),
+            model: "m".into(),
+            series: "l40s".into(),
+            gpus: 1,
+            pod_name: None,
+            created_at_ms: 0,
+            expires_at_ms: 1,
+            version: 1,
+            pod_namespace: None,
+            status: None,
+        };
+        assert_eq!(candidates(&pg), ["pg-ab", "pg-pg-ab"]);
+        pg.pod_name = Some("pg-pg-ab".into());
+        assert_eq!(candidates(&pg), ["pg-pg-ab", "pg-ab"]);
+    }
+}
