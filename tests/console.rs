@@ -439,6 +439,22 @@ fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
         .await;
         let left = w.texts("[data-countdown-to]").await.join(" ");
         assert!(left.contains('m'), "countdown: {left}");
+        // The reconciler creates the pod; the page (refreshing itself) shows its state and URL.
+        eventually(
+            "the playground running with its proxy URL",
+            300,
+            Duration::from_millis(100),
+            || async {
+                w.open("/console/playgrounds").await;
+                let state = w
+                    .texts("table.playgrounds td[data-label=State]")
+                    .await
+                    .join(" ");
+                let url = w.texts("table.playgrounds code.url").await.join(" ");
+                state.contains("Running") && url.contains("/pods/pg-") && !url.contains("pg-pg-")
+            },
+        )
+        .await;
         w.screenshots("playgrounds").await;
         w.find("table.playgrounds button.danger")
             .await
@@ -449,20 +465,20 @@ fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
             .accept_alert()
             .await
             .unwrap_or_else(|e| panic!("confirmation dialog: {e}"));
+        // Deleted: the row is gone from the page the delete redirects to, at once.
         eventually(
-            "the playground to expire",
+            "the deleted playground to leave the page",
             300,
             Duration::from_millis(200),
             || async {
-                w.open("/console/playgrounds").await;
-                w.client
-                    .find_all(fantoccini::Locator::Css("table.playgrounds button.danger"))
+                w.texts("p.empty")
                     .await
-                    .unwrap_or_default()
-                    .is_empty()
+                    .iter()
+                    .any(|t| t == "No playgrounds.")
             },
         )
         .await;
+        assert!(w.texts("table.playgrounds tbody tr").await.is_empty());
         w.finish().await;
     });
 }

@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tuneplane_core::capsule::CapsuleError;
+use tuneplane_core::spec::FieldError;
 use tuneplane_core::store::StoreError;
 use tuneplane_core::submit::SubmitError;
 
@@ -28,6 +29,16 @@ pub enum ApiError {
     /// A failure of the submission service (auth, spec, code, idempotency, storage).
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    /// A request whose fields break rules; every problem is listed (like an invalid JobSpec).
+    #[error("{}", describe_fields(subject, fields))]
+    InvalidFields {
+        /// Machine-readable code.
+        code: &'static str,
+        /// What was checked (`playground request`).
+        subject: &'static str,
+        /// Every problem, with its field.
+        fields: Vec<FieldError>,
+    },
     /// A malformed request.
     #[error("{message}")]
     BadRequest {
@@ -99,6 +110,9 @@ impl ApiError {
                 }
                 S::Store(_) | S::Build(_) => internal(),
             },
+            ApiError::InvalidFields { code, fields, .. } => {
+                (StatusCode::BAD_REQUEST, code, json!({"fields": fields}))
+            }
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code, Value::Null),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", Value::Null),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code, Value::Null),
@@ -110,6 +124,20 @@ impl ApiError {
             ApiError::Store(_) => internal(),
         }
     }
+}
+
+/// `the <subject> has N problem(s):` and one indented `field: message` line per problem, the
+/// way an invalid JobSpec is described.
+fn describe_fields(subject: &str, fields: &[FieldError]) -> String {
+    let n = fields.len();
+    let mut out = format!(
+        "the {subject} has {n} problem{}:",
+        if n == 1 { "" } else { "s" }
+    );
+    for f in fields {
+        out.push_str(&format!("\n  {f}"));
+    }
+    out
 }
 
 fn internal() -> (StatusCode, &'static str, Value) {

@@ -1,6 +1,7 @@
-//! The playgrounds page: the tenant's vLLM playgrounds with a TTL countdown and the Kubernetes
-//! API-proxy URL, a create form and delete buttons. Create and delete go through the API's own
-//! handlers, so the console and `/v1/playgrounds` apply the same rules.
+//! The playgrounds page: the tenant's vLLM playgrounds with their state and why (the reason the
+//! reconciler recorded from the pod), a TTL countdown and the Kubernetes API-proxy URL, a create
+//! form and delete buttons. Listing, create and delete go through the API's own handlers, so the
+//! console and `/v1/playgrounds` apply the same rules.
 
 use std::sync::Arc;
 
@@ -11,11 +12,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
-use tuneplane_core::render::playground::proxy_path;
+use tuneplane_core::job::PendingReason;
+use tuneplane_core::playground::{MAX_GPUS, MAX_MODEL_LEN, MAX_TTL_SECONDS};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 
 use super::auth::{CsrfForm, Viewer, encode_component};
-use super::layout::{ConsoleError, Nav, csrf_field, page, respond, time};
+use super::layout::{ConsoleError, Nav, csrf_field, page, respond, status_badge, time};
 use super::view;
 use crate::app::{AppState, Auth};
 use crate::error::ApiError;
@@ -28,31 +30,39 @@ pub struct PageQuery {
     pub error: Option<String>,
 }
 
-/// `GET /console/playgrounds`.
+/// Plain words for a playground's reason: a pending reason's, else none.
+fn reason_words(reason: &str) -> Option<&'static str> {
+    match reason {
+        "ServerExited" => Some(
+            "The vLLM server exited; it is not restarted. Delete the playground and create another (check the model name and the GPU count).",
+        ),
+        "PodLost" => Some(
+            "The pod disappeared (deleted outside TunePlane or its node went away); it is not recreated.",
+        ),
+        "TtlExpired" => Some("The pod reached its lifetime."),
+        _ => serde_json::from_value::<PendingReason>(serde_json::json!(reason))
+            .ok()
+            .map(view::pending_words),
+    }
+}
+
+/// `GET /console/playgrounds`: the tenant's live playgrounds (deleted ones leave the list at
+/// once, as in `GET /v1/playgrounds`) with state, reason, TTL countdown and API-proxy URL.
 pub async fn list(
     State(state): State<Arc<AppState>>,
     viewer: Viewer,
     Query(q): Query<PageQuery>,
 ) -> Result<Response, ConsoleError> {
     viewer.principal.require(SCOPE_JOBS_READ)?;
-    let mut mine: Vec<_> = state
-        .submit
-        .jobs()
-        .list_playgrounds()
-        .await?
-        .into_iter()
-        .filter(|p| p.tenant == viewer.principal.tenant)
-        .collect();
-    mine.sort_by_key(|p| std::cmp::Reverse(p.created_at_ms));
+    let mine = crate::routes::playgrounds::mine(&state, &viewer.principal.tenant).await?;
     let series: Vec<String> = match super::capacity::snapshot(&state).await {
         Ok(Some(s)) => s.series.keys().cloned().collect(),
         _ => Vec::new(),
     };
-    let namespace = &state.submit.config().defaults.namespace;
     let now = (state.clock)();
     let body = html! {
         h1 { "Playgrounds" }
-        p { "A playground serves a model with vLLM on a GPU series until its time runs out. Reach it through the Kubernetes API proxy URL (with your cluster credentials)." }
+        p { "A playground serves a model with vLLM on a GPU series until its time runs out. Reach it through the Kubernetes API proxy URL (with your cluster credentials, e.g. " code { "kubectl get --raw <url>v1/models" } ")." }
         div data-refresh="10" id="playgrounds-region" {
             @if mine.is_empty() {
                 p.empty { "No playgrounds." }
@@ -60,34 +70,40 @@ pub async fn list(
                 table.playgrounds.cards {
                     caption.visually-hidden { "Your playgrounds, newest first" }
                     thead { tr {
-                        th scope="col" { "Model" } th scope="col" { "GPUs" } th scope="col" { "Time left" }
+                        th scope="col" { "Model" } th scope="col" { "GPUs" } th scope="col" { "State" } th scope="col" { "Time left" }
                         th scope="col" { "API-proxy URL" } th scope="col" { "Created" } th scope="col" { span.visually-hidden { "Actions" } }
                     } }
                     tbody {
-                        @for p in &mine {
-                            @let expired = p.expires_at_ms <= now;
-                            tr data-playground-id=(p.id) {
+                        @for v in &mine {
+                            @let p = &v.record;
+                            tr data-playground-id=(p.id) data-state=(v.state.as_str()) {
                                 td data-label="Model" { div { (p.model) br; code.small { (p.id) } } }
                                 td data-label="GPUs" { (p.gpus) " × " (p.series) }
-                                td data-label="Time left" {
-                                    @if expired { "expired, being removed" } @else {
-                                        span data-countdown-to=(p.expires_at_ms) { (view::duration(p.expires_at_ms - now)) }
+                                td data-label="State" { div {
+                                    (status_badge(v.state.as_str()))
+                                    @if let Some(r) = &v.reason {
+                                        br; span.reason { (r) }
+                                        @if let Some(words) = reason_words(r) { br; span.help { (words) } }
                                     }
+                                    @if let Some(m) = &v.message {
+                                        br; span.muted.message { (m) }
+                                    }
+                                } }
+                                td data-label="Time left" {
+                                    span data-countdown-to=(p.expires_at_ms) { (view::duration(p.expires_at_ms - now)) }
                                 }
                                 td data-label="API-proxy URL" {
-                                    @match &p.pod_name {
-                                        Some(_) => code.url { (proxy_path(namespace, &p.id)) },
+                                    @match &v.proxy_path {
+                                        Some(url) => code.url { (url) },
                                         None => span.muted { "starting (pod not created yet)" },
                                     }
                                 }
                                 td data-label="Created" { (time(p.created_at_ms, true)) }
                                 td {
-                                    @if !expired {
-                                        form method="post" action=(format!("/console/playgrounds/{}/delete", p.id))
-                                            data-confirm=(format!("Delete playground {}?", p.model)) {
-                                            (csrf_field(&viewer.csrf))
-                                            button.danger type="submit" { "Delete" span.visually-hidden { " " (p.model) } }
-                                        }
+                                    form method="post" action=(format!("/console/playgrounds/{}/delete", p.id))
+                                        data-confirm=(format!("Delete playground {}?", p.model)) {
+                                        (csrf_field(&viewer.csrf))
+                                        button.danger type="submit" { "Delete" span.visually-hidden { " " (p.model) } }
                                     }
                                 }
                             }
@@ -102,7 +118,7 @@ pub async fn list(
             form.stack method="post" action="/console/playgrounds" {
                 (csrf_field(&viewer.csrf))
                 label for="pg-model" { "Model" }
-                input id="pg-model" name="model" required maxlength="200" placeholder="Qwen/Qwen2.5-0.5B-Instruct";
+                input id="pg-model" name="model" required maxlength=(MAX_MODEL_LEN) placeholder="Qwen/Qwen2.5-0.5B-Instruct";
                 label for="pg-series" { "GPU series" }
                 @if series.is_empty() {
                     input id="pg-series" name="series" required placeholder="h200";
@@ -110,9 +126,9 @@ pub async fn list(
                     select id="pg-series" name="series" { @for s in &series { option value=(s) { (s) } } }
                 }
                 label for="pg-gpus" { "GPUs" }
-                input id="pg-gpus" name="gpus" type="number" min="1" max="16" value="1" required;
+                input id="pg-gpus" name="gpus" type="number" min="1" max=(MAX_GPUS) value="1" required;
                 label for="pg-ttl" { "Lifetime (minutes)" }
-                input id="pg-ttl" name="ttl_minutes" type="number" min="1" max="1440" value="60" required;
+                input id="pg-ttl" name="ttl_minutes" type="number" min="1" max=(MAX_TTL_SECONDS / 60) value="60" required;
                 button type="submit" { "Create playground" }
             }
         }
@@ -170,11 +186,23 @@ pub async fn create(
     .await;
     match res {
         Ok(_) => Ok(Redirect::to("/console/playgrounds").into_response()),
+        Err(ApiError::InvalidFields { fields, .. }) => {
+            // The form asks for minutes: say so for the lifetime.
+            let lines: Vec<String> = fields
+                .iter()
+                .map(|f| match f.path.as_str() {
+                    "ttl_seconds" => format!(
+                        "lifetime: give between 1 and {} minutes",
+                        MAX_TTL_SECONDS / 60
+                    ),
+                    _ => f.to_string(),
+                })
+                .collect();
+            let msg = encode_component(&lines.join("; "));
+            Ok(Redirect::to(&format!("/console/playgrounds?error={msg}")).into_response())
+        }
         Err(ApiError::BadRequest { message, .. }) => {
-            let msg = encode_component(&message.replace(
-                "ttl_seconds: between 60 and 86400",
-                "lifetime: between 1 and 1440 minutes",
-            ));
+            let msg = encode_component(&message);
             Ok(Redirect::to(&format!("/console/playgrounds?error={msg}")).into_response())
         }
         Err(e) => Err(e.into()),

@@ -620,39 +620,68 @@ async fn pending_job_detail_explains_the_reason_next_to_the_kubernetes_warning()
     assert_eq!(job.state, JobState::Queued);
 }
 
+/// The text of the `error` query of a redirect, percent-decoded.
+fn error_of(location: &str) -> String {
+    let raw = location.split_once("error=").map_or("", |(_, r)| r);
+    let mut out = Vec::new();
+    let mut rest = raw.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        let hex = tail
+            .get(..2)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b, hex) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                rest = &tail[2..];
+            }
+            _ => {
+                out.push(b);
+                rest = tail;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[tokio::test]
 async fn playgrounds_are_created_and_deleted_through_the_console() {
+    use tuneplane_core::store::{PlaygroundState, PlaygroundStatus};
     let s = stack().await;
     let session = s.sign_in(&s.key_a).await;
     let page = s.get("/console/playgrounds", Some(&session)).await;
     let csrf = csrf_of(&page.body);
-    let bad = s
-        .post_form(
-            "/console/playgrounds",
-            Some(&session),
-            &[
-                ("csrf", &csrf),
-                ("model", "m"),
-                ("series", "h200"),
-                ("gpus", "99"),
-                ("ttl_minutes", "10"),
-            ],
-        )
-        .await;
-    assert!(bad.location().contains("error="));
-    let res = s
-        .post_form(
-            "/console/playgrounds",
-            Some(&session),
-            &[
-                ("csrf", &csrf),
-                ("model", "tiny-model"),
-                ("series", "h200"),
-                ("gpus", "1"),
-                ("ttl_minutes", "10"),
-            ],
-        )
-        .await;
+    let create = |series: &'static str, gpus: &'static str, ttl: &'static str| {
+        let (csrf, session) = (csrf.clone(), session.clone());
+        let s = &s;
+        async move {
+            s.post_form(
+                "/console/playgrounds",
+                Some(&session),
+                &[
+                    ("csrf", &csrf),
+                    ("model", "tiny-model"),
+                    ("series", series),
+                    ("gpus", gpus),
+                    ("ttl_minutes", ttl),
+                ],
+            )
+            .await
+        }
+    };
+    let bad = create("h200", "99", "10").await;
+    assert!(
+        error_of(bad.location()).contains("gpus: 99 GPUs: at most 16"),
+        "{}",
+        bad.location()
+    );
+    // The lifetime is asked in minutes, and the error says minutes.
+    let bad = create("h200", "1", "2000").await;
+    assert_eq!(
+        error_of(bad.location()),
+        "lifetime: give between 1 and 1440 minutes"
+    );
+    let res = create("h200", "1", "10").await;
     assert_eq!(res.location(), "/console/playgrounds");
     let all = s
         .state
@@ -664,6 +693,44 @@ async fn playgrounds_are_created_and_deleted_through_the_console() {
     assert_eq!(all.len(), 1);
     let listed = s.get("/console/playgrounds", Some(&session)).await;
     assert!(listed.body.contains("tiny-model") && listed.body.contains("data-countdown-to"));
+    assert!(
+        listed.body.contains("data-state=\"Creating\""),
+        "state shown"
+    );
+    // The reconciler's reason is shown with the scheduler's message and plain words.
+    let mut pg = all[0].clone();
+    pg.pod_name = Some(pg.id.clone());
+    pg.status = Some(PlaygroundStatus {
+        state: PlaygroundState::Pending,
+        reason: Some("InsufficientGpu".into()),
+        message: "0/3 nodes are available: 3 Insufficient nvidia.com/gpu".into(),
+        since_ms: 1,
+        updated_ms: 1,
+    });
+    s.state
+        .submit
+        .jobs()
+        .put_playground(&pg)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let listed = s.get("/console/playgrounds", Some(&session)).await;
+    assert!(listed.body.contains("data-state=\"Pending\""));
+    assert!(
+        listed
+            .body
+            .contains("<span class=\"reason\">InsufficientGpu</span>")
+    );
+    assert!(
+        listed
+            .body
+            .contains("0/3 nodes are available: 3 Insufficient nvidia.com/gpu")
+    );
+    assert!(listed.body.contains("Waiting for GPUs"));
+    let url = format!(
+        "/api/v1/namespaces/tuneplane-jobs/pods/{}:8000/proxy/",
+        pg.id
+    );
+    assert!(listed.body.contains(&url), "{url} not shown");
     let del = s
         .post_form(
             &format!("/console/playgrounds/{}/delete", all[0].id),
@@ -682,6 +749,74 @@ async fn playgrounds_are_created_and_deleted_through_the_console() {
         .flatten()
         .unwrap_or_else(|| panic!("pg"));
     assert!(after.expires_at_ms <= (s.state.clock)());
+    // Deleted: gone from the page at once (the reconciler removes the pod in the background).
+    let gone = s.get("/console/playgrounds", Some(&session)).await;
+    assert!(
+        !gone.body.contains("tiny-model"),
+        "deleted playground still listed"
+    );
+    assert!(gone.body.contains("No playgrounds."));
+}
+
+#[tokio::test]
+async fn a_playground_the_fleet_cannot_host_is_refused_in_the_console_with_the_known_series() {
+    let s = stack().await;
+    let node = |name: &str| NodeCapacity {
+        name: name.into(),
+        series: Some("l40s".into()),
+        gpus: 4,
+        cpus: 48.0,
+        memory_gb: 256.0,
+        ready: true,
+        ..Default::default()
+    };
+    let snap = CapacitySnapshot::from_nodes(1_000, vec![node("l-0")]);
+    s.state
+        .submit
+        .jobs()
+        .put_capacity(&serde_json::to_value(&snap).unwrap_or_default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let session = s.sign_in(&s.key_a).await;
+    let page = s.get("/console/playgrounds", Some(&session)).await;
+    assert!(
+        page.body.contains("<option value=\"l40s\">"),
+        "series offered"
+    );
+    let csrf = csrf_of(&page.body);
+    for (series, gpus, expected) in [
+        ("h100", "1", "series: unknown series \"h100\"; known: l40s"),
+        (
+            "l40s",
+            "8",
+            "gpus: 8 GPUs, but the largest l40s node has 4; ask for at most 4",
+        ),
+    ] {
+        let res = s
+            .post_form(
+                "/console/playgrounds",
+                Some(&session),
+                &[
+                    ("csrf", &csrf),
+                    ("model", "m"),
+                    ("series", series),
+                    ("gpus", gpus),
+                    ("ttl_minutes", "10"),
+                ],
+            )
+            .await;
+        assert_eq!(error_of(res.location()), expected);
+        let shown = s.get(res.location(), Some(&session)).await;
+        assert!(shown.body.contains("role=\"alert\""), "error shown");
+    }
+    let none = s
+        .state
+        .submit
+        .jobs()
+        .list_playgrounds()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(none.is_empty(), "nothing stored for refused requests");
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
+use tuneplane_core::playground::{self, PlaygroundRequest, PlaygroundView};
 use tuneplane_core::store::{PlaygroundRecord, StoreError};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 
@@ -15,7 +16,7 @@ use crate::app::{AppState, Auth};
 use crate::error::ApiError;
 
 /// Longest playground lifetime, seconds.
-pub const MAX_TTL_SECONDS: u64 = 24 * 3600;
+pub const MAX_TTL_SECONDS: u64 = playground::MAX_TTL_SECONDS;
 
 /// Body of `POST /v1/playgrounds`.
 #[derive(Debug, Deserialize)]
@@ -25,14 +26,25 @@ pub struct CreatePlayground {
     pub model: String,
     /// GPU series.
     pub series: String,
-    /// GPUs (1..=16).
+    /// GPUs (1 to the largest node of the series, at most 16).
     pub gpus: u32,
     /// Lifetime in seconds (default 3600, at most 24 h).
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
 }
 
-/// `POST /v1/playgrounds`.
+/// The API's view of `record` now.
+fn view(state: &AppState, record: PlaygroundRecord) -> PlaygroundView {
+    PlaygroundView::of(
+        record,
+        (state.clock)(),
+        &state.submit.config().defaults.namespace,
+    )
+}
+
+/// `POST /v1/playgrounds`: validated like a job submission — against the fleet shape of the
+/// latest capacity snapshot when there is one (unknown series, more GPUs than the largest node
+/// of the series); every problem is a 400 `invalid_request` with `details.fields`.
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
@@ -45,26 +57,21 @@ pub async fn create(
             format!("expected {{\"model\", \"series\", \"gpus\", \"ttl_seconds\"?}}: {e}"),
         )
     })?;
-    let ttl = req.ttl_seconds.unwrap_or(3600);
-    let mut problems = Vec::new();
-    if req.model.trim().is_empty() || req.model.len() > 200 {
-        problems.push("model: give a model name of 1 to 200 characters");
-    }
-    if !tuneplane_core::spec::is_dns_label(&req.series, 63) {
-        problems.push("series: give a GPU series name such as h200");
-    }
-    if !(1..=16).contains(&req.gpus) {
-        problems.push("gpus: between 1 and 16");
-    }
-    if !(60..=MAX_TTL_SECONDS).contains(&ttl) {
-        problems.push("ttl_seconds: between 60 and 86400");
-    }
-    if !problems.is_empty() {
-        return Err(ApiError::bad_request(
-            "invalid_request",
-            problems.join("; "),
-        ));
-    }
+    let ttl = req.ttl_seconds.unwrap_or(playground::DEFAULT_TTL_SECONDS);
+    let shape = state.submit.fleet_shape().await?;
+    let request = PlaygroundRequest {
+        model: &req.model,
+        series: &req.series,
+        gpus: req.gpus,
+        ttl_seconds: ttl,
+    };
+    let notes = playground::validate(&request, shape.as_ref()).map_err(|fields| {
+        ApiError::InvalidFields {
+            code: "invalid_request",
+            subject: "playground request",
+            fields,
+        }
+    })?;
     let now = (state.clock)();
     let record = PlaygroundRecord {
         id: (state.new_id)("pg"),
@@ -80,7 +87,9 @@ pub async fn create(
         status: None,
     };
     let stored = state.submit.jobs().put_playground(&record).await?;
-    Ok((StatusCode::CREATED, Json(stored)).into_response())
+    let mut body = serde_json::to_value(view(&state, stored)).unwrap_or_default();
+    body["notes"] = json!(notes);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 async fn owned(state: &AppState, tenant: &str, id: &str) -> Result<PlaygroundRecord, ApiError> {
@@ -94,20 +103,36 @@ async fn owned(state: &AppState, tenant: &str, id: &str) -> Result<PlaygroundRec
     }
 }
 
-/// `GET /v1/playgrounds`: the caller's playgrounds.
-pub async fn list(
-    State(state): State<Arc<AppState>>,
-    Auth(principal): Auth,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    principal.require(SCOPE_JOBS_READ)?;
-    let mine: Vec<PlaygroundRecord> = state
+/// The caller's playgrounds that are not being deleted, newest first. A deleted playground (or
+/// one past its TTL) leaves the listing at once, though the reconciler removes its pod within a
+/// pass; `GET /v1/playgrounds/{id}` still answers `Deleting` until then.
+pub async fn mine(state: &AppState, tenant: &str) -> Result<Vec<PlaygroundView>, ApiError> {
+    let mut mine: Vec<PlaygroundView> = state
         .submit
         .jobs()
         .list_playgrounds()
         .await?
         .into_iter()
-        .filter(|p| p.tenant == principal.tenant)
+        .filter(|p| p.tenant == tenant)
+        .map(|p| view(state, p))
+        .filter(|v| !v.is_deleting())
         .collect();
+    mine.sort_by_key(|v| {
+        (
+            std::cmp::Reverse(v.record.created_at_ms),
+            v.record.id.clone(),
+        )
+    });
+    Ok(mine)
+}
+
+/// `GET /v1/playgrounds`: the caller's live playgrounds (see [`mine`]).
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    Auth(principal): Auth,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    principal.require(SCOPE_JOBS_READ)?;
+    let mine = mine(&state, &principal.tenant).await?;
     Ok(Json(json!({"playgrounds": mine})))
 }
 
@@ -116,12 +141,14 @@ pub async fn get_one(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
     Path(id): Path<String>,
-) -> Result<Json<PlaygroundRecord>, ApiError> {
+) -> Result<Json<PlaygroundView>, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
-    Ok(Json(owned(&state, &principal.tenant, &id).await?))
+    let pg = owned(&state, &principal.tenant, &id).await?;
+    Ok(Json(view(&state, pg)))
 }
 
-/// `DELETE /v1/playgrounds/{id}`: expires it now; the reconciler deletes the pod and the record.
+/// `DELETE /v1/playgrounds/{id}`: expires it now (it leaves the listing at once); the reconciler
+/// deletes the pod and the record within a pass. Answers 202 with the playground, `Deleting`.
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
@@ -132,11 +159,13 @@ pub async fn delete(
         let mut pg = owned(&state, &principal.tenant, &id).await?;
         let now = (state.clock)();
         if pg.expires_at_ms <= now {
-            return Ok((StatusCode::ACCEPTED, Json(pg)).into_response());
+            return Ok((StatusCode::ACCEPTED, Json(view(&state, pg))).into_response());
         }
         pg.expires_at_ms = now;
         match state.submit.jobs().put_playground(&pg).await {
-            Ok(stored) => return Ok((StatusCode::ACCEPTED, Json(stored)).into_response()),
+            Ok(stored) => {
+                return Ok((StatusCode::ACCEPTED, Json(view(&state, stored))).into_response());
+            }
             Err(StoreError::Conflict { .. }) => continue,
             Err(e) => return Err(e.into()),
         }

@@ -31,6 +31,8 @@ macro_rules! api_suite {
             healthz_needs_no_key_and_unknown_routes_are_json_404,
             read_only_key_cannot_submit_or_stop,
             playgrounds_are_created_listed_and_expired_per_tenant,
+            playground_that_cannot_fit_the_published_capacity_is_refused_naming_the_field,
+            playground_list_shows_state_reason_and_the_proxy_url,
         );
         $crate::api_suite!(@cases $make; triggers;
             signed_webhook_submits_once_and_a_replay_is_401,
@@ -437,12 +439,29 @@ pub async fn playgrounds_are_created_listed_and_expired_per_tenant(h: &Harness) 
         )
         .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad.json["error"]["code"], "invalid_request");
     let message = bad.json["error"]["message"].as_str().unwrap_or_default();
     for field in ["model", "series", "gpus"] {
         assert!(message.contains(field), "{field} missing from {message}");
     }
+    let paths: Vec<&str> = bad.json["error"]["details"]["fields"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f["path"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(paths, ["model", "series", "gpus"], "{}", bad.json);
+    // Without a capacity snapshot the fleet is not checked, and the answer says so.
+    assert!(
+        made.json["notes"]
+            .to_string()
+            .contains("no capacity snapshot"),
+        "{}",
+        made.json
+    );
+    assert_eq!(made.json["state"], "Creating");
     let list = h.get("/v1/playgrounds").await;
     assert_eq!(list.json["playgrounds"].as_array().map(Vec::len), Some(1));
+    assert_eq!(list.json["playgrounds"][0]["state"], "Creating");
+    assert!(list.json["playgrounds"][0]["proxy_path"].is_null());
     let path = format!("/v1/playgrounds/{id}");
     let theirs = h.call(Method::GET, &path, Some(&b), &[], Vec::new()).await;
     assert_eq!(theirs.status, StatusCode::NOT_FOUND);
@@ -456,4 +475,170 @@ pub async fn playgrounds_are_created_listed_and_expired_per_tenant(h: &Harness) 
     assert_eq!(gone.status, StatusCode::ACCEPTED, "{}", gone.json);
     let expires = gone.json["expires_at_ms"].as_i64().unwrap_or(i64::MAX);
     assert!(expires <= tuneplane_functions::runtime::now_ms());
+    assert_eq!(gone.json["state"], "Deleting");
+    // A deleted playground leaves the listing at once; reading it says it is being removed.
+    let after = h.get("/v1/playgrounds").await;
+    assert_eq!(after.json["playgrounds"], json!([]), "{}", after.json);
+    let one = h.get(&path).await;
+    assert_eq!(one.status, StatusCode::OK);
+    assert_eq!(one.json["state"], "Deleting");
+}
+
+/// Publishes a snapshot of two 8-GPU h200 nodes and one 4-GPU l40s node.
+async fn publish_fleet(h: &Harness) {
+    let node = |name: &str, series: &str, gpus: u32| NodeCapacity {
+        name: name.into(),
+        series: Some(series.into()),
+        gpus,
+        cpus: 96.0,
+        memory_gb: 1024.0,
+        ready: true,
+        ..Default::default()
+    };
+    let snapshot = CapacitySnapshot::from_nodes(
+        1,
+        vec![
+            node("h200-0", "h200", 8),
+            node("h200-1", "h200", 8),
+            node("l40s-0", "l40s", 4),
+        ],
+    );
+    let value = serde_json::to_value(&snapshot).unwrap_or_default();
+    h.jobs()
+        .put_capacity(&value)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+pub async fn playground_that_cannot_fit_the_published_capacity_is_refused_naming_the_field(
+    h: &Harness,
+) {
+    publish_fleet(h).await;
+    let create = |v: Value| serde_json::to_vec(&v).unwrap_or_default();
+    let key = h.key_a.clone();
+    let post = |v: Value| {
+        let body = create(v);
+        let key = key.clone();
+        async move {
+            h.call(Method::POST, "/v1/playgrounds", Some(&key), &[], body)
+                .await
+        }
+    };
+    let fields = |r: &super::Reply| -> Vec<(String, String)> {
+        r.json["error"]["details"]["fields"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|f| {
+                        (
+                            f["path"].as_str().unwrap_or_default().to_owned(),
+                            f["message"].as_str().unwrap_or_default().to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let unknown = post(json!({"model": "m", "series": "h100", "gpus": 1})).await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST, "{}", unknown.json);
+    assert_eq!(unknown.json["error"]["code"], "invalid_request");
+    assert_eq!(
+        fields(&unknown),
+        [(
+            "series".to_owned(),
+            "unknown series \"h100\"; known: h200, l40s".to_owned()
+        )]
+    );
+    let too_many = post(json!({"model": "m", "series": "h200", "gpus": 9})).await;
+    assert_eq!(
+        too_many.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        too_many.json
+    );
+    let f = fields(&too_many);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].0, "gpus");
+    assert!(f[0].1.contains("the largest h200 node has 8"), "{f:?}");
+    let message = too_many.json["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.starts_with("the playground request has 1 problem:\n  gpus: 9 GPUs"),
+        "{message}"
+    );
+    let l40s = post(json!({"model": "m", "series": "l40s", "gpus": 5})).await;
+    assert!(
+        fields(&l40s)[0].1.contains("the largest l40s node has 4"),
+        "{}",
+        l40s.json
+    );
+    let zero = post(json!({"model": "m", "series": "h200", "gpus": 0, "ttl_seconds": 59})).await;
+    let paths: Vec<String> = fields(&zero).into_iter().map(|f| f.0).collect();
+    assert_eq!(paths, ["gpus", "ttl_seconds"], "{}", zero.json);
+    let flag = post(json!({"model": "--trust-remote-code", "series": "h200", "gpus": 1})).await;
+    assert_eq!(fields(&flag)[0].0, "model", "{}", flag.json);
+    // Nothing was stored for a refused request; a fitting one is accepted without a note.
+    assert_eq!(
+        h.get("/v1/playgrounds").await.json["playgrounds"],
+        json!([])
+    );
+    let fits = post(json!({"model": "m", "series": "h200", "gpus": 8})).await;
+    assert_eq!(fits.status, StatusCode::CREATED, "{}", fits.json);
+    assert_eq!(fits.json["notes"], json!([]));
+}
+
+pub async fn playground_list_shows_state_reason_and_the_proxy_url(h: &Harness) {
+    use tuneplane_core::store::{PlaygroundState, PlaygroundStatus};
+    let body =
+        serde_json::to_vec(&json!({"model": "m", "series": "l40s", "gpus": 1})).unwrap_or_default();
+    let made = h
+        .call(
+            Method::POST,
+            "/v1/playgrounds",
+            Some(&h.key_a.clone()),
+            &[],
+            body,
+        )
+        .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.json);
+    let id = made.json["id"].as_str().unwrap_or_default().to_owned();
+    assert!(id.starts_with("pg-"), "{id}");
+    // What the reconciler records once the pod exists and cannot be scheduled.
+    let mut pg = h
+        .jobs()
+        .get_playground(&id)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("playground {id} missing"));
+    pg.pod_name = Some(id.clone());
+    pg.pod_namespace = Some("play".into());
+    pg.status = Some(PlaygroundStatus {
+        state: PlaygroundState::Pending,
+        reason: Some("InsufficientGpu".into()),
+        message: "0/3 nodes are available: 1 Insufficient nvidia.com/gpu".into(),
+        since_ms: 1,
+        updated_ms: 1,
+    });
+    h.jobs()
+        .put_playground(&pg)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let list = h.get("/v1/playgrounds").await;
+    let row = &list.json["playgrounds"][0];
+    assert_eq!(row["id"], id.as_str());
+    assert_eq!(row["state"], "Pending");
+    assert_eq!(row["reason"], "InsufficientGpu");
+    assert_eq!(
+        row["message"],
+        "0/3 nodes are available: 1 Insufficient nvidia.com/gpu"
+    );
+    // The pod carries the `pg-` prefix once, and the proxy path names that pod.
+    assert_eq!(
+        row["proxy_path"],
+        format!("/api/v1/namespaces/play/pods/{id}:8000/proxy/").as_str()
+    );
+    let one = h.get(&format!("/v1/playgrounds/{id}")).await;
+    assert_eq!(one.json["reason"], "InsufficientGpu");
 }

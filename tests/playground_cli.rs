@@ -1,0 +1,156 @@
+//! `tuneplane playground` as a user runs it against the dev stack (API, embedded stores,
+//! reconciler, kubesim with `examples/fleet.yaml`): a playground the fleet cannot host is refused
+//! with the field named and exit 1; a good one is listed with its state and API-proxy URL; delete
+//! says so and the row leaves the list at once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::Value;
+use tuneplane::client::{Api, ClientArgs};
+use tuneplane::dev::{Backend, ClusterChoice, Stack, StackOptions};
+use tuneplane_core::fleet::Fleet;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs the CLI binary against `stack` (asynchronously: the stack serves on this runtime).
+async fn cli(stack: &Stack, args: &[&str]) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tuneplane"));
+    cmd.arg("playground")
+        .args(args)
+        .env("TUNEPLANE_API", &stack.api_url)
+        .env("TUNEPLANE_API_KEY", &stack.api_key);
+    tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the CLI did not finish within 60 s")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn playground_create_refuses_what_the_fleet_cannot_host_and_list_explains_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet.yaml");
+    let fleet = Fleet::from_yaml(&std::fs::read_to_string(fleet_file).unwrap()).unwrap();
+    let stack = Stack::start(StackOptions {
+        data_dir: dir.path().to_path_buf(),
+        port: 0,
+        fleet,
+        execute: false,
+        unpullable_images: vec![],
+        pass_interval: Duration::from_millis(100),
+        backend: Backend::Embedded,
+        cluster: ClusterChoice::Simulated,
+    })
+    .await
+    .unwrap();
+    let api = Api::new(&ClientArgs {
+        api: stack.api_url.clone(),
+        key: Some(stack.api_key.clone()),
+        output: tuneplane::client::Output::Json,
+    })
+    .unwrap();
+    // Validation reads the capacity snapshot the reconciler publishes: wait for the first one.
+    let mut published = false;
+    for _ in 0..100 {
+        let cap: Value = api.get("/capacity").await.unwrap();
+        if !cap["snapshot"].is_null() {
+            published = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(published, "no capacity snapshot");
+
+    // The new user's two mistakes: a series the fleet lacks, more GPUs than a node has.
+    let unknown = cli(&stack, &["create", "qwen", "--series", "h100"]).await;
+    assert_eq!(unknown.status.code(), Some(1), "{unknown:?}");
+    let err = text(&unknown.stderr);
+    assert!(
+        err.contains("series: unknown series \"h100\"; known: h200, l40s"),
+        "{err}"
+    );
+    let too_many = cli(
+        &stack,
+        &["create", "qwen", "--series", "h200", "--gpus", "9"],
+    )
+    .await;
+    assert_eq!(too_many.status.code(), Some(1), "{too_many:?}");
+    let err = text(&too_many.stderr);
+    assert!(
+        err.contains("gpus: 9 GPUs, but the largest h200 node has 8"),
+        "{err}"
+    );
+    let zero = cli(
+        &stack,
+        &["create", "qwen", "--series", "h200", "--gpus", "0"],
+    )
+    .await;
+    assert_eq!(zero.status.code(), Some(1), "{zero:?}");
+    assert!(text(&zero.stderr).contains("gpus: a playground needs at least 1 GPU"));
+
+    // A good one: created, then listed with its state and the proxy URL of a `pg-` pod.
+    let made = cli(
+        &stack,
+        &[
+            "create",
+            "Qwen/Qwen3-0.6B",
+            "--series",
+            "l40s",
+            "--gpus",
+            "2",
+        ],
+    )
+    .await;
+    assert!(made.status.success(), "{made:?}");
+    let out = text(&made.stdout);
+    let id = out
+        .strip_prefix("created playground ")
+        .and_then(|r| r.split(':').next())
+        .unwrap_or_else(|| panic!("no id in {out}"))
+        .to_owned();
+    assert!(id.starts_with("pg-") && !id.starts_with("pg-pg-"), "{id}");
+    let url = format!("/api/v1/namespaces/tuneplane-jobs/pods/{id}:8000/proxy/");
+    let mut listed = String::new();
+    for _ in 0..150 {
+        let list = cli(&stack, &["list"]).await;
+        assert!(list.status.success(), "{list:?}");
+        listed = text(&list.stdout);
+        if listed.contains("Running") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let header = listed.lines().next().unwrap_or_default();
+    for column in ["STATE", "PROXY URL", "TTL LEFT"] {
+        assert!(header.contains(column), "{listed}");
+    }
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("{id} not listed: {listed}"));
+    assert!(row.contains("Running"), "{listed}");
+    assert!(row.contains(&url), "{listed}");
+
+    // Delete says so, and the row is gone from the very next list.
+    let deleted = cli(&stack, &["delete", &id]).await;
+    assert!(deleted.status.success(), "{deleted:?}");
+    assert_eq!(
+        text(&deleted.stdout).trim(),
+        format!("deleted playground {id}")
+    );
+    let after = cli(&stack, &["list"]).await;
+    assert!(after.status.success(), "{after:?}");
+    let after = text(&after.stdout);
+    assert!(
+        !after.contains(&id),
+        "deleted playground still listed: {after}"
+    );
+    assert_eq!(after.trim(), "no playgrounds");
+
+    stack.shutdown().await;
+}
