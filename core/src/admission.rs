@@ -506,7 +506,7 @@ impl<'c> Planner<'c> {
         };
         candidates.select_nth_unstable_by(count as usize - 1, order);
         candidates.truncate(count as usize);
-        candidates.sort_by(order);
+        candidates.sort_unstable_by(order);
         Ok(candidates)
     }
 
@@ -519,8 +519,15 @@ impl<'c> Planner<'c> {
         if pools.len() > 1 && pools.iter().any(|p| p.series.is_none()) {
             return self.exact_owner(pools);
         }
+        const MAX_GROUPS: usize = 8;
+        if pools.len() > MAX_GROUPS {
+            return self.exact_owner(pools);
+        }
         let mut owner: Option<usize> = None;
-        let mut groups: Vec<(usize, Shape, u32, usize)> = Vec::new(); // scope, envelope, machines, pools
+        // (scope, envelope, machines, pools) per scope, on the stack.
+        let blank = (usize::MAX, Shape::of(&pools[0]), 0_u32, 0_usize);
+        let mut groups_buf = [blank; MAX_GROUPS];
+        let mut len = 0;
         for (k, pool) in pools.iter().enumerate() {
             let Some(scope) = self.cur[k] else {
                 return Err(Misfit {
@@ -529,7 +536,7 @@ impl<'c> Planner<'c> {
                 });
             };
             let shape = Shape::of(pool);
-            match groups.iter_mut().find(|g| g.0 == scope) {
+            match groups_buf[..len].iter_mut().find(|g| g.0 == scope) {
                 Some(g) => {
                     g.1.gpus = g.1.gpus.max(shape.gpus);
                     g.1.cpus = g.1.cpus.max(shape.cpus);
@@ -537,10 +544,13 @@ impl<'c> Planner<'c> {
                     g.2 = g.2.saturating_add(pool.nodes);
                     g.3 += 1;
                 }
-                None => groups.push((scope, shape, pool.nodes, 1)),
+                None => {
+                    groups_buf[len] = (scope, shape, pool.nodes, 1);
+                    len += 1;
+                }
             }
         }
-        for (scope, shape, machines, count) in groups {
+        for &(scope, shape, machines, count) in &groups_buf[..len] {
             let known = self.scopes[scope]
                 .fits_all
                 .iter()
@@ -902,13 +912,19 @@ impl<'c> Planner<'c> {
                     r.cpus,
                 )
             };
-            candidates.sort_by(|a, b| {
+            let order = |a: &usize, b: &usize| {
                 let (ka, kb) = (key(*a), key(*b));
                 ka.0.cmp(&kb.0)
                     .then(ka.1.cmp(&kb.1))
                     .then(kb.2.total_cmp(&ka.2))
                     .then(a.cmp(b))
-            });
+            };
+            let want = pool.nodes as usize;
+            if want > 0 && want < candidates.len() {
+                candidates.select_nth_unstable_by(want - 1, order);
+                candidates.truncate(want);
+            }
+            candidates.sort_unstable_by(order);
             for n in candidates.into_iter().take(pool.nodes as usize) {
                 self.mark(n);
                 chosen_all.push(n);
@@ -1081,7 +1097,11 @@ pub fn plan_admissions(
             .then_with(|| queue[a.2].id.cmp(&queue[b.2].id))
     });
     let jobs = keys.iter().map(|k| &queue[k.2]);
-    let mut plan = AdmissionPlan::default();
+    let mut plan = AdmissionPlan {
+        admit: Vec::new(),
+        waiting: Vec::with_capacity(keys.len()),
+    };
+    let mut behind_messages: Vec<Option<String>> = Vec::new();
     for job in jobs {
         let pools = &job.spec.pools;
         planner.set_job(pools);
@@ -1118,23 +1138,32 @@ pub fn plan_admissions(
             continue;
         }
         // Would it fit without this pass's reservations? Then it waits for a reserved node.
-        let behind = match planner.fits_unreserved(pools) {
-            Ok(owner) => owner
-                .or((!planner.owners.is_empty()).then_some(0))
-                .map(|o| format!("job {}", planner.owners[o]))
-                .or_else(|| Some("earlier jobs".to_owned())),
+        match planner.fits_unreserved(pools) {
+            Ok(owner) => {
+                // One message per owner, cloned: a long queue behind one job formats it once.
+                let o = owner.or((!planner.owners.is_empty()).then_some(0));
+                let k = o.map_or(0, |o| o + 1);
+                if behind_messages.len() <= k {
+                    behind_messages.resize(k + 1, None);
+                }
+                let message = behind_messages[k]
+                    .get_or_insert_with(|| {
+                        let who = o.map_or_else(
+                            || "earlier jobs".to_owned(),
+                            |o| format!("job {}", planner.owners[o]),
+                        );
+                        format!(
+                            "waiting behind {who} (higher priority or earlier), which holds the nodes this job would use until they drain"
+                        )
+                    })
+                    .clone();
+                plan.waiting
+                    .push(wait(PendingReason::QueuedBehindOthers, message));
+            }
             Err(m) => {
                 let (reason, message) = shortage(&mut planner, &m);
                 plan.waiting.push(wait(reason, message));
-                None
             }
-        };
-        if let Some(owner) = behind {
-            let message = format!(
-                "waiting behind {owner} (higher priority or earlier), which holds the nodes this job would use until they drain"
-            );
-            plan.waiting
-                .push(wait(PendingReason::QueuedBehindOthers, message));
         }
         let owner = planner.owners.len();
         if planner.reserve(pools, owner) {
