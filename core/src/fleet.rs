@@ -120,6 +120,31 @@ impl Fleet {
         Ok(())
     }
 
+    /// The capacity of this fleet with nothing running: node `<group>-<i>`, the last `cordoned`
+    /// nodes of a group cordoned and the `not_ready` ones before them NotReady (as the simulated
+    /// cluster and the node agent create them). For dry runs such as `tuneplane render`.
+    pub fn idle_capacity(&self, share: GpuShare) -> crate::capacity::CapacitySnapshot {
+        let mut nodes = Vec::new();
+        for g in &self.node_groups {
+            for i in 0..g.count {
+                let cordoned = i >= g.count - g.cordoned;
+                let not_ready = !cordoned && i >= g.count - g.cordoned - g.not_ready;
+                nodes.push(crate::capacity::NodeCapacity {
+                    name: format!("{}-{i}", g.name),
+                    series: g.series.clone(),
+                    gpus: g.gpus,
+                    gpus_capacity: g.gpus,
+                    cpus: f64::from(g.cpus),
+                    memory_gb: f64::from(g.memory_gb),
+                    cordoned,
+                    ready: !not_ready,
+                    ..Default::default()
+                });
+            }
+        }
+        crate::capacity::CapacitySnapshot::from_nodes_with_share(0, nodes, share)
+    }
+
     /// The shape validation needs: nodes per series and the largest node sizes, with the default
     /// [`GpuShare`].
     pub fn shape(&self) -> FleetShape {

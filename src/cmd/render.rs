@@ -1,11 +1,18 @@
 //! `tuneplane render --spec SPEC [--fleet FLEET] [--job-id ID] [--capsule-url URL] [--capsule-sha256 HEX]`:
 //! prints the YAML of the RayJob or Pod the reconciler would create for a spec — a dry run for users
 //! and a check for reviewers. Rendering is core's, the very functions the reconciler calls.
+//!
+//! Workloads are pinned to the nodes admission plans. With `--fleet` the job is planned on that
+//! fleet with nothing running (as admission would on an idle cluster); without it, placeholder
+//! node names stand where the planned nodes go.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use tuneplane_core::admission::{PoolPlacement, plan_admissions};
+use tuneplane_core::capacity::GpuShare;
+use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::JobRecord;
 use tuneplane_core::render::{
     CapsuleDelivery, CapsuleRef, RenderSettings, render_pod, render_rayjob,
@@ -63,6 +70,39 @@ fn settings(args: &Args) -> anyhow::Result<RenderSettings> {
     })
 }
 
+/// The nodes the job would be pinned to: planned on the idle fleet, or placeholders.
+fn plan(job: &JobRecord, fleet: Option<&std::path::Path>) -> anyhow::Result<Vec<PoolPlacement>> {
+    let Some(path) = fleet else {
+        return Ok(job
+            .spec
+            .pools
+            .iter()
+            .map(|p| PoolPlacement {
+                pool: p.name.clone(),
+                nodes: (0..p.nodes)
+                    .map(|k| format!("planned-node-{}-{k}", p.name))
+                    .collect(),
+            })
+            .collect());
+    };
+    let fleet = Fleet::from_yaml(&super::read_text(path)?)?;
+    let capacity = fleet.idle_capacity(GpuShare::default());
+    let plan = plan_admissions(std::slice::from_ref(job), &capacity, &[]);
+    match (plan.admit.into_iter().next(), plan.waiting.first()) {
+        (Some(a), _) => Ok(a.placements),
+        (None, Some(w)) => bail!(
+            "the job cannot be placed on the fleet in {}: {:?}: {}",
+            path.display(),
+            w.reason,
+            w.message
+        ),
+        (None, None) => bail!(
+            "the job cannot be placed on the fleet in {}",
+            path.display()
+        ),
+    }
+}
+
 /// Prints the workload as YAML, or the spec's problems (exit 1).
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let settings = settings(args)?;
@@ -79,7 +119,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             tuneplane_core::capsule::storage_key(&sha)
         )
     });
-    let job = JobRecord::new_queued(&args.job_id, &args.tenant, v.spec, &sha, 0);
+    let mut job = JobRecord::new_queued(&args.job_id, &args.tenant, v.spec, &sha, 0);
+    job.placements = plan(&job, args.fleet.as_deref())?;
     let capsule = CapsuleRef { sha256: sha, url };
     let object = match job.spec.kind() {
         WorkloadKind::RayJob => render_rayjob(&job, &capsule, &settings)?,
