@@ -432,6 +432,27 @@ impl Cluster {
         compute_capacity_with_share(u64::try_from(now_ms).unwrap_or(0), &nodes, &pods, share)
     }
 
+    /// Why node `name` cannot take new pods (`cordoned`, `NotReady`, `gone`), or `None` if it can.
+    pub fn node_unusable(&self, name: &str) -> Option<&'static str> {
+        match self
+            .nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+        {
+            None => Some("gone"),
+            Some(n) => {
+                let info = node_info(n);
+                if info.cordoned {
+                    Some("cordoned")
+                } else if !info.ready {
+                    Some("NotReady")
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
     /// The RayJob `namespace/name`, if the reflector holds it.
     pub fn rayjob(&self, namespace: &str, name: &str) -> Option<&RayJob> {
         let found = lookup(&self.rayjobs_by_name, (namespace, name), |i| {

@@ -13,8 +13,10 @@ use std::collections::BTreeSet;
 
 use kube::ResourceExt;
 use tuneplane_core::constants::JOB_ID_LABEL;
-use tuneplane_core::job::{EventSource, FailureReason, JobEvent, JobRecord, JobState};
-use tuneplane_core::render::workload_name;
+use tuneplane_core::job::{
+    EventSource, FailureReason, JobEvent, JobRecord, JobState, PendingReason,
+};
+use tuneplane_core::render::{label_value, workload_name};
 use tuneplane_core::spec::WorkloadKind;
 
 use crate::cluster::{Cluster, managed};
@@ -86,12 +88,53 @@ pub fn state_event(job: &JobRecord) -> Option<JobEvent> {
 
 /// What the job's workload shows in `cluster`.
 pub fn observe(cluster: &Cluster, job: &JobRecord) -> Observed {
+    match observe_workload(cluster, job) {
+        Observed::Pending { reason, message } => match lost_planned_node(cluster, job) {
+            Some(message) => Observed::Pending {
+                reason: PendingReason::NoMatchingNode,
+                message,
+            },
+            None => Observed::Pending { reason, message },
+        },
+        other => other,
+    }
+}
+
+/// A planned node that an unbound pod of the job waits for but that cannot take it any more.
+/// The job is not re-planned: its pods are pinned, the pre-running deadline bounds the wait, and
+/// the node may come back (a cordon lifted, a kubelet restarted); see the reconciler's README.
+fn lost_planned_node(cluster: &Cluster, job: &JobRecord) -> Option<String> {
+    if job.placements.is_empty() {
+        return None;
+    }
+    let pods = cluster.job_pods(&job.spec.namespace, &label_value(&job.id));
+    let bound: Vec<&str> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
+        .collect();
+    job.placements.iter().find_map(|placement| {
+        placement
+            .nodes
+            .iter()
+            .filter(|n| !bound.contains(&n.as_str()))
+            .find_map(|n| {
+                cluster.node_unusable(n).map(|why| {
+                    format!(
+                        "pool {}: planned node {n} is {why}; the job waits for it until the pre-running deadline",
+                        placement.pool
+                    )
+                })
+            })
+    })
+}
+
+fn observe_workload(cluster: &Cluster, job: &JobRecord) -> Observed {
     let ns = job.spec.namespace.as_str();
     let name = workload_of(job);
     match job.spec.kind() {
         WorkloadKind::RayJob => match cluster.rayjob(ns, &name) {
             Some(rj) => {
-                let pods = cluster.job_pods(ns, &tuneplane_core::render::label_value(&job.id));
+                let pods = cluster.job_pods(ns, &label_value(&job.id));
                 assess_rayjob(rj, &pods, &cluster.warnings_for(ns, &name))
             }
             None => Observed::Missing,
