@@ -171,6 +171,19 @@ impl JobQuery {
     }
 }
 
+/// How many queued jobs (not being stopped) come before `job` in admission order among `jobs`.
+pub fn queue_ahead(job: &JobRecord, jobs: &[JobRecord]) -> u64 {
+    let key = |j: &JobRecord| (std::cmp::Reverse(j.spec.priority), j.submitted_at_ms);
+    let mine = key(job);
+    jobs.iter()
+        .filter(|j| j.state == crate::job::JobState::Queued && !j.stop_requested && j.id != job.id)
+        .filter(|j| {
+            let k = key(j);
+            k < mine || (k == mine && j.id < job.id)
+        })
+        .count() as u64
+}
+
 /// The job table: job records, events, idempotency keys, API keys, capacity, schedules, playgrounds.
 #[async_trait::async_trait]
 pub trait JobStore: Send + Sync {
@@ -226,6 +239,18 @@ pub trait JobStore: Send + Sync {
 
     /// Every non-terminal job in admission order: priority (high first), then submission, then id.
     async fn list_active(&self) -> Result<Vec<JobRecord>>;
+
+    /// A queued job's place in the queue (1 = next in admission order), counting only queued jobs
+    /// that are not being stopped; `None` for any other job. Admission may still start a later
+    /// job first where it fits nodes this one cannot use (backfill). This default reads the
+    /// active index; the DynamoDB store counts on the index instead.
+    async fn queue_position(&self, job: &JobRecord) -> Result<Option<u64>> {
+        if job.state != crate::job::JobState::Queued || job.stop_requested {
+            return Ok(None);
+        }
+        let active = self.list_active().await?;
+        Ok(Some(queue_ahead(job, &active) + 1))
+    }
 
     /// Appends events; an event whose `(at_ms, key)` is already stored is not duplicated.
     async fn append_events(&self, job_id: &str, events: &[JobEvent]) -> Result<()>;

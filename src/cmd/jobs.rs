@@ -176,9 +176,13 @@ pub async fn status(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode
         println!("{job}");
         return Ok(ExitCode::SUCCESS);
     }
+    let position = job["queue_position"].as_u64();
     let j: JobRecord = serde_json::from_value(job).context("unexpected job")?;
     println!("job       {} ({})", j.id, j.spec.name);
     println!("status    {}", status_of(&j));
+    if let Some(p) = position {
+        println!("queue     position {p} (1 = next in priority and submission order)");
+    }
     println!("kind      {:?}, pools {}", j.spec.kind(), pools_of(&j.spec));
     println!("capsule   sha256:{}", j.capsule_sha256);
     println!(
@@ -225,7 +229,9 @@ pub async fn watch_job(
     let mut seen: HashSet<String> = HashSet::new();
     let mut last = String::new();
     loop {
-        let job: JobRecord = api.get(&format!("/jobs/{id}")).await?;
+        let raw: Value = api.get(&format!("/jobs/{id}")).await?;
+        let position = raw["queue_position"].as_u64();
+        let job: JobRecord = serde_json::from_value(raw).context("unexpected job")?;
         let events: Value = api.get(&format!("/jobs/{id}/events?limit=1000")).await?;
         let events: Vec<JobEvent> =
             serde_json::from_value(events["events"].clone()).unwrap_or_default();
@@ -242,12 +248,15 @@ pub async fn watch_job(
                 );
             }
         }
-        let line = status_of(&job);
+        let mut line = status_of(&job);
+        if let Some(p) = position {
+            line.push_str(&format!(" #{p} in queue"));
+        }
         if line != last {
             if out == Output::Json {
                 println!(
                     "{}",
-                    json!({"job": job.id, "state": job.state, "pending": job.pending, "failure": job.failure})
+                    json!({"job": job.id, "state": job.state, "pending": job.pending, "failure": job.failure, "queue_position": position})
                 );
             } else {
                 let why = job

@@ -225,14 +225,18 @@ pub async fn detail(
         }
         _ => None,
     };
+    let queue_position = state.submit.jobs().queue_position(&job).await?;
     let body = super::jobs_detail::render(
         &viewer,
         &job,
         &events,
         capsule.as_ref(),
         preview.as_deref(),
-        now,
-        notice,
+        &super::jobs_detail::PageState {
+            now,
+            notice,
+            queue_position,
+        },
     );
     Ok(respond(
         StatusCode::OK,

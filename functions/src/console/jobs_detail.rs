@@ -11,6 +11,16 @@ use super::layout::{clock, csrf_field, status_badge, time};
 use super::logs::LogTail;
 use super::view;
 
+/// What the detail page shows beside the job's own records.
+pub struct PageState<'a> {
+    /// Now, Unix milliseconds.
+    pub now: i64,
+    /// A notice after an action (submitted, stop requested).
+    pub notice: Option<&'a str>,
+    /// The job's place in the queue while it is queued.
+    pub queue_position: Option<u64>,
+}
+
 /// The body of the detail page.
 pub fn render(
     viewer: &Viewer,
@@ -18,9 +28,9 @@ pub fn render(
     events: &[JobEvent],
     capsule: Option<&BlobMeta>,
     preview: Option<&[LogTail]>,
-    now: i64,
-    notice: Option<&str>,
+    state: &PageState,
 ) -> Markup {
+    let (now, notice) = (state.now, state.notice);
     let groups = view::group_events(events);
     let latest_warning = events
         .iter()
@@ -43,6 +53,9 @@ pub fn render(
                             dt { "Kubernetes says" } dd.k8s { strong { (w.reason) } ": " (w.message) }
                         }
                         dt { "Since" } dd { (time(p.since_ms, true)) }
+                        @if let Some(q) = state.queue_position {
+                            dt { "Queue position" } dd.queue { (q) " (1 is next in priority and submission order)" }
+                        }
                     }
                 }
             }

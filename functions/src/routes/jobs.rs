@@ -126,9 +126,16 @@ pub async fn get_one(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
     Path(id): Path<String>,
-) -> Result<Json<JobRecord>, ApiError> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
-    Ok(Json(owned_job(&state, &principal.tenant, &id).await?))
+    let job = owned_job(&state, &principal.tenant, &id).await?;
+    let position = state.submit.jobs().queue_position(&job).await?;
+    // A plain record always serialises.
+    let mut body = serde_json::to_value(&job).unwrap_or_default();
+    if let (Some(p), Some(map)) = (position, body.as_object_mut()) {
+        map.insert("queue_position".into(), serde_json::json!(p));
+    }
+    Ok(Json(body))
 }
 
 /// Query of `GET /v1/jobs/{id}/events`.

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, TransactWriteItem, WriteRequest};
 use tuneplane_core::job::{JobEvent, JobRecord};
-use tuneplane_core::store::{ACTIVE_SHARDS, JobQuery, Page, Result, decode_cursor, encode_cursor};
+use tuneplane_core::store::{
+    ACTIVE_SHARDS, JobQuery, Page, Result, active_sort_key, decode_cursor, encode_cursor,
+};
 
 use super::item::{EventItem, Item, JOB_SK, active_pk, event_sk, job_pk, s, tenant_pk};
 use super::{ACTIVE_INDEX, DynamoJobStore, GuardedJobWrite, TENANT_INDEX, first_condition_failed};
@@ -79,6 +81,45 @@ impl DynamoJobStore {
             None
         };
         Ok(Page { items: jobs, next })
+    }
+
+    /// Counts, on every shard of the active index, the queued jobs (not being stopped) whose
+    /// sort key comes before this job's: `Select: COUNT` pages, no items are returned.
+    pub(super) async fn queue_position_inner(&self, job: &JobRecord) -> Result<Option<u64>> {
+        if job.state != tuneplane_core::job::JobState::Queued || job.stop_requested {
+            return Ok(None);
+        }
+        let mine = active_sort_key(job.spec.priority, job.submitted_at_ms, &job.id);
+        let mut ahead: u64 = 0;
+        for shard in 0..ACTIVE_SHARDS {
+            let apk = active_pk(shard);
+            let mut start: Option<Item> = None;
+            loop {
+                let out = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(ACTIVE_INDEX)
+                    .key_condition_expression("apk = :a AND ask < :k")
+                    .filter_expression("#st = :q AND stop_requested = :f")
+                    .expression_attribute_names("#st", "state")
+                    .expression_attribute_values(":a", s(&apk))
+                    .expression_attribute_values(":k", s(&mine))
+                    .expression_attribute_values(":q", s("QUEUED"))
+                    .expression_attribute_values(":f", AttributeValue::Bool(false))
+                    .select(aws_sdk_dynamodb::types::Select::Count)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|e| self.backend("Query", &apk, e))?;
+                ahead += u64::try_from(out.count).unwrap_or(0);
+                start = out.last_evaluated_key;
+                if start.is_none() {
+                    break;
+                }
+            }
+        }
+        Ok(Some(ahead + 1))
     }
 
     pub(super) async fn list_active_inner(&self) -> Result<Vec<JobRecord>> {

@@ -186,6 +186,11 @@ impl JobStore for DynamoJobStore {
         self.list_active_inner().await
     }
 
+    #[tracing::instrument(skip_all, fields(table = %self.table(), job_id = %job.id), err)]
+    async fn queue_position(&self, job: &JobRecord) -> Result<Option<u64>> {
+        self.queue_position_inner(job).await
+    }
+
     #[tracing::instrument(skip_all, fields(table = %self.table(), job_id, count = events.len()), err)]
     async fn append_events(&self, job_id: &str, events: &[JobEvent]) -> Result<()> {
         self.append_events_inner(job_id, events).await

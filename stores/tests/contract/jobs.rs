@@ -290,6 +290,24 @@ pub async fn active_index_is_in_admission_order_and_drops_terminal_jobs(store: S
     );
 }
 
+pub async fn queue_position_counts_queued_jobs_ahead_in_admission_order(store: Store) {
+    let first = create(&store, "j-a", "acme", 100, 0).await;
+    let urgent = create(&store, "j-urgent", "beta", 300, 5).await;
+    let later = create(&store, "j-b", "acme", 200, 0).await;
+    let mut running = create(&store, "j-running", "acme", 50, 0).await;
+    ok(running.transition(JobState::Admitted, 60), "admit");
+    let running = ok(store.update_job(&running).await, "admit write");
+    let mut stopping = create(&store, "j-stopping", "acme", 60, 0).await;
+    stopping.stop_requested = true;
+    ok(store.update_job(&stopping).await, "stop write");
+    let pos = |p: Result<Option<u64>, tuneplane_core::store::StoreError>| ok(p, "position");
+    // Higher priority first; admitted and stopping jobs do not count.
+    assert_eq!(pos(store.queue_position(&urgent).await), Some(1));
+    assert_eq!(pos(store.queue_position(&first).await), Some(2));
+    assert_eq!(pos(store.queue_position(&later).await), Some(3));
+    assert_eq!(pos(store.queue_position(&running).await), None);
+}
+
 pub async fn tenant_listing_pages_newest_first_with_state_filter(store: Store) {
     for n in 1..=5 {
         create(&store, &format!("j-{n}"), "acme", n * 1_000, 0).await;

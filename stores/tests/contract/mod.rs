@@ -26,6 +26,7 @@ macro_rules! job_store_contract {
             racing_writers_exactly_one_wins_per_version,
             terminal_jobs_are_final,
             active_index_is_in_admission_order_and_drops_terminal_jobs,
+            queue_position_counts_queued_jobs_ahead_in_admission_order,
             tenant_listing_pages_newest_first_with_state_filter,
             events_list_in_time_order_and_repeats_are_stored_once,
             a_state_change_and_its_events_land_together_or_not_at_all,
