@@ -244,16 +244,19 @@ mod tests {
     }
 
     #[test]
-    fn cpu_capacity_spans_every_schedulable_node() {
+    fn cpu_capacity_counts_what_cpu_jobs_may_use_beside_free_gpus() {
         let snap = compute_capacity(
             0,
             &[node("c-0", None, 0), node("h-0", Some("h200"), 8)],
             &[pod("c-0", 0, None)],
         );
         assert_eq!(snap.cpu.nodes, 2);
-        assert_eq!(snap.cpu.free_cpus, 124.0);
-        assert_eq!(snap.cpu.largest_free_cpus, 64.0);
-        assert_eq!(snap.cpu.largest_free_memory_gb, 256.0);
+        // c-0: 64 - 4; h-0: 64 - 8 free GPUs × 4 CPUs kept for GPU jobs.
+        assert_eq!(snap.cpu.free_cpus, 92.0);
+        assert_eq!(snap.cpu.largest_free_cpus, 60.0);
+        // h-0's 256 GiB are all kept for its 8 free GPUs (32 GiB each).
+        assert_eq!(snap.cpu.largest_free_memory_gb, 240.0);
+        assert_eq!(snap.cpu.total_cpus, 128.0);
     }
 
     #[test]

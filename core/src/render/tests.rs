@@ -348,7 +348,7 @@ fn every_rendered_rayjob_validates_against_the_kuberay_crd_schema() {
         json!([{"name": "main", "series": "h200", "nodes": 1, "gpus_per_node": 8, "cpus": 8.0, "memory_gb": 64.0}]),
     );
     for settings in &variants {
-        for j in [gpu_job(), single.clone()] {
+        for j in [gpu_job(), single.clone(), placed(gpu_job())] {
             let rj = render_rayjob(&j, &capsule(), settings).unwrap_or_else(|e| panic!("{e}"));
             let errors: Vec<String> = validator
                 .iter_errors(&rj)
@@ -362,4 +362,68 @@ fn every_rendered_rayjob_validates_against_the_kuberay_crd_schema() {
         .unwrap_or_else(|e| panic!("{e}"));
     broken["spec"]["backoffLimit"] = json!("zero");
     assert!(!validator.is_valid(&broken));
+}
+
+/// `job` as admission leaves it: every pool with its planned nodes.
+fn placed(mut job: JobRecord) -> JobRecord {
+    job.placements = job
+        .spec
+        .pools
+        .iter()
+        .map(|p| crate::admission::PoolPlacement {
+            pool: p.name.clone(),
+            nodes: (0..p.nodes).map(|k| format!("{}-{k}", p.name)).collect(),
+        })
+        .collect();
+    job
+}
+
+#[test]
+fn every_group_is_pinned_to_its_planned_nodes_one_pod_per_node() {
+    let rj = render_rayjob(&placed(gpu_job()), &capsule(), &RenderSettings::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let terms = "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions/0";
+    let head = at(&rj, "/spec/rayClusterSpec/headGroupSpec/template/spec");
+    let main = at(&rj, "/spec/rayClusterSpec/workerGroupSpecs/0/template/spec");
+    let eval = at(&rj, "/spec/rayClusterSpec/workerGroupSpecs/1/template/spec");
+    for spec in [head, main] {
+        assert_eq!(at(spec, &format!("{terms}/key")), HOSTNAME_LABEL);
+        assert_eq!(at(spec, &format!("{terms}/operator")), "In");
+        assert_eq!(
+            at(spec, &format!("{terms}/values")),
+            &json!(["main-0", "main-1"])
+        );
+        // The head and the main workers share the pool's nodes, one pod on each.
+        let anti = at(
+            spec,
+            "/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution/0",
+        );
+        assert_eq!(at(anti, "/topologyKey"), HOSTNAME_LABEL);
+        assert_eq!(
+            at(anti, "/labelSelector/matchLabels"),
+            &json!({"tuneplane.io/job-id": "j-01abc", "tuneplane.io/pool": "main"})
+        );
+    }
+    assert_eq!(at(eval, &format!("{terms}/values")), &json!(["eval-0"]));
+    assert!(
+        at(eval, "/affinity/podAntiAffinity").is_null(),
+        "a one-machine pool needs no anti-affinity"
+    );
+    // Without a plan (rendered before admission) nothing is pinned.
+    let unplanned = render_rayjob(&gpu_job(), &capsule(), &RenderSettings::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        at(
+            &unplanned,
+            "/spec/rayClusterSpec/headGroupSpec/template/spec/affinity"
+        )
+        .is_null()
+    );
+
+    let pod = render_pod(&placed(cpu_job()), &capsule(), &RenderSettings::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        at(&pod, &format!("/spec{terms}/values")),
+        &json!(["main-0"])
+    );
 }

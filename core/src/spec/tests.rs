@@ -215,9 +215,26 @@ fn cpu_only_rules_follow_the_design() {
         &errors(&with(CPU_JOB, "cpus: 2", "cpus: 0")),
         &["pools[0].cpus", "greater than 0"],
     );
+    // On a GPU node a CPU-only job may use only what the GPUs do not keep (4 CPUs, 32 GiB each).
     has(
         &errors(&with(CPU_JOB, "cpus: 2", "cpus: 500")),
-        &["pools[0].cpus", "largest node (192 CPUs)"],
+        &[
+            "pools[0].cpus",
+            "fits no node; the largest that fit: 160 CPUs with 1792 GiB",
+        ],
+    );
+    has(
+        &errors(&with(CPU_JOB, "memory_gb: 4", "memory_gb: 1900")),
+        &["pools[0].memory_gb", "fits no node"],
+    );
+    assert!(
+        validate(
+            &with(CPU_JOB, "cpus: 2", "cpus: 160"),
+            Some(&fleet()),
+            &Defaults::default()
+        )
+        .is_ok(),
+        "160 CPUs fit an idle h200 node beside its GPUs' share"
     );
     // gpus_per_node: 0 in a multi-pool job is refused.
     let multi = with(GPU_JOB, "gpus_per_node: 4", "gpus_per_node: 0");
