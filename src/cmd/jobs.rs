@@ -466,13 +466,26 @@ pub fn print_capacity(snap: &CapacitySnapshot) {
                 n.series.clone().unwrap_or_else(|| "-".into()),
                 format!("{}/{}", n.gpus_used, n.gpus),
                 format!("{:.1}/{:.0}", n.cpus_used, n.cpus),
+                format!("{:.0}/{:.0}", n.memory_gb_used, n.memory_gb),
                 state.into(),
             ]
         })
         .collect();
     print_table(
-        &["NODE", "SERIES", "GPUS USED", "CPUS USED", "STATE"],
+        &["NODE", "SERIES", "GPUS USED", "CPUS USED", "MEMORY GiB USED", "STATE"],
         &rows,
+    );
+    let c = &snap.cpu;
+    println!();
+    println!(
+        "CPU-only jobs may use {:.1} free CPUs and {:.0} GiB (at most {:.1} CPUs / {:.0} GiB on one node); \
+         on GPU nodes each free GPU keeps {} CPUs and {} GiB for GPU jobs",
+        c.free_cpus,
+        c.free_memory_gb,
+        c.largest_free_cpus,
+        c.largest_free_memory_gb,
+        snap.gpu_share.cpus,
+        snap.gpu_share.memory_gb
     );
 }
 
