@@ -219,6 +219,9 @@ struct Planner<'c> {
     epoch: Cell<u32>,
     /// Scope of each pool of the job being planned (resolved once per job).
     cur: Vec<Option<usize>>,
+    /// What jobs admitted in this pass (and admitted jobs not bound yet) hold: node, job, shape.
+    /// The snapshot's own holders come from pods, which these do not have yet.
+    pass_holders: Vec<(usize, String, Shape)>,
 }
 
 const CPU_SCOPE: usize = 0;
@@ -242,6 +245,7 @@ impl<'c> Planner<'c> {
             marks: Vec::new(),
             epoch: Cell::new(0),
             cur: Vec::new(),
+            pass_holders: Vec::new(),
         };
         let max_gpus = capacity.nodes.iter().map(|n| n.gpus).max().unwrap_or(0) as usize;
         let scope = || Scope {
@@ -938,11 +942,32 @@ impl<'c> Planner<'c> {
 
     /// "held by j-a (16 GPUs), j-b (8 GPUs)" for the nodes of `scope`, by `resource`
     /// (0 GPUs, 1 CPUs, 2 memory); empty when nobody holds any.
+    /// Records that `job` holds `shape` on node `i` (admitted in this pass, or admitted and not
+    /// bound yet), for the "held by" of later messages. A scope's text is built once per pass,
+    /// when a message first needs it (rebuilding it after every admission cost a third of a long
+    /// pass); jobs admitted after that are named from the next pass on.
+    fn hold(&mut self, i: usize, job: &str, shape: Shape) {
+        self.pass_holders.push((i, job.to_owned(), shape));
+    }
+
     fn holders(&mut self, scope: usize, resource: usize) -> String {
         if let Some(text) = &self.scopes[scope].holders[resource] {
             return text.clone();
         }
         let mut per_job: BTreeMap<&str, f64> = BTreeMap::new();
+        for (i, job, shape) in &self.pass_holders {
+            if scope != CPU_SCOPE && self.series_scope[*i] != Some(scope) {
+                continue;
+            }
+            let amount = match resource {
+                0 => f64::from(shape.gpus),
+                1 => shape.cpus,
+                _ => shape.memory_gb,
+            };
+            if amount > 0.0 {
+                *per_job.entry(job.as_str()).or_insert(0.0) += amount;
+            }
+        }
         for &i in &self.scopes[scope].nodes {
             for h in &self.capacity.nodes[self.cap_index[i]].holders {
                 let amount = match resource {
@@ -1102,6 +1127,16 @@ pub fn plan_admissions(
         waiting: Vec::with_capacity(keys.len()),
     };
     let mut behind_messages: Vec<Option<String>> = Vec::new();
+    type ShortKey<'q> = (
+        &'q str,
+        Option<&'q str>,
+        u32,
+        u32,
+        u64,
+        u64,
+        (u32, u32, u32),
+    );
+    let mut short_messages: HashMap<ShortKey<'_>, (PendingReason, String)> = HashMap::new();
     for job in jobs {
         let pools = &job.spec.pools;
         planner.set_job(pools);
@@ -1111,6 +1146,11 @@ pub fn plan_admissions(
             message,
         };
         if let Ok(placed) = planner.place(pools, View::Open, true) {
+            for (pool, nodes) in pools.iter().zip(&placed) {
+                for &n in nodes {
+                    planner.hold(n, &job.id, Shape::of(pool));
+                }
+            }
             let placements = pools
                 .iter()
                 .zip(placed)
@@ -1161,7 +1201,25 @@ pub fn plan_admissions(
                     .push(wait(PendingReason::QueuedBehindOthers, message));
             }
             Err(m) => {
-                let (reason, message) = shortage(&mut planner, &m);
+                // Many waiting jobs of a long queue share a pool shape and counts: format once.
+                let p = m.pool;
+                let key = (
+                    p.name.as_str(),
+                    p.series.as_deref(),
+                    p.nodes,
+                    p.gpus_per_node,
+                    p.cpus.to_bits(),
+                    p.memory_gb.to_bits(),
+                    (m.counts.gpus, m.counts.gpus_cpus, m.counts.all),
+                );
+                let (reason, message) = match short_messages.get(&key) {
+                    Some(cached) => cached.clone(),
+                    None => {
+                        let made = shortage(&mut planner, &m);
+                        short_messages.insert(key, made.clone());
+                        made
+                    }
+                };
                 plan.waiting.push(wait(reason, message));
             }
         }
@@ -1193,6 +1251,7 @@ fn hold_reservations(planner: &mut Planner, reservations: &[Reservation]) {
             for n in r.nodes.iter().take(r.machines as usize) {
                 if let Some(&i) = index.get(n.as_str()) {
                     planner.take(i, &shape);
+                    planner.hold(i, &r.job_id, shape);
                 }
             }
             continue;
@@ -1210,6 +1269,7 @@ fn hold_reservations(planner: &mut Planner, reservations: &[Reservation]) {
             };
             for n in chosen {
                 planner.take(n, &shape);
+                planner.hold(n, &r.job_id, shape);
             }
         }
     }

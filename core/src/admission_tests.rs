@@ -145,6 +145,13 @@ fn reservations_of_admitted_jobs_keep_their_gpus() {
     let plan = plan_admissions(&queue, &cap, &[held]);
     assert_eq!(admitted(&plan), ["a"]);
     assert_eq!(reason(&plan, "b"), Some(PendingReason::InsufficientGpu));
+    // Jobs admitted in this pass and admitted jobs not bound yet have no pods to show yet, but
+    // they hold the GPUs all the same.
+    let m = message(&plan, "b");
+    assert!(
+        m.ends_with("h200 GPUs held by a (8 GPUs), earlier (8 GPUs)"),
+        "{m}"
+    );
 }
 
 #[test]
