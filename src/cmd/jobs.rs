@@ -472,7 +472,14 @@ pub fn print_capacity(snap: &CapacitySnapshot) {
         })
         .collect();
     print_table(
-        &["NODE", "SERIES", "GPUS USED", "CPUS USED", "MEMORY GiB USED", "STATE"],
+        &[
+            "NODE",
+            "SERIES",
+            "GPUS USED",
+            "CPUS USED",
+            "MEMORY GiB USED",
+            "STATE",
+        ],
         &rows,
     );
     let c = &snap.cpu;
