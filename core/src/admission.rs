@@ -460,18 +460,18 @@ impl<'c> Planner<'c> {
         });
     }
 
-    /// Picks `count` distinct nodes of `scope` (not marked taken) for machines of `shape`, best fit
-    /// first (fewest free GPUs, then fewest free CPUs; CPU nodes before GPU nodes for CPU-only
-    /// machines) to keep large blocks whole.
-    fn pick(
+    /// Scans the nodes of `scope` this view may use (not reserved for the open view, not marked
+    /// taken) for machines of `shape`, counting how many pass each test and pushing those that
+    /// fit onto `fitting`; stops once `limit` fit. The one scan behind every placement question.
+    fn scan(
         &self,
         scope: usize,
         shape: &Shape,
-        count: u32,
         view: View,
-    ) -> Result<Vec<usize>, Counts> {
+        limit: Option<u32>,
+        fitting: &mut Vec<usize>,
+    ) -> Counts {
         let mut counts = Counts::default();
-        let mut candidates: Vec<usize> = Vec::new();
         for &i in &self.scopes[scope].nodes {
             if (view == View::Open && self.reserved[i].is_some()) || self.marked(i) {
                 continue;
@@ -489,8 +489,26 @@ impl<'c> Planner<'c> {
                 continue;
             }
             counts.all += 1;
-            candidates.push(i);
+            fitting.push(i);
+            if limit.is_some_and(|l| counts.all >= l) {
+                break;
+            }
         }
+        counts
+    }
+
+    /// Picks `count` distinct nodes of `scope` (not marked taken) for machines of `shape`, best fit
+    /// first (fewest free GPUs, then fewest free CPUs; CPU nodes before GPU nodes for CPU-only
+    /// machines) to keep large blocks whole.
+    fn pick(
+        &self,
+        scope: usize,
+        shape: &Shape,
+        count: u32,
+        view: View,
+    ) -> Result<Vec<usize>, Counts> {
+        let mut candidates: Vec<usize> = Vec::new();
+        let counts = self.scan(scope, shape, view, None, &mut candidates);
         if counts.all < count {
             return Err(counts);
         }
@@ -572,27 +590,11 @@ impl<'c> Planner<'c> {
                     return Err(Misfit { pool, counts });
                 }
             }
-            let mut counts = Counts::default();
-            let mut found_owner = None;
-            for &i in &self.scopes[scope].nodes {
-                let r = self.room(i, &self.free[i], &shape);
-                if r.gpus < shape.gpus {
-                    continue;
-                }
-                counts.gpus += 1;
-                if r.cpus + EPS < shape.cpus {
-                    continue;
-                }
-                counts.gpus_cpus += 1;
-                if r.memory_gb + EPS < shape.memory_gb {
-                    continue;
-                }
-                counts.all += 1;
-                found_owner = found_owner.or(self.reserved[i]);
-                if counts.all >= machines {
-                    break;
-                }
-            }
+            // Reservations do not matter here, earlier questions' marks must not either.
+            self.begin();
+            let mut fitting: Vec<usize> = Vec::new();
+            let counts = self.scan(scope, &shape, View::All, Some(machines), &mut fitting);
+            let found_owner = fitting.iter().find_map(|&i| self.reserved[i]);
             if counts.all >= machines {
                 let list = &mut self.scopes[scope].fits_all;
                 if list.len() >= MAX_FAILURES {
@@ -638,29 +640,7 @@ impl<'c> Planner<'c> {
                 return Err(Misfit { pool, counts });
             }
             let start = taken.len();
-            let mut counts = Counts::default();
-            for &i in &self.scopes[scope].nodes {
-                if (view == View::Open && self.reserved[i].is_some()) || self.marked(i) {
-                    continue;
-                }
-                let r = self.room(i, &self.free[i], &shape);
-                if r.gpus < shape.gpus {
-                    continue;
-                }
-                counts.gpus += 1;
-                if r.cpus + EPS < shape.cpus {
-                    continue;
-                }
-                counts.gpus_cpus += 1;
-                if r.memory_gb + EPS < shape.memory_gb {
-                    continue;
-                }
-                counts.all += 1;
-                taken.push(i);
-                if counts.all >= pool.nodes {
-                    break;
-                }
-            }
+            let counts = self.scan(scope, &shape, view, Some(pool.nodes), &mut taken);
             for &i in &taken[start..] {
                 self.mark(i);
             }

@@ -37,6 +37,19 @@ fn job(id: &str, priority: i32, submitted: i64, pools: Vec<serde_json::Value>) -
     JobRecord::new_queued(id, "acme", spec, "ab", submitted)
 }
 
+/// One unbound 8-GPU h200 machine of an admitted job "earlier", waiting for `nodes`.
+fn earlier_h200_machine(nodes: Vec<String>) -> Reservation {
+    Reservation {
+        job_id: "earlier".into(),
+        series: Some("h200".into()),
+        gpus: 8,
+        cpus: 8.0,
+        memory_gb: 64.0,
+        machines: 1,
+        nodes,
+    }
+}
+
 fn admitted(plan: &AdmissionPlan) -> Vec<&str> {
     plan.admit.iter().map(|a| a.job_id.as_str()).collect()
 }
@@ -129,15 +142,7 @@ fn reservations_of_admitted_jobs_keep_their_gpus() {
         node("h-0", Some("h200"), 8, 0),
         node("h-1", Some("h200"), 8, 0),
     ]);
-    let held = Reservation {
-        job_id: "earlier".into(),
-        series: Some("h200".into()),
-        gpus: 8,
-        cpus: 8.0,
-        memory_gb: 64.0,
-        machines: 1,
-        nodes: Vec::new(),
-    };
+    let held = earlier_h200_machine(Vec::new());
     let queue = [
         job("a", 0, 1, vec![pool("m", Some("h200"), 1, 8)]),
         job("b", 0, 2, vec![pool("m", Some("h200"), 1, 8)]),
@@ -503,15 +508,7 @@ fn admitted_but_unbound_machines_keep_their_planned_nodes() {
         node("h-0", Some("h200"), 8, 0),
         node("h-1", Some("h200"), 8, 0),
     ]);
-    let held = Reservation {
-        job_id: "earlier".into(),
-        series: Some("h200".into()),
-        gpus: 8,
-        cpus: 8.0,
-        memory_gb: 64.0,
-        machines: 1,
-        nodes: vec!["h-0".into()],
-    };
+    let held = earlier_h200_machine(vec!["h-0".into()]);
     let plan = plan_admissions(
         &[job("next", 0, 1, vec![pool("m", Some("h200"), 1, 8)])],
         &cap,
