@@ -34,6 +34,7 @@
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -86,8 +87,9 @@ pub struct Waiting {
     pub job_id: String,
     /// Machine-readable reason.
     pub reason: PendingReason,
-    /// Message for people.
-    pub message: String,
+    /// Message for people (shared: the many jobs of a long queue that wait for the same reason
+    /// share one text).
+    pub message: Arc<str>,
 }
 
 /// The outcome of one planning round.
@@ -1106,7 +1108,7 @@ pub fn plan_admissions(
         admit: Vec::new(),
         waiting: Vec::with_capacity(keys.len()),
     };
-    let mut behind_messages: Vec<Option<String>> = Vec::new();
+    let mut behind_messages: Vec<Option<Arc<str>>> = Vec::new();
     type ShortKey<'q> = (
         &'q str,
         Option<&'q str>,
@@ -1116,11 +1118,11 @@ pub fn plan_admissions(
         u64,
         (u32, u32, u32),
     );
-    let mut short_messages: HashMap<ShortKey<'_>, (PendingReason, String)> = HashMap::new();
+    let mut short_messages: HashMap<ShortKey<'_>, (PendingReason, Arc<str>)> = HashMap::new();
     for job in jobs {
         let pools = &job.spec.pools;
         planner.set_job(pools);
-        let wait = |reason, message: String| Waiting {
+        let wait = |reason, message: Arc<str>| Waiting {
             job_id: job.id.clone(),
             reason,
             message,
@@ -1154,7 +1156,7 @@ pub fn plan_admissions(
                 m.counts.all
             );
             plan.waiting
-                .push(wait(PendingReason::NoMatchingNode, message));
+                .push(wait(PendingReason::NoMatchingNode, message.into()));
             continue;
         }
         // Would it fit without this pass's reservations? Then it waits for a reserved node.
@@ -1172,9 +1174,9 @@ pub fn plan_admissions(
                             || "earlier jobs".to_owned(),
                             |o| format!("job {}", planner.owners[o]),
                         );
-                        format!(
+                        Arc::from(format!(
                             "waiting behind {who} (higher priority or earlier), which holds the nodes this job would use until they drain"
-                        )
+                        ))
                     })
                     .clone();
                 plan.waiting
@@ -1195,7 +1197,8 @@ pub fn plan_admissions(
                 let (reason, message) = match short_messages.get(&key) {
                     Some(cached) => cached.clone(),
                     None => {
-                        let made = shortage(&mut planner, &m);
+                        let (reason, text) = shortage(&mut planner, &m);
+                        let made = (reason, Arc::<str>::from(text));
                         short_messages.insert(key, made.clone());
                         made
                     }

@@ -67,7 +67,7 @@ fn message<'p>(plan: &'p AdmissionPlan, id: &str) -> &'p str {
     plan.waiting
         .iter()
         .find(|w| w.job_id == id)
-        .map_or("", |w| w.message.as_str())
+        .map_or("", |w| &*w.message)
 }
 
 fn reason(plan: &AdmissionPlan, id: &str) -> Option<PendingReason> {
