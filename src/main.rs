@@ -120,7 +120,27 @@ where
     rt.block_on(f(api, args.output))
 }
 
+/// Ends the process quietly when stdout is a closed pipe (`tuneplane events J | head`): Rust
+/// ignores SIGPIPE, so printing then fails and `println!` panics with this text. Anything else
+/// is reported by the default hook.
+fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if text.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => cmd::validate::run(&args),

@@ -84,3 +84,22 @@ fn render_refuses_a_spec_that_never_fits_the_fleet_and_a_bad_setting() {
     assert_ne!(code, 0);
     assert!(err.contains("TUNEPLANE_CAPSULE_DELIVERY"), "{err}");
 }
+
+#[test]
+fn a_closed_stdout_pipe_ends_the_command_quietly() {
+    // `tuneplane render … | head -c 0`: the reader is gone before anything is written.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tuneplane"))
+        .args(["render", "--spec", "examples/ray-multipool/tuneplane.yaml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run tuneplane: {e}"));
+    drop(child.stdout.take());
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

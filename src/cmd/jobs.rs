@@ -203,8 +203,8 @@ pub async fn status(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode
     if let Some(w) = &j.workload_name {
         println!("workload  {}/{w}", j.spec.namespace);
     }
-    if let Some(k) = &j.logs_key {
-        println!("logs      {k}");
+    if j.logs_key.is_some() {
+        println!("logs      tuneplane logs {}", j.id);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -81,6 +81,11 @@ pub fn run(args: &DevArgs) -> anyhow::Result<ExitCode> {
         );
         println!();
         println!("  API:        {}", stack.api_url);
+        println!(
+            "  console:    {}{}   (sign in with the API key)",
+            stack.api_url,
+            tuneplane_functions::console::BASE
+        );
         println!("  API key:    {}   (tenant default)", stack.api_key);
         println!("  kubeconfig: {}", stack.kubeconfig.display());
         if stack.sim.is_none() {

@@ -154,6 +154,21 @@ fn unknown_fields_are_errors_at_every_level() {
 }
 
 #[test]
+fn a_misspelt_field_gets_the_name_it_probably_meant() {
+    has(
+        &errors(&format!("{CPU_JOB}\nentrypiont: python x.py\n")),
+        &["entrypiont: unknown field; did you mean \"entrypoint\"?"],
+    );
+    has(
+        &errors(&with(CPU_JOB, "memory_gb", "memry_gb")),
+        &["pools[0].memry_gb: unknown field; did you mean \"memory_gb\"?"],
+    );
+    // Nothing close: no guess.
+    let errs = errors(&format!("{CPU_JOB}\ncolor: blue\n"));
+    assert!(errs.iter().all(|e| !e.contains("did you mean")), "{errs:?}");
+}
+
+#[test]
 fn job_that_exceeds_largest_node_is_rejected_at_submit() {
     has(
         &errors(&with(GPU_JOB, "gpus_per_node: 8", "gpus_per_node: 16")),

@@ -225,10 +225,18 @@ impl Checker {
             let path = format!("{prefix}{key}");
             match UNSUPPORTED_FIELDS.iter().find(|(k, _)| k == key) {
                 Some((_, why)) => self.err(path, *why),
-                None => self.err(
-                    path,
-                    format!("unknown field; allowed fields: {}", allowed.join(", ")),
-                ),
+                None => {
+                    let hint = closest(key, allowed)
+                        .map(|k| format!("did you mean {k:?}? "))
+                        .unwrap_or_default();
+                    self.err(
+                        path,
+                        format!(
+                            "unknown field; {hint}allowed fields: {}",
+                            allowed.join(", ")
+                        ),
+                    )
+                }
             }
         }
     }
@@ -858,6 +866,37 @@ impl Checker {
             }
         }
     }
+}
+
+/// The allowed name closest to a misspelt `key` (at most a third of its letters off), if any.
+fn closest<'a>(key: &str, allowed: &[&'a str]) -> Option<&'a str> {
+    let budget = (key.chars().count() / 3).max(1);
+    allowed
+        .iter()
+        .map(|a| (edit_distance(key, a), *a))
+        .filter(|(d, _)| *d <= budget)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, a)| a)
+}
+
+/// Levenshtein distance over characters (names are short).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 fn is_label_value(v: &str) -> bool {
