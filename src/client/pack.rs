@@ -52,25 +52,62 @@ fn pack_with(source: &Path, progress: bool) -> anyhow::Result<Vec<u8>> {
             size: data.len() as u64,
         })?;
         done += f.size;
-        if progress && (tty || i + 1 == files.len()) {
-            let pct = (done * 100).checked_div(total).unwrap_or(100);
-            eprint!(
-                "\rpacking {}/{} files, {} ({pct}%)   ",
-                i + 1,
-                files.len(),
-                crate::cmd::capsule::human_bytes(done)
-            );
+        if progress && let Some(line) = progress_line(i + 1, files.len(), done, total, tty) {
+            eprint!("{line}");
             let _ = std::io::stderr().flush();
         }
     }
-    if progress {
+    if progress && tty {
         eprintln!();
     }
     Ok(zip.finish()?.0)
+}
+
+/// What packing prints after `files_done` of `files` (`bytes_done` of `bytes_total`): on a
+/// terminal a line rewritten in place (`\r`); elsewhere (a log, a pipe) one plain line at the end.
+fn progress_line(
+    files_done: usize,
+    files: usize,
+    bytes_done: u64,
+    bytes_total: u64,
+    tty: bool,
+) -> Option<String> {
+    let size = crate::cmd::capsule::human_bytes(bytes_done);
+    if tty {
+        let pct = (bytes_done * 100).checked_div(bytes_total).unwrap_or(100);
+        Some(format!(
+            "\rpacking {files_done}/{files} files, {size} ({pct}%)   "
+        ))
+    } else if files_done == files {
+        Some(format!("packed {files} files, {size}\n"))
+    } else {
+        None
+    }
 }
 
 fn crc32(data: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(data);
     h.finalize()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_line;
+
+    #[test]
+    fn progress_rewrites_a_terminal_line_and_prints_one_plain_line_elsewhere() {
+        let tty = progress_line(1, 3, 512, 1024, true).unwrap_or_default();
+        assert!(
+            tty.starts_with("\rpacking 1/3 files") && tty.contains("(50%)"),
+            "{tty:?}"
+        );
+        assert_eq!(progress_line(1, 3, 512, 1024, false), None);
+        let done = progress_line(3, 3, 1024, 1024, false).unwrap_or_default();
+        assert!(
+            done.starts_with("packed 3 files, ") && done.ends_with('\n'),
+            "{done:?}"
+        );
+        assert!(!done.contains('\r'));
+    }
 }
