@@ -341,6 +341,21 @@ fn conditions(p: &Pod) -> Value {
 }
 
 /// The events about the object `name` (this incarnation of it: events outlive their objects).
+/// The pod with its events once the scheduler has refused it: a `FailedScheduling` event and the
+/// `PodScheduled` condition both written; `None` before.
+async fn refused(h: &Harness, name: &str, pod: Pod) -> Option<(Pod, Vec<Event>)> {
+    let events = events_of(h, name).await;
+    let failed = events
+        .iter()
+        .any(|e| e.reason.as_deref() == Some("FailedScheduling"));
+    let marked = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"));
+    (failed && marked).then_some((pod, events))
+}
+
 async fn events_of(h: &Harness, name: &str) -> Vec<Event> {
     let uid = match Api::<DynamicObject>::namespaced_with(h.client.clone(), NS, &event_target(name))
         .get(name)
@@ -730,16 +745,7 @@ async fn step_unschedulable(h: &Harness) -> Value {
     for (name, _) in &cases {
         let (pod, events) = wait_for(30, &format!("{name} FailedScheduling"), || async {
             let pod = api.get(name).await.ok()?;
-            let events = events_of(h, name).await;
-            let failed = events
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("FailedScheduling"));
-            let marked = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"));
-            (failed && marked).then_some((pod, events))
+            refused(h, name, pod).await
         })
         .await;
         let scheduled: Vec<Value> = pod
@@ -1292,16 +1298,7 @@ async fn step_pod_affinity(h: &Harness) -> Value {
             {
                 return Some((pod, Vec::new()));
             }
-            let events = events_of(h, name).await;
-            let failed = events
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("FailedScheduling"));
-            let marked = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"));
-            (failed && marked).then_some((pod, events))
+            refused(h, name, pod).await
         })
         .await;
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
