@@ -1041,8 +1041,15 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     });
 
     // Deletion as the reconciler does it (background propagation).
+    // The progression starts from the create response: the watcher may open after the operator
+    // has already written its first status, and then it never sees the status-less object.
     let versions: Vec<RayJob> = statuses.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let progression = dedup(versions.iter().map(deployment).collect());
+    let progression = dedup(
+        std::iter::once(&created)
+            .chain(versions.iter())
+            .map(deployment)
+            .collect(),
+    );
     api.delete("tp-g1", &DeleteParams::background())
         .await
         .unwrap_or_else(|e| panic!("delete: {e}"));
