@@ -130,10 +130,10 @@ fn main() {
     ] {
         let (q, cap, res) = (queue(jobs), fleet(nodes), reservations(nodes / 20));
         let mut times = Vec::new();
-        let mut plan = plan_admissions(&q, &cap, &res); // warm-up
+        let mut plan = plan_admissions(&q, &cap, &res, &[]); // warm-up
         for _ in 0..rounds {
             let start = Instant::now();
-            plan = plan_admissions(&q, &cap, &res);
+            plan = plan_admissions(&q, &cap, &res, &[]);
             times.push(start.elapsed().as_secs_f64() * 1e3);
         }
         times.sort_by(f64::total_cmp);

@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::capacity::{CapacitySnapshot, GpuShare};
 use crate::job::{JobRecord, JobState, PendingReason};
+use crate::quota::{self, Demand, QuotaCheck, TenantQuota};
 use crate::spec::Pool;
 
 /// Machines of an admitted job that hold no node yet (their pods are not bound).
@@ -1081,72 +1082,72 @@ fn shortage(planner: &mut Planner, m: &Misfit) -> (PendingReason, String) {
     (reason, message)
 }
 
-/// Plans which `queue` jobs (only `QUEUED` ones count) to admit against `capacity`, after placing
-/// `reservations`. Jobs are taken by priority (high first), then submission time, then id.
-pub fn plan_admissions(
-    queue: &[JobRecord],
-    capacity: &CapacitySnapshot,
-    reservations: &[Reservation],
-) -> AdmissionPlan {
-    let mut planner = Planner::new(capacity);
-    hold_reservations(&mut planner, reservations);
-    // Sorted on plain keys (ids only break ties): a queue of 100,000 records sorted through
-    // references spent most of its time chasing pointers.
-    let mut keys: Vec<(std::cmp::Reverse<i32>, i64, usize)> = queue
-        .iter()
-        .enumerate()
-        .filter(|(_, j)| j.state == JobState::Queued && !j.stop_requested)
-        .map(|(k, j)| (std::cmp::Reverse(j.spec.priority), j.submitted_at_ms, k))
-        .collect();
-    keys.sort_unstable_by(|a, b| {
-        (a.0, a.1)
-            .cmp(&(b.0, b.1))
-            .then_with(|| queue[a.2].id.cmp(&queue[b.2].id))
-    });
-    let jobs = keys.iter().map(|k| &queue[k.2]);
-    let mut plan = AdmissionPlan {
-        admit: Vec::new(),
-        waiting: Vec::with_capacity(keys.len()),
-    };
-    let mut behind_messages: Vec<Option<Arc<str>>> = Vec::new();
-    type ShortKey<'q> = (
-        &'q str,
-        Option<&'q str>,
-        u32,
-        u32,
-        u64,
-        u64,
-        (u32, u32, u32),
-    );
-    let mut short_messages: HashMap<ShortKey<'_>, (PendingReason, Arc<str>)> = HashMap::new();
-    for job in jobs {
+/// Cached waiting messages for a long queue (many jobs wait for the same reason).
+type ShortKey<'q> = (
+    &'q str,
+    Option<&'q str>,
+    u32,
+    u32,
+    u64,
+    u64,
+    (u32, u32, u32),
+);
+
+/// One planning round: the planner, the plan being built and the message caches.
+struct Round<'c, 'q> {
+    planner: Planner<'c>,
+    plan: AdmissionPlan,
+    behind_messages: Vec<Option<Arc<str>>>,
+    short_messages: HashMap<ShortKey<'q>, (PendingReason, Arc<str>)>,
+}
+
+impl<'c, 'q> Round<'c, 'q> {
+    /// Places `job` on open nodes and admits it if every pool fits now.
+    fn try_admit(&mut self, job: &'q JobRecord) -> bool {
         let pools = &job.spec.pools;
-        planner.set_job(pools);
-        let wait = |reason, message: Arc<str>| Waiting {
+        self.planner.set_job(pools);
+        let Ok(placed) = self.planner.place(pools, View::Open, true) else {
+            return false;
+        };
+        for (pool, nodes) in pools.iter().zip(&placed) {
+            for &n in nodes {
+                self.planner.hold(n, &job.id, Shape::of(pool));
+            }
+        }
+        let placements = pools
+            .iter()
+            .zip(placed)
+            .map(|(p, nodes)| PoolPlacement {
+                pool: p.name.clone(),
+                nodes: nodes
+                    .iter()
+                    .map(|i| self.planner.names[*i].to_owned())
+                    .collect(),
+            })
+            .collect();
+        self.plan.admit.push(Admission {
+            job_id: job.id.clone(),
+            placements,
+        });
+        true
+    }
+
+    fn wait(&mut self, job: &JobRecord, reason: PendingReason, message: Arc<str>) {
+        self.plan.waiting.push(Waiting {
             job_id: job.id.clone(),
             reason,
             message,
-        };
-        if let Ok(placed) = planner.place(pools, View::Open, true) {
-            for (pool, nodes) in pools.iter().zip(&placed) {
-                for &n in nodes {
-                    planner.hold(n, &job.id, Shape::of(pool));
-                }
-            }
-            let placements = pools
-                .iter()
-                .zip(placed)
-                .map(|(p, nodes)| PoolPlacement {
-                    pool: p.name.clone(),
-                    nodes: nodes.iter().map(|i| planner.names[*i].to_owned()).collect(),
-                })
-                .collect();
-            plan.admit.push(Admission {
-                job_id: job.id.clone(),
-                placements,
-            });
-            continue;
+        });
+    }
+
+    /// Admits `job` if it fits now; otherwise records why it waits and reserves the nodes it
+    /// would use once they drain. Returns whether it was admitted.
+    fn consider(&mut self, job: &'q JobRecord) -> bool {
+        if self.try_admit(job) {
+            return true;
         }
+        let pools = &job.spec.pools;
+        let planner = &mut self.planner;
         if let Some(m) = planner.never_fits(pools) {
             let message = format!(
                 "pool {}: needs {} node(s) with {}, the fleet has {} schedulable",
@@ -1155,9 +1156,8 @@ pub fn plan_admissions(
                 describe(m.pool),
                 m.counts.all
             );
-            plan.waiting
-                .push(wait(PendingReason::NoMatchingNode, message.into()));
-            continue;
+            self.wait(job, PendingReason::NoMatchingNode, message.into());
+            return false;
         }
         // Would it fit without this pass's reservations? Then it waits for a reserved node.
         match planner.fits_unreserved(pools) {
@@ -1165,22 +1165,21 @@ pub fn plan_admissions(
                 // One message per owner, cloned: a long queue behind one job formats it once.
                 let o = owner.or((!planner.owners.is_empty()).then_some(0));
                 let k = o.map_or(0, |o| o + 1);
-                if behind_messages.len() <= k {
-                    behind_messages.resize(k + 1, None);
+                if self.behind_messages.len() <= k {
+                    self.behind_messages.resize(k + 1, None);
                 }
-                let message = behind_messages[k]
+                let message = self.behind_messages[k]
                     .get_or_insert_with(|| {
                         let who = o.map_or_else(
                             || "earlier jobs".to_owned(),
                             |o| format!("job {}", planner.owners[o]),
                         );
                         Arc::from(format!(
-                            "waiting behind {who} (higher priority or earlier), which holds the nodes this job would use until they drain"
+                            "waiting behind {who} (served first by priority, submission order or fair share), which holds the nodes this job would use until they drain"
                         ))
                     })
                     .clone();
-                plan.waiting
-                    .push(wait(PendingReason::QueuedBehindOthers, message));
+                self.wait(job, PendingReason::QueuedBehindOthers, message);
             }
             Err(m) => {
                 // Many waiting jobs of a long queue share a pool shape and counts: format once.
@@ -1194,24 +1193,266 @@ pub fn plan_admissions(
                     p.memory_gb.to_bits(),
                     (m.counts.gpus, m.counts.gpus_cpus, m.counts.all),
                 );
-                let (reason, message) = match short_messages.get(&key) {
+                let (reason, message) = match self.short_messages.get(&key) {
                     Some(cached) => cached.clone(),
                     None => {
-                        let (reason, text) = shortage(&mut planner, &m);
+                        let (reason, text) = shortage(planner, &m);
                         let made = (reason, Arc::<str>::from(text));
-                        short_messages.insert(key, made.clone());
+                        self.short_messages.insert(key, made.clone());
                         made
                     }
                 };
-                plan.waiting.push(wait(reason, message));
+                self.wait(job, reason, message);
             }
         }
+        let planner = &mut self.planner;
         let owner = planner.owners.len();
         if planner.reserve(pools, owner) {
             planner.owners.push(job.id.clone());
         }
+        false
     }
-    plan
+}
+
+/// Per tenant during a round: its quota, what it holds, its queued jobs and its share.
+struct Tenant<'q> {
+    quota: Option<&'q TenantQuota>,
+    weight: f64,
+    held: Demand,
+    /// Indexes into the sorted queue keys (`start..end`), and the next to consider.
+    next: usize,
+    end: usize,
+}
+
+/// The tenant's weighted dominant share: its largest fraction of any resource of the fleet
+/// (GPUs of each series, CPUs and memory of CPU-only jobs), divided by its weight.
+fn dominant_share(held: &Demand, weight: f64, totals: &Totals) -> f64 {
+    let mut share: f64 = 0.0;
+    for (series, gpus) in &held.gpus {
+        let total = totals.gpus.get(series.as_str()).copied().unwrap_or(0);
+        if total > 0 {
+            share = share.max(f64::from(*gpus) / f64::from(total));
+        } else if *gpus > 0 {
+            share = share.max(1.0);
+        }
+    }
+    if totals.cpus > 0.0 {
+        share = share.max(held.cpus / totals.cpus);
+    }
+    if totals.memory_gb > 0.0 {
+        share = share.max(held.memory_gb / totals.memory_gb);
+    }
+    share / weight.max(crate::quota::MIN_WEIGHT)
+}
+
+/// Fleet totals the shares are fractions of.
+struct Totals<'c> {
+    gpus: HashMap<&'c str, u32>,
+    cpus: f64,
+    memory_gb: f64,
+}
+
+/// Plans which `queue` jobs (only `QUEUED` ones count) to admit against `capacity`, after placing
+/// `reservations`, under the tenants' `quotas`. The other active records of `queue` (admitted,
+/// running) are what each tenant holds now.
+///
+/// Order: among tenants with queued jobs, the one with the lowest weighted dominant share of what
+/// is admitted goes next (ties: its next job's priority, submission time, id); within a tenant,
+/// priority (high first), then submission time, then id. A job above a hard limit of its quota
+/// waits (`QuotaExceeded`) and reserves nothing; a job above a borrowing limit is considered only
+/// after every job within its quota, on nodes nobody reserved, and reserves nothing either.
+pub fn plan_admissions<'q>(
+    queue: &'q [JobRecord],
+    capacity: &CapacitySnapshot,
+    reservations: &[Reservation],
+    quotas: &[TenantQuota],
+) -> AdmissionPlan {
+    let mut planner = Planner::new(capacity);
+    hold_reservations(&mut planner, reservations);
+
+    // Tenants, by index; consecutive records of one tenant skip the map.
+    let mut tenant_index: HashMap<&str, usize> = HashMap::new();
+    let mut names: Vec<&str> = Vec::new();
+    let mut last: Option<(&str, usize)> = None;
+    let mut index_of = |name: &'q str| -> usize {
+        if let Some((n, i)) = last
+            && n == name
+        {
+            return i;
+        }
+        let i = match tenant_index.get(name) {
+            Some(&i) => i,
+            None => {
+                let i = names.len();
+                tenant_index.insert(name, i);
+                names.push(name);
+                i
+            }
+        };
+        last = Some((name, i));
+        i
+    };
+    // Sorted on plain keys (ids only break ties): a queue of 100,000 records sorted through
+    // references spent most of its time chasing pointers.
+    let mut keys: Vec<(usize, std::cmp::Reverse<i32>, i64, usize)> = Vec::new();
+    let mut holding: Vec<(usize, usize)> = Vec::new();
+    for (k, j) in queue.iter().enumerate() {
+        if j.state.is_terminal() {
+            continue;
+        }
+        if j.state == JobState::Queued {
+            if !j.stop_requested {
+                let t = index_of(&j.tenant);
+                keys.push((t, std::cmp::Reverse(j.spec.priority), j.submitted_at_ms, k));
+            }
+        } else {
+            let t = index_of(&j.tenant);
+            holding.push((t, k));
+        }
+    }
+    keys.sort_unstable_by(|a, b| {
+        (a.0, a.1, a.2)
+            .cmp(&(b.0, b.1, b.2))
+            .then_with(|| queue[a.3].id.cmp(&queue[b.3].id))
+    });
+
+    let quota_of: HashMap<&str, &TenantQuota> =
+        quotas.iter().map(|q| (q.tenant.as_str(), q)).collect();
+    let mut tenants: Vec<Tenant> = names
+        .iter()
+        .map(|n| {
+            let quota = quota_of.get(n).copied();
+            Tenant {
+                quota,
+                weight: quota.map_or(1.0, |q| q.weight),
+                held: Demand::default(),
+                next: 0,
+                end: 0,
+            }
+        })
+        .collect();
+    for (t, k) in holding {
+        tenants[t].held.add(&Demand::of(&queue[k].spec));
+    }
+    let mut at = 0;
+    while at < keys.len() {
+        let t = keys[at].0;
+        let start = at;
+        while at < keys.len() && keys[at].0 == t {
+            at += 1;
+        }
+        tenants[t].next = start;
+        tenants[t].end = at;
+    }
+    let totals = Totals {
+        gpus: capacity
+            .series
+            .iter()
+            .map(|(s, c)| (s.as_str(), c.total_gpus))
+            .collect(),
+        cpus: capacity.cpu.total_cpus,
+        memory_gb: capacity.cpu.total_memory_gb,
+    };
+
+    // Lowest share first; ties go to the earlier next job (priority, submission, id).
+    type Entry<'q> = std::cmp::Reverse<(u64, std::cmp::Reverse<i32>, i64, &'q str, usize)>;
+    let entry = |tenants: &[Tenant], t: usize| -> Entry<'_> {
+        let tenant = &tenants[t];
+        let job = &queue[keys[tenant.next].3];
+        // Shares are never negative, so their bit patterns order as the numbers do.
+        let share = dominant_share(&tenant.held, tenant.weight, &totals);
+        std::cmp::Reverse((
+            share.to_bits(),
+            std::cmp::Reverse(job.spec.priority),
+            job.submitted_at_ms,
+            job.id.as_str(),
+            t,
+        ))
+    };
+    let mut heap: std::collections::BinaryHeap<Entry> = (0..tenants.len())
+        .filter(|&t| tenants[t].next < tenants[t].end)
+        .map(|t| entry(&tenants, t))
+        .collect();
+
+    let mut round = Round {
+        planner,
+        plan: AdmissionPlan {
+            admit: Vec::new(),
+            waiting: Vec::with_capacity(keys.len()),
+        },
+        behind_messages: Vec::new(),
+        short_messages: HashMap::new(),
+    };
+    let mut borrowers: Vec<(usize, &JobRecord)> = Vec::new();
+    let mut quota_messages: HashMap<String, Arc<str>> = HashMap::new();
+    let mut held_by_quota = |round: &mut Round, job: &JobRecord, text: String| {
+        let message = quota_messages
+            .entry(text)
+            .or_insert_with_key(|t| Arc::from(t.as_str()))
+            .clone();
+        round.wait(job, PendingReason::QuotaExceeded, message);
+    };
+    while let Some(std::cmp::Reverse((.., t))) = heap.pop() {
+        // With one tenant left, its jobs go in its own order: no heap work per job.
+        let alone = heap.is_empty();
+        loop {
+            let job = &queue[keys[tenants[t].next].3];
+            tenants[t].next += 1;
+            match tenants[t].quota {
+                None => {
+                    if round.consider(job) {
+                        tenants[t].held.add(&Demand::of(&job.spec));
+                    }
+                }
+                Some(q) => {
+                    let demand = Demand::of(&job.spec);
+                    match quota::check(q, &tenants[t].held, &demand) {
+                        QuotaCheck::Within => {
+                            if round.consider(job) {
+                                tenants[t].held.add(&demand);
+                            }
+                        }
+                        QuotaCheck::Borrow(_) => borrowers.push((t, job)),
+                        QuotaCheck::Exceeded(text) => held_by_quota(&mut round, job, text),
+                    }
+                }
+            }
+            if tenants[t].next >= tenants[t].end {
+                break;
+            }
+            if !alone {
+                heap.push(entry(&tenants, t));
+                break;
+            }
+        }
+    }
+    // Borrowing: after every job within its quota, on nodes nobody reserved, reserving nothing.
+    for (t, job) in borrowers {
+        let Some(q) = tenants[t].quota else { continue };
+        let demand = Demand::of(&job.spec);
+        match quota::check(q, &tenants[t].held, &demand) {
+            QuotaCheck::Within => {
+                if round.consider(job) {
+                    tenants[t].held.add(&demand);
+                }
+            }
+            QuotaCheck::Exceeded(text) => held_by_quota(&mut round, job, text),
+            QuotaCheck::Borrow(text) => {
+                if round.try_admit(job) {
+                    tenants[t].held.add(&demand);
+                } else {
+                    held_by_quota(
+                        &mut round,
+                        job,
+                        format!(
+                            "{text}; it may borrow only capacity that no other job waiting within its quota needs, and none is free now"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    round.plan
 }
 
 /// Takes the resources of admitted-but-unbound machines from their planned nodes (or, for jobs

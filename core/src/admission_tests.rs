@@ -89,6 +89,7 @@ fn sixteen_free_gpus_spread_four_per_node_cannot_host_one_machine_of_eight() {
         &[job("big", 0, 1, vec![pool("main", Some("h200"), 1, 8)])],
         &cap,
         &[],
+        &[],
     );
     assert!(plan.admit.is_empty());
     let w = &plan.waiting[0];
@@ -112,7 +113,7 @@ fn multi_pool_job_is_admitted_only_when_every_pool_fits_on_distinct_nodes() {
         node("h-1", Some("h200"), 8, 2),
         node("l-0", Some("l40s"), 4, 0),
     ]);
-    let plan = plan_admissions(&[job("j", 0, 1, pools.clone())], &short, &[]);
+    let plan = plan_admissions(&[job("j", 0, 1, pools.clone())], &short, &[], &[]);
     assert_eq!(reason(&plan, "j"), Some(PendingReason::InsufficientGpu));
 
     let enough = snapshot(vec![
@@ -120,7 +121,7 @@ fn multi_pool_job_is_admitted_only_when_every_pool_fits_on_distinct_nodes() {
         node("h-1", Some("h200"), 8, 0),
         node("l-0", Some("l40s"), 4, 0),
     ]);
-    let plan = plan_admissions(&[job("j", 0, 1, pools)], &enough, &[]);
+    let plan = plan_admissions(&[job("j", 0, 1, pools)], &enough, &[], &[]);
     assert_eq!(admitted(&plan), ["j"]);
     let p = &plan.admit[0].placements;
     assert_eq!((p[0].pool.as_str(), p[0].nodes.len()), ("main", 2));
@@ -132,7 +133,7 @@ fn two_pools_of_one_series_never_share_a_node() {
     // One node with 16 free GPUs could hold both machines by count, but each machine needs its own node.
     let cap = snapshot(vec![node("h-0", Some("h200"), 16, 0)]);
     let pools = vec![pool("a", Some("h200"), 1, 8), pool("b", Some("h200"), 1, 8)];
-    let plan = plan_admissions(&[job("j", 0, 1, pools)], &cap, &[]);
+    let plan = plan_admissions(&[job("j", 0, 1, pools)], &cap, &[], &[]);
     assert!(plan.admit.is_empty());
 }
 
@@ -147,7 +148,7 @@ fn reservations_of_admitted_jobs_keep_their_gpus() {
         job("a", 0, 1, vec![pool("m", Some("h200"), 1, 8)]),
         job("b", 0, 2, vec![pool("m", Some("h200"), 1, 8)]),
     ];
-    let plan = plan_admissions(&queue, &cap, &[held]);
+    let plan = plan_admissions(&queue, &cap, &[held], &[]);
     assert_eq!(admitted(&plan), ["a"]);
     assert_eq!(reason(&plan, "b"), Some(PendingReason::InsufficientGpu));
     // Jobs admitted in this pass and admitted jobs not bound yet have no pods to show yet, but
@@ -177,7 +178,7 @@ fn priority_then_submission_order_and_a_blocked_series_blocks_only_itself() {
         job("l40s", 0, 3, vec![pool("m", Some("l40s"), 1, 4)]),
     ];
     // big-h200 needs two h200 nodes; the fleet has one: it never fits and blocks nobody.
-    let plan = plan_admissions(&queue, &cap, &[]);
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(admitted(&plan), ["urgent", "l40s"]);
     assert_eq!(
         reason(&plan, "big-h200"),
@@ -202,7 +203,7 @@ fn priority_then_submission_order_and_a_blocked_series_blocks_only_itself() {
         job("small3", 0, 4, vec![pool("m", Some("h200"), 1, 2)]),
         job("other", 0, 5, vec![pool("m", Some("l40s"), 1, 4)]),
     ];
-    let plan = plan_admissions(&queue, &cap, &[]);
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(admitted(&plan), ["small", "small2", "other"]);
     assert_eq!(nodes_of(&plan, "small"), ["h-1"]);
     assert_eq!(reason(&plan, "big"), Some(PendingReason::InsufficientGpu));
@@ -224,7 +225,7 @@ fn cordoned_series_gives_no_matching_node_and_cpu_jobs_use_any_node() {
         job("gpu", 0, 1, vec![pool("m", Some("h200"), 1, 8)]),
         job("cpu", 0, 2, vec![cpu]),
     ];
-    let plan = plan_admissions(&queue, &cap, &[]);
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(admitted(&plan), ["cpu"]);
     assert_eq!(reason(&plan, "gpu"), Some(PendingReason::NoMatchingNode));
 }
@@ -238,6 +239,7 @@ fn cpu_job_larger_than_free_cpu_waits_with_insufficient_cpu() {
         &[job("cpu", 0, 1, vec![pool("main", None, 1, 0)])],
         &cap,
         &[],
+        &[],
     );
     assert_eq!(reason(&plan, "cpu"), Some(PendingReason::InsufficientCpu));
 }
@@ -249,7 +251,7 @@ fn jobs_already_stopping_or_admitted_are_not_planned() {
     stopping.stop_requested = true;
     let mut running = job("r", 0, 1, vec![pool("m", Some("h200"), 1, 8)]);
     running.state = JobState::Admitted;
-    let plan = plan_admissions(&[stopping, running], &cap, &[]);
+    let plan = plan_admissions(&[stopping, running], &cap, &[], &[]);
     assert!(plan.admit.is_empty() && plan.waiting.is_empty());
 }
 
@@ -271,7 +273,7 @@ fn job_that_fits_idle_fleet_only_by_mixing_node_sizes_is_not_reported_as_never_f
         ],
     );
     let too_big = job("too-big", 0, 2, vec![pool("main", Some("h200"), 2, 8)]);
-    let plan = plan_admissions(&[mixed, too_big], &cap, &[]);
+    let plan = plan_admissions(&[mixed, too_big], &cap, &[], &[]);
     assert_eq!(admitted(&plan), ["mixed"]);
     assert_eq!(
         reason(&plan, "too-big"),
@@ -346,7 +348,7 @@ fn the_new_user_scenario_uses_cpu_nodes_first_and_keeps_the_h200_gpus_usable() {
         .collect();
     queue.extend((0..8).map(|i| job(&format!("wide-{i}"), 0, 100 + i, vec![cpu_pool(30.0, 8.0)])));
     let mut cap = snapshot(sample_fleet());
-    let plan = plan_admissions(&queue, &cap, &[]);
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(plan.admit.len(), 38, "{:?}", plan.waiting);
     for i in 0..30 {
         let on = nodes_of(&plan, &format!("small-{i:02}"));
@@ -370,7 +372,7 @@ fn the_new_user_scenario_uses_cpu_nodes_first_and_keeps_the_h200_gpus_usable() {
         );
     }
     let gpu = job("h200-3x8", 0, 1_000, vec![gpu_pool("h200", 3, 8)]);
-    let plan = plan_admissions(std::slice::from_ref(&gpu), &cap, &[]);
+    let plan = plan_admissions(std::slice::from_ref(&gpu), &cap, &[], &[]);
     assert_eq!(admitted(&plan), ["h200-3x8"], "{:?}", plan.waiting);
     let mut planned = nodes_of(&plan, "h200-3x8");
     planned.sort_unstable();
@@ -387,7 +389,7 @@ fn cpu_jobs_spilled_onto_gpu_nodes_never_take_what_free_gpus_keep() {
         .map(|i| job(&format!("spill-{i}"), 0, i, vec![cpu_pool(30.0, 8.0)]))
         .chain([job("gpu", 0, 10, vec![gpu_pool("h200", 1, 8)])])
         .collect();
-    let plan = plan_admissions(&queue, &cap, &[]);
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(admitted(&plan), ["spill-0", "spill-1", "gpu"]);
     assert_eq!(
         reason(&plan, "spill-2"),
@@ -411,7 +413,12 @@ fn a_gpu_job_short_of_cpu_says_cpu_and_names_the_holders() {
         memory_gb: 8.0,
     }];
     let cap = snapshot(vec![a]);
-    let plan = plan_admissions(&[job("j", 0, 1, vec![gpu_pool("h200", 1, 8)])], &cap, &[]);
+    let plan = plan_admissions(
+        &[job("j", 0, 1, vec![gpu_pool("h200", 1, 8)])],
+        &cap,
+        &[],
+        &[],
+    );
     assert_eq!(reason(&plan, "j"), Some(PendingReason::InsufficientCpu));
     let m = message(&plan, "j");
     assert!(m.contains("1 have the GPUs, 0 also the CPUs"), "{m}");
@@ -426,6 +433,7 @@ fn a_gpu_job_short_of_cpu_says_cpu_and_names_the_holders() {
         &[job("j", 0, 1, vec![gpu_pool("h200", 1, 8)])],
         &snapshot(vec![b]),
         &[],
+        &[],
     );
     assert_eq!(reason(&plan, "j"), Some(PendingReason::InsufficientMemory));
 }
@@ -439,7 +447,7 @@ fn a_small_cpu_job_behind_a_waiting_gpu_job_is_admitted_in_the_same_pass() {
         job("head", 5, 1, vec![gpu_pool("h200", 1, 8)]),
         job("tiny", 0, 2, vec![cpu_pool(1.0, 1.0)]),
     ];
-    let plan = plan_admissions(&queue, &cap, &[]);
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(admitted(&plan), ["tiny"]);
     assert_eq!(nodes_of(&plan, "tiny"), ["cpu-0"]);
     assert_eq!(reason(&plan, "head"), Some(PendingReason::InsufficientGpu));
@@ -480,7 +488,7 @@ fn a_big_job_is_not_starved_by_a_stream_of_small_ones() {
                 c
             })
             .collect();
-        let plan = plan_admissions(&queue, &snapshot(nodes), &[]);
+        let plan = plan_admissions(&queue, &snapshot(nodes), &[], &[]);
         for a in &plan.admit {
             let Some(job) = queue.iter().find(|j| j.id == a.job_id) else {
                 continue;
@@ -513,6 +521,7 @@ fn admitted_but_unbound_machines_keep_their_planned_nodes() {
         &[job("next", 0, 1, vec![pool("m", Some("h200"), 1, 8)])],
         &cap,
         &[held],
+        &[],
     );
     assert_eq!(
         nodes_of(&plan, "next"),
@@ -578,7 +587,7 @@ fn insufficient_gpu_is_only_said_when_too_few_nodes_have_the_free_gpus() {
             })
             .collect();
         let mut cap = snapshot(nodes);
-        let plan = plan_admissions(&queue, &cap, &[]);
+        let plan = plan_admissions(&queue, &cap, &[], &[]);
         apply(&mut cap, &queue, &plan);
         for w in &plan.waiting {
             let Some(job) = queue.iter().find(|j| j.id == w.job_id) else {

@@ -25,6 +25,10 @@ pub struct CapacitySnapshot {
     /// What each free GPU keeps of its node's CPU and memory for GPU jobs.
     #[serde(default)]
     pub gpu_share: GpuShare,
+    /// Per tenant, what its active jobs hold and wait for (the reconciler fills it in). Never
+    /// served whole: the API shows a caller only its own tenant's entry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tenants: BTreeMap<String, crate::quota::TenantUsage>,
 }
 
 /// The CPU and memory each free GPU of a node keeps for GPU jobs: a CPU-only job placed on a GPU
@@ -210,6 +214,7 @@ impl CapacitySnapshot {
             nodes,
             cpu,
             gpu_share,
+            tenants: BTreeMap::new(),
         }
     }
 

@@ -105,6 +105,9 @@ pub enum PendingReason {
     NoMatchingNode,
     /// Waiting behind jobs of higher priority or earlier submission.
     QueuedBehindOthers,
+    /// The tenant's quota for the series (or for CPU-only jobs) is in use; the job is admitted
+    /// when the tenant's own jobs finish (or, with borrowing, when idle capacity appears).
+    QuotaExceeded,
     /// Pods are scheduled but the image cannot be pulled.
     ImagePull,
     /// Pods are created and starting (pulling, initialising, waiting for Ray).

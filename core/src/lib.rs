@@ -13,6 +13,7 @@ pub mod constants;
 pub mod fleet;
 pub mod job;
 pub mod playground;
+pub mod quota;
 pub mod render;
 pub mod spec;
 pub mod store;

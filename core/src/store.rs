@@ -295,6 +295,18 @@ pub trait JobStore: Send + Sync {
 
     /// Deletes a playground (no error if absent).
     async fn delete_playground(&self, id: &str) -> Result<()>;
+
+    /// Stores a tenant's quota and weight (overwrites the tenant's previous record).
+    async fn put_quota(&self, quota: &crate::quota::TenantQuota) -> Result<()>;
+
+    /// Reads one tenant's quota; `None` when it has none (unlimited, weight 1).
+    async fn get_quota(&self, tenant: &str) -> Result<Option<crate::quota::TenantQuota>>;
+
+    /// Every stored quota, sorted by tenant (the reconciler reads them once per pass).
+    async fn list_quotas(&self) -> Result<Vec<crate::quota::TenantQuota>>;
+
+    /// Deletes a tenant's quota (no error if absent): the tenant is unlimited again.
+    async fn delete_quota(&self, tenant: &str) -> Result<()>;
 }
 
 /// SHA-256 (hex) of an API key secret: the only form in which keys are stored.

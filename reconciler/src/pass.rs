@@ -226,7 +226,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }
-    let plan = plan_admissions(&active, &capacity, &reservations(cluster, &active));
+    let plan = plan_admissions(&active, &capacity, &reservations(cluster, &active), &[]);
     // Plans name jobs by id: look them up once each (10,000 queued jobs made a scan per job
     // quadratic).
     let by_id: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.id.as_str(), j)).collect();

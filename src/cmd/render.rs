@@ -87,7 +87,7 @@ fn plan(job: &JobRecord, fleet: Option<&std::path::Path>) -> anyhow::Result<Vec<
     };
     let fleet = Fleet::from_yaml(&super::read_text(path)?)?;
     let capacity = fleet.idle_capacity(GpuShare::default());
-    let plan = plan_admissions(std::slice::from_ref(job), &capacity, &[]);
+    let plan = plan_admissions(std::slice::from_ref(job), &capacity, &[], &[]);
     match (plan.admit.into_iter().next(), plan.waiting.first()) {
         (Some(a), _) => Ok(a.placements),
         (None, Some(w)) => bail!(

@@ -180,3 +180,28 @@ async fn a_playground_item_of_the_previous_version_decodes_and_updates() {
         Some(stored)
     );
 }
+
+/// Quotas live in the table, not in the client: a new client (a restarted process) reads them.
+#[tokio::test]
+async fn quotas_survive_a_new_client() {
+    let config = sdk_config().await;
+    let table = unique_name("tp-jobs");
+    {
+        let client = dynamodb_client(&config, None);
+        ok(create_table(&client, &table).await, "create table");
+        let store = DynamoJobStore::new(client, table.clone());
+        let mut quota = tuneplane_core::quota::TenantQuota::unlimited("acme");
+        quota.series.insert(
+            "h200".into(),
+            tuneplane_core::quota::SeriesLimit {
+                gpus: 16,
+                borrow: false,
+            },
+        );
+        ok(store.put_quota(&quota).await, "put quota");
+    }
+    let store = DynamoJobStore::new(dynamodb_client(&sdk_config().await, None), table);
+    let quotas = ok(store.list_quotas().await, "list quotas");
+    assert_eq!(quotas.len(), 1);
+    assert_eq!(quotas[0].series["h200"].gpus, 16);
+}

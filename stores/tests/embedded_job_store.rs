@@ -47,6 +47,9 @@ async fn data_survives_a_restart_of_the_store() {
             store.put_capacity(&serde_json::json!({"h200": 8})).await,
             "capacity",
         );
+        let mut quota = tuneplane_core::quota::TenantQuota::unlimited("acme");
+        quota.weight = 3.0;
+        ok(store.put_quota(&quota).await, "quota");
     }
     // A new process opening the same directory (the store above is dropped, closing the file).
     let reopened = ok(EmbeddedJobStore::open(dir.path()), "reopen");
@@ -63,6 +66,11 @@ async fn data_survives_a_restart_of_the_store() {
     assert_eq!(
         ok(reopened.get_capacity().await, "capacity"),
         Some(serde_json::json!({"h200": 8}))
+    );
+    assert_eq!(
+        ok(reopened.get_quota("acme").await, "quota").map(|q| q.weight),
+        Some(3.0),
+        "quotas survive restarts"
     );
     let idem = Idempotency {
         key: "k".into(),

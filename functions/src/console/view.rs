@@ -47,6 +47,9 @@ pub fn pending_words(reason: PendingReason) -> &'static str {
         PendingReason::QueuedBehindOthers => {
             "Waiting behind a job of higher priority or submitted earlier, which holds the nodes this job would use until they drain."
         }
+        PendingReason::QuotaExceeded => {
+            "Waiting for quota: your team's quota for this GPU series (or for CPU-only jobs) is in use; the job starts when your own jobs finish."
+        }
         PendingReason::ImagePull => {
             "Kubernetes cannot pull the container image: check its name, tag and registry access."
         }

@@ -313,6 +313,23 @@ impl JobStore for FaultyJobStore {
         let call = self.inner.delete_playground(id);
         self.faults.run("delete_playground", id, call).await
     }
+    async fn put_quota(&self, quota: &tuneplane_core::quota::TenantQuota) -> Result<()> {
+        let call = self.inner.put_quota(quota);
+        self.faults.run("put_quota", &quota.tenant, call).await
+    }
+    async fn get_quota(&self, tenant: &str) -> Result<Option<tuneplane_core::quota::TenantQuota>> {
+        let call = self.inner.get_quota(tenant);
+        self.faults.run("get_quota", tenant, call).await
+    }
+    async fn list_quotas(&self) -> Result<Vec<tuneplane_core::quota::TenantQuota>> {
+        self.faults
+            .run("list_quotas", "", self.inner.list_quotas())
+            .await
+    }
+    async fn delete_quota(&self, tenant: &str) -> Result<()> {
+        let call = self.inner.delete_quota(tenant);
+        self.faults.run("delete_quota", tenant, call).await
+    }
 }
 
 /// A [`BlobStore`] that injects [`Faults`] in front of a real one.

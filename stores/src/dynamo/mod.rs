@@ -9,6 +9,7 @@
 //! | capacity | `CAPACITY` | `CURRENT` | |
 //! | schedule | `SCHEDULE#<id>` | `SCHEDULE` | |
 //! | playground | `PG#<id>` | `PG` | `apk`=`PLAYGROUNDS`, `ask`=`<id>` |
+//! | tenant quota | `QUOTA` | `<tenant>` | |
 //!
 //! Indexes (projection ALL): `active` (`apk`, `ask`: sparse, holds only non-terminal jobs and
 //! playgrounds) and `tenant` (`tpk`, `tsk`). Every job write is a conditional `PutItem` on

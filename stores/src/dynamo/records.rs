@@ -1,5 +1,5 @@
 //! The `JobStore` implementation of [`DynamoJobStore`], and the items beside jobs: idempotency
-//! keys, API keys, the capacity snapshot, schedules and playgrounds.
+//! keys, API keys, the capacity snapshot, schedules, playgrounds and tenant quotas.
 //!
 //! Side records keep their fields in a JSON `body` attribute plus the attributes that conditions
 //! and indexes need (`version`, `ttl`, `apk`/`ask`).
@@ -8,6 +8,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tuneplane_core::job::{JobEvent, JobRecord};
+use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
     ApiKeyRecord, CreateOutcome, Idempotency, IdempotencyRecord, JobQuery, JobStore, Page,
     PlaygroundRecord, Result, ScheduleRecord, StoreError,
@@ -300,4 +301,43 @@ impl JobStore for DynamoJobStore {
     async fn delete_playground(&self, id: &str) -> Result<()> {
         self.delete_doc(&format!("PG#{id}"), "PG").await
     }
+
+    async fn put_quota(&self, quota: &TenantQuota) -> Result<()> {
+        self.put_doc(QUOTA_PK, &quota.tenant, quota, None, Vec::new())
+            .await
+    }
+
+    async fn get_quota(&self, tenant: &str) -> Result<Option<TenantQuota>> {
+        self.get_doc(QUOTA_PK, tenant).await
+    }
+
+    async fn list_quotas(&self) -> Result<Vec<TenantQuota>> {
+        // One partition: a query on the table itself, sorted by tenant.
+        let build = |from: Option<Item>| {
+            self.client
+                .query()
+                .table_name(self.table())
+                .key_condition_expression("pk = :p")
+                .expression_attribute_values(":p", s(QUOTA_PK))
+                .set_exclusive_start_key(from)
+        };
+        let items = self.query_all(build, QUOTA_PK, None, None).await?;
+        items
+            .iter()
+            .map(|i| {
+                Stored {
+                    table: self.table(),
+                    item: i,
+                }
+                .json("body")
+            })
+            .collect()
+    }
+
+    async fn delete_quota(&self, tenant: &str) -> Result<()> {
+        self.delete_doc(QUOTA_PK, tenant).await
+    }
 }
+
+/// Partition of the tenants' quotas (`sk` is the tenant).
+const QUOTA_PK: &str = "QUOTA";

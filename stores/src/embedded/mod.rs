@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use redb::{ConcurrencyMode, Database, ReadableDatabase};
 use tuneplane_core::job::{JobEvent, JobRecord};
+use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
     ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, Page, PlaygroundRecord, Result,
     ScheduleRecord, StoreError,
@@ -303,6 +304,26 @@ impl JobStore for EmbeddedJobStore {
 
     async fn delete_playground(&self, id: &str) -> Result<()> {
         let key = format!("PG#{id}");
+        self.write(move |tx| tx.delete_meta(&key)).await
+    }
+
+    async fn put_quota(&self, quota: &TenantQuota) -> Result<()> {
+        let quota = quota.clone();
+        self.write(move |tx| tx.put_meta(&format!("QUOTA#{}", quota.tenant), &quota))
+            .await
+    }
+
+    async fn get_quota(&self, tenant: &str) -> Result<Option<TenantQuota>> {
+        let key = format!("QUOTA#{tenant}");
+        self.read(move |tx| tx.get_meta(&key)).await
+    }
+
+    async fn list_quotas(&self) -> Result<Vec<TenantQuota>> {
+        self.read(|tx| tx.list_meta("QUOTA#")).await
+    }
+
+    async fn delete_quota(&self, tenant: &str) -> Result<()> {
+        let key = format!("QUOTA#{tenant}");
         self.write(move |tx| tx.delete_meta(&key)).await
     }
 }

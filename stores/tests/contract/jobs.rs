@@ -712,3 +712,58 @@ pub async fn playground_pod_and_status_round_trip_and_updates_are_versioned(stor
         Some(cleared)
     );
 }
+
+pub async fn quotas_round_trip_list_by_tenant_and_delete(store: Store) {
+    use tuneplane_core::quota::{CpuLimit, SeriesLimit, TenantQuota};
+    assert_eq!(ok(store.get_quota("team-a").await, "get absent"), None);
+    assert!(ok(store.list_quotas().await, "list empty").is_empty());
+    let mut a = TenantQuota::unlimited("team-a");
+    a.series.insert(
+        "h200".into(),
+        SeriesLimit {
+            gpus: 16,
+            borrow: true,
+        },
+    );
+    a.cpu = Some(CpuLimit {
+        cpus: Some(64.0),
+        memory_gb: None,
+        borrow: false,
+    });
+    a.weight = 2.0;
+    a.updated_at_ms = 7;
+    let mut b = TenantQuota::unlimited("team-b");
+    b.series.insert(
+        "l40s".into(),
+        SeriesLimit {
+            gpus: 4,
+            borrow: false,
+        },
+    );
+    // Written out of order: listing sorts by tenant.
+    ok(store.put_quota(&b).await, "put b");
+    ok(store.put_quota(&a).await, "put a");
+    assert_eq!(
+        ok(store.get_quota("team-a").await, "get a"),
+        Some(a.clone())
+    );
+    let tenants: Vec<String> = ok(store.list_quotas().await, "list")
+        .into_iter()
+        .map(|q| q.tenant)
+        .collect();
+    assert_eq!(tenants, ["team-a", "team-b"]);
+    // A put replaces the tenant's record whole.
+    a.series.clear();
+    ok(store.put_quota(&a).await, "replace a");
+    assert_eq!(
+        ok(store.get_quota("team-a").await, "get replaced").map(|q| q.series.len()),
+        Some(0)
+    );
+    ok(store.delete_quota("team-b").await, "delete b");
+    ok(store.delete_quota("team-b").await, "delete absent");
+    assert_eq!(ok(store.get_quota("team-b").await, "get deleted"), None);
+    assert_eq!(ok(store.list_quotas().await, "list after delete").len(), 1);
+    // Quotas are not jobs, schedules or playgrounds.
+    assert!(ok(store.list_active().await, "active").is_empty());
+    assert!(ok(store.list_playgrounds().await, "playgrounds").is_empty());
+}

@@ -33,6 +33,7 @@ macro_rules! job_store_contract {
             a_new_job_and_its_first_events_land_together_and_repeats_add_none,
             capacity_api_keys_schedules_and_playgrounds_round_trip,
             playground_pod_and_status_round_trip_and_updates_are_versioned,
+            quotas_round_trip_list_by_tenant_and_delete,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {

@@ -1,0 +1,580 @@
+//! Sharing the fleet between tenants: quotas, weights, what each tenant holds, and the checks
+//! admission and submission make against them.
+//!
+//! - A [`TenantQuota`] caps what one tenant may have admitted at once: GPUs per series, and
+//!   optionally CPUs and memory of CPU-only jobs. No quota (or no limit for a series) means
+//!   unlimited, so a single-tenant install behaves as if quotas did not exist.
+//! - A limit with `borrow: true` lets the tenant go above it on capacity nobody else's queued jobs
+//!   can use; such jobs are admitted after every job within its quota (see the admission module).
+//! - `weight` (default 1) scales the tenant's fair share: admission serves the tenant with the
+//!   lowest dominant share of the fleet divided by its weight first.
+//!
+//! Nothing here does I/O: the stores persist [`TenantQuota`] records, the reconciler and the API
+//! compute [`TenantUsage`] from active job records.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::{JobRecord, JobState};
+use crate::spec::{JobSpec, is_dns_label};
+
+/// Largest GPU limit accepted (a sanity bound, far above any fleet).
+pub const MAX_GPUS: u32 = 1_000_000;
+/// Largest CPU limit accepted, cores.
+pub const MAX_CPUS: f64 = 10_000_000.0;
+/// Largest memory limit accepted, GiB.
+pub const MAX_MEMORY_GB: f64 = 100_000_000.0;
+/// Weights are between these bounds.
+pub const MIN_WEIGHT: f64 = 0.01;
+/// Weights are between these bounds.
+pub const MAX_WEIGHT: f64 = 1000.0;
+
+/// The GPU limit of one series.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesLimit {
+    /// Most GPUs of the series the tenant may have admitted at once.
+    pub gpus: u32,
+    /// Whether the tenant may go above `gpus` on capacity no other tenant's queued jobs can use.
+    #[serde(default)]
+    pub borrow: bool,
+}
+
+/// The limit on CPU-only jobs (GPU jobs' CPUs and memory are covered by their GPU limit).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuLimit {
+    /// Most CPU cores of CPU-only jobs admitted at once; `None` = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    /// Most memory (GiB) of CPU-only jobs admitted at once; `None` = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gb: Option<f64>,
+    /// Whether the tenant may go above these limits on capacity nobody else can use.
+    #[serde(default)]
+    pub borrow: bool,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(w: &f64) -> bool {
+    (*w - 1.0).abs() < f64::EPSILON
+}
+
+/// One tenant's quota and fair-share weight, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantQuota {
+    /// The tenant (as on its API keys).
+    pub tenant: String,
+    /// Fair-share weight: a tenant of weight 2 is served as if it held half of what it holds.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: f64,
+    /// GPU limits by series; a series not listed is unlimited.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub series: BTreeMap<String, SeriesLimit>,
+    /// Limits on CPU-only jobs; `None` = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuLimit>,
+    /// When the record was last written, Unix milliseconds.
+    #[serde(default)]
+    pub updated_at_ms: i64,
+}
+
+impl TenantQuota {
+    /// A quota with no limits and weight 1 (what a tenant without a record has).
+    pub fn unlimited(tenant: &str) -> TenantQuota {
+        TenantQuota {
+            tenant: tenant.to_owned(),
+            weight: 1.0,
+            series: BTreeMap::new(),
+            cpu: None,
+            updated_at_ms: 0,
+        }
+    }
+
+    /// True when nothing is limited and the weight is the default (the record may be deleted).
+    pub fn is_default(&self) -> bool {
+        self.series.is_empty() && self.cpu.is_none() && is_one(&self.weight)
+    }
+
+    /// Checks every field; the error lists each problem with its field and what to do.
+    pub fn validate(&self) -> Result<(), QuotaError> {
+        let mut problems = Vec::new();
+        if !valid_tenant(&self.tenant) {
+            problems.push(format!(
+                "tenant: {:?} is not a tenant name (1-40 of a-z, 0-9 and '-', as on API keys)",
+                self.tenant
+            ));
+        }
+        if !self.weight.is_finite() || !(MIN_WEIGHT..=MAX_WEIGHT).contains(&self.weight) {
+            problems.push(format!(
+                "weight: {} is out of range; use a number from {MIN_WEIGHT} to {MAX_WEIGHT} (default 1)",
+                self.weight
+            ));
+        }
+        for (series, limit) in &self.series {
+            if !is_dns_label(series, 63) {
+                problems.push(format!(
+                    "series: {series:?} is not a series name (a DNS label such as h200)"
+                ));
+            }
+            if limit.gpus > MAX_GPUS {
+                problems.push(format!(
+                    "series {series}: gpus {} is above the largest accepted ({MAX_GPUS})",
+                    limit.gpus
+                ));
+            }
+        }
+        if let Some(cpu) = &self.cpu {
+            if cpu.cpus.is_none() && cpu.memory_gb.is_none() {
+                problems.push("cpu: set cpus and/or memory_gb, or remove the CPU limit".to_owned());
+            }
+            if let Some(c) = cpu.cpus
+                && (!c.is_finite() || !(0.0..=MAX_CPUS).contains(&c))
+            {
+                problems.push(format!(
+                    "cpus: {c} is out of range; use 0 to {MAX_CPUS} cores"
+                ));
+            }
+            if let Some(m) = cpu.memory_gb
+                && (!m.is_finite() || !(0.0..=MAX_MEMORY_GB).contains(&m))
+            {
+                problems.push(format!(
+                    "memory_gb: {m} is out of range; use 0 to {MAX_MEMORY_GB} GiB"
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(QuotaError { problems })
+        }
+    }
+
+    /// The GPU limit of `series`, if any.
+    pub fn gpu_limit(&self, series: &str) -> Option<&SeriesLimit> {
+        self.series.get(series)
+    }
+}
+
+/// True for tenant names: 1-40 of `a-z`, `0-9` and `-`.
+pub fn valid_tenant(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= 40
+        && t.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// A quota that breaks the rules; every problem is listed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid quota: {}", problems.join("; "))]
+pub struct QuotaError {
+    /// One line per problem, each naming its field.
+    pub problems: Vec<String>,
+}
+
+/// What a job holds while admitted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Demand {
+    /// GPUs per series (every machine of every pool).
+    pub gpus: BTreeMap<String, u32>,
+    /// CPU cores of CPU-only pools.
+    pub cpus: f64,
+    /// Memory (GiB) of CPU-only pools.
+    pub memory_gb: f64,
+}
+
+impl Demand {
+    /// What `spec` holds once admitted.
+    pub fn of(spec: &JobSpec) -> Demand {
+        let mut d = Demand::default();
+        for pool in &spec.pools {
+            match &pool.series {
+                Some(s) => {
+                    let g = d.gpus.entry(s.clone()).or_default();
+                    *g = g.saturating_add(pool.nodes.saturating_mul(pool.gpus_per_node));
+                }
+                None => {
+                    d.cpus += pool.cpus * f64::from(pool.nodes);
+                    d.memory_gb += pool.memory_gb * f64::from(pool.nodes);
+                }
+            }
+        }
+        d
+    }
+
+    /// Adds `other` to `self`.
+    pub fn add(&mut self, other: &Demand) {
+        for (s, g) in &other.gpus {
+            let e = self.gpus.entry(s.clone()).or_default();
+            *e = e.saturating_add(*g);
+        }
+        self.cpus += other.cpus;
+        self.memory_gb += other.memory_gb;
+    }
+}
+
+/// What one tenant holds and waits for, from its active job records.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TenantUsage {
+    /// What admitted (not yet finished) jobs hold.
+    pub admitted: Demand,
+    /// Admitted jobs that have not finished.
+    pub admitted_jobs: u32,
+    /// What queued jobs ask for, summed.
+    pub queued: Demand,
+    /// Jobs waiting to be admitted.
+    pub queued_jobs: u32,
+}
+
+/// Per tenant, what its active jobs hold and wait for (jobs stopping still hold what they have).
+pub fn tenant_usage(jobs: &[JobRecord]) -> BTreeMap<String, TenantUsage> {
+    let mut out: BTreeMap<String, TenantUsage> = BTreeMap::new();
+    for job in jobs.iter().filter(|j| !j.state.is_terminal()) {
+        let u = out.entry(job.tenant.clone()).or_default();
+        let d = Demand::of(&job.spec);
+        if job.state == JobState::Queued {
+            if job.stop_requested {
+                continue;
+            }
+            u.queued.add(&d);
+            u.queued_jobs += 1;
+        } else {
+            u.admitted.add(&d);
+            u.admitted_jobs += 1;
+        }
+    }
+    out.retain(|_, u| u.admitted_jobs > 0 || u.queued_jobs > 0);
+    out
+}
+
+fn trim(v: f64) -> String {
+    let s = format!("{v:.1}");
+    s.strip_suffix(".0").map(str::to_owned).unwrap_or(s)
+}
+
+/// Where a job stands against its tenant's quota, given what the tenant holds now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QuotaCheck {
+    /// Within every limit.
+    Within,
+    /// Above a limit that allows borrowing (and no limit that does not): the job may run on
+    /// capacity nobody else's queued jobs can use. The message says which limit.
+    Borrow(String),
+    /// Above a limit without borrowing: the job waits (`QuotaExceeded`) with this message.
+    Exceeded(String),
+}
+
+/// Checks `demand` against `quota` when `held` is already admitted.
+pub fn check(quota: &TenantQuota, held: &Demand, demand: &Demand) -> QuotaCheck {
+    let mut exceeded: Option<String> = None;
+    let mut borrow: Option<String> = None;
+    let mut note = |borrowable: bool, text: String| {
+        let slot = if borrowable {
+            &mut borrow
+        } else {
+            &mut exceeded
+        };
+        if slot.is_none() {
+            *slot = Some(text);
+        }
+    };
+    for (series, need) in &demand.gpus {
+        let Some(limit) = quota.gpu_limit(series) else {
+            continue;
+        };
+        let used = held.gpus.get(series).copied().unwrap_or(0);
+        if u64::from(used) + u64::from(*need) > u64::from(limit.gpus) {
+            note(
+                limit.borrow,
+                format!(
+                    "tenant {} uses {used} of {} {series} GPUs; this job needs {need}",
+                    quota.tenant, limit.gpus
+                ),
+            );
+        }
+    }
+    if let Some(cpu) = &quota.cpu {
+        if let Some(max) = cpu.cpus
+            && demand.cpus > 0.0
+            && held.cpus + demand.cpus > max + 1e-9
+        {
+            note(
+                cpu.borrow,
+                format!(
+                    "tenant {} uses {} of {} CPUs for CPU-only jobs; this job needs {}",
+                    quota.tenant,
+                    trim(held.cpus),
+                    trim(max),
+                    trim(demand.cpus)
+                ),
+            );
+        }
+        if let Some(max) = cpu.memory_gb
+            && demand.memory_gb > 0.0
+            && held.memory_gb + demand.memory_gb > max + 1e-9
+        {
+            note(
+                cpu.borrow,
+                format!(
+                    "tenant {} uses {} of {} GiB of memory for CPU-only jobs; this job needs {}",
+                    quota.tenant,
+                    trim(held.memory_gb),
+                    trim(max),
+                    trim(demand.memory_gb)
+                ),
+            );
+        }
+    }
+    match (exceeded, borrow) {
+        (Some(e), _) => QuotaCheck::Exceeded(e),
+        (None, Some(b)) => QuotaCheck::Borrow(b),
+        (None, None) => QuotaCheck::Within,
+    }
+}
+
+/// Why a job can never be admitted under `quota` (it alone is above a limit that does not
+/// borrow), for refusing it at submission; `None` when it can.
+pub fn never_within(quota: &TenantQuota, demand: &Demand) -> Option<String> {
+    let mut out = String::new();
+    for (series, need) in &demand.gpus {
+        if let Some(limit) = quota.gpu_limit(series)
+            && !limit.borrow
+            && *need > limit.gpus
+        {
+            let _ = write!(
+                out,
+                "{}tenant {}'s quota is {} {series} GPUs; this job needs {need}",
+                if out.is_empty() { "" } else { "; " },
+                quota.tenant,
+                limit.gpus
+            );
+        }
+    }
+    if let Some(cpu) = &quota.cpu
+        && !cpu.borrow
+    {
+        if let Some(max) = cpu.cpus
+            && demand.cpus > max + 1e-9
+        {
+            let _ = write!(
+                out,
+                "{}tenant {}'s quota is {} CPUs for CPU-only jobs; this job needs {}",
+                if out.is_empty() { "" } else { "; " },
+                quota.tenant,
+                trim(max),
+                trim(demand.cpus)
+            );
+        }
+        if let Some(max) = cpu.memory_gb
+            && demand.memory_gb > max + 1e-9
+        {
+            let _ = write!(
+                out,
+                "{}tenant {}'s quota is {} GiB of memory for CPU-only jobs; this job needs {}",
+                if out.is_empty() { "" } else { "; " },
+                quota.tenant,
+                trim(max),
+                trim(demand.memory_gb)
+            );
+        }
+    }
+    if out.is_empty() {
+        None
+    } else {
+        out.push_str(": ask an operator to raise the quota (tuneplane admin quota set) or make the job smaller");
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quota() -> TenantQuota {
+        let mut q = TenantQuota::unlimited("team-a");
+        q.series.insert(
+            "h200".into(),
+            SeriesLimit {
+                gpus: 16,
+                borrow: false,
+            },
+        );
+        q
+    }
+
+    fn demand(series: &str, gpus: u32) -> Demand {
+        Demand {
+            gpus: [(series.to_owned(), gpus)].into(),
+            ..Demand::default()
+        }
+    }
+
+    #[test]
+    fn a_job_within_the_limit_passes_and_one_above_it_names_usage_limit_and_need() {
+        let q = quota();
+        assert_eq!(
+            check(&q, &demand("h200", 8), &demand("h200", 8)),
+            QuotaCheck::Within
+        );
+        assert_eq!(
+            check(&q, &demand("h200", 12), &demand("h200", 8)),
+            QuotaCheck::Exceeded("tenant team-a uses 12 of 16 h200 GPUs; this job needs 8".into())
+        );
+        // Another series is unlimited.
+        assert_eq!(
+            check(&q, &demand("h200", 16), &demand("l40s", 4)),
+            QuotaCheck::Within
+        );
+    }
+
+    #[test]
+    fn a_borrowing_limit_says_borrow_and_a_hard_limit_wins_over_it() {
+        let mut q = quota();
+        q.series.get_mut("h200").unwrap().borrow = true;
+        assert!(matches!(
+            check(&q, &demand("h200", 16), &demand("h200", 8)),
+            QuotaCheck::Borrow(_)
+        ));
+        q.series.insert(
+            "l40s".into(),
+            SeriesLimit {
+                gpus: 4,
+                borrow: false,
+            },
+        );
+        let mut both = demand("h200", 8);
+        both.gpus.insert("l40s".into(), 8);
+        assert!(matches!(
+            check(&q, &demand("h200", 16), &both),
+            QuotaCheck::Exceeded(m) if m.contains("l40s")
+        ));
+    }
+
+    #[test]
+    fn cpu_limits_count_cpu_only_jobs() {
+        let mut q = TenantQuota::unlimited("t");
+        q.cpu = Some(CpuLimit {
+            cpus: Some(64.0),
+            memory_gb: Some(256.0),
+            borrow: false,
+        });
+        let held = Demand {
+            cpus: 60.0,
+            memory_gb: 100.0,
+            ..Demand::default()
+        };
+        let job = Demand {
+            cpus: 8.0,
+            memory_gb: 32.0,
+            ..Demand::default()
+        };
+        assert_eq!(
+            check(&q, &held, &job),
+            QuotaCheck::Exceeded(
+                "tenant t uses 60 of 64 CPUs for CPU-only jobs; this job needs 8".into()
+            )
+        );
+        // A GPU job is not counted against the CPU limit.
+        assert_eq!(check(&q, &held, &demand("h200", 8)), QuotaCheck::Within);
+    }
+
+    #[test]
+    fn a_job_larger_than_a_hard_limit_never_fits_but_a_borrowing_one_may() {
+        let mut q = quota();
+        let m = never_within(&q, &demand("h200", 24)).unwrap();
+        assert!(
+            m.starts_with("tenant team-a's quota is 16 h200 GPUs; this job needs 24"),
+            "{m}"
+        );
+        assert_eq!(never_within(&q, &demand("h200", 16)), None);
+        q.series.get_mut("h200").unwrap().borrow = true;
+        assert_eq!(never_within(&q, &demand("h200", 24)), None);
+    }
+
+    #[test]
+    fn validation_names_every_bad_field() {
+        let mut q = TenantQuota::unlimited("Team A");
+        q.weight = 0.0;
+        q.series.insert(
+            "H 200".into(),
+            SeriesLimit {
+                gpus: MAX_GPUS + 1,
+                borrow: false,
+            },
+        );
+        q.cpu = Some(CpuLimit {
+            cpus: Some(f64::NAN),
+            memory_gb: Some(-1.0),
+            borrow: false,
+        });
+        let e = q.validate().unwrap_err();
+        let text = e.to_string();
+        for field in [
+            "tenant:",
+            "weight:",
+            "series:",
+            "gpus",
+            "cpus:",
+            "memory_gb:",
+        ] {
+            assert!(text.contains(field), "{field} missing from {text}");
+        }
+        assert_eq!(e.problems.len(), 6, "{text}");
+        assert!(quota().validate().is_ok());
+    }
+
+    #[test]
+    fn records_decode_with_defaults_and_round_trip() {
+        let q: TenantQuota = serde_json::from_str(r#"{"tenant":"a"}"#).unwrap();
+        assert_eq!(q, TenantQuota::unlimited("a"));
+        assert!(q.is_default());
+        let mut full = quota();
+        full.weight = 2.0;
+        let back: TenantQuota =
+            serde_json::from_str(&serde_json::to_string(&full).unwrap()).unwrap();
+        assert_eq!(back, full);
+    }
+
+    #[test]
+    fn usage_counts_admitted_and_queued_jobs_per_tenant() {
+        let pool = |series: Option<&str>, nodes: u32, gpus: u32| {
+            serde_json::json!({"name": "main", "series": series, "nodes": nodes,
+                "gpus_per_node": gpus, "cpus": 4.0, "memory_gb": 16.0})
+        };
+        let job = |id: &str, tenant: &str, state: JobState, pools: Vec<serde_json::Value>| {
+            let spec: JobSpec = serde_json::from_value(serde_json::json!({
+                "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true",
+                "env": {}, "pools": pools,
+                "deadlines": {"pre_running_seconds": 60, "run_seconds": 600},
+                "priority": 0, "labels": {}, "namespace": "ns", "platform_version": "0"
+            }))
+            .unwrap_or_else(|e| panic!("spec: {e}"));
+            let mut j = JobRecord::new_queued(id, tenant, spec, "ab", 1);
+            j.state = state;
+            j
+        };
+        let jobs = vec![
+            job("a1", "a", JobState::Running, vec![pool(Some("h200"), 2, 8)]),
+            job("a2", "a", JobState::Admitted, vec![pool(None, 2, 0)]),
+            job("a3", "a", JobState::Queued, vec![pool(Some("h200"), 1, 8)]),
+            job(
+                "a4",
+                "a",
+                JobState::Succeeded,
+                vec![pool(Some("h200"), 1, 8)],
+            ),
+            job("b1", "b", JobState::Queued, vec![pool(Some("l40s"), 1, 4)]),
+        ];
+        let u = tenant_usage(&jobs);
+        assert_eq!(u["a"].admitted.gpus["h200"], 16);
+        assert_eq!(u["a"].admitted.cpus, 8.0);
+        assert_eq!(u["a"].admitted_jobs, 2);
+        assert_eq!(u["a"].queued.gpus["h200"], 8);
+        assert_eq!(u["a"].queued_jobs, 1);
+        assert_eq!(u["b"].admitted_jobs, 0);
+        assert_eq!(u["b"].queued.gpus["l40s"], 4);
+    }
+}
