@@ -4,6 +4,7 @@
 //! queue depth, admissions, pass duration, deadline failures, terminal outcomes, API retries and
 //! client-side throttling, and leadership.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,8 +15,16 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use tuneplane_core::quota::TenantUsage;
 
 use crate::error::{Error, Result};
+
+/// A label value escaped for the text exposition format.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
 
 /// The reconciler's metrics.
 #[derive(Debug, Default)]
@@ -41,6 +50,8 @@ pub struct Metrics {
     throttled_micros: AtomicU64,
     leader: AtomicU64,
     heartbeat_ms: AtomicI64,
+    /// Per tenant: admitted GPUs per series and queued jobs, replaced whole every pass.
+    tenants: std::sync::Mutex<BTreeMap<String, TenantUsage>>,
 }
 
 impl Metrics {
@@ -58,6 +69,11 @@ impl Metrics {
     pub fn set_jobs(&self, queued: usize, active: usize) {
         self.queue_depth.store(queued as u64, Relaxed);
         self.active_jobs.store(active as u64, Relaxed);
+    }
+    /// Replaces the per-tenant gauges with what each tenant's active jobs hold and wait for
+    /// (tenants without active jobs drop out).
+    pub fn set_tenants(&self, usage: &BTreeMap<String, TenantUsage>) {
+        *self.tenants.lock().unwrap_or_else(|p| p.into_inner()) = usage.clone();
     }
     /// Counts an admission.
     pub fn inc_admissions(&self) {
@@ -277,7 +293,58 @@ impl Metrics {
             "1 while this replica holds the Lease.",
             n(&self.leader),
         );
+        self.render_tenants(&mut out);
         out
+    }
+
+    /// The labelled per-tenant families.
+    fn render_tenants(&self, out: &mut String) {
+        let tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(
+            out,
+            "# HELP tuneplane_tenant_admitted_gpus GPUs held by a tenant's admitted jobs, per series.\n# TYPE tuneplane_tenant_admitted_gpus gauge"
+        );
+        for (tenant, u) in tenants.iter() {
+            for (series, gpus) in &u.admitted.gpus {
+                let _ = writeln!(
+                    out,
+                    "tuneplane_tenant_admitted_gpus{{tenant=\"{}\",series=\"{}\"}} {gpus}",
+                    label(tenant),
+                    label(series)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP tuneplane_tenant_queued_gpus GPUs a tenant's queued jobs ask for, per series.\n# TYPE tuneplane_tenant_queued_gpus gauge"
+        );
+        for (tenant, u) in tenants.iter() {
+            for (series, gpus) in &u.queued.gpus {
+                let _ = writeln!(
+                    out,
+                    "tuneplane_tenant_queued_gpus{{tenant=\"{}\",series=\"{}\"}} {gpus}",
+                    label(tenant),
+                    label(series)
+                );
+            }
+        }
+        for (name, help, pick) in [
+            (
+                "tuneplane_tenant_queued_jobs",
+                "Jobs of a tenant waiting in QUEUED.",
+                (|u: &TenantUsage| u.queued_jobs) as fn(&TenantUsage) -> u32,
+            ),
+            (
+                "tuneplane_tenant_admitted_jobs",
+                "Jobs of a tenant admitted and not finished.",
+                |u: &TenantUsage| u.admitted_jobs,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (tenant, u) in tenants.iter() {
+                let _ = writeln!(out, "{name}{{tenant=\"{}\"}} {}", label(tenant), pick(u));
+            }
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use futures_util::StreamExt;
 use tuneplane_core::admission::{PoolPlacement, Reservation, Waiting, plan_admissions};
 use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::quota::tenant_usage;
 use tuneplane_core::render::{label_value, workload_name};
 
 use crate::cluster::{Cluster, pod_info};
@@ -190,9 +191,12 @@ fn note(ctx: &Ctx, report: &mut PassReport, what: &str, job_id: &str, outcome: R
 #[tracing::instrument(name = "pass", skip(ctx, cluster), err)]
 pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> {
     let mut report = PassReport::default();
-    let capacity = cluster.capacity(now, ctx.config.gpu_share);
-    ctx.publish_capacity(&capacity).await?;
     let active = ctx.jobs.list_active().await?;
+    let mut capacity = cluster.capacity(now, ctx.config.gpu_share);
+    // What each tenant holds and waits for, beside the fleet (the API shows a tenant its own).
+    capacity.tenants = tenant_usage(&active);
+    ctx.metrics.set_tenants(&capacity.tenants);
+    ctx.publish_capacity(&capacity).await?;
     let queued = active
         .iter()
         .filter(|j| j.state == JobState::Queued)
@@ -226,7 +230,17 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }
-    let plan = plan_admissions(&active, &capacity, &reservations(cluster, &active), &[]);
+    // Quotas are read every pass (one small query), so a change applies at the next pass. A pass
+    // that cannot read them admits nothing rather than admit past a limit.
+    let quotas = match ctx.jobs.list_quotas().await {
+        Ok(q) => q,
+        Err(e) => {
+            note(ctx, &mut report, "quota read", "", Err(e.into()));
+            crate::playground::pass(ctx, cluster, now, &mut report).await;
+            return Ok(report);
+        }
+    };
+    let plan = plan_admissions(&active, &capacity, &reservations(cluster, &active), &quotas);
     // Plans name jobs by id: look them up once each (10,000 queued jobs made a scan per job
     // quadratic).
     let by_id: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.id.as_str(), j)).collect();
