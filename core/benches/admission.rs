@@ -2,8 +2,10 @@
 //! 1–16 nodes per pool, four GPU series plus some CPU-only jobs, seven priorities) against a fleet of
 //! GPU nodes that is already partly busy, on one thread. Issue 8 target: 10,000 jobs × 1,000 nodes
 //! under 20 ms (Armada's scheduler needs ~173 ms per cycle for 3,200 jobs); 100,000 × 5,000 shows
-//! how the cost grows. Run with `cargo bench -p tuneplane-core --bench admission`; prints figures
-//! (median and best of several rounds), asserts none.
+//! how the cost grows. Issue 15 target: 10,000 jobs of 50 tenants, every tenant with a quota per
+//! series (a third of them borrowing, weights 1-3) and some jobs already running, × 1,000 nodes
+//! under 20 ms. Run with `cargo bench -p tuneplane-core --bench admission`; prints figures (median
+//! and best of several rounds), asserts none.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is a failure with its location
 
@@ -11,7 +13,8 @@ use std::time::Instant;
 
 use tuneplane_core::admission::{Reservation, plan_admissions};
 use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
-use tuneplane_core::job::JobRecord;
+use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::quota::{SeriesLimit, TenantQuota};
 use tuneplane_core::spec::{Deadlines, JobSpec, Pool};
 
 const SERIES: [&str; 4] = ["h200", "h100", "l40s", "a10g"];
@@ -120,25 +123,77 @@ fn reservations(count: usize) -> Vec<Reservation> {
         .collect()
 }
 
+/// Spreads `queue` over `tenants` tenants, marks every tenth job running (it holds its GPUs), and
+/// gives every tenant a quota per series (a third borrowing) and a weight of 1-3.
+fn tenants(mut q: Vec<JobRecord>, tenants: usize) -> (Vec<JobRecord>, Vec<TenantQuota>) {
+    for (i, j) in q.iter_mut().enumerate() {
+        j.tenant = format!("team-{:02}", i % tenants);
+        if i % 10 == 0 {
+            j.state = JobState::Running;
+        }
+    }
+    let quotas = (0..tenants)
+        .map(|t| {
+            let mut quota = TenantQuota::unlimited(&format!("team-{t:02}"));
+            quota.weight = 1.0 + (t % 3) as f64;
+            for s in SERIES {
+                quota.series.insert(
+                    s.to_owned(),
+                    SeriesLimit {
+                        gpus: 64 + 32 * (t % 4) as u32,
+                        borrow: t % 3 == 0,
+                    },
+                );
+            }
+            quota
+        })
+        .collect();
+    (q, quotas)
+}
+
 fn main() {
     println!("plan_admissions, one thread (median / best of the rounds):");
-    for (jobs, nodes, rounds) in [
-        (3_200, 1_000, 21),
-        (10_000, 1_000, 21),
-        (10_000, 5_000, 11),
-        (100_000, 5_000, 5),
+    for (jobs, nodes, rounds, tenant_count) in [
+        (3_200, 1_000, 21, 0),
+        (10_000, 1_000, 21, 0),
+        (10_000, 1_000, 21, 50),
+        (10_000, 5_000, 11, 0),
+        (100_000, 5_000, 5, 0),
     ] {
-        let (q, cap, res) = (queue(jobs), fleet(nodes), reservations(nodes / 20));
+        // `cargo bench --bench admission -- 100000` runs only the cases of that many jobs.
+        let only: Vec<String> = std::env::args()
+            .skip(1)
+            .filter(|a| !a.starts_with('-'))
+            .collect();
+        if !only.is_empty() && !only.contains(&jobs.to_string()) {
+            continue;
+        }
+        let (q, quotas) = if tenant_count == 0 {
+            (queue(jobs), Vec::new())
+        } else {
+            tenants(queue(jobs), tenant_count)
+        };
+        let (cap, res) = (fleet(nodes), reservations(nodes / 20));
         let mut times = Vec::new();
-        let mut plan = plan_admissions(&q, &cap, &res, &[]); // warm-up
+        let mut plan = plan_admissions(&q, &cap, &res, &quotas); // warm-up
         for _ in 0..rounds {
             let start = Instant::now();
-            plan = plan_admissions(&q, &cap, &res, &[]);
+            plan = plan_admissions(&q, &cap, &res, &quotas);
             times.push(start.elapsed().as_secs_f64() * 1e3);
         }
         times.sort_by(f64::total_cmp);
+        let held = plan
+            .waiting
+            .iter()
+            .filter(|w| w.reason == tuneplane_core::job::PendingReason::QuotaExceeded)
+            .count();
+        let who = if tenant_count == 0 {
+            "one tenant, no quotas".to_owned()
+        } else {
+            format!("{tenant_count} tenants with quotas, {held} held by quota")
+        };
         println!(
-            "  {jobs:>7} jobs x {nodes:>5} nodes: median {:>7.2} ms, best {:>7.2} ms ({} admitted, {} waiting)",
+            "  {jobs:>7} jobs x {nodes:>5} nodes ({who}): median {:>7.2} ms, best {:>7.2} ms ({} admitted, {} waiting)",
             times[times.len() / 2],
             times[0],
             plan.admit.len(),

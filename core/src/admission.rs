@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::capacity::{CapacitySnapshot, GpuShare};
 use crate::job::{JobRecord, JobState, PendingReason};
-use crate::quota::{self, Demand, QuotaCheck, TenantQuota};
+use crate::quota::{self, Demand, Over, TenantQuota, Verdict};
 use crate::spec::Pool;
 
 /// Machines of an admitted job that hold no node yet (their pods are not bound).
@@ -1265,7 +1265,7 @@ pub fn plan_admissions<'q>(
     queue: &'q [JobRecord],
     capacity: &CapacitySnapshot,
     reservations: &[Reservation],
-    quotas: &[TenantQuota],
+    quotas: &'q [TenantQuota],
 ) -> AdmissionPlan {
     let mut planner = Planner::new(capacity);
     hold_reservations(&mut planner, reservations);
@@ -1294,7 +1294,9 @@ pub fn plan_admissions<'q>(
     };
     // Sorted on plain keys (ids only break ties): a queue of 100,000 records sorted through
     // references spent most of its time chasing pointers.
-    let mut keys: Vec<(usize, std::cmp::Reverse<i32>, i64, usize)> = Vec::new();
+    // The first part packs the tenant (high half) and the priority, high first (low half).
+    let mut keys: Vec<(u64, i64, usize)> = Vec::new();
+    let tenant_of = |key: &(u64, i64, usize)| (key.0 >> 32) as usize;
     let mut holding: Vec<(usize, usize)> = Vec::new();
     for (k, j) in queue.iter().enumerate() {
         if j.state.is_terminal() {
@@ -1303,7 +1305,12 @@ pub fn plan_admissions<'q>(
         if j.state == JobState::Queued {
             if !j.stop_requested {
                 let t = index_of(&j.tenant);
-                keys.push((t, std::cmp::Reverse(j.spec.priority), j.submitted_at_ms, k));
+                let priority = !((j.spec.priority as u32) ^ 0x8000_0000);
+                keys.push((
+                    ((t as u64) << 32) | u64::from(priority),
+                    j.submitted_at_ms,
+                    k,
+                ));
             }
         } else {
             let t = index_of(&j.tenant);
@@ -1311,9 +1318,9 @@ pub fn plan_admissions<'q>(
         }
     }
     keys.sort_unstable_by(|a, b| {
-        (a.0, a.1, a.2)
-            .cmp(&(b.0, b.1, b.2))
-            .then_with(|| queue[a.3].id.cmp(&queue[b.3].id))
+        (a.0, a.1)
+            .cmp(&(b.0, b.1))
+            .then_with(|| queue[a.2].id.cmp(&queue[b.2].id))
     });
 
     let quota_of: HashMap<&str, &TenantQuota> =
@@ -1336,9 +1343,9 @@ pub fn plan_admissions<'q>(
     }
     let mut at = 0;
     while at < keys.len() {
-        let t = keys[at].0;
+        let t = tenant_of(&keys[at]);
         let start = at;
-        while at < keys.len() && keys[at].0 == t {
+        while at < keys.len() && tenant_of(&keys[at]) == t {
             at += 1;
         }
         tenants[t].next = start;
@@ -1358,7 +1365,7 @@ pub fn plan_admissions<'q>(
     type Entry<'q> = std::cmp::Reverse<(u64, std::cmp::Reverse<i32>, i64, &'q str, usize)>;
     let entry = |tenants: &[Tenant], t: usize| -> Entry<'_> {
         let tenant = &tenants[t];
-        let job = &queue[keys[tenant.next].3];
+        let job = &queue[keys[tenant.next].2];
         // Shares are never negative, so their bit patterns order as the numbers do.
         let share = dominant_share(&tenant.held, tenant.weight, &totals);
         std::cmp::Reverse((
@@ -1384,11 +1391,58 @@ pub fn plan_admissions<'q>(
         short_messages: HashMap::new(),
     };
     let mut borrowers: Vec<(usize, &JobRecord)> = Vec::new();
-    let mut quota_messages: HashMap<String, Arc<str>> = HashMap::new();
-    let mut held_by_quota = |round: &mut Round, job: &JobRecord, text: String| {
+    // Quota messages, formatted once per tenant and limit state (a long queue of one tenant
+    // waits for the same reason).
+    type OverKey<'q> = (usize, u8, &'q str, u64, u64, u64);
+    let mut quota_messages: HashMap<OverKey<'_>, Arc<str>> = HashMap::new();
+    let mut held_by_quota = |round: &mut Round,
+                             t: usize,
+                             job: &JobRecord,
+                             over: Over<'q>,
+                             borrowing: bool| {
+        let key = match over {
+            Over::Gpus {
+                series,
+                used,
+                limit,
+                need,
+            } => (
+                t,
+                u8::from(borrowing),
+                series,
+                u64::from(used),
+                u64::from(limit),
+                u64::from(need),
+            ),
+            Over::Cpus { used, limit, need } => (
+                t,
+                2 + u8::from(borrowing),
+                "",
+                used.to_bits(),
+                limit.to_bits(),
+                need.to_bits(),
+            ),
+            Over::Memory { used, limit, need } => (
+                t,
+                4 + u8::from(borrowing),
+                "",
+                used.to_bits(),
+                limit.to_bits(),
+                need.to_bits(),
+            ),
+        };
         let message = quota_messages
-            .entry(text)
-            .or_insert_with_key(|t| Arc::from(t.as_str()))
+            .entry(key)
+            .or_insert_with(|| {
+                let text = over.message(&job.tenant);
+                Arc::from(if borrowing {
+                    format!(
+                        "{text}; it may borrow only capacity that no other job waiting within its quota needs, and none is free now"
+                    )
+                } else {
+                    text
+                })
+            })
             .clone();
         round.wait(job, PendingReason::QuotaExceeded, message);
     };
@@ -1396,26 +1450,20 @@ pub fn plan_admissions<'q>(
         // With one tenant left, its jobs go in its own order: no heap work per job.
         let alone = heap.is_empty();
         loop {
-            let job = &queue[keys[tenants[t].next].3];
+            let job = &queue[keys[tenants[t].next].2];
             tenants[t].next += 1;
-            match tenants[t].quota {
-                None => {
+            let verdict = match tenants[t].quota {
+                None => Verdict::Within,
+                Some(q) => quota::check_spec(q, &tenants[t].held, &job.spec),
+            };
+            match verdict {
+                Verdict::Within => {
                     if round.consider(job) {
                         tenants[t].held.add(&Demand::of(&job.spec));
                     }
                 }
-                Some(q) => {
-                    let demand = Demand::of(&job.spec);
-                    match quota::check(q, &tenants[t].held, &demand) {
-                        QuotaCheck::Within => {
-                            if round.consider(job) {
-                                tenants[t].held.add(&demand);
-                            }
-                        }
-                        QuotaCheck::Borrow(_) => borrowers.push((t, job)),
-                        QuotaCheck::Exceeded(text) => held_by_quota(&mut round, job, text),
-                    }
-                }
+                Verdict::Borrow(_) => borrowers.push((t, job)),
+                Verdict::Exceeded(over) => held_by_quota(&mut round, t, job, over, false),
             }
             if tenants[t].next >= tenants[t].end {
                 break;
@@ -1429,25 +1477,18 @@ pub fn plan_admissions<'q>(
     // Borrowing: after every job within its quota, on nodes nobody reserved, reserving nothing.
     for (t, job) in borrowers {
         let Some(q) = tenants[t].quota else { continue };
-        let demand = Demand::of(&job.spec);
-        match quota::check(q, &tenants[t].held, &demand) {
-            QuotaCheck::Within => {
+        match quota::check_spec(q, &tenants[t].held, &job.spec) {
+            Verdict::Within => {
                 if round.consider(job) {
-                    tenants[t].held.add(&demand);
+                    tenants[t].held.add(&Demand::of(&job.spec));
                 }
             }
-            QuotaCheck::Exceeded(text) => held_by_quota(&mut round, job, text),
-            QuotaCheck::Borrow(text) => {
+            Verdict::Exceeded(over) => held_by_quota(&mut round, t, job, over, false),
+            Verdict::Borrow(over) => {
                 if round.try_admit(job) {
-                    tenants[t].held.add(&demand);
+                    tenants[t].held.add(&Demand::of(&job.spec));
                 } else {
-                    held_by_quota(
-                        &mut round,
-                        job,
-                        format!(
-                            "{text}; it may borrow only capacity that no other job waiting within its quota needs, and none is free now"
-                        ),
-                    );
+                    held_by_quota(&mut round, t, job, over, true);
                 }
             }
         }

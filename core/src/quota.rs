@@ -267,71 +267,183 @@ pub enum QuotaCheck {
     Exceeded(String),
 }
 
-/// Checks `demand` against `quota` when `held` is already admitted.
-pub fn check(quota: &TenantQuota, held: &Demand, demand: &Demand) -> QuotaCheck {
-    let mut exceeded: Option<String> = None;
-    let mut borrow: Option<String> = None;
-    let mut note = |borrowable: bool, text: String| {
+/// A limit a job would go over, with what the tenant uses, the limit and what the job needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Over<'a> {
+    /// GPUs of a series.
+    Gpus {
+        /// The series.
+        series: &'a str,
+        /// GPUs of the series the tenant has admitted.
+        used: u32,
+        /// Its limit.
+        limit: u32,
+        /// What the job needs.
+        need: u32,
+    },
+    /// CPU cores of CPU-only jobs.
+    Cpus {
+        /// Admitted.
+        used: f64,
+        /// Limit.
+        limit: f64,
+        /// Needed.
+        need: f64,
+    },
+    /// Memory (GiB) of CPU-only jobs.
+    Memory {
+        /// Admitted.
+        used: f64,
+        /// Limit.
+        limit: f64,
+        /// Needed.
+        need: f64,
+    },
+}
+
+impl Over<'_> {
+    /// What a person reads: `tenant team-a uses 12 of 16 h200 GPUs; this job needs 8`.
+    pub fn message(&self, tenant: &str) -> String {
+        match *self {
+            Over::Gpus {
+                series,
+                used,
+                limit,
+                need,
+            } => format!(
+                "tenant {tenant} uses {used} of {limit} {series} GPUs; this job needs {need}"
+            ),
+            Over::Cpus { used, limit, need } => format!(
+                "tenant {tenant} uses {} of {} CPUs for CPU-only jobs; this job needs {}",
+                trim(used),
+                trim(limit),
+                trim(need)
+            ),
+            Over::Memory { used, limit, need } => format!(
+                "tenant {tenant} uses {} of {} GiB of memory for CPU-only jobs; this job needs {}",
+                trim(used),
+                trim(limit),
+                trim(need)
+            ),
+        }
+    }
+}
+
+/// Where a job stands against its tenant's quota, without formatting anything (admission asks
+/// this of every queued job of a tenant with a quota).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict<'a> {
+    /// Within every limit.
+    Within,
+    /// Above a limit that allows borrowing, and no limit that does not.
+    Borrow(Over<'a>),
+    /// Above a limit without borrowing (the first such limit).
+    Exceeded(Over<'a>),
+}
+
+/// The rule, once: `gpus` is the job's need per series (each series once).
+fn judge<'a>(
+    quota: &'a TenantQuota,
+    held: &Demand,
+    gpus: impl Iterator<Item = (&'a str, u32)>,
+    cpus: f64,
+    memory_gb: f64,
+) -> Verdict<'a> {
+    let mut exceeded: Option<Over> = None;
+    let mut borrow: Option<Over> = None;
+    let mut note = |borrowable: bool, over: Over<'a>| {
         let slot = if borrowable {
             &mut borrow
         } else {
             &mut exceeded
         };
         if slot.is_none() {
-            *slot = Some(text);
+            *slot = Some(over);
         }
     };
-    for (series, need) in &demand.gpus {
+    for (series, need) in gpus {
         let Some(limit) = quota.gpu_limit(series) else {
             continue;
         };
         let used = held.gpus.get(series).copied().unwrap_or(0);
-        if u64::from(used) + u64::from(*need) > u64::from(limit.gpus) {
+        if u64::from(used) + u64::from(need) > u64::from(limit.gpus) {
             note(
                 limit.borrow,
-                format!(
-                    "tenant {} uses {used} of {} {series} GPUs; this job needs {need}",
-                    quota.tenant, limit.gpus
-                ),
+                Over::Gpus {
+                    series,
+                    used,
+                    limit: limit.gpus,
+                    need,
+                },
             );
         }
     }
     if let Some(cpu) = &quota.cpu {
         if let Some(max) = cpu.cpus
-            && demand.cpus > 0.0
-            && held.cpus + demand.cpus > max + 1e-9
+            && cpus > 0.0
+            && held.cpus + cpus > max + 1e-9
         {
             note(
                 cpu.borrow,
-                format!(
-                    "tenant {} uses {} of {} CPUs for CPU-only jobs; this job needs {}",
-                    quota.tenant,
-                    trim(held.cpus),
-                    trim(max),
-                    trim(demand.cpus)
-                ),
+                Over::Cpus {
+                    used: held.cpus,
+                    limit: max,
+                    need: cpus,
+                },
             );
         }
         if let Some(max) = cpu.memory_gb
-            && demand.memory_gb > 0.0
-            && held.memory_gb + demand.memory_gb > max + 1e-9
+            && memory_gb > 0.0
+            && held.memory_gb + memory_gb > max + 1e-9
         {
             note(
                 cpu.borrow,
-                format!(
-                    "tenant {} uses {} of {} GiB of memory for CPU-only jobs; this job needs {}",
-                    quota.tenant,
-                    trim(held.memory_gb),
-                    trim(max),
-                    trim(demand.memory_gb)
-                ),
+                Over::Memory {
+                    used: held.memory_gb,
+                    limit: max,
+                    need: memory_gb,
+                },
             );
         }
     }
     match (exceeded, borrow) {
-        (Some(e), _) => QuotaCheck::Exceeded(e),
-        (None, Some(b)) => QuotaCheck::Borrow(b),
-        (None, None) => QuotaCheck::Within,
+        (Some(e), _) => Verdict::Exceeded(e),
+        (None, Some(b)) => Verdict::Borrow(b),
+        (None, None) => Verdict::Within,
+    }
+}
+
+/// Checks the job of `spec` against `quota` when `held` is already admitted (no allocation).
+pub fn check_spec<'a>(quota: &'a TenantQuota, held: &Demand, spec: &'a JobSpec) -> Verdict<'a> {
+    let pools = &spec.pools;
+    // Per series once: the first pool of a series sums every pool of it (jobs have a few pools).
+    let gpus = pools.iter().enumerate().filter_map(|(i, p)| {
+        let s = p.series.as_deref()?;
+        if pools[..i].iter().any(|q| q.series.as_deref() == Some(s)) {
+            return None;
+        }
+        let need = pools[i..]
+            .iter()
+            .filter(|q| q.series.as_deref() == Some(s))
+            .map(|q| q.nodes.saturating_mul(q.gpus_per_node))
+            .fold(0u32, u32::saturating_add);
+        Some((s, need))
+    });
+    let (mut cpus, mut memory_gb) = (0.0, 0.0);
+    for p in pools.iter().filter(|p| p.series.is_none()) {
+        cpus += p.cpus * f64::from(p.nodes);
+        memory_gb += p.memory_gb * f64::from(p.nodes);
+    }
+    judge(quota, held, gpus, cpus, memory_gb)
+}
+
+/// Checks `demand` against `quota` when `held` is already admitted, with the message.
+pub fn check(quota: &TenantQuota, held: &Demand, demand: &Demand) -> QuotaCheck {
+    let gpus = demand.gpus.iter().map(|(s, g)| (s.as_str(), *g));
+    match judge(quota, held, gpus, demand.cpus, demand.memory_gb) {
+        Verdict::Within => QuotaCheck::Within,
+        Verdict::Borrow(o) => QuotaCheck::Borrow(o.message(&quota.tenant)),
+        Verdict::Exceeded(o) => QuotaCheck::Exceeded(o.message(&quota.tenant)),
     }
 }
 

@@ -1,0 +1,180 @@
+//! Tenants share the fleet, on kubesim and on the real control plane: the tenant holding less is
+//! served first (a late tenant is not queued behind another's hundred jobs), a hard quota caps
+//! what a tenant has admitted and holds the rest with `QuotaExceeded`, and with borrowing the
+//! tenant uses idle nodes but yields the next opening to a tenant within its quota.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tuneplane_core::job::{JobRecord, JobState, PendingReason};
+use tuneplane_core::quota::{SeriesLimit, TenantQuota};
+
+/// Three h200 nodes of 8 GPUs and a CPU node.
+const H200_X3: &str = "\
+node_groups:
+  - {name: h200, series: h200, count: 3, gpus: 8, cpus: 96, memory_gb: 1024, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]}
+  - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
+";
+
+/// A one-node, 8-GPU h200 job of `tenant`, submitted now.
+fn h200(tenant: &str, id: &str) -> JobRecord {
+    let mut j = finishing(job(
+        id,
+        vec![pool("main", Some("h200"), 1, 8)],
+        "ghcr.io/acme/train:1",
+        600,
+    ));
+    j.tenant = tenant.into();
+    j
+}
+
+fn holds(j: &JobRecord) -> bool {
+    matches!(j.state, JobState::Admitted | JobState::Running)
+}
+
+async fn all(h: &Harness, ids: &[String]) -> Vec<JobRecord> {
+    let mut out = Vec::new();
+    for id in ids {
+        out.push(h.job(id).await);
+    }
+    out
+}
+
+/// Tenant a queues 100 jobs and fills both h200 nodes; tenant b queues one job afterwards. b's
+/// job takes the next node that frees, ahead of a's 98 earlier jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_tenant_gets_the_next_opening_not_a_place_behind_another_tenants_hundred_jobs() {
+    let h = start(sim_config(FLEET, Duration::from_secs(3), None)).await;
+    let (_task, _ctx) = h.reconciler(test_config("r1")).await;
+    let a: Vec<String> = (0..100).map(|i| format!("a-{i:03}")).collect();
+    for id in &a {
+        h.submit(&h200("team-a", id)).await;
+    }
+    // a fills the two h200 nodes; the rest waits.
+    wait_for(30, "two of a's jobs admitted", || async {
+        let held = all(&h, &a[..4]).await.iter().filter(|j| holds(j)).count();
+        (held == 2).then_some(())
+    })
+    .await;
+    let b = h200("team-b", "b-000");
+    h.submit(&b).await;
+    let b = h
+        .wait_job(60, &b.id, "admitted", |j| j.admitted_at_ms.is_some())
+        .await;
+    let b_at = b.admitted_at_ms.unwrap_or(i64::MAX);
+    let a_before = all(&h, &a)
+        .await
+        .iter()
+        .filter(|j| j.admitted_at_ms.is_some_and(|t| t <= b_at))
+        .count();
+    // The two first jobs, plus at most one admitted in the same pass when both nodes freed.
+    assert!(
+        a_before <= 3,
+        "b admitted after {a_before} of a's jobs; it should have had the next opening"
+    );
+}
+
+/// A quota of 16 h200 GPUs without borrowing: a never holds more than 16, its other jobs wait
+/// with `QuotaExceeded` though a node is idle. With `borrow: true` a takes the idle node, and
+/// the next opening goes to tenant b, which is within its quota, before a's further jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hard_quota_caps_a_tenant_and_borrowing_uses_idle_nodes_but_yields_to_others() {
+    let h = start(sim_config(H200_X3, Duration::from_secs(4), None)).await;
+    let mut quota = TenantQuota::unlimited("team-a");
+    quota.series.insert(
+        "h200".into(),
+        SeriesLimit {
+            gpus: 16,
+            borrow: false,
+        },
+    );
+    h.jobs
+        .put_quota(&quota)
+        .await
+        .unwrap_or_else(|e| panic!("put quota: {e}"));
+    let (_task, ctx) = h.reconciler(test_config("r1")).await;
+    let a: Vec<String> = (0..6).map(|i| format!("a-{i}")).collect();
+    for id in &a {
+        h.submit(&h200("team-a", id)).await;
+    }
+    // Until a's first jobs end: never more than 16 GPUs (two jobs) admitted, the rest held by
+    // the quota with the tenant's usage in the message, the third node idle.
+    let held_by_quota = wait_for(30, "a's other jobs held by its quota", || async {
+        let jobs = all(&h, &a).await;
+        let holding = jobs.iter().filter(|j| holds(j)).count();
+        assert!(
+            holding <= 2,
+            "a holds {holding} jobs of 8 GPUs over a 16-GPU quota"
+        );
+        let held: Vec<JobRecord> = jobs
+            .into_iter()
+            .filter(|j| {
+                j.pending
+                    .as_ref()
+                    .is_some_and(|p| p.reason == PendingReason::QuotaExceeded)
+            })
+            .collect();
+        (holding == 2 && held.len() == 4).then_some(held)
+    })
+    .await;
+    let message = held_by_quota[0]
+        .pending
+        .as_ref()
+        .map(|p| p.message.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        message,
+        "tenant team-a uses 16 of 16 h200 GPUs; this job needs 8"
+    );
+    // The per-tenant gauges and the published snapshot show the same usage.
+    wait_for(10, "tenant gauges and snapshot usage", || async {
+        let text = ctx.metrics.render();
+        let snapshot = h.jobs.get_capacity().await.ok().flatten()?;
+        let gpus = snapshot
+            .pointer("/tenants/team-a/admitted/gpus/h200")?
+            .as_u64()?;
+        let queued = snapshot.pointer("/tenants/team-a/queued_jobs")?.as_u64()?;
+        (text.contains("tuneplane_tenant_admitted_gpus{tenant=\"team-a\",series=\"h200\"} 16")
+            && text.contains("tuneplane_tenant_queued_jobs{tenant=\"team-a\"} 4")
+            && gpus == 16
+            && queued == 4)
+            .then_some(())
+    })
+    .await;
+    // Borrowing on: a takes the idle third node at once (it is still running its first two).
+    quota.series.insert(
+        "h200".into(),
+        SeriesLimit {
+            gpus: 16,
+            borrow: true,
+        },
+    );
+    h.jobs
+        .put_quota(&quota)
+        .await
+        .unwrap_or_else(|e| panic!("put quota: {e}"));
+    wait_for(20, "a borrows the idle node", || async {
+        let holding = all(&h, &a).await.iter().filter(|j| holds(j)).count();
+        (holding == 3).then_some(())
+    })
+    .await;
+    // b (no quota, holding nothing) queues one job: it gets the next node that frees, before a's
+    // three remaining jobs, which wait as borrowers.
+    let b = h200("team-b", "b-0");
+    h.submit(&b).await;
+    let b = h
+        .wait_job(60, &b.id, "admitted", |j| j.admitted_at_ms.is_some())
+        .await;
+    let b_at = b.admitted_at_ms.unwrap_or(i64::MAX);
+    let a_jobs = all(&h, &a).await;
+    let a_after_b = a_jobs
+        .iter()
+        .filter(|j| j.admitted_at_ms.is_none_or(|t| t >= b_at))
+        .count();
+    assert!(
+        a_after_b >= 2,
+        "b should take the first opening: only {a_after_b} of a's jobs were admitted with or after it"
+    );
+}
