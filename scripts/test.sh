@@ -66,7 +66,7 @@ scripts/with-moto.sh cargo test --workspace --locked
 step "scenario suite on the real control plane (TUNEPLANE_TEST_K8S=real)"
 export TUNEPLANE_TEST_KUBECONFIG="$REAL_KUBECONFIG"
 TUNEPLANE_TEST_K8S=real cargo test --locked -p tuneplane-reconciler \
-  --test lifecycle --test pending --test placement --test cleanup --test leader --test crash \
+  --test lifecycle --test pending --test placement --test sharing --test cleanup --test leader --test crash \
   --test differential \
   --test rbac_real -- --test-threads=1
 TUNEPLANE_TEST_K8S=real cargo test --locked -p tuneplane-kubesim --test agent_cluster -- --test-threads=1
