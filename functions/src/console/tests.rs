@@ -947,3 +947,57 @@ async fn archived_logs_are_previewed_and_downloadable_through_a_short_lived_link
         .await;
     assert_eq!(denied.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_job_above_the_quota_is_refused_in_the_submit_form_with_the_reason() {
+    use tuneplane_core::quota::{CpuLimit, TenantQuota};
+    let s = stack().await;
+    let mut quota = TenantQuota::unlimited("acme");
+    quota.cpu = Some(CpuLimit {
+        cpus: Some(0.5),
+        memory_gb: None,
+        borrow: false,
+    });
+    s.state
+        .submit
+        .jobs()
+        .put_quota(&quota)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let session = s.sign_in(&s.key_a).await;
+    let form = s.get("/console/submit", Some(&session)).await;
+    let csrf = csrf_of(&form.body);
+    let spec = "name: big\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 hello.py\npools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n";
+    let (content_type, body) = multipart(
+        &[
+            ("csrf", &csrf),
+            ("spec", spec),
+            ("idempotency_key", "console-q"),
+        ],
+        Some(&archive()),
+    );
+    let res = s
+        .send(
+            Method::POST,
+            "/console/submit",
+            Some(&session),
+            Some(&content_type),
+            body,
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", res.body);
+    assert!(
+        res.body
+            .contains("quota is 0.5 CPUs for CPU-only jobs; this job needs 1"),
+        "{}",
+        res.body
+    );
+    let stored = s
+        .state
+        .submit
+        .jobs()
+        .list_jobs("acme", &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(stored.items.is_empty(), "nothing is stored");
+}

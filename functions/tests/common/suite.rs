@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
 use tuneplane_core::capsule::storage_key;
+use tuneplane_core::quota::{SeriesLimit, TenantQuota};
 
 use super::archives::{BAD_SPEC, SPEC, body, code, hostile_tar};
 use super::{Harness, TENANT_A};
@@ -28,6 +29,7 @@ macro_rules! api_suite {
             logs_of_an_unfinished_job_are_409,
             upload_then_submit_by_upload_id,
             job_that_cannot_fit_the_published_capacity_is_rejected_at_submit,
+            job_above_its_tenants_hard_quota_is_refused_at_submit_and_nothing_is_stored,
             healthz_needs_no_key_and_unknown_routes_are_json_404,
             read_only_key_cannot_submit_or_stop,
             playgrounds_are_created_listed_and_expired_per_tenant,
@@ -371,6 +373,65 @@ pub async fn job_that_cannot_fit_the_published_capacity_is_rejected_at_submit(h:
     );
     let capacity = h.get("/v1/capacity").await;
     assert_eq!(capacity.json["snapshot"]["series"]["h200"]["total_gpus"], 8);
+}
+
+fn h200_quota(tenant: &str, gpus: u32, borrow: bool) -> TenantQuota {
+    let mut q = TenantQuota::unlimited(tenant);
+    q.series.insert("h200".into(), SeriesLimit { gpus, borrow });
+    q
+}
+
+pub async fn job_above_its_tenants_hard_quota_is_refused_at_submit_and_nothing_is_stored(
+    h: &Harness,
+) {
+    // SPEC needs 1 node × 8 h200 GPUs; tenant A may hold at most 4.
+    h.jobs()
+        .put_quota(&h200_quota(TENANT_A, 4, false))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let reply = h.submit(&body(SPEC, &code()), Some("q-1")).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.json);
+    assert_eq!(reply.json["error"]["code"], "quota_exceeded");
+    let message = reply.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!(
+            "tenant {TENANT_A}'s quota is 4 h200 GPUs; this job needs 8"
+        )),
+        "{message}"
+    );
+    assert!(message.contains("tuneplane admin quota set"), "{message}");
+    assert_eq!(h.job_count(TENANT_A).await, 0);
+    assert_eq!(h.object_count("capsules/").await, 0, "no capsule is stored");
+
+    // Tenant B has no quota: exactly as before.
+    let bytes = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();
+    let key_b = h.key_b.clone();
+    let b = h
+        .call(
+            Method::POST,
+            "/v1/jobs",
+            Some(&key_b),
+            &[("content-type", "application/json")],
+            bytes,
+        )
+        .await;
+    assert_eq!(b.status, StatusCode::CREATED, "{}", b.json);
+
+    // A borrowing limit may be exceeded (on idle capacity), so the job is queued; so is a job
+    // within a raised limit. The refused idempotency key was never recorded.
+    h.jobs()
+        .put_quota(&h200_quota(TENANT_A, 4, true))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let borrowing = h.submit(&body(SPEC, &code()), Some("q-1")).await;
+    assert_eq!(borrowing.status, StatusCode::CREATED, "{}", borrowing.json);
+    h.jobs()
+        .put_quota(&h200_quota(TENANT_A, 8, false))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let within = h.submit(&body(SPEC, &code()), None).await;
+    assert_eq!(within.status, StatusCode::CREATED, "{}", within.json);
+    assert_eq!(h.job_count(TENANT_A).await, 2);
 }
 
 pub async fn healthz_needs_no_key_and_unknown_routes_are_json_404(h: &Harness) {
