@@ -29,7 +29,7 @@ enum Command {
     Capsule(cmd::capsule::Command),
     /// Run the example job end to end on this machine (the README's main-job command).
     Demo(cmd::demo::Args),
-    /// Operator commands on the stores (create API keys).
+    /// Operator commands on the stores (create API keys and schedules, set tenants' quotas).
     #[command(subcommand)]
     Admin(cmd::admin::Command),
     /// Start the whole platform on this machine (API, stores, simulated cluster, reconciler).
@@ -95,6 +95,11 @@ enum Command {
     },
     /// Show per-series and per-node GPU capacity (the snapshot admission uses).
     Capacity {
+        #[command(flatten)]
+        client: client::ClientArgs,
+    },
+    /// Show your tenant's quota, what its jobs hold and wait for per series, and the fleet's totals.
+    Quota {
         #[command(flatten)]
         client: client::ClientArgs,
     },
@@ -186,6 +191,9 @@ fn main() -> ExitCode {
         }),
         Command::Capacity { client } => client_command(&client, |api, out| async move {
             cmd::jobs::capacity(&api, out).await
+        }),
+        Command::Quota { client } => client_command(&client, |api, out| async move {
+            cmd::quota::show(&api, out).await
         }),
         Command::Playground { client, command } => client_command(&client, |api, out| async move {
             cmd::playground::run(&api, out, command).await

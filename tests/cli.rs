@@ -235,6 +235,10 @@ fn every_command_has_help() {
         &["capsule", "build", "--help"],
         &["capsule", "inspect", "--help"],
         &["demo", "--help"],
+        &["quota", "--help"],
+        &["admin", "quota", "--help"],
+        &["admin", "quota", "set", "--help"],
+        &["admin", "quota", "unset", "--help"],
     ] {
         let out = tuneplane(args);
         assert!(

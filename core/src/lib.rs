@@ -14,6 +14,7 @@ pub mod fleet;
 pub mod job;
 pub mod playground;
 pub mod quota;
+pub mod quota_view;
 pub mod render;
 pub mod spec;
 pub mod store;

@@ -47,6 +47,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/jobs/{id}/stop"),
     ("post", "/v1/uploads"),
     ("get", "/v1/capacity"),
+    ("get", "/v1/quota"),
     ("post", "/v1/playgrounds"),
     ("get", "/v1/playgrounds"),
     ("get", "/v1/playgrounds/{id}"),
@@ -71,6 +72,7 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .route("/jobs/{id}/stop", post(routes::jobs::stop))
         .route("/uploads", post(routes::misc::create_upload))
         .route("/capacity", get(routes::misc::capacity))
+        .route("/quota", get(routes::quota::get_quota))
         .route(
             "/playgrounds",
             post(routes::playgrounds::create).get(routes::playgrounds::list),

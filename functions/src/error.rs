@@ -99,6 +99,7 @@ impl ApiError {
                 ),
                 S::InvalidCode(_) => (StatusCode::BAD_REQUEST, "invalid_code", Value::Null),
                 S::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request", Value::Null),
+                S::QuotaExceeded(_) => (StatusCode::BAD_REQUEST, "quota_exceeded", Value::Null),
                 S::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", Value::Null),
                 S::IdempotencyConflict { job_id, .. } => (
                     StatusCode::CONFLICT,

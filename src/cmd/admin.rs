@@ -1,9 +1,10 @@
 //! `tuneplane admin`: operator commands that act on the job store directly, not through the API.
 //!
 //! `admin create-key --tenant T` makes an API key: the secret is printed once (stdout) and only
-//! its SHA-256 is stored, with the tenant and scopes. The store is the dev stack's embedded store
-//! (`--data-dir`, default `.tuneplane-dev`) or DynamoDB (`--table`, with the usual AWS
-//! environment for region, credentials and `AWS_ENDPOINT_URL`).
+//! its SHA-256 is stored, with the tenant and scopes. `admin quota set|list|unset` manages
+//! tenants' quotas and fair-share weights (see [`quota`](super::quota)). The store is the dev
+//! stack's embedded store (`--data-dir`, default `.tuneplane-dev`) or DynamoDB (`--table`, with
+//! the usual AWS environment for region, credentials and `AWS_ENDPOINT_URL`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +23,10 @@ pub enum Command {
     /// Record a schedule that reruns an existing job's spec and capsule (the EventBridge
     /// Scheduler entry that fires it is created separately; see the printed command).
     CreateSchedule(CreateScheduleArgs),
+    /// Set, list and remove tenants' quotas (GPUs per series, CPU-only limits, borrowing) and
+    /// fair-share weights.
+    #[command(subcommand)]
+    Quota(super::quota::AdminCommand),
 }
 
 /// Where the job store is (shared by the admin commands).
@@ -74,11 +79,12 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::CreateKey(args) => create_key(&args),
         Command::CreateSchedule(args) => create_schedule(&args),
+        Command::Quota(c) => super::quota::run_admin(c),
     }
 }
 
 /// Opens the configured job store; returns it with a description for messages.
-async fn open_store(args: &StoreArgs) -> anyhow::Result<(Arc<dyn JobStore>, String)> {
+pub(crate) async fn open_store(args: &StoreArgs) -> anyhow::Result<(Arc<dyn JobStore>, String)> {
     Ok(match &args.table {
         Some(table) => {
             let sdk = tuneplane_stores::aws::load_config().await;
@@ -95,7 +101,9 @@ async fn open_store(args: &StoreArgs) -> anyhow::Result<(Arc<dyn JobStore>, Stri
     })
 }
 
-fn block_on<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+pub(crate) fn block_on<T>(
+    f: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod jobs;
 pub mod output;
 pub mod playground;
+pub mod quota;
 pub mod render;
 pub mod validate;
 

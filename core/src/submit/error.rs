@@ -25,6 +25,10 @@ pub enum SubmitError {
     /// The request itself is malformed (bad idempotency key, missing `tuneplane.yaml`, ...).
     #[error("{0}")]
     InvalidRequest(String),
+    /// The job alone is above a limit of its tenant's quota that does not borrow, so it could
+    /// never be admitted; the message says which limit, what the job needs and what to do.
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// Something the request refers to does not exist (an upload, a capsule, a template).
     #[error("not found: {0}")]
     NotFound(String),

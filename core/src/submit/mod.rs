@@ -3,7 +3,7 @@
 //!
 //! Steps, in order: check the idempotency key, validate the JobSpec against the latest capacity
 //! snapshot, ingest the user's code safely and build the capsule (CPU work, handed to an
-//! [`Offload`]), put the capsule if absent, then create the job record together with its idempotency
+//! [`Offload`]), refuse a job its tenant's quota can never admit, put the capsule if absent, then create the job record together with its idempotency
 //! record in one atomic write. Nothing is stored for a rejected request: every check that can fail
 //! because of the user's input runs before the first write.
 //!
@@ -34,6 +34,7 @@ use crate::capacity::CapacitySnapshot;
 use crate::capsule::{Limits, storage_key};
 use crate::fleet::FleetShape;
 use crate::job::{EventSource, JobEvent, JobRecord};
+use crate::quota::{Demand, TenantQuota, never_within};
 use crate::spec::{Defaults, JobSpec};
 use crate::store::{BlobStore, CreateOutcome, Idempotency, JobStore};
 
@@ -273,6 +274,11 @@ impl SubmitService {
             }
         };
 
+        // Before the first write: a job that alone is above a hard limit of its tenant's quota
+        // would wait forever, so it is refused now. A tenant without a quota is unlimited.
+        let quota = self.jobs.get_quota(&tenant).await?;
+        check_quota(quota.as_ref(), &prepared.spec)?;
+
         if let Some(file) = &prepared.capsule_file {
             let key = storage_key(&prepared.sha256);
             self.blobs.put_file_if_absent(&key, file).await?;
@@ -372,6 +378,15 @@ pub fn request_digest(capsule_sha256: &str) -> String {
     hex::encode(Sha256::digest(
         format!("tuneplane-submit-v1\n{capsule_sha256}").as_bytes(),
     ))
+}
+
+/// Refuses `spec` when it alone is above a limit of `quota` that does not borrow (it could never
+/// be admitted); no quota means no limit.
+pub fn check_quota(quota: Option<&TenantQuota>, spec: &JobSpec) -> Result<()> {
+    match quota.and_then(|q| never_within(q, &Demand::of(spec))) {
+        Some(why) => Err(SubmitError::QuotaExceeded(why)),
+        None => Ok(()),
+    }
 }
 
 /// Refuses idempotency keys that are empty, too long or contain control characters.

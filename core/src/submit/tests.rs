@@ -94,3 +94,46 @@ fn hostile_archive_is_a_client_error_naming_the_entry() {
         other => panic!("expected InvalidCode, got {other:?}"),
     }
 }
+
+fn gpu_spec(nodes: u32, gpus_per_node: u32) -> JobSpec {
+    let text = format!(
+        "name: t\nimage: i\nentrypoint: 'true'\npools: [{{name: main, series: h200, nodes: {nodes}, gpus_per_node: {gpus_per_node}}}]\n"
+    );
+    crate::spec::validate(&text, None, &crate::spec::Defaults::default())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .spec
+}
+
+#[test]
+fn a_job_above_a_hard_quota_is_a_client_error_naming_the_limit_and_the_need() {
+    use crate::quota::{SeriesLimit, TenantQuota};
+    let mut quota = TenantQuota::unlimited("team-a");
+    quota.series.insert(
+        "h200".into(),
+        SeriesLimit {
+            gpus: 16,
+            borrow: false,
+        },
+    );
+    // 3 nodes × 8 GPUs = 24 > 16: refused, saying why and what to do.
+    let err = check_quota(Some(&quota), &gpu_spec(3, 8)).err();
+    match err {
+        Some(e @ SubmitError::QuotaExceeded(_)) => {
+            assert!(e.is_client_error());
+            let text = e.to_string();
+            assert!(
+                text.starts_with("tenant team-a's quota is 16 h200 GPUs; this job needs 24"),
+                "{text}"
+            );
+            assert!(text.contains("tuneplane admin quota set"), "{text}");
+        }
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+    // Exactly the limit fits; no quota at all is unlimited; a borrowing limit may be exceeded.
+    assert!(check_quota(Some(&quota), &gpu_spec(2, 8)).is_ok());
+    assert!(check_quota(None, &gpu_spec(64, 8)).is_ok());
+    if let Some(limit) = quota.series.get_mut("h200") {
+        limit.borrow = true;
+    }
+    assert!(check_quota(Some(&quota), &gpu_spec(3, 8)).is_ok());
+}

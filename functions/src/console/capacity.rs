@@ -1,5 +1,7 @@
 //! The capacity page: the very snapshot the reconciler published and admission planned against
-//! (the value `GET /v1/capacity` returns), per GPU series and per node.
+//! (the value `GET /v1/capacity` returns), per GPU series and per node, with the signed-in
+//! tenant's usage against its quota ("Your team", the figures of `GET /v1/quota`). Other
+//! tenants' usage is never rendered.
 
 use std::sync::Arc;
 
@@ -8,6 +10,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
+use tuneplane_core::quota_view::{QuotaView, describe_series, quota_view};
 use tuneplane_core::submit::SCOPE_JOBS_READ;
 
 use super::auth::Viewer;
@@ -44,15 +47,61 @@ fn bar(used: u32, blocked: u32, total: u32) -> Markup {
     }
 }
 
-/// The body of the capacity page.
-pub async fn body(state: &AppState) -> Result<Markup, ConsoleError> {
+fn limit_text(limit: Option<f64>, unit: &str) -> String {
+    limit.map_or_else(|| "unlimited".to_owned(), |l| format!("{l:.1} {unit}"))
+}
+
+/// "Your team": the tenant's usage against its quota, per series, beside the fleet's totals.
+fn team(view: &QuotaView) -> Markup {
+    html! {
+        section.team aria-labelledby="team-title" data-tenant=(view.tenant) {
+            h2 id="team-title" { "Your team" }
+            p {
+                "Tenant " code { (view.tenant) } " · " (view.admitted_jobs) " admitted job"
+                @if view.admitted_jobs != 1 { "s" }
+                " · " (view.queued_jobs) " queued"
+                @if (view.weight - 1.0).abs() > f64::EPSILON { " · fair-share weight " (view.weight) }
+            }
+            @if view.series.is_empty() && !view.cpu.is_relevant() {
+                p.empty { "No quota: your team may use any free capacity." }
+            }
+            ul.team-series {
+                @for s in &view.series {
+                    li data-quota-series=(s.series) data-limit=(s.gpus_limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()))
+                        data-admitted=(s.admitted_gpus) data-queued=(s.queued_gpus) {
+                        strong { (s.series) } ": " (describe_series(s))
+                        span.fleet { " · fleet: " (s.fleet_free_gpus) " of " (s.fleet_total_gpus) " GPUs free" }
+                    }
+                }
+                @if view.cpu.is_relevant() {
+                    @let c = &view.cpu;
+                    li data-quota-series="cpu" {
+                        strong { "CPU-only jobs" } ": "
+                        (format!("{:.1} CPUs / {:.1} GiB admitted (limit {} / {}{}), {:.1} CPUs / {:.1} GiB queued",
+                            c.admitted_cpus, c.admitted_memory_gb, limit_text(c.cpus_limit, "CPUs"),
+                            limit_text(c.memory_gb_limit, "GiB"), if c.borrow { ", may borrow" } else { "" },
+                            c.queued_cpus, c.queued_memory_gb))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The body of the capacity page for `tenant`.
+pub async fn body(state: &AppState, tenant: &str) -> Result<Markup, ConsoleError> {
     let snap = snapshot(state).await?;
+    let quota = state.submit.jobs().get_quota(tenant).await?;
+    let view = quota_view(tenant, quota.as_ref(), snap.as_ref());
     let now = (state.clock)();
     Ok(html! {
         h1 { "Capacity" }
         div data-refresh="10" id="capacity-region" {
         @match &snap {
-            None => p.empty role="status" { "No capacity snapshot yet: the reconciler has not published one." },
+            None => {
+                p.empty role="status" { "No capacity snapshot yet: the reconciler has not published one." }
+                (team(&view))
+            },
             Some(s) => {
                 @let taken = i64::try_from(s.taken_at_ms).unwrap_or(i64::MAX);
                 p.snapshot-age {
@@ -60,6 +109,7 @@ pub async fn body(state: &AppState) -> Result<Markup, ConsoleError> {
                     span id="snapshot-age" data-clock-start=(taken) { (view::duration(now - taken)) }
                     " · the same snapshot admission uses."
                 }
+                (team(&view))
                 h2 { "GPU series" }
                 p.legend aria-hidden="true" {
                     span.swatch.used {} " used " span.swatch.blocked {} " blocked (cordoned or NotReady) " span.swatch.free {} " free"
@@ -119,7 +169,7 @@ pub async fn page_route(
     viewer: Viewer,
 ) -> Result<Response, ConsoleError> {
     viewer.principal.require(SCOPE_JOBS_READ)?;
-    let body = body(&state).await?;
+    let body = body(&state, &viewer.principal.tenant).await?;
     Ok(respond(
         StatusCode::OK,
         page("Capacity", Some(&viewer), Nav::Capacity, body),

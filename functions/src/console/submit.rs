@@ -210,6 +210,13 @@ pub async fn submit(
             f.code_error = Some(e.to_string());
             Ok(rejected(&viewer, f))
         }
+        Err(SubmitError::QuotaExceeded(why)) => {
+            f.spec_errors = vec![FieldError {
+                path: "pools".into(),
+                message: why,
+            }];
+            Ok(rejected(&viewer, f))
+        }
         Err(e @ SubmitError::IdempotencyConflict { .. }) => {
             f.code_error = Some(format!("{e}; reload the page to submit a new job"));
             Ok(rejected(&viewer, f))

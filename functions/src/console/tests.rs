@@ -947,3 +947,159 @@ async fn archived_logs_are_previewed_and_downloadable_through_a_short_lived_link
         .await;
     assert_eq!(denied.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn capacity_page_shows_the_signed_in_tenants_usage_against_its_quota_and_no_one_elses() {
+    use tuneplane_core::quota::{Demand, SeriesLimit, TenantQuota, TenantUsage};
+    let s = stack().await;
+    let jobs = s.state.submit.jobs();
+    let mut quota = TenantQuota::unlimited("acme");
+    quota.series.insert(
+        "h200".into(),
+        SeriesLimit {
+            gpus: 16,
+            borrow: false,
+        },
+    );
+    jobs.put_quota(&quota)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Before a snapshot the limits show already.
+    let session_a = s.sign_in(&s.key_a).await;
+    let empty = s.get("/console/capacity", Some(&session_a)).await;
+    assert!(empty.body.contains("No capacity snapshot yet"));
+    assert!(
+        empty.body.contains("0 of 16 GPUs admitted, 0 queued"),
+        "{}",
+        empty.body
+    );
+
+    let node = |name: &str, used: u32| NodeCapacity {
+        name: name.into(),
+        series: Some("h200".into()),
+        gpus: 8,
+        gpus_used: used,
+        cpus: 64.0,
+        memory_gb: 512.0,
+        ready: true,
+        ..Default::default()
+    };
+    let mut snap = CapacitySnapshot::from_nodes(1_000, vec![node("h-0", 8), node("h-1", 4)]);
+    let usage = |series: &str, admitted: u32, queued: u32| TenantUsage {
+        admitted: Demand {
+            gpus: [(series.to_owned(), admitted)].into(),
+            ..Demand::default()
+        },
+        admitted_jobs: 2,
+        queued: Demand {
+            gpus: [(series.to_owned(), queued)].into(),
+            ..Demand::default()
+        },
+        queued_jobs: 1,
+    };
+    snap.tenants.insert("acme".into(), usage("h200", 12, 8));
+    snap.tenants.insert("globex".into(), usage("a100", 40, 24));
+    jobs.put_capacity(&serde_json::to_value(&snap).unwrap_or_default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let page_a = s.get("/console/capacity", Some(&session_a)).await;
+    assert_eq!(page_a.status, StatusCode::OK);
+    assert!(page_a.body.contains("Your team"), "{}", page_a.body);
+    assert!(
+        page_a.body.contains(
+            "data-quota-series=\"h200\" data-limit=\"16\" data-admitted=\"12\" data-queued=\"8\""
+        ),
+        "{}",
+        page_a.body
+    );
+    assert!(page_a.body.contains("12 of 16 GPUs admitted, 8 queued"));
+    assert!(page_a.body.contains("4 of 16 GPUs free"), "{}", page_a.body);
+    // The fleet-wide totals are still there, beside it.
+    assert!(
+        page_a
+            .body
+            .contains("data-series=\"h200\" data-total=\"16\"")
+    );
+    assert!(!page_a.body.contains("a100") && !page_a.body.contains("globex"));
+
+    // globex sees its own a100 usage (unlimited) and nothing of acme's quota or usage.
+    let session_b = s.sign_in(&s.key_b).await;
+    let page_b = s.get("/console/capacity", Some(&session_b)).await;
+    assert!(
+        page_b.body.contains("data-quota-series=\"a100\" data-limit=\"unlimited\" data-admitted=\"40\" data-queued=\"24\""),
+        "{}",
+        page_b.body
+    );
+    assert!(
+        page_b
+            .body
+            .contains("40 GPUs admitted (unlimited), 24 queued")
+    );
+    assert!(
+        page_b.body.contains(
+            "data-quota-series=\"h200\" data-limit=\"unlimited\" data-admitted=\"0\" data-queued=\"0\""
+        ),
+        "{}",
+        page_b.body
+    );
+    assert!(
+        !page_b.body.contains("acme"),
+        "acme leaked into globex's page"
+    );
+    assert!(!page_b.body.contains("12 of 16"));
+}
+
+#[tokio::test]
+async fn a_job_above_the_quota_is_refused_in_the_submit_form_with_the_reason() {
+    use tuneplane_core::quota::{CpuLimit, TenantQuota};
+    let s = stack().await;
+    let mut quota = TenantQuota::unlimited("acme");
+    quota.cpu = Some(CpuLimit {
+        cpus: Some(0.5),
+        memory_gb: None,
+        borrow: false,
+    });
+    s.state
+        .submit
+        .jobs()
+        .put_quota(&quota)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let session = s.sign_in(&s.key_a).await;
+    let form = s.get("/console/submit", Some(&session)).await;
+    let csrf = csrf_of(&form.body);
+    let spec = "name: big\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 hello.py\npools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n";
+    let (content_type, body) = multipart(
+        &[
+            ("csrf", &csrf),
+            ("spec", spec),
+            ("idempotency_key", "console-q"),
+        ],
+        Some(&archive()),
+    );
+    let res = s
+        .send(
+            Method::POST,
+            "/console/submit",
+            Some(&session),
+            Some(&content_type),
+            body,
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", res.body);
+    assert!(
+        res.body
+            .contains("quota is 0.5 CPUs for CPU-only jobs; this job needs 1"),
+        "{}",
+        res.body
+    );
+    let stored = s
+        .state
+        .submit
+        .jobs()
+        .list_jobs("acme", &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(stored.items.is_empty(), "nothing is stored");
+}

@@ -62,13 +62,17 @@ pub async fn create_upload(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-/// `GET /v1/capacity`: the latest snapshot the reconciler published.
+/// `GET /v1/capacity`: the latest snapshot the reconciler published. Its `tenants` keeps only
+/// the caller's own entry: another tenant's usage is never shown.
 pub async fn capacity(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
-    let snapshot = state.submit.jobs().get_capacity().await?;
+    let mut snapshot = state.submit.jobs().get_capacity().await?;
+    if let Some(s) = snapshot.as_mut() {
+        super::quota::only_own_tenant(s, &principal.tenant);
+    }
     let note = snapshot
         .is_none()
         .then_some("no capacity snapshot yet: the reconciler has not published one");

@@ -3,4 +3,5 @@
 pub mod jobs;
 pub mod misc;
 pub mod playgrounds;
+pub mod quota;
 pub mod submission;

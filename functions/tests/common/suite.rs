@@ -6,9 +6,10 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
 use tuneplane_core::capsule::storage_key;
+use tuneplane_core::quota::{Demand, SeriesLimit, TenantQuota, TenantUsage};
 
 use super::archives::{BAD_SPEC, SPEC, body, code, hostile_tar};
-use super::{Harness, TENANT_A};
+use super::{Harness, TENANT_A, TENANT_B};
 
 /// Instantiates every case of the suite for `$make` (an async fn returning a [`Harness`]).
 #[macro_export]
@@ -28,6 +29,8 @@ macro_rules! api_suite {
             logs_of_an_unfinished_job_are_409,
             upload_then_submit_by_upload_id,
             job_that_cannot_fit_the_published_capacity_is_rejected_at_submit,
+            job_above_its_tenants_hard_quota_is_refused_at_submit_and_nothing_is_stored,
+            quota_shows_the_callers_limits_and_usage_and_never_another_tenants,
             healthz_needs_no_key_and_unknown_routes_are_json_404,
             read_only_key_cannot_submit_or_stop,
             playgrounds_are_created_listed_and_expired_per_tenant,
@@ -371,6 +374,185 @@ pub async fn job_that_cannot_fit_the_published_capacity_is_rejected_at_submit(h:
     );
     let capacity = h.get("/v1/capacity").await;
     assert_eq!(capacity.json["snapshot"]["series"]["h200"]["total_gpus"], 8);
+}
+
+fn h200_quota(tenant: &str, gpus: u32, borrow: bool) -> TenantQuota {
+    let mut q = TenantQuota::unlimited(tenant);
+    q.series.insert("h200".into(), SeriesLimit { gpus, borrow });
+    q
+}
+
+pub async fn job_above_its_tenants_hard_quota_is_refused_at_submit_and_nothing_is_stored(
+    h: &Harness,
+) {
+    // SPEC needs 1 node × 8 h200 GPUs; tenant A may hold at most 4.
+    h.jobs()
+        .put_quota(&h200_quota(TENANT_A, 4, false))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let reply = h.submit(&body(SPEC, &code()), Some("q-1")).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.json);
+    assert_eq!(reply.json["error"]["code"], "quota_exceeded");
+    let message = reply.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!(
+            "tenant {TENANT_A}'s quota is 4 h200 GPUs; this job needs 8"
+        )),
+        "{message}"
+    );
+    assert!(message.contains("tuneplane admin quota set"), "{message}");
+    assert_eq!(h.job_count(TENANT_A).await, 0);
+    assert_eq!(h.object_count("capsules/").await, 0, "no capsule is stored");
+
+    // Tenant B has no quota: exactly as before.
+    let bytes = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();
+    let key_b = h.key_b.clone();
+    let b = h
+        .call(
+            Method::POST,
+            "/v1/jobs",
+            Some(&key_b),
+            &[("content-type", "application/json")],
+            bytes,
+        )
+        .await;
+    assert_eq!(b.status, StatusCode::CREATED, "{}", b.json);
+
+    // A borrowing limit may be exceeded (on idle capacity), so the job is queued; so is a job
+    // within a raised limit. The refused idempotency key was never recorded.
+    h.jobs()
+        .put_quota(&h200_quota(TENANT_A, 4, true))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let borrowing = h.submit(&body(SPEC, &code()), Some("q-1")).await;
+    assert_eq!(borrowing.status, StatusCode::CREATED, "{}", borrowing.json);
+    h.jobs()
+        .put_quota(&h200_quota(TENANT_A, 8, false))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let within = h.submit(&body(SPEC, &code()), None).await;
+    assert_eq!(within.status, StatusCode::CREATED, "{}", within.json);
+    assert_eq!(h.job_count(TENANT_A).await, 2);
+}
+
+pub async fn quota_shows_the_callers_limits_and_usage_and_never_another_tenants(h: &Harness) {
+    // Before any snapshot: the limits, zero usage, and a note saying why.
+    let before = h.get("/v1/quota").await;
+    assert_eq!(before.status, StatusCode::OK, "{}", before.json);
+    assert_eq!(before.json["tenant"], TENANT_A);
+    assert_eq!(before.json["series"], json!([]));
+    assert!(
+        before.json["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no capacity snapshot"),
+        "{}",
+        before.json
+    );
+
+    let mut quota = h200_quota(TENANT_A, 16, false);
+    quota.weight = 2.0;
+    h.jobs()
+        .put_quota(&quota)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let node = |name: &str, gpus_used: u32| NodeCapacity {
+        name: name.into(),
+        series: Some("h200".into()),
+        gpus: 8,
+        gpus_used,
+        cpus: 96.0,
+        memory_gb: 1024.0,
+        ready: true,
+        ..Default::default()
+    };
+    let mut snapshot = CapacitySnapshot::from_nodes(5, vec![node("n1", 8), node("n2", 4)]);
+    let usage = |series: &str, admitted: u32, queued: u32| TenantUsage {
+        admitted: Demand {
+            gpus: [(series.to_owned(), admitted)].into(),
+            ..Demand::default()
+        },
+        admitted_jobs: 2,
+        queued: Demand {
+            gpus: [(series.to_owned(), queued)].into(),
+            ..Demand::default()
+        },
+        queued_jobs: 1,
+    };
+    snapshot
+        .tenants
+        .insert(TENANT_A.into(), usage("h200", 12, 8));
+    // Tenant B runs on a series tenant A never uses: it must never show up in A's answers.
+    snapshot
+        .tenants
+        .insert(TENANT_B.into(), usage("a100", 40, 24));
+    let value = serde_json::to_value(&snapshot).unwrap_or_default();
+    h.jobs()
+        .put_capacity(&value)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let mine = h.get("/v1/quota").await;
+    assert_eq!(mine.status, StatusCode::OK, "{}", mine.json);
+    assert_eq!(
+        mine.json["series"],
+        json!([{"series": "h200", "gpus_limit": 16, "borrow": false, "admitted_gpus": 12,
+            "queued_gpus": 8, "fleet_total_gpus": 16, "fleet_free_gpus": 4}]),
+        "{}",
+        mine.json
+    );
+    assert_eq!(mine.json["weight"], 2.0);
+    assert_eq!(mine.json["admitted_jobs"], 2);
+    assert_eq!(mine.json["queued_jobs"], 1);
+    assert_eq!(mine.json["taken_at_ms"], 5);
+    assert!(mine.json["note"].is_null());
+    assert!(mine.json["cpu"]["cpus_limit"].is_null());
+    let text = mine.json.to_string();
+    assert!(!text.contains("a100") && !text.contains(TENANT_B), "{text}");
+
+    // /v1/capacity keeps only the caller's own entry of `tenants`.
+    let capacity = h.get("/v1/capacity").await;
+    let tenants = &capacity.json["snapshot"]["tenants"];
+    assert_eq!(
+        tenants
+            .as_object()
+            .map(|t| t.keys().cloned().collect::<Vec<_>>()),
+        Some(vec![TENANT_A.to_owned()]),
+        "{}",
+        capacity.json
+    );
+    assert_eq!(tenants[TENANT_A]["admitted"]["gpus"]["h200"], 12);
+    let text = capacity.json.to_string();
+    assert!(!text.contains("a100") && !text.contains(TENANT_B), "{text}");
+
+    // And the other way round: B sees its own usage, B's (absent) quota, nothing of A's.
+    let key_b = h.key_b.clone();
+    let theirs = h
+        .call(Method::GET, "/v1/quota", Some(&key_b), &[], Vec::new())
+        .await;
+    assert_eq!(theirs.json["tenant"], TENANT_B);
+    let a100 = theirs.json["series"]
+        .as_array()
+        .and_then(|s| s.iter().find(|e| e["series"] == "a100"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(a100["admitted_gpus"], 40, "{}", theirs.json);
+    assert!(a100["gpus_limit"].is_null());
+    let h200 = theirs.json["series"]
+        .as_array()
+        .and_then(|s| s.iter().find(|e| e["series"] == "h200"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (h200["admitted_gpus"].as_u64(), h200["gpus_limit"].is_null()),
+        (Some(0), true)
+    );
+    let b_capacity = h
+        .call(Method::GET, "/v1/capacity", Some(&key_b), &[], Vec::new())
+        .await
+        .json
+        .to_string();
+    assert!(!b_capacity.contains(TENANT_A), "{b_capacity}");
 }
 
 pub async fn healthz_needs_no_key_and_unknown_routes_are_json_404(h: &Harness) {
