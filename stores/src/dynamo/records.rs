@@ -115,6 +115,20 @@ impl DynamoJobStore {
             .transpose()
     }
 
+    /// Decodes the JSON `body` of side records.
+    fn bodies<T: DeserializeOwned>(&self, items: &[Item]) -> Result<Vec<T>> {
+        items
+            .iter()
+            .map(|i| {
+                Stored {
+                    table: self.table(),
+                    item: i,
+                }
+                .json("body")
+            })
+            .collect()
+    }
+
     async fn delete_doc(&self, pk: &str, sk: &str) -> Result<()> {
         self.client
             .delete_item()
@@ -286,16 +300,7 @@ impl JobStore for DynamoJobStore {
                 .set_exclusive_start_key(from)
         };
         let items = self.query_all(build, PLAYGROUNDS_PK, None, None).await?;
-        items
-            .iter()
-            .map(|i| {
-                Stored {
-                    table: self.table(),
-                    item: i,
-                }
-                .json("body")
-            })
-            .collect()
+        self.bodies(&items)
     }
 
     async fn delete_playground(&self, id: &str) -> Result<()> {
@@ -322,16 +327,7 @@ impl JobStore for DynamoJobStore {
                 .set_exclusive_start_key(from)
         };
         let items = self.query_all(build, QUOTA_PK, None, None).await?;
-        items
-            .iter()
-            .map(|i| {
-                Stored {
-                    table: self.table(),
-                    item: i,
-                }
-                .json("body")
-            })
-            .collect()
+        self.bodies(&items)
     }
 
     async fn delete_quota(&self, tenant: &str) -> Result<()> {
