@@ -83,9 +83,9 @@ pub struct Admission {
 
 /// A job that stays queued, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Waiting {
-    /// Job id.
-    pub job_id: String,
+pub struct Waiting<'q> {
+    /// Job id (borrowed from the queue: a long queue's waiting jobs copy nothing).
+    pub job_id: &'q str,
     /// Machine-readable reason.
     pub reason: PendingReason,
     /// Message for people (shared: the many jobs of a long queue that wait for the same reason
@@ -95,11 +95,11 @@ pub struct Waiting {
 
 /// The outcome of one planning round.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AdmissionPlan {
+pub struct AdmissionPlan<'q> {
     /// Jobs to admit, in order.
     pub admit: Vec<Admission>,
-    /// Jobs that wait, in queue order.
-    pub waiting: Vec<Waiting>,
+    /// Jobs that wait, in the order they were considered.
+    pub waiting: Vec<Waiting<'q>>,
 }
 
 /// Free resources of one schedulable node.
@@ -1096,7 +1096,7 @@ type ShortKey<'q> = (
 /// One planning round: the planner, the plan being built and the message caches.
 struct Round<'c, 'q> {
     planner: Planner<'c>,
-    plan: AdmissionPlan,
+    plan: AdmissionPlan<'q>,
     behind_messages: Vec<Option<Arc<str>>>,
     short_messages: HashMap<ShortKey<'q>, (PendingReason, Arc<str>)>,
 }
@@ -1132,9 +1132,9 @@ impl<'c, 'q> Round<'c, 'q> {
         true
     }
 
-    fn wait(&mut self, job: &JobRecord, reason: PendingReason, message: Arc<str>) {
+    fn wait(&mut self, job: &'q JobRecord, reason: PendingReason, message: Arc<str>) {
         self.plan.waiting.push(Waiting {
-            job_id: job.id.clone(),
+            job_id: &job.id,
             reason,
             message,
         });
@@ -1265,8 +1265,8 @@ pub fn plan_admissions<'q>(
     queue: &'q [JobRecord],
     capacity: &CapacitySnapshot,
     reservations: &[Reservation],
-    quotas: &'q [TenantQuota],
-) -> AdmissionPlan {
+    quotas: &[TenantQuota],
+) -> AdmissionPlan<'q> {
     let mut planner = Planner::new(capacity);
     hold_reservations(&mut planner, reservations);
 
@@ -1390,14 +1390,14 @@ pub fn plan_admissions<'q>(
         behind_messages: Vec::new(),
         short_messages: HashMap::new(),
     };
-    let mut borrowers: Vec<(usize, &JobRecord)> = Vec::new();
+    let mut borrowers: Vec<(usize, &'q JobRecord)> = Vec::new();
     // Quota messages, formatted once per tenant and limit state (a long queue of one tenant
     // waits for the same reason).
     type OverKey<'q> = (usize, u8, &'q str, u64, u64, u64);
     let mut quota_messages: HashMap<OverKey<'_>, Arc<str>> = HashMap::new();
-    let mut held_by_quota = |round: &mut Round,
+    let mut held_by_quota = |round: &mut Round<'_, 'q>,
                              t: usize,
-                             job: &JobRecord,
+                             job: &'q JobRecord,
                              over: Over<'q>,
                              borrowing: bool| {
         let key = match over {

@@ -50,7 +50,7 @@ fn earlier_h200_machine(nodes: Vec<String>) -> Reservation {
     }
 }
 
-fn admitted(plan: &AdmissionPlan) -> Vec<&str> {
+fn admitted<'p>(plan: &'p AdmissionPlan) -> Vec<&'p str> {
     plan.admit.iter().map(|a| a.job_id.as_str()).collect()
 }
 
@@ -85,12 +85,8 @@ fn sixteen_free_gpus_spread_four_per_node_cannot_host_one_machine_of_eight() {
             .collect(),
     );
     assert_eq!(cap.series["h200"].free_gpus, 16);
-    let plan = plan_admissions(
-        &[job("big", 0, 1, vec![pool("main", Some("h200"), 1, 8)])],
-        &cap,
-        &[],
-        &[],
-    );
+    let queue = [job("big", 0, 1, vec![pool("main", Some("h200"), 1, 8)])];
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert!(plan.admit.is_empty());
     let w = &plan.waiting[0];
     assert_eq!(w.reason, PendingReason::InsufficientGpu);
@@ -113,7 +109,8 @@ fn multi_pool_job_is_admitted_only_when_every_pool_fits_on_distinct_nodes() {
         node("h-1", Some("h200"), 8, 2),
         node("l-0", Some("l40s"), 4, 0),
     ]);
-    let plan = plan_admissions(&[job("j", 0, 1, pools.clone())], &short, &[], &[]);
+    let queue = [job("j", 0, 1, pools.clone())];
+    let plan = plan_admissions(&queue, &short, &[], &[]);
     assert_eq!(reason(&plan, "j"), Some(PendingReason::InsufficientGpu));
 
     let enough = snapshot(vec![
@@ -121,7 +118,8 @@ fn multi_pool_job_is_admitted_only_when_every_pool_fits_on_distinct_nodes() {
         node("h-1", Some("h200"), 8, 0),
         node("l-0", Some("l40s"), 4, 0),
     ]);
-    let plan = plan_admissions(&[job("j", 0, 1, pools)], &enough, &[], &[]);
+    let queue = [job("j", 0, 1, pools)];
+    let plan = plan_admissions(&queue, &enough, &[], &[]);
     assert_eq!(admitted(&plan), ["j"]);
     let p = &plan.admit[0].placements;
     assert_eq!((p[0].pool.as_str(), p[0].nodes.len()), ("main", 2));
@@ -133,7 +131,8 @@ fn two_pools_of_one_series_never_share_a_node() {
     // One node with 16 free GPUs could hold both machines by count, but each machine needs its own node.
     let cap = snapshot(vec![node("h-0", Some("h200"), 16, 0)]);
     let pools = vec![pool("a", Some("h200"), 1, 8), pool("b", Some("h200"), 1, 8)];
-    let plan = plan_admissions(&[job("j", 0, 1, pools)], &cap, &[], &[]);
+    let queue = [job("j", 0, 1, pools)];
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert!(plan.admit.is_empty());
 }
 
@@ -235,12 +234,8 @@ fn cpu_job_larger_than_free_cpu_waits_with_insufficient_cpu() {
     let mut busy = node("c-0", None, 0, 0);
     busy.cpus_used = 95.0;
     let cap = snapshot(vec![busy]);
-    let plan = plan_admissions(
-        &[job("cpu", 0, 1, vec![pool("main", None, 1, 0)])],
-        &cap,
-        &[],
-        &[],
-    );
+    let queue = [job("cpu", 0, 1, vec![pool("main", None, 1, 0)])];
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(reason(&plan, "cpu"), Some(PendingReason::InsufficientCpu));
 }
 
@@ -251,7 +246,8 @@ fn jobs_already_stopping_or_admitted_are_not_planned() {
     stopping.stop_requested = true;
     let mut running = job("r", 0, 1, vec![pool("m", Some("h200"), 1, 8)]);
     running.state = JobState::Admitted;
-    let plan = plan_admissions(&[stopping, running], &cap, &[], &[]);
+    let queue = [stopping, running];
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert!(plan.admit.is_empty() && plan.waiting.is_empty());
 }
 
@@ -273,7 +269,8 @@ fn job_that_fits_idle_fleet_only_by_mixing_node_sizes_is_not_reported_as_never_f
         ],
     );
     let too_big = job("too-big", 0, 2, vec![pool("main", Some("h200"), 2, 8)]);
-    let plan = plan_admissions(&[mixed, too_big], &cap, &[], &[]);
+    let queue = [mixed, too_big];
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(admitted(&plan), ["mixed"]);
     assert_eq!(
         reason(&plan, "too-big"),
@@ -413,12 +410,8 @@ fn a_gpu_job_short_of_cpu_says_cpu_and_names_the_holders() {
         memory_gb: 8.0,
     }];
     let cap = snapshot(vec![a]);
-    let plan = plan_admissions(
-        &[job("j", 0, 1, vec![gpu_pool("h200", 1, 8)])],
-        &cap,
-        &[],
-        &[],
-    );
+    let queue = [job("j", 0, 1, vec![gpu_pool("h200", 1, 8)])];
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(reason(&plan, "j"), Some(PendingReason::InsufficientCpu));
     let m = message(&plan, "j");
     assert!(m.contains("1 have the GPUs, 0 also the CPUs"), "{m}");
@@ -429,12 +422,8 @@ fn a_gpu_job_short_of_cpu_says_cpu_and_names_the_holders() {
 
     let mut b = sized("h-0", Some("h200"), 8, 64.0, 300.0);
     b.memory_gb_used = 200.0;
-    let plan = plan_admissions(
-        &[job("j", 0, 1, vec![gpu_pool("h200", 1, 8)])],
-        &snapshot(vec![b]),
-        &[],
-        &[],
-    );
+    let queue = [job("j", 0, 1, vec![gpu_pool("h200", 1, 8)])];
+    let plan = plan_admissions(&queue, &snapshot(vec![b]), &[], &[]);
     assert_eq!(reason(&plan, "j"), Some(PendingReason::InsufficientMemory));
 }
 
@@ -502,8 +491,9 @@ fn a_big_job_is_not_starved_by_a_stream_of_small_ones() {
             big_admitted_at = Some(pass);
             break;
         }
-        let admitted_ids: Vec<&str> = admitted(&plan);
-        queue.retain(|j| !admitted_ids.contains(&j.id.as_str()));
+        let admitted_ids: Vec<String> = admitted(&plan).into_iter().map(String::from).collect();
+        drop(plan);
+        queue.retain(|j| !admitted_ids.contains(&j.id));
     }
     let pass = big_admitted_at.unwrap_or_else(|| panic!("the big job starved for 20 passes"));
     // The old jobs end by pass 3 and nothing new lands on the ten reserved nodes.
@@ -517,12 +507,8 @@ fn admitted_but_unbound_machines_keep_their_planned_nodes() {
         node("h-1", Some("h200"), 8, 0),
     ]);
     let held = earlier_h200_machine(vec!["h-0".into()]);
-    let plan = plan_admissions(
-        &[job("next", 0, 1, vec![pool("m", Some("h200"), 1, 8)])],
-        &cap,
-        &[held],
-        &[],
-    );
+    let queue = [job("next", 0, 1, vec![pool("m", Some("h200"), 1, 8)])];
+    let plan = plan_admissions(&queue, &cap, &[held], &[]);
     assert_eq!(
         nodes_of(&plan, "next"),
         ["h-1"],

@@ -343,7 +343,7 @@ pub enum Verdict<'a> {
 
 /// The rule, once: `gpus` is the job's need per series (each series once).
 fn judge<'a>(
-    quota: &'a TenantQuota,
+    quota: &TenantQuota,
     held: &Demand,
     gpus: impl Iterator<Item = (&'a str, u32)>,
     cpus: f64,
@@ -414,7 +414,7 @@ fn judge<'a>(
 }
 
 /// Checks the job of `spec` against `quota` when `held` is already admitted (no allocation).
-pub fn check_spec<'a>(quota: &'a TenantQuota, held: &Demand, spec: &'a JobSpec) -> Verdict<'a> {
+pub fn check_spec<'a>(quota: &TenantQuota, held: &Demand, spec: &'a JobSpec) -> Verdict<'a> {
     let pools = &spec.pools;
     // Per series once: the first pool of a series sums every pool of it (jobs have a few pools).
     let gpus = pools.iter().enumerate().filter_map(|(i, p)| {

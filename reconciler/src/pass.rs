@@ -117,7 +117,12 @@ async fn admit(
     Ok(())
 }
 
-async fn set_queued_pending(ctx: &Ctx, job: &JobRecord, waiting: Waiting, now: i64) -> Result<()> {
+async fn set_queued_pending(
+    ctx: &Ctx,
+    job: &JobRecord,
+    waiting: Waiting<'_>,
+    now: i64,
+) -> Result<()> {
     let last = ctx
         .pending_written
         .lock()
@@ -275,7 +280,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         note(ctx, &mut report, "admit", &id, outcome);
     }
     for w in plan.waiting {
-        let Some(&job) = by_id.get(w.job_id.as_str()) else {
+        let Some(&job) = by_id.get(w.job_id) else {
             continue;
         };
         report.waiting += 1;
