@@ -160,12 +160,19 @@ fn main() {
         (10_000, 5_000, 11, 0),
         (100_000, 5_000, 5, 0),
     ] {
-        // `cargo bench --bench admission -- 100000` runs only the cases of that many jobs.
+        // `cargo bench --bench admission -- 100000` runs only the cases of that many jobs;
+        // `10000x1000` only the one-tenant case of that size; `10000/50` only the case with 50
+        // tenants.
         let only: Vec<String> = std::env::args()
             .skip(1)
             .filter(|a| !a.starts_with('-'))
             .collect();
-        if !only.is_empty() && !only.contains(&jobs.to_string()) {
+        let wanted = |o: &String| {
+            *o == jobs.to_string()
+                || (tenant_count == 0 && *o == format!("{jobs}x{nodes}"))
+                || (tenant_count > 0 && *o == format!("{jobs}/{tenant_count}"))
+        };
+        if !only.is_empty() && !only.iter().any(wanted) {
             continue;
         }
         let (q, quotas) = if tenant_count == 0 {
