@@ -1,4 +1,4 @@
-//! The job record, its states and the rules for moving between them (DESIGN §6).
+//! The job record, its states and the rules for moving between them (docs/design.md §6).
 //!
 //! ```text
 //! QUEUED ──admit──▶ ADMITTED ──pods running──▶ RUNNING ──▶ SUCCEEDED | FAILED | STOPPED

@@ -1,4 +1,4 @@
-//! The HTTP router of the `/v1` API (DESIGN §7), shared by Lambda (`lambda_http`) and plain HTTP
+//! The HTTP router of the `/v1` API (docs/design.md §7), shared by Lambda (`lambda_http`) and plain HTTP
 //! (`tuneplane dev`). Handlers only parse, call core, and shape the answer.
 
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
 //! Typed configuration of the function binaries, parsed once at startup from `TUNEPLANE_*`
-//! variables (DESIGN §9). A bad value fails startup with the variable's name.
+//! variables (docs/design.md §9). A bad value fails startup with the variable's name.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
 //! TunePlane functions: the stateless entry points that accept jobs and answer questions about
-//! them (DESIGN §7).
+//! them (docs/design.md §7).
 //!
 //! - [`app::router`]: the `/v1` HTTP API, served by Lambda ([`lambda::handle`]) and by plain HTTP
 //!   (`tuneplane dev`, the `api` binary with `TUNEPLANE_LISTEN`).

@@ -1,4 +1,4 @@
-//! `POST /v1/webhooks/{source}`: signed deliveries from Git hosts and other systems (DESIGN §7).
+//! `POST /v1/webhooks/{source}`: signed deliveries from Git hosts and other systems (docs/design.md §7).
 //!
 //! The raw body is verified with HMAC-SHA256 under the source's own secret, in either header
 //! format: `X-Hub-Signature-256: sha256=<hex>` (Git hosting), or `X-TunePlane-Signature:

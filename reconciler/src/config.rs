@@ -1,4 +1,4 @@
-//! Typed configuration, parsed once at startup from `TUNEPLANE_*` variables (DESIGN §9).
+//! Typed configuration, parsed once at startup from `TUNEPLANE_*` variables (docs/design.md §9).
 //!
 //! A bad value fails startup with the variable's name. Nothing reads the environment later.
 

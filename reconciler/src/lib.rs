@@ -1,5 +1,5 @@
 //! TunePlane reconciler: the in-cluster controller that admits queued jobs against live GPU capacity
-//! and sees every job through to an archived, terminal, cleaned-up state (DESIGN §8).
+//! and sees every job through to an archived, terminal, cleaned-up state (docs/design.md §8).
 //!
 //! Shape: reflectors keep Nodes, Pods, TunePlane's RayJobs and Warning Events in memory; a single
 //! leader (Lease) runs a [`pass`] every few seconds and after watch events. Decisions are pure

@@ -1,4 +1,4 @@
-//! One reconcile pass (DESIGN §8): capacity → sync active jobs → orphans → admission → playgrounds.
+//! One reconcile pass (docs/design.md §8): capacity → sync active jobs → orphans → admission → playgrounds.
 //!
 //! The pass reads the reflector stores once (a [`Cluster`]) and the active index once, then acts.
 //! It is a periodic pass over all jobs rather than a per-object reconcile, because admission is

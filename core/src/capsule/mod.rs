@@ -1,6 +1,6 @@
 //! Capsules: deterministic, content-addressed zips of the user's code and the platform's files.
 //!
-//! Layout (DESIGN §3): the user's files at the archive root, the platform's files under
+//! Layout (docs/design.md §3): the user's files at the archive root, the platform's files under
 //! `.tuneplane/` (`jobspec.json`, `manifest.json`, `runner.pex`). Same inputs give the same bytes on
 //! every machine, so the archive's SHA-256 is the capsule's identity and storage key.
 //!

@@ -1,4 +1,4 @@
-//! Rendering of the Kubernetes objects TunePlane creates (DESIGN §5), as pure functions.
+//! Rendering of the Kubernetes objects TunePlane creates (docs/design.md §5), as pure functions.
 //!
 //! - [`rayjob::render_rayjob`]: a KubeRay `ray.io/v1` RayJob for any job with GPUs;
 //! - [`pod::render_pod`]: a plain Pod for a CPU-only custom job;
@@ -29,7 +29,7 @@ pub use rayjob::render_rayjob;
 /// Longest workload name KubeRay accepts for a RayJob.
 pub const MAX_WORKLOAD_NAME: usize = 47;
 
-/// How workloads get the capsule (DESIGN §4), `TUNEPLANE_CAPSULE_DELIVERY`.
+/// How workloads get the capsule (docs/design.md §4), `TUNEPLANE_CAPSULE_DELIVERY`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CapsuleDelivery {

@@ -1,4 +1,4 @@
-//! The vLLM playground Pod (DESIGN §5): a standalone OpenAI-compatible server on one GPU node of a
+//! The vLLM playground Pod (docs/design.md §5): a standalone OpenAI-compatible server on one GPU node of a
 //! series, reached through the Kubernetes API proxy and reclaimed by the reconciler at its TTL.
 
 use serde_json::{Value, json};

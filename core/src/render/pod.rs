@@ -1,4 +1,4 @@
-//! The plain Pod of a CPU-only custom job (DESIGN §5): requests equal limits, `restartPolicy:
+//! The plain Pod of a CPU-only custom job (docs/design.md §5): requests equal limits, `restartPolicy:
 //! Never`, the fleet's tolerations (it may use free CPU on GPU nodes, within the share the free
 //! GPUs keep), pinned to the node admission planned, no accelerator, the run deadline as
 //! `activeDeadlineSeconds`, and a bootstrap that verifies the capsule before running it.

@@ -1,4 +1,4 @@
-//! The KubeRay `RayJob` of a GPU job (DESIGN §5).
+//! The KubeRay `RayJob` of a GPU job (docs/design.md §5).
 //!
 //! The head is machine zero of the primary pool (same image, series, GPUs); the primary pool's
 //! worker group has `nodes - 1` replicas and every further pool gets a group with `nodes`

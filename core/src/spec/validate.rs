@@ -1,4 +1,4 @@
-//! JobSpec validation: every rule of DESIGN §2, every problem reported at once with its field path.
+//! JobSpec validation: every rule of docs/design.md §2, every problem reported at once with its field path.
 //!
 //! The user's text is parsed into a generic tree first (not straight into structs) so that one bad
 //! field does not hide the next one: each field is checked on its own and all problems are collected.

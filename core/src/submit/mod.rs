@@ -1,5 +1,5 @@
 //! The submission service: the one path by which every entry point (HTTP API, webhooks, schedules,
-//! the console inbox, EventBridge events) turns a request into a queued job (DESIGN §7).
+//! the console inbox, EventBridge events) turns a request into a queued job (docs/design.md §7).
 //!
 //! Steps, in order: check the idempotency key, validate the JobSpec against the latest capacity
 //! snapshot, ingest the user's code safely and build the capsule (CPU work, handed to an

@@ -1,4 +1,4 @@
-//! DynamoDB job store on the single-table design of DESIGN §6.
+//! DynamoDB job store on the single-table design of docs/design.md §6.
 //!
 //! | item | `pk` | `sk` | other keys |
 //! |---|---|---|---|
