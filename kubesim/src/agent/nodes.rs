@@ -164,14 +164,27 @@ async fn create_or_patch<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
 {
-    let created = retry("creating an object", || async {
-        api.create(&PostParams::default(), object).await
-    })
-    .await;
-    match created {
-        Ok(o) => Ok(o),
-        Err(e) if status_code(&e) == Some(409) => merge(api, name, patch, false).await,
-        Err(e) => Err(kube_err(format!("creating {} {name}", kind::<K>()))(e)),
+    // An existing object may be deleted between the create's 409 and the patch: a node Lease of
+    // an earlier run, owned by a Node of the same name that no longer exists, is removed by the
+    // garbage collector at any moment. Then the create is tried again (a few times at most).
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let created = retry("creating an object", || async {
+            api.create(&PostParams::default(), object).await
+        })
+        .await;
+        match created {
+            Ok(o) => return Ok(o),
+            Err(e) if status_code(&e) == Some(409) => {
+                match merge_raw(api, name, patch, false).await {
+                    Ok(o) => return Ok(o),
+                    Err(e) if status_code(&e) == Some(404) && attempts < 5 => continue,
+                    Err(e) => return Err(kube_err(format!("patching {} {name}", kind::<K>()))(e)),
+                }
+            }
+            Err(e) => return Err(kube_err(format!("creating {} {name}", kind::<K>()))(e)),
+        }
     }
 }
 
