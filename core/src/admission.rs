@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::capacity::{CapacitySnapshot, GpuShare};
 use crate::job::{JobRecord, JobState, PendingReason};
 use crate::quota::{self, Demand, Over, TenantQuota, Verdict};
-use crate::spec::Pool;
+use crate::spec::{JobSpec, Pool};
 
 /// Machines of an admitted job that hold no node yet (their pods are not bound).
 #[derive(Debug, Clone, PartialEq)]
@@ -222,6 +222,8 @@ struct Planner<'c> {
     epoch: Cell<u32>,
     /// Scope of each pool of the job being planned (resolved once per job).
     cur: Vec<Option<usize>>,
+    /// Address of the pools `cur` was resolved for (asking again for the same job is free).
+    cur_for: usize,
     /// What jobs admitted in this pass (and admitted jobs not bound yet) hold: node, job, shape.
     /// The snapshot's own holders come from pods, which these do not have yet.
     pass_holders: Vec<(usize, String, Shape)>,
@@ -248,6 +250,7 @@ impl<'c> Planner<'c> {
             marks: Vec::new(),
             epoch: Cell::new(0),
             cur: Vec::new(),
+            cur_for: 0,
             pass_holders: Vec::new(),
         };
         let max_gpus = capacity.nodes.iter().map(|n| n.gpus).max().unwrap_or(0) as usize;
@@ -338,6 +341,11 @@ impl<'c> Planner<'c> {
 
     /// Resolves the scopes of a job's pools, for every question about that job that follows.
     fn set_job(&mut self, pools: &[Pool]) {
+        let at = pools.as_ptr() as usize;
+        if at == self.cur_for && self.cur.len() == pools.len() {
+            return;
+        }
+        self.cur_for = at;
         self.cur.clear();
         for p in pools {
             let scope = self.scope_of(p);
@@ -1219,6 +1227,11 @@ struct Tenant<'q> {
     quota: Option<&'q TenantQuota>,
     weight: f64,
     held: Demand,
+    /// With a quota: the limit and the GPUs held, per series scope of the planner.
+    limits: Vec<Option<quota::SeriesLimit>>,
+    held_gpus: Vec<u32>,
+    /// Weighted dominant share of `held`, recomputed when it changes.
+    share: f64,
     /// Indexes into the sorted queue keys (`start..end`), and the next to consider.
     next: usize,
     end: usize,
@@ -1243,6 +1256,62 @@ fn dominant_share(held: &Demand, weight: f64, totals: &Totals) -> f64 {
         share = share.max(held.memory_gb / totals.memory_gb);
     }
     share / weight.max(crate::quota::MIN_WEIGHT)
+}
+
+/// Adds what `spec` holds to `tenant` (by name, and per scope for its quota checks).
+fn hold(tenant: &mut Tenant, planner: &Planner, spec: &JobSpec, totals: &Totals) {
+    tenant.held.add(&Demand::of(spec));
+    tenant.share = dominant_share(&tenant.held, tenant.weight, totals);
+    if tenant.held_gpus.is_empty() {
+        return;
+    }
+    for pool in &spec.pools {
+        if let Some(scope) = pool.series.as_deref().and_then(|s| planner.series(s)) {
+            let g = &mut tenant.held_gpus[scope];
+            *g = g.saturating_add(pool.nodes.saturating_mul(pool.gpus_per_node));
+        }
+    }
+}
+
+/// Where the job of `spec` stands against `quota`; the planner has resolved the job's pools
+/// (`set_job`), so series are compared by scope index, not by name. A pool of a series without
+/// schedulable nodes takes the by-name path.
+fn quota_verdict<'s>(
+    planner: &Planner,
+    tenant: &Tenant,
+    quota: &TenantQuota,
+    spec: &'s JobSpec,
+) -> Verdict<'s> {
+    let pools = &spec.pools;
+    let cur = &planner.cur;
+    if pools
+        .iter()
+        .zip(cur)
+        .any(|(p, s)| p.series.is_some() && s.is_none())
+    {
+        return quota::check_spec(quota, &tenant.held, spec);
+    }
+    let gpus = pools.iter().enumerate().filter_map(|(i, p)| {
+        let series = p.series.as_deref()?;
+        let scope = cur[i]?;
+        if cur[..i].contains(&Some(scope)) {
+            return None;
+        }
+        let need = pools[i..]
+            .iter()
+            .zip(&cur[i..])
+            .filter(|(_, s)| **s == Some(scope))
+            .map(|(q, _)| q.nodes.saturating_mul(q.gpus_per_node))
+            .fold(0u32, u32::saturating_add);
+        Some(quota::GpuUse {
+            series,
+            need,
+            used: tenant.held_gpus[scope],
+            limit: tenant.limits[scope],
+        })
+    });
+    let (cpus, memory_gb) = quota::cpu_only_need(spec);
+    quota::judge(quota, &tenant.held, gpus, cpus, memory_gb)
 }
 
 /// Fleet totals the shares are fractions of.
@@ -1323,23 +1392,44 @@ pub fn plan_admissions<'q>(
             .then_with(|| queue[a.2].id.cmp(&queue[b.2].id))
     });
 
+    let totals = Totals {
+        gpus: capacity
+            .series
+            .iter()
+            .map(|(s, c)| (s.as_str(), c.total_gpus))
+            .collect(),
+        cpus: capacity.cpu.total_cpus,
+        memory_gb: capacity.cpu.total_memory_gb,
+    };
     let quota_of: HashMap<&str, &TenantQuota> =
         quotas.iter().map(|q| (q.tenant.as_str(), q)).collect();
     let mut tenants: Vec<Tenant> = names
         .iter()
         .map(|n| {
             let quota = quota_of.get(n).copied();
+            let mut limits = Vec::new();
+            if let Some(q) = quota {
+                limits = vec![None; planner.scopes.len()];
+                for (series, limit) in &q.series {
+                    if let Some(scope) = planner.series(series) {
+                        limits[scope] = Some(*limit);
+                    }
+                }
+            }
             Tenant {
                 quota,
                 weight: quota.map_or(1.0, |q| q.weight),
                 held: Demand::default(),
+                held_gpus: vec![0; limits.len()],
+                limits,
+                share: 0.0,
                 next: 0,
                 end: 0,
             }
         })
         .collect();
     for (t, k) in holding {
-        tenants[t].held.add(&Demand::of(&queue[k].spec));
+        hold(&mut tenants[t], &planner, &queue[k].spec, &totals);
     }
     let mut at = 0;
     while at < keys.len() {
@@ -1351,15 +1441,6 @@ pub fn plan_admissions<'q>(
         tenants[t].next = start;
         tenants[t].end = at;
     }
-    let totals = Totals {
-        gpus: capacity
-            .series
-            .iter()
-            .map(|(s, c)| (s.as_str(), c.total_gpus))
-            .collect(),
-        cpus: capacity.cpu.total_cpus,
-        memory_gb: capacity.cpu.total_memory_gb,
-    };
 
     // Lowest share first; ties go to the earlier next job (priority, submission, id).
     type Entry<'q> = std::cmp::Reverse<(u64, std::cmp::Reverse<i32>, i64, &'q str, usize)>;
@@ -1367,7 +1448,7 @@ pub fn plan_admissions<'q>(
         let tenant = &tenants[t];
         let job = &queue[keys[tenant.next].2];
         // Shares are never negative, so their bit patterns order as the numbers do.
-        let share = dominant_share(&tenant.held, tenant.weight, &totals);
+        let share = tenant.share;
         std::cmp::Reverse((
             share.to_bits(),
             std::cmp::Reverse(job.spec.priority),
@@ -1454,12 +1535,15 @@ pub fn plan_admissions<'q>(
             tenants[t].next += 1;
             let verdict = match tenants[t].quota {
                 None => Verdict::Within,
-                Some(q) => quota::check_spec(q, &tenants[t].held, &job.spec),
+                Some(q) => {
+                    round.planner.set_job(&job.spec.pools);
+                    quota_verdict(&round.planner, &tenants[t], q, &job.spec)
+                }
             };
             match verdict {
                 Verdict::Within => {
                     if round.consider(job) {
-                        tenants[t].held.add(&Demand::of(&job.spec));
+                        hold(&mut tenants[t], &round.planner, &job.spec, &totals);
                     }
                 }
                 Verdict::Borrow(_) => borrowers.push((t, job)),
@@ -1477,16 +1561,17 @@ pub fn plan_admissions<'q>(
     // Borrowing: after every job within its quota, on nodes nobody reserved, reserving nothing.
     for (t, job) in borrowers {
         let Some(q) = tenants[t].quota else { continue };
-        match quota::check_spec(q, &tenants[t].held, &job.spec) {
+        round.planner.set_job(&job.spec.pools);
+        match quota_verdict(&round.planner, &tenants[t], q, &job.spec) {
             Verdict::Within => {
                 if round.consider(job) {
-                    tenants[t].held.add(&Demand::of(&job.spec));
+                    hold(&mut tenants[t], &round.planner, &job.spec, &totals);
                 }
             }
             Verdict::Exceeded(over) => held_by_quota(&mut round, t, job, over, false),
             Verdict::Borrow(over) => {
                 if round.try_admit(job) {
-                    tenants[t].held.add(&Demand::of(&job.spec));
+                    hold(&mut tenants[t], &round.planner, &job.spec, &totals);
                 } else {
                     held_by_quota(&mut round, t, job, over, true);
                 }

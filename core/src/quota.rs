@@ -32,7 +32,7 @@ pub const MIN_WEIGHT: f64 = 0.01;
 pub const MAX_WEIGHT: f64 = 1000.0;
 
 /// The GPU limit of one series.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SeriesLimit {
     /// Most GPUs of the series the tenant may have admitted at once.
     pub gpus: u32,
@@ -341,11 +341,25 @@ pub enum Verdict<'a> {
     Exceeded(Over<'a>),
 }
 
-/// The rule, once: `gpus` is the job's need per series (each series once).
-fn judge<'a>(
+/// One series a job needs GPUs of, with what the tenant already uses there and its limit (callers
+/// resolve these their own way: by name here, by index in admission).
+#[derive(Debug, Clone, Copy)]
+pub struct GpuUse<'a> {
+    /// The series.
+    pub series: &'a str,
+    /// GPUs of it the job needs (each series once per job).
+    pub need: u32,
+    /// GPUs of it the tenant has admitted.
+    pub used: u32,
+    /// The tenant's limit for it, if any.
+    pub limit: Option<SeriesLimit>,
+}
+
+/// The rule, once: which limit, if any, the job goes over. `held` gives the CPU-only usage.
+pub fn judge<'a>(
     quota: &TenantQuota,
     held: &Demand,
-    gpus: impl Iterator<Item = (&'a str, u32)>,
+    gpus: impl Iterator<Item = GpuUse<'a>>,
     cpus: f64,
     memory_gb: f64,
 ) -> Verdict<'a> {
@@ -361,11 +375,16 @@ fn judge<'a>(
             *slot = Some(over);
         }
     };
-    for (series, need) in gpus {
-        let Some(limit) = quota.gpu_limit(series) else {
+    for GpuUse {
+        series,
+        need,
+        used,
+        limit,
+    } in gpus
+    {
+        let Some(limit) = limit else {
             continue;
         };
-        let used = held.gpus.get(series).copied().unwrap_or(0);
         if u64::from(used) + u64::from(need) > u64::from(limit.gpus) {
             note(
                 limit.borrow,
@@ -413,6 +432,16 @@ fn judge<'a>(
     }
 }
 
+/// CPU cores and memory of a spec's CPU-only pools.
+pub fn cpu_only_need(spec: &JobSpec) -> (f64, f64) {
+    let (mut cpus, mut memory_gb) = (0.0, 0.0);
+    for p in spec.pools.iter().filter(|p| p.series.is_none()) {
+        cpus += p.cpus * f64::from(p.nodes);
+        memory_gb += p.memory_gb * f64::from(p.nodes);
+    }
+    (cpus, memory_gb)
+}
+
 /// Checks the job of `spec` against `quota` when `held` is already admitted (no allocation).
 pub fn check_spec<'a>(quota: &TenantQuota, held: &Demand, spec: &'a JobSpec) -> Verdict<'a> {
     let pools = &spec.pools;
@@ -427,19 +456,25 @@ pub fn check_spec<'a>(quota: &TenantQuota, held: &Demand, spec: &'a JobSpec) -> 
             .filter(|q| q.series.as_deref() == Some(s))
             .map(|q| q.nodes.saturating_mul(q.gpus_per_node))
             .fold(0u32, u32::saturating_add);
-        Some((s, need))
+        Some(GpuUse {
+            series: s,
+            need,
+            used: held.gpus.get(s).copied().unwrap_or(0),
+            limit: quota.gpu_limit(s).copied(),
+        })
     });
-    let (mut cpus, mut memory_gb) = (0.0, 0.0);
-    for p in pools.iter().filter(|p| p.series.is_none()) {
-        cpus += p.cpus * f64::from(p.nodes);
-        memory_gb += p.memory_gb * f64::from(p.nodes);
-    }
+    let (cpus, memory_gb) = cpu_only_need(spec);
     judge(quota, held, gpus, cpus, memory_gb)
 }
 
 /// Checks `demand` against `quota` when `held` is already admitted, with the message.
 pub fn check(quota: &TenantQuota, held: &Demand, demand: &Demand) -> QuotaCheck {
-    let gpus = demand.gpus.iter().map(|(s, g)| (s.as_str(), *g));
+    let gpus = demand.gpus.iter().map(|(s, g)| GpuUse {
+        series: s,
+        need: *g,
+        used: held.gpus.get(s).copied().unwrap_or(0),
+        limit: quota.gpu_limit(s).copied(),
+    });
     match judge(quota, held, gpus, demand.cpus, demand.memory_gb) {
         Verdict::Within => QuotaCheck::Within,
         Verdict::Borrow(o) => QuotaCheck::Borrow(o.message(&quota.tenant)),
