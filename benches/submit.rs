@@ -143,6 +143,7 @@ fn main() {
             pass_interval: Duration::from_secs(3),
             backend: Backend::Embedded,
             cluster: tuneplane::dev::ClusterChoice::Simulated,
+            webhooks: None,
         })
         .await
         .unwrap();

@@ -33,6 +33,7 @@ async fn start(backend: Backend, dir: &Path) -> (Stack, Api) {
         pass_interval: Duration::from_millis(200),
         backend,
         cluster: tuneplane::dev::ClusterChoice::Simulated,
+        webhooks: None,
     })
     .await
     .unwrap();

@@ -45,6 +45,7 @@ async fn playground_create_refuses_what_the_fleet_cannot_host_and_list_explains_
         pass_interval: Duration::from_millis(100),
         backend: Backend::Embedded,
         cluster: ClusterChoice::Simulated,
+        webhooks: None,
     })
     .await
     .unwrap();

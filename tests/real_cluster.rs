@@ -135,6 +135,7 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
         cluster: ClusterChoice::Real {
             kubeconfig: kubeconfig.clone(),
         },
+        webhooks: None,
     })
     .await
     .unwrap();

@@ -20,8 +20,8 @@ pub use records::{
     tenant_sort_key,
 };
 pub use records::{
-    ApiKeyRecord, IdempotencyRecord, PlaygroundRecord, PlaygroundState, PlaygroundStatus,
-    ScheduleRecord,
+    ApiKeyChange, ApiKeyRecord, IdempotencyRecord, PlaygroundRecord, PlaygroundState,
+    PlaygroundStatus, ScheduleRecord,
 };
 
 /// Boxed source of a backend failure (an SDK or database error), kept as the error's `source()`.
@@ -272,8 +272,22 @@ pub trait JobStore: Send + Sync {
     /// Stores an API key record (by its hash); overwrites a record with the same hash.
     async fn put_api_key(&self, key: &ApiKeyRecord) -> Result<()>;
 
-    /// Looks up an API key by the SHA-256 (hex) of the secret; see [`hash_api_key`].
+    /// Looks up an API key by the SHA-256 (hex) of the secret; see [`hash_api_key`]. Revoked
+    /// keys are returned too (check [`ApiKeyRecord::is_active`]).
     async fn get_api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyRecord>>;
+
+    /// Every API key record, revoked ones included, sorted by hash (operators list them; this
+    /// reads the whole key set, so it is not for request paths).
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>>;
+
+    /// Applies `change` to the key with this hash in one atomic read-modify-write (a concurrent
+    /// change is not lost); returns the stored record, or `None` when no key has that hash (and
+    /// nothing is written).
+    async fn update_api_key(
+        &self,
+        key_sha256: &str,
+        change: ApiKeyChange,
+    ) -> Result<Option<ApiKeyRecord>>;
 
     /// Creates (version 0) or conditionally updates a schedule; returns it with version + 1.
     async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord>;

@@ -11,10 +11,10 @@ use std::time::Instant;
 use axum::http::{HeaderMap, HeaderValue};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use tuneplane_functions::webhooks::{TUNEPLANE_SIGNATURE_HEADER, verify};
+use tuneplane_functions::webhooks::{SignatureScheme, TUNEPLANE_SIGNATURE_HEADER, verify};
 
 const ROUNDS: usize = 200_000;
-const SECRET: &str = "whsec-bench";
+const SECRET: &str = "whsec-bench-0123456789";
 const NOW: i64 = 1_800_000_000;
 
 fn signature(body: &[u8]) -> String {
@@ -63,7 +63,13 @@ fn main() {
         for k in 0..cases.len() {
             let i = (round + k) % cases.len();
             let start = Instant::now();
-            let outcome = verify(SECRET, black_box(&cases[i].1), black_box(body), NOW);
+            let outcome = verify(
+                SignatureScheme::TunePlane,
+                SECRET.as_bytes(),
+                black_box(&cases[i].1),
+                black_box(body),
+                NOW,
+            );
             let took = start.elapsed();
             black_box(outcome.is_ok());
             samples[i].push(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));

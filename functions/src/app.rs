@@ -135,6 +135,43 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
+/// The raw body of a request whose body must be JSON: a `Content-Type` that names another media
+/// type is refused with 415 `unsupported_media_type` before the body is read; a missing one is
+/// accepted (as `curl -d` clients and older CLIs send none).
+#[derive(Debug, Clone)]
+pub struct JsonBody(pub Bytes);
+
+/// True for `application/json` and `application/<anything>+json`, parameters (`; charset=utf-8`)
+/// ignored, case-insensitive.
+pub fn is_json_media_type(value: &str) -> bool {
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    let lower = essence.to_ascii_lowercase();
+    lower == "application/json"
+        || lower
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.len() > 5 && sub.ends_with("+json"))
+}
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(value) = req.headers().get(header::CONTENT_TYPE) {
+            let text = value.to_str().unwrap_or("(not ASCII)");
+            if !is_json_media_type(text) {
+                // The media type is echoed cut short: it is the client's own header.
+                let shown: String = text.chars().take(80).collect();
+                return Err(ApiError::UnsupportedMediaType(format!(
+                    "Content-Type {shown:?} is not accepted here: send the body as JSON with Content-Type: application/json"
+                )));
+            }
+        }
+        RawBody::from_request(req, state)
+            .await
+            .map(|RawBody(b)| JsonBody(b))
+    }
+}
+
 /// Query parameters, with the API's error format when they do not parse.
 #[derive(Debug, Clone)]
 pub struct ApiQuery<T>(pub T);

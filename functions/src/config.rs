@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use tuneplane_core::capsule::Limits;
 use tuneplane_core::spec::Defaults;
 use tuneplane_core::submit::SubmitConfig;
+
+pub use crate::secret::Secret;
+pub use crate::webhooks::sources::{SignatureScheme, WebhookSource};
 
 /// DynamoDB table name; when set, the functions use DynamoDB and S3 (production).
 pub const ENV_TABLE: &str = "TUNEPLANE_TABLE";
@@ -19,7 +21,8 @@ pub const ENV_DATA_DIR: &str = "TUNEPLANE_DATA_DIR";
 pub const ENV_BLOB_SECRET: &str = "TUNEPLANE_BLOB_SECRET";
 /// Base URL of the local blob server (local mode), e.g. `http://127.0.0.1:8089/blobs`.
 pub const ENV_BLOB_URL: &str = "TUNEPLANE_BLOB_URL";
-/// Webhook sources as JSON: `{"<source>": {"secret": "...", "tenant": "...", "template": "..."}}`.
+/// Webhook sources as JSON: `{"<source>": {"secret": "...", "tenant": "...", "scheme":
+/// "tuneplane" | "hub", "template": "..."}}` (see [`crate::webhooks::sources`]).
 pub const ENV_WEBHOOKS: &str = "TUNEPLANE_WEBHOOKS";
 /// Namespace filled into specs that name none.
 pub const ENV_NAMESPACE: &str = "TUNEPLANE_NAMESPACE";
@@ -65,24 +68,11 @@ pub enum Backend {
     Local {
         /// Data directory.
         dir: PathBuf,
-        /// Blob URL signing secret.
-        blob_secret: String,
+        /// Blob URL signing secret (redacted in `Debug`).
+        blob_secret: Secret,
         /// Blob server base URL.
         blob_url: String,
     },
-}
-
-/// One webhook source.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WebhookSource {
-    /// HMAC-SHA256 secret shared with the sender.
-    pub secret: String,
-    /// Tenant the jobs belong to.
-    pub tenant: String,
-    /// Template run when the payload names neither a spec nor a template (e.g. Git push events).
-    #[serde(default)]
-    pub template: Option<String>,
 }
 
 /// Configuration of every function binary.
@@ -122,10 +112,12 @@ impl Config {
                     var: ENV_DATA_DIR,
                     message: format!("set it (local stores) or set {ENV_TABLE} and {ENV_BUCKET}"),
                 })?),
-                blob_secret: non_empty(ENV_BLOB_SECRET).ok_or(ConfigError {
-                    var: ENV_BLOB_SECRET,
-                    message: "required with local stores (shared by every process)".into(),
-                })?,
+                blob_secret: non_empty(ENV_BLOB_SECRET)
+                    .map(Secret::new)
+                    .ok_or(ConfigError {
+                        var: ENV_BLOB_SECRET,
+                        message: "required with local stores (shared by every process)".into(),
+                    })?,
                 blob_url: non_empty(ENV_BLOB_URL)
                     .unwrap_or_else(|| "http://127.0.0.1:8089/blobs".into()),
             },
@@ -168,28 +160,10 @@ impl Config {
 }
 
 fn parse_webhooks(json: &str) -> Result<BTreeMap<String, WebhookSource>, ConfigError> {
-    let err = |message: String| ConfigError {
+    crate::webhooks::sources::parse_sources(json).map_err(|message| ConfigError {
         var: ENV_WEBHOOKS,
         message,
-    };
-    let map: BTreeMap<String, WebhookSource> = serde_json::from_str(json).map_err(|e| {
-        err(format!(
-            "expected {{\"<source>\": {{\"secret\", \"tenant\"}}}}: {e}"
-        ))
-    })?;
-    for (name, source) in &map {
-        if !crate::webhooks::valid_source_name(name) {
-            return Err(err(format!(
-                "source {name:?}: use 1-40 lower-case letters, digits and '-'"
-            )));
-        }
-        if source.secret.len() < 16 {
-            return Err(err(format!(
-                "source {name:?}: the secret must be at least 16 characters"
-            )));
-        }
-    }
-    Ok(map)
+    })
 }
 
 #[cfg(test)]
@@ -222,12 +196,69 @@ mod tests {
 
     #[test]
     fn webhook_sources_parse_and_short_secrets_are_refused() {
-        let ok = r#"{"github": {"secret": "0123456789abcdef", "tenant": "acme"}}"#;
+        let ok = r#"{"github": {"secret": "0123456789abcdef", "tenant": "acme", "scheme": "hub"}}"#;
         let vars = [(ENV_TABLE, "t"), (ENV_BUCKET, "b"), (ENV_WEBHOOKS, ok)];
         let config = parse(&vars).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(config.webhooks["github"].tenant, "acme");
-        let short = r#"{"github": {"secret": "x", "tenant": "acme"}}"#;
+        let short = r#"{"github": {"secret": "x", "tenant": "acme", "scheme": "hub"}}"#;
         let vars = [(ENV_TABLE, "t"), (ENV_BUCKET, "b"), (ENV_WEBHOOKS, short)];
         assert_eq!(parse(&vars).err().map(|e| e.var), Some(ENV_WEBHOOKS));
+    }
+
+    const BLOB_SECRET: &str = "BLOBSECRET-aaaaaaaaaaaaaaaa";
+    const HOOK_SECRET: &str = "HOOKSECRET-bbbbbbbbbbbbbbbb";
+
+    fn assert_clean(what: &str, text: &str) {
+        for secret in [BLOB_SECRET, HOOK_SECRET, "BLOBSECRET", "HOOKSECRET"] {
+            assert!(!text.contains(secret), "{what} shows a secret: {text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn no_config_type_error_or_state_shows_a_secret() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let data = dir.path().display().to_string();
+        let hooks = format!(
+            r#"{{"github": {{"secret": "{HOOK_SECRET}", "tenant": "acme", "scheme": "hub"}}}}"#
+        );
+        let vars = [
+            (ENV_DATA_DIR, data.as_str()),
+            (ENV_BLOB_SECRET, BLOB_SECRET),
+            (ENV_WEBHOOKS, hooks.as_str()),
+        ];
+        let config = parse(&vars).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.webhooks["github"].secret.expose(), HOOK_SECRET);
+        assert_clean("Config", &format!("{config:?} {config:#?}"));
+        assert_clean("Backend", &format!("{:?}", config.backend));
+        assert_clean("WebhookSource", &format!("{:?}", config.webhooks["github"]));
+        assert_clean("SubmitConfig", &format!("{:?}", config.submit));
+
+        // Wrongly shaped sources: the startup error names the source, never the secret.
+        for bad in [
+            format!(r#"{{"github": "{HOOK_SECRET}"}}"#),
+            format!(
+                r#"{{"github": {{"secret": "{HOOK_SECRET}", "tenant": "{HOOK_SECRET}", "scheme": "hub"}}}}"#
+            ),
+            format!(
+                r#"{{"github": {{"secret": {{"v": "{HOOK_SECRET}"}}, "tenant": "acme", "scheme": "hub"}}}}"#
+            ),
+            format!(r#""{HOOK_SECRET}""#),
+            format!(r#"{{"github": {{"secret": "{HOOK_SECRET}"#),
+        ] {
+            let vars = [
+                (ENV_DATA_DIR, data.as_str()),
+                (ENV_BLOB_SECRET, BLOB_SECRET),
+                (ENV_WEBHOOKS, bad.as_str()),
+            ];
+            let err = parse(&vars).err().unwrap_or_else(|| panic!("{bad} parsed"));
+            assert_eq!(err.var, ENV_WEBHOOKS);
+            assert_clean("ConfigError", &format!("{err} {err:?}"));
+        }
+
+        let (jobs, blobs) = crate::runtime::stores(&config)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let state = crate::runtime::state_with(&config, jobs, blobs);
+        assert_clean("AppState", &format!("{state:?} {state:#?}"));
     }
 }

@@ -64,6 +64,9 @@ pub enum ApiError {
     /// The body is over the limit.
     #[error("{0}")]
     TooLarge(String),
+    /// The body is not in a media type the route accepts (JSON).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// Storage failed outside the submission service.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -119,6 +122,11 @@ impl ApiError {
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code, Value::Null),
             ApiError::BadSignature(_) => (StatusCode::UNAUTHORIZED, "bad_signature", Value::Null),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", Value::Null),
+            ApiError::UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                Value::Null,
+            ),
             ApiError::Store(StoreError::InvalidCursor { .. }) => {
                 (StatusCode::BAD_REQUEST, "invalid_cursor", Value::Null)
             }

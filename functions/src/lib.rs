@@ -18,6 +18,7 @@ pub mod error;
 pub mod lambda;
 pub mod routes;
 pub mod runtime;
+pub mod secret;
 pub mod triggers;
 pub mod webhooks;
 

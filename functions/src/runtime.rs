@@ -120,8 +120,11 @@ pub async fn stores(
             blob_url,
         } => {
             let jobs = EmbeddedJobStore::open(dir.join("jobs"))?;
-            let blobs =
-                FsBlobStore::open(dir.join("blobs"), blob_secret.as_bytes(), blob_url.clone())?;
+            let blobs = FsBlobStore::open(
+                dir.join("blobs"),
+                blob_secret.expose().as_bytes(),
+                blob_url.clone(),
+            )?;
             Ok((Arc::new(jobs), Arc::new(blobs)))
         }
     }

@@ -1,7 +1,8 @@
 //! `tuneplane admin`: operator commands that act on the job store directly, not through the API.
 //!
 //! `admin create-key --tenant T` makes an API key: the secret is printed once (stdout) and only
-//! its SHA-256 is stored, with the tenant and scopes. `admin quota set|list|unset` manages
+//! its SHA-256 is stored, with the tenant and scopes; `admin keys list|revoke|rotate` manages
+//! keys afterwards (see [`keys`](super::keys)). `admin quota set|list|unset` manages
 //! tenants' quotas and fair-share weights (see [`quota`](super::quota)). The store is the dev
 //! stack's embedded store (`--data-dir`, default `.tuneplane-dev`) or DynamoDB (`--table`, with
 //! the usual AWS environment for region, credentials and `AWS_ENDPOINT_URL`).
@@ -20,6 +21,9 @@ use tuneplane_functions::runtime::{now_ms, random_bytes, valid_id};
 pub enum Command {
     /// Create an API key for a tenant and print its secret (shown once, stored hashed).
     CreateKey(CreateKeyArgs),
+    /// List, revoke and rotate API keys.
+    #[command(subcommand)]
+    Keys(super::keys::Command),
     /// Record a schedule that reruns an existing job's spec and capsule (the EventBridge
     /// Scheduler entry that fires it is created separately; see the printed command).
     CreateSchedule(CreateScheduleArgs),
@@ -78,6 +82,7 @@ pub struct CreateKeyArgs {
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::CreateKey(args) => create_key(&args),
+        Command::Keys(c) => super::keys::run(c),
         Command::CreateSchedule(args) => create_schedule(&args),
         Command::Quota(c) => super::quota::run_admin(c),
     }

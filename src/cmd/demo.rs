@@ -88,6 +88,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         fail_images: Vec::new(),
         no_exec: false,
         kubeconfig: args.kubeconfig.clone(),
+        webhooks: None,
     };
     let opts = dev.options()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -4,6 +4,7 @@ pub mod admin;
 pub mod capsule;
 pub mod demo;
 pub mod jobs;
+pub mod keys;
 pub mod output;
 pub mod playground;
 pub mod quota;

@@ -32,6 +32,33 @@ pub struct DevArgs {
     /// kubeconfig's credentials set up the reconciler's ServiceAccount and RBAC).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// Webhook sources: a JSON file like `TUNEPLANE_WEBHOOKS` (`{"<source>": {"secret",
+    /// "tenant", "scheme": "tuneplane"|"hub", "template"?}}`). Without it, `TUNEPLANE_WEBHOOKS`
+    /// is read when set.
+    #[arg(long, value_name = "FILE")]
+    pub webhooks: Option<PathBuf>,
+}
+
+/// The webhook sources of `--webhooks FILE`, else of `TUNEPLANE_WEBHOOKS` (`env`), else none.
+pub fn webhook_sources(
+    file: Option<&std::path::Path>,
+    env: Option<String>,
+) -> anyhow::Result<Option<super::WebhookSources>> {
+    use tuneplane_functions::config::ENV_WEBHOOKS;
+    if let Some(path) = file {
+        let json = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the webhooks file {}", path.display()))?;
+        return Ok(Some(super::WebhookSources {
+            json,
+            origin: path.display().to_string(),
+        }));
+    }
+    Ok(env
+        .filter(|v| !v.trim().is_empty())
+        .map(|json| super::WebhookSources {
+            json,
+            origin: ENV_WEBHOOKS.to_owned(),
+        }))
 }
 
 impl DevArgs {
@@ -57,6 +84,10 @@ impl DevArgs {
             unpullable_images: unpullable,
             pass_interval: Duration::from_millis(500),
             backend: super::Backend::Embedded,
+            webhooks: webhook_sources(
+                self.webhooks.as_deref(),
+                std::env::var(tuneplane_functions::config::ENV_WEBHOOKS).ok(),
+            )?,
             cluster: match &self.kubeconfig {
                 Some(path) => super::ClusterChoice::Real {
                     kubeconfig: path.clone(),
@@ -88,6 +119,9 @@ pub fn run(args: &DevArgs) -> anyhow::Result<ExitCode> {
             tuneplane_functions::console::BASE
         );
         println!("  API key:    {}   (tenant default)", stack.api_key);
+        for source in &stack.webhook_sources {
+            println!("  webhook:    {}/v1/webhooks/{source}", stack.api_url);
+        }
         println!("  kubeconfig: {}", stack.kubeconfig.display());
         if stack.sim.is_none() {
             println!(

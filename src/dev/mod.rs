@@ -31,7 +31,7 @@ use tuneplane_kubesim::{KubeSim, Scenario, SimConfig};
 use tuneplane_stores::embedded::EmbeddedJobStore;
 use tuneplane_stores::fs_blob::FsBlobStore;
 
-pub use args::{DevArgs, run};
+pub use args::{DevArgs, run, webhook_sources};
 
 /// Tenant of the key the stack creates.
 pub const DEFAULT_TENANT: &str = "default";
@@ -59,6 +59,27 @@ pub struct StackOptions {
     pub backend: Backend,
     /// Which cluster the reconciler works against.
     pub cluster: ClusterChoice,
+    /// Webhook sources as the JSON of `TUNEPLANE_WEBHOOKS` (`--webhooks FILE`), with where it
+    /// came from for error messages; `None` serves no webhook sources.
+    pub webhooks: Option<WebhookSources>,
+}
+
+/// The webhook configuration of the stack: the JSON of `TUNEPLANE_WEBHOOKS` and its origin.
+#[derive(Clone)]
+pub struct WebhookSources {
+    /// `{"<source>": {"secret", "tenant", "scheme", "template"?}}`.
+    pub json: String,
+    /// Where it was read (a file path, or the variable), named in errors.
+    pub origin: String,
+}
+
+impl std::fmt::Debug for WebhookSources {
+    // The JSON holds secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSources")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The cluster of the stack.
@@ -94,6 +115,8 @@ pub struct Stack {
     pub api_url: String,
     /// API key of the `default` tenant.
     pub api_key: String,
+    /// Names of the configured webhook sources (`POST /v1/webhooks/<name>`).
+    pub webhook_sources: Vec<String>,
     /// Kubeconfig for kubectl against the cluster (the simulated one's, or the one given).
     pub kubeconfig: PathBuf,
     /// The job store (shared with the API and the reconciler).
@@ -150,6 +173,9 @@ impl Stack {
         let (secret, _) = persisted(&dir.join("blob-secret"), || Ok(hex(&random::<32>()?)))?;
         let (jobs, blobs, fs_blobs) = stores(&opts.backend, &dir, &secret, &api_url).await?;
         let api_key = default_key(&dir, jobs.as_ref()).await?;
+        // Parsed before anything starts, so a bad webhooks file fails startup cleanly.
+        let fn_config = functions_config(&dir, &secret, &api_url, opts.webhooks.as_ref())?;
+        let webhook_sources: Vec<String> = fn_config.webhooks.keys().cloned().collect();
 
         let mut rc = tuneplane_reconciler::Config {
             pass_interval: opts.pass_interval,
@@ -172,7 +198,6 @@ impl Stack {
         let mut tasks = Vec::new();
 
         // The API and the blob server on one port.
-        let fn_config = functions_config(&dir, &secret, &api_url)?;
         let state =
             tuneplane_functions::runtime::state_with(&fn_config, jobs.clone(), blobs.clone());
         // Console sessions survive a restart of the stack: the session key persists with the data.
@@ -228,6 +253,7 @@ impl Stack {
         let stack = Stack {
             api_url,
             api_key,
+            webhook_sources,
             kubeconfig,
             jobs,
             blobs,
@@ -377,22 +403,36 @@ async fn default_key(dir: &Path, jobs: &dyn JobStore) -> anyhow::Result<String> 
     Ok(secret)
 }
 
-/// The functions' configuration for the dev stack, from the same variables Lambda reads.
+/// The functions' configuration for the dev stack, from the same variables Lambda reads
+/// (`TUNEPLANE_WEBHOOKS` from `webhooks`).
 fn functions_config(
     dir: &Path,
     secret: &str,
     api_url: &str,
+    webhooks: Option<&WebhookSources>,
 ) -> anyhow::Result<tuneplane_functions::config::Config> {
+    use tuneplane_functions::config::{
+        ENV_BLOB_SECRET, ENV_BLOB_URL, ENV_DATA_DIR, ENV_SCRATCH, ENV_WEBHOOKS,
+    };
     let scratch = dir.join("scratch");
     std::fs::create_dir_all(&scratch)?;
-    let vars = [
-        ("TUNEPLANE_DATA_DIR", dir.display().to_string()),
-        ("TUNEPLANE_BLOB_SECRET", secret.to_string()),
-        ("TUNEPLANE_BLOB_URL", format!("{api_url}/blobs")),
-        ("TUNEPLANE_SCRATCH_DIR", scratch.display().to_string()),
+    let mut vars = vec![
+        (ENV_DATA_DIR, dir.display().to_string()),
+        (ENV_BLOB_SECRET, secret.to_string()),
+        (ENV_BLOB_URL, format!("{api_url}/blobs")),
+        (ENV_SCRATCH, scratch.display().to_string()),
     ];
+    if let Some(w) = webhooks {
+        vars.push((ENV_WEBHOOKS, w.json.clone()));
+    }
     tuneplane_functions::config::Config::from_lookup(|k| {
         vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
     })
-    .map_err(|e| anyhow::anyhow!("{e}"))
+    .map_err(|e| match webhooks {
+        // The message names the source and field, never a secret (see webhooks::sources).
+        Some(w) if e.var == ENV_WEBHOOKS => {
+            anyhow::anyhow!("webhook sources in {}: {}", w.origin, e.message)
+        }
+        _ => anyhow::anyhow!("{e}"),
+    })
 }

@@ -25,6 +25,62 @@ pub struct ApiKeyRecord {
     pub name: String,
     /// Creation time, Unix milliseconds.
     pub created_at_ms: i64,
+    /// When the key was revoked, Unix milliseconds; a revoked key authenticates nothing, and its
+    /// record stays for the audit trail (`tuneplane admin keys list`). Absent on records of older
+    /// versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at_ms: Option<i64>,
+    /// Console sessions are issued for this epoch; raising it ends every console session of the
+    /// key (sign-out, revocation). Absent (0) on records of older versions.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub session_epoch: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A change to a stored API key, applied atomically by `JobStore::update_api_key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiKeyChange {
+    /// Revoke the key at this time (Unix ms) and end its console sessions; revoking a revoked key
+    /// keeps the first revocation time.
+    Revoke {
+        /// Revocation time, Unix milliseconds.
+        at_ms: i64,
+    },
+    /// End every console session of the key (sign-out); the key itself stays valid.
+    EndSessions,
+}
+
+impl ApiKeyRecord {
+    /// The key's public id: `k-` and the first 16 hex digits of its hash (shown by `tuneplane
+    /// admin keys list`, accepted by `revoke` and `rotate`; it reveals nothing of the secret).
+    pub fn id(&self) -> String {
+        format!(
+            "k-{}",
+            self.key_sha256.get(..16).unwrap_or(&self.key_sha256)
+        )
+    }
+
+    /// True unless the key was revoked.
+    pub fn is_active(&self) -> bool {
+        self.revoked_at_ms.is_none()
+    }
+
+    /// The record after `change` (pure; the stores apply it inside one atomic write).
+    pub fn with_change(mut self, change: ApiKeyChange) -> ApiKeyRecord {
+        match change {
+            ApiKeyChange::Revoke { at_ms } => {
+                self.revoked_at_ms = Some(self.revoked_at_ms.unwrap_or(at_ms));
+                self.session_epoch = self.session_epoch.saturating_add(1);
+            }
+            ApiKeyChange::EndSessions => {
+                self.session_epoch = self.session_epoch.saturating_add(1);
+            }
+        }
+        self
+    }
 }
 
 /// What the store remembers about an idempotency key.
@@ -247,6 +303,34 @@ mod tests {
         assert_eq!(
             read.status.and_then(|s| s.reason).as_deref(),
             Some("SomethingNew")
+        );
+    }
+
+    #[test]
+    fn key_records_of_older_versions_decode_and_changes_apply() {
+        let old = r#"{"key_sha256":"0123456789abcdef0123","tenant":"acme","scopes":["jobs:read"],
+            "name":"ci","created_at_ms":1}"#;
+        let key: ApiKeyRecord = serde_json::from_str(old).unwrap_or_else(|e| panic!("{e}"));
+        assert!(key.is_active());
+        assert_eq!(
+            (key.session_epoch, key.id().as_str()),
+            (0, "k-0123456789abcdef")
+        );
+        let text = serde_json::to_string(&key).unwrap_or_default();
+        assert!(
+            !text.contains("revoked") && !text.contains("epoch"),
+            "{text}"
+        );
+
+        let signed_out = key.clone().with_change(ApiKeyChange::EndSessions);
+        assert!(signed_out.is_active() && signed_out.session_epoch == 1);
+        let revoked = signed_out.with_change(ApiKeyChange::Revoke { at_ms: 5 });
+        assert_eq!((revoked.revoked_at_ms, revoked.session_epoch), (Some(5), 2));
+        let again = revoked.with_change(ApiKeyChange::Revoke { at_ms: 9 });
+        assert_eq!(
+            again.revoked_at_ms,
+            Some(5),
+            "the first revocation time stays"
         );
     }
 

@@ -51,6 +51,15 @@ pub async fn authenticate(jobs: &dyn JobStore, authorization: Option<&str>) -> R
         .get_api_key(&hash_api_key(secret))
         .await?
         .ok_or(SubmitError::Unauthenticated)?;
+    principal_of(record)
+}
+
+/// The principal of a stored key; a revoked key is [`SubmitError::Unauthenticated`], the same
+/// answer as an unknown one (whether a key ever existed is not revealed).
+pub fn principal_of(record: ApiKeyRecord) -> Result<Principal> {
+    if !record.is_active() {
+        return Err(SubmitError::Unauthenticated);
+    }
     Ok(Principal {
         tenant: record.tenant,
         scopes: record.scopes,
@@ -73,6 +82,8 @@ pub fn new_api_key(
         scopes,
         name: name.to_owned(),
         created_at_ms: now_ms,
+        revoked_at_ms: None,
+        session_epoch: 0,
     };
     (secret, record)
 }

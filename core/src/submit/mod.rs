@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 
 pub use auth::{
     API_KEY_PREFIX, Principal, SCOPE_ADMIN, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, authenticate,
-    new_api_key,
+    new_api_key, principal_of,
 };
 use code::prepare;
 pub use code::{Prepared, SPEC_FILE_IN_ARCHIVE, merge_patch};

@@ -14,8 +14,9 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
+use tuneplane_core::store::ApiKeyChange;
 use tuneplane_core::store::hash_api_key;
-use tuneplane_core::submit::{Principal, SCOPE_JOBS_READ, authenticate};
+use tuneplane_core::submit::{API_KEY_PREFIX, Principal, SCOPE_JOBS_READ, principal_of};
 
 use super::ConsoleKeys;
 use super::layout::{ConsoleError, Nav, csrf_field, page, respond};
@@ -31,6 +32,8 @@ pub struct Viewer {
     pub principal: Principal,
     /// Session id.
     pub sid: String,
+    /// SHA-256 of the API key behind the session (sign-out ends this key's sessions).
+    pub key_sha256: String,
     /// The session's CSRF token (put in every form).
     pub csrf: String,
     keys: Arc<ConsoleKeys>,
@@ -140,18 +143,18 @@ impl FromRequestParts<Arc<AppState>> for Viewer {
             .get_api_key(&session.key_sha256)
             .await
             .map_err(|e| ConsoleError::from(e).into_response())?;
-        // A revoked key ends the session.
-        let Some(record) = record else {
+        // A revoked key, or a sign-out since this session was issued (a newer epoch), ends it.
+        let Some(record) = record.filter(|r| r.session_epoch == session.epoch) else {
+            return Err(to_sign_in(parts));
+        };
+        let Ok(principal) = principal_of(record) else {
             return Err(to_sign_in(parts));
         };
         let csrf = keys.session.csrf_token(&session.sid);
         Ok(Viewer {
-            principal: Principal {
-                tenant: record.tenant,
-                scopes: record.scopes,
-                key_name: record.name,
-            },
+            principal,
             sid: session.sid,
+            key_sha256: session.key_sha256,
             csrf,
             keys,
         })
@@ -239,22 +242,29 @@ pub async fn sign_in(
             Some("The sign-in form expired; please try again."),
         );
     }
-    let bearer = format!("Bearer {}", form.api_key.trim());
-    let principal = match authenticate(state.submit.jobs().as_ref(), Some(&bearer)).await {
-        Ok(p) => p,
-        Err(tuneplane_core::submit::SubmitError::Unauthenticated) => {
-            tracing::info!("console sign-in refused: unknown key");
-            return sign_in_form(&keys, &form.next, Some("That API key is not valid."));
-        }
+    let secret = form.api_key.trim();
+    let refused = || {
+        tracing::info!("console sign-in refused: unknown or revoked key");
+        sign_in_form(&keys, &form.next, Some("That API key is not valid."))
+    };
+    if !secret.starts_with(API_KEY_PREFIX) || secret.len() > 200 {
+        return refused();
+    }
+    let key_sha256 = hash_api_key(secret);
+    let record = match state.submit.jobs().get_api_key(&key_sha256).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return refused(),
         Err(e) => return ConsoleError::from(e).into_response(),
+    };
+    let epoch = record.session_epoch;
+    let Ok(principal) = principal_of(record) else {
+        return refused();
     };
     if principal.require(SCOPE_JOBS_READ).is_err() {
         return sign_in_form(&keys, &form.next, Some("That API key may not read jobs."));
     }
     tracing::info!(tenant = %principal.tenant, key = %principal.key_name, "console sign-in");
-    let value = keys
-        .session
-        .issue(&hash_api_key(form.api_key.trim()), now_s(&state));
+    let value = keys.session.issue(&key_sha256, epoch, now_s(&state));
     let mut res = Redirect::to(safe_next(&form.next)).into_response();
     for c in [
         set_cookie(SESSION_COOKIE, &value, "/", SESSION_TTL_SECONDS),
@@ -275,12 +285,20 @@ pub struct CsrfForm {
     pub csrf: String,
 }
 
-/// `POST /console/sign-out`.
+/// `POST /console/sign-out`: ends the session server-side by raising the key's session epoch in
+/// the store (every console session of this key ends, on every device), then clears the cookie.
 pub async fn sign_out(
+    State(state): State<Arc<AppState>>,
     viewer: Viewer,
     Form(form): Form<CsrfForm>,
 ) -> Result<Response, ConsoleError> {
     viewer.check_csrf(&form.csrf)?;
+    state
+        .submit
+        .jobs()
+        .update_api_key(&viewer.key_sha256, ApiKeyChange::EndSessions)
+        .await?;
+    tracing::info!(tenant = %viewer.principal.tenant, key = %viewer.principal.key_name, "console sign-out");
     let mut res = Redirect::to("/console/sign-in").into_response();
     if let Ok(v) = set_cookie(SESSION_COOKIE, "", "/", 0).parse() {
         res.headers_mut().append(header::SET_COOKIE, v);

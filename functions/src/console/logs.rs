@@ -1,8 +1,12 @@
 //! The log preview: the last lines of every container log in a job's archive
 //! (`logs/<job id>/logs.tar.gz`, written by the reconciler), read with bounded memory.
+//!
+//! Each log is streamed through a fixed buffer; only the first [`MAX_LINE_BYTES`] bytes of a line
+//! are kept and only the last [`TAIL_LINES`] lines, so a log that is one 100 MiB line costs the
+//! same memory as a short one: about `TAIL_LINES × MAX_LINE_BYTES` plus the read buffer.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 
 use tuneplane_core::store::BlobStore;
 
@@ -16,6 +20,10 @@ pub const MAX_UNPACKED_BYTES: u64 = 128 * 1024 * 1024;
 pub const MAX_FILES: usize = 16;
 /// Longest line kept, characters.
 const MAX_LINE_CHARS: usize = 400;
+/// Bytes of a line kept while reading (room for [`MAX_LINE_CHARS`] characters of UTF-8).
+pub const MAX_LINE_BYTES: usize = MAX_LINE_CHARS * 4;
+/// Read buffer per log, bytes.
+const READ_BUFFER_BYTES: usize = 16 * 1024;
 
 /// The tail of one log file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,25 +64,12 @@ pub fn preview(tar_gz: &[u8]) -> std::io::Result<Vec<LogTail>> {
         if path == "index.json" || !entry.header().entry_type().is_file() {
             continue;
         }
-        let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES + 1);
-        let mut total = 0usize;
-        for line in BufReader::new(entry).split(b'\n') {
-            let line = line?;
-            total += 1;
-            let text: String = String::from_utf8_lossy(&line)
-                .chars()
-                .take(MAX_LINE_CHARS)
-                .collect();
-            tail.push_back(text);
-            if tail.len() > TAIL_LINES {
-                tail.pop_front();
-            }
-        }
+        let (lines, total) = tail_lines(entry)?;
         if total > 0 {
             out.push(LogTail {
                 path,
                 truncated: total > TAIL_LINES,
-                lines: tail.into(),
+                lines,
             });
         }
         if out.len() >= MAX_FILES {
@@ -88,6 +83,63 @@ pub fn preview(tar_gz: &[u8]) -> std::io::Result<Vec<LogTail>> {
         )
     });
     Ok(out)
+}
+
+/// The last [`TAIL_LINES`] lines of `reader` (each cut to [`MAX_LINE_CHARS`]) and the number of
+/// lines, with a trailing line that has no newline counted like `BufRead::split` does.
+pub fn tail_lines(mut reader: impl Read) -> std::io::Result<(Vec<String>, usize)> {
+    let mut buf = vec![0u8; READ_BUFFER_BYTES];
+    let mut ring: VecDeque<Vec<u8>> = VecDeque::with_capacity(TAIL_LINES + 1);
+    let mut current: Vec<u8> = Vec::with_capacity(MAX_LINE_BYTES);
+    // True once any byte of the current line was read (a last line without newline counts).
+    let mut open = false;
+    let mut total = 0usize;
+    let mut finish = |current: &mut Vec<u8>, ring: &mut VecDeque<Vec<u8>>| {
+        total = total.saturating_add(1);
+        // Reuse the oldest line's allocation once the ring is full.
+        let mut next = if ring.len() == TAIL_LINES {
+            ring.pop_front().unwrap_or_default()
+        } else {
+            Vec::with_capacity(MAX_LINE_BYTES)
+        };
+        next.clear();
+        std::mem::swap(current, &mut next);
+        ring.push_back(next);
+    };
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        for piece in buf[..n].split_inclusive(|b| *b == b'\n') {
+            let (content, ends) = match piece.split_last() {
+                Some((b'\n', rest)) => (rest, true),
+                _ => (piece, false),
+            };
+            let room = MAX_LINE_BYTES.saturating_sub(current.len());
+            current.extend_from_slice(&content[..content.len().min(room)]);
+            open |= !content.is_empty();
+            if ends {
+                finish(&mut current, &mut ring);
+                open = false;
+            }
+        }
+    }
+    if open {
+        finish(&mut current, &mut ring);
+    }
+    let lines = ring
+        .iter()
+        .map(|l| {
+            String::from_utf8_lossy(l)
+                .chars()
+                .take(MAX_LINE_CHARS)
+                .collect()
+        })
+        .collect();
+    Ok((lines, total))
 }
 
 #[cfg(test)]
@@ -125,6 +177,30 @@ mod tests {
         assert_eq!(tails[0].lines.len(), TAIL_LINES);
         assert_eq!(tails[0].lines.last().map(String::as_str), Some("line 99"));
         assert_eq!(tails[1].lines, vec!["fetching".to_string()]);
+    }
+
+    #[test]
+    fn tails_count_lines_like_split_and_cut_long_lines() {
+        let cases: [(&[u8], usize, &[&str]); 5] = [
+            (b"", 0, &[]),
+            (b"a\nb\n", 2, &["a", "b"]),
+            (b"a\nb", 2, &["a", "b"]),
+            (b"a\n\nb\n", 3, &["a", "", "b"]),
+            (b"\n", 1, &[""]),
+        ];
+        for (input, total, lines) in cases {
+            let (got, n) = tail_lines(input).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!((got.as_slice(), n), (lines_of(lines).as_slice(), total));
+        }
+        let long = format!("{}\nend", "é".repeat(10_000));
+        let (got, n) = tail_lines(long.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(n, 2);
+        assert_eq!(got[0].chars().count(), MAX_LINE_CHARS);
+        assert_eq!(got[1], "end");
+    }
+
+    fn lines_of(lines: &[&str]) -> Vec<String> {
+        lines.iter().map(|l| l.to_string()).collect()
     }
 
     #[test]

@@ -181,7 +181,7 @@ pub async fn create(
     let res = crate::routes::playgrounds::create(
         State(state),
         Auth(viewer.principal.clone()),
-        Bytes::from(body.to_string()),
+        crate::app::JsonBody(Bytes::from(body.to_string())),
     )
     .await;
     match res {

@@ -1,9 +1,11 @@
 //! Console sessions and CSRF tokens, all derived from one server-side HMAC key.
 //!
 //! The session cookie never holds the API key itself: it holds the key's SHA-256 (the form the
-//! store looks keys up by), a random session id and an expiry, signed with HMAC-SHA256. The hash
-//! is useless against `/v1` (which needs the secret), and every request looks the key record up
-//! again, so a revoked key ends its console sessions at once.
+//! store looks keys up by, and the key's identity), the key's session epoch, a random session id
+//! and an expiry, signed with HMAC-SHA256. The hash is useless against `/v1` (which needs the
+//! secret). Every request looks the key record up again: a revoked key, or a key whose epoch has
+//! moved on (sign-out raises it in the store), ends the session at once, server-side, so a copied
+//! cookie dies with its key and with sign-out.
 //!
 //! CSRF tokens are HMACs of the session id (or of a sign-in nonce kept in its own short-lived
 //! cookie before a session exists): a page can only post a form it was served by this server.
@@ -25,7 +27,7 @@ pub const SIGNIN_TTL_SECONDS: i64 = 15 * 60;
 /// processes serving one console (Lambda instances) must share it.
 pub const ENV_CONSOLE_SECRET: &str = "TUNEPLANE_CONSOLE_SECRET";
 
-const VERSION: &str = "v1";
+const VERSION: &str = "v2";
 
 /// The HMAC key behind sessions and CSRF tokens.
 #[derive(Clone)]
@@ -44,6 +46,9 @@ pub struct Session {
     pub sid: String,
     /// SHA-256 (hex) of the API key the user signed in with.
     pub key_sha256: String,
+    /// The key's session epoch when the session was issued; valid only while the stored key
+    /// still has this epoch.
+    pub epoch: u64,
     /// Expiry, Unix seconds.
     pub expires_at: i64,
 }
@@ -88,29 +93,42 @@ impl SessionKey {
         mac.verify_slice(&tag).is_ok()
     }
 
-    /// The cookie value of a new session for `key_sha256`, valid until `now + SESSION_TTL_SECONDS`.
-    pub fn issue(&self, key_sha256: &str, now_s: i64) -> String {
+    /// The cookie value of a new session for `key_sha256` at session epoch `epoch`, valid until
+    /// `now + SESSION_TTL_SECONDS`.
+    pub fn issue(&self, key_sha256: &str, epoch: u64, now_s: i64) -> String {
         let sid = hex::encode(crate::runtime::random_bytes::<16>());
-        let expires = (now_s + SESSION_TTL_SECONDS).to_string();
-        let tag = hex::encode(self.mac(&["session", VERSION, &sid, key_sha256, &expires]));
-        format!("{VERSION}.{sid}.{key_sha256}.{expires}.{tag}")
+        let expires = now_s.saturating_add(SESSION_TTL_SECONDS).to_string();
+        let epoch = epoch.to_string();
+        let tag = hex::encode(self.mac(&["session", VERSION, &sid, key_sha256, &epoch, &expires]));
+        format!("{VERSION}.{sid}.{key_sha256}.{epoch}.{expires}.{tag}")
     }
 
     /// Verifies a session cookie value; `None` when forged, malformed or expired at `now_s`.
     pub fn open(&self, value: &str, now_s: i64) -> Option<Session> {
+        if value.len() > 256 {
+            return None;
+        }
         let mut it = value.split('.');
-        let (v, sid, key, expires, tag) =
-            (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+        let (v, sid, key, epoch, expires, tag) = (
+            it.next()?,
+            it.next()?,
+            it.next()?,
+            it.next()?,
+            it.next()?,
+            it.next()?,
+        );
         if it.next().is_some() || v != VERSION || !is_hex(sid, 32) || !is_hex(key, 64) {
             return None;
         }
-        if !self.verify(&["session", VERSION, sid, key, expires], tag) {
+        if !self.verify(&["session", VERSION, sid, key, epoch, expires], tag) {
             return None;
         }
+        let epoch: u64 = epoch.parse().ok()?;
         let expires_at: i64 = expires.parse().ok()?;
         (expires_at > now_s).then(|| Session {
             sid: sid.to_owned(),
             key_sha256: key.to_owned(),
+            epoch,
             expires_at,
         })
     }
@@ -171,18 +189,21 @@ mod tests {
     #[test]
     fn issued_session_opens_until_it_expires() {
         let key = SessionKey::from_secret(b"test secret");
-        let cookie = key.issue(&"ab".repeat(32), 1_000);
+        let cookie = key.issue(&"ab".repeat(32), 3, 1_000);
         let s = key
             .open(&cookie, 1_001)
             .unwrap_or_else(|| panic!("session"));
-        assert_eq!(s.key_sha256, "ab".repeat(32));
+        assert_eq!(
+            (s.key_sha256.as_str(), s.epoch),
+            ("ab".repeat(32).as_str(), 3)
+        );
         assert!(key.open(&cookie, 1_000 + SESSION_TTL_SECONDS).is_none());
     }
 
     #[test]
     fn tampered_or_foreign_sessions_are_refused() {
         let key = SessionKey::from_secret(b"one");
-        let cookie = key.issue(&"ab".repeat(32), 0);
+        let cookie = key.issue(&"ab".repeat(32), 0, 0);
         let other = SessionKey::from_secret(b"two");
         assert!(other.open(&cookie, 1).is_none());
         let forged = cookie.replace(&"ab".repeat(32), &"cd".repeat(32));
@@ -190,6 +211,16 @@ mod tests {
         let longer = cookie.replacen(".2", ".9", 1);
         assert!(longer == cookie || key.open(&longer, 1).is_none());
         assert!(key.open("garbage", 1).is_none());
+        // Moving the session to a later epoch (to outlive a sign-out) breaks the tag.
+        let moved = cookie.replacen(
+            &format!("{}.0.", "ab".repeat(32)),
+            &format!("{}.1.", "ab".repeat(32)),
+            1,
+        );
+        assert_ne!(moved, cookie);
+        assert!(key.open(&moved, 1).is_none());
+        // A v1 cookie of the previous format is refused (its holder signs in again).
+        assert!(key.open(&cookie.replacen("v2.", "v1.", 1), 1).is_none());
     }
 
     #[test]

@@ -14,6 +14,8 @@ use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, new_api_key};
 use crate::app::AppState;
 use crate::config::{Backend, Config};
 
+mod revocation;
+
 struct Stack {
     app: Router,
     state: Arc<AppState>,

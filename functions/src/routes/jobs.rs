@@ -14,7 +14,7 @@ use tuneplane_core::store::{JobQuery, PresignMethod, StoreError};
 use tuneplane_core::submit::{Origin, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, Submitted};
 
 use super::submission::parse_body;
-use crate::app::{ApiQuery, AppState, Auth, RawBody};
+use crate::app::{ApiQuery, AppState, Auth, JsonBody};
 use crate::error::ApiError;
 
 /// Header of the client's idempotency key.
@@ -48,7 +48,7 @@ pub async fn submit(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
     headers: HeaderMap,
-    RawBody(body): RawBody,
+    JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
     let idempotency_key = match headers.get(IDEMPOTENCY_HEADER) {

@@ -48,7 +48,7 @@ fn view(state: &AppState, record: PlaygroundRecord) -> PlaygroundView {
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
-    body: axum::body::Bytes,
+    crate::app::JsonBody(body): crate::app::JsonBody,
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
     let req: CreatePlayground = serde_json::from_slice(&body).map_err(|e| {

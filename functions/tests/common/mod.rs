@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod archives;
+pub mod security;
 pub mod suite;
 pub mod triggers;
 
@@ -21,14 +22,14 @@ use serde_json::Value;
 use tower::ServiceExt;
 use tuneplane_core::store::{BlobStore, JobStore};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, new_api_key};
-use tuneplane_functions::config::{Backend, Config, WebhookSource};
+use tuneplane_functions::config::{Backend, Config, SignatureScheme, WebhookSource};
 use tuneplane_functions::{AppState, router, runtime};
 
 /// Tenant of the first key.
 pub const TENANT_A: &str = "acme";
 /// Tenant of the second key.
 pub const TENANT_B: &str = "globex";
-/// Secret of the `git` and `ci` webhook sources.
+/// Secret of the `git` (Hub scheme) and `ci` (TunePlane scheme) webhook sources.
 pub const WEBHOOK_SECRET: &str = "s3cr3t-webhook-key-0123456789";
 
 /// A router over fresh stores, with keys for two tenants.
@@ -68,13 +69,17 @@ fn tempdir() -> tempfile::TempDir {
 
 fn config(dir: &std::path::Path) -> Config {
     let mut webhooks = BTreeMap::new();
-    for (name, template) in [("git", Some("nightly")), ("ci", None)] {
+    for (name, template, scheme) in [
+        ("git", Some("nightly"), SignatureScheme::Hub),
+        ("ci", None, SignatureScheme::TunePlane),
+    ] {
         webhooks.insert(
             name.to_owned(),
             WebhookSource {
                 secret: WEBHOOK_SECRET.into(),
                 tenant: TENANT_A.into(),
                 template: template.map(str::to_owned),
+                scheme,
             },
         );
     }

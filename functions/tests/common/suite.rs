@@ -39,13 +39,19 @@ macro_rules! api_suite {
         );
         $crate::api_suite!(@cases $make; triggers;
             signed_webhook_submits_once_and_a_replay_is_401,
-            a_webhook_delivery_that_fails_is_forgotten_so_its_retry_is_not_a_replay,
+            a_failed_webhook_delivery_stays_remembered_and_a_re_signed_retry_is_heard,
             webhook_with_bad_signature_or_stale_timestamp_is_401,
             git_push_webhook_runs_the_source_template_with_overrides,
             scheduled_event_delivered_twice_creates_one_job,
             inbox_archive_becomes_a_job,
             bad_inbox_archive_gets_an_error_file_only,
             submission_event_becomes_a_job,
+        );
+        $crate::api_suite!(@cases $make; security;
+            a_webhook_signed_in_the_other_scheme_is_refused_and_stores_nothing,
+            webhook_idempotency_comes_from_signed_data_not_the_delivery_header,
+            a_signature_header_with_ten_thousand_values_is_refused_as_malformed,
+            a_text_plain_submission_is_415_and_stores_nothing,
         );
     };
     (@cases $make:path; $module:ident; $($case:ident),* $(,)?) => {

@@ -8,7 +8,12 @@ use super::archives::{SPEC, body, code, hostile_tar};
 use super::{Harness, TENANT_A};
 
 /// Signed webhook delivery through the router.
-async fn deliver(h: &Harness, source: &str, headers: &[(&str, &str)], body: &[u8]) -> super::Reply {
+pub async fn deliver(
+    h: &Harness,
+    source: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> super::Reply {
     h.call(
         Method::POST,
         &format!("/v1/webhooks/{source}"),
@@ -40,11 +45,14 @@ pub async fn signed_webhook_submits_once_and_a_replay_is_401(h: &Harness) {
     assert_eq!(h.job_count(TENANT_A).await, 1);
 }
 
-pub async fn a_webhook_delivery_that_fails_is_forgotten_so_its_retry_is_not_a_replay(h: &Harness) {
-    // Signed correctly, but the template it names does not exist: the submission fails (4xx).
+pub async fn a_failed_webhook_delivery_stays_remembered_and_a_re_signed_retry_is_heard(
+    h: &Harness,
+) {
+    // Signed correctly, but the template it names does not exist yet: the submission fails (4xx).
     let payload =
-        serde_json::to_vec(&json!({"template": "missing", "overrides": {}})).unwrap_or_default();
-    let sig = super::tuneplane_signature(super::WEBHOOK_SECRET, now_secs(), &payload);
+        serde_json::to_vec(&json!({"template": "nightly", "overrides": {}})).unwrap_or_default();
+    let t = now_secs();
+    let sig = super::tuneplane_signature(super::WEBHOOK_SECRET, t, &payload);
     let headers = [("x-tuneplane-signature", sig.as_str())];
     let first = deliver(h, "ci", &headers, &payload).await;
     assert!(
@@ -53,11 +61,28 @@ pub async fn a_webhook_delivery_that_fails_is_forgotten_so_its_retry_is_not_a_re
         first.status,
         first.json
     );
-    // The sender retries the same delivery: it is heard again (same answer), not refused as a replay.
-    let retry = deliver(h, "ci", &headers, &payload).await;
-    assert_eq!(retry.status, first.status, "{}", retry.json);
-    assert_eq!(retry.json["error"]["code"], first.json["error"]["code"]);
+    // Once the template exists, the captured delivery must not start a job when sent again.
+    put_template(h).await;
+    let replay = deliver(h, "ci", &headers, &payload).await;
+    assert_eq!(replay.status, StatusCode::UNAUTHORIZED, "{}", replay.json);
+    assert!(
+        replay.json["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("replay")
+    );
     assert_eq!(h.job_count(TENANT_A).await, 0);
+    // The sender's own retry signs again with a new timestamp and is heard.
+    let resigned = super::tuneplane_signature(super::WEBHOOK_SECRET, t + 1, &payload);
+    let retry = deliver(
+        h,
+        "ci",
+        &[("x-tuneplane-signature", resigned.as_str())],
+        &payload,
+    )
+    .await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.json);
+    assert_eq!(h.job_count(TENANT_A).await, 1);
 }
 
 pub async fn webhook_with_bad_signature_or_stale_timestamp_is_401(h: &Harness) {

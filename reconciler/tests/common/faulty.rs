@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    ApiKeyRecord, BlobMeta, BlobStore, CreateOutcome, Idempotency, JobQuery, JobStore, Page,
-    PlaygroundRecord, PresignMethod, PresignedRequest, PutOutcome, Result, ScheduleRecord,
-    StoreError,
+    ApiKeyChange, ApiKeyRecord, BlobMeta, BlobStore, CreateOutcome, Idempotency, JobQuery,
+    JobStore, Page, PlaygroundRecord, PresignMethod, PresignedRequest, PutOutcome, Result,
+    ScheduleRecord, StoreError,
 };
 
 /// Where an injected fault struck.
@@ -282,6 +282,18 @@ impl JobStore for FaultyJobStore {
     async fn get_api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyRecord>> {
         let call = self.inner.get_api_key(key_sha256);
         self.faults.run("get_api_key", "", call).await
+    }
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        let call = self.inner.list_api_keys();
+        self.faults.run("list_api_keys", "", call).await
+    }
+    async fn update_api_key(
+        &self,
+        key_sha256: &str,
+        change: ApiKeyChange,
+    ) -> Result<Option<ApiKeyRecord>> {
+        let call = self.inner.update_api_key(key_sha256, change);
+        self.faults.run("update_api_key", "", call).await
     }
     async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord> {
         let call = self.inner.put_schedule(schedule);

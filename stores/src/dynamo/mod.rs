@@ -18,6 +18,7 @@
 //! conditional job put and the event puts.
 
 pub mod item;
+mod keys;
 mod query;
 mod records;
 pub mod table;

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
-    ApiKeyRecord, CreateOutcome, Idempotency, IdempotencyRecord, JobQuery, JobStore, Page,
-    PlaygroundRecord, Result, ScheduleRecord, StoreError,
+    ApiKeyChange, ApiKeyRecord, CreateOutcome, Idempotency, IdempotencyRecord, JobQuery, JobStore,
+    Page, PlaygroundRecord, Result, ScheduleRecord, StoreError,
 };
 
 use super::item::{Item, PLAYGROUNDS_PK, Stored, n, s, to_json};
@@ -237,6 +237,20 @@ impl JobStore for DynamoJobStore {
 
     async fn get_api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyRecord>> {
         self.get_doc(&format!("KEY#{key_sha256}"), "KEY").await
+    }
+
+    #[tracing::instrument(skip_all, fields(table = %self.table()), err)]
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        self.list_api_keys_inner().await
+    }
+
+    #[tracing::instrument(skip_all, fields(table = %self.table(), change = ?change), err)]
+    async fn update_api_key(
+        &self,
+        key_sha256: &str,
+        change: ApiKeyChange,
+    ) -> Result<Option<ApiKeyRecord>> {
+        self.update_api_key_inner(key_sha256, change).await
     }
 
     async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord> {

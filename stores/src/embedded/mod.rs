@@ -15,8 +15,8 @@ use redb::{ConcurrencyMode, Database, ReadableDatabase};
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
-    ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, Page, PlaygroundRecord, Result,
-    ScheduleRecord, StoreError,
+    ApiKeyChange, ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, Page,
+    PlaygroundRecord, Result, ScheduleRecord, StoreError,
 };
 
 use tables::{Tx, db_err};
@@ -245,6 +245,28 @@ impl JobStore for EmbeddedJobStore {
     async fn get_api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyRecord>> {
         let meta_key = format!("KEY#{key_sha256}");
         self.read(move |tx| tx.get_meta(&meta_key)).await
+    }
+
+    async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        self.read(|tx| tx.list_meta("KEY#")).await
+    }
+
+    async fn update_api_key(
+        &self,
+        key_sha256: &str,
+        change: ApiKeyChange,
+    ) -> Result<Option<ApiKeyRecord>> {
+        let meta_key = format!("KEY#{key_sha256}");
+        // One write transaction: the read and the write cannot interleave with another change.
+        self.write(move |tx| {
+            let Some(stored) = tx.get_meta::<ApiKeyRecord>(&meta_key)? else {
+                return Ok(None);
+            };
+            let next = stored.with_change(change);
+            tx.put_meta(&meta_key, &next)?;
+            Ok(Some(next))
+        })
+        .await
     }
 
     async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord> {

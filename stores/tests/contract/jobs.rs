@@ -545,6 +545,8 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
         scopes: vec!["jobs:write".into()],
         name: "ci".into(),
         created_at_ms: 1,
+        revoked_at_ms: None,
+        session_epoch: 0,
     };
     ok(store.put_api_key(&key).await, "put key");
     assert_eq!(ok(store.get_api_key(&hash).await, "get key"), Some(key));

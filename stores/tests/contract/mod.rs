@@ -10,6 +10,7 @@ pub mod aws_env;
 pub mod blobs;
 pub mod fixtures;
 pub mod jobs;
+pub mod keys;
 
 /// Expands the job-store contract into tests; `$make` is an async fn returning
 /// `(Arc<dyn JobStore>, guard)` where the guard keeps the store's resources alive.
@@ -35,13 +36,22 @@ macro_rules! job_store_contract {
             playground_pod_and_status_round_trip_and_updates_are_versioned,
             quotas_round_trip_list_by_tenant_and_delete,
         );
+        job_store_contract!(@in keys; $make;
+            api_keys_list_sorted_with_revoked_ones_and_old_records,
+            revoking_a_key_keeps_its_first_time_and_ends_its_sessions,
+            ending_sessions_keeps_the_key_valid_and_concurrent_changes_all_land,
+            changing_a_missing_key_writes_nothing,
+        );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
+        job_store_contract!(@in jobs; $make; $($case),*);
+    };
+    (@in $module:ident; $make:path; $($case:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
                 let (store, _guard) = $make().await;
-                contract::jobs::$case(store).await;
+                contract::$module::$case(store).await;
             }
         )*
     };
