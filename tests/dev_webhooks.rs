@@ -119,3 +119,35 @@ async fn without_webhooks_the_source_is_unknown_and_a_bad_file_names_itself_not_
     assert!(err.contains("bad.json") && err.contains("\"ci\""), "{err}");
     assert!(!err.contains(SECRET), "the secret leaked: {err}");
 }
+
+/// The dev key kept in the data dir is reused at the next start while it is valid; once revoked
+/// (`tuneplane admin keys revoke`), the next start makes a new one instead of printing a key the
+/// API refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_dev_key_is_replaced_at_the_next_start() {
+    use tuneplane_core::store::{ApiKeyChange, hash_api_key};
+    let t = tempfile::tempdir().unwrap();
+    let stack = Stack::start(options(t.path(), None)).await.unwrap();
+    let first = stack.api_key.clone();
+    stack.shutdown().await;
+    let stack = Stack::start(options(t.path(), None)).await.unwrap();
+    assert_eq!(stack.api_key, first, "a valid key is kept across restarts");
+    let revoked = stack
+        .jobs
+        .update_api_key(&hash_api_key(&first), ApiKeyChange::Revoke { at_ms: 1 })
+        .await
+        .unwrap();
+    assert!(revoked.is_some_and(|r| r.revoked_at_ms.is_some()));
+    stack.shutdown().await;
+    let stack = Stack::start(options(t.path(), None)).await.unwrap();
+    assert_ne!(stack.api_key, first, "a revoked key is replaced");
+    let record = stack
+        .jobs
+        .get_api_key(&hash_api_key(&stack.api_key))
+        .await
+        .unwrap()
+        .expect("the new key is stored");
+    assert_eq!(record.revoked_at_ms, None);
+    assert_eq!(record.tenant, "default");
+    stack.shutdown().await;
+}

@@ -380,13 +380,30 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The `default` tenant's key: created on first start, kept in the data dir afterwards.
+/// The `default` tenant's key: created on first start, kept in the data dir afterwards. A kept
+/// key that was revoked (`tuneplane admin keys revoke`) or is no longer in the store is replaced
+/// by a new one, so the banner never shows a key the API refuses.
 async fn default_key(dir: &Path, jobs: &dyn JobStore) -> anyhow::Result<String> {
     let path = dir.join("api-key");
     if let Ok(key) = std::fs::read_to_string(&path)
         && !key.trim().is_empty()
     {
-        return Ok(key.trim().to_string());
+        let key = key.trim().to_string();
+        let stored = jobs
+            .get_api_key(&tuneplane_core::store::hash_api_key(&key))
+            .await
+            .context("cannot read the dev API key's record")?;
+        match stored {
+            Some(record) if record.revoked_at_ms.is_none() => return Ok(key),
+            Some(_) => eprintln!(
+                "the dev API key in {} was revoked: making a new one",
+                path.display()
+            ),
+            None => eprintln!(
+                "the dev API key in {} is not in the store: making a new one",
+                path.display()
+            ),
+        }
     }
     let scopes = vec![SCOPE_JOBS_READ.to_string(), SCOPE_JOBS_WRITE.to_string()];
     let (secret, record) = new_api_key(
