@@ -4,39 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
+mod cli_support;
+
+use cli_support::{admin, ok, text};
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 use tuneplane_core::submit::{SubmitError, authenticate};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// `tuneplane admin ARGS --data-dir DIR` (never DynamoDB: the table variable is cleared).
-fn admin(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tuneplane"))
-        .arg("admin")
-        .args(args)
-        .arg("--data-dir")
-        .arg(dir)
-        .env_remove("TUNEPLANE_TABLE")
-        .env_remove("TUNEPLANE_DATA_DIR")
-        .output()
-        .unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
 
 fn listed(dir: &Path) -> Vec<Value> {
     serde_json::from_str(&ok(&admin(dir, &["keys", "list", "-o", "json"]))).unwrap()

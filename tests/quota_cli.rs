@@ -4,8 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
+mod cli_support;
+
+use cli_support::{admin, ok, text};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,58 +19,37 @@ use tuneplane_core::store::JobStore;
 use tuneplane_core::submit::{SCOPE_JOBS_READ, new_api_key};
 use tuneplane_functions::config::{Backend, Config};
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// `tuneplane admin quota ARGS --data-dir DIR` (never DynamoDB: the table variable is cleared).
-fn admin(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tuneplane"))
-        .args(["admin", "quota"])
-        .args(args)
-        .arg("--data-dir")
-        .arg(dir)
-        .env_remove("TUNEPLANE_TABLE")
-        .env_remove("TUNEPLANE_DATA_DIR")
-        .output()
-        .unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
+/// `tuneplane admin quota ARGS --data-dir DIR`.
+fn quota_admin(dir: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["quota"];
+    all.extend_from_slice(args);
+    admin(dir, &all)
 }
 
 fn listed(dir: &Path) -> Vec<TenantQuota> {
-    serde_json::from_str(&ok(&admin(dir, &["list", "-o", "json"]))).unwrap()
+    serde_json::from_str(&ok(&quota_admin(dir, &["list", "-o", "json"]))).unwrap()
 }
 
 #[test]
 fn admin_quota_sets_merges_lists_and_unsets_on_the_embedded_store() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path();
-    assert!(ok(&admin(dir, &["list"])).starts_with("no quotas"));
+    assert!(ok(&quota_admin(dir, &["list"])).starts_with("no quotas"));
 
-    ok(&admin(
+    ok(&quota_admin(
         dir,
         &[
             "set", "--tenant", "team-a", "--series", "h200", "--gpus", "16",
         ],
     ));
     // A second set merges: another series with borrowing, a CPU limit, a weight.
-    ok(&admin(
+    ok(&quota_admin(
         dir,
         &[
             "set", "--tenant", "team-a", "--series", "l40s", "--gpus", "8", "--borrow", "true",
         ],
     ));
-    ok(&admin(
+    ok(&quota_admin(
         dir,
         &[
             "set",
@@ -81,7 +63,7 @@ fn admin_quota_sets_merges_lists_and_unsets_on_the_embedded_store() {
             "2",
         ],
     ));
-    ok(&admin(
+    ok(&quota_admin(
         dir,
         &["set", "--tenant", "team-b", "--weight", "0.5"],
     ));
@@ -116,7 +98,7 @@ fn admin_quota_sets_merges_lists_and_unsets_on_the_embedded_store() {
     assert_eq!((all[1].tenant.as_str(), all[1].weight), ("team-b", 0.5));
 
     // The table: one row per tenant with its limits, "(borrow)" where borrowing is allowed.
-    let table = ok(&admin(dir, &["list"]));
+    let table = ok(&quota_admin(dir, &["list"]));
     let header = table.lines().next().unwrap();
     for column in ["TENANT", "WEIGHT", "GPU LIMITS", "CPU-ONLY LIMITS"] {
         assert!(header.contains(column), "{table}");
@@ -126,13 +108,13 @@ fn admin_quota_sets_merges_lists_and_unsets_on_the_embedded_store() {
     assert!(row.contains("64 CPUs, 256 GiB"), "{table}");
 
     // Setting a series again replaces its limit; --borrow alone flips an existing one.
-    ok(&admin(
+    ok(&quota_admin(
         dir,
         &[
             "set", "--tenant", "team-a", "--series", "l40s", "--gpus", "4",
         ],
     ));
-    ok(&admin(
+    ok(&quota_admin(
         dir,
         &[
             "set", "--tenant", "team-a", "--series", "h200", "--borrow", "true",
@@ -143,16 +125,16 @@ fn admin_quota_sets_merges_lists_and_unsets_on_the_embedded_store() {
     assert_eq!((a.series["h200"].gpus, a.series["h200"].borrow), (16, true));
 
     // Unset one series, then the CPU limit; the record stays for what is left.
-    ok(&admin(
+    ok(&quota_admin(
         dir,
         &["unset", "--tenant", "team-a", "--series", "l40s"],
     ));
-    ok(&admin(dir, &["unset", "--tenant", "team-a", "--cpu"]));
+    ok(&quota_admin(dir, &["unset", "--tenant", "team-a", "--cpu"]));
     let a = listed(dir).remove(0);
     assert_eq!(a.series.keys().collect::<Vec<_>>(), ["h200"]);
     assert_eq!(a.cpu, None);
     // Removing a limit it does not have names the series and the ones it has.
-    let missing = admin(dir, &["unset", "--tenant", "team-a", "--series", "h100"]);
+    let missing = quota_admin(dir, &["unset", "--tenant", "team-a", "--series", "h100"]);
     assert_eq!(missing.status.code(), Some(1));
     let err = text(&missing.stderr);
     assert!(
@@ -160,7 +142,7 @@ fn admin_quota_sets_merges_lists_and_unsets_on_the_embedded_store() {
         "{err}"
     );
     // --all removes the record.
-    let gone = ok(&admin(dir, &["unset", "--tenant", "team-a", "--all"]));
+    let gone = ok(&quota_admin(dir, &["unset", "--tenant", "team-a", "--all"]));
     assert!(gone.contains("team-a has no quota now"), "{gone}");
     let left = listed(dir);
     assert_eq!(
@@ -173,7 +155,7 @@ fn admin_quota_sets_merges_lists_and_unsets_on_the_embedded_store() {
 fn admin_quota_set_refuses_bad_values_naming_each_field_and_stores_nothing() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path();
-    let bad = admin(
+    let bad = quota_admin(
         dir,
         &[
             "set", "--tenant", "Team_A", "--series", "H 200", "--gpus", "8", "--cpus", "-1",
@@ -194,24 +176,24 @@ fn admin_quota_set_refuses_bad_values_naming_each_field_and_stores_nothing() {
     }
     assert!(bad.stdout.is_empty());
 
-    let no_series = admin(dir, &["set", "--tenant", "team-a", "--gpus", "16"]);
+    let no_series = quota_admin(dir, &["set", "--tenant", "team-a", "--gpus", "16"]);
     assert_eq!(no_series.status.code(), Some(1));
     assert!(
         text(&no_series.stderr).contains("--gpus needs --series"),
         "{}",
         text(&no_series.stderr)
     );
-    let no_gpus = admin(dir, &["set", "--tenant", "team-a", "--series", "h200"]);
+    let no_gpus = quota_admin(dir, &["set", "--tenant", "team-a", "--series", "h200"]);
     assert_eq!(no_gpus.status.code(), Some(1));
     assert!(
         text(&no_gpus.stderr).contains("--series h200 needs --gpus N"),
         "{}",
         text(&no_gpus.stderr)
     );
-    let nothing = admin(dir, &["set", "--tenant", "team-a"]);
+    let nothing = quota_admin(dir, &["set", "--tenant", "team-a"]);
     assert_eq!(nothing.status.code(), Some(1));
     assert!(text(&nothing.stderr).contains("nothing to set"));
-    assert!(ok(&admin(dir, &["list"])).starts_with("no quotas"));
+    assert!(ok(&quota_admin(dir, &["list"])).starts_with("no quotas"));
 }
 
 /// The API on a loopback port over embedded stores in `dir`; returns its URL and a jobs:read key
