@@ -262,13 +262,7 @@ async fn quota_shows_the_callers_limits_usage_and_queued_demand_per_series() {
     assert!(out.contains("note: no capacity snapshot yet"), "{out}");
 
     let mut quota = TenantQuota::unlimited("team-a");
-    quota.series.insert(
-        "h200".into(),
-        SeriesLimit {
-            gpus: 16,
-            borrow: false,
-        },
-    );
+    quota.set_gpu_limit("h200", 16, false);
     quota.cpu = Some(CpuLimit {
         cpus: Some(32.0),
         memory_gb: None,

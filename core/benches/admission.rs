@@ -14,7 +14,7 @@ use std::time::Instant;
 use tuneplane_core::admission::{Reservation, plan_admissions};
 use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
 use tuneplane_core::job::{JobRecord, JobState};
-use tuneplane_core::quota::{SeriesLimit, TenantQuota};
+use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::spec::{Deadlines, JobSpec, Pool};
 
 const SERIES: [&str; 4] = ["h200", "h100", "l40s", "a10g"];
@@ -137,13 +137,7 @@ fn tenants(mut q: Vec<JobRecord>, tenants: usize) -> (Vec<JobRecord>, Vec<Tenant
             let mut quota = TenantQuota::unlimited(&format!("team-{t:02}"));
             quota.weight = 1.0 + (t % 3) as f64;
             for s in SERIES {
-                quota.series.insert(
-                    s.to_owned(),
-                    SeriesLimit {
-                        gpus: 64 + 32 * (t % 4) as u32,
-                        borrow: t % 3 == 0,
-                    },
-                );
+                quota.set_gpu_limit(s, 64 + 32 * (t % 4) as u32, t % 3 == 0);
             }
             quota
         })

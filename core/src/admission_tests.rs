@@ -637,8 +637,7 @@ fn h200_job(tenant: &str, id: &str, submitted: i64) -> JobRecord {
 
 fn h200_quota(tenant: &str, gpus: u32, borrow: bool) -> TenantQuota {
     let mut q = TenantQuota::unlimited(tenant);
-    q.series
-        .insert("h200".into(), quota::SeriesLimit { gpus, borrow });
+    q.set_gpu_limit("h200", gpus, borrow);
     q
 }
 

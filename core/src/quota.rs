@@ -153,6 +153,12 @@ impl TenantQuota {
         }
     }
 
+    /// Sets (or replaces) the GPU limit of `series`.
+    pub fn set_gpu_limit(&mut self, series: &str, gpus: u32, borrow: bool) {
+        self.series
+            .insert(series.to_owned(), SeriesLimit { gpus, borrow });
+    }
+
     /// The GPU limit of `series`, if any.
     pub fn gpu_limit(&self, series: &str) -> Option<&SeriesLimit> {
         self.series.get(series)
@@ -542,13 +548,7 @@ mod tests {
 
     fn quota() -> TenantQuota {
         let mut q = TenantQuota::unlimited("team-a");
-        q.series.insert(
-            "h200".into(),
-            SeriesLimit {
-                gpus: 16,
-                borrow: false,
-            },
-        );
+        q.set_gpu_limit("h200", 16, false);
         q
     }
 
@@ -585,13 +585,7 @@ mod tests {
             check(&q, &demand("h200", 16), &demand("h200", 8)),
             QuotaCheck::Borrow(_)
         ));
-        q.series.insert(
-            "l40s".into(),
-            SeriesLimit {
-                gpus: 4,
-                borrow: false,
-            },
-        );
+        q.set_gpu_limit("l40s", 4, false);
         let mut both = demand("h200", 8);
         both.gpus.insert("l40s".into(), 8);
         assert!(matches!(
@@ -645,13 +639,7 @@ mod tests {
     fn validation_names_every_bad_field() {
         let mut q = TenantQuota::unlimited("Team A");
         q.weight = 0.0;
-        q.series.insert(
-            "H 200".into(),
-            SeriesLimit {
-                gpus: MAX_GPUS + 1,
-                borrow: false,
-            },
-        );
+        q.set_gpu_limit("H 200", MAX_GPUS + 1, false);
         q.cpu = Some(CpuLimit {
             cpus: Some(f64::NAN),
             memory_gb: Some(-1.0),

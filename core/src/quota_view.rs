@@ -171,7 +171,7 @@ pub fn describe_series(s: &SeriesQuotaView) -> String {
 mod tests {
     use super::*;
     use crate::capacity::{CapacitySnapshot, NodeCapacity};
-    use crate::quota::{CpuLimit, Demand, SeriesLimit};
+    use crate::quota::{CpuLimit, Demand};
 
     fn snapshot() -> CapacitySnapshot {
         let node = |name: &str, series: &str, used: u32| NodeCapacity {
@@ -213,20 +213,8 @@ mod tests {
     #[test]
     fn series_of_the_fleet_the_quota_and_the_jobs_are_listed_with_usage_against_the_limit() {
         let mut q = TenantQuota::unlimited("team-a");
-        q.series.insert(
-            "h200".into(),
-            SeriesLimit {
-                gpus: 16,
-                borrow: false,
-            },
-        );
-        q.series.insert(
-            "b200".into(),
-            SeriesLimit {
-                gpus: 4,
-                borrow: true,
-            },
-        );
+        q.set_gpu_limit("h200", 16, false);
+        q.set_gpu_limit("b200", 4, true);
         q.cpu = Some(CpuLimit {
             cpus: Some(32.0),
             memory_gb: None,

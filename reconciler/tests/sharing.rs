@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use tuneplane_core::job::{JobRecord, JobState, PendingReason};
-use tuneplane_core::quota::{SeriesLimit, TenantQuota};
+use tuneplane_core::quota::TenantQuota;
 
 /// Three h200 nodes of 8 GPUs and a CPU node.
 const H200_X3: &str = "\
@@ -83,13 +83,7 @@ async fn a_late_tenant_gets_the_next_opening_not_a_place_behind_another_tenants_
 async fn a_hard_quota_caps_a_tenant_and_borrowing_uses_idle_nodes_but_yields_to_others() {
     let h = start(sim_config(H200_X3, Duration::from_secs(8), None)).await;
     let mut quota = TenantQuota::unlimited("team-a");
-    quota.series.insert(
-        "h200".into(),
-        SeriesLimit {
-            gpus: 16,
-            borrow: false,
-        },
-    );
+    quota.set_gpu_limit("h200", 16, false);
     h.jobs
         .put_quota(&quota)
         .await
@@ -150,13 +144,7 @@ async fn a_hard_quota_caps_a_tenant_and_borrowing_uses_idle_nodes_but_yields_to_
     })
     .await;
     // Borrowing on: a takes the idle third node at once (it is still running its first two).
-    quota.series.insert(
-        "h200".into(),
-        SeriesLimit {
-            gpus: 16,
-            borrow: true,
-        },
-    );
+    quota.set_gpu_limit("h200", 16, true);
     h.jobs
         .put_quota(&quota)
         .await

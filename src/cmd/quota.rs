@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use tuneplane_core::quota::{CpuLimit, SeriesLimit, TenantQuota};
+use tuneplane_core::quota::{CpuLimit, TenantQuota};
 use tuneplane_core::quota_view::QuotaView;
 use tuneplane_core::store::JobStore;
 use tuneplane_functions::runtime::now_ms;
@@ -179,13 +179,7 @@ pub fn merge(existing: Option<TenantQuota>, args: &SetArgs) -> anyhow::Result<Te
                 args.tenant
             ),
         };
-        q.series.insert(
-            series.clone(),
-            SeriesLimit {
-                gpus,
-                borrow: args.borrow.unwrap_or(false),
-            },
-        );
+        q.set_gpu_limit(series, gpus, args.borrow.unwrap_or(false));
     }
     if cpu_given {
         let old = q.cpu.take().unwrap_or(CpuLimit {

@@ -191,13 +191,7 @@ async fn quotas_survive_a_new_client() {
         ok(create_table(&client, &table).await, "create table");
         let store = DynamoJobStore::new(client, table.clone());
         let mut quota = tuneplane_core::quota::TenantQuota::unlimited("acme");
-        quota.series.insert(
-            "h200".into(),
-            tuneplane_core::quota::SeriesLimit {
-                gpus: 16,
-                borrow: false,
-            },
-        );
+        quota.set_gpu_limit("h200", 16, false);
         ok(store.put_quota(&quota).await, "put quota");
     }
     let store = DynamoJobStore::new(dynamodb_client(&sdk_config().await, None), table);

@@ -106,15 +106,9 @@ fn gpu_spec(nodes: u32, gpus_per_node: u32) -> JobSpec {
 
 #[test]
 fn a_job_above_a_hard_quota_is_a_client_error_naming_the_limit_and_the_need() {
-    use crate::quota::{SeriesLimit, TenantQuota};
+    use crate::quota::TenantQuota;
     let mut quota = TenantQuota::unlimited("team-a");
-    quota.series.insert(
-        "h200".into(),
-        SeriesLimit {
-            gpus: 16,
-            borrow: false,
-        },
-    );
+    quota.set_gpu_limit("h200", 16, false);
     // 3 nodes × 8 GPUs = 24 > 16: refused, saying why and what to do.
     let err = check_quota(Some(&quota), &gpu_spec(3, 8)).err();
     match err {

@@ -952,17 +952,11 @@ async fn archived_logs_are_previewed_and_downloadable_through_a_short_lived_link
 
 #[tokio::test]
 async fn capacity_page_shows_the_signed_in_tenants_usage_against_its_quota_and_no_one_elses() {
-    use tuneplane_core::quota::{Demand, SeriesLimit, TenantQuota, TenantUsage};
+    use tuneplane_core::quota::{Demand, TenantQuota, TenantUsage};
     let s = stack().await;
     let jobs = s.state.submit.jobs();
     let mut quota = TenantQuota::unlimited("acme");
-    quota.series.insert(
-        "h200".into(),
-        SeriesLimit {
-            gpus: 16,
-            borrow: false,
-        },
-    );
+    quota.set_gpu_limit("h200", 16, false);
     jobs.put_quota(&quota)
         .await
         .unwrap_or_else(|e| panic!("{e}"));

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
 use tuneplane_core::capsule::storage_key;
-use tuneplane_core::quota::{Demand, SeriesLimit, TenantQuota, TenantUsage};
+use tuneplane_core::quota::{Demand, TenantQuota, TenantUsage};
 
 use super::archives::{BAD_SPEC, SPEC, body, code, hostile_tar};
 use super::{Harness, TENANT_A, TENANT_B};
@@ -384,7 +384,7 @@ pub async fn job_that_cannot_fit_the_published_capacity_is_rejected_at_submit(h:
 
 fn h200_quota(tenant: &str, gpus: u32, borrow: bool) -> TenantQuota {
     let mut q = TenantQuota::unlimited(tenant);
-    q.series.insert("h200".into(), SeriesLimit { gpus, borrow });
+    q.set_gpu_limit("h200", gpus, borrow);
     q
 }
 

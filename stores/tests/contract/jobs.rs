@@ -720,13 +720,7 @@ pub async fn quotas_round_trip_list_by_tenant_and_delete(store: Store) {
     assert_eq!(ok(store.get_quota("team-a").await, "get absent"), None);
     assert!(ok(store.list_quotas().await, "list empty").is_empty());
     let mut a = TenantQuota::unlimited("team-a");
-    a.series.insert(
-        "h200".into(),
-        SeriesLimit {
-            gpus: 16,
-            borrow: true,
-        },
-    );
+    a.set_gpu_limit("h200", 16, true);
     a.cpu = Some(CpuLimit {
         cpus: Some(64.0),
         memory_gb: None,
@@ -735,13 +729,7 @@ pub async fn quotas_round_trip_list_by_tenant_and_delete(store: Store) {
     a.weight = 2.0;
     a.updated_at_ms = 7;
     let mut b = TenantQuota::unlimited("team-b");
-    b.series.insert(
-        "l40s".into(),
-        SeriesLimit {
-            gpus: 4,
-            borrow: false,
-        },
-    );
+    b.set_gpu_limit("l40s", 4, false);
     // Written out of order: listing sorts by tenant.
     ok(store.put_quota(&b).await, "put b");
     ok(store.put_quota(&a).await, "put a");
