@@ -43,6 +43,9 @@ scripts/bootstrap-venv.sh
 export KUBESIM_REQUIRE_KUBECTL=1
 # Tests never reach a cloud: no credential lookups against instance metadata, loopback only.
 export AWS_EC2_METADATA_DISABLED=true
+# One full build, kept small: no incremental caches (they only help repeated edits, and took
+# gigabytes of a CI disk).
+export CARGO_INCREMENTAL=0
 # KubeRay CRDs for validating rendered RayJobs (read-only reference beside the checkout).
 export TUNEPLANE_KUBERAY_SCHEMAS="${TUNEPLANE_KUBERAY_SCHEMAS:-$ROOT/../shared/schemas/kuberay}"
 
@@ -63,16 +66,15 @@ scripts/with-moto.sh cargo test --workspace --locked
 
 # The same scenarios against the real API server, scheduler, controller manager and KubeRay
 # operator: one shared cluster, so one test at a time; each scenario starts from a clean slate.
+# `--workspace` keeps the feature resolution of the run above: `-p <crate>` resolves features for
+# that crate alone, which rebuilt every dependency a second time (and filled CI's disk).
 step "scenario suite on the real control plane (TUNEPLANE_TEST_K8S=real)"
 export TUNEPLANE_TEST_KUBECONFIG="$REAL_KUBECONFIG"
-TUNEPLANE_TEST_K8S=real cargo test --locked -p tuneplane-reconciler \
+TUNEPLANE_TEST_K8S=real cargo test --workspace --locked \
   --test lifecycle --test pending --test placement --test sharing --test cleanup --test leader --test crash \
-  --test differential \
-  --test rbac_real -- --test-threads=1
-TUNEPLANE_TEST_K8S=real cargo test --locked -p tuneplane-kubesim --test agent_cluster -- --test-threads=1
-TUNEPLANE_TEST_K8S=real cargo test --locked --test real_cluster -- --test-threads=1
+  --test differential --test rbac_real --test agent_cluster --test real_cluster -- --test-threads=1
 
 step "the reconciler's requests in the API server's audit log match infra/kustomize's RBAC"
 TUNEPLANE_TEST_K8S=real TUNEPLANE_TEST_AUDIT_LOG="$K8S_DIR/logs/audit.log" \
-  cargo test --locked -p tuneplane-reconciler --test rbac_real -- --nocapture --test-threads=1 \
+  cargo test --workspace --locked --test rbac_real -- --nocapture --test-threads=1 \
   the_audit_log_shows_every_grant_used
