@@ -212,6 +212,7 @@ async fn serve_api(dir: &Path) -> (String, String, Arc<dyn JobStore>) {
         },
         submit,
         webhooks: Default::default(),
+        event_senders: Default::default(),
         json_logs: false,
         listen: None,
     };

@@ -401,8 +401,11 @@ pub trait BlobStore: Send + Sync {
     ) -> Result<PresignedRequest>;
 }
 
-/// Checks a blob key: `/`-separated non-empty segments (not `.` or `..`) of ASCII letters, digits
-/// and `-_.=`, at most 1024 bytes. Such keys need no escaping in any URL or file name.
+/// Checks a blob key: `/`-separated non-empty segments (not `.` or `..`) of ASCII letters, digits,
+/// [`BLOB_KEY_PUNCTUATION`] and spaces, at most 1024 bytes. Platform keys use only letters, digits
+/// and `-_.=/`; the rest is there for names people give files they drop into the inbox (`my
+/// job (v2).tar.gz`). Every allowed character is safe in a file name; URLs percent-encode the
+/// ones outside `-_.~` ([`encode_blob_key_path`]).
 pub fn validate_blob_key(key: &str) -> Result<()> {
     let bad = |reason: &str| {
         Err(StoreError::InvalidKey {
@@ -413,10 +416,10 @@ pub fn validate_blob_key(key: &str) -> Result<()> {
     if key.is_empty() || key.len() > 1024 {
         return bad("must be 1 to 1024 bytes");
     }
-    let allowed =
-        |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'=' | b'/');
-    if !key.bytes().all(allowed) {
-        return bad("only ASCII letters, digits, '-', '_', '.', '=' and '/' are allowed");
+    if !key.bytes().all(blob_key_byte) {
+        return bad(
+            "only ASCII letters, digits, spaces, '/' and the punctuation -_.=+!(),@'~ are allowed",
+        );
     }
     if key
         .split('/')
@@ -425,6 +428,58 @@ pub fn validate_blob_key(key: &str) -> Result<()> {
         return bad("segments must be non-empty and not '.' or '..'");
     }
     Ok(())
+}
+
+/// Punctuation allowed in blob keys besides `/` (see [`validate_blob_key`]).
+pub const BLOB_KEY_PUNCTUATION: &str = "-_.=+!(),@'~";
+
+fn blob_key_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || b == b'/'
+        || b == b' '
+        || BLOB_KEY_PUNCTUATION.as_bytes().contains(&b)
+}
+
+/// Replaces every character a blob key may not hold with `_` (and empty, `.` or `..` segments
+/// with `_`), so a note about an unusable key can still be written next to where it was.
+pub fn sanitize_blob_key(key: &str) -> String {
+    let cleaned: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii() && blob_key_byte(c as u8) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let segments: Vec<&str> = cleaned
+        .split('/')
+        .map(|seg| {
+            if seg.is_empty() || seg == "." || seg == ".." {
+                "_"
+            } else {
+                seg
+            }
+        })
+        .collect();
+    let mut out = segments.join("/");
+    out.truncate(1000);
+    out
+}
+
+/// A valid blob key as a URL path: every byte outside letters, digits, `/` and `-_.~` is
+/// percent-encoded (so a space is `%20` and `+` is `%2B`, never read back as a space).
+pub fn encode_blob_key_path(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -437,15 +492,39 @@ mod tests {
             "capsules/sha256/0af3/capsule.zip",
             "logs/j-1/logs.tar.gz",
             "uploads/u_1/code=v2.tgz",
+            "inbox/acme/my job (v2)+final.tar.gz",
         ] {
             assert!(validate_blob_key(key).is_ok(), "{key}");
         }
     }
 
     #[test]
+    fn sanitized_keys_are_valid_and_keep_what_was_allowed() {
+        for (raw, want) in [
+            ("inbox/acme/50%.zip", "inbox/acme/50_.zip"),
+            ("inbox/acme/ünï.zip", "inbox/acme/_n_.zip"),
+            ("inbox//acme/../x#y", "inbox/_/acme/_/x_y"),
+            ("inbox/acme/ok (1).zip", "inbox/acme/ok (1).zip"),
+        ] {
+            let clean = sanitize_blob_key(raw);
+            assert_eq!(clean, want);
+            assert!(validate_blob_key(&clean).is_ok(), "{clean:?}");
+        }
+    }
+
+    #[test]
+    fn key_paths_encode_spaces_and_plus_distinctly() {
+        assert_eq!(
+            encode_blob_key_path("inbox/a/my job+1 (x).zip"),
+            "inbox/a/my%20job%2B1%20%28x%29.zip"
+        );
+        assert_eq!(encode_blob_key_path("logs/j-1/a_b.~c"), "logs/j-1/a_b.~c");
+    }
+
+    #[test]
     fn keys_that_escape_or_need_escaping_are_invalid() {
         for key in [
-            "", "/abs", "a//b", "../x", "a/./b", "a b", "a?b", "a%2e", "a\\b", "é",
+            "", "/abs", "a//b", "../x", "a/./b", "a?b", "a%2e", "a\\b", "é", "a#b", "a\nb",
         ] {
             assert!(
                 matches!(validate_blob_key(key), Err(StoreError::InvalidKey { .. })),

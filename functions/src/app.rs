@@ -30,6 +30,8 @@ pub struct AppState {
     pub submit: SubmitService,
     /// Webhook sources by name.
     pub webhooks: BTreeMap<String, WebhookSource>,
+    /// Tenant of each AWS account that may put submission events.
+    pub event_senders: BTreeMap<String, String>,
     /// Current time, Unix milliseconds (a function so tests can move the clock).
     pub clock: fn() -> i64,
     /// Random id generator for uploads and playgrounds.
@@ -91,15 +93,25 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .with_state(state)
 }
 
-/// Takes the request id from `x-request-id` (the Lambda adapter sets API Gateway's), or makes one;
-/// serves the request within it and echoes it in the response.
+/// The request id: API Gateway's under Lambda (a client cannot choose it, so logs, responses and
+/// AWS traces agree), else the client's `x-request-id` (plain HTTP, up to 128 characters), else a
+/// new one. The request is served within it and the response echoes it.
 async fn request_id(req: Request, next: Next) -> Response {
-    let id = req
-        .headers()
-        .get(REQUEST_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
-        .map(str::to_owned)
+    use lambda_http::RequestExt;
+    let gateway = match req.request_context_ref() {
+        Some(lambda_http::request::RequestContext::ApiGatewayV2(ctx)) => ctx.request_id.clone(),
+        _ => None,
+    };
+    let client = || {
+        req.headers()
+            .get(REQUEST_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty() && v.len() <= 128)
+            .map(str::to_owned)
+    };
+    let id = gateway
+        .filter(|id| !id.is_empty())
+        .or_else(client)
         .unwrap_or_else(|| crate::runtime::random_id("req"));
     let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
     let mut response = REQUEST_ID

@@ -36,6 +36,9 @@ pub const ENV_SCRATCH: &str = "TUNEPLANE_SCRATCH_DIR";
 pub const ENV_LOG_FORMAT: &str = "TUNEPLANE_LOG_FORMAT";
 /// Address for plain HTTP serving of the API binary outside Lambda (e.g. `127.0.0.1:8080`).
 pub const ENV_LISTEN: &str = "TUNEPLANE_LISTEN";
+/// AWS accounts allowed to put "TunePlane Job Submission" events, each mapped to the tenant its
+/// jobs belong to: `{"111122223333": "acme"}`. Unset: no account may.
+pub const ENV_EVENT_SENDERS: &str = "TUNEPLANE_EVENT_SENDERS";
 
 /// Largest inline code archive (decoded), bytes: keeps requests within API Gateway and Lambda limits.
 pub const MAX_INLINE_CODE_BYTES: usize = 4 * 1024 * 1024;
@@ -84,6 +87,8 @@ pub struct Config {
     pub submit: SubmitConfig,
     /// Webhook sources by name.
     pub webhooks: BTreeMap<String, WebhookSource>,
+    /// Tenant of each AWS account that may put submission events.
+    pub event_senders: BTreeMap<String, String>,
     /// JSON logs.
     pub json_logs: bool,
     /// Plain-HTTP listen address (API binary outside Lambda).
@@ -141,6 +146,10 @@ impl Config {
             None => BTreeMap::new(),
             Some(json) => parse_webhooks(&json)?,
         };
+        let event_senders = match non_empty(ENV_EVENT_SENDERS) {
+            None => BTreeMap::new(),
+            Some(json) => parse_event_senders(&json)?,
+        };
         let submit = SubmitConfig {
             defaults,
             limits: Limits::default(),
@@ -153,6 +162,7 @@ impl Config {
             backend,
             submit,
             webhooks,
+            event_senders,
             json_logs: non_empty(ENV_LOG_FORMAT).is_some_and(|v| v.eq_ignore_ascii_case("json")),
             listen: non_empty(ENV_LISTEN),
         })
@@ -164,6 +174,31 @@ fn parse_webhooks(json: &str) -> Result<BTreeMap<String, WebhookSource>, ConfigE
         var: ENV_WEBHOOKS,
         message,
     })
+}
+
+fn parse_event_senders(json: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let fail = |message: String| ConfigError {
+        var: ENV_EVENT_SENDERS,
+        message,
+    };
+    let map: BTreeMap<String, String> = serde_json::from_str(json).map_err(|e| {
+        fail(format!(
+            "expected a JSON object of account id to tenant, e.g. {{\"111122223333\": \"acme\"}}: {e}"
+        ))
+    })?;
+    for (account, tenant) in &map {
+        if account.len() != 12 || !account.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(fail(format!(
+                "{account:?} is not an AWS account id (12 digits)"
+            )));
+        }
+        if !crate::runtime::valid_id(tenant) {
+            return Err(fail(format!(
+                "tenant {tenant:?} of account {account} must be 1-64 lowercase letters, digits or '-'"
+            )));
+        }
+    }
+    Ok(map)
 }
 
 #[cfg(test)]
@@ -203,6 +238,36 @@ mod tests {
         let short = r#"{"github": {"secret": "x", "tenant": "acme", "scheme": "hub"}}"#;
         let vars = [(ENV_TABLE, "t"), (ENV_BUCKET, "b"), (ENV_WEBHOOKS, short)];
         assert_eq!(parse(&vars).err().map(|e| e.var), Some(ENV_WEBHOOKS));
+    }
+
+    #[test]
+    fn event_senders_map_accounts_to_tenants_and_bad_entries_name_the_fix() {
+        let vars = [
+            (ENV_TABLE, "t"),
+            (ENV_BUCKET, "b"),
+            (ENV_EVENT_SENDERS, r#"{"111122223333": "acme"}"#),
+        ];
+        let config = parse(&vars).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.event_senders["111122223333"], "acme");
+        for (bad, needle) in [
+            (r#"{"1111": "acme"}"#, "12 digits"),
+            (r#"{"111122223333": "Acme"}"#, "lowercase"),
+            (r#"["acme"]"#, "account id to tenant"),
+        ] {
+            let vars = [
+                (ENV_TABLE, "t"),
+                (ENV_BUCKET, "b"),
+                (ENV_EVENT_SENDERS, bad),
+            ];
+            let err = parse(&vars).err();
+            assert_eq!(
+                err.as_ref().map(|e| e.var),
+                Some(ENV_EVENT_SENDERS),
+                "{bad}"
+            );
+            let message = err.map(|e| e.message).unwrap_or_default();
+            assert!(message.contains(needle), "{bad}: {message}");
+        }
     }
 
     const BLOB_SECRET: &str = "BLOBSECRET-aaaaaaaaaaaaaaaa";

@@ -90,8 +90,13 @@ impl Offload for TokioOffload {
 pub fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a person at a terminal: CloudWatch and redirected logs get plain text,
+    // and NO_COLOR (any value) turns them off everywhere.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_target(false);
     // A second initialisation (tests) is harmless.
     let _ = if json {
@@ -146,6 +151,7 @@ pub fn state_with(
     Arc::new(AppState {
         submit,
         webhooks: config.webhooks.clone(),
+        event_senders: config.event_senders.clone(),
         clock: now_ms,
         new_id: random_id,
     })

@@ -4,11 +4,17 @@
 //! Each becomes a submission through the same service as the API. Deliveries are at least once,
 //! so each carries an idempotency key derived from the event (schedule id + scheduled time, object
 //! key + ETag, event id): a redelivery returns the first job. Errors caused by the input are final
-//! (an inbox archive gets `<key>.error.json` beside it); internal errors are returned so that
-//! Lambda retries the event.
+//! (an inbox archive gets `<key>.error.json` beside it, an object that is gone is skipped);
+//! only internal errors (the stores failing) are returned, so that Lambda retries the event.
+//!
+//! Submission events are trusted for their `account` only: EventBridge sets it to the sender's
+//! AWS account and the sender cannot choose it. `TUNEPLANE_EVENT_SENDERS` maps accounts to
+//! tenants; a `detail.tenant` that disagrees with the mapping is refused.
 
 use serde_json::{Value, json};
 use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitError, SubmitRequest};
+
+use tuneplane_core::store::{BLOB_KEY_PUNCTUATION, sanitize_blob_key, validate_blob_key};
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -20,9 +26,13 @@ pub const INBOX_PREFIX: &str = "inbox/";
 pub const ERROR_SUFFIX: &str = ".error.json";
 /// EventBridge detail-type of console submissions.
 pub const SUBMISSION_DETAIL_TYPE: &str = "TunePlane Job Submission";
+/// EventBridge `source` of submission events (the rule matches only this one).
+pub const SUBMISSION_SOURCE: &str = "tuneplane.jobs";
 
-/// What one event (or one record of it) led to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What one event (or one record of it) led to; the functions return these as JSON
+/// (`{"outcome": "submitted", "job_id": ..., "created": true}`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     /// A job was created (or found, for a redelivery).
     Submitted {
@@ -32,14 +42,26 @@ pub enum Outcome {
         created: bool,
     },
     /// Nothing to do (not an inbox object, our own error note, a disabled schedule).
-    Skipped(String),
+    Skipped {
+        /// Why.
+        reason: String,
+    },
     /// The input was refused; for inbox objects the note's key.
     Rejected {
         /// What was refused and why.
         reason: String,
         /// Where the note was written, if anywhere.
+        #[serde(skip_serializing_if = "Option::is_none")]
         note_key: Option<String>,
     },
+}
+
+impl Outcome {
+    fn skipped(reason: impl Into<String>) -> Outcome {
+        Outcome::Skipped {
+            reason: reason.into(),
+        }
+    }
 }
 
 /// Handles an EventBridge Scheduler firing: `{"schedule_id", "scheduled_time"}` (the target's
@@ -57,7 +79,7 @@ pub async fn handle_scheduled(state: &AppState, event: &Value) -> Result<Outcome
         let time = event.get("time").and_then(Value::as_str);
         match rule {
             Some(rule) => (rule.to_owned(), time.map(str::to_owned)),
-            None => return Ok(Outcome::Skipped("not a schedule event".into())),
+            None => return Ok(Outcome::skipped("not a schedule event")),
         }
     };
     let Some(time) = time else {
@@ -73,7 +95,7 @@ pub async fn handle_scheduled(state: &AppState, event: &Value) -> Result<Outcome
         });
     };
     if !schedule.enabled {
-        return Ok(Outcome::Skipped(format!("schedule {id} is paused")));
+        return Ok(Outcome::skipped(format!("schedule {id} is paused")));
     }
     let request = SubmitRequest {
         tenant: schedule.tenant.clone(),
@@ -97,11 +119,10 @@ pub async fn handle_inbox(state: &AppState, event: &Value) -> Result<Vec<Outcome
             let object = &r["s3"]["object"];
             match object.get("key").and_then(Value::as_str) {
                 Some(raw) if name.starts_with("ObjectCreated") => {
-                    let key = decode_s3_key(raw);
                     let tag = object.get("eTag").or_else(|| object.get("sequencer"));
-                    outcomes.push(inbox_object(state, key, tag.and_then(Value::as_str)).await?);
+                    outcomes.push(inbox_object(state, raw, tag.and_then(Value::as_str)).await?);
                 }
-                _ => outcomes.push(Outcome::Skipped(format!("not an object creation: {name}"))),
+                _ => outcomes.push(Outcome::skipped(format!("not an object creation: {name}"))),
             }
         }
         return Ok(outcomes);
@@ -113,32 +134,55 @@ pub async fn handle_inbox(state: &AppState, event: &Value) -> Result<Vec<Outcome
     let detail = &event["detail"];
     let outcome = match detail_type {
         "Object Created" => match detail["object"].get("key").and_then(Value::as_str) {
-            Some(key) => {
+            Some(raw) => {
                 let tag = detail["object"]
                     .get("etag")
                     .or_else(|| detail["object"].get("sequencer"));
-                inbox_object(state, key.to_owned(), tag.and_then(Value::as_str)).await?
+                inbox_object(state, raw, tag.and_then(Value::as_str)).await?
             }
-            None => Outcome::Skipped("object event without a key".into()),
+            None => Outcome::skipped("object event without a key"),
         },
-        SUBMISSION_DETAIL_TYPE => {
-            let id = event.get("id").and_then(Value::as_str).unwrap_or("unknown");
-            submission_event(state, id, detail).await?
-        }
-        other => Outcome::Skipped(format!("unhandled event type {other:?}")),
+        SUBMISSION_DETAIL_TYPE => submission_event(state, event).await?,
+        other => Outcome::skipped(format!("unhandled event type {other:?}")),
     };
     outcomes.push(outcome);
     Ok(outcomes)
 }
 
-/// One archive under `inbox/<tenant>/`.
+/// One archive under `inbox/<tenant>/`, named by the event's `raw` key. S3 URL-encodes keys in
+/// its notifications (`my+job.zip` for `my job.zip`); the decoded key is tried first, then the
+/// key as sent, so either encoding finds the object.
 async fn inbox_object(
     state: &AppState,
-    key: String,
+    raw: &str,
     tag: Option<&str>,
 ) -> Result<Outcome, SubmitError> {
-    if !key.starts_with(INBOX_PREFIX) || key.ends_with(ERROR_SUFFIX) {
-        return Ok(Outcome::Skipped(format!("{key} is not an inbox archive")));
+    let decoded = decode_s3_key(raw);
+    if !decoded.starts_with(INBOX_PREFIX) || decoded.ends_with(ERROR_SUFFIX) {
+        return Ok(Outcome::skipped(format!(
+            "{decoded} is not an inbox archive"
+        )));
+    }
+    if validate_blob_key(&decoded).is_err() {
+        let fix = format!(
+            "rename the file using letters, digits, spaces and {BLOB_KEY_PUNCTUATION} only \
+             (e.g. {}), then upload it again",
+            sanitize_blob_key(&decoded[INBOX_PREFIX.len()..])
+        );
+        let err =
+            SubmitError::InvalidRequest(format!("object name {decoded:?} is not usable: {fix}"));
+        return reject_archive(state, &decoded, &sanitize_blob_key(&decoded), err).await;
+    }
+    let mut key = decoded;
+    if state.submit.blobs().head(&key).await?.is_none() {
+        let as_sent = raw != key
+            && validate_blob_key(raw).is_ok()
+            && state.submit.blobs().head(raw).await?.is_some();
+        if !as_sent {
+            // Deleted before this delivery: nothing to run, and nothing to retry.
+            return Ok(Outcome::skipped(format!("{key} no longer exists")));
+        }
+        key = raw.to_owned();
     }
     let tenant = key[INBOX_PREFIX.len()..]
         .split_once('/')
@@ -160,38 +204,68 @@ async fn inbox_object(
         }
     };
     match result {
-        Err(e) if e.is_client_error() => {
-            let note_key = format!("{key}{ERROR_SUFFIX}");
-            let (_, body) = ApiError::Submit(e).to_body(&format!("inbox:{key}"));
-            let note =
-                json!({"object": key, "rejected_at_ms": (state.clock)(), "error": body["error"]});
-            let bytes = serde_json::to_vec_pretty(&note).unwrap_or_default();
-            let reason = note["error"]["message"]
-                .as_str()
-                .unwrap_or("rejected")
-                .to_owned();
-            state.submit.blobs().put(&note_key, bytes).await?;
-            tracing::info!(object = %key, note = %note_key, "inbox archive rejected");
-            Ok(Outcome::Rejected {
-                reason,
-                note_key: Some(note_key),
-            })
-        }
+        Err(e) if e.is_client_error() => reject_archive(state, &key, &key, e).await,
         other => finish(other),
     }
 }
 
-/// A "TunePlane Job Submission" event: `{"tenant", "spec", "code", "idempotency_key"?}`.
-async fn submission_event(
+/// Writes `<note_base>.error.json` explaining why the archive at `key` was refused.
+async fn reject_archive(
     state: &AppState,
-    id: &str,
-    detail: &Value,
+    key: &str,
+    note_base: &str,
+    error: SubmitError,
 ) -> Result<Outcome, SubmitError> {
-    let tenant = detail
-        .get("tenant")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    let note_key = format!("{note_base}{ERROR_SUFFIX}");
+    let (_, body) = ApiError::Submit(error).to_body(&format!("inbox:{key}"));
+    let note = json!({"object": key, "rejected_at_ms": (state.clock)(), "error": body["error"]});
+    let bytes = serde_json::to_vec_pretty(&note).unwrap_or_default();
+    let reason = note["error"]["message"]
+        .as_str()
+        .unwrap_or("rejected")
         .to_owned();
+    state.submit.blobs().put(&note_key, bytes).await?;
+    tracing::info!(object = %key, note = %note_key, "inbox archive rejected");
+    Ok(Outcome::Rejected {
+        reason,
+        note_key: Some(note_key),
+    })
+}
+
+/// A "TunePlane Job Submission" event: `detail` is `{"spec", "code", "idempotency_key"?,
+/// "tenant"?}`; the tenant is the one `TUNEPLANE_EVENT_SENDERS` maps the sending account to.
+async fn submission_event(state: &AppState, event: &Value) -> Result<Outcome, SubmitError> {
+    let id = event.get("id").and_then(Value::as_str).unwrap_or("unknown");
+    let reject = |reason: String| {
+        tracing::warn!(event = id, %reason, "submission event refused");
+        Ok(Outcome::Rejected {
+            reason: format!("event {id}: {reason}"),
+            note_key: None,
+        })
+    };
+    let source = event.get("source").and_then(Value::as_str).unwrap_or("");
+    if source != SUBMISSION_SOURCE {
+        return reject(format!(
+            "source {source:?} is not {SUBMISSION_SOURCE:?}; put submission events with \
+             Source={SUBMISSION_SOURCE}"
+        ));
+    }
+    let account = event.get("account").and_then(Value::as_str).unwrap_or("");
+    let Some(tenant) = state.event_senders.get(account) else {
+        return reject(format!(
+            "account {account:?} may not submit jobs: map it to a tenant in \
+             TUNEPLANE_EVENT_SENDERS (the stack's EventSenders parameter)"
+        ));
+    };
+    let detail = &event["detail"];
+    if let Some(claimed) = detail.get("tenant") {
+        if claimed.as_str() != Some(tenant.as_str()) {
+            return reject(format!(
+                "detail.tenant {claimed} does not match tenant {tenant:?} of account {account}; \
+                 leave it out or set it to {tenant:?}"
+            ));
+        }
+    }
     let key = detail
         .get("idempotency_key")
         .and_then(Value::as_str)
@@ -202,21 +276,14 @@ async fn submission_event(
         map.remove("idempotency_key");
     }
     let parsed = serde_json::from_value::<SubmissionBody>(body)
-        .map_err(|e| e.to_string())
+        .map_err(|e| format!("detail: {e}"))
         .and_then(|b| {
-            if crate::runtime::valid_id(&tenant) {
-                b.into_request(&tenant, Some(key), Origin::Event(id.to_owned()))
-                    .map_err(|e| e.to_string())
-            } else {
-                Err("detail.tenant must name the tenant".into())
-            }
+            b.into_request(tenant, Some(key), Origin::Event(id.to_owned()))
+                .map_err(|e| e.to_string())
         });
     match parsed {
         Ok(request) => finish(state.submit.submit(request, (state.clock)()).await),
-        Err(reason) => Ok(Outcome::Rejected {
-            reason: format!("event {id}: {reason}"),
-            note_key: None,
-        }),
+        Err(reason) => reject(reason),
     }
 }
 

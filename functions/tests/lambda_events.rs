@@ -60,10 +60,7 @@ async fn invoke(
 ) -> (StatusCode, Value, lambda_http::http::HeaderMap) {
     let request = lambda_http::request::from_str(&event.json())
         .unwrap_or_else(|e| panic!("not an API Gateway v2 event: {e}"));
-    let response = match tuneplane_functions::lambda::handle(h.app.clone(), request).await {
-        Ok(r) => r,
-        Err(never) => match never {},
-    };
+    let response = tuneplane_functions::lambda::handle(h.app.clone(), request).await;
     let status = response.status();
     let headers = response.headers().clone();
     let json = match response.body() {
@@ -82,6 +79,26 @@ async fn gateway_request_id_becomes_the_response_request_id() {
     assert_eq!(json["status"], "ok");
     assert_eq!(
         headers.get("x-request-id").and_then(|v| v.to_str().ok()),
+        Some("Hx1a2b3cDoEEJmQ=")
+    );
+}
+
+/// A client's own `x-request-id` does not replace API Gateway's: the gateway's id is the one in
+/// the logs and AWS traces, so it is the one the response carries.
+#[tokio::test]
+async fn gateway_request_id_wins_over_the_clients_header() {
+    let h = Harness::embedded().await;
+    let json = get("/v1/healthz", "none").json();
+    let mut event: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
+    event["headers"]["x-request-id"] = "client-chosen".into();
+    let request = lambda_http::request::from_str(&event.to_string())
+        .unwrap_or_else(|e| panic!("not an API Gateway v2 event: {e}"));
+    let response = tuneplane_functions::lambda::handle(h.app.clone(), request).await;
+    assert_eq!(
+        response
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok()),
         Some("Hx1a2b3cDoEEJmQ=")
     );
 }

@@ -17,7 +17,7 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use tuneplane_core::store::{
     BlobMeta, BlobStore, PresignMethod, PresignedRequest, PutOutcome, Result, StoreError,
-    validate_blob_key,
+    encode_blob_key_path, validate_blob_key,
 };
 
 /// Query parameter carrying the signed method.
@@ -395,8 +395,9 @@ impl BlobStore for FsBlobStore {
         );
         let name = method_name(method);
         let url = format!(
-            "{}/{key}?{METHOD_PARAM}={name}&{EXPIRES_PARAM}={expires_at}&{SIGNATURE_PARAM}={sig}",
-            self.base_url
+            "{}/{}?{METHOD_PARAM}={name}&{EXPIRES_PARAM}={expires_at}&{SIGNATURE_PARAM}={sig}",
+            self.base_url,
+            encode_blob_key_path(key)
         );
         let headers = match method {
             PresignMethod::Put => vec![(

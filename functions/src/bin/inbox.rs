@@ -15,7 +15,7 @@ async fn main() -> anyhow::Result<()> {
         let state = state.clone();
         async move {
             let outcomes = triggers::handle_inbox(&state, &event.payload).await?;
-            Ok::<_, lambda_runtime::Error>(format!("{outcomes:?}"))
+            Ok::<_, lambda_runtime::Error>(serde_json::json!({ "outcomes": outcomes }))
         }
     }))
     .await

@@ -14,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
         let state = state.clone();
         async move {
             let outcome = triggers::handle_scheduled(&state, &event.payload).await?;
-            Ok::<_, lambda_runtime::Error>(format!("{outcome:?}"))
+            Ok::<_, lambda_runtime::Error>(serde_json::json!({ "outcomes": [outcome] }))
         }
     }))
     .await

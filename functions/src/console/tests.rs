@@ -82,6 +82,7 @@ async fn stack() -> Stack {
         },
         submit,
         webhooks: Default::default(),
+        event_senders: Default::default(),
         json_logs: false,
         listen: None,
     };

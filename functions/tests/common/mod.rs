@@ -96,10 +96,14 @@ fn config(dir: &std::path::Path) -> Config {
         },
         submit,
         webhooks,
+        event_senders: [(SENDER_ACCOUNT.to_owned(), TENANT_A.to_owned())].into(),
         json_logs: false,
         listen: None,
     }
 }
+
+/// The AWS account the harness lets put submission events (as tenant A).
+pub const SENDER_ACCOUNT: &str = "111122223333";
 
 impl Harness {
     /// Embedded job store + filesystem blob store in a temporary folder.

@@ -46,6 +46,8 @@ macro_rules! api_suite {
             inbox_archive_becomes_a_job,
             bad_inbox_archive_gets_an_error_file_only,
             submission_event_becomes_a_job,
+            forged_submission_events_are_refused,
+            inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note,
         );
         $crate::api_suite!(@cases $make; security;
             a_webhook_signed_in_the_other_scheme_is_refused_and_stores_nothing,

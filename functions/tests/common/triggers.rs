@@ -308,7 +308,7 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        matches!(ignored.as_slice(), [Outcome::Skipped(_)]),
+        matches!(ignored.as_slice(), [Outcome::Skipped { .. }]),
         "{ignored:?}"
     );
 }
@@ -320,7 +320,11 @@ pub async fn submission_event_becomes_a_job(h: &Harness) {
     let spec = SPEC.replace('\n', "\\n");
     let event = fixture(
         "eventbridge_submission.json",
-        &[("SPEC", &spec), ("CODE", &b64)],
+        &[
+            ("SPEC", &spec),
+            ("CODE", &b64),
+            ("ACCOUNT", super::SENDER_ACCOUNT),
+        ],
     );
     let outcomes = handle_inbox(&h.state, &event)
         .await
@@ -341,5 +345,154 @@ pub async fn submission_event_becomes_a_job(h: &Harness) {
             [Outcome::Submitted { created: false, .. }]
         ),
         "{again:?}"
+    );
+}
+
+/// The tenant of a submission event comes from the sending account, which EventBridge sets and
+/// the sender cannot choose: an unmapped account, a `detail.tenant` naming another tenant and a
+/// foreign `source` are all refused, and none of them creates a job.
+pub async fn forged_submission_events_are_refused(h: &Harness) {
+    use base64::Engine;
+    use tuneplane_functions::triggers::{Outcome, handle_inbox};
+    let b64 = base64::engine::general_purpose::STANDARD.encode(code());
+    let spec = SPEC.replace('\n', "\\n");
+    let event = |account: &str| {
+        fixture(
+            "eventbridge_submission.json",
+            &[("SPEC", &spec), ("CODE", &b64), ("ACCOUNT", account)],
+        )
+    };
+    let mut unmapped = event("999988887777");
+    unmapped["id"] = "forged-1".into();
+    let mut other_tenant = event(super::SENDER_ACCOUNT);
+    other_tenant["id"] = "forged-2".into();
+    other_tenant["detail"]["tenant"] = super::TENANT_B.into();
+    let mut foreign_source = event(super::SENDER_ACCOUNT);
+    foreign_source["id"] = "forged-3".into();
+    foreign_source["source"] = "acme.console".into();
+    for (event, needle) in [
+        (unmapped, "TUNEPLANE_EVENT_SENDERS"),
+        (other_tenant, "does not match tenant"),
+        (foreign_source, "tuneplane.jobs"),
+    ] {
+        let outcomes = handle_inbox(&h.state, &event)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let [
+            Outcome::Rejected {
+                reason,
+                note_key: None,
+            },
+        ] = outcomes.as_slice()
+        else {
+            panic!("expected a refusal: {outcomes:?}");
+        };
+        assert!(reason.contains(needle), "{reason}");
+    }
+    assert_eq!(h.job_count(TENANT_A).await, 0);
+    assert_eq!(h.job_count(super::TENANT_B).await, 0);
+}
+
+/// S3 URL-encodes keys in its events (`+` for a space, `%2B` for `+`); the archive is found
+/// whether the event carries the encoded or the plain key, a name the store cannot hold is
+/// refused with a note (under a cleaned name), and an object deleted before the delivery is
+/// skipped: every one of these is final, none is an error that Lambda would retry.
+pub async fn inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note(h: &Harness) {
+    use serde_json::json;
+    use tuneplane_functions::triggers::{Outcome, handle_inbox};
+    let key = "inbox/acme/my job+v2.zip";
+    let archive = super::archives::zip(&[("tuneplane.yaml", SPEC), ("train.py", "print(1)\n")]);
+    assert!(h.blobs().put(key, archive).await.is_ok());
+    let encoded = fixture(
+        "s3_object_created.json",
+        &[
+            ("BUCKET", "tp"),
+            ("KEY", "inbox/acme/my+job%2Bv2.zip"),
+            ("ETAG", "e1"),
+        ],
+    );
+    let outcomes = handle_inbox(&h.state, &encoded)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let [
+        Outcome::Submitted {
+            job_id,
+            created: true,
+        },
+    ] = outcomes.as_slice()
+    else {
+        panic!("expected a job: {outcomes:?}");
+    };
+    // The same object announced through EventBridge with the key as stored.
+    let plain = json!({
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "detail": {"bucket": {"name": "tp"}, "object": {"key": key, "etag": "e1"}}
+    });
+    let again = handle_inbox(&h.state, &plain)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        again,
+        vec![Outcome::Submitted {
+            job_id: job_id.clone(),
+            created: false
+        }]
+    );
+
+    // `%` cannot be in a stored key (S3 sends it as %25): a final rejection with a note.
+    let bad = fixture(
+        "s3_object_created.json",
+        &[
+            ("BUCKET", "tp"),
+            ("KEY", "inbox/acme/50%25.zip"),
+            ("ETAG", "e2"),
+        ],
+    );
+    let outcomes = handle_inbox(&h.state, &bad)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let [
+        Outcome::Rejected {
+            reason,
+            note_key: Some(note_key),
+        },
+    ] = outcomes.as_slice()
+    else {
+        panic!("expected a rejection note: {outcomes:?}");
+    };
+    assert_eq!(note_key, "inbox/acme/50_.zip.error.json");
+    assert!(reason.contains("rename the file"), "{reason}");
+    let note = h
+        .blobs()
+        .get(note_key)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let note: Value = serde_json::from_slice(&note).unwrap_or(Value::Null);
+    assert_eq!(note["object"], "inbox/acme/50%.zip", "{note}");
+
+    // Deleted before the delivery: skipped, no note, no error.
+    let gone = fixture(
+        "s3_object_created.json",
+        &[
+            ("BUCKET", "tp"),
+            ("KEY", "inbox/acme/gone.zip"),
+            ("ETAG", "e3"),
+        ],
+    );
+    let outcomes = handle_inbox(&h.state, &gone)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(outcomes.as_slice(), [Outcome::Skipped { reason }] if reason.contains("no longer exists")),
+        "{outcomes:?}"
+    );
+    assert_eq!(h.job_count(TENANT_A).await, 1);
+    assert_eq!(
+        h.object_count("inbox/").await,
+        2,
+        "the archive and the one note, nothing else"
     );
 }

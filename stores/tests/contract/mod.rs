@@ -67,6 +67,7 @@ macro_rules! blob_store_contract {
             put_replaces_and_delete_removes,
             large_file_streams_in_and_out,
             presigned_put_then_get_round_trips_over_plain_http,
+            keys_with_spaces_and_plus_round_trip,
             keys_that_escape_the_namespace_are_rejected,
         );
     };
