@@ -19,6 +19,9 @@ REQUIREMENTS=(
   # Template checks: cfn-lint on template.yaml and on its offline SAM transform.
   "cfn-lint==1.58.0"
   "aws-sam-translator==1.115.0"
+  # The Lambda Runtime API emulator (`cargo lambda watch --only-lambda-apis`) for the functions'
+  # runtime-loop tests; a prebuilt binary in a wheel, no compilation.
+  "cargo-lambda==1.9.2"
 )
 # --------------------------------------------------------------------------------------------------
 

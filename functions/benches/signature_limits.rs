@@ -58,6 +58,7 @@ async fn main() {
         },
         submit: Default::default(),
         webhooks,
+        event_senders: Default::default(),
         json_logs: false,
         listen: None,
     };

@@ -258,13 +258,13 @@ async fn submission_event(state: &AppState, event: &Value) -> Result<Outcome, Su
         ));
     };
     let detail = &event["detail"];
-    if let Some(claimed) = detail.get("tenant") {
-        if claimed.as_str() != Some(tenant.as_str()) {
-            return reject(format!(
-                "detail.tenant {claimed} does not match tenant {tenant:?} of account {account}; \
-                 leave it out or set it to {tenant:?}"
-            ));
-        }
+    if let Some(claimed) = detail.get("tenant")
+        && claimed.as_str() != Some(tenant.as_str())
+    {
+        return reject(format!(
+            "detail.tenant {claimed} does not match tenant {tenant:?} of account {account}; \
+             leave it out or set it to {tenant:?}"
+        ));
     }
     let key = detail
         .get("idempotency_key")

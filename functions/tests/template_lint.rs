@@ -94,6 +94,7 @@ fn transformed_template_matches_what_the_code_expects() {
         config::ENV_RUN,
         config::ENV_SCRATCH,
         config::ENV_LOG_FORMAT,
+        config::ENV_EVENT_SENDERS,
         tuneplane_functions::console::session::ENV_CONSOLE_SECRET,
     ];
     let mut functions = 0;
@@ -122,6 +123,17 @@ fn transformed_template_matches_what_the_code_expects() {
         }
     }
     assert_eq!(functions, 3);
+    // Submission events: only our own source reaches the inbox function.
+    let rules: Vec<&Value> = resources
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, r)| r["Type"] == "AWS::Events::Rule")
+        .map(|(_, r)| &r["Properties"]["EventPattern"])
+        .filter(|p| p["detail-type"] == serde_json::json!(["TunePlane Job Submission"]))
+        .collect();
+    assert_eq!(rules.len(), 1, "one submission rule");
+    assert_eq!(rules[0]["source"], serde_json::json!(["tuneplane.jobs"]));
     let bucket = &resources["Bucket"]["Properties"];
     let block = &bucket["PublicAccessBlockConfiguration"];
     for flag in [
@@ -132,4 +144,46 @@ fn transformed_template_matches_what_the_code_expects() {
     ] {
         assert_eq!(block[flag], true, "{flag}");
     }
+}
+
+/// `sam build` builds each function with cargo-lambda in its `CodeUri`: that folder must be the
+/// functions package (the workspace root is the CLI, which has no `api` binary) and each
+/// `Binary` one of its `[[bin]]` targets.
+#[test]
+fn every_function_builds_a_binary_of_the_functions_package() {
+    let text = std::fs::read_to_string(root().join("template.yaml"))
+        .unwrap_or_else(|e| panic!("template.yaml: {e}"));
+    // CloudFormation tags (!Ref, !Sub, !GetAtt) are not YAML the parser knows; blank them.
+    let plain: String = text
+        .lines()
+        .map(|l| {
+            l.replace("!Ref ", "")
+                .replace("!Sub ", "")
+                .replace("!GetAtt ", "")
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let template: Value = yaml_serde::from_str(&plain).unwrap_or_else(|e| panic!("{e}"));
+    let manifest = std::fs::read_to_string(root().join("functions/Cargo.toml"))
+        .unwrap_or_else(|e| panic!("functions/Cargo.toml: {e}"));
+    let mut seen = 0;
+    for (name, resource) in template["Resources"].as_object().into_iter().flatten() {
+        if resource["Type"] != "AWS::Serverless::Function" {
+            continue;
+        }
+        seen += 1;
+        assert_eq!(resource["Properties"]["CodeUri"], "functions/", "{name}");
+        assert_eq!(
+            resource["Metadata"]["BuildMethod"], "rust-cargolambda",
+            "{name}"
+        );
+        let binary = resource["Metadata"]["BuildProperties"]["Binary"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            manifest.contains(&format!("[[bin]]\nname = \"{binary}\"")),
+            "{name}: functions/Cargo.toml has no binary {binary:?}"
+        );
+    }
+    assert_eq!(seen, 3);
 }

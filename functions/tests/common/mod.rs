@@ -42,6 +42,8 @@ pub struct Harness {
     pub key_a: String,
     /// API key of tenant B (read + write).
     pub key_b: String,
+    /// Where the stores are (table and bucket names for the AWS ones).
+    pub backend: Backend,
     backing: Backing,
     _dir: tempfile::TempDir,
 }
@@ -185,6 +187,7 @@ impl Harness {
         let state = runtime::state_with(&config, jobs, blobs);
         Harness {
             app: router(Arc::clone(&state)),
+            backend: config.backend.clone(),
             state,
             key_b: keys.pop().unwrap_or_default(),
             key_a: keys.pop().unwrap_or_default(),

@@ -154,7 +154,8 @@ pub async fn git_push_webhook_runs_the_source_template_with_overrides(h: &Harnes
     assert_eq!(reply.json["job"]["spec"]["priority"], 7);
 }
 
-fn fixture(name: &str, vars: &[(&str, &str)]) -> Value {
+/// A fixture event with `{{NAME}}` placeholders filled in.
+pub fn fixture(name: &str, vars: &[(&str, &str)]) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
