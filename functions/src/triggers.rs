@@ -287,6 +287,17 @@ async fn submission_event(state: &AppState, event: &Value) -> Result<Outcome, Su
     }
 }
 
+/// A failure the input did not cause (a store unreachable, a capsule build interrupted) as the
+/// invocation's error: `errorType` `RetryableFailure`, so Lambda (and S3/EventBridge behind it)
+/// delivers the event again.
+pub fn retryable(error: SubmitError) -> lambda_http::lambda_runtime::Diagnostic {
+    tracing::error!(error = %error, "trigger failed; the event will be retried");
+    lambda_http::lambda_runtime::Diagnostic {
+        error_type: "RetryableFailure".into(),
+        error_message: error.to_string(),
+    }
+}
+
 /// Client errors become a final rejection; internal errors propagate (the event is retried).
 fn finish(
     result: Result<tuneplane_core::submit::Submitted, SubmitError>,

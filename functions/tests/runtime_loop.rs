@@ -59,6 +59,16 @@ impl Function {
     /// Starts the Runtime API emulator, waits until it listens, then starts the bootstrap with the
     /// variables the emulator asks for and the stack's configuration.
     async fn start(name: &'static str, binary: &str, h: &Harness) -> Function {
+        Function::start_with(name, binary, h, &[]).await
+    }
+
+    /// [`Function::start`] with extra variables for the bootstrap.
+    async fn start_with(
+        name: &'static str,
+        binary: &str,
+        h: &Harness,
+        extra: &[(&str, &str)],
+    ) -> Function {
         let port = free_port();
         let service = Command::new(cargo_lambda())
             .args(["lambda", "watch", "--only-lambda-apis", "--invoke-address"])
@@ -109,6 +119,7 @@ impl Function {
             .env("TUNEPLANE_CONSOLE_SECRET", "c".repeat(32))
             .env_remove("TUNEPLANE_LISTEN")
             .env_remove("TUNEPLANE_DATA_DIR")
+            .envs(extra.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -126,6 +137,18 @@ impl Function {
 
     /// Invokes the function with `event` the way the Lambda Invoke API does; returns its result.
     async fn invoke(&self, event: &Value) -> Value {
+        let (status, text) = self.invoke_raw(event).await;
+        assert!(
+            status.is_success(),
+            "{} answered {status}: {text}",
+            self.name
+        );
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} returned no JSON ({e}): {text}", self.name))
+    }
+
+    /// The Invoke API's status and body, whatever they are.
+    async fn invoke_raw(&self, event: &Value) -> (reqwest::StatusCode, String) {
         let url = format!(
             "http://127.0.0.1:{}/2015-03-31/functions/_/invocations",
             self.port
@@ -139,14 +162,7 @@ impl Function {
             .await
             .unwrap_or_else(|e| panic!("invoking {}: {e}", self.name));
         let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        assert!(
-            status.is_success(),
-            "{} answered {status}: {text}",
-            self.name
-        );
-        serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{} returned no JSON ({e}): {text}", self.name))
+        (status, response.text().await.unwrap_or_default())
     }
 }
 
@@ -331,4 +347,40 @@ async fn inbox_function_handles_s3_and_eventbridge_events_and_refuses_forged_ten
     );
     assert_eq!(h.job_count(TENANT_A).await, 2);
     assert_eq!(h.job_count(common::TENANT_B).await, 0);
+}
+
+/// A store that cannot be reached is the one failure that is not final: the function reports an
+/// error, so Lambda (and S3/EventBridge behind it) delivers the event again later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inbox_function_fails_the_invocation_when_the_store_is_unreachable() {
+    let h = Harness::aws().await;
+    let closed = free_port();
+    let endpoint = format!("http://127.0.0.1:{closed}");
+    let inbox = Function::start_with(
+        "inbox",
+        env!("CARGO_BIN_EXE_inbox"),
+        &h,
+        &[("AWS_ENDPOINT_URL", &endpoint), ("AWS_MAX_ATTEMPTS", "1")],
+    )
+    .await;
+    let s3 = fixture(
+        "s3_object_created.json",
+        &[
+            ("BUCKET", "tp"),
+            ("KEY", "inbox/acme/run.zip"),
+            ("ETAG", "e1"),
+        ],
+    );
+    let (status, text) = inbox.invoke_raw(&s3).await;
+    let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    assert!(!status.is_success(), "expected a function error: {text}");
+    assert_eq!(body["errorType"], "RetryableFailure", "{text}");
+    assert!(
+        body["errorMessage"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("inbox/acme/run.zip"),
+        "{text}"
+    );
+    assert!(body.get("outcomes").is_none(), "{text}");
 }

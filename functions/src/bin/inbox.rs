@@ -14,8 +14,10 @@ async fn main() -> anyhow::Result<()> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let state = state.clone();
         async move {
-            let outcomes = triggers::handle_inbox(&state, &event.payload).await?;
-            Ok::<_, lambda_runtime::Error>(serde_json::json!({ "outcomes": outcomes }))
+            let outcomes = triggers::handle_inbox(&state, &event.payload)
+                .await
+                .map_err(triggers::retryable)?;
+            Ok::<_, lambda_runtime::Diagnostic>(serde_json::json!({ "outcomes": outcomes }))
         }
     }))
     .await

@@ -13,8 +13,10 @@ async fn main() -> anyhow::Result<()> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let state = state.clone();
         async move {
-            let outcome = triggers::handle_scheduled(&state, &event.payload).await?;
-            Ok::<_, lambda_runtime::Error>(serde_json::json!({ "outcomes": [outcome] }))
+            let outcome = triggers::handle_scheduled(&state, &event.payload)
+                .await
+                .map_err(triggers::retryable)?;
+            Ok::<_, lambda_runtime::Diagnostic>(serde_json::json!({ "outcomes": [outcome] }))
         }
     }))
     .await
