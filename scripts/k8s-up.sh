@@ -198,8 +198,8 @@ sleep 2
 alive kuberay-operator || { tail_log kuberay-operator; die "the KubeRay operator exited"; }
 
 if [[ -n "$FLEET" ]]; then
-  say "building the node agent (cargo build -p tuneplane-kubesim)"
-  cargo build --quiet --locked -p tuneplane-kubesim --bin kubesim --manifest-path "$ROOT/Cargo.toml" \
+  say "building the node agent (cargo build --workspace --bin kubesim)"
+  cargo build --quiet --locked --workspace --bin kubesim --manifest-path "$ROOT/Cargo.toml" \
     || die "cargo build of the node agent failed"
   say "starting fake nodes from $FLEET"
   start node-agent "$ROOT/target/debug/kubesim" agent --kubeconfig "$DIR/run/node-agent.kubeconfig" \
