@@ -10,9 +10,9 @@
 use serde_json::{Value, json};
 use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitError, SubmitRequest};
 
-use crate::app::AppState;
 use crate::error::ApiError;
 use crate::routes::submission::SubmissionBody;
+use crate::state::AppState;
 
 /// Prefix of console drops in the bucket.
 pub const INBOX_PREFIX: &str = "inbox/";
