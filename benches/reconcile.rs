@@ -65,7 +65,7 @@ fn cpu_job(i: usize, state: JobState) -> JobRecord {
         "labels": {"team": "bench"}, "namespace": DEFAULT_NAMESPACE, "platform_version": "0.1.0"
     }))
     .unwrap();
-    let now = tuneplane_reconciler::now_ms();
+    let now = tuneplane_core::clock::now_ms();
     let mut job = JobRecord::new_queued(format!("j{i:06}"), "bench", spec, SHA, now);
     job.state = state;
     if state.is_terminal() {

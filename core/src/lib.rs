@@ -9,6 +9,7 @@ pub mod canonical;
 pub mod capacity;
 pub mod capacity_compute;
 pub mod capsule;
+pub mod clock;
 pub mod constants;
 pub mod fleet;
 pub mod job;

@@ -19,9 +19,11 @@ pub mod lambda;
 pub mod routes;
 pub mod runtime;
 pub mod secret;
+pub mod state;
 pub mod triggers;
 pub mod webhooks;
 
-pub use app::{AppState, router};
+pub use app::router;
 pub use config::Config;
 pub use error::ApiError;
+pub use state::AppState;

@@ -8,8 +8,8 @@ use tuneplane_core::store::{BlobStore, JobStore};
 use tuneplane_core::submit::{BlockingFuture, BlockingTask, Offload, SubmitError, SubmitService};
 use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore, S3BlobStore, aws};
 
-use crate::app::AppState;
 use crate::config::{Backend, Config};
+use crate::state::AppState;
 
 /// Startup failure of a binary.
 #[derive(Debug, thiserror::Error)]
@@ -22,12 +22,7 @@ pub enum StartupError {
     Store(#[from] tuneplane_core::store::StoreError),
 }
 
-/// Current time, Unix milliseconds.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub use tuneplane_core::clock::now_ms;
 
 /// `<prefix>-<20 lower-case hex>` from 80 random bits.
 pub fn random_id(prefix: &str) -> String {

@@ -16,9 +16,9 @@ use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitError, SubmitRequest
 
 use tuneplane_core::store::{BLOB_KEY_PUNCTUATION, sanitize_blob_key, validate_blob_key};
 
-use crate::app::AppState;
 use crate::error::ApiError;
 use crate::routes::submission::SubmissionBody;
+use crate::state::AppState;
 
 /// Prefix of console drops in the bucket.
 pub const INBOX_PREFIX: &str = "inbox/";

@@ -19,6 +19,7 @@
 
 pub mod agent;
 pub mod api;
+mod config;
 pub mod controllers;
 pub mod error;
 pub mod exec;
@@ -35,5 +36,6 @@ pub mod store;
 pub mod testbed;
 
 pub use api::faults::{FaultCounts, FaultPlan, FaultScope, SplitMix64};
+pub use config::{Scenario, SimConfig, annotations};
 pub use error::{ApiError, Error, Result};
-pub use sim::{KubeSim, Scenario, SimConfig, annotations};
+pub use sim::KubeSim;

@@ -27,7 +27,7 @@ pub struct Leadership {
 impl Leadership {
     /// True while the last successful renewal is fresh.
     pub fn is_leader(&self) -> bool {
-        crate::now_ms() < self.valid_until_ms.load(SeqCst)
+        tuneplane_core::clock::now_ms() < self.valid_until_ms.load(SeqCst)
     }
 
     fn hold_until(&self, ms: i64) {
@@ -93,7 +93,7 @@ impl Elector {
 
     /// One round: acquire, renew or observe. Returns whether this replica leads now.
     pub async fn try_lead(&self) -> Result<bool> {
-        let now = crate::now_ms();
+        let now = tuneplane_core::clock::now_ms();
         let current = match self
             .kube
             .call("get lease", &self.name, || self.api.get_opt(&self.name))

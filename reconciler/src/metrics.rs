@@ -354,7 +354,7 @@ async fn exposition(State(m): State<Arc<Metrics>>) -> String {
 
 async fn healthz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
     // Alive when the main loop ticked within the last two minutes (it ticks every few seconds).
-    let age = crate::now_ms() - m.heartbeat_ms.load(Relaxed);
+    let age = tuneplane_core::clock::now_ms() - m.heartbeat_ms.load(Relaxed);
     if age < 120_000 {
         (StatusCode::OK, "ok\n")
     } else {

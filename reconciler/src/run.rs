@@ -221,7 +221,7 @@ async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
             _ = tokio::time::sleep(ctx.config.pass_interval) => {}
             _ = notify.notified() => {}
         }
-        let now = crate::now_ms();
+        let now = tuneplane_core::clock::now_ms();
         ctx.metrics.heartbeat(now);
         if ctx.leadership.is_leader() {
             let started = tokio::time::Instant::now();

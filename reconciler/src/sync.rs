@@ -166,7 +166,7 @@ async fn copy_warnings(ctx: &Ctx, cluster: &Cluster, job: &JobRecord) -> Result<
                 .map(|t| t.0.as_millisecond())
                 .or_else(|| e.event_time.as_ref().map(|t| t.0.as_millisecond()))
                 .or_else(|| e.creation_timestamp().map(|t| t.0.as_millisecond()))
-                .unwrap_or_else(crate::now_ms);
+                .unwrap_or_else(tuneplane_core::clock::now_ms);
             let kind = e
                 .involved_object
                 .kind

@@ -34,7 +34,7 @@ fn unique(prefix: &str) -> String {
         "{prefix}-{}-{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed),
-        tuneplane_reconciler::now_ms()
+        tuneplane_core::clock::now_ms()
     )
 }
 

@@ -80,7 +80,7 @@ async fn workload_without_a_live_job_record_is_archived_and_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
-    let now = tuneplane_reconciler::now_ms();
+    let now = tuneplane_core::clock::now_ms();
     let pg = PlaygroundRecord {
         id: "pg1".into(),
         tenant: "acme".into(),
@@ -124,7 +124,7 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
 
 /// A playground on `series` with `gpus`, living `ttl_ms`.
 fn playground(id: &str, series: &str, gpus: u32, ttl_ms: i64) -> PlaygroundRecord {
-    let now = tuneplane_reconciler::now_ms();
+    let now = tuneplane_core::clock::now_ms();
     PlaygroundRecord {
         id: id.into(),
         tenant: "acme".into(),
@@ -168,7 +168,7 @@ async fn expire_now(h: &Harness, id: &str) {
             .ok()
             .flatten()
             .unwrap_or_else(|| panic!("playground {id} missing"));
-        pg.expires_at_ms = tuneplane_reconciler::now_ms();
+        pg.expires_at_ms = tuneplane_core::clock::now_ms();
         if h.jobs.put_playground(&pg).await.is_ok() {
             return;
         }
@@ -340,7 +340,7 @@ async fn startup_fails_clearly_when_the_rayjob_crd_is_missing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_healthz_are_served() {
     let metrics = std::sync::Arc::new(Metrics::default());
-    metrics.heartbeat(tuneplane_reconciler::now_ms());
+    metrics.heartbeat(tuneplane_core::clock::now_ms());
     metrics.inc_admissions();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

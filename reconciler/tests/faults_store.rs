@@ -427,7 +427,7 @@ async fn moto_table_and_bucket() -> (
         "tp-faults-{}-{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        tuneplane_reconciler::now_ms()
+        tuneplane_core::clock::now_ms()
     );
     let dynamo = dynamodb_client(&direct, None);
     tuneplane_stores::dynamo::table::create_table(&dynamo, &name)

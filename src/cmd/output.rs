@@ -26,12 +26,7 @@ pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-/// Now in milliseconds since the epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use tuneplane_core::clock::now_ms;
 
 /// `42s`, `3m10s`, `2h05m`, `3d04h`.
 pub fn duration(ms: i64) -> String {

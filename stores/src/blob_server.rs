@@ -18,9 +18,10 @@ use axum::routing::get;
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
+use tuneplane_core::clock::now_secs;
 use tuneplane_core::store::{BlobMeta, PresignMethod, validate_blob_key};
 
-use crate::fs_blob::{Denied, FsBlobStore, now_secs};
+use crate::fs_blob::{Denied, FsBlobStore};
 
 /// Default upload limit: 5 GiB, the size of one S3 PUT.
 pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 5 * 1024 * 1024 * 1024;

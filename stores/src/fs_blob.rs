@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+use tuneplane_core::clock::now_secs;
 use tuneplane_core::store::{
     BlobMeta, BlobStore, PresignMethod, PresignedRequest, PutOutcome, Result, StoreError,
     encode_blob_key_path, validate_blob_key,
@@ -286,14 +287,6 @@ fn io_err(op: &'static str, root: &Path, key: &str, e: std::io::Error) -> StoreE
         key: key.to_owned(),
         source: Box::new(e),
     }
-}
-
-/// Current Unix time in seconds.
-pub(crate) fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 #[async_trait::async_trait]

@@ -15,6 +15,7 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tuneplane_core::clock::now_secs;
 use tuneplane_core::store::{
     BlobMeta, BlobStore, PresignMethod, PresignedRequest, PutOutcome, Result, StoreError,
     validate_blob_key,
@@ -434,7 +435,7 @@ impl BlobStore for S3BlobStore {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
         let secs = i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX);
-        let expires_at = crate::dynamo::now_secs().saturating_add(secs);
+        let expires_at = now_secs().saturating_add(secs);
         Ok(PresignedRequest {
             method,
             url: presigned.uri().to_owned(),

@@ -13,10 +13,10 @@ use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
 use tuneplane_core::quota_view::{QuotaView, describe_series, quota_view};
 use tuneplane_core::submit::SCOPE_JOBS_READ;
 
-use super::auth::Viewer;
 use super::layout::{ConsoleError, Nav, page, respond, time};
 use super::view;
-use crate::app::AppState;
+use super::viewer::Viewer;
+use crate::state::AppState;
 
 /// The snapshot from the store, decoded; `None` when none was published yet.
 pub async fn snapshot(state: &AppState) -> Result<Option<CapacitySnapshot>, ConsoleError> {

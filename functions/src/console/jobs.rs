@@ -15,12 +15,13 @@ use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 use tuneplane_core::store::{JobQuery, PresignMethod};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 
-use super::auth::{CsrfForm, Viewer, encode_component};
 use super::layout::{ConsoleError, Nav, clock, page, respond, status_badge, time};
+use super::view::{ClockReading, clocks};
+use super::viewer::{CsrfForm, Viewer, encode_component};
 use super::{logs, view};
-use crate::app::{AppState, Auth};
 use crate::error::ApiError;
 use crate::routes::jobs::owned_job;
+use crate::state::{AppState, Auth};
 
 /// Jobs per page.
 const PAGE_SIZE: usize = 25;
@@ -38,31 +39,6 @@ pub struct ListQuery {
     /// Cursor of the page.
     #[serde(default)]
     pub cursor: Option<String>,
-}
-
-/// One clock: elapsed ms, start ms, still counting; `None` when it has not started.
-pub type ClockReading = Option<(i64, i64, bool)>;
-
-/// The three clocks of a job at `now`: (label, elapsed ms, start ms, still counting).
-pub fn clocks(job: &JobRecord, now: i64) -> [(&'static str, ClockReading); 3] {
-    let end = |t: Option<i64>| t.or(job.finished_at_ms).unwrap_or(now);
-    let queue_end = end(job.admitted_at_ms);
-    let queue = Some((
-        queue_end - job.submitted_at_ms,
-        job.submitted_at_ms,
-        job.state == JobState::Queued,
-    ));
-    let pre = job.admitted_at_ms.map(|a| {
-        (
-            end(job.running_at_ms) - a,
-            a,
-            job.state == JobState::Admitted,
-        )
-    });
-    let run = job
-        .running_at_ms
-        .map(|r| (end(None) - r, r, job.state == JobState::Running));
-    [("Queue wait", queue), ("Pre-running", pre), ("Run", run)]
 }
 
 fn clock_cell(c: ClockReading) -> Markup {

@@ -5,11 +5,10 @@ use maud::{Markup, html};
 use tuneplane_core::job::{EventSource, JobEvent, JobRecord};
 use tuneplane_core::store::BlobMeta;
 
-use super::auth::Viewer;
-use super::jobs::clocks;
 use super::layout::{clock, csrf_field, status_badge, time};
 use super::logs::LogTail;
 use super::view;
+use super::viewer::Viewer;
 
 /// What the detail page shows beside the job's own records.
 pub struct PageState<'a> {
@@ -72,7 +71,7 @@ pub fn render(
                     dt { "Job id" } dd { code { (job.id) } }
                     dt { "Kind" } dd { (view::kind_label(&job.spec)) }
                     dt { "Pools" } dd { @for line in view::pool_lines(&job.spec) { span.pool { (line) } } }
-                    @for (label, c) in clocks(job, now) {
+                    @for (label, c) in view::clocks(job, now) {
                         dt { (label) }
                         dd { @match c { Some((ms, start, running)) => (clock(ms, start, running)), None => span.muted { "not started" } } }
                     }

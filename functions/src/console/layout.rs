@@ -5,8 +5,8 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
-use super::auth::Viewer;
 use super::view;
+use super::viewer::Viewer;
 use crate::error::{ApiError, current_request_id};
 
 /// Which navigation entry a page belongs to.

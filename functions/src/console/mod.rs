@@ -4,7 +4,7 @@
 //!
 //! - Pages: jobs ([`jobs`]), job detail with the event view and log preview, capacity
 //!   ([`capacity`]), playgrounds ([`playgrounds`]) and submit ([`submit`]).
-//! - Sign-in with an API key ([`auth`]); the session lives in a signed, expiring, HttpOnly, Secure,
+//! - Sign-in with an API key ([`auth`]), the signed-in user of a page ([`viewer`]); the session lives in a signed, expiring, HttpOnly, Secure,
 //!   SameSite=Strict cookie ([`session`]); every form carries a CSRF token.
 //! - HTML is rendered with `maud`; CSS and a little progressive-enhancement JavaScript (local
 //!   times, relative ages, auto-refresh, inline spec validation) are embedded in the binary
@@ -23,6 +23,7 @@ pub mod playgrounds;
 pub mod session;
 pub mod submit;
 pub mod view;
+pub mod viewer;
 
 #[cfg(test)]
 mod tests;
@@ -36,7 +37,7 @@ use axum::response::{Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 
-use crate::app::AppState;
+use crate::state::AppState;
 use session::{ENV_CONSOLE_SECRET, SessionKey};
 
 /// Path prefix of every console page.

@@ -16,11 +16,11 @@ use tuneplane_core::job::PendingReason;
 use tuneplane_core::playground::{MAX_GPUS, MAX_MODEL_LEN, MAX_TTL_SECONDS};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 
-use super::auth::{CsrfForm, Viewer, encode_component};
 use super::layout::{ConsoleError, Nav, csrf_field, page, respond, status_badge, time};
 use super::view;
-use crate::app::{AppState, Auth};
+use super::viewer::{CsrfForm, Viewer, encode_component};
 use crate::error::ApiError;
+use crate::state::{AppState, Auth};
 
 /// Query of the playgrounds page.
 #[derive(Debug, Default, Deserialize)]
@@ -181,7 +181,7 @@ pub async fn create(
     let res = crate::routes::playgrounds::create(
         State(state),
         Auth(viewer.principal.clone()),
-        crate::app::JsonBody(Bytes::from(body.to_string())),
+        crate::state::JsonBody(Bytes::from(body.to_string())),
     )
     .await;
     match res {

@@ -15,10 +15,10 @@ use tuneplane_core::submit::{
     Code, Origin, SCOPE_JOBS_WRITE, SpecInput, SubmitError, SubmitRequest,
 };
 
-use super::auth::Viewer;
 use super::layout::{ConsoleError, Nav, csrf_field, page, respond};
-use crate::app::AppState;
+use super::viewer::Viewer;
 use crate::config::MAX_INLINE_CODE_BYTES;
+use crate::state::AppState;
 
 /// The spec the editor starts with.
 const STARTER_SPEC: &str = "name: hello-cpu\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 hello.py\npools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n";

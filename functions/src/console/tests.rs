@@ -11,8 +11,8 @@ use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
 use tuneplane_core::job::{EventSource, JobEvent, JobState, Pending, PendingReason};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, new_api_key};
 
-use crate::app::AppState;
 use crate::config::{Backend, Config};
+use crate::state::AppState;
 
 mod revocation;
 
@@ -156,7 +156,7 @@ impl Stack {
     async fn post_form(&self, path: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> Reply {
         let body: String = fields
             .iter()
-            .map(|(k, v)| format!("{k}={}", super::auth::encode_component(v)))
+            .map(|(k, v)| format!("{k}={}", super::viewer::encode_component(v)))
             .collect::<Vec<_>>()
             .join("&");
         self.send(

@@ -1,7 +1,9 @@
 //! Pure helpers of the console's pages: time and duration text, plain-word pending reasons, pool
 //! summaries and the grouping of a job's events. No I/O; unit-tested below.
 
-use tuneplane_core::job::{EventSource, FailureReason, JobEvent, PendingReason};
+use tuneplane_core::job::{
+    EventSource, FailureReason, JobEvent, JobRecord, JobState, PendingReason,
+};
 use tuneplane_core::spec::{JobSpec, WorkloadKind};
 
 /// `2026-11-30T01:50:00Z` for Unix milliseconds (the `datetime` attribute).
@@ -16,6 +18,31 @@ pub fn display_utc(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms)
         .map(|t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_else(|_| "-".into())
+}
+
+/// One clock: elapsed ms, start ms, still counting; `None` when it has not started.
+pub type ClockReading = Option<(i64, i64, bool)>;
+
+/// The three clocks of a job at `now`: (label, elapsed ms, start ms, still counting).
+pub fn clocks(job: &JobRecord, now: i64) -> [(&'static str, ClockReading); 3] {
+    let end = |t: Option<i64>| t.or(job.finished_at_ms).unwrap_or(now);
+    let queue_end = end(job.admitted_at_ms);
+    let queue = Some((
+        queue_end - job.submitted_at_ms,
+        job.submitted_at_ms,
+        job.state == JobState::Queued,
+    ));
+    let pre = job.admitted_at_ms.map(|a| {
+        (
+            end(job.running_at_ms) - a,
+            a,
+            job.state == JobState::Admitted,
+        )
+    });
+    let run = job
+        .running_at_ms
+        .map(|r| (end(None) - r, r, job.state == JobState::Running));
+    [("Queue wait", queue), ("Pre-running", pre), ("Run", run)]
 }
 
 /// A short duration: `12s`, `4m 12s`, `3h 05m`, `2d 04h`.

@@ -14,8 +14,8 @@ use tuneplane_core::store::{JobQuery, PresignMethod, StoreError};
 use tuneplane_core::submit::{Origin, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, Submitted};
 
 use super::submission::parse_body;
-use crate::app::{ApiQuery, AppState, Auth, JsonBody};
 use crate::error::ApiError;
+use crate::state::{ApiQuery, AppState, Auth, JsonBody};
 
 /// Header of the client's idempotency key.
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";

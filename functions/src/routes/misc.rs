@@ -12,9 +12,9 @@ use tuneplane_core::store::PresignMethod;
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 
 use super::submission::upload_key;
-use crate::app::{AppState, Auth};
 use crate::config::MAX_UPLOAD_BYTES;
 use crate::error::ApiError;
+use crate::state::{AppState, Auth};
 
 /// How long an upload URL stays valid.
 const UPLOAD_URL_TTL: Duration = Duration::from_secs(900);

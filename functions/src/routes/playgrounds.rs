@@ -12,8 +12,8 @@ use tuneplane_core::playground::{self, PlaygroundRequest, PlaygroundView};
 use tuneplane_core::store::{PlaygroundRecord, StoreError};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 
-use crate::app::{AppState, Auth};
 use crate::error::ApiError;
+use crate::state::{AppState, Auth};
 
 /// Longest playground lifetime, seconds.
 pub const MAX_TTL_SECONDS: u64 = playground::MAX_TTL_SECONDS;
@@ -48,7 +48,7 @@ fn view(state: &AppState, record: PlaygroundRecord) -> PlaygroundView {
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
-    crate::app::JsonBody(body): crate::app::JsonBody,
+    crate::state::JsonBody(body): crate::state::JsonBody,
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
     let req: CreatePlayground = serde_json::from_slice(&body).map_err(|e| {

@@ -8,8 +8,8 @@ use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::quota_view::{QuotaView, quota_view};
 use tuneplane_core::submit::SCOPE_JOBS_READ;
 
-use crate::app::{AppState, Auth};
 use crate::error::ApiError;
+use crate::state::{AppState, Auth};
 
 /// `GET /v1/quota`: built from the tenant's stored quota and its own entry of the latest
 /// capacity snapshot; other tenants' usage is never read into the answer.

@@ -35,23 +35,18 @@ use serde_json::Value;
 use tuneplane_core::store::PutOutcome;
 use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitRequest, merge_patch};
 
-use crate::app::{AppState, JsonBody};
 use crate::error::ApiError;
 use crate::routes::jobs::submitted_response;
 use crate::routes::submission::SubmissionBody;
+use crate::state::{AppState, JsonBody};
 
 pub use signature::{SignatureError, WINDOW_SECONDS, verify};
-pub use sources::{SignatureScheme, WebhookSource};
+pub use sources::{SignatureScheme, WebhookSource, valid_source_name};
 
 /// Git hosting signature header.
 pub const HUB_SIGNATURE_HEADER: &str = "x-hub-signature-256";
 /// TunePlane signature header (timestamped).
 pub const TUNEPLANE_SIGNATURE_HEADER: &str = "x-tuneplane-signature";
-
-/// True for source names usable in paths and keys.
-pub fn valid_source_name(name: &str) -> bool {
-    tuneplane_core::spec::is_dns_label(name, 40)
-}
 
 /// Blob key of the replay marker of a verified signature.
 pub fn seen_key(source: &str, signature: &str) -> String {

@@ -13,6 +13,11 @@ use serde_json::Value;
 
 use crate::secret::Secret;
 
+/// True for source names usable in paths and keys.
+pub fn valid_source_name(name: &str) -> bool {
+    tuneplane_core::spec::is_dns_label(name, 40)
+}
+
 /// Shortest accepted webhook secret, bytes.
 pub const MIN_SECRET_BYTES: usize = 16;
 
@@ -77,7 +82,7 @@ pub fn parse_sources(json: &str) -> Result<BTreeMap<String, WebhookSource>, Stri
     };
     let mut out = BTreeMap::new();
     for (name, entry) in map {
-        if !super::valid_source_name(&name) {
+        if !valid_source_name(&name) {
             return Err(format!(
                 "source {name:?}: use 1-40 lower-case letters, digits and '-' as its name"
             ));

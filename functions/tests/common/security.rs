@@ -6,11 +6,9 @@ use serde_json::json;
 
 use super::archives::{SPEC, body, code};
 use super::triggers::deliver;
-use super::{Harness, TENANT_A, WEBHOOK_SECRET, hub_signature, tuneplane_signature};
+use tuneplane_core::clock::now_secs;
 
-fn now_secs() -> i64 {
-    tuneplane_functions::runtime::now_ms() / 1000
-}
+use super::{Harness, TENANT_A, WEBHOOK_SECRET, hub_signature, tuneplane_signature};
 
 pub async fn a_webhook_signed_in_the_other_scheme_is_refused_and_stores_nothing(h: &Harness) {
     let payload = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();

@@ -3,6 +3,7 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
+use tuneplane_core::clock::now_secs;
 
 use super::archives::{SPEC, body, code, hostile_tar};
 use super::{Harness, TENANT_A};
@@ -22,10 +23,6 @@ pub async fn deliver(
         body.to_vec(),
     )
     .await
-}
-
-fn now_secs() -> i64 {
-    tuneplane_functions::runtime::now_ms() / 1000
 }
 
 pub async fn signed_webhook_submits_once_and_a_replay_is_401(h: &Harness) {

@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tuneplane_core::fleet::Fleet;
 
-use crate::sim::Scenario;
+use crate::config::Scenario;
 
 pub use logs::{AgentLogs, LogLookupError};
 

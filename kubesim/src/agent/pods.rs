@@ -20,9 +20,9 @@ use tokio::sync::watch;
 use super::recorder::Recorder;
 use super::retry::{self, status_code};
 use super::{AgentConfig, AgentLogs, NODE_IP};
+use crate::config::{Scenario, annotations};
 use crate::controllers::lifecycle::{self, Step};
 use crate::json;
-use crate::sim::{Scenario, annotations};
 
 /// Consecutive failed writes for one pod before the agent leaves it until it changes.
 const MAX_FAILURES: u32 = 8;

@@ -11,10 +11,10 @@ use serde_json::Value;
 
 use super::events::Recorder;
 use super::lifecycle::{self, Exit, Step};
+use crate::config::{Scenario, annotations};
 use crate::exec::Executor;
 use crate::json::{self, str_at};
 use crate::resources::PODS;
-use crate::sim::{Scenario, annotations};
 use crate::store::Store;
 
 /// The `hostIP` simulated pods report.

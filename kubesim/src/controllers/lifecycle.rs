@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::events::{NORMAL, WARNING};
 use super::scheduler::set_condition;
+use crate::config::{Scenario, annotations};
 use crate::json::{self, str_at};
-use crate::sim::{Scenario, annotations};
 
 /// Reason and message of a pod failed by its `activeDeadlineSeconds`.
 pub const DEADLINE_EXCEEDED: (&str, &str) = (

@@ -13,8 +13,8 @@ pub mod scheduler;
 
 use std::sync::Arc;
 
+use crate::config::SimConfig;
 use crate::exec::Executor;
-use crate::sim::SimConfig;
 use crate::store::Store;
 
 /// Every simulated controller with its state between passes.

@@ -270,7 +270,7 @@ pub fn job(
         "labels": {"team": "nlp"}, "namespace": "tuneplane-jobs", "platform_version": "0.1.0"
     }))
     .unwrap_or_else(|e| panic!("spec: {e}"));
-    JobRecord::new_queued(id, "acme", spec, SHA, tuneplane_reconciler::now_ms())
+    JobRecord::new_queued(id, "acme", spec, SHA, tuneplane_core::clock::now_ms())
 }
 
 /// The state a GPU job that runs to its end reaches: SUCCEEDED on kubesim; on the real control

@@ -29,6 +29,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use tuneplane_core::clock::now_secs;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{CreateOutcome, Idempotency, IdempotencyRecord, Result, StoreError};
 
@@ -480,12 +481,4 @@ pub(super) fn write_token() -> String {
     });
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{:x}-{start:x}-{n:x}", std::process::id())
-}
-
-/// Current Unix time in seconds.
-pub(crate) fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }

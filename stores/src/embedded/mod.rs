@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use redb::{ConcurrencyMode, Database, ReadableDatabase};
+use tuneplane_core::clock::now_secs;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
@@ -128,13 +129,6 @@ where
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| db_err("blocking task", label, "", e))?
-}
-
-fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 #[async_trait::async_trait]

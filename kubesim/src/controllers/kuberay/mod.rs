@@ -17,9 +17,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::events::{NORMAL, Recorder, WARNING};
+use crate::config::Scenario;
 use crate::json::{self, str_at};
 use crate::resources::{JOBS, PODS, RAYCLUSTERS, RAYJOBS};
-use crate::sim::Scenario;
 use crate::store::{DeleteOptions, Store};
 
 pub use raycluster::{CLUSTER_LABEL, GROUP_LABEL, NODE_TYPE_LABEL};

@@ -4,9 +4,9 @@
 
 use serde_json::{Value, json};
 
+use crate::config::{Scenario, annotations};
 use crate::exec::{RAYJOB_ENTRYPOINT, RAYJOB_RUNTIME_ENV, RAYJOB_UID};
 use crate::json::{self, str_at};
-use crate::sim::{Scenario, annotations};
 
 /// The submitter Job of a RayJob whose cluster is `cluster`.
 pub(super) fn job(rj: &Value, cluster: &Value, scenario: &Scenario, exec: bool) -> Value {

@@ -1,0 +1,80 @@
+//! [`Ctx`]: what every step of a pass reads and writes through (settings, clients, stores,
+//! metrics, leadership) and the little memory a replica keeps between passes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use tuneplane_core::capacity::CapacitySnapshot;
+use tuneplane_core::store::{BlobStore, JobStore};
+
+use crate::{Config, Result, kube_io, leader, metrics};
+
+/// Everything a pass needs.
+pub struct Ctx {
+    /// Settings.
+    pub config: Config,
+    /// The API client with rate limit and retries.
+    pub kube: kube_io::Kube,
+    /// Job records.
+    pub jobs: Arc<dyn JobStore>,
+    /// Capsules and log archives.
+    pub blobs: Arc<dyn BlobStore>,
+    /// Metrics.
+    pub metrics: Arc<metrics::Metrics>,
+    /// Whether this replica leads.
+    pub leadership: Arc<leader::Leadership>,
+    /// Kubernetes event uids already copied, per job (the store dedupes too; this saves writes).
+    pub seen_events: Mutex<HashMap<String, HashSet<String>>>,
+    /// When this process last wrote each queued job's pending reason.
+    pub pending_written: Mutex<HashMap<String, i64>>,
+    /// Log archives of a job that failed on API server errors so far, in this process.
+    pub archive_failures: Mutex<HashMap<String, u32>>,
+    /// The last published capacity (without its timestamp) and when it was published.
+    published: Mutex<Option<(CapacitySnapshot, i64)>>,
+}
+
+/// Republish an unchanged snapshot at least this often, so readers see a fresh `taken_at_ms`.
+const CAPACITY_REFRESH_MS: i64 = 30_000;
+
+impl Ctx {
+    /// A context over the given parts.
+    pub fn new(
+        config: Config,
+        kube: kube_io::Kube,
+        jobs: Arc<dyn JobStore>,
+        blobs: Arc<dyn BlobStore>,
+        metrics: Arc<metrics::Metrics>,
+        leadership: Arc<leader::Leadership>,
+    ) -> Ctx {
+        Ctx {
+            config,
+            kube,
+            jobs,
+            blobs,
+            metrics,
+            leadership,
+            seen_events: Mutex::new(HashMap::new()),
+            pending_written: Mutex::new(HashMap::new()),
+            archive_failures: Mutex::new(HashMap::new()),
+            published: Mutex::new(None),
+        }
+    }
+
+    /// Publishes the capacity snapshot when it changed (or every 30 s).
+    pub async fn publish_capacity(&self, snapshot: &CapacitySnapshot) -> Result<()> {
+        let mut bare = snapshot.clone();
+        bare.taken_at_ms = 0;
+        let now = i64::try_from(snapshot.taken_at_ms).unwrap_or(0);
+        let due = {
+            let last = self.published.lock().unwrap_or_else(|p| p.into_inner());
+            last.as_ref()
+                .is_none_or(|(prev, at)| *prev != bare || now - at > CAPACITY_REFRESH_MS)
+        };
+        if due {
+            let json = serde_json::to_value(snapshot).unwrap_or_default();
+            self.jobs.put_capacity(&json).await?;
+            *self.published.lock().unwrap_or_else(|p| p.into_inner()) = Some((bare, now));
+        }
+        Ok(())
+    }
+}
