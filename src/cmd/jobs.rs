@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 
-use super::output::{age, clock, pools_of, print_table};
+use super::output::{age, clock, duration, now_ms, pools_of, print_table};
 use crate::client::{Api, ClientArgs, Output, pack};
 
 /// Inline code above this size goes through a presigned upload instead.
@@ -46,6 +46,21 @@ pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<Ex
         .unwrap_or_else(|| a.source.join("tuneplane.yaml"));
     let spec = std::fs::read_to_string(&spec_path)
         .with_context(|| format!("cannot read the spec {}", spec_path.display()))?;
+    // Everything that can be checked here is, before the folder is packed: the key, and the
+    // spec's own rules (the API checks the fit to the fleet).
+    api.require_key()?;
+    if let Err(errors) = tuneplane_core::spec::validate(&spec, None, &Default::default()) {
+        bail!(
+            "{} is not a valid job spec (nothing was sent):\n{errors}",
+            spec_path.display()
+        );
+    }
+    if !a.source.exists() {
+        bail!(
+            "cannot read the job's code: {} does not exist",
+            a.source.display()
+        );
+    }
     let code = pack::pack(&a.source)?;
     let code_field = if code.len() <= INLINE_LIMIT {
         json!({"inline": base64::engine::general_purpose::STANDARD.encode(&code)})
@@ -120,16 +135,25 @@ async fn upload(api: &Api, code: Vec<u8>) -> anyhow::Result<String> {
         .context("upload answer has no upload_id")
 }
 
-/// `jobs [--status S]`.
+/// `jobs [--status S] [--limit N] [--cursor C]`.
 pub async fn list(
     api: &Api,
     out: Output,
     status: Option<&str>,
-    limit: usize,
+    limit: u16,
+    cursor: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let mut path = format!("/jobs?limit={limit}");
     if let Some(s) = status {
         path.push_str(&format!("&status={}", s.to_ascii_uppercase()));
+    }
+    if let Some(c) = cursor {
+        if !c.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            bail!(
+                "--cursor {c:?} is not a cursor: pass the value a previous `tuneplane jobs` printed after `--cursor`"
+            );
+        }
+        path.push_str(&format!("&cursor={c}"));
     }
     let page: Value = api.get(&path).await?;
     if out == Output::Json {
@@ -148,15 +172,24 @@ pub async fn list(
                 pools_of(&j.spec),
                 status_of(j),
                 age(j.submitted_at_ms),
+                duration(j.clock_ms(now_ms())),
             ]
         })
         .collect();
     print_table(
-        &["ID", "NAME", "KIND", "POOLS", "STATUS", "SUBMITTED"],
+        &[
+            "ID",
+            "NAME",
+            "KIND",
+            "POOLS",
+            "STATUS",
+            "SUBMITTED",
+            "DURATION",
+        ],
         &rows,
     );
-    if page["next_cursor"].is_string() {
-        println!("(more: raise --limit)");
+    if let Some(next) = page["next_cursor"].as_str() {
+        println!("(more: tuneplane jobs --cursor {next})");
     }
     Ok(ExitCode::SUCCESS)
 }
