@@ -79,15 +79,13 @@ enum Command {
         /// Job id.
         id: String,
     },
-    /// Print a job's archived logs (every pod and container) once it has ended.
+    /// Print a job's output: shipped so far while it runs, archived once it ended; -f follows it
+    /// to the end.
     Logs {
         #[command(flatten)]
         client: client::ClientArgs,
-        /// Job id.
-        id: String,
-        /// Wait for the job to end first.
-        #[arg(long, short)]
-        follow: bool,
+        #[command(flatten)]
+        args: cmd::logs::LogsArgs,
     },
     /// Ask for a job to be stopped.
     Stop {
@@ -203,8 +201,8 @@ fn main() -> ExitCode {
         Command::Events { client, id } => client_command(&client, |api, out| async move {
             cmd::jobs::events(&api, out, &id).await
         }),
-        Command::Logs { client, id, follow } => client_command(&client, |api, out| async move {
-            cmd::jobs::logs(&api, out, &id, follow).await
+        Command::Logs { client, args } => client_command(&client, |api, out| async move {
+            cmd::logs::logs(&api, out, &args).await
         }),
         Command::Stop { client, id } => client_command(&client, |api, out| async move {
             cmd::jobs::stop(&api, out, &id).await

@@ -12,6 +12,7 @@ pub mod capsule;
 pub mod constants;
 pub mod fleet;
 pub mod job;
+pub mod live;
 pub mod playground;
 pub mod quota;
 pub mod quota_view;

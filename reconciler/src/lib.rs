@@ -13,6 +13,7 @@ pub mod decide;
 pub mod error;
 pub mod kube_io;
 pub mod leader;
+pub mod live_logs;
 pub mod logs;
 pub mod metrics;
 pub mod pass;
@@ -61,6 +62,8 @@ pub struct Ctx {
     pub pending_written: Mutex<HashMap<String, i64>>,
     /// Log archives of a job that failed on API server errors so far, in this process.
     pub archive_failures: Mutex<HashMap<String, u32>>,
+    /// Live log shipping (its state, budget and counters).
+    pub live: live_logs::LiveLogs,
     /// The last published capacity (without its timestamp) and when it was published.
     published: Mutex<Option<(CapacitySnapshot, i64)>>,
 }
@@ -78,7 +81,13 @@ impl Ctx {
         metrics: Arc<metrics::Metrics>,
         leadership: Arc<leader::Leadership>,
     ) -> Ctx {
+        let live = live_logs::LiveLogs::new(
+            tuneplane_core::live::LiveSettings::default(),
+            kube.client.clone(),
+            metrics.clone(),
+        );
         Ctx {
+            live,
             config,
             kube,
             jobs,

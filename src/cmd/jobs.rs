@@ -33,9 +33,13 @@ pub struct SubmitArgs {
     /// Idempotency key: the same key and body give the same job; another body is refused (409).
     #[arg(long)]
     pub idempotency_key: Option<String>,
-    /// Follow the job until it ends; the exit code tells how it ended.
+    /// Follow the job until it ends, printing its events and its main output; the exit code
+    /// tells how it ended.
     #[arg(long)]
     pub wait: bool,
+    /// With --wait: events only, not the job's output.
+    #[arg(long, requires = "wait")]
+    pub quiet: bool,
 }
 
 /// `submit`.
@@ -103,7 +107,14 @@ pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<Ex
         }
     }
     if a.wait {
-        return watch_job(api, out, &job.id, None).await;
+        let follower = (!a.quiet && out == Output::Table).then(|| {
+            let args = super::logs::LogsArgs {
+                id: job.id.clone(),
+                ..Default::default()
+            };
+            super::logs::Follower::new(&args, out, true)
+        });
+        return watch_with_output(api, out, &job.id, None, follower).await;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -258,6 +269,17 @@ pub async fn watch_job(
     id: &str,
     timeout: Option<Duration>,
 ) -> anyhow::Result<ExitCode> {
+    watch_with_output(api, out, id, timeout, None).await
+}
+
+/// [`watch_job`], also printing the job's output through `follower` (`submit --wait`).
+pub async fn watch_with_output(
+    api: &Api,
+    out: Output,
+    id: &str,
+    timeout: Option<Duration>,
+    mut follower: Option<super::logs::Follower>,
+) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let mut seen: HashSet<String> = HashSet::new();
     let mut last = String::new();
@@ -302,6 +324,14 @@ pub async fn watch_job(
             }
             last = line;
         }
+        if let Some(f) = follower.as_mut() {
+            if job.state.is_terminal() && job.logs_key.is_some() {
+                f.poll(api).await?;
+                f.finish(api).await?;
+            } else if job.state == JobState::Running {
+                f.poll(api).await?;
+            }
+        }
         if job.state.is_terminal() {
             return Ok(exit_for(job.state));
         }
@@ -342,48 +372,6 @@ pub async fn events(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode
         &["AGE", "SOURCE", "TYPE", "REASON", "OBJECT", "MESSAGE"],
         &rows,
     );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `logs ID [--follow]`: the archived logs (every pod and container) once the job has ended.
-pub async fn logs(api: &Api, out: Output, id: &str, follow: bool) -> anyhow::Result<ExitCode> {
-    if follow {
-        let job: JobRecord = api.get(&format!("/jobs/{id}")).await?;
-        if !job.state.is_terminal() {
-            eprintln!(
-                "job {id} is {}; logs are archived when it ends — waiting",
-                job.state
-            );
-            watch_job(api, Output::Table, id, None).await?;
-        }
-    }
-    let link: Value = api.get(&format!("/jobs/{id}/logs")).await?;
-    let url = link["url"].as_str().context("logs answer has no url")?;
-    let resp = api
-        .raw(Method::GET, url)
-        .send()
-        .await
-        .context("cannot download the logs")?;
-    if !resp.status().is_success() {
-        bail!("cannot download the logs: {}", resp.status());
-    }
-    let bytes = resp.bytes().await?;
-    let files = read_logs_archive(&bytes)?;
-    if out == Output::Json {
-        let map: serde_json::Map<String, Value> = files
-            .into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect();
-        println!("{}", Value::Object(map));
-    } else {
-        for (name, text) in files {
-            println!("==> {name} <==");
-            print!("{text}");
-            if !text.ends_with('\n') {
-                println!();
-            }
-        }
-    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -26,6 +26,16 @@ pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// Ends the process quietly when stdout is a closed pipe (`tuneplane logs -f J | head`), like
+/// the `println!` panic hook in `main`; other write errors are ignored.
+pub fn written(result: std::io::Result<()>) {
+    if let Err(e) = result
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
+}
+
 /// Now in milliseconds since the epoch.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
