@@ -44,6 +44,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/jobs/{id}"),
     ("get", "/v1/jobs/{id}/events"),
     ("get", "/v1/jobs/{id}/logs"),
+    ("get", "/v1/jobs/{id}/logs/live"),
+    ("post", "/v1/jobs/{id}/logs/follow"),
     ("post", "/v1/jobs/{id}/stop"),
     ("post", "/v1/uploads"),
     ("get", "/v1/capacity"),
