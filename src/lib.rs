@@ -5,3 +5,4 @@
 pub mod client;
 pub mod cmd;
 pub mod dev;
+pub mod examples;

@@ -8,7 +8,7 @@ use tuneplane::{client, cmd};
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// TunePlane: training jobs on a Kubernetes GPU fleet.
 #[derive(Parser)]
@@ -48,9 +48,12 @@ enum Command {
         /// Only jobs in this state (queued, admitted, running, succeeded, failed, stopped).
         #[arg(long)]
         status: Option<String>,
-        /// Most jobs to show.
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
+        /// Most jobs to show (1 to 1000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: u16,
+        /// Continue a listing where the previous page ended (the `next` line it printed).
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Show one job: state, pending reason, clocks, workload, logs.
     Status {
@@ -76,15 +79,13 @@ enum Command {
         /// Job id.
         id: String,
     },
-    /// Print a job's archived logs (every pod and container) once it has ended.
+    /// Print a job's output: shipped so far while it runs, archived once it ended; -f follows it
+    /// to the end.
     Logs {
         #[command(flatten)]
         client: client::ClientArgs,
-        /// Job id.
-        id: String,
-        /// Wait for the job to end first.
-        #[arg(long, short)]
-        follow: bool,
+        #[command(flatten)]
+        args: cmd::logs::LogsArgs,
     },
     /// Ask for a job to be stopped.
     Stop {
@@ -102,6 +103,11 @@ enum Command {
     Quota {
         #[command(flatten)]
         client: client::ClientArgs,
+    },
+    /// Print a shell completion script (`source <(tuneplane completion bash)`).
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
     },
     /// Manage vLLM playgrounds.
     Playground {
@@ -144,6 +150,17 @@ fn quiet_on_broken_pipe() {
     }));
 }
 
+/// Writes the completion script of `shell` to stdout (a closed pipe ends quietly).
+fn completion(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "tuneplane", &mut script);
+    match std::io::stdout().lock().write_all(&script) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
 fn main() -> ExitCode {
     quiet_on_broken_pipe();
     let cli = Cli::parse();
@@ -161,8 +178,9 @@ fn main() -> ExitCode {
             client,
             status,
             limit,
+            cursor,
         } => client_command(&client, |api, out| async move {
-            cmd::jobs::list(&api, out, status.as_deref(), limit).await
+            cmd::jobs::list(&api, out, status.as_deref(), limit, cursor.as_deref()).await
         }),
         Command::Status { client, id } => client_command(&client, |api, out| async move {
             cmd::jobs::status(&api, out, &id).await
@@ -183,8 +201,8 @@ fn main() -> ExitCode {
         Command::Events { client, id } => client_command(&client, |api, out| async move {
             cmd::jobs::events(&api, out, &id).await
         }),
-        Command::Logs { client, id, follow } => client_command(&client, |api, out| async move {
-            cmd::jobs::logs(&api, out, &id, follow).await
+        Command::Logs { client, args } => client_command(&client, |api, out| async move {
+            cmd::logs::logs(&api, out, &args).await
         }),
         Command::Stop { client, id } => client_command(&client, |api, out| async move {
             cmd::jobs::stop(&api, out, &id).await
@@ -195,6 +213,7 @@ fn main() -> ExitCode {
         Command::Quota { client } => client_command(&client, |api, out| async move {
             cmd::quota::show(&api, out).await
         }),
+        Command::Completion { shell } => completion(shell),
         Command::Playground { client, command } => client_command(&client, |api, out| async move {
             cmd::playground::run(&api, out, command).await
         }),

@@ -193,13 +193,22 @@ fn inspect_refuses_a_tampered_capsule() {
 
 #[test]
 fn demo_runs_every_example_to_its_expected_end_and_exits_zero() {
-    let out = tuneplane(&[
-        "demo",
-        "--examples",
-        p(&examples()),
-        "--timeout-seconds",
-        "240",
-    ]);
+    // As after `cargo install`: the binary alone in its own folder, run from an empty directory
+    // (the examples are built in).
+    let bin_dir = tempfile::tempdir().unwrap();
+    let bin = bin_dir.path().join("tuneplane");
+    fs::copy(env!("CARGO_BIN_EXE_tuneplane"), &bin).unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let out = Command::new(&bin)
+        .args(["demo", "--timeout-seconds", "240"])
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        fs::read_dir(cwd.path()).unwrap().count(),
+        0,
+        "the demo left files in the directory it ran from"
+    );
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     for needle in [
@@ -246,4 +255,133 @@ fn every_command_has_help() {
             "{args:?}"
         );
     }
+}
+
+#[test]
+fn completion_scripts_load_in_bash_and_name_the_commands() {
+    let out = tuneplane(&["completion", "bash"]);
+    let script = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tuneplane.bash");
+    fs::write(&file, &script).unwrap();
+    // Loading defines the completion function and registers it for `tuneplane`.
+    let loaded = Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {} && complete -p tuneplane", p(&file)))
+        .output()
+        .unwrap();
+    assert!(
+        loaded.status.success(),
+        "bash refused the script: {}",
+        text(&loaded.stderr)
+    );
+    assert!(
+        text(&loaded.stdout).contains("tuneplane"),
+        "{}",
+        text(&loaded.stdout)
+    );
+    for shell in ["zsh", "fish"] {
+        let out = tuneplane(&["completion", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        for word in ["submit", "logs", "completion"] {
+            assert!(
+                text(&out.stdout).contains(word),
+                "{shell} script lacks {word}"
+            );
+        }
+    }
+    let bad = tuneplane(&["completion", "powerpoint"]);
+    assert!(!bad.status.success());
+}
+
+#[test]
+fn a_closed_stdout_pipe_ends_the_command_quietly() {
+    use std::process::Stdio;
+    // The reader is gone before the command writes: the write fails with a broken pipe.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tuneplane"))
+        .args(["completion", "bash"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("panicked"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_mistyped_command_gets_a_suggestion() {
+    let out = tuneplane(&["sbumit"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("'submit'"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn client_flags_are_checked_before_anything_is_sent_or_packed() {
+    // --limit 0 used to list everything.
+    let out = tuneplane(&["jobs", "--limit", "0", "--key", "k"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--limit"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A URL without a scheme names the fix.
+    let out = tuneplane(&["jobs", "--api", "127.0.0.1:8080", "--key", "k"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("http://127.0.0.1:8080"), "{err}");
+    assert!(!err.contains("builder error"), "{err}");
+
+    // Nothing listens: the error says what to check.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let api = format!("http://127.0.0.1:{port}");
+    let out = tuneplane(&["jobs", "--api", &api, "--key", "k"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("is `tuneplane dev` running? check TUNEPLANE_API"),
+        "{err}"
+    );
+
+    // submit: no key, a bad spec and a missing folder are reported before packing or sending.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("bad.yaml");
+    fs::write(&spec, "name: x\nentrypiont: python a.py\n").unwrap();
+    let missing = dir.path().join("no-such-folder");
+    let run = |key: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tuneplane"));
+        c.args(["submit", p(&missing), "--spec", p(&spec), "--api", &api])
+            .env_remove("TUNEPLANE_API_KEY");
+        if let Some(k) = key {
+            c.args(["--key", k]);
+        }
+        c.output().unwrap()
+    };
+    let out = run(None);
+    assert!(
+        text(&out.stderr).contains("no API key"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(Some("k"));
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("did you mean \"entrypoint\"?"), "{err}");
+    assert!(err.contains("nothing was sent"), "{err}");
 }

@@ -194,6 +194,11 @@ pub struct JobRecord {
     /// The nodes admission planned for each pool; the workload is pinned to them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placements: Vec<PoolPlacement>,
+    /// Someone follows the job's output until then (Unix ms): `logs -f`, `submit --wait` or the
+    /// console's job page mark it, and the reconciler ships live log segments often until it
+    /// passes (rarely otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs_followed_until_ms: Option<i64>,
 }
 
 /// A transition the lifecycle does not allow.
@@ -234,6 +239,7 @@ impl JobRecord {
             workload_name: None,
             logs_key: None,
             placements: Vec::new(),
+            logs_followed_until_ms: None,
         }
     }
 

@@ -13,6 +13,7 @@ pub mod clock;
 pub mod constants;
 pub mod fleet;
 pub mod job;
+pub mod live;
 pub mod playground;
 pub mod quota;
 pub mod quota_view;

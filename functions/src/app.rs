@@ -27,6 +27,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/jobs/{id}"),
     ("get", "/v1/jobs/{id}/events"),
     ("get", "/v1/jobs/{id}/logs"),
+    ("get", "/v1/jobs/{id}/logs/live"),
+    ("post", "/v1/jobs/{id}/logs/follow"),
     ("post", "/v1/jobs/{id}/stop"),
     ("post", "/v1/uploads"),
     ("get", "/v1/capacity"),
@@ -52,6 +54,8 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .route("/jobs/{id}", get(routes::jobs::get_one))
         .route("/jobs/{id}/events", get(routes::jobs::events))
         .route("/jobs/{id}/logs", get(routes::jobs::logs))
+        .route("/jobs/{id}/logs/live", get(routes::jobs::live_logs))
+        .route("/jobs/{id}/logs/follow", post(routes::jobs::follow_logs))
         .route("/jobs/{id}/stop", post(routes::jobs::stop))
         .route("/uploads", post(routes::misc::create_upload))
         .route("/capacity", get(routes::misc::capacity))

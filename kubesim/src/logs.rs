@@ -1,7 +1,7 @@
 //! Container logs of simulated pods: appended by the kubelet simulation or by executed processes,
 //! read (and followed) by the `pods/log` endpoint.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use serde_json::Value;
@@ -14,6 +14,30 @@ const MAX_LOG_BYTES: usize = 4 * 1024 * 1024;
 struct Buffer {
     text: String,
     closed: bool,
+    /// Bytes dropped from the front so far (offsets below are counted from the first byte ever).
+    dropped: usize,
+    /// Where each line began and when it was written (for `timestamps` and `sinceTime`).
+    starts: VecDeque<(usize, jiff::Timestamp)>,
+}
+
+impl Buffer {
+    fn append(&mut self, text: &str, at: jiff::Timestamp) {
+        let mut abs = self.dropped + self.text.len();
+        let mut at_line_start = self.text.is_empty() || self.text.ends_with('\n');
+        for piece in text.split_inclusive('\n') {
+            if at_line_start {
+                self.starts.push_back((abs, at));
+            }
+            abs += piece.len();
+            at_line_start = piece.ends_with('\n');
+        }
+        let before = self.text.len();
+        append_bounded(&mut self.text, text, MAX_LOG_BYTES);
+        self.dropped += before + text.len() - self.text.len();
+        while self.starts.len() > 1 && self.starts[1].0 <= self.dropped {
+            self.starts.pop_front();
+        }
+    }
 }
 
 /// Logs of every container, keyed by (namespace, pod, container).
@@ -39,6 +63,37 @@ pub struct LogSnapshot {
     pub text: String,
     /// Whether the container has terminated (no more output will come).
     pub closed: bool,
+    /// Each line of `text`: its start and when it was written, in order.
+    pub lines: Vec<(usize, jiff::Timestamp)>,
+}
+
+impl LogSnapshot {
+    /// The log as a `pods/log` request asks for it: `sinceTime` (lines written at or after it,
+    /// RFC 3339), `timestamps=true` (each line prefixed with its RFC 3339 time with nanoseconds
+    /// and a space, as the kubelet does), then `tailLines` and `limitBytes` ([`requested_part`]).
+    pub fn requested(&self, query: &HashMap<String, String>) -> String {
+        let since = query
+            .get("sinceTime")
+            .and_then(|v| v.parse::<jiff::Timestamp>().ok());
+        let stamps = query
+            .get("timestamps")
+            .is_some_and(|v| v == "true" || v == "1");
+        if since.is_none() && !stamps {
+            return requested_part(&self.text, query).to_owned();
+        }
+        let mut out = String::new();
+        for (i, &(start, at)) in self.lines.iter().enumerate() {
+            if since.is_some_and(|s| at < s) {
+                continue;
+            }
+            let end = self.lines.get(i + 1).map_or(self.text.len(), |l| l.0);
+            if stamps {
+                out.push_str(&format!("{} ", at.strftime("%Y-%m-%dT%H:%M:%S%.9fZ")));
+            }
+            out.push_str(&self.text[start..end]);
+        }
+        requested_part(&out, query).to_owned()
+    }
 }
 
 impl LogBook {
@@ -55,7 +110,7 @@ impl LogBook {
     pub fn append(&self, ns: &str, pod: &str, container: &str, text: &str) {
         self.with(|m| {
             let buf = m.entry(Self::key(ns, pod, container)).or_default();
-            append_bounded(&mut buf.text, text, MAX_LOG_BYTES);
+            buf.append(text, jiff::Timestamp::now());
         });
         self.changed.send_modify(|n| *n += 1);
     }
@@ -73,9 +128,15 @@ impl LogBook {
                 .get(&Self::key(ns, pod, container))
                 .cloned()
                 .unwrap_or_default();
+            let lines = b
+                .starts
+                .iter()
+                .map(|&(abs, at)| (abs.saturating_sub(b.dropped), at))
+                .collect();
             LogSnapshot {
                 text: b.text,
                 closed: b.closed,
+                lines,
             }
         })
     }
@@ -256,14 +317,55 @@ mod tests {
         let book = LogBook::default();
         book.append("ns", "p", "c", "hello\n");
         book.close("ns", "p", "c");
-        assert_eq!(
-            book.read("ns", "p", "c"),
-            LogSnapshot {
-                text: "hello\n".into(),
-                closed: true
-            }
-        );
+        let snap = book.read("ns", "p", "c");
+        assert_eq!((snap.text.as_str(), snap.closed), ("hello\n", true));
         book.remove_pod("ns", "p");
         assert_eq!(book.read("ns", "p", "c").text, "");
+    }
+
+    #[test]
+    fn lines_carry_their_time_and_since_time_keeps_the_later_ones() {
+        let t = |s: &str| {
+            s.parse::<jiff::Timestamp>()
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let query = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let mut b = Buffer::default();
+        b.append("one\ntw", t("2026-01-01T00:00:01.5Z"));
+        b.append("o\nthree\n", t("2026-01-01T00:00:02.25Z"));
+        let snap = LogSnapshot {
+            text: b.text.clone(),
+            closed: false,
+            lines: b.starts.iter().map(|&(o, at)| (o, at)).collect(),
+        };
+        // "two" began in the first write: it carries that write's time.
+        assert_eq!(
+            snap.requested(&query(&[("timestamps", "true")])),
+            "2026-01-01T00:00:01.500000000Z one\n2026-01-01T00:00:01.500000000Z two\n\
+             2026-01-01T00:00:02.250000000Z three\n"
+        );
+        assert_eq!(
+            snap.requested(&query(&[("sinceTime", "2026-01-01T00:00:02Z")])),
+            "three\n"
+        );
+        assert_eq!(snap.requested(&query(&[])), "one\ntwo\nthree\n");
+    }
+
+    #[test]
+    fn line_times_follow_dropped_output() {
+        let mut b = Buffer::default();
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        let line = "x".repeat(1023) + "\n";
+        for _ in 0..(MAX_LOG_BYTES / 1024 + 10) {
+            b.append(&line, at);
+        }
+        assert_eq!(b.text.len(), MAX_LOG_BYTES);
+        assert_eq!(b.starts.front().map(|s| s.0), Some(b.dropped));
+        assert_eq!(b.starts.len(), MAX_LOG_BYTES / 1024);
     }
 }

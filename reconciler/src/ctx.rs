@@ -29,6 +29,8 @@ pub struct Ctx {
     pub pending_written: Mutex<HashMap<String, i64>>,
     /// Log archives of a job that failed on API server errors so far, in this process.
     pub archive_failures: Mutex<HashMap<String, u32>>,
+    /// Live log shipping (its state, budget and counters).
+    pub live: crate::live_logs::LiveLogs,
     /// The last published capacity (without its timestamp) and when it was published.
     published: Mutex<Option<(CapacitySnapshot, i64)>>,
 }
@@ -46,7 +48,13 @@ impl Ctx {
         metrics: Arc<metrics::Metrics>,
         leadership: Arc<leader::Leadership>,
     ) -> Ctx {
+        let live = crate::live_logs::LiveLogs::new(
+            tuneplane_core::live::LiveSettings::default(),
+            kube.client.clone(),
+            metrics.clone(),
+        );
         Ctx {
+            live,
             config,
             kube,
             jobs,

@@ -14,6 +14,7 @@ pub mod decide;
 pub mod error;
 pub mod kube_io;
 pub mod leader;
+pub mod live_logs;
 pub mod logs;
 pub mod metrics;
 pub mod pass;

@@ -288,5 +288,10 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         note(ctx, &mut report, "pending", &job.id, outcome);
     }
     crate::playground::pass(ctx, cluster, now, &mut report).await;
+    if ctx.leadership.is_leader() {
+        for (id, e) in crate::live_logs::ship(ctx, cluster, &active, now).await {
+            note(ctx, &mut report, "live logs", &id, Err(e));
+        }
+    }
     Ok(report)
 }

@@ -39,7 +39,7 @@ pub enum Output {
 
 /// An API error as the server described it.
 #[derive(Debug, thiserror::Error)]
-#[error("{message} ({status}, {code}){details}")]
+#[error("{}", self.plain())]
 pub struct ApiError {
     /// HTTP status.
     pub status: StatusCode,
@@ -49,6 +49,45 @@ pub struct ApiError {
     pub message: String,
     /// Field errors and the like, pre-formatted (empty when none).
     pub details: String,
+}
+
+impl ApiError {
+    /// What the user reads: a refused key in plain words (what to check), anything else as the
+    /// server said it with its status and code for scripts and bug reports.
+    fn plain(&self) -> String {
+        if self.status == StatusCode::UNAUTHORIZED && self.code == "unauthenticated" {
+            return "the API did not accept the API key (unknown, revoked or mistyped): check \
+                    --key / TUNEPLANE_API_KEY (`tuneplane dev` prints its key)"
+                .to_owned();
+        }
+        format!(
+            "{} ({}, {}){}",
+            self.message, self.status, self.code, self.details
+        )
+    }
+}
+
+/// Checks `--api` before anything is sent: an absolute `http://` or `https://` URL.
+pub fn check_api_url(api: &str) -> anyhow::Result<()> {
+    let hint = |why: &str| {
+        let bare = api.trim_start_matches("//");
+        anyhow::anyhow!(
+            "--api / TUNEPLANE_API {api:?} {why}: give the whole URL, like http://{bare}"
+        )
+    };
+    if !api.contains("://") {
+        return Err(hint("has no http:// or https:// scheme"));
+    }
+    match reqwest::Url::parse(api) {
+        Ok(url) if !matches!(url.scheme(), "http" | "https") => {
+            Err(hint("is neither http:// nor https://"))
+        }
+        Ok(url) if url.host().is_none() => Err(hint("names no host")),
+        Ok(_) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!(
+            "--api / TUNEPLANE_API {api:?} is not a URL ({e}): give one like http://127.0.0.1:8080"
+        )),
+    }
 }
 
 /// The client.
@@ -62,6 +101,7 @@ pub struct Api {
 impl Api {
     /// A client for `args`.
     pub fn new(args: &ClientArgs) -> anyhow::Result<Self> {
+        check_api_url(&args.api)?;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(300))
             .connect_timeout(Duration::from_secs(10))
@@ -80,10 +120,18 @@ impl Api {
         })
     }
 
+    /// The API key, or what to do without one.
+    pub fn require_key(&self) -> anyhow::Result<&str> {
+        match self.key.as_deref().map(str::trim) {
+            Some(key) if !key.is_empty() => Ok(key),
+            _ => {
+                bail!("no API key: pass --key or set TUNEPLANE_API_KEY (tuneplane dev prints one)")
+            }
+        }
+    }
+
     fn request(&self, method: Method, path: &str) -> anyhow::Result<reqwest::RequestBuilder> {
-        let Some(key) = &self.key else {
-            bail!("no API key: pass --key or set TUNEPLANE_API_KEY (tuneplane dev prints one)");
-        };
+        let key = self.require_key()?;
         Ok(self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -95,10 +143,7 @@ impl Api {
         &self,
         req: reqwest::RequestBuilder,
     ) -> anyhow::Result<(StatusCode, T)> {
-        let resp = req
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the API at {}", self.base))?;
+        let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
         let status = resp.status();
         let bytes = resp
             .bytes()
@@ -114,6 +159,21 @@ impl Api {
             )
         })?;
         Ok((status, value))
+    }
+
+    /// Why a request got no answer, with what to check.
+    fn unreachable(&self, e: &reqwest::Error) -> anyhow::Error {
+        let why = if e.is_connect() {
+            "nothing answered (connection refused or no route)"
+        } else if e.is_timeout() {
+            "it did not answer in time"
+        } else {
+            "the connection failed"
+        };
+        anyhow::anyhow!(
+            "cannot reach the API at {}: {why}; is `tuneplane dev` running? check TUNEPLANE_API (or --api)",
+            self.base.trim_end_matches("/v1")
+        )
     }
 
     /// GET `path`.

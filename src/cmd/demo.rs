@@ -28,9 +28,9 @@ use crate::dev::{DevArgs, Stack};
 /// Arguments of `demo`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Folder holding the examples and `fleet.yaml`.
-    #[arg(long, default_value = "examples")]
-    pub examples: PathBuf,
+    /// Folder holding the examples and `fleet.yaml` [default: the examples built into the binary].
+    #[arg(long)]
+    pub examples: Option<PathBuf>,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout_seconds: u64,
@@ -81,10 +81,14 @@ struct Tracked {
 /// Runs the demo.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let data_dir = std::env::temp_dir().join(format!("tuneplane-demo-{}", std::process::id()));
+    let examples_dir = match &args.examples {
+        Some(dir) => dir.clone(),
+        None => crate::examples::write_to(&data_dir.join("examples"))?,
+    };
     let dev = DevArgs {
         data_dir: data_dir.clone(),
         port: 0,
-        fleet: args.examples.join("fleet.yaml"),
+        fleet: Some(examples_dir.join("fleet.yaml")),
         fail_images: Vec::new(),
         no_exec: false,
         kubeconfig: args.kubeconfig.clone(),
@@ -108,7 +112,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         };
         let outcome = demo(
             &stack,
-            &args.examples,
+            &examples_dir,
             examples,
             Duration::from_secs(args.timeout_seconds),
         )

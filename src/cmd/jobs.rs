@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 
-use super::output::{age, clock, pools_of, print_table};
+use super::output::{age, clock, duration, now_ms, pools_of, print_table};
 use crate::client::{Api, ClientArgs, Output, pack};
 
 /// Inline code above this size goes through a presigned upload instead.
@@ -33,9 +33,13 @@ pub struct SubmitArgs {
     /// Idempotency key: the same key and body give the same job; another body is refused (409).
     #[arg(long)]
     pub idempotency_key: Option<String>,
-    /// Follow the job until it ends; the exit code tells how it ended.
+    /// Follow the job until it ends, printing its events and its main output; the exit code
+    /// tells how it ended.
     #[arg(long)]
     pub wait: bool,
+    /// With --wait: events only, not the job's output.
+    #[arg(long, requires = "wait")]
+    pub quiet: bool,
 }
 
 /// `submit`.
@@ -46,6 +50,21 @@ pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<Ex
         .unwrap_or_else(|| a.source.join("tuneplane.yaml"));
     let spec = std::fs::read_to_string(&spec_path)
         .with_context(|| format!("cannot read the spec {}", spec_path.display()))?;
+    // Everything that can be checked here is, before the folder is packed: the key, and the
+    // spec's own rules (the API checks the fit to the fleet).
+    api.require_key()?;
+    if let Err(errors) = tuneplane_core::spec::validate(&spec, None, &Default::default()) {
+        bail!(
+            "{} is not a valid job spec (nothing was sent):\n{errors}",
+            spec_path.display()
+        );
+    }
+    if !a.source.exists() {
+        bail!(
+            "cannot read the job's code: {} does not exist",
+            a.source.display()
+        );
+    }
     let code = pack::pack(&a.source)?;
     let code_field = if code.len() <= INLINE_LIMIT {
         json!({"inline": base64::engine::general_purpose::STANDARD.encode(&code)})
@@ -88,7 +107,14 @@ pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<Ex
         }
     }
     if a.wait {
-        return watch_job(api, out, &job.id, None).await;
+        let follower = (!a.quiet && out == Output::Table).then(|| {
+            let args = super::logs::LogsArgs {
+                id: job.id.clone(),
+                ..Default::default()
+            };
+            super::logs::Follower::new(&args, out, true)
+        });
+        return watch_with_output(api, out, &job.id, None, follower).await;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -120,16 +146,25 @@ async fn upload(api: &Api, code: Vec<u8>) -> anyhow::Result<String> {
         .context("upload answer has no upload_id")
 }
 
-/// `jobs [--status S]`.
+/// `jobs [--status S] [--limit N] [--cursor C]`.
 pub async fn list(
     api: &Api,
     out: Output,
     status: Option<&str>,
-    limit: usize,
+    limit: u16,
+    cursor: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let mut path = format!("/jobs?limit={limit}");
     if let Some(s) = status {
         path.push_str(&format!("&status={}", s.to_ascii_uppercase()));
+    }
+    if let Some(c) = cursor {
+        if !c.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            bail!(
+                "--cursor {c:?} is not a cursor: pass the value a previous `tuneplane jobs` printed after `--cursor`"
+            );
+        }
+        path.push_str(&format!("&cursor={c}"));
     }
     let page: Value = api.get(&path).await?;
     if out == Output::Json {
@@ -148,15 +183,24 @@ pub async fn list(
                 pools_of(&j.spec),
                 status_of(j),
                 age(j.submitted_at_ms),
+                duration(j.clock_ms(now_ms())),
             ]
         })
         .collect();
     print_table(
-        &["ID", "NAME", "KIND", "POOLS", "STATUS", "SUBMITTED"],
+        &[
+            "ID",
+            "NAME",
+            "KIND",
+            "POOLS",
+            "STATUS",
+            "SUBMITTED",
+            "DURATION",
+        ],
         &rows,
     );
-    if page["next_cursor"].is_string() {
-        println!("(more: raise --limit)");
+    if let Some(next) = page["next_cursor"].as_str() {
+        println!("(more: tuneplane jobs --cursor {next})");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -225,6 +269,17 @@ pub async fn watch_job(
     id: &str,
     timeout: Option<Duration>,
 ) -> anyhow::Result<ExitCode> {
+    watch_with_output(api, out, id, timeout, None).await
+}
+
+/// [`watch_job`], also printing the job's output through `follower` (`submit --wait`).
+pub async fn watch_with_output(
+    api: &Api,
+    out: Output,
+    id: &str,
+    timeout: Option<Duration>,
+    mut follower: Option<super::logs::Follower>,
+) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let mut seen: HashSet<String> = HashSet::new();
     let mut last = String::new();
@@ -269,6 +324,14 @@ pub async fn watch_job(
             }
             last = line;
         }
+        if let Some(f) = follower.as_mut() {
+            if job.state.is_terminal() && job.logs_key.is_some() {
+                f.poll(api).await?;
+                f.finish(api).await?;
+            } else if job.state == JobState::Running {
+                f.poll(api).await?;
+            }
+        }
         if job.state.is_terminal() {
             return Ok(exit_for(job.state));
         }
@@ -309,48 +372,6 @@ pub async fn events(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode
         &["AGE", "SOURCE", "TYPE", "REASON", "OBJECT", "MESSAGE"],
         &rows,
     );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `logs ID [--follow]`: the archived logs (every pod and container) once the job has ended.
-pub async fn logs(api: &Api, out: Output, id: &str, follow: bool) -> anyhow::Result<ExitCode> {
-    if follow {
-        let job: JobRecord = api.get(&format!("/jobs/{id}")).await?;
-        if !job.state.is_terminal() {
-            eprintln!(
-                "job {id} is {}; logs are archived when it ends — waiting",
-                job.state
-            );
-            watch_job(api, Output::Table, id, None).await?;
-        }
-    }
-    let link: Value = api.get(&format!("/jobs/{id}/logs")).await?;
-    let url = link["url"].as_str().context("logs answer has no url")?;
-    let resp = api
-        .raw(Method::GET, url)
-        .send()
-        .await
-        .context("cannot download the logs")?;
-    if !resp.status().is_success() {
-        bail!("cannot download the logs: {}", resp.status());
-    }
-    let bytes = resp.bytes().await?;
-    let files = read_logs_archive(&bytes)?;
-    if out == Output::Json {
-        let map: serde_json::Map<String, Value> = files
-            .into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect();
-        println!("{}", Value::Object(map));
-    } else {
-        for (name, text) in files {
-            println!("==> {name} <==");
-            print!("{text}");
-            if !text.ends_with('\n') {
-                println!();
-            }
-        }
-    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -5,6 +5,7 @@ pub mod capsule;
 pub mod demo;
 pub mod jobs;
 pub mod keys;
+pub mod logs;
 pub mod output;
 pub mod playground;
 pub mod quota;

@@ -28,9 +28,24 @@ pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
 
 pub use tuneplane_core::clock::now_ms;
 
-/// `42s`, `3m10s`, `2h05m`, `3d04h`.
+/// Ends the process quietly when stdout is a closed pipe (`tuneplane logs -f J | head`), like
+/// the `println!` panic hook in `main`; other write errors are ignored.
+pub fn written(result: std::io::Result<()>) {
+    if let Err(e) = result
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
+}
+
+/// `0.4s`, `42s`, `3m10s`, `2h05m`, `3d04h`.
 pub fn duration(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
+    let ms = ms.max(0);
+    if ms < 1000 {
+        // A short run is not `0s`.
+        return format!("{:.1}s", ms as f64 / 1000.0);
+    }
+    let s = ms / 1000;
     match s {
         0..60 => format!("{s}s"),
         60..3600 => format!("{}m{:02}s", s / 60, s % 60),
@@ -74,7 +89,8 @@ mod tests {
         assert_eq!(duration(4_000), "4s");
         assert_eq!(duration(190_000), "3m10s");
         assert_eq!(duration(7_500_000), "2h05m");
-        assert_eq!(duration(-5), "0s");
+        assert_eq!(duration(-5), "0.0s");
+        assert_eq!(duration(420), "0.4s");
         assert_eq!(clock(None, None), "-");
         assert_eq!(clock(Some(1_000), Some(61_000)), "1m00s");
     }

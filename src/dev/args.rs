@@ -19,9 +19,10 @@ pub struct DevArgs {
     /// API port on 127.0.0.1 (0 picks a free port).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Fleet file for the simulated cluster.
-    #[arg(long, default_value = "examples/fleet.yaml")]
-    pub fleet: PathBuf,
+    /// Fleet file for the simulated cluster [default: examples/fleet.yaml when this directory has
+    /// one, else the examples' fleet built into the binary].
+    #[arg(long)]
+    pub fleet: Option<PathBuf>,
     /// Images the simulated kubelet cannot pull (repeatable); the bad-image example's is included.
     #[arg(long = "fail-image")]
     pub fail_images: Vec<String>,
@@ -70,9 +71,17 @@ impl DevArgs {
                 node_groups: Vec::new(),
             }
         } else {
-            let text = std::fs::read_to_string(&self.fleet)
-                .with_context(|| format!("cannot read the fleet file {}", self.fleet.display()))?;
-            Fleet::from_yaml(&text).with_context(|| format!("in {}", self.fleet.display()))?
+            let local = PathBuf::from("examples/fleet.yaml");
+            match self.fleet.as_ref().or(local.is_file().then_some(&local)) {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path).with_context(|| {
+                        format!("cannot read the fleet file {}", path.display())
+                    })?;
+                    Fleet::from_yaml(&text).with_context(|| format!("in {}", path.display()))?
+                }
+                None => Fleet::from_yaml(crate::examples::fleet_yaml())
+                    .context("in the built-in examples/fleet.yaml")?,
+            }
         };
         let mut unpullable = vec![UNPULLABLE_IMAGE.to_string()];
         unpullable.extend(self.fail_images.iter().cloned());
@@ -135,7 +144,7 @@ pub fn run(args: &DevArgs) -> anyhow::Result<ExitCode> {
             "  export TUNEPLANE_API={} TUNEPLANE_API_KEY={}",
             stack.api_url, stack.api_key
         );
-        println!("  tuneplane submit examples/hello-cpu --wait");
+        println!("  tuneplane submit {} --wait", examples_dir(&args.data_dir).join("hello-cpu").display());
         println!(
             "  kubectl --kubeconfig {} get nodes,pods,rayjobs -A",
             stack.kubeconfig.display()
@@ -150,6 +159,16 @@ pub fn run(args: &DevArgs) -> anyhow::Result<ExitCode> {
         eprintln!("stopped");
         anyhow::Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `examples` when this directory has them, else the built-in examples written to the data dir
+/// (so the banner's submit command works from anywhere).
+fn examples_dir(data_dir: &std::path::Path) -> PathBuf {
+    let local = PathBuf::from("examples");
+    if local.join("hello-cpu").is_dir() {
+        return local;
+    }
+    crate::examples::write_to(&data_dir.join("examples")).unwrap_or(local)
 }
 
 /// Colour only on a terminal and never when `NO_COLOR` is set to anything non-empty

@@ -127,7 +127,11 @@ pub fn pool_lines(spec: &JobSpec) -> Vec<String> {
             };
             match &p.series {
                 Some(series) => {
-                    format!("{}: {series} × {nodes} × {} GPUs", p.name, p.gpus_per_node)
+                    let gpus = if p.gpus_per_node == 1 { "GPU" } else { "GPUs" };
+                    format!(
+                        "{}: {series} × {nodes} × {} {gpus}",
+                        p.name, p.gpus_per_node
+                    )
                 }
                 None => format!(
                     "{}: CPU × {nodes} ({} CPU, {} GiB)",

@@ -1,4 +1,5 @@
-//! `GET pods/<name>/log` with `container`, `tailLines`, `limitBytes` and `follow`, answering the
+//! `GET pods/<name>/log` with `container`, `sinceTime`, `timestamps`, `tailLines`, `limitBytes`
+//! and `follow` (followed output comes without timestamps), answering the
 //! real server's errors for a missing container name or a container that has not started.
 
 use std::collections::HashMap;
@@ -12,7 +13,7 @@ use serde_json::Value;
 
 use super::ApiState;
 use crate::error::ApiError;
-use crate::logs::{not_started, requested_part};
+use crate::logs::not_started;
 use crate::resources::PODS;
 use crate::store::Store;
 
@@ -33,7 +34,7 @@ pub(super) async fn serve(
         return Err(ApiError::bad_request(format!("{why}\n")));
     }
     let snapshot = state.store.logs.read(ns, name, &container);
-    let first = requested_part(&snapshot.text, query).to_string();
+    let first = snapshot.requested(query);
     let follow = query.get("follow").is_some_and(|v| v == "true" || v == "1");
     if !follow || snapshot.closed {
         return Ok(text_response(Body::from(first)));

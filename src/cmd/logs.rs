@@ -1,0 +1,371 @@
+//! `logs`: a job's output, while it runs (the live segments the reconciler ships) and after it
+//! ended (the archive), for every pod and container or the ones asked for.
+//!
+//! Every container's output is counted in bytes as it is printed; the archive continues each
+//! container at the byte where its live output stopped, so a followed job's output is printed
+//! whole, in order, each line once.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tuneplane_core::job::JobRecord;
+
+use super::jobs::{exit_for, read_logs_archive};
+use super::output::written;
+use crate::client::{Api, Output};
+
+/// How often a follower asks for new output.
+const POLL: Duration = Duration::from_secs(2);
+/// How often a follower marks its interest again (the mark lasts a minute).
+const MARK_EVERY: Duration = Duration::from_secs(20);
+
+/// Arguments of `logs`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct LogsArgs {
+    /// Job id.
+    pub id: String,
+    /// Keep printing new output until the job ends, then the rest from the archive.
+    #[arg(long, short)]
+    pub follow: bool,
+    /// Only the last N lines of each container (of what there is when the command starts).
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
+    /// Only this pod's output.
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// Only this container's output.
+    #[arg(long)]
+    pub container: Option<String>,
+}
+
+/// Prints a job's output as it arrives: live segments, then the archive's remainder.
+pub struct Follower {
+    id: String,
+    pod: Option<String>,
+    container: Option<String>,
+    tail: Option<usize>,
+    /// Only the main output (the CPU pod's or the RayJob submitter's).
+    main_only: bool,
+    json: bool,
+    after: u64,
+    printed: HashMap<(String, String), u64>,
+    current: Option<(String, String)>,
+    marked: Option<Instant>,
+}
+
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> &str {
+    if n == 0 {
+        return "";
+    }
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    match body.rmatch_indices('\n').nth(n - 1) {
+        Some((i, _)) => &text[i + 1..],
+        None => text,
+    }
+}
+
+impl Follower {
+    /// A follower of `args.id`.
+    pub fn new(args: &LogsArgs, out: Output, main_only: bool) -> Follower {
+        Follower {
+            id: args.id.clone(),
+            pod: args.pod.clone(),
+            container: args.container.clone(),
+            tail: args.tail,
+            main_only,
+            json: out == Output::Json,
+            after: 0,
+            printed: HashMap::new(),
+            current: None,
+            marked: None,
+        }
+    }
+
+    fn wanted(&self, pod: &str, container: &str) -> bool {
+        self.pod.as_deref().is_none_or(|p| p == pod)
+            && self.container.as_deref().is_none_or(|c| c == container)
+    }
+
+    /// Prints the part of `text` (bytes `offset..`) of `pod`/`container` not printed yet.
+    fn emit(&mut self, pod: &str, container: &str, offset: u64, text: &str) {
+        let key = (pod.to_owned(), container.to_owned());
+        let done = self.printed.get(&key).copied();
+        let start = usize::try_from(done.unwrap_or(0).saturating_sub(offset)).unwrap_or(usize::MAX);
+        let Some(mut new) = text.get(start..).filter(|t| !t.is_empty()) else {
+            return;
+        };
+        self.printed.insert(key.clone(), offset + text.len() as u64);
+        if done.is_none()
+            && let Some(n) = self.tail
+        {
+            // --tail applies to what there is the first time a container is seen.
+            new = last_lines(new, n);
+        }
+        let mut stdout = std::io::stdout().lock();
+        if self.json {
+            written(writeln!(
+                stdout,
+                "{}",
+                json!({"pod": pod, "container": container, "text": new})
+            ));
+        } else {
+            if self.current.as_ref() != Some(&key) && !self.main_only {
+                written(writeln!(stdout, "==> {pod}/{container} <=="));
+            }
+            written(stdout.write_all(new.as_bytes()));
+        }
+        written(stdout.flush());
+        self.current = Some(key);
+    }
+
+    /// Marks interest when due (so the reconciler ships often) and prints new live output.
+    pub async fn poll(&mut self, api: &Api) -> anyhow::Result<()> {
+        if self.marked.is_none_or(|t| t.elapsed() >= MARK_EVERY) {
+            let _: Value = api
+                .post(&format!("/jobs/{}/logs/follow", self.id), &json!({}), &[])
+                .await?
+                .1;
+            self.marked = Some(Instant::now());
+        }
+        loop {
+            let mut path = format!("/jobs/{}/logs/live?after={}", self.id, self.after);
+            if self.main_only {
+                path.push_str("&main=true");
+            }
+            let page: Value = api.get(&path).await?;
+            for seg in page["segments"].as_array().into_iter().flatten() {
+                let (Some(pod), Some(container)) = (seg["pod"].as_str(), seg["container"].as_str())
+                else {
+                    continue;
+                };
+                if self.wanted(pod, container) {
+                    let offset = seg["offset"].as_u64().unwrap_or(0);
+                    self.emit(
+                        pod,
+                        container,
+                        offset,
+                        seg["text"].as_str().unwrap_or_default(),
+                    );
+                }
+            }
+            self.after = page["last_seq"].as_u64().unwrap_or(self.after);
+            if page["more"] != Value::Bool(true) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Prints what the archive holds beyond what was printed, and per-container problems.
+    pub async fn finish(&mut self, api: &Api) -> anyhow::Result<()> {
+        let files = download_archive(api, &self.id).await?;
+        for (name, text) in &files {
+            if name == "index.json" {
+                continue;
+            }
+            let Some((pod, file)) = name.split_once('/') else {
+                continue;
+            };
+            let container = file.strip_suffix(".log").unwrap_or(file);
+            if !self.wanted(pod, container) || (self.main_only && !self.main_seen(pod, container)) {
+                continue;
+            }
+            self.emit(pod, container, 0, text);
+        }
+        if !self.main_only {
+            report_unreadable(&files, |p, c| self.wanted(p, c));
+        }
+        Ok(())
+    }
+
+    /// Whether `pod`/`container` is main output: seen as such live, or (never shipped live) the
+    /// only container of a CPU job's pod, which the archive cannot tell; in doubt, printed.
+    fn main_seen(&self, pod: &str, container: &str) -> bool {
+        self.printed.is_empty()
+            || self
+                .printed
+                .contains_key(&(pod.to_owned(), container.to_owned()))
+    }
+}
+
+/// Downloads and unpacks a job's archive.
+async fn download_archive(api: &Api, id: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let link: Value = api.get(&format!("/jobs/{id}/logs")).await?;
+    let url = link["url"].as_str().context("logs answer has no url")?;
+    let resp = api
+        .raw(Method::GET, url)
+        .send()
+        .await
+        .context("cannot download the logs")?;
+    if !resp.status().is_success() {
+        bail!("cannot download the logs: {}", resp.status());
+    }
+    read_logs_archive(&resp.bytes().await?)
+}
+
+/// Prints to stderr, in plain words, each container whose log could not be read.
+fn report_unreadable(files: &[(String, String)], wanted: impl Fn(&str, &str) -> bool) {
+    let Some((_, index)) = files.iter().find(|(n, _)| n == "index.json") else {
+        return;
+    };
+    let index: Value = serde_json::from_str(index).unwrap_or_default();
+    for e in index["entries"].as_array().into_iter().flatten() {
+        let (Some(pod), Some(container), Some(error)) = (
+            e["pod"].as_str(),
+            e["container"].as_str(),
+            e["error"].as_str(),
+        ) else {
+            continue;
+        };
+        if wanted(pod, container) {
+            eprintln!("{pod}/{container}: no output kept: {}", plain_error(error));
+        }
+    }
+}
+
+/// An archive's reason for a missing log, without the API server's status wording.
+fn plain_error(error: &str) -> String {
+    let text = match error.strip_prefix("the API server answered ") {
+        // "400 BadRequest: container ..." -> "container ..."
+        Some(rest) => rest.split_once(": ").map_or(rest, |(_, m)| m),
+        None => error,
+    };
+    text.trim_end().to_owned()
+}
+
+/// `logs ID [--follow] [--tail N] [--pod P] [--container C]`.
+pub async fn logs(api: &Api, out: Output, a: &LogsArgs) -> anyhow::Result<ExitCode> {
+    let job: JobRecord = api.get(&format!("/jobs/{}", a.id)).await?;
+    if job.logs_key.is_some() && !a.follow {
+        return print_archive(api, out, a).await;
+    }
+    let mut f = Follower::new(a, out, false);
+    if !job.state.is_terminal() {
+        if !a.follow {
+            f.marked = Some(Instant::now()); // a one-off look marks no interest
+            f.poll(api).await?;
+            eprintln!(
+                "job {} is {}: this is the output shipped so far (a running job's output is \
+                 shipped every few minutes, every few seconds while followed: tuneplane logs -f {})",
+                a.id, job.state, a.id
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        loop {
+            f.poll(api).await?;
+            let now: JobRecord = api.get(&format!("/jobs/{}", a.id)).await?;
+            if now.state.is_terminal() && now.logs_key.is_some() {
+                f.poll(api).await?;
+                f.finish(api).await?;
+                return Ok(exit_for(now.state));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    // Terminal but its archive is not written yet (a moment at the end): wait for it.
+    for _ in 0..60 {
+        let now: JobRecord = api.get(&format!("/jobs/{}", a.id)).await?;
+        if now.logs_key.is_some() {
+            f.finish(api).await?;
+            return Ok(exit_for(now.state));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    bail!(
+        "job {} ended but its logs were not archived within a minute",
+        a.id
+    )
+}
+
+/// The archive of an ended job: each container (filtered, `--tail`), `index.json` only as JSON.
+async fn print_archive(api: &Api, out: Output, a: &LogsArgs) -> anyhow::Result<ExitCode> {
+    let files = download_archive(api, &a.id).await?;
+    let wanted = |pod: &str, container: &str| {
+        a.pod.as_deref().is_none_or(|p| p == pod)
+            && a.container.as_deref().is_none_or(|c| c == container)
+    };
+    let split = |name: &str| -> Option<(String, String)> {
+        let (pod, file) = name.split_once('/')?;
+        Some((
+            pod.to_owned(),
+            file.strip_suffix(".log").unwrap_or(file).to_owned(),
+        ))
+    };
+    let tail = |text: &str| a.tail.map_or(text, |n| last_lines(text, n)).to_owned();
+    if out == Output::Json {
+        let map: serde_json::Map<String, Value> = files
+            .iter()
+            .filter(|(name, _)| {
+                name == "index.json" || split(name).is_some_and(|(p, c)| wanted(&p, &c))
+            })
+            .map(|(k, v)| {
+                let v = if k == "index.json" {
+                    v.clone()
+                } else {
+                    tail(v)
+                };
+                (k.clone(), Value::String(v))
+            })
+            .collect();
+        println!("{}", Value::Object(map));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut stdout = std::io::stdout().lock();
+    for (name, text) in &files {
+        let Some((pod, container)) = split(name) else {
+            continue;
+        };
+        if !wanted(&pod, &container) {
+            continue;
+        }
+        written(writeln!(stdout, "==> {pod}/{container} <=="));
+        let text = tail(text);
+        written(stdout.write_all(text.as_bytes()));
+        if !text.is_empty() && !text.ends_with('\n') {
+            written(writeln!(stdout));
+        }
+    }
+    drop(stdout);
+    report_unreadable(&files, wanted);
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_and_plain_errors() {
+        assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc\n");
+        assert_eq!(last_lines("a\nb", 5), "a\nb");
+        assert_eq!(last_lines("a\n", 0), "");
+        assert_eq!(
+            plain_error(
+                "the API server answered 400 BadRequest: container \"main\" in pod \"p\" is waiting to start: image can't be pulled\n"
+            ),
+            "container \"main\" in pod \"p\" is waiting to start: image can't be pulled"
+        );
+    }
+
+    #[test]
+    fn output_continues_at_the_byte_where_it_stopped() {
+        let args = LogsArgs {
+            id: "j".into(),
+            ..LogsArgs::default()
+        };
+        let mut f = Follower::new(&args, Output::Table, true);
+        f.emit("p", "main", 0, "one\n");
+        f.emit("p", "main", 4, "two\n");
+        // The archive from byte 0: only the rest is new.
+        f.emit("p", "main", 0, "one\ntwo\nthree\n");
+        assert_eq!(f.printed.get(&("p".into(), "main".into())), Some(&14));
+        // Nothing new: nothing changes.
+        f.emit("p", "main", 0, "one\ntwo\nthree\n");
+        assert_eq!(f.printed.get(&("p".into(), "main".into())), Some(&14));
+    }
+}

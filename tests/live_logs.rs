@@ -1,0 +1,279 @@
+//! Live logs end to end: the `tuneplane` binary follows a job that prints a line a second on the
+//! whole stack (API, embedded stores, kubesim in execution mode, reconciler): its lines appear
+//! while the job is RUNNING, and once it ended the output is whole, in order, each line once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tuneplane::client::{Api, ClientArgs, Output, pack};
+use tuneplane::dev::{Backend, Stack, StackOptions, UNPULLABLE_IMAGE};
+use tuneplane_core::fleet::Fleet;
+use tuneplane_core::job::{JobRecord, JobState};
+
+const TICKS: usize = 25;
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
+
+fn job_dir(dir: &Path, ticks: usize) -> PathBuf {
+    let job = dir.join(format!("ticker-{ticks}"));
+    std::fs::create_dir_all(&job).unwrap();
+    std::fs::write(
+        job.join("tuneplane.yaml"),
+        "name: ticker\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 tick.py\n\
+         pools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n\
+         deadlines: {pre_running_seconds: 120, run_seconds: 300}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        job.join("tick.py"),
+        format!(
+            "import time\nfor i in range(1, {}):\n    print('tick', i, flush=True)\n    time.sleep(1)\n",
+            ticks + 1
+        ),
+    )
+    .unwrap();
+    job
+}
+
+async fn start(dir: &Path) -> (Stack, Api) {
+    let fleet =
+        Fleet::from_yaml(&std::fs::read_to_string(examples().join("fleet.yaml")).unwrap()).unwrap();
+    let stack = Stack::start(StackOptions {
+        data_dir: dir.join("data"),
+        port: 0,
+        fleet,
+        execute: true,
+        unpullable_images: vec![UNPULLABLE_IMAGE.into()],
+        pass_interval: Duration::from_millis(200),
+        backend: Backend::Embedded,
+        cluster: tuneplane::dev::ClusterChoice::Simulated,
+        webhooks: None,
+    })
+    .await
+    .unwrap();
+    let api = Api::new(&ClientArgs {
+        api: stack.api_url.clone(),
+        key: Some(stack.api_key.clone()),
+        output: Output::Json,
+    })
+    .unwrap();
+    for _ in 0..100 {
+        let cap: Value = api.get("/capacity").await.unwrap();
+        if !cap["snapshot"].is_null() {
+            return (stack, api);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no capacity snapshot");
+}
+
+async fn submit(api: &Api, job: &Path) -> JobRecord {
+    let code = pack::pack_quiet(job).unwrap();
+    let spec = std::fs::read_to_string(job.join("tuneplane.yaml")).unwrap();
+    let body = json!({"spec": spec, "code": {"inline": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, code)}});
+    let (status, v): (_, Value) = api.post("/jobs", &body, &[]).await.unwrap();
+    assert_eq!(status.as_u16(), 201, "{v}");
+    serde_json::from_value(v["job"].clone()).unwrap()
+}
+
+fn cli(stack: &Stack) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tuneplane"));
+    c.env("TUNEPLANE_API", &stack.api_url)
+        .env("TUNEPLANE_API_KEY", &stack.api_key)
+        .env("NO_COLOR", "1");
+    c
+}
+
+fn ticks_of(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with("tick "))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn expected(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("tick {i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_follow_shows_running_output_then_all_of_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = start(dir.path()).await;
+    let job = submit(&api, &job_dir(dir.path(), TICKS)).await;
+
+    // `tuneplane logs -f` from submission on; each line with when it arrived.
+    let mut child = cli(&stack)
+        .args(["logs", "-f", &job.id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<(Instant, String)>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+
+    // Watch the job's state beside it, bounded: 25 ticks take 25 s; allow 150 s in all.
+    let started = Instant::now();
+    let mut running_since: Option<Instant> = None;
+    let mut seen_while_running: Vec<String> = Vec::new();
+    let mut all: Vec<(Instant, String)> = Vec::new();
+    let end = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(150),
+            "job {} did not end in time",
+            job.id
+        );
+        let now: JobRecord = api.get(&format!("/jobs/{}", job.id)).await.unwrap();
+        while let Ok(line) = rx.try_recv() {
+            if now.state == JobState::Running {
+                seen_while_running.push(line.1.clone());
+            }
+            all.push(line);
+        }
+        if now.state == JobState::Running && running_since.is_none() {
+            running_since = Some(Instant::now());
+        }
+        if now.state.is_terminal() {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(end.state, JobState::Succeeded, "{end:?}");
+    let status = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    reader.join().unwrap();
+    all.extend(rx.try_iter());
+    assert!(
+        status.status.success(),
+        "logs -f exit {:?}: {}",
+        status.status.code(),
+        String::from_utf8_lossy(&status.stderr)
+    );
+
+    // Lines were printed while the job was still RUNNING ...
+    let live = ticks_of(&seen_while_running.join("\n"));
+    assert!(
+        live.len() >= 5,
+        "only {} tick lines arrived while the job ran: {live:?}",
+        live.len()
+    );
+    // ... and in the end every line, in order, once.
+    let printed: Vec<String> = all.iter().map(|(_, l)| l.clone()).collect();
+    assert_eq!(ticks_of(&printed.join("\n")), expected(TICKS));
+    if let (Some(run), Some((first, _))) = (
+        running_since,
+        all.iter().find(|(_, l)| l.starts_with("tick 1")),
+    ) {
+        eprintln!(
+            "first line printed {:.1} s after the job was seen RUNNING; {} of {TICKS} lines before it ended",
+            first.saturating_duration_since(run).as_secs_f64(),
+            live.len()
+        );
+    }
+
+    // After the end: the archive, whole; --tail, --container; index.json only as JSON.
+    let id = job.id.clone();
+    let stack_cli = |args: &[&str]| {
+        let out = cli(&stack).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let whole = stack_cli(&["logs", &id]);
+    assert_eq!(ticks_of(&whole), expected(TICKS));
+    assert!(!whole.contains("index.json"), "{whole}");
+    let job_only = stack_cli(&["logs", &id, "--container", "job"]);
+    assert_eq!(ticks_of(&job_only), expected(TICKS));
+    let body = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.starts_with("==> "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let tail = stack_cli(&["logs", &id, "--tail", "3", "--container", "job"]);
+    let all_lines = body(&job_only);
+    assert_eq!(body(&tail), all_lines[all_lines.len() - 3..].to_vec());
+    let none = stack_cli(&["logs", &id, "--pod", "no-such-pod"]);
+    assert!(ticks_of(&none).is_empty(), "{none}");
+    let as_json: Value = serde_json::from_str(&stack_cli(&["logs", &id, "-o", "json"])).unwrap();
+    assert!(as_json["index.json"].is_string(), "{as_json}");
+
+    // A closed stdout pipe ends `events` quietly.
+    let mut events = cli(&stack)
+        .args(["events", &id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(events.stdout.take());
+    let out = events.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn submit_wait_streams_the_main_output_unless_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, _api) = start(dir.path()).await;
+    let job = job_dir(dir.path(), 8);
+    let run = |extra: &[&str]| {
+        let mut c = cli(&stack);
+        c.args(["submit", job.to_str().unwrap(), "--wait"])
+            .args(extra);
+        c
+    };
+    let out = tokio::task::spawn_blocking({
+        let mut c = run(&[]);
+        move || c.output().unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ticks_of(&text), expected(8), "{text}");
+    assert!(
+        !text.contains("==> "),
+        "main output only, no headers: {text}"
+    );
+
+    let out = tokio::task::spawn_blocking({
+        let mut c = run(&["--quiet"]);
+        move || c.output().unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    assert!(ticks_of(&text).is_empty(), "--quiet printed output: {text}");
+    stack.shutdown().await;
+}
