@@ -14,6 +14,7 @@ pub mod constants;
 pub mod fleet;
 pub mod job;
 pub mod playground;
+pub mod quantity;
 pub mod quota;
 pub mod quota_view;
 pub mod render;

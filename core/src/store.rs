@@ -111,6 +111,24 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// A [`StoreError::Backend`]: `op` on `key` (empty for table-wide operations) of `table` (a
+    /// table, bucket or root directory) failed with `source`.
+    pub fn backend(
+        op: &'static str,
+        table: &str,
+        key: &str,
+        source: impl Into<BoxError>,
+    ) -> StoreError {
+        StoreError::Backend {
+            op,
+            table: table.to_owned(),
+            key: key.to_owned(),
+            source: source.into(),
+        }
+    }
+}
+
 /// Idempotency of a submission: the same `key` with the same `request_sha256` returns the first job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Idempotency {

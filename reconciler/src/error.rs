@@ -53,6 +53,10 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// One of the reconciler's endless loops (watches, lease, passes) ended: the process stops with
+    /// an error so that it is restarted.
+    #[error("{0} ended; stopping so that the reconciler is restarted")]
+    LoopEnded(&'static str),
     /// Writing the logs archive failed.
     #[error("job {job_id}: building the logs archive failed")]
     Archive {

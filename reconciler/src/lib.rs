@@ -21,6 +21,7 @@ pub mod playground;
 pub mod rayjob;
 mod run;
 pub mod status;
+pub mod strip;
 pub mod sync;
 pub mod workload;
 

@@ -28,7 +28,7 @@ use aws_sdk_dynamodb::config::Credentials;
 use common::*;
 use fault_proxy::{FaultProxy, ProxyFault, ProxyPlan};
 use faulty::{FaultKind, Faults, FaultyBlobStore, FaultyJobStore, Rule};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::watcher;
@@ -36,6 +36,11 @@ use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::workload_name;
 use tuneplane_core::store::{BlobStore, CreateOutcome, JobStore, PlaygroundRecord, StoreError};
 use tuneplane_reconciler::Ctx;
+use tuneplane_reconciler::cluster::Cluster;
+use tuneplane_reconciler::kube_io::Kube;
+use tuneplane_reconciler::leader::Leadership;
+use tuneplane_reconciler::metrics::Metrics;
+use tuneplane_reconciler::pass::pass;
 use tuneplane_reconciler::rayjob::{self, RayJob};
 use tuneplane_stores::aws::{dynamodb_client, retry_config, s3_client};
 use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore, S3BlobStore};
@@ -242,6 +247,63 @@ async fn jobs_end_once_with_their_logs_when_store_calls_fail_before_or_after_wri
         metric(&ctx, "tuneplane_store_errors_total"),
         store_errors as f64
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_whose_record_write_fails_counts_as_an_error_not_an_admission() {
+    let dir = tempfile::tempdir().unwrap();
+    let (jobs, blobs) = embedded_stores(&dir);
+    let h = with_stores(fast_sim(), jobs, blobs, dir).await;
+    let queued = job(
+        "adm01",
+        vec![pool("main", Some("h200"), 1, 4)],
+        "ghcr.io/acme/train:1",
+        120,
+    );
+    h.submit(&queued).await;
+    let faults = Faults::scripted(vec![Rule {
+        method: "update_job",
+        key: queued.id.clone(),
+        nth: 1,
+        kind: FaultKind::Before,
+    }]);
+    let config = test_config("admit-by-hand");
+    let metrics = Arc::new(Metrics::default());
+    let kube = Kube::new(
+        h.client.clone(),
+        config.kube_qps,
+        config.kube_burst,
+        metrics.clone(),
+    );
+    let leadership = Arc::new(Leadership::default());
+    let ctx = Ctx::new(
+        config,
+        kube,
+        FaultyJobStore::new(h.jobs.clone(), faults.clone()),
+        FaultyBlobStore::new(h.blobs.clone(), faults.clone()),
+        metrics,
+        leadership.clone(),
+    );
+    let nodes = Api::<Node>::all(h.client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let cluster = Cluster::new(
+        nodes.items.into_iter().map(Arc::new).collect(),
+        vec![],
+        vec![],
+        vec![],
+    );
+
+    let now = tuneplane_core::clock::now_ms();
+    leadership.hold_until(now + 60_000);
+    let failed = pass(&ctx, &cluster, now).await.unwrap();
+    let admitted = pass(&ctx, &cluster, now + 1).await.unwrap();
+
+    assert_eq!((failed.admitted, failed.errors), (0, 1), "{failed:?}");
+    assert_eq!((admitted.admitted, admitted.errors), (1, 0), "{admitted:?}");
+    let stored = h.jobs.get_job(&queued.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, JobState::Admitted);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,7 +27,7 @@ pub use auth::{
     new_api_key, principal_of,
 };
 use code::prepare;
-pub use code::{Prepared, SPEC_FILE_IN_ARCHIVE, merge_patch};
+pub use code::{Prepared, SPEC_FILE_IN_ARCHIVE};
 pub use error::SubmitError;
 
 use crate::capacity::CapacitySnapshot;

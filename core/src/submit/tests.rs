@@ -1,22 +1,7 @@
 //! Unit tests of the pure parts of submission; the full flow is tested through the HTTP router
 //! against both store implementations in `tuneplane-functions`.
 
-use serde_json::json;
-
 use super::*;
-
-#[test]
-fn merge_patch_merges_objects_removes_nulls_and_replaces_the_rest() {
-    let mut spec = json!({"name": "a", "env": {"A": "1", "B": "2"}, "pools": [{"nodes": 1}]});
-    merge_patch(
-        &mut spec,
-        &json!({"env": {"B": null, "C": "3"}, "pools": [{"nodes": 2}], "priority": 5}),
-    );
-    assert_eq!(
-        spec,
-        json!({"name": "a", "env": {"A": "1", "C": "3"}, "pools": [{"nodes": 2}], "priority": 5})
-    );
-}
 
 #[test]
 fn request_digest_depends_only_on_the_capsule() {
