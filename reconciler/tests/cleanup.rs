@@ -342,6 +342,8 @@ async fn metrics_and_healthz_are_served() {
     let metrics = std::sync::Arc::new(Metrics::default());
     metrics.heartbeat(tuneplane_core::clock::now_ms());
     metrics.inc_admissions();
+    metrics.observe_pass(Duration::from_millis(3), true);
+    metrics.observe_pass(Duration::from_secs(2), true);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -355,11 +357,38 @@ async fn metrics_and_healthz_are_served() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let text = body.text().await.unwrap_or_default();
-    assert!(
-        text.contains("# TYPE tuneplane_admissions_total counter\ntuneplane_admissions_total 1"),
-        "{text}"
-    );
-    assert!(text.contains("tuneplane_queue_depth 0"));
+    // A standard Prometheus text parser reads the exposition (counters come out untyped: it
+    // does not know OpenMetrics' `_total` suffix, which Prometheus itself does).
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let value = |name: &str| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name)
+            .map(|s| s.value.clone())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    let number = |name: &str| match value(name) {
+        prometheus_parse::Value::Counter(n)
+        | prometheus_parse::Value::Gauge(n)
+        | prometheus_parse::Value::Untyped(n) => n,
+        other => panic!("{name} is {other:?}"),
+    };
+    assert_eq!(number("tuneplane_admissions_total"), 1.0);
+    assert_eq!(number("tuneplane_queue_depth"), 0.0);
+    assert_eq!(number("tuneplane_step_errors_total"), 0.0);
+    assert_eq!(number("tuneplane_pass_duration_seconds_count"), 2.0);
+    // Two passes, one of 3 ms and one of 2 s: a histogram with cumulative buckets.
+    let prometheus_parse::Value::Histogram(buckets) = value("tuneplane_pass_duration_seconds")
+    else {
+        panic!("tuneplane_pass_duration_seconds is not a histogram:\n{text}");
+    };
+    let count_le = |le: f64| buckets.iter().find(|b| b.less_than == le).map(|b| b.count);
+    assert_eq!(count_le(0.001), Some(0.0));
+    assert_eq!(count_le(0.005), Some(1.0));
+    assert_eq!(count_le(2.5), Some(2.0));
+    assert_eq!(count_le(f64::INFINITY), Some(2.0));
     let health = client
         .get(format!("http://{addr}/healthz"))
         .send()

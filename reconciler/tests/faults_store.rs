@@ -244,7 +244,7 @@ async fn jobs_end_once_with_their_logs_when_store_calls_fail_before_or_after_wri
     assert!(before > 0 && after > 0, "{:?}", faults.injected());
     assert!(store_errors > 0, "no store error reached the metrics");
     assert_eq!(
-        metric(&ctx, "tuneplane_store_errors_total"),
+        metric(&ctx, "tuneplane_step_errors_total{cause=\"store\"}"),
         store_errors as f64
     );
 }
