@@ -11,6 +11,7 @@ pub mod capacity_compute;
 pub mod capsule;
 pub mod clock;
 pub mod constants;
+pub mod control;
 pub mod fleet;
 pub mod job;
 pub mod playground;
