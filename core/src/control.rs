@@ -73,14 +73,8 @@ impl ControlService {
 
     /// Job `id` of `tenant`.
     pub async fn owned_job(&self, tenant: &str, id: &str) -> Result<JobRecord> {
-        let not_found = || ControlError::NotFound(format!("job {id} not found"));
-        if !valid_id(id) {
-            return Err(not_found());
-        }
-        match self.submit.jobs().get_job(id).await? {
-            Some(job) if job.tenant == tenant => Ok(job),
-            _ => Err(not_found()),
-        }
+        let jobs = self.submit.jobs();
+        owned("job", id, || jobs.get_job(id), |j| j.tenant == tenant).await
     }
 
     /// Requests a stop of job `id` of `tenant`.
@@ -105,14 +99,14 @@ impl ControlService {
 
     /// Playground `id` of `tenant`.
     pub async fn owned_playground(&self, tenant: &str, id: &str) -> Result<PlaygroundRecord> {
-        let not_found = || ControlError::NotFound(format!("playground {id} not found"));
-        if !valid_id(id) {
-            return Err(not_found());
-        }
-        match self.submit.jobs().get_playground(id).await? {
-            Some(p) if p.tenant == tenant => Ok(p),
-            _ => Err(not_found()),
-        }
+        let jobs = self.submit.jobs();
+        owned(
+            "playground",
+            id,
+            || jobs.get_playground(id),
+            |p| p.tenant == tenant,
+        )
+        .await
     }
 
     /// Validates `request` (against the fleet shape of the latest capacity snapshot when there
@@ -170,5 +164,26 @@ impl ControlService {
         Err(ControlError::Busy(format!(
             "playground {id} kept changing; retry"
         )))
+    }
+}
+
+/// The `kind` object `id` read by `get` if `mine` says it is the caller's; an id the API never
+/// hands out is not looked up, and another tenant's object answers like a missing one.
+async fn owned<T, Fut>(
+    kind: &str,
+    id: &str,
+    get: impl FnOnce() -> Fut,
+    mine: impl FnOnce(&T) -> bool,
+) -> Result<T>
+where
+    Fut: std::future::Future<Output = Result<Option<T>, StoreError>>,
+{
+    let not_found = || ControlError::NotFound(format!("{kind} {id} not found"));
+    if !valid_id(id) {
+        return Err(not_found());
+    }
+    match get().await? {
+        Some(found) if mine(&found) => Ok(found),
+        _ => Err(not_found()),
     }
 }

@@ -686,7 +686,7 @@ mod tests {
                 "deadlines": {"pre_running_seconds": 60, "run_seconds": 600},
                 "priority": 0, "labels": {}, "namespace": "ns", "platform_version": "0"
             }))
-            .unwrap_or_else(|e| panic!("spec: {e}"));
+            .expect("spec");
             let mut j = JobRecord::new_queued(id, tenant, spec, "ab", 1);
             j.state = state;
             j

@@ -351,7 +351,7 @@ mod tests {
 
     #[test]
     fn required_access_equals_what_the_manifests_grant() {
-        let granted = granted().unwrap_or_else(|e| panic!("{e}"));
+        let granted = granted().unwrap();
         let mut required: Vec<Grant> = REQUIRED
             .iter()
             .map(|a| {
@@ -373,7 +373,7 @@ mod tests {
     #[test]
     fn manifests_parse_into_the_expected_objects() {
         let kinds: Vec<String> = objects()
-            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap()
             .iter()
             .map(|(_, o)| o["kind"].as_str().unwrap_or_default().to_string())
             .collect();

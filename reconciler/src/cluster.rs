@@ -304,7 +304,7 @@ mod tests {
             "metadata": {"name": format!("{name}.{kind}")},
             "involvedObject": {"namespace": ns, "name": name}, "type": kind, "reason": "R"
         }))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         Arc::new(e)
     }
 
@@ -314,7 +314,7 @@ mod tests {
             "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": {GPU_RESOURCE: gpus}}}]},
             "status": {"phase": "Running"}
         }))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         Arc::new(p)
     }
 
@@ -347,7 +347,7 @@ mod tests {
             "status": {"capacity": {GPU_RESOURCE: "8", "cpu": "96", "memory": "1Ti"},
                        "conditions": [{"type": "Ready", "status": "True"}]}
         }))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let c = Cluster::new(
             vec![Arc::new(node)],
             vec![

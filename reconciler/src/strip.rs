@@ -260,7 +260,7 @@ mod tests {
             },
             "status": status
         }))
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
     }
 
     fn stripped(pod: &Pod) -> Pod {
@@ -364,7 +364,7 @@ mod tests {
                 "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]
             }
         }))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let mut small = full.clone();
         strip_node(&mut small);
         assert_eq!(node_info(&small), node_info(&full));
@@ -384,7 +384,7 @@ mod tests {
             "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:01:00Z",
             "count": 7, "source": {"component": "kubelet"}, "reportingComponent": "kubelet"
         }))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let mut small = full.clone();
         strip_event(&mut small);
         assert_eq!(small.uid(), full.uid());
@@ -407,7 +407,7 @@ mod tests {
             "spec": {"entrypoint": "python train.py", "rayClusterSpec": {"headGroupSpec": {}}},
             "status": {"jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded", "message": "m"}
         }))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let mut small = full.clone();
         strip_rayjob(&mut small);
         assert_eq!(

@@ -8,6 +8,10 @@
 //! off), so every fault reaches `Kube::call` or a watcher. Workload uids are recorded from kubesim's
 //! store (its change feed, which no fault touches), so the record is complete.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -59,9 +63,8 @@ fn track(h: &Harness, pods: BTreeSet<String>) -> (Uids, tokio::task::JoinHandle<
 
 /// A reconciler whose client is configured as in production.
 async fn reconciler(h: &Harness, config: Config) -> (tokio::task::JoinHandle<()>, Arc<Ctx>) {
-    let url = h.sim().url().parse().unwrap_or_else(|e| panic!("url: {e}"));
-    let client = kube::Client::try_from(client_config(kube::Config::new(url)))
-        .unwrap_or_else(|e| panic!("client: {e}"));
+    let url = h.sim().url().parse().expect("url");
+    let client = kube::Client::try_from(client_config(kube::Config::new(url))).expect("client");
     spawn_reconciler(config, client, h.jobs.clone(), h.blobs.clone()).await
 }
 
@@ -376,8 +379,7 @@ async fn a_log_the_api_server_never_serves_delays_the_end_a_bounded_number_of_pa
     h.submit(&cpu_job("n1")).await;
     let job = h.wait_state(50, "n1", JobState::Succeeded).await;
     let entries = assert_logs_archived(&h, &job).await;
-    let index: serde_json::Value =
-        serde_json::from_str(&entries[0].1).unwrap_or_else(|e| panic!("index.json: {e}"));
+    let index: serde_json::Value = serde_json::from_str(&entries[0].1).expect("index.json");
     let logs = index["entries"].as_array().cloned().unwrap_or_default();
     assert!(!logs.is_empty());
     for entry in &logs {
