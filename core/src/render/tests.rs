@@ -243,9 +243,9 @@ fn capsule_url_must_end_in_zip_and_names_are_dns_1035() {
     assert_eq!(memory_quantity(1.5), "1536Mi");
 }
 
-#[test]
-fn playground_is_a_vllm_pod_on_its_series_reached_through_the_api_proxy() {
-    let pg = PlaygroundRecord {
+/// A one-GPU l40s playground of an hour, created at 0.
+fn playground() -> PlaygroundRecord {
+    PlaygroundRecord {
         id: "PG_1".into(),
         tenant: "acme".into(),
         model: "Qwen/Qwen3-0.6B".into(),
@@ -257,7 +257,12 @@ fn playground_is_a_vllm_pod_on_its_series_reached_through_the_api_proxy() {
         version: 0,
         pod_namespace: None,
         status: None,
-    };
+    }
+}
+
+#[test]
+fn playground_is_a_vllm_pod_on_its_series_reached_through_the_api_proxy() {
+    let pg = playground();
     let pod = render_playground(&pg, "tuneplane-jobs", &RenderSettings::default());
     assert_eq!(at(&pod, "/metadata/name"), "pg-1");
     assert_eq!(at(&pod, "/spec/nodeSelector/tuneplane~1gpu-series"), "l40s");
@@ -446,19 +451,7 @@ fn assert_round_trips<T: serde::de::DeserializeOwned + serde::Serialize>(
 fn every_rendered_pod_round_trips_through_the_kubernetes_types() {
     use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
     let variants = settings_variants();
-    let pg = PlaygroundRecord {
-        id: "pg-1".into(),
-        tenant: "acme".into(),
-        model: "Qwen/Qwen3-0.6B".into(),
-        series: "l40s".into(),
-        gpus: 2,
-        pod_name: None,
-        created_at_ms: 0,
-        expires_at_ms: 3_600_000,
-        version: 0,
-        pod_namespace: None,
-        status: None,
-    };
+    let pg = playground();
     let mut checked = 0;
     for settings in &variants {
         for j in [cpu_job(), placed(cpu_job())] {
