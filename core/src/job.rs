@@ -200,7 +200,7 @@ pub struct JobRecord {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("job {job_id}: cannot move from {from} to {to}")]
 pub struct TransitionError {
-    /// The job.
+    /// Job whose record refused the transition.
     pub job_id: String,
     /// Its current state.
     pub from: JobState,

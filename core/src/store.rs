@@ -57,7 +57,7 @@ pub enum StoreError {
         "idempotency key {key:?} of tenant {tenant} was already used for a different request (job {job_id})"
     )]
     IdempotencyMismatch {
-        /// Tenant.
+        /// Tenant that owns the key.
         tenant: String,
         /// The client's idempotency key.
         key: String,
@@ -73,7 +73,7 @@ pub enum StoreError {
     /// A blob key or record field that cannot be stored (e.g. `..` in a key).
     #[error("invalid key {key:?}: {reason}")]
     InvalidKey {
-        /// The key.
+        /// The refused key, as given.
         key: String,
         /// What is wrong with it.
         reason: String,

@@ -84,7 +84,7 @@ pub struct Config {
     pub submit: SubmitConfig,
     /// Webhook sources by name.
     pub webhooks: BTreeMap<String, WebhookSource>,
-    /// JSON logs.
+    /// Whether logs are JSON lines (`TUNEPLANE_LOG_FORMAT=json`) rather than text.
     pub json_logs: bool,
     /// Plain-HTTP listen address (API binary outside Lambda).
     pub listen: Option<String>,

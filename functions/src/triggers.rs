@@ -26,7 +26,7 @@ pub const SUBMISSION_DETAIL_TYPE: &str = "TunePlane Job Submission";
 pub enum Outcome {
     /// A job was created (or found, for a redelivery).
     Submitted {
-        /// Job id.
+        /// Id of the created (or redelivered) job.
         job_id: String,
         /// False for a redelivery.
         created: bool,

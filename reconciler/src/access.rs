@@ -60,7 +60,7 @@ pub struct Access {
     pub group: &'static str,
     /// Resource, `pods/log` for a subresource.
     pub resource: &'static str,
-    /// Verb.
+    /// Verb the reconciler needs (`get`, `list`, `watch`, `create`, ...).
     pub verb: &'static str,
     /// Namespace, or `None` for a cluster-wide request.
     pub namespace: Option<&'static str>,
@@ -136,7 +136,7 @@ pub enum AccessError {
     /// The token file could not be written.
     #[error("cannot write the token file {path}: {source}")]
     TokenFile {
-        /// Path.
+        /// Where the token file was to be written.
         path: String,
         /// The I/O error.
         #[source]

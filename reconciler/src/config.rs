@@ -58,9 +58,9 @@ pub struct Config {
     pub pre_running_cap: Option<Duration>,
     /// Time between passes without watch events.
     pub pass_interval: Duration,
-    /// Lease name.
+    /// Name of the Lease replicas contend for (in `namespace`).
     pub lease_name: String,
-    /// Lease duration.
+    /// How long a Lease holder may go without renewing before another replica may take over.
     pub lease_duration: Duration,
     /// Identity of this replica.
     pub identity: String,

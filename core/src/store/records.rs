@@ -86,7 +86,7 @@ impl ApiKeyRecord {
 /// What the store remembers about an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdempotencyRecord {
-    /// Tenant.
+    /// Tenant the key belongs to (keys are scoped per tenant).
     pub tenant: String,
     /// The client's key.
     pub key: String,

@@ -107,7 +107,7 @@ pub struct SubmitRequest {
     pub tenant: String,
     /// The JobSpec.
     pub spec: SpecInput,
-    /// The code.
+    /// Where the code comes from: an archive in memory, an archive blob, or an existing capsule.
     pub code: Code,
     /// Client idempotency key (header, schedule id + time, event id ...).
     pub idempotency_key: Option<String>,
