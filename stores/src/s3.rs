@@ -9,6 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::SdkError;
 use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
@@ -65,17 +67,32 @@ impl S3BlobStore {
         key: &str,
     ) -> Result<Option<aws_sdk_s3::operation::get_object::GetObjectOutput>> {
         validate_blob_key(key)?;
-        match self
+        let got = self
             .client
             .get_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
-            .await
-        {
+            .await;
+        self.found("GetObject", key, got, |e| e.is_no_such_key())
+    }
+
+    /// The answer of a read, `None` when `missing` says the object does not exist, any other
+    /// failure as a backend error of `op` on `key`.
+    fn found<T, E>(
+        &self,
+        op: &'static str,
+        key: &str,
+        answer: std::result::Result<T, SdkError<E, HttpResponse>>,
+        missing: impl FnOnce(&E) -> bool,
+    ) -> Result<Option<T>>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        match answer {
             Ok(out) => Ok(Some(out)),
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
-            Err(e) => Err(self.backend("GetObject", key, e)),
+            Err(e) if e.as_service_error().is_some_and(missing) => Ok(None),
+            Err(e) => Err(self.backend(op, key, e)),
         }
     }
 
@@ -158,7 +175,7 @@ impl S3BlobStore {
         &self,
         op: &'static str,
         key: &str,
-        e: aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+        e: SdkError<E, HttpResponse>,
     ) -> Result<PutOutcome>
     where
         E: std::error::Error + Send + Sync + 'static,
@@ -361,25 +378,22 @@ impl BlobStore for S3BlobStore {
 
     async fn head(&self, key: &str) -> Result<Option<BlobMeta>> {
         validate_blob_key(key)?;
-        match self
+        let answer = self
             .client
             .head_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
-            .await
-        {
-            Ok(out) => {
-                let size = out
-                    .content_length
-                    .and_then(|n| u64::try_from(n).ok())
-                    .unwrap_or(0);
-                let sha256 = out.metadata.and_then(|mut m| m.remove("sha256"));
-                Ok(Some(BlobMeta { size, sha256 }))
-            }
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_not_found()) => Ok(None),
-            Err(e) => Err(self.backend("HeadObject", key, e)),
-        }
+            .await;
+        let Some(out) = self.found("HeadObject", key, answer, |e| e.is_not_found())? else {
+            return Ok(None);
+        };
+        let size = out
+            .content_length
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0);
+        let sha256 = out.metadata.and_then(|mut m| m.remove("sha256"));
+        Ok(Some(BlobMeta { size, sha256 }))
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
