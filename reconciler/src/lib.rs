@@ -29,3 +29,5 @@ pub use config::Config;
 pub use ctx::Ctx;
 pub use error::{Error, Result};
 pub use run::Reconciler;
+/// The wall clock, Unix milliseconds: core's one clock, named here for the reconciler's modules.
+pub use tuneplane_core::clock::now_ms;
