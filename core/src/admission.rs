@@ -75,7 +75,7 @@ pub struct PoolPlacement {
 /// A job to admit now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admission {
-    /// Job id.
+    /// Job to admit (its record moves to ADMITTED with these placements).
     pub job_id: String,
     /// Placement of every pool: the workload is pinned to these nodes.
     pub placements: Vec<PoolPlacement>,

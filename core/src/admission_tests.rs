@@ -33,7 +33,7 @@ fn job(id: &str, priority: i32, submitted: i64, pools: Vec<serde_json::Value>) -
         "pools": pools, "deadlines": {"pre_running_seconds": 60, "run_seconds": 600},
         "priority": priority, "labels": {}, "namespace": "ns", "platform_version": "0"
     }))
-    .unwrap_or_else(|e| panic!("spec: {e}"));
+    .expect("spec");
     JobRecord::new_queued(id, "acme", spec, "ab", submitted)
 }
 

@@ -126,39 +126,17 @@ pub fn compute_capacity_with_share(
     CapacitySnapshot::from_nodes_with_share(taken_at_ms, per_node, gpu_share)
 }
 
-/// Parses a Kubernetes quantity of CPU (`"500m"`, `"2"`, `"1.5"`) into cores; `None` if malformed.
+/// Parses a Kubernetes quantity of CPU (`"500m"`, `"2"`, `"1.5"`, `"1e3"`) into cores; `None` if
+/// malformed.
 pub fn parse_cpu(q: &str) -> Option<f64> {
-    let q = q.trim();
-    if let Some(m) = q.strip_suffix('m') {
-        return m.parse::<f64>().ok().map(|v| v / 1000.0);
-    }
-    q.parse::<f64>().ok()
+    crate::quantity::parse(q).map(|milli| milli as f64 / 1000.0)
 }
 
-/// Parses a Kubernetes memory quantity (`"64Gi"`, `"512Mi"`, `"1G"`, `"1024"`) into GiB.
+/// Parses a Kubernetes memory quantity (`"64Gi"`, `"512Mi"`, `"1G"`, `"1024"`, `"1e9"`) into GiB;
+/// `None` if malformed.
 pub fn parse_memory_gb(q: &str) -> Option<f64> {
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-    let q = q.trim();
-    let units: [(&str, f64); 12] = [
-        ("Ki", 1024.0),
-        ("Mi", 1024.0 * 1024.0),
-        ("Gi", GIB),
-        ("Ti", GIB * 1024.0),
-        ("Pi", GIB * 1024.0 * 1024.0),
-        ("k", 1e3),
-        ("K", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("m", 1e-3),
-    ];
-    for (suffix, factor) in units {
-        if let Some(num) = q.strip_suffix(suffix) {
-            return num.parse::<f64>().ok().map(|v| v * factor / GIB);
-        }
-    }
-    q.parse::<f64>().ok().map(|v| v / GIB)
+    crate::quantity::parse(q).map(|milli| milli as f64 / 1000.0 / GIB)
 }
 
 /// Parses a whole-number quantity such as a GPU count (`"8"`); `None` if not a non-negative integer.

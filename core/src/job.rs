@@ -205,7 +205,7 @@ pub struct JobRecord {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("job {job_id}: cannot move from {from} to {to}")]
 pub struct TransitionError {
-    /// The job.
+    /// Job whose record refused the transition.
     pub job_id: String,
     /// Its current state.
     pub from: JobState,
@@ -356,20 +356,17 @@ mod tests {
             "run_seconds": 600}, "priority": 0, "labels": {}, "namespace": "ns",
             "platform_version": "0"
         });
-        serde_json::from_value(json).unwrap_or_else(|e| panic!("test spec: {e}"))
+        serde_json::from_value(json).expect("test spec")
     }
 
     #[test]
     fn lifecycle_starts_each_clock_once() {
         let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 1_000);
         assert_eq!(job.clock_ms(1_500), 500);
-        job.transition(JobState::Admitted, 2_000)
-            .unwrap_or_else(|e| panic!("{e}"));
-        job.transition(JobState::Running, 3_000)
-            .unwrap_or_else(|e| panic!("{e}"));
+        job.transition(JobState::Admitted, 2_000).unwrap();
+        job.transition(JobState::Running, 3_000).unwrap();
         assert_eq!(job.clock_ms(3_250), 250);
-        job.transition(JobState::Succeeded, 4_000)
-            .unwrap_or_else(|e| panic!("{e}"));
+        job.transition(JobState::Succeeded, 4_000).unwrap();
         assert_eq!(
             (job.admitted_at_ms, job.running_at_ms, job.finished_at_ms),
             (Some(2_000), Some(3_000), Some(4_000))
@@ -398,7 +395,7 @@ mod tests {
     fn stop_request_ends_as_stopped_with_reason() {
         let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 0);
         job.finish_with_failure(FailureReason::StopRequested, "by user", 5)
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         assert_eq!(job.state, JobState::Stopped);
         assert_eq!(
             job.failure.map(|f| f.reason),

@@ -278,11 +278,11 @@ pub enum QuotaCheck {
 pub enum Over<'a> {
     /// GPUs of a series.
     Gpus {
-        /// The series.
+        /// Series whose GPU limit the job would pass.
         series: &'a str,
         /// GPUs of the series the tenant has admitted.
         used: u32,
-        /// Its limit.
+        /// The tenant's GPU limit for the series.
         limit: u32,
         /// What the job needs.
         need: u32,
@@ -291,7 +291,7 @@ pub enum Over<'a> {
     Cpus {
         /// Admitted.
         used: f64,
-        /// Limit.
+        /// The tenant's CPU limit, cores.
         limit: f64,
         /// Needed.
         need: f64,
@@ -300,7 +300,7 @@ pub enum Over<'a> {
     Memory {
         /// Admitted.
         used: f64,
-        /// Limit.
+        /// The tenant's memory limit, GiB.
         limit: f64,
         /// Needed.
         need: f64,
@@ -351,7 +351,7 @@ pub enum Verdict<'a> {
 /// resolve these their own way: by name here, by index in admission).
 #[derive(Debug, Clone, Copy)]
 pub struct GpuUse<'a> {
-    /// The series.
+    /// GPU series (a node label value such as `h200`).
     pub series: &'a str,
     /// GPUs of it the job needs (each series once per job).
     pub need: u32,
@@ -686,7 +686,7 @@ mod tests {
                 "deadlines": {"pre_running_seconds": 60, "run_seconds": 600},
                 "priority": 0, "labels": {}, "namespace": "ns", "platform_version": "0"
             }))
-            .unwrap_or_else(|e| panic!("spec: {e}"));
+            .expect("spec");
             let mut j = JobRecord::new_queued(id, tenant, spec, "ab", 1);
             j.state = state;
             j

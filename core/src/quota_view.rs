@@ -72,7 +72,7 @@ impl CpuQuotaView {
 /// The caller's quota, usage and queued demand.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuotaView {
-    /// The tenant.
+    /// Tenant of the API key that asked.
     pub tenant: String,
     /// Fair-share weight (1 unless an operator set another).
     pub weight: f64,

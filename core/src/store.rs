@@ -57,7 +57,7 @@ pub enum StoreError {
         "idempotency key {key:?} of tenant {tenant} was already used for a different request (job {job_id})"
     )]
     IdempotencyMismatch {
-        /// Tenant.
+        /// Tenant that owns the key.
         tenant: String,
         /// The client's idempotency key.
         key: String,
@@ -73,7 +73,7 @@ pub enum StoreError {
     /// A blob key or record field that cannot be stored (e.g. `..` in a key).
     #[error("invalid key {key:?}: {reason}")]
     InvalidKey {
-        /// The key.
+        /// The refused key, as given.
         key: String,
         /// What is wrong with it.
         reason: String,
@@ -109,6 +109,24 @@ pub enum StoreError {
         #[source]
         source: BoxError,
     },
+}
+
+impl StoreError {
+    /// A [`StoreError::Backend`]: `op` on `key` (empty for table-wide operations) of `table` (a
+    /// table, bucket or root directory) failed with `source`.
+    pub fn backend(
+        op: &'static str,
+        table: &str,
+        key: &str,
+        source: impl Into<BoxError>,
+    ) -> StoreError {
+        StoreError::Backend {
+            op,
+            table: table.to_owned(),
+            key: key.to_owned(),
+            source: source.into(),
+        }
+    }
 }
 
 /// Idempotency of a submission: the same `key` with the same `request_sha256` returns the first job.

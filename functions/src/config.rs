@@ -89,7 +89,7 @@ pub struct Config {
     pub webhooks: BTreeMap<String, WebhookSource>,
     /// Tenant of each AWS account that may put submission events.
     pub event_senders: BTreeMap<String, String>,
-    /// JSON logs.
+    /// Whether logs are JSON lines (`TUNEPLANE_LOG_FORMAT=json`) rather than text.
     pub json_logs: bool,
     /// Plain-HTTP listen address (API binary outside Lambda).
     pub listen: Option<String>,
@@ -233,7 +233,7 @@ mod tests {
     fn webhook_sources_parse_and_short_secrets_are_refused() {
         let ok = r#"{"github": {"secret": "0123456789abcdef", "tenant": "acme", "scheme": "hub"}}"#;
         let vars = [(ENV_TABLE, "t"), (ENV_BUCKET, "b"), (ENV_WEBHOOKS, ok)];
-        let config = parse(&vars).unwrap_or_else(|e| panic!("{e}"));
+        let config = parse(&vars).unwrap();
         assert_eq!(config.webhooks["github"].tenant, "acme");
         let short = r#"{"github": {"secret": "x", "tenant": "acme", "scheme": "hub"}}"#;
         let vars = [(ENV_TABLE, "t"), (ENV_BUCKET, "b"), (ENV_WEBHOOKS, short)];
@@ -281,7 +281,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_config_type_error_or_state_shows_a_secret() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let data = dir.path().display().to_string();
         let hooks = format!(
             r#"{{"github": {{"secret": "{HOOK_SECRET}", "tenant": "acme", "scheme": "hub"}}}}"#
@@ -291,7 +291,7 @@ mod tests {
             (ENV_BLOB_SECRET, BLOB_SECRET),
             (ENV_WEBHOOKS, hooks.as_str()),
         ];
-        let config = parse(&vars).unwrap_or_else(|e| panic!("{e}"));
+        let config = parse(&vars).unwrap();
         assert_eq!(config.webhooks["github"].secret.expose(), HOOK_SECRET);
         assert_clean("Config", &format!("{config:?} {config:#?}"));
         assert_clean("Backend", &format!("{:?}", config.backend));
@@ -320,9 +320,7 @@ mod tests {
             assert_clean("ConfigError", &format!("{err} {err:?}"));
         }
 
-        let (jobs, blobs) = crate::runtime::stores(&config)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let (jobs, blobs) = crate::runtime::stores(&config).await.unwrap();
         let state = crate::runtime::state_with(&config, jobs, blobs);
         assert_clean("AppState", &format!("{state:?} {state:#?}"));
     }

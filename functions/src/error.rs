@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tuneplane_core::capsule::CapsuleError;
+use tuneplane_core::control::ControlError;
 use tuneplane_core::spec::FieldError;
 use tuneplane_core::store::StoreError;
 use tuneplane_core::submit::SubmitError;
@@ -70,6 +71,24 @@ pub enum ApiError {
     /// Storage failed outside the submission service.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl From<ControlError> for ApiError {
+    fn from(e: ControlError) -> Self {
+        match e {
+            ControlError::NotFound(message) => ApiError::NotFound(message),
+            ControlError::Busy(message) => ApiError::Conflict {
+                code: "busy",
+                message,
+            },
+            ControlError::InvalidPlayground(fields) => ApiError::InvalidFields {
+                code: "invalid_request",
+                subject: "playground request",
+                fields,
+            },
+            ControlError::Store(e) => ApiError::Store(e),
+        }
+    }
 }
 
 impl ApiError {

@@ -55,14 +55,7 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
     out
 }
 
-/// True for ids this API hands out: 1-64 of `a-z`, `0-9` and `-` (safe in keys and paths).
-pub fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-}
+pub use tuneplane_core::control::valid_id;
 
 /// Runs capsule builds on tokio's blocking pool.
 #[derive(Debug, Clone, Copy, Default)]

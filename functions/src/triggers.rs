@@ -36,7 +36,7 @@ pub const SUBMISSION_SOURCE: &str = "tuneplane.jobs";
 pub enum Outcome {
     /// A job was created (or found, for a redelivery).
     Submitted {
-        /// Job id.
+        /// Id of the created (or redelivered) job.
         job_id: String,
         /// False for a redelivery.
         created: bool,

@@ -157,7 +157,7 @@ mod tests {
         let fleet = Fleet::from_yaml(
             "node_groups:\n- {name: h200, series: h200, count: 4, gpus: 8, cpus: 96, memory_gb: 1024, cordoned: 1, not_ready: 1}\n",
         );
-        let nodes = nodes(&fleet.unwrap_or_else(|e| panic!("{e}")));
+        let nodes = nodes(&fleet.unwrap());
         let names: Vec<&str> = nodes.iter().map(crate::json::name).collect();
         assert_eq!(names, ["h200-0", "h200-1", "h200-2", "h200-3"]);
         assert!(is_ready(&nodes[1]));

@@ -1,5 +1,6 @@
-//! Patches: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and the approximation of
-//! server-side apply used here (a merge where lists of named items merge by `name`).
+//! Patches: the formats a `PATCH` may carry, JSON patch (RFC 6902) and the approximation of
+//! server-side apply used here (a merge where lists of named items merge by `name`). JSON merge
+//! patch (RFC 7386) and the RFC 6902 operations are the `json-patch` crate's.
 
 use serde_json::Value;
 
@@ -32,28 +33,8 @@ impl PatchKind {
     }
 }
 
-/// Applies an RFC 7386 merge patch in place: objects merge, `null` removes, anything else replaces.
-pub fn merge(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Default::default());
-    }
-    if let Value::Object(t) = target {
-        for (k, v) in p {
-            if v.is_null() {
-                t.remove(k);
-            } else {
-                merge(t.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
-}
-
-/// Merges like [`merge`] but lists whose items all carry a `name` merge item by item.
-/// This approximates server-side apply and strategic merge for containers, env, volumes, ports.
+/// Merges like a JSON merge patch ([`json_patch::merge`]) but lists whose items all carry a
+/// `name` merge item by item. This approximates server-side apply and strategic merge for containers, env, volumes, ports.
 pub fn merge_keyed(target: &mut Value, patch: &Value) {
     match (target, patch) {
         (Value::Object(t), Value::Object(p)) => {
@@ -81,7 +62,7 @@ pub fn merge_keyed(target: &mut Value, patch: &Value) {
         }
         (t, p) => {
             let mut fresh = Value::Null;
-            merge(&mut fresh, p);
+            ::json_patch::merge(&mut fresh, p);
             *t = fresh;
         }
     }
@@ -94,112 +75,19 @@ fn is_named_list(items: &[Value]) -> bool {
             .all(|i| i.get("name").is_some_and(Value::is_string))
 }
 
-/// Applies an RFC 6902 JSON patch, returning the patched document.
+/// Applies an RFC 6902 JSON patch, returning the patched document; the document is unchanged
+/// when any operation fails.
 pub fn json_patch(doc: &Value, ops: &Value) -> Result<Value, ApiError> {
-    let ops = ops
-        .as_array()
-        .ok_or_else(|| ApiError::bad_request("json patch must be an array of operations"))?;
+    if !ops.is_array() {
+        return Err(ApiError::bad_request(
+            "json patch must be an array of operations",
+        ));
+    }
+    let ops: ::json_patch::Patch = serde_json::from_value(ops.clone())
+        .map_err(|e| ApiError::invalid_patch(format!("malformed operation: {e}")))?;
     let mut doc = doc.clone();
-    for (i, op) in ops.iter().enumerate() {
-        let bad = |m: &str| ApiError::invalid_patch(format!("operation {i}: {m}"));
-        let kind = op
-            .get("op")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("missing op"))?;
-        let path = op
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("missing path"))?;
-        let value = || op.get("value").cloned().ok_or_else(|| bad("missing value"));
-        let from = || {
-            op.get("from")
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad("missing from"))
-        };
-        match kind {
-            "add" => add(&mut doc, path, value()?).map_err(|m| bad(&m))?,
-            "remove" => {
-                remove(&mut doc, path).map_err(|m| bad(&m))?;
-            }
-            "replace" => {
-                remove(&mut doc, path).map_err(|m| bad(&m))?;
-                add(&mut doc, path, value()?).map_err(|m| bad(&m))?;
-            }
-            "move" => {
-                let v = remove(&mut doc, from()?).map_err(|m| bad(&m))?;
-                add(&mut doc, path, v).map_err(|m| bad(&m))?;
-            }
-            "copy" => {
-                let v = doc
-                    .pointer(from()?)
-                    .cloned()
-                    .ok_or_else(|| bad("from path does not exist"))?;
-                add(&mut doc, path, v).map_err(|m| bad(&m))?;
-            }
-            "test" => {
-                if doc.pointer(path) != Some(&value()?) {
-                    return Err(bad(&format!("test failed at {path}")));
-                }
-            }
-            other => return Err(bad(&format!("unknown op {other:?}"))),
-        }
-    }
+    ::json_patch::patch(&mut doc, &ops).map_err(|e| ApiError::invalid_patch(e.to_string()))?;
     Ok(doc)
-}
-
-fn unescape(token: &str) -> String {
-    token.replace("~1", "/").replace("~0", "~")
-}
-
-fn split_parent(path: &str) -> Result<(&str, String), String> {
-    let idx = path
-        .rfind('/')
-        .ok_or_else(|| format!("invalid path {path:?}"))?;
-    Ok((&path[..idx], unescape(&path[idx + 1..])))
-}
-
-fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
-    if path.is_empty() {
-        *doc = value;
-        return Ok(());
-    }
-    let (parent, last) = split_parent(path)?;
-    match doc.pointer_mut(parent) {
-        Some(Value::Object(m)) => {
-            m.insert(last, value);
-            Ok(())
-        }
-        Some(Value::Array(a)) => {
-            let idx = if last == "-" {
-                a.len()
-            } else {
-                last.parse().map_err(|_| format!("bad index {last:?}"))?
-            };
-            if idx > a.len() {
-                return Err(format!("index {idx} out of range"));
-            }
-            a.insert(idx, value);
-            Ok(())
-        }
-        _ => Err(format!("parent of {path:?} does not exist")),
-    }
-}
-
-fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
-    let (parent, last) = split_parent(path)?;
-    match doc.pointer_mut(parent) {
-        Some(Value::Object(m)) => m
-            .remove(&last)
-            .ok_or_else(|| format!("{path:?} does not exist")),
-        Some(Value::Array(a)) => {
-            let idx: usize = last.parse().map_err(|_| format!("bad index {last:?}"))?;
-            if idx >= a.len() {
-                return Err(format!("index {idx} out of range"));
-            }
-            Ok(a.remove(idx))
-        }
-        _ => Err(format!("{path:?} does not exist")),
-    }
 }
 
 impl ApiError {
@@ -221,13 +109,6 @@ impl ApiError {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn merge_patch_follows_rfc_7386() {
-        let mut doc = json!({"a": "b", "c": {"d": "e", "f": "g"}, "l": [1, 2]});
-        merge(&mut doc, &json!({"a": "z", "c": {"f": null}, "l": [3]}));
-        assert_eq!(doc, json!({"a": "z", "c": {"d": "e"}, "l": [3]}));
-    }
 
     #[test]
     fn keyed_merge_merges_named_list_items() {

@@ -28,7 +28,7 @@ pub enum TestbedError {
     /// The kubeconfig cannot be read or used.
     #[error("kubeconfig {path}: {message}")]
     Kubeconfig {
-        /// Path.
+        /// The kubeconfig file.
         path: String,
         /// What is wrong.
         message: String,

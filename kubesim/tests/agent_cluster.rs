@@ -8,6 +8,10 @@
 //! kubeconfig (or `TUNEPLANE_TEST_KUBELET_CERT` / `TUNEPLANE_TEST_KUBELET_KEY`); without them
 //! the log check is skipped.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -47,7 +51,7 @@ async fn client(path: &Path) -> kube::Client {
     )
     .await
     .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()));
-    kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+    kube::Client::try_from(config).expect("client")
 }
 
 fn pod(name: &str, node: &str, image: &str, annotations: serde_json::Value) -> Pod {
@@ -61,7 +65,7 @@ fn pod(name: &str, node: &str, image: &str, annotations: serde_json::Value) -> P
             "containers": [{"name": "main", "image": image}],
         },
     }))
-    .unwrap_or_else(|e| panic!("pod: {e}"))
+    .expect("pod")
 }
 
 /// Creates a pod, retrying while the new namespace's default service account does not exist yet.
@@ -119,10 +123,7 @@ async fn exercise(
         .await;
     }
     let node0 = &names[0];
-    let n = nodes
-        .get(node0)
-        .await
-        .unwrap_or_else(|e| panic!("node: {e}"));
+    let n = nodes.get(node0).await.expect("node");
     let status = n.status.unwrap_or_default();
     let addresses = status.addresses.unwrap_or_default();
     assert!(
@@ -169,7 +170,7 @@ async fn exercise(
         let log = pods
             .logs("ok", &LogParams::default())
             .await
-            .unwrap_or_else(|e| panic!("logs of pod ok: {e}"));
+            .expect("logs of pod ok");
         assert!(log.contains(&format!("started on {node0}")), "{log}");
         assert!(log.contains("hello from the agent test"), "{log}");
         assert!(log.contains("exited with code 0"), "{log}");
@@ -182,7 +183,7 @@ async fn exercise(
                 },
             )
             .await
-            .unwrap_or_else(|e| panic!("tail of pod ok: {e}"));
+            .expect("tail of pod ok");
         assert_eq!(
             tail.trim_end(),
             format!("kubesim agent: container main of {ns}/ok exited with code 0")
@@ -226,7 +227,7 @@ async fn exercise(
     .await;
     pods.delete("long", &DeleteParams::default())
         .await
-        .unwrap_or_else(|e| panic!("deleting pod long: {e}"));
+        .expect("deleting pod long");
     wait_for(30, "pod long gone", || async {
         pods.get_opt("long")
             .await
@@ -247,24 +248,12 @@ async fn exercise(
     handle
         .set_node_ready(node1, false)
         .await
-        .unwrap_or_else(|e| panic!("set NotReady: {e}"));
-    let n = nodes
-        .get(node1)
-        .await
-        .unwrap_or_else(|e| panic!("node: {e}"));
+        .expect("set NotReady");
+    let n = nodes.get(node1).await.expect("node");
     assert_eq!(ready_of(n).as_deref(), Some("False"));
-    handle
-        .set_node_ready(node1, true)
-        .await
-        .unwrap_or_else(|e| panic!("set Ready: {e}"));
-    handle
-        .cordon(node1, true)
-        .await
-        .unwrap_or_else(|e| panic!("cordon: {e}"));
-    let n = nodes
-        .get(node1)
-        .await
-        .unwrap_or_else(|e| panic!("node: {e}"));
+    handle.set_node_ready(node1, true).await.expect("set Ready");
+    handle.cordon(node1, true).await.expect("cordon");
+    let n = nodes.get(node1).await.expect("node");
     assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
     assert_eq!(ready_of(n).as_deref(), Some("True"));
     assert!(handle.set_node_ready("no-such-node", true).await.is_err());
@@ -281,7 +270,7 @@ async fn agent_plays_nodes_of_a_real_cluster() {
     let fleet = Fleet::from_yaml(&format!(
         "node_groups:\n- {{name: agent-test-{suffix}, series: agent-test-{suffix}, count: 2, gpus: 1, cpus: 4, memory_gb: 8}}\n"
     ))
-    .unwrap_or_else(|e| panic!("fleet: {e}"));
+    .expect("fleet");
     let tls = kubelet_tls(&path);
     if tls.is_none() {
         println!("no kubelet certificate beside the kubeconfig: the log check is skipped");
@@ -293,12 +282,12 @@ async fn agent_plays_nodes_of_a_real_cluster() {
     config.scenario.image_pull_failures = vec![bad_image.clone()];
     let handle = agent::start(client.clone(), config)
         .await
-        .unwrap_or_else(|e| panic!("agent start: {e}"));
+        .expect("agent start");
 
     let ns = format!("agent-test-{suffix}");
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))
-        .unwrap_or_else(|e| panic!("namespace: {e}"));
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
     namespaces
         .create(&PostParams::default(), &namespace)
         .await
@@ -338,5 +327,5 @@ async fn agent_plays_nodes_of_a_real_cluster() {
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }
-    deleted.unwrap_or_else(|e| panic!("deleting the nodes: {e}"));
+    deleted.expect("deleting the nodes");
 }

@@ -1,6 +1,10 @@
 //! kube-rs typed clients against kubesim: CRUD, patches (merge, JSON, apply), status subresource,
 //! selectors, errors as Status objects, finalizers and cascading deletion.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;
@@ -23,7 +27,7 @@ async fn pods_are_created_read_replaced_and_deleted_with_server_metadata() {
     let created = pods
         .create(&PostParams::default(), &idle_pod("p1"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let meta = &created.metadata;
     assert!(meta.uid.as_deref().is_some_and(|u| !u.is_empty()));
     assert!(meta.creation_timestamp.is_some());
@@ -34,12 +38,12 @@ async fn pods_are_created_read_replaced_and_deleted_with_server_metadata() {
         .unwrap_or(0);
     assert!(rv1 > 0);
 
-    let mut got = pods.get("p1").await.unwrap_or_else(|e| panic!("{e}"));
+    let mut got = pods.get("p1").await.unwrap();
     got.metadata.labels = Some([("team".to_string(), "nlp".to_string())].into());
     let replaced = pods
         .replace("p1", &PostParams::default(), &got)
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let rv2: u64 = replaced
         .metadata
         .resource_version
@@ -57,9 +61,7 @@ async fn pods_are_created_read_replaced_and_deleted_with_server_metadata() {
             .err(),
         Some(409)
     );
-    pods.delete("p1", &DeleteParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    pods.delete("p1", &DeleteParams::default()).await.unwrap();
     assert_eq!(pods.get("p1").await.map_err(api_code).err(), Some(404));
 }
 
@@ -69,7 +71,7 @@ async fn errors_come_back_as_status_objects_with_the_right_codes() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(&PostParams::default(), &pod("dup", "busybox", 0, None))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let again = pods
         .create(&PostParams::default(), &pod("dup", "busybox", 0, None))
         .await;
@@ -120,7 +122,7 @@ async fn merge_json_and_apply_patches_update_and_apply_creates_when_missing() {
             &Patch::Apply(idle_pod("ap")),
         )
         .await
-        .unwrap_or_else(|e| panic!("apply create: {e}"));
+        .expect("apply create");
     assert!(applied.metadata.uid.is_some());
     let merged = pods
         .patch(
@@ -129,7 +131,7 @@ async fn merge_json_and_apply_patches_update_and_apply_creates_when_missing() {
             &Patch::Merge(json!({"metadata": {"labels": {"a": "1"}}})),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(
         merged
             .metadata
@@ -142,11 +144,11 @@ async fn merge_json_and_apply_patches_update_and_apply_creates_when_missing() {
     let ops: json_patch::Patch = serde_json::from_value(
         json!([{"op": "add", "path": "/metadata/annotations", "value": {"b": "2"}}]),
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let patched = pods
         .patch("ap", &PatchParams::default(), &Patch::<()>::Json(ops))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(
         patched
             .metadata
@@ -159,12 +161,7 @@ async fn merge_json_and_apply_patches_update_and_apply_creates_when_missing() {
     // Re-applying the same intent changes nothing, so the resourceVersion stays.
     let mut intent = idle_pod("ap");
     intent.metadata.labels = Some([("a".to_string(), "1".to_string())].into());
-    let before = pods
-        .get("ap")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .metadata
-        .resource_version;
+    let before = pods.get("ap").await.unwrap().metadata.resource_version;
     let after = pods
         .patch(
             "ap",
@@ -172,7 +169,7 @@ async fn merge_json_and_apply_patches_update_and_apply_creates_when_missing() {
             &Patch::Apply(intent),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(after.metadata.resource_version, before);
 }
 
@@ -183,11 +180,10 @@ async fn status_writes_touch_only_status_and_main_writes_keep_it() {
     leases_ok
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "l"}, "spec": {}}))
-                .unwrap_or_else(|e| panic!("{e}")),
+            &serde_json::from_value(json!({"metadata": {"name": "l"}, "spec": {}})).unwrap(),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let rayjobs: Api<RayJob> = Api::namespaced_with(client, "default", &rayjob_resource());
     // Status in a create body is dropped, as for any CRD with a status subresource.
     let mut rj = rayjob("status-check", "h200", 8, 0);
@@ -196,10 +192,7 @@ async fn status_writes_touch_only_status_and_main_writes_keep_it() {
         job_status: Some("SUCCEEDED".into()),
         ..RayJobStatus::default()
     });
-    let created = rayjobs
-        .create(&PostParams::default(), &rj)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let created = rayjobs.create(&PostParams::default(), &rj).await.unwrap();
     assert!(
         created
             .status
@@ -215,7 +208,7 @@ async fn status_writes_touch_only_status_and_main_writes_keep_it() {
             &Patch::Merge(status),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(
         after.status.as_ref().and_then(|s| s.job_status.as_deref()),
         Some("RUNNING")
@@ -230,7 +223,7 @@ async fn status_writes_touch_only_status_and_main_writes_keep_it() {
             ),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(
         main.status.as_ref().and_then(|s| s.job_status.as_deref()),
         Some("RUNNING")
@@ -247,7 +240,7 @@ async fn status_writes_touch_only_status_and_main_writes_keep_it() {
             &Patch::Merge(json!({"spec": {"entrypoint": "python b.py"}})),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(spec_change.metadata.generation, Some(2));
 }
 
@@ -255,11 +248,8 @@ async fn status_writes_touch_only_status_and_main_writes_keep_it() {
 async fn leases_reject_stale_resource_versions() {
     let (_sim, client) = start(fast_config()).await;
     let leases: Api<Lease> = Api::namespaced(client, "default");
-    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "leader"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}})).unwrap_or_else(|e| panic!("{e}"));
-    let first = leases
-        .create(&PostParams::default(), &lease)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "leader"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}})).unwrap();
+    let first = leases.create(&PostParams::default(), &lease).await.unwrap();
     let mut a = first.clone();
     let mut b = first;
     if let Some(s) = a.spec.as_mut() {
@@ -271,7 +261,7 @@ async fn leases_reject_stale_resource_versions() {
     leases
         .replace("leader", &PostParams::default(), &a)
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(
         leases
             .replace("leader", &PostParams::default(), &b)
@@ -289,27 +279,24 @@ async fn label_and_field_selectors_filter_lists() {
     let h200 = nodes
         .list(&ListParams::default().labels("tuneplane/gpu-series=h200"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(h200.items.len(), 2);
     let gpu = nodes
         .list(&ListParams::default().labels("tuneplane/gpu-series in (h200,l40s),kubernetes.io/os"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(gpu.items.len(), 5);
     let not_gpu = nodes
         .list(&ListParams::default().labels("!tuneplane/gpu-series"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(not_gpu.items.len(), 1);
     let not_l40s = nodes
         .list(&ListParams::default().labels("tuneplane/gpu-series notin (l40s)"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(not_l40s.items.len(), 3);
-    let paged = nodes
-        .list(&ListParams::default().limit(2))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let paged = nodes.list(&ListParams::default().limit(2)).await.unwrap();
     assert_eq!(paged.items.len(), 2);
     assert!(paged.metadata.continue_.is_some());
 
@@ -319,7 +306,7 @@ async fn label_and_field_selectors_filter_lists() {
         &pod("gpu-a", "busybox", 8, Some("h200")),
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let node = wait_for(10, "pod bound", || {
         let pods = pods.clone();
         async move {
@@ -333,13 +320,13 @@ async fn label_and_field_selectors_filter_lists() {
     let on_node = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(on_node.items.len(), 1);
     let events: Api<Event> = Api::namespaced(client, "default");
     let about = events
         .list(&ListParams::default().fields("involvedObject.name=gpu-a,involvedObject.kind=Pod"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert!(
         about
             .items
@@ -358,13 +345,9 @@ async fn finalizers_hold_deletion_and_owners_cascade_to_dependents() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let mut held = pod("held", "busybox", 0, None);
     held.metadata.finalizers = Some(vec!["example.com/keep".into()]);
-    pods.create(&PostParams::default(), &held)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    pods.delete("held", &DeleteParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let marked = pods.get("held").await.unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &held).await.unwrap();
+    pods.delete("held", &DeleteParams::default()).await.unwrap();
+    let marked = pods.get("held").await.unwrap();
     assert!(marked.metadata.deletion_timestamp.is_some());
     pods.patch(
         "held",
@@ -372,26 +355,24 @@ async fn finalizers_hold_deletion_and_owners_cascade_to_dependents() {
         &Patch::Merge(json!({"metadata": {"finalizers": null}})),
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     assert_eq!(pods.get("held").await.map_err(api_code).err(), Some(404));
 
     let owner = pods
         .create(&PostParams::default(), &pod("owner", "busybox", 0, None))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let mut child = pod("child", "busybox", 0, None);
     child.metadata.owner_references = Some(vec![
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod", "name": "owner", "uid": owner.metadata.uid,
         }))
-        .unwrap_or_else(|e| panic!("{e}")),
+        .unwrap(),
     ]);
-    pods.create(&PostParams::default(), &child)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &child).await.unwrap();
     pods.delete("owner", &DeleteParams::default())
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(pods.get("child").await.map_err(api_code).err(), Some(404));
 }
 
@@ -407,10 +388,9 @@ async fn injected_failures_answer_the_next_requests_then_stop() {
     assert_eq!(nodes.get("h200-0").await.map_err(api_code).err(), Some(500));
     assert!(nodes.get("h200-0").await.is_ok());
     // Without the client's retry layer, the injected 429s are seen one by one.
-    let mut config = kube::Config::new(sim.url().parse().unwrap_or_else(|e| panic!("{e}")));
+    let mut config = kube::Config::new(sim.url().parse().unwrap());
     config.default_retry = false;
-    let bare: Api<Node> =
-        Api::all(kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}")));
+    let bare: Api<Node> = Api::all(kube::Client::try_from(config).unwrap());
     sim.fail_next_requests(2, 429);
     assert_eq!(bare.get("h200-0").await.map_err(api_code).err(), Some(429));
     assert_eq!(

@@ -1,6 +1,10 @@
 //! Execution mode: a CPU pod's command really runs through bash inside a per-pod folder of the data
 //! directory, and a RayJob's entrypoint runs in its unpacked `working_dir` (file:// and HTTP).
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::io::Write;
@@ -22,13 +26,10 @@ fn capsule(files: &[(&str, &str)]) -> Vec<u8> {
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     for (name, body) in files {
         w.start_file(*name, zip::write::SimpleFileOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
-        w.write_all(body.as_bytes())
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
+        w.write_all(body.as_bytes()).unwrap();
     }
-    w.finish()
-        .map(|c| c.into_inner())
-        .unwrap_or_else(|e| panic!("{e}"))
+    w.finish().map(|c| c.into_inner()).unwrap()
 }
 
 async fn wait_phase(pods: &Api<Pod>, name: &str) -> Pod {
@@ -49,7 +50,7 @@ async fn wait_phase(pods: &Api<Pod>, name: &str) -> Pod {
 
 #[tokio::test]
 async fn cpu_pod_command_runs_in_bash_with_env_workdir_and_mounts_inside_the_data_dir() {
-    let data = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let data = tempfile::tempdir().unwrap();
     let (_sim, client) = start(exec_config(data.path())).await;
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let pod: Pod = serde_json::from_value(json!({
@@ -73,10 +74,8 @@ async fn cpu_pod_command_runs_in_bash_with_env_workdir_and_mounts_inside_the_dat
             }],
         },
     }))
-    .unwrap_or_else(|e| panic!("{e}"));
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
     let done = wait_phase(&pods, "cpu-job").await;
     assert_eq!(
         done.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -89,10 +88,7 @@ async fn cpu_pod_command_runs_in_bash_with_env_workdir_and_mounts_inside_the_dat
         .and_then(|c| c.state)
         .and_then(|s| s.terminated);
     assert_eq!(term.map(|t| t.exit_code), Some(3));
-    let logs = pods
-        .logs("cpu-job", &LogParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let logs = pods.logs("cpu-job", &LogParams::default()).await.unwrap();
     let mut lines = logs.lines();
     assert_eq!(lines.next(), Some("hi from cpu-job"));
     assert_eq!(
@@ -115,13 +111,13 @@ async fn cpu_pod_command_runs_in_bash_with_env_workdir_and_mounts_inside_the_dat
             },
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(init_logs, "init done\n");
 }
 
 #[tokio::test]
 async fn rayjob_entrypoint_runs_in_its_unpacked_file_working_dir() {
-    let data = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let data = tempfile::tempdir().unwrap();
     let zip_path = data.path().join("capsule.zip");
     let script =
         "echo \"job $TUNEPLANE_JOB_ID in $(basename $(pwd))\"\ncat .tuneplane/jobspec.json\n";
@@ -132,7 +128,7 @@ async fn rayjob_entrypoint_runs_in_its_unpacked_file_working_dir() {
             (".tuneplane/jobspec.json", "{\"name\":\"demo\"}"),
         ]),
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let (_sim, client) = start(exec_config(data.path())).await;
     let rayjobs: Api<RayJob> = Api::namespaced_with(client.clone(), "default", &rayjob_resource());
     let mut rj = rayjob("tp-exec", "h200", 8, 0);
@@ -141,10 +137,7 @@ async fn rayjob_entrypoint_runs_in_its_unpacked_file_working_dir() {
         "working_dir: file://{}\nenv_vars:\n  TUNEPLANE_JOB_ID: j-123\n",
         zip_path.display()
     ));
-    rayjobs
-        .create(&PostParams::default(), &rj)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
     let done = wait_for(30, "RayJob to finish", || {
         let rayjobs = rayjobs.clone();
         async move {
@@ -166,22 +159,19 @@ async fn rayjob_entrypoint_runs_in_its_unpacked_file_working_dir() {
     let submitter = pods
         .list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-exec"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let name = submitter
         .items
         .first()
         .and_then(|p| p.metadata.name.clone())
         .unwrap_or_default();
-    let logs = pods
-        .logs(&name, &LogParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let logs = pods.logs(&name, &LogParams::default()).await.unwrap();
     assert_eq!(logs, "job j-123 in working_dir\n{\"name\":\"demo\"}");
 }
 
 #[tokio::test]
 async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fails_the_job() {
-    let data = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let data = tempfile::tempdir().unwrap();
     let bytes = capsule(&[(
         "capsule/fail.sh",
         "echo run >> \"$RUNS\"\necho failing >&2\nexit 4\n",
@@ -191,10 +181,8 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
         "/caps/capsule.zip",
         axum::routing::get(move || async move { bytes.clone() }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -207,10 +195,7 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
         "working_dir: http://{addr}/caps/capsule.zip?X-Amz-Signature=abc\nenv_vars:\n  RUNS: {}\n",
         runs.display()
     ));
-    rayjobs
-        .create(&PostParams::default(), &rj)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
     let done = wait_for(30, "RayJob to finish", || {
         let rayjobs = rayjobs.clone();
         async move {
@@ -232,7 +217,7 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
     let submitter = pods
         .list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-http"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     // Retried submitter pods may exist too: the first run's pod holds the driver output.
     let mut outputs = Vec::new();
     for p in &submitter.items {
@@ -261,7 +246,7 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
 
 #[tokio::test]
 async fn deleting_an_executed_pod_sends_sigterm_to_its_process() {
-    let data = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let data = tempfile::tempdir().unwrap();
     let (_sim, client) = start(exec_config(data.path())).await;
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let script = "trap 'echo term > /work/term.txt; exit 0' TERM; echo started; while true; do sleep 0.1; done";
@@ -278,11 +263,8 @@ async fn deleting_an_executed_pod_sends_sigterm_to_its_process() {
             }],
         },
     }))
-    .unwrap_or_else(|e| panic!("{e}"));
-    let created = pods
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
     let uid8: String = created
         .metadata
         .uid
@@ -298,9 +280,7 @@ async fn deleting_an_executed_pod_sends_sigterm_to_its_process() {
         }
     })
     .await;
-    pods.delete("forever", &Default::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    pods.delete("forever", &Default::default()).await.unwrap();
     let marker = data
         .path()
         .join(format!("pods/default/forever-{uid8}/volumes/work/term.txt"));

@@ -1,6 +1,10 @@
 //! The seeded fault plan as a kube-rs client sees it: error statuses, dropped connections (a
 //! transport error, not an HTTP answer), slow answers, scopes, counters, and clearing the plan.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::{Duration, Instant};
@@ -13,9 +17,9 @@ use tuneplane_kubesim::{FaultPlan, FaultScope};
 
 /// A client without kube-rs's own retry layer, so every injected fault reaches the caller.
 fn bare_client(sim: &tuneplane_kubesim::KubeSim) -> kube::Client {
-    let mut config = kube::Config::new(sim.url().parse().unwrap_or_else(|e| panic!("{e}")));
+    let mut config = kube::Config::new(sim.url().parse().unwrap());
     config.default_retry = false;
-    kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}"))
+    kube::Client::try_from(config).unwrap()
 }
 
 #[tokio::test]
@@ -77,8 +81,7 @@ async fn a_mutating_scope_spares_reads_and_slow_answers_are_delayed() {
     let client = bare_client(&sim);
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     sim.set_fault_plan(Some(FaultPlan::outage(503, FaultScope::Mutating)));
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "m"}}))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "m"}})).unwrap();
     assert!(maps.create(&PostParams::default(), &cm).await.is_err());
     assert!(maps.list(&Default::default()).await.is_ok());
     assert!(maps.get_opt("m").await.is_ok_and(|m| m.is_none()));
@@ -102,8 +105,7 @@ async fn a_mutating_scope_spares_reads_and_slow_answers_are_delayed() {
 async fn a_lost_response_applies_the_write_but_the_client_sees_a_transport_error() {
     let (sim, _) = start(fast_config()).await;
     let maps: Api<ConfigMap> = Api::namespaced(bare_client(&sim), "default");
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "lost"}}))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "lost"}})).unwrap();
     sim.set_fault_plan(Some(FaultPlan {
         lost_response_rate: 1.0,
         scope: FaultScope::Mutating,
@@ -145,8 +147,8 @@ async fn under_a_heavy_plan_every_request_is_answered_or_fails_never_hangs() {
             let (mut ok, mut failed) = (0u32, 0u32);
             for i in 0..60 {
                 let name = format!("m-{t}-{i}");
-                let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}}))
-                    .unwrap_or_else(|e| panic!("{e}"));
+                let cm: ConfigMap =
+                    serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
                 let call = async {
                     match i % 4 {
                         0 => maps.create(&PostParams::default(), &cm).await.map(|_| ()),
@@ -172,7 +174,7 @@ async fn under_a_heavy_plan_every_request_is_answered_or_fails_never_hangs() {
     }
     let (mut ok, mut failed) = (0, 0);
     for t in tasks {
-        let (o, f) = t.await.unwrap_or_else(|e| panic!("{e}"));
+        let (o, f) = t.await.unwrap();
         ok += o;
         failed += f;
     }

@@ -2,6 +2,10 @@
 //! sequence, the RayCluster and its pods, the submitter Job, TTL shutdown, deadlines, failures,
 //! invalid RayJobs and deletion.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;
@@ -60,7 +64,7 @@ async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_af
     let mut stream = rayjobs
         .watch(&WatchParams::default().timeout(30), "0")
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .boxed();
     let rj = with_annotations(
         rayjob("tp-abc123", "h200", 8, 1),
@@ -69,10 +73,7 @@ async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_af
             (annotations::LOG, "epoch 1 done"),
         ],
     );
-    rayjobs
-        .create(&PostParams::default(), &rj)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
 
     let mut sequence: Vec<String> = Vec::new();
     let mut cluster_name = String::new();
@@ -108,10 +109,7 @@ async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_af
 
     // The submitter Job is named like the RayJob and carries the driver's log.
     let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
-    let job = jobs
-        .get("tp-abc123")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let job = jobs.get("tp-abc123").await.unwrap();
     assert_eq!(
         job.metadata
             .owner_references
@@ -124,16 +122,13 @@ async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_af
     let submitter = pods
         .list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-abc123"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let sub_name = submitter
         .items
         .first()
         .and_then(|p| p.metadata.name.clone())
         .unwrap_or_default();
-    let log = pods
-        .logs(&sub_name, &Default::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let log = pods.logs(&sub_name, &Default::default()).await.unwrap();
     assert_eq!(log, "epoch 1 done\n");
 
     // TTL 1s: the RayCluster and its pods go, the RayJob stays.
@@ -148,7 +143,7 @@ async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_af
     let ray_pods = pods
         .list(&ListParams::default().labels(&format!("ray.io/cluster={cluster_name}")))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert!(ray_pods.items.is_empty());
     assert!(rayjobs.get("tp-abc123").await.is_ok());
     let events: Api<Event> = Api::namespaced(client, "default");
@@ -158,7 +153,7 @@ async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_af
                 .fields("involvedObject.name=tp-abc123,involvedObject.kind=RayJob"),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let reasons: Vec<String> = about.items.into_iter().filter_map(|e| e.reason).collect();
     for want in [
         "CreatedRayCluster",
@@ -180,10 +175,7 @@ async fn raycluster_pods_carry_ray_labels_owner_selector_and_resources() {
         rayjob("tp-pods", "l40s", 4, 1),
         &[(annotations::RUN_SECONDS, "60")],
     );
-    rayjobs
-        .create(&PostParams::default(), &rj)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
     let running = wait_deployment(&rayjobs, "tp-pods", "Running").await;
     let cluster = running
         .status
@@ -193,7 +185,7 @@ async fn raycluster_pods_carry_ray_labels_owner_selector_and_resources() {
     let ray_pods = pods
         .list(&ListParams::default().labels(&format!("ray.io/cluster={cluster}")))
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .items;
     assert_eq!(ray_pods.len(), 2);
     let mut types: Vec<String> = ray_pods
@@ -244,7 +236,7 @@ async fn rayjob_waits_in_initializing_while_a_pod_cannot_be_scheduled() {
     rayjobs
         .create(&PostParams::default(), &rayjob("tp-wait", "h200", 8, 2))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     wait_deployment(&rayjobs, "tp-wait", "Initializing").await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     wait_for(10, "FailedScheduling on a ray pod", || {
@@ -263,10 +255,7 @@ async fn rayjob_waits_in_initializing_while_a_pod_cannot_be_scheduled() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let still = rayjobs
-        .get("tp-wait")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let still = rayjobs.get("tp-wait").await.unwrap();
     assert_eq!(deployment(&still), "Initializing");
 }
 
@@ -281,10 +270,7 @@ async fn failing_entrypoint_fails_the_rayjob_with_failed_job_status() {
             (annotations::EXIT_CODE, "1"),
         ],
     );
-    rayjobs
-        .create(&PostParams::default(), &rj)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
     let failed = wait_deployment(&rayjobs, "tp-fail", "Failed").await;
     let status = failed.status.unwrap_or_default();
     assert_eq!(status.job_status.as_deref(), Some("FAILED"));
@@ -301,10 +287,7 @@ async fn active_deadline_fails_the_rayjob_with_deadline_exceeded() {
         &[(annotations::RUN_SECONDS, "60")],
     );
     rj.spec.active_deadline_seconds = Some(1);
-    rayjobs
-        .create(&PostParams::default(), &rj)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
     let failed = wait_deployment(&rayjobs, "tp-late", "Failed").await;
     let status = failed.status.unwrap_or_default();
     assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
@@ -322,10 +305,7 @@ async fn invalid_rayjob_gets_only_a_warning_event_and_an_empty_status() {
     let rayjobs: Api<RayJob> = Api::namespaced_with(client.clone(), "default", &rayjob_resource());
     let mut rj = rayjob("tp-invalid", "h200", 8, 0);
     rj.spec.active_deadline_seconds = Some(0);
-    rayjobs
-        .create(&PostParams::default(), &rj)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
     let events: Api<Event> = Api::namespaced(client, "default");
     let warning = wait_for(10, "InvalidRayJobSpec event", || {
         let events = events.clone();
@@ -350,10 +330,7 @@ async fn invalid_rayjob_gets_only_a_warning_event_and_an_empty_status() {
             .contains("activeDeadlineSeconds must be a positive integer")
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let still = rayjobs
-        .get("tp-invalid")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let still = rayjobs.get("tp-invalid").await.unwrap();
     assert!(still.status.is_none() || deployment(&still).is_empty());
 }
 
@@ -365,10 +342,7 @@ async fn deleting_a_rayjob_removes_its_finalizer_cluster_job_and_pods() {
         rayjob("tp-del", "h200", 8, 0),
         &[(annotations::RUN_SECONDS, "60")],
     );
-    rayjobs
-        .create(&PostParams::default(), &rj)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
     let running = wait_deployment(&rayjobs, "tp-del", "Running").await;
     assert!(
         running
@@ -381,17 +355,14 @@ async fn deleting_a_rayjob_removes_its_finalizer_cluster_job_and_pods() {
     rayjobs
         .delete("tp-del", &DeleteParams::default())
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     wait_for(10, "RayJob gone", || {
         let rayjobs = rayjobs.clone();
         async move { rayjobs.get("tp-del").await.is_err().then_some(()) }
     })
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let left = pods
-        .list(&ListParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let left = pods.list(&ListParams::default()).await.unwrap();
     assert!(
         left.items.is_empty(),
         "pods left: {:?}",

@@ -1,6 +1,10 @@
 //! Scenario tests of the scheduler and kubelet simulation: placement by series, the real
 //! `FailedScheduling` message, image pull failures, crashes, deadlines, NotReady nodes and logs.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;
@@ -42,14 +46,14 @@ async fn gpu_pod_that_fits_is_scheduled_on_a_node_of_its_series_and_runs() {
         &pod("train", "ghcr.io/acme/train:1", 8, Some("l40s")),
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let p = pods
         .create(
             &PostParams::default(),
             &pod("train-h", "ghcr.io/acme/train:1", 8, Some("h200")),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert!(p.spec.and_then(|s| s.node_name).is_none());
     let running = wait_phase(&pods, "train-h", "Running").await;
     let node = running.spec.and_then(|s| s.node_name).unwrap_or_default();
@@ -78,7 +82,7 @@ async fn gpu_pod_that_does_not_fit_gets_the_real_failed_scheduling_message() {
         &pod("too-big", "ghcr.io/acme/train:1", 16, Some("h200")),
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     // kube-scheduler 1.34's composition: "<count> <reason>" entries sorted as strings, then the
     // PostFilter plugins (DynamicResources, DefaultPreemption: 16 GPUs exceed every node's
     // allocatable, so preemption cannot help anywhere).
@@ -101,7 +105,7 @@ async fn gpu_pod_that_does_not_fit_gets_the_real_failed_scheduling_message() {
         Some("default-scheduler")
     );
     assert!(event.source.and_then(|s| s.component).is_none());
-    let p = pods.get("too-big").await.unwrap_or_else(|e| panic!("{e}"));
+    let p = pods.get("too-big").await.unwrap();
     let cond = p
         .status
         .and_then(|s| s.conditions)
@@ -126,7 +130,7 @@ async fn bad_image_gets_image_pull_events_and_backoff() {
         &pod("pull", "ghcr.io/acme/missing:1", 0, None),
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let p = wait_for(10, "ImagePullBackOff", || {
         let pods = pods.clone();
         async move {
@@ -175,7 +179,7 @@ async fn crashing_pods_fail_or_loop_by_restart_policy() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(&PostParams::default(), &pod("once", "crash:1", 0, None))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let failed = wait_phase(&pods, "once", "Failed").await;
     let term = failed
         .status
@@ -189,9 +193,7 @@ async fn crashing_pods_fail_or_loop_by_restart_policy() {
     if let Some(s) = looping.spec.as_mut() {
         s.restart_policy = Some("Always".into());
     }
-    pods.create(&PostParams::default(), &looping)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &looping).await.unwrap();
     wait_for(10, "a restart", || {
         let pods = pods.clone();
         async move {
@@ -228,9 +230,7 @@ async fn annotated_pod_runs_writes_logs_and_succeeds() {
         ]
         .into(),
     );
-    pods.create(&PostParams::default(), &p)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &p).await.unwrap();
     wait_phase(&pods, "short", "Running").await;
     // Follow the log while the container runs; the stream ends when it terminates.
     let stream = pods
@@ -242,7 +242,7 @@ async fn annotated_pod_runs_writes_logs_and_succeeds() {
             },
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let lines: Vec<String> = tokio::time::timeout(
         Duration::from_secs(10),
         stream
@@ -263,7 +263,7 @@ async fn annotated_pod_runs_writes_logs_and_succeeds() {
             },
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(tail, "line two\n");
     let missing = pods
         .logs(
@@ -285,9 +285,7 @@ async fn pod_past_its_active_deadline_fails() {
     if let Some(s) = p.spec.as_mut() {
         s.active_deadline_seconds = Some(1);
     }
-    pods.create(&PostParams::default(), &p)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &p).await.unwrap();
     let failed = wait_phase(&pods, "slow", "Failed").await;
     assert_eq!(
         failed.status.and_then(|s| s.reason).as_deref(),
@@ -298,12 +296,11 @@ async fn pod_past_its_active_deadline_fails() {
 #[tokio::test]
 async fn not_ready_node_is_avoided_and_named_in_the_message() {
     let (sim, client) = start(fast_config()).await;
-    sim.set_node_ready("h200-0", false)
-        .unwrap_or_else(|e| panic!("{e}"));
+    sim.set_node_ready("h200-0", false).unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(&PostParams::default(), &pod("a", "img", 8, Some("h200")))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let running = wait_phase(&pods, "a", "Running").await;
     assert_eq!(
         running.spec.and_then(|s| s.node_name).as_deref(),
@@ -311,7 +308,7 @@ async fn not_ready_node_is_avoided_and_named_in_the_message() {
     );
     pods.create(&PostParams::default(), &pod("b", "img", 8, Some("h200")))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let event = wait_for(10, "FailedScheduling for b", || {
         let client = client.clone();
         async move {
@@ -355,7 +352,7 @@ async fn events_older_than_the_event_ttl_are_deleted() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(&PostParams::default(), &pod("ev", "img", 0, None))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     wait_for(10, "events recorded", || {
         let client = client.clone();
         async move { (!events_for(&client, "ev").await.is_empty()).then_some(()) }

@@ -1,6 +1,10 @@
 //! Watches through kube-rs: the runtime watcher sees changes in order and relists after a 410,
 //! a reflector store converges, and raw watches honour selectors and `timeoutSeconds`.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;
@@ -64,17 +68,15 @@ async fn watcher_sees_create_modify_delete_in_order() {
 
     pods.create(&PostParams::default(), &pod("w1", "busybox", 0, None))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     pods.patch(
         "w1",
         &PatchParams::default(),
         &Patch::Merge(json!({"metadata": {"labels": {"step": "2"}}})),
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    pods.delete("w1", &DeleteParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
+    pods.delete("w1", &DeleteParams::default()).await.unwrap();
 
     let mut seen = Vec::new();
     while seen.len() < 3 {
@@ -104,7 +106,7 @@ async fn watcher_relists_after_410_gone() {
     skip_init(&mut stream).await;
     pods.create(&PostParams::default(), &pod("before", "busybox", 0, None))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert!(matches!(
         next_event(&mut stream).await,
         watcher::Event::Apply(_)
@@ -115,15 +117,14 @@ async fn watcher_relists_after_410_gone() {
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     cms.create(
         &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "bump"}}))
-            .unwrap_or_else(|e| panic!("{e}")),
+        &serde_json::from_value(json!({"metadata": {"name": "bump"}})).unwrap(),
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     sim.compact();
     pods.create(&PostParams::default(), &pod("after", "busybox", 0, None))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
 
     // The watcher reports the 410 and must then relist: a fresh Init with both pods.
     let mut relisted = None;
@@ -179,12 +180,12 @@ async fn reflector_store_converges_to_the_server_state() {
             &pod(&format!("r{i:02}"), "busybox", 0, None),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     }
     for i in 0..5 {
         pods.delete(&format!("r{i:02}"), &DeleteParams::default())
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
     }
     pods.patch(
         "r10",
@@ -192,11 +193,11 @@ async fn reflector_store_converges_to_the_server_state() {
         &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let server: Vec<String> = pods
         .list(&ListParams::default())
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .items
         .iter()
         .map(name_of)
@@ -228,19 +229,13 @@ async fn field_selector_watch_sees_a_pod_enter_when_it_is_bound() {
     let params = WatchParams::default()
         .fields("spec.nodeName=cpu-0")
         .timeout(20);
-    let mut stream = pods
-        .watch(&params, "0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .boxed();
+    let mut stream = pods.watch(&params, "0").await.unwrap().boxed();
     let mut cpu_pod = pod("cpu-job", "busybox", 0, None);
     if let Some(spec) = cpu_pod.spec.as_mut() {
         spec.node_selector =
             Some([("kubernetes.io/hostname".to_string(), "cpu-0".to_string())].into());
     }
-    pods.create(&PostParams::default(), &cpu_pod)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &cpu_pod).await.unwrap();
     let first = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
     match first {
         Ok(Some(Ok(WatchEvent::Added(p)))) => assert_eq!(name_of(&p), "cpu-job"),
@@ -255,7 +250,7 @@ async fn watch_ends_at_timeout_seconds() {
     let mut stream = pods
         .watch(&WatchParams::default().timeout(1), "0")
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .boxed();
     let ended = tokio::time::timeout(Duration::from_secs(10), async {
         while stream.next().await.is_some() {}
@@ -275,14 +270,10 @@ async fn watch_with_bookmarks_allowed_gets_bookmarks_with_the_latest_version() {
     let created = pods
         .create(&PostParams::default(), &pod("bm", "busybox", 0, None))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let rv = created.metadata.resource_version.unwrap_or_default();
     let params = WatchParams::default().timeout(10); // bookmarks are on by default
-    let mut stream = pods
-        .watch(&params, &rv)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .boxed();
+    let mut stream = pods.watch(&params, &rv).await.unwrap().boxed();
     // The scheduler may touch the pod first (no fleet: unschedulable); bookmarks follow.
     for _ in 0..20 {
         match tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
@@ -310,10 +301,7 @@ async fn kuberay_crds_are_established_only_when_kuberay_runs() {
     );
     let (_sim, client) = start(quiet_config()).await;
     let crds: Api<DynamicObject> = Api::all_with(client, &crd);
-    let rayjobs = crds
-        .get("rayjobs.ray.io")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let rayjobs = crds.get("rayjobs.ray.io").await.unwrap();
     assert_eq!(
         rayjobs.data["status"]["conditions"][1]["type"],
         "Established"

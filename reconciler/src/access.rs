@@ -60,7 +60,7 @@ pub struct Access {
     pub group: &'static str,
     /// Resource, `pods/log` for a subresource.
     pub resource: &'static str,
-    /// Verb.
+    /// Verb the reconciler needs (`get`, `list`, `watch`, `create`, ...).
     pub verb: &'static str,
     /// Namespace, or `None` for a cluster-wide request.
     pub namespace: Option<&'static str>,
@@ -136,7 +136,7 @@ pub enum AccessError {
     /// The token file could not be written.
     #[error("cannot write the token file {path}: {source}")]
     TokenFile {
-        /// Path.
+        /// Where the token file was to be written.
         path: String,
         /// The I/O error.
         #[source]
@@ -351,7 +351,7 @@ mod tests {
 
     #[test]
     fn required_access_equals_what_the_manifests_grant() {
-        let granted = granted().unwrap_or_else(|e| panic!("{e}"));
+        let granted = granted().unwrap();
         let mut required: Vec<Grant> = REQUIRED
             .iter()
             .map(|a| {
@@ -373,7 +373,7 @@ mod tests {
     #[test]
     fn manifests_parse_into_the_expected_objects() {
         let kinds: Vec<String> = objects()
-            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap()
             .iter()
             .map(|(_, o)| o["kind"].as_str().unwrap_or_default().to_string())
             .collect();

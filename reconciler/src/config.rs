@@ -58,9 +58,9 @@ pub struct Config {
     pub pre_running_cap: Option<Duration>,
     /// Time between passes without watch events.
     pub pass_interval: Duration,
-    /// Lease name.
+    /// Name of the Lease replicas contend for (in `namespace`).
     pub lease_name: String,
-    /// Lease duration.
+    /// How long a Lease holder may go without renewing before another replica may take over.
     pub lease_duration: Duration,
     /// Identity of this replica.
     pub identity: String,
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn defaults_pass_gpus_through_and_presign() {
-        let c = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
+        let c = parse(&[]).unwrap();
         assert!(c.render.gpu_passthrough);
         assert_eq!(c.render.delivery, CapsuleDelivery::Presigned);
     }
@@ -238,7 +238,7 @@ mod tests {
             (ENV_LEASE_SECONDS, "0.5"),
             (ENV_TOLERATIONS, r#"[{"operator": "Exists"}]"#),
         ])
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         assert!(!c.render.gpu_passthrough);
         assert_eq!(c.lease_duration, Duration::from_millis(500));
         assert_eq!(c.render.tolerations[0].operator, "Exists");
@@ -254,10 +254,9 @@ mod tests {
 
     #[test]
     fn gpu_share_defaults_to_the_spec_defaults_and_rejects_negative_values() {
-        let c = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
+        let c = parse(&[]).unwrap();
         assert_eq!((c.gpu_share.cpus, c.gpu_share.memory_gb), (4.0, 32.0));
-        let c = parse(&[(ENV_GPU_SHARE_CPUS, "8"), (ENV_GPU_SHARE_MEMORY_GB, "0")])
-            .unwrap_or_else(|e| panic!("{e}"));
+        let c = parse(&[(ENV_GPU_SHARE_CPUS, "8"), (ENV_GPU_SHARE_MEMORY_GB, "0")]).unwrap();
         assert_eq!((c.gpu_share.cpus, c.gpu_share.memory_gb), (8.0, 0.0));
         let err = parse(&[(ENV_GPU_SHARE_CPUS, "-1")])
             .err()

@@ -19,7 +19,7 @@ pub struct Ctx {
     pub jobs: Arc<dyn JobStore>,
     /// Capsules and log archives.
     pub blobs: Arc<dyn BlobStore>,
-    /// Metrics.
+    /// Counters and gauges served on `/metrics`.
     pub metrics: Arc<metrics::Metrics>,
     /// Whether this replica leads.
     pub leadership: Arc<leader::Leadership>,

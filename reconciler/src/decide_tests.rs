@@ -10,7 +10,7 @@ fn job(state: JobState) -> JobRecord {
         "deadlines": {"pre_running_seconds": 10, "run_seconds": 100}, "priority": 0, "labels": {},
         "namespace": "ns", "platform_version": "0"
     }))
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let mut j = JobRecord::new_queued("j", "t", spec, "ab", 0);
     j.state = state;
     j.admitted_at_ms = Some(1_000);

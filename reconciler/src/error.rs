@@ -45,7 +45,7 @@ pub enum Error {
     /// A rendered object did not convert to its typed form.
     #[error("job {job_id}: rendered {kind} is not a valid object: {source}")]
     Convert {
-        /// Job id.
+        /// Job whose workload was rendered.
         job_id: String,
         /// `Pod` or `RayJob`.
         kind: &'static str,
@@ -53,10 +53,14 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// One of the reconciler's endless loops (watches, lease, passes) ended: the process stops with
+    /// an error so that it is restarted.
+    #[error("{0} ended; stopping so that the reconciler is restarted")]
+    LoopEnded(&'static str),
     /// Writing the logs archive failed.
     #[error("job {job_id}: building the logs archive failed")]
     Archive {
-        /// Job id.
+        /// Job whose logs were being archived.
         job_id: String,
         /// The I/O error.
         #[source]

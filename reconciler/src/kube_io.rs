@@ -210,8 +210,7 @@ mod tests {
         assert!(!retryable(&status(409)) && !retryable(&status(404)));
         assert!(is_conflict(&status(409)) && is_not_found(&status(404)));
         assert_eq!(retry_after(&status(429)), None);
-        let details = serde_json::from_value(serde_json::json!({"retryAfterSeconds": 2}))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let details = serde_json::from_value(serde_json::json!({"retryAfterSeconds": 2})).unwrap();
         let throttled = kube::Error::Api(Box::new(kube::core::Status {
             code: 429,
             details: Some(details),
@@ -222,11 +221,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_attempt_that_never_answers_times_out_and_is_retried_a_bounded_number_of_times() {
-        let url = "http://127.0.0.1:1"
-            .parse()
-            .unwrap_or_else(|e| panic!("{e}"));
-        let client = kube::Client::try_from(client_config(kube::Config::new(url)))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let url = "http://127.0.0.1:1".parse().unwrap();
+        let client = kube::Client::try_from(client_config(kube::Config::new(url))).unwrap();
         let metrics = Arc::new(Metrics::default());
         let kube = Kube::new(client, 100, 100, metrics.clone())
             .with_attempt_timeout(Duration::from_millis(10));
@@ -244,13 +240,9 @@ mod tests {
 
     #[test]
     fn the_client_configuration_turns_the_built_in_retry_layer_off() {
-        let url = "http://127.0.0.1:1"
-            .parse()
-            .unwrap_or_else(|e| panic!("{e}"));
+        let url = "http://127.0.0.1:1".parse().unwrap();
         assert!(kube::Config::new(url).default_retry);
-        let url = "http://127.0.0.1:1"
-            .parse()
-            .unwrap_or_else(|e| panic!("{e}"));
+        let url = "http://127.0.0.1:1".parse().unwrap();
         let config = client_config(kube::Config::new(url));
         assert!(!config.default_retry);
         assert_eq!(config.read_timeout, Some(READ_TIMEOUT));

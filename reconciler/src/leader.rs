@@ -4,7 +4,7 @@
 //! and one 409. The holder renews every third of the lease duration; a replica takes over only when
 //! the holder's `renewTime + leaseDurationSeconds` has passed. Leadership is held locally until
 //! `renewed_at + duration - margin`, so a replica that cannot renew stops acting before another can
-//! take over.
+//! take over. Every Lease call goes through [`Kube::call`]: rate-limited, bounded in time, retried.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering::SeqCst};
@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kube_io::{Kube, is_conflict, is_not_found};
 
 /// Local view of leadership, shared with the pass loop.
@@ -30,7 +30,9 @@ impl Leadership {
         tuneplane_core::clock::now_ms() < self.valid_until_ms.load(SeqCst)
     }
 
-    fn hold_until(&self, ms: i64) {
+    /// Leads until `ms` (Unix milliseconds): the elector after a won round, or a test that runs
+    /// passes by hand.
+    pub fn hold_until(&self, ms: i64) {
         self.valid_until_ms.store(ms, SeqCst);
     }
 
@@ -108,8 +110,14 @@ impl Elector {
                     },
                     spec: Some(self.spec(now, None, 0)),
                 };
-                let created = self.api.create(&PostParams::default(), &lease).await;
-                if let Err(e) = &created
+                let params = PostParams::default();
+                let created = self
+                    .kube
+                    .call("create lease", &self.name, || {
+                        self.api.create(&params, &lease)
+                    })
+                    .await;
+                if let Err(Error::Kube { source: e, .. }) = &created
                     && is_not_found(e)
                 {
                     // Creating in a namespace that does not exist answers 404: say so, since no
@@ -143,9 +151,12 @@ impl Elector {
         };
         let mut next = current.clone();
         next.spec = Some(self.spec(now, acquired, transitions));
+        let params = PostParams::default();
         let replaced = self
-            .api
-            .replace(&self.name, &PostParams::default(), &next)
+            .kube
+            .call("update lease", &self.name, || {
+                self.api.replace(&self.name, &params, &next)
+            })
             .await;
         if !mine {
             tracing::info!(identity = %self.identity, lease = %self.name, "taking over the lease");
@@ -153,7 +164,7 @@ impl Elector {
         self.settle(now, replaced)
     }
 
-    fn settle(&self, now: i64, outcome: Result<Lease, kube::Error>) -> Result<bool> {
+    fn settle(&self, now: i64, outcome: Result<Lease>) -> Result<bool> {
         match outcome {
             Ok(_) => {
                 // Stop acting a little before the lease could be taken by another replica.
@@ -161,20 +172,14 @@ impl Elector {
                 self.state.hold_until(now + self.duration_ms() - margin);
                 Ok(true)
             }
-            Err(e) if is_conflict(&e) || is_not_found(&e) => {
+            Err(Error::Kube { source, .. }) if is_conflict(&source) || is_not_found(&source) => {
                 self.state.drop_leadership();
                 Ok(false)
             }
-            Err(e) => {
-                // A failed write (5xx, timeout) says nothing about who holds the Lease: leadership
-                // won last time still runs until its local deadline, which ends before anyone
-                // else may take over, so keep it and let the next round renew.
-                Err(crate::error::Error::kube(
-                    "update lease",
-                    self.name.clone(),
-                    e,
-                ))
-            }
+            // A failed write (5xx, timeout, after retries) says nothing about who holds the
+            // Lease: leadership won last time still runs until its local deadline, which ends
+            // before anyone else may take over, so keep it and let the next round renew.
+            Err(e) => Err(e),
         }
     }
 
@@ -197,15 +202,25 @@ impl Elector {
     /// Releases the lease if held (on graceful shutdown), so a standby takes over at once.
     pub async fn release(&self) {
         self.state.drop_leadership();
-        if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await
+        let current = self
+            .kube
+            .call("get lease", &self.name, || self.api.get_opt(&self.name))
+            .await;
+        if let Ok(Some(mut lease)) = current
             && let Some(spec) = lease.spec.as_mut()
             && spec.holder_identity.as_deref() == Some(self.identity.as_str())
         {
             spec.holder_identity = None;
-            let _ = self
-                .api
-                .replace(&self.name, &PostParams::default(), &lease)
+            let params = PostParams::default();
+            let released = self
+                .kube
+                .call("release lease", &self.name, || {
+                    self.api.replace(&self.name, &params, &lease)
+                })
                 .await;
+            if let Err(e) = released {
+                tracing::warn!(error = %e, "releasing the lease failed; a standby takes over when it expires");
+            }
         }
     }
 }

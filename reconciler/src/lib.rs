@@ -22,6 +22,7 @@ pub mod playground;
 pub mod rayjob;
 mod run;
 pub mod status;
+pub mod strip;
 pub mod sync;
 pub mod workload;
 
@@ -29,3 +30,5 @@ pub use config::Config;
 pub use ctx::Ctx;
 pub use error::{Error, Result};
 pub use run::Reconciler;
+/// The wall clock, Unix milliseconds: core's one clock, named here for the reconciler's modules.
+pub use tuneplane_core::clock::now_ms;

@@ -170,7 +170,7 @@ pub async fn archive(
     let index = Index {
         job_id: job_id.to_owned(),
         workload: workload.to_owned(),
-        archived_at_ms: tuneplane_core::clock::now_ms(),
+        archived_at_ms: crate::now_ms(),
         entries,
     };
     let bytes = build_tar_gz(&index, &files).map_err(|source| Error::Archive {

@@ -1,153 +1,356 @@
 //! Prometheus metrics and the `/metrics` + `/healthz` server.
 //!
-//! A handful of counters and gauges kept in atomics and written in the text exposition format:
-//! queue depth, admissions, pass duration, deadline failures, terminal outcomes, API retries and
-//! client-side throttling, and leadership.
+//! Counters, gauges and a pass-duration histogram kept with `prometheus-client` and written in
+//! its text exposition format (OpenMetrics): queue depth, admissions, pass duration, deadline
+//! failures, terminal outcomes by state, failed steps by cause, API retries and client-side
+//! throttling, leadership, and per-tenant usage.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::IntoResponse;
 use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tuneplane_core::job::JobState;
 use tuneplane_core::quota::TenantUsage;
 
 use crate::error::{Error, Result};
 
-/// A label value escaped for the text exposition format.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// Upper bounds of the pass-duration buckets, seconds: a pass over a small fleet takes
+/// milliseconds, one over 10,000 jobs about a second.
+const PASS_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabel {
+    cause: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabel {
+    tenant: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantSeriesLabel {
+    tenant: String,
+    series: String,
+}
+
+/// Causes of a failed step, as the `cause` label of `tuneplane_step_errors_total`.
+const CAUSES: [&str; 3] = ["kube", "store", "other"];
+/// Terminal states, as the `state` label of `tuneplane_jobs_terminal_total`.
+const TERMINAL: [JobState; 3] = [JobState::Succeeded, JobState::Failed, JobState::Stopped];
+
 /// The reconciler's metrics.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    queue_depth: AtomicU64,
-    active_jobs: AtomicU64,
-    admissions: AtomicU64,
-    deadline_failures: AtomicU64,
-    succeeded: AtomicU64,
-    failed: AtomicU64,
-    stopped: AtomicU64,
-    orphans_deleted: AtomicU64,
+    registry: Registry,
+    queue_depth: Gauge,
+    active_jobs: Gauge,
+    admissions: Counter,
+    deadline_failures: Counter,
+    terminal: Family<StateLabel, Counter>,
+    orphans_deleted: Counter,
+    pass_duration: Histogram,
     passes: AtomicU64,
-    pass_errors: AtomicU64,
-    pass_micros_sum: AtomicU64,
-    last_pass_micros: AtomicU64,
-    api_retries: AtomicU64,
-    watch_errors: AtomicU64,
-    kube_errors: AtomicU64,
-    store_errors: AtomicU64,
-    other_errors: AtomicU64,
-    backoff_micros: AtomicU64,
-    throttled_micros: AtomicU64,
-    leader: AtomicU64,
+    last_pass: Gauge<f64, AtomicU64>,
+    pass_errors: Counter,
+    api_retries: Counter,
+    watch_errors: Counter,
+    step_errors: Family<CauseLabel, Counter>,
+    backoff: Counter<f64, AtomicU64>,
+    throttled: Counter<f64, AtomicU64>,
+    leader: Gauge,
     heartbeat_ms: AtomicI64,
-    /// Per tenant: admitted GPUs per series and queued jobs, replaced whole every pass.
-    tenants: std::sync::Mutex<BTreeMap<String, TenantUsage>>,
+    tenant_admitted_gpus: Family<TenantSeriesLabel, Gauge>,
+    tenant_queued_gpus: Family<TenantSeriesLabel, Gauge>,
+    tenant_queued_jobs: Family<TenantLabel, Gauge>,
+    tenant_admitted_jobs: Family<TenantLabel, Gauge>,
+    /// Held while the tenant families are replaced and while they are written, so a scrape sees
+    /// one pass's tenants, never a mix.
+    tenants: Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            queue_depth: Gauge::default(),
+            active_jobs: Gauge::default(),
+            admissions: Counter::default(),
+            deadline_failures: Counter::default(),
+            terminal: Family::default(),
+            orphans_deleted: Counter::default(),
+            pass_duration: Histogram::new(PASS_BUCKETS),
+            passes: AtomicU64::new(0),
+            last_pass: Gauge::default(),
+            pass_errors: Counter::default(),
+            api_retries: Counter::default(),
+            watch_errors: Counter::default(),
+            step_errors: Family::default(),
+            backoff: Counter::default(),
+            throttled: Counter::default(),
+            leader: Gauge::default(),
+            heartbeat_ms: AtomicI64::new(0),
+            tenant_admitted_gpus: Family::default(),
+            tenant_queued_gpus: Family::default(),
+            tenant_queued_jobs: Family::default(),
+            tenant_admitted_jobs: Family::default(),
+            tenants: Mutex::new(()),
+            registry: Registry::default(),
+        };
+        // Every labelled counter starts at 0, so a rate over it exists before the first event.
+        for state in TERMINAL {
+            let _ = m.terminal.get_or_create(&StateLabel {
+                state: state.as_str(),
+            });
+        }
+        for cause in CAUSES {
+            let _ = m.step_errors.get_or_create(&CauseLabel { cause });
+        }
+        let r = &mut registry;
+        r.register(
+            "tuneplane_queue_depth",
+            "Jobs waiting in QUEUED.",
+            m.queue_depth.clone(),
+        );
+        r.register(
+            "tuneplane_active_jobs",
+            "Non-terminal jobs.",
+            m.active_jobs.clone(),
+        );
+        r.register(
+            "tuneplane_admissions",
+            "Jobs admitted.",
+            m.admissions.clone(),
+        );
+        r.register(
+            "tuneplane_deadline_failures",
+            "Jobs failed by a deadline.",
+            m.deadline_failures.clone(),
+        );
+        r.register(
+            "tuneplane_jobs_terminal",
+            "Jobs that reached a terminal state, by state.",
+            m.terminal.clone(),
+        );
+        r.register(
+            "tuneplane_orphans_deleted",
+            "Workloads deleted without a live job.",
+            m.orphans_deleted.clone(),
+        );
+        r.register(
+            "tuneplane_pass_duration_seconds",
+            "Duration of passes.",
+            m.pass_duration.clone(),
+        );
+        r.register(
+            "tuneplane_last_pass_duration_seconds",
+            "Duration of the last pass.",
+            m.last_pass.clone(),
+        );
+        r.register(
+            "tuneplane_pass_errors",
+            "Passes that hit an error.",
+            m.pass_errors.clone(),
+        );
+        r.register(
+            "tuneplane_kube_retries",
+            "API calls retried (429/5xx/transport).",
+            m.api_retries.clone(),
+        );
+        r.register(
+            "tuneplane_watch_errors",
+            "Failed watches (list, watch or stream errors; each restarts with backoff).",
+            m.watch_errors.clone(),
+        );
+        r.register(
+            "tuneplane_step_errors",
+            "Steps that failed after their retries (retried next pass), by cause: an API call \
+             (kube), a job or blob store call (store), or anything else (render, conflicting \
+             transition, archive).",
+            m.step_errors.clone(),
+        );
+        r.register(
+            "tuneplane_pass_backoff_seconds",
+            "Time the pass loop waited after failed passes.",
+            m.backoff.clone(),
+        );
+        r.register(
+            "tuneplane_kube_throttled_seconds",
+            "Time waiting on the client-side rate limit.",
+            m.throttled.clone(),
+        );
+        r.register(
+            "tuneplane_leader",
+            "1 while this replica holds the Lease.",
+            m.leader.clone(),
+        );
+        r.register(
+            "tuneplane_tenant_admitted_gpus",
+            "GPUs held by a tenant's admitted jobs, per series.",
+            m.tenant_admitted_gpus.clone(),
+        );
+        r.register(
+            "tuneplane_tenant_queued_gpus",
+            "GPUs a tenant's queued jobs ask for, per series.",
+            m.tenant_queued_gpus.clone(),
+        );
+        r.register(
+            "tuneplane_tenant_queued_jobs",
+            "Jobs of a tenant waiting in QUEUED.",
+            m.tenant_queued_jobs.clone(),
+        );
+        r.register(
+            "tuneplane_tenant_admitted_jobs",
+            "Jobs of a tenant admitted and not finished.",
+            m.tenant_admitted_jobs.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
+fn gauge_value(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
 }
 
 impl Metrics {
     /// Records a finished pass.
     pub fn observe_pass(&self, took: Duration, ok: bool) {
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let secs = took.as_secs_f64();
+        self.pass_duration.observe(secs);
         self.passes.fetch_add(1, Relaxed);
-        self.pass_micros_sum.fetch_add(micros, Relaxed);
-        self.last_pass_micros.store(micros, Relaxed);
+        self.last_pass.set(secs);
         if !ok {
-            self.pass_errors.fetch_add(1, Relaxed);
+            self.pass_errors.inc();
         }
     }
     /// Sets queued and active job gauges.
     pub fn set_jobs(&self, queued: usize, active: usize) {
-        self.queue_depth.store(queued as u64, Relaxed);
-        self.active_jobs.store(active as u64, Relaxed);
+        self.queue_depth.set(gauge_value(queued));
+        self.active_jobs.set(gauge_value(active));
     }
     /// Replaces the per-tenant gauges with what each tenant's active jobs hold and wait for
     /// (tenants without active jobs drop out).
     pub fn set_tenants(&self, usage: &BTreeMap<String, TenantUsage>) {
-        *self.tenants.lock().unwrap_or_else(|p| p.into_inner()) = usage.clone();
+        let _replacing = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        self.tenant_admitted_gpus.clear();
+        self.tenant_queued_gpus.clear();
+        self.tenant_queued_jobs.clear();
+        self.tenant_admitted_jobs.clear();
+        for (tenant, u) in usage {
+            let per_series = |family: &Family<TenantSeriesLabel, Gauge>,
+                              gpus: &BTreeMap<String, u32>| {
+                for (series, n) in gpus {
+                    let labels = TenantSeriesLabel {
+                        tenant: tenant.clone(),
+                        series: series.clone(),
+                    };
+                    family.get_or_create(&labels).set(i64::from(*n));
+                }
+            };
+            per_series(&self.tenant_admitted_gpus, &u.admitted.gpus);
+            per_series(&self.tenant_queued_gpus, &u.queued.gpus);
+            let labels = TenantLabel {
+                tenant: tenant.clone(),
+            };
+            self.tenant_queued_jobs
+                .get_or_create(&labels)
+                .set(i64::from(u.queued_jobs));
+            self.tenant_admitted_jobs
+                .get_or_create(&labels)
+                .set(i64::from(u.admitted_jobs));
+        }
     }
     /// Counts an admission.
     pub fn inc_admissions(&self) {
-        self.admissions.fetch_add(1, Relaxed);
+        self.admissions.inc();
     }
     /// Counts a pre-running or run deadline failure.
     pub fn inc_deadline_failures(&self) {
-        self.deadline_failures.fetch_add(1, Relaxed);
+        self.deadline_failures.inc();
     }
-    /// Counts a terminal outcome.
-    pub fn inc_terminal(&self, state: tuneplane_core::job::JobState) {
-        use tuneplane_core::job::JobState::*;
-        match state {
-            Succeeded => &self.succeeded,
-            Failed => &self.failed,
-            _ => &self.stopped,
-        }
-        .fetch_add(1, Relaxed);
+    /// Counts a terminal outcome (a non-terminal `state` counts as STOPPED).
+    pub fn inc_terminal(&self, state: JobState) {
+        let state = match state {
+            JobState::Succeeded | JobState::Failed => state,
+            _ => JobState::Stopped,
+        };
+        self.terminal
+            .get_or_create(&StateLabel {
+                state: state.as_str(),
+            })
+            .inc();
     }
     /// Counts a deleted orphan workload.
     pub fn inc_orphans(&self) {
-        self.orphans_deleted.fetch_add(1, Relaxed);
+        self.orphans_deleted.inc();
     }
     /// Counts a retried API call.
     pub fn inc_api_retries(&self) {
-        self.api_retries.fetch_add(1, Relaxed);
+        self.api_retries.inc();
     }
     /// Counts a step that failed for good (after any retries) by what failed: the API server,
     /// a store, or anything else (render, transition, archive).
     pub fn inc_step_error(&self, error: &Error) {
-        match error {
-            Error::Kube { .. } | Error::MissingCrd(_) => &self.kube_errors,
-            Error::Store(_) => &self.store_errors,
-            _ => &self.other_errors,
-        }
-        .fetch_add(1, Relaxed);
+        let cause = match error {
+            Error::Kube { .. } | Error::MissingCrd(_) => "kube",
+            Error::Store(_) => "store",
+            _ => "other",
+        };
+        self.step_errors.get_or_create(&CauseLabel { cause }).inc();
     }
     /// Adds time the pass loop waited after failed passes.
     pub fn observe_backoff(&self, waited: Duration) {
-        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        self.backoff_micros.fetch_add(micros, Relaxed);
+        self.backoff.inc_by(waited.as_secs_f64());
     }
     /// API calls retried so far.
     pub fn api_retries(&self) -> u64 {
-        self.api_retries.load(Relaxed)
+        self.api_retries.get()
     }
     /// Counts a failed watch (list or watch request, or a broken stream).
     pub fn inc_watch_errors(&self) {
-        self.watch_errors.fetch_add(1, Relaxed);
+        self.watch_errors.inc();
     }
     /// Watch failures so far.
     pub fn watch_errors(&self) -> u64 {
-        self.watch_errors.load(Relaxed)
+        self.watch_errors.get()
     }
     /// Steps failed because of the API server, because of a store, and otherwise.
     pub fn step_errors(&self) -> (u64, u64, u64) {
-        (
-            self.kube_errors.load(Relaxed),
-            self.store_errors.load(Relaxed),
-            self.other_errors.load(Relaxed),
-        )
+        let [kube, store, other] =
+            CAUSES.map(|cause| self.step_errors.get_or_create(&CauseLabel { cause }).get());
+        (kube, store, other)
     }
     /// Passes that hit an error so far.
     pub fn pass_errors(&self) -> u64 {
-        self.pass_errors.load(Relaxed)
+        self.pass_errors.get()
     }
     /// Adds time spent waiting on the client-side rate limit.
     pub fn observe_throttle(&self, waited: Duration) {
-        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        self.throttled_micros.fetch_add(micros, Relaxed);
+        self.throttled.inc_by(waited.as_secs_f64());
     }
     /// Sets whether this replica leads.
     pub fn set_leader(&self, leader: bool) {
-        self.leader.store(u64::from(leader), Relaxed);
+        self.leader.set(i64::from(leader));
     }
     /// Marks the loop alive at `now_ms`.
     pub fn heartbeat(&self, now_ms: i64) {
@@ -155,201 +358,31 @@ impl Metrics {
     }
     /// Admissions so far.
     pub fn admissions(&self) -> u64 {
-        self.admissions.load(Relaxed)
+        self.admissions.get()
     }
     /// Passes so far.
     pub fn passes(&self) -> u64 {
         self.passes.load(Relaxed)
     }
 
-    /// The text exposition.
+    /// The text exposition (OpenMetrics text, which Prometheus reads).
     pub fn render(&self) -> String {
+        let _reading = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = String::new();
-        let mut put = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        };
-        let secs = |a: &AtomicU64| format!("{:.6}", a.load(Relaxed) as f64 / 1e6);
-        let n = |a: &AtomicU64| a.load(Relaxed).to_string();
-        put(
-            "tuneplane_queue_depth",
-            "gauge",
-            "Jobs waiting in QUEUED.",
-            n(&self.queue_depth),
-        );
-        put(
-            "tuneplane_active_jobs",
-            "gauge",
-            "Non-terminal jobs.",
-            n(&self.active_jobs),
-        );
-        put(
-            "tuneplane_admissions_total",
-            "counter",
-            "Jobs admitted.",
-            n(&self.admissions),
-        );
-        put(
-            "tuneplane_deadline_failures_total",
-            "counter",
-            "Jobs failed by a deadline.",
-            n(&self.deadline_failures),
-        );
-        put(
-            "tuneplane_jobs_succeeded_total",
-            "counter",
-            "Jobs ended SUCCEEDED.",
-            n(&self.succeeded),
-        );
-        put(
-            "tuneplane_jobs_failed_total",
-            "counter",
-            "Jobs ended FAILED.",
-            n(&self.failed),
-        );
-        put(
-            "tuneplane_jobs_stopped_total",
-            "counter",
-            "Jobs ended STOPPED.",
-            n(&self.stopped),
-        );
-        put(
-            "tuneplane_orphans_deleted_total",
-            "counter",
-            "Workloads deleted without a live job.",
-            n(&self.orphans_deleted),
-        );
-        put(
-            "tuneplane_pass_duration_seconds_sum",
-            "counter",
-            "Total time in passes.",
-            secs(&self.pass_micros_sum),
-        );
-        put(
-            "tuneplane_pass_duration_seconds_count",
-            "counter",
-            "Passes run.",
-            n(&self.passes),
-        );
-        put(
-            "tuneplane_last_pass_duration_seconds",
-            "gauge",
-            "Duration of the last pass.",
-            secs(&self.last_pass_micros),
-        );
-        put(
-            "tuneplane_pass_errors_total",
-            "counter",
-            "Passes that hit an error.",
-            n(&self.pass_errors),
-        );
-        put(
-            "tuneplane_kube_retries_total",
-            "counter",
-            "API calls retried (429/5xx/transport).",
-            n(&self.api_retries),
-        );
-        put(
-            "tuneplane_watch_errors_total",
-            "counter",
-            "Failed watches (list, watch or stream errors; each restarts with backoff).",
-            n(&self.watch_errors),
-        );
-        put(
-            "tuneplane_kube_errors_total",
-            "counter",
-            "Steps that failed on an API call after its retries (retried next pass).",
-            n(&self.kube_errors),
-        );
-        put(
-            "tuneplane_store_errors_total",
-            "counter",
-            "Steps that failed on a job or blob store call (retried next pass).",
-            n(&self.store_errors),
-        );
-        put(
-            "tuneplane_step_errors_other_total",
-            "counter",
-            "Steps that failed otherwise (render, conflicting transition, archive).",
-            n(&self.other_errors),
-        );
-        put(
-            "tuneplane_pass_backoff_seconds_total",
-            "counter",
-            "Time the pass loop waited after failed passes.",
-            secs(&self.backoff_micros),
-        );
-        put(
-            "tuneplane_kube_throttled_seconds_total",
-            "counter",
-            "Time waiting on the client-side rate limit.",
-            secs(&self.throttled_micros),
-        );
-        put(
-            "tuneplane_leader",
-            "gauge",
-            "1 while this replica holds the Lease.",
-            n(&self.leader),
-        );
-        self.render_tenants(&mut out);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
-    }
-
-    /// The labelled per-tenant families.
-    fn render_tenants(&self, out: &mut String) {
-        let tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = writeln!(
-            out,
-            "# HELP tuneplane_tenant_admitted_gpus GPUs held by a tenant's admitted jobs, per series.\n# TYPE tuneplane_tenant_admitted_gpus gauge"
-        );
-        for (tenant, u) in tenants.iter() {
-            for (series, gpus) in &u.admitted.gpus {
-                let _ = writeln!(
-                    out,
-                    "tuneplane_tenant_admitted_gpus{{tenant=\"{}\",series=\"{}\"}} {gpus}",
-                    label(tenant),
-                    label(series)
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP tuneplane_tenant_queued_gpus GPUs a tenant's queued jobs ask for, per series.\n# TYPE tuneplane_tenant_queued_gpus gauge"
-        );
-        for (tenant, u) in tenants.iter() {
-            for (series, gpus) in &u.queued.gpus {
-                let _ = writeln!(
-                    out,
-                    "tuneplane_tenant_queued_gpus{{tenant=\"{}\",series=\"{}\"}} {gpus}",
-                    label(tenant),
-                    label(series)
-                );
-            }
-        }
-        for (name, help, pick) in [
-            (
-                "tuneplane_tenant_queued_jobs",
-                "Jobs of a tenant waiting in QUEUED.",
-                (|u: &TenantUsage| u.queued_jobs) as fn(&TenantUsage) -> u32,
-            ),
-            (
-                "tuneplane_tenant_admitted_jobs",
-                "Jobs of a tenant admitted and not finished.",
-                |u: &TenantUsage| u.admitted_jobs,
-            ),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for (tenant, u) in tenants.iter() {
-                let _ = writeln!(out, "{name}{{tenant=\"{}\"}} {}", label(tenant), pick(u));
-            }
-        }
     }
 }
 
-async fn exposition(State(m): State<Arc<Metrics>>) -> String {
-    m.render()
+/// Content type of [`Metrics::render`]'s output.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn exposition(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],
+        m.render(),
+    )
 }
 
 async fn healthz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {

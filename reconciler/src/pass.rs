@@ -276,7 +276,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         .collect()
         .await;
     for (id, outcome) in admitted {
-        report.admitted += 1;
+        report.admitted += usize::from(outcome.is_ok());
         note(ctx, &mut report, "admit", &id, outcome);
     }
     for w in plan.waiting {

@@ -56,7 +56,7 @@ pub struct RayJobStatus {
     /// Failure reason (`DeadlineExceeded`, `AppFailed`, ...).
     #[serde(default)]
     pub reason: Option<String>,
-    /// Message.
+    /// KubeRay's message with the reason.
     #[serde(default)]
     pub message: Option<String>,
 }

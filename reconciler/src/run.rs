@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{self, Store};
@@ -14,12 +14,13 @@ use tokio::sync::Notify;
 use tuneplane_core::constants::{MANAGED_BY, MANAGED_BY_LABEL};
 use tuneplane_core::store::{BlobStore, JobStore};
 
-use crate::cluster::{self, Cluster};
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::kube_io::{Kube, is_not_found};
 use crate::leader::Elector;
 use crate::metrics::Metrics;
 use crate::rayjob::{self, RayJob};
+use crate::strip;
 use crate::{Config, Ctx};
 
 /// A reconciler ready to run.
@@ -29,7 +30,7 @@ pub struct Reconciler {
 }
 
 /// Mirrors `api` into `writer`'s store, each object reduced by `strip` to what a pass reads
-/// (see `cluster::strip_pod`) before it is stored, and wakes the pass loop on every change;
+/// (see `strip::strip_pod`) before it is stored, and wakes the pass loop on every change;
 /// counts watch failures in `tuneplane_watch_errors_total`.
 fn reflect<K>(
     api: Api<K>,
@@ -119,7 +120,7 @@ impl Reconciler {
             reflect(
                 Api::<Node>::all(client.clone()),
                 watcher::Config::default(),
-                cluster::strip_node,
+                strip::strip_node,
                 nodes_w,
                 notify.clone(),
                 self.ctx.metrics.clone(),
@@ -127,7 +128,7 @@ impl Reconciler {
             reflect(
                 Api::<Pod>::all(client.clone()),
                 watcher::Config::default(),
-                cluster::strip_pod,
+                strip::strip_pod,
                 pods_w,
                 notify.clone(),
                 self.ctx.metrics.clone(),
@@ -135,7 +136,7 @@ impl Reconciler {
             reflect(
                 Api::<Event>::all(client.clone()),
                 watcher::Config::default().fields("type=Warning"),
-                cluster::strip_event,
+                strip::strip_event,
                 events_w,
                 notify.clone(),
                 self.ctx.metrics.clone(),
@@ -143,7 +144,7 @@ impl Reconciler {
             reflect(
                 Api::<RayJob>::all_with(client, &rayjob::resource()),
                 managed,
-                cluster::strip_rayjob,
+                strip::strip_rayjob,
                 rayjobs_w,
                 notify.clone(),
                 self.ctx.metrics.clone(),
@@ -155,16 +156,39 @@ impl Reconciler {
             events,
             rayjobs,
         };
-        tokio::select! {
-            _ = watches => tracing::error!("watches ended"),
-            _ = self.elector.run(&self.ctx.metrics) => {}
-            _ = pass_loop(&self.ctx, &stores, &notify) => {}
-            _ = shutdown => tracing::info!("shutting down"),
-        }
+        let outcome = supervise(
+            watches.map(drop),
+            self.elector.run(&self.ctx.metrics),
+            pass_loop(&self.ctx, &stores, &notify),
+            shutdown,
+        )
+        .await;
         self.elector.release().await;
         self.ctx.metrics.set_leader(false);
-        Ok(())
+        outcome
     }
+}
+
+/// Runs the reconciler's loops until `shutdown` completes (`Ok`) or one of them ends, which they
+/// only do when something is broken (a watch stream closed, the stores never became ready): then
+/// an error, so that the process exits non-zero and is restarted.
+async fn supervise(
+    watches: impl Future<Output = ()>,
+    leases: impl Future<Output = ()>,
+    passes: impl Future<Output = ()>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let ended = tokio::select! {
+        _ = watches => "the watches",
+        _ = leases => "the lease loop",
+        _ = passes => "the pass loop",
+        _ = shutdown => {
+            tracing::info!("shutting down");
+            return Ok(());
+        }
+    };
+    tracing::error!(ended, "a reconciler loop ended");
+    Err(Error::LoopEnded(ended))
 }
 
 struct Stores {
@@ -272,5 +296,21 @@ mod tests {
         assert_eq!(backoff_after(3, i), Duration::from_secs(20));
         assert_eq!(backoff_after(10, i), MAX_BACKOFF);
         assert_eq!(backoff_after(u32::MAX, i), MAX_BACKOFF);
+    }
+
+    #[tokio::test]
+    async fn ended_watches_are_an_error_so_the_process_exits_non_zero() {
+        let pending = std::future::pending::<()>;
+        let outcome = supervise(async {}, pending(), pending(), pending()).await;
+        assert!(matches!(outcome, Err(Error::LoopEnded("the watches"))));
+        let outcome = supervise(pending(), pending(), async {}, pending()).await;
+        assert!(matches!(outcome, Err(Error::LoopEnded("the pass loop"))));
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_the_loops_without_an_error() {
+        let pending = std::future::pending::<()>;
+        let outcome = supervise(pending(), pending(), pending(), async {}).await;
+        assert!(outcome.is_ok());
     }
 }

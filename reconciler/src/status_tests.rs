@@ -7,7 +7,7 @@ fn pod(status: serde_json::Value) -> Pod {
     serde_json::from_value(
         serde_json::json!({"metadata": {"name": "tp-j-head-x"}, "status": status}),
     )
-    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap()
 }
 
 fn rayjob(deployment: &str, job_status: &str) -> RayJob {
@@ -91,7 +91,7 @@ fn rayjob_with_an_invalid_spec_warning_and_no_status_is_invalid() {
         serde_json::json!({"metadata": {"name": "e"}, "involvedObject": {"name": "tp-j"},
         "type": "Warning", "reason": "InvalidRayJobSpec", "message": "The RayJob spec is invalid"}),
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     assert_eq!(
         assess_rayjob(&rj, &[], &[&event]),
         Observed::Invalid {

@@ -398,7 +398,7 @@ mod tests {
             "deadlines": {"pre_running_seconds": 10, "run_seconds": 100}, "priority": 0,
             "labels": {}, "namespace": "ns", "platform_version": "0"
         }))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         JobRecord::new_queued("j", "t", spec, "ab", 0)
     }
 
@@ -406,15 +406,13 @@ mod tests {
     fn state_events_are_dated_by_the_record_so_a_rewrite_is_the_same_event() {
         let mut job = queued();
         assert_eq!(state_event(&job), None);
-        job.transition(JobState::Admitted, 1_000)
-            .unwrap_or_else(|e| panic!("{e}"));
+        job.transition(JobState::Admitted, 1_000).unwrap();
         let admitted = state_event(&job).unwrap_or_else(|| panic!("no event"));
         assert_eq!(
             (admitted.at_ms, admitted.key.as_str()),
             (1_000, "state-ADMITTED")
         );
-        job.transition(JobState::Running, 2_000)
-            .unwrap_or_else(|e| panic!("{e}"));
+        job.transition(JobState::Running, 2_000).unwrap();
         let running = state_event(&job).unwrap_or_else(|| panic!("no event"));
         assert_eq!(
             (running.at_ms, running.key.as_str()),
@@ -423,12 +421,11 @@ mod tests {
         let mut stopped = job.clone();
         stopped
             .finish_with_failure(FailureReason::StopRequested, "asked", 3_000)
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         let ev = state_event(&stopped).unwrap_or_else(|| panic!("no event"));
         assert_eq!((ev.at_ms, ev.key.as_str()), (3_000, "state-STOPPED"));
         assert_eq!(ev.message, "StopRequested: asked");
-        job.transition(JobState::Succeeded, 4_000)
-            .unwrap_or_else(|e| panic!("{e}"));
+        job.transition(JobState::Succeeded, 4_000).unwrap();
         let ev = state_event(&job).unwrap_or_else(|| panic!("no event"));
         assert_eq!((ev.at_ms, ev.key.as_str()), (4_000, "state-SUCCEEDED"));
         assert_eq!(ev.message, "the entrypoint exited 0");

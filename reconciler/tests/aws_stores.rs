@@ -3,6 +3,10 @@
 //! endpoint that is not on the loopback address. Credentials and region are explicit, so the SDK
 //! never probes the instance metadata service.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::sync::Arc;
@@ -55,23 +59,17 @@ async fn aws_harness(config: tuneplane_kubesim::SimConfig) -> Harness {
     let table = unique("tp-recon");
     tuneplane_stores::dynamo::table::create_table(&dynamo, &table)
         .await
-        .unwrap_or_else(|e| panic!("table: {e}"));
+        .expect("table");
     let s3 = s3_client(&sdk, true);
     let bucket = unique("tp-recon");
     s3.create_bucket()
         .bucket(&bucket)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("bucket: {e}"));
+        .expect("bucket");
     let jobs = Arc::new(DynamoJobStore::new(dynamo, table));
     let blobs = Arc::new(S3BlobStore::new(s3, bucket));
-    with_stores(
-        config,
-        jobs,
-        blobs,
-        tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
-    )
-    .await
+    with_stores(config, jobs, blobs, tempfile::tempdir().unwrap()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,11 +128,5 @@ async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
         .flatten()
         .unwrap_or_default();
     assert_eq!(capacity["series"]["h200"]["nodes"], 2);
-    assert!(
-        h.jobs
-            .list_active()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-            .is_empty()
-    );
+    assert!(h.jobs.list_active().await.unwrap().is_empty());
 }

@@ -1,6 +1,10 @@
 //! Orphan workloads, playground creation, pending reasons and TTL reclaim (pods named by the old
 //! `pg-pg-` scheme included), and the startup error without KubeRay.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;
@@ -28,14 +32,11 @@ async fn workload_without_a_live_job_record_is_archived_and_deleted() {
         sha256: SHA.into(),
         url: format!("https://x.example/c/{SHA}/capsule.zip"),
     };
-    let value = render_rayjob(&ghost, &capsule, &RenderSettings::default())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let rj: RayJob = serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"));
+    let value = render_rayjob(&ghost, &capsule, &RenderSettings::default()).unwrap();
+    let rj: RayJob = serde_json::from_value(value).unwrap();
     let api: Api<RayJob> =
         Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
-    api.create(&PostParams::default(), &rj)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    api.create(&PostParams::default(), &rj).await.unwrap();
     wait_for(20, "ghost pods running", || async {
         let pods = Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
             .list(&kube::api::ListParams::default().labels("tuneplane.io/job-id=ghost"))
@@ -94,10 +95,7 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
         pod_namespace: None,
         status: None,
     };
-    h.jobs
-        .put_playground(&pg)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.jobs.put_playground(&pg).await.unwrap();
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
     let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
     let pod = wait_for(20, "playground pod", || async {
@@ -187,10 +185,7 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
     // The one l40s node has 4 GPUs: the first playground takes them all.
     let hold = playground("pg-hold", "l40s", 4, 600_000);
     let wait = playground("pg-wait", "l40s", 1, 600_000);
-    h.jobs
-        .put_playground(&hold)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.jobs.put_playground(&hold).await.unwrap();
     let (_task, ctx) = h.reconciler(test_config("r1")).await;
     let running = wait_playground(&h, "pg-hold", "running", |p| {
         state_reason(p).0 == Some(PlaygroundState::Running)
@@ -198,10 +193,7 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
     .await;
     // Ids carry the prefix: the pod is named like the id, not pg-pg-hold.
     assert_eq!(running.pod_name.as_deref(), Some("pg-hold"));
-    h.jobs
-        .put_playground(&wait)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.jobs.put_playground(&wait).await.unwrap();
     let pending = wait_playground(&h, "pg-wait", "pending for GPUs", |p| {
         state_reason(p)
             == (
@@ -271,17 +263,12 @@ async fn a_playground_of_the_old_naming_is_followed_and_reclaimed_not_duplicated
         let mut as_old = pg.clone();
         as_old.pod_name = Some(name);
         let value = tuneplane_core::render::render_playground(&as_old, "tuneplane-jobs", &settings);
-        let pod: Pod = serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"));
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let pod: Pod = serde_json::from_value(value).unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
     }
     recorded.pod_name = Some("pg-pg-old1".into());
     for pg in [&recorded, &unrecorded] {
-        h.jobs
-            .put_playground(pg)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        h.jobs.put_playground(pg).await.unwrap();
     }
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
     for id in ["pg-old1", "pg-old2"] {
@@ -342,10 +329,10 @@ async fn metrics_and_healthz_are_served() {
     let metrics = std::sync::Arc::new(Metrics::default());
     metrics.heartbeat(tuneplane_core::clock::now_ms());
     metrics.inc_admissions();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    metrics.observe_pass(Duration::from_millis(3), true);
+    metrics.observe_pass(Duration::from_secs(2), true);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
     let router = tuneplane_reconciler::metrics::router(metrics);
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
     let client = reqwest::Client::new();
@@ -353,18 +340,45 @@ async fn metrics_and_healthz_are_served() {
         .get(format!("http://{addr}/metrics"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let text = body.text().await.unwrap_or_default();
-    assert!(
-        text.contains("# TYPE tuneplane_admissions_total counter\ntuneplane_admissions_total 1"),
-        "{text}"
-    );
-    assert!(text.contains("tuneplane_queue_depth 0"));
+    // A standard Prometheus text parser reads the exposition (counters come out untyped: it
+    // does not know OpenMetrics' `_total` suffix, which Prometheus itself does).
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let value = |name: &str| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name)
+            .map(|s| s.value.clone())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    let number = |name: &str| match value(name) {
+        prometheus_parse::Value::Counter(n)
+        | prometheus_parse::Value::Gauge(n)
+        | prometheus_parse::Value::Untyped(n) => n,
+        other => panic!("{name} is {other:?}"),
+    };
+    assert_eq!(number("tuneplane_admissions_total"), 1.0);
+    assert_eq!(number("tuneplane_queue_depth"), 0.0);
+    assert_eq!(number("tuneplane_step_errors_total"), 0.0);
+    assert_eq!(number("tuneplane_pass_duration_seconds_count"), 2.0);
+    // Two passes, one of 3 ms and one of 2 s: a histogram with cumulative buckets.
+    let prometheus_parse::Value::Histogram(buckets) = value("tuneplane_pass_duration_seconds")
+    else {
+        panic!("tuneplane_pass_duration_seconds is not a histogram:\n{text}");
+    };
+    let count_le = |le: f64| buckets.iter().find(|b| b.less_than == le).map(|b| b.count);
+    assert_eq!(count_le(0.001), Some(0.0));
+    assert_eq!(count_le(0.005), Some(1.0));
+    assert_eq!(count_le(2.5), Some(2.0));
+    assert_eq!(count_le(f64::INFINITY), Some(2.0));
     let health = client
         .get(format!("http://{addr}/healthz"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(health.status().as_u16(), 200);
     server.abort();
 }

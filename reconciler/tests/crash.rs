@@ -2,6 +2,10 @@
 //! each record write, each log archive, each workload creation — and a new one is started. No job is
 //! lost, no workload is created twice, every terminal job has its logs, and no workload is left.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -54,6 +54,10 @@
 //! `<uid>`, resourceVersions inside messages `<rv>`. What kubesim intentionally does not
 //! reproduce is left out in [`backend_specific`], with the reason.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -197,7 +201,7 @@ fn backend_specific(step: &str, obs: &mut Value) {
 // Helpers.
 
 fn to_json<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or_else(|e| panic!("to json: {e}"))
+    serde_json::to_value(v).expect("to json")
 }
 
 /// An API answer: `{"ok": ...}` or the Status of the error (code, reason, message, details).
@@ -271,12 +275,11 @@ fn create_params() -> PostParams {
 fn cpu_pod(id: &str, image: &str, run_seconds: Option<&str>) -> Pod {
     let mut job: JobRecord = cpu_job(id);
     job.spec.image = image.into();
-    let mut value = render_pod(&job, &capsule(), &RenderSettings::default())
-        .unwrap_or_else(|e| panic!("render: {e}"));
+    let mut value = render_pod(&job, &capsule(), &RenderSettings::default()).expect("render");
     if let Some(secs) = run_seconds {
         value["metadata"]["annotations"][annotations::RUN_SECONDS] = json!(secs);
     }
-    serde_json::from_value(value).unwrap_or_else(|e| panic!("pod: {e}"))
+    serde_json::from_value(value).expect("pod")
 }
 
 /// Pod versions seen by a watcher on one pod name.
@@ -438,7 +441,7 @@ async fn node_series(h: &Harness) -> BTreeMap<String, String> {
     nodes
         .list(&ListParams::default())
         .await
-        .unwrap_or_else(|e| panic!("nodes: {e}"))
+        .expect("nodes")
         .items
         .iter()
         .map(|n| {
@@ -467,7 +470,7 @@ async fn step_fleet(h: &Harness) -> Value {
     let mut list = nodes
         .list(&ListParams::default())
         .await
-        .unwrap_or_else(|e| panic!("nodes: {e}"))
+        .expect("nodes")
         .items;
     list.sort_by_key(ResourceExt::name_any);
     let infos: Vec<_> = list.iter().map(node_info).collect();
@@ -507,7 +510,7 @@ async fn step_cpu_pod(h: &Harness, r: &mut Redactor, created_rv: &mut String) ->
             &cpu_pod("c1", "python:3.12-slim", Some("2")),
         )
         .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
+        .expect("create");
     r.object(&created.metadata);
     *created_rv = created.resource_version().unwrap_or_default();
     let mut spec = to_json(&created.spec);
@@ -539,10 +542,7 @@ async fn step_cpu_pod(h: &Harness, r: &mut Redactor, created_rv: &mut String) ->
             .map(|p| observed(&status::assess_pod(p)))
             .collect(),
     );
-    let last = api
-        .get("tp-c1")
-        .await
-        .unwrap_or_else(|e| panic!("get: {e}"));
+    let last = api.get("tp-c1").await.expect("get");
     let cs = last
         .status
         .as_ref()
@@ -592,7 +592,7 @@ async fn step_api_errors(h: &Harness, r: &mut Redactor) -> Value {
         "metadata": {"name": "Bad_Name"},
         "spec": {"containers": []},
     }))
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let invalid = outcome(api.create(&PostParams::default(), &invalid).await, |p| {
         json!(p.name_any())
     });
@@ -617,11 +617,11 @@ async fn step_api_errors(h: &Harness, r: &mut Redactor) -> Value {
         "metadata": {"name": "diff-lease"},
         "spec": {"holderIdentity": "a", "leaseDurationSeconds": 10},
     }))
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let first = leases
         .create(&PostParams::default(), &lease)
         .await
-        .unwrap_or_else(|e| panic!("lease: {e}"));
+        .expect("lease");
     let mut newer = first.clone();
     newer.spec.get_or_insert_default().holder_identity = Some("b".into());
     let updated = outcome(
@@ -653,7 +653,7 @@ async fn step_api_errors(h: &Harness, r: &mut Redactor) -> Value {
         {"op": "replace", "path": "/metadata/labels/diff", "value": "json"},
         {"op": "add", "path": "/metadata/labels/extra", "value": "x"},
     ]))
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let json_patch = outcome(
         api.patch("tp-c1", &PatchParams::default(), &Patch::Json::<()>(ops))
             .await,
@@ -662,7 +662,7 @@ async fn step_api_errors(h: &Harness, r: &mut Redactor) -> Value {
     let failing_ops = serde_json::from_value(json!([
         {"op": "test", "path": "/metadata/labels/diff", "value": "merge"},
     ]))
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let failed_test = outcome(
         api.patch(
             "tp-c1",
@@ -717,7 +717,7 @@ fn gpu_pod(name: &str, gpus: u32, selector: Option<&str>, tolerate: bool) -> Pod
     serde_json::from_value(
         json!({"metadata": {"name": name, "labels": {"diff": "unschedulable"}}, "spec": spec}),
     )
-    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap()
 }
 
 async fn step_unschedulable(h: &Harness) -> Value {
@@ -737,9 +737,7 @@ async fn step_unschedulable(h: &Harness) -> Value {
         ),
     ];
     for (_, pod) in &cases {
-        api.create(&create_params(), pod)
-            .await
-            .unwrap_or_else(|e| panic!("create: {e}"));
+        api.create(&create_params(), pod).await.expect("create");
     }
     let mut out = serde_json::Map::new();
     for (name, _) in &cases {
@@ -798,7 +796,7 @@ async fn step_image_pull(h: &Harness, r: &mut Redactor) -> Value {
     let created = api
         .create(&create_params(), &cpu_pod("i1", BAD_IMAGE, None))
         .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
+        .expect("create");
     r.object(&created.metadata);
     let backoff = wait_for(30, "tp-i1 ImagePullBackOff", || async {
         seen(&versions)
@@ -880,9 +878,8 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
         "ghcr.io/acme/train:1",
         60,
     );
-    let value = render_rayjob(&job, &capsule(), &RenderSettings::default())
-        .unwrap_or_else(|e| panic!("render: {e}"));
-    let typed: RayJob = serde_json::from_value(value).unwrap_or_else(|e| panic!("rayjob: {e}"));
+    let value = render_rayjob(&job, &capsule(), &RenderSettings::default()).expect("render");
+    let typed: RayJob = serde_json::from_value(value).expect("rayjob");
     let api = rayjobs(h);
     let statuses: Arc<Mutex<Vec<RayJob>>> = Arc::default();
     let sink = statuses.clone();
@@ -899,10 +896,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
             }
         }
     });
-    let created = api
-        .create(&create_params(), &typed)
-        .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
+    let created = api.create(&create_params(), &typed).await.expect("create");
     r.object(&created.metadata);
     let pod_api = pods(h);
     let assessed: Mutex<Vec<Value>> = Mutex::default();
@@ -985,7 +979,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     let mut cluster_pods = pod_api
         .list(&ListParams::default().labels(&format!("ray.io/cluster={cluster_name}")))
         .await
-        .unwrap_or_else(|e| panic!("pods: {e}"))
+        .expect("pods")
         .items;
     cluster_pods.sort_by_key(|p| {
         (
@@ -1016,7 +1010,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     let submitter = Api::<Job>::namespaced(h.client.clone(), NS)
         .get("tp-g1")
         .await
-        .unwrap_or_else(|e| panic!("submitter: {e}"));
+        .expect("submitter");
     r.object(&submitter.metadata);
     let submitter_pods = wait_for(30, "the submitter's pod", || async {
         let list = pod_api
@@ -1052,7 +1046,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     );
     api.delete("tp-g1", &DeleteParams::background())
         .await
-        .unwrap_or_else(|e| panic!("delete: {e}"));
+        .expect("delete");
     let gone = wait_for(
         60,
         "the RayJob and everything it owns to be gone",
@@ -1150,7 +1144,7 @@ fn affinity_pod(name: &str, labels: Value, affinity: Value, gpus: u32) -> Pod {
         spec["tolerations"] = to_json(&RenderSettings::default().tolerations);
     }
     serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "spec": spec}))
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
 }
 
 /// Required node affinity to the two h200 nodes by hostname (a pool's planned nodes).
@@ -1376,7 +1370,7 @@ fn compare(transcript: &[(String, Value)]) {
         .collect();
     if real && std::env::var(UPDATE_VAR).is_ok_and(|v| v == "1") {
         let text = serde_json::to_string_pretty(&entries).unwrap_or_default() + "\n";
-        std::fs::create_dir_all(path.parent().unwrap_or(&path)).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(path.parent().unwrap_or(&path)).unwrap();
         std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         eprintln!("rewrote {}", path.display());
         return;

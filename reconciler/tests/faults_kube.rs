@@ -8,6 +8,10 @@
 //! off), so every fault reaches `Kube::call` or a watcher. Workload uids are recorded from kubesim's
 //! store (its change feed, which no fault touches), so the record is complete.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +22,9 @@ use common::*;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::workload_name;
 use tuneplane_kubesim::{FaultPlan, FaultScope};
-use tuneplane_reconciler::kube_io::client_config;
+use tuneplane_reconciler::kube_io::{Kube, client_config};
+use tuneplane_reconciler::leader::Elector;
+use tuneplane_reconciler::metrics::Metrics;
 use tuneplane_reconciler::{Config, Ctx};
 
 type Uids = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
@@ -59,9 +65,8 @@ fn track(h: &Harness, pods: BTreeSet<String>) -> (Uids, tokio::task::JoinHandle<
 
 /// A reconciler whose client is configured as in production.
 async fn reconciler(h: &Harness, config: Config) -> (tokio::task::JoinHandle<()>, Arc<Ctx>) {
-    let url = h.sim().url().parse().unwrap_or_else(|e| panic!("url: {e}"));
-    let client = kube::Client::try_from(client_config(kube::Config::new(url)))
-        .unwrap_or_else(|e| panic!("client: {e}"));
+    let url = h.sim().url().parse().expect("url");
+    let client = kube::Client::try_from(client_config(kube::Config::new(url))).expect("client");
     spawn_reconciler(config, client, h.jobs.clone(), h.blobs.clone()).await
 }
 
@@ -376,8 +381,7 @@ async fn a_log_the_api_server_never_serves_delays_the_end_a_bounded_number_of_pa
     h.submit(&cpu_job("n1")).await;
     let job = h.wait_state(50, "n1", JobState::Succeeded).await;
     let entries = assert_logs_archived(&h, &job).await;
-    let index: serde_json::Value =
-        serde_json::from_str(&entries[0].1).unwrap_or_else(|e| panic!("index.json: {e}"));
+    let index: serde_json::Value = serde_json::from_str(&entries[0].1).expect("index.json");
     let logs = index["entries"].as_array().cloned().unwrap_or_default();
     assert!(!logs.is_empty());
     for entry in &logs {
@@ -397,4 +401,45 @@ async fn a_log_the_api_server_never_serves_delays_the_end_a_bounded_number_of_pa
     let strict = u64::from(STRICT_ARCHIVE_ATTEMPTS * MAX_ATTEMPTS);
     let last = u64::from(MAX_ATTEMPTS) * logs.len() as u64;
     assert_eq!(reads, strict + last, "log reads answered 500");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_write_that_meets_a_server_error_is_retried_within_the_round() {
+    let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
+    let sim = h.sim();
+    // Every write to a Lease answers 503 until the outage is lifted.
+    sim.set_fault_plan(Some(FaultPlan {
+        path_contains: Some("/leases".into()),
+        ..FaultPlan::outage(503, FaultScope::Mutating)
+    }));
+    let url = sim.url().parse().expect("url");
+    let client = kube::Client::try_from(client_config(kube::Config::new(url))).expect("client");
+    let metrics = Arc::new(Metrics::default());
+    let kube = Kube::new(client, 100, 100, metrics.clone());
+    let elector = Elector::new(
+        kube,
+        "default",
+        "retried",
+        "replica-a",
+        Duration::from_secs(15),
+    );
+    let round = tokio::spawn(async move {
+        let led = elector.try_lead().await;
+        (led, elector)
+    });
+
+    // The create met the outage; lift it while the call backs off before its next attempt.
+    wait_for(10, "a lease write answered 503", || async {
+        (sim.fault_counts().error_total() >= 1).then_some(())
+    })
+    .await;
+    sim.set_fault_plan(None);
+    let (led, elector) = round.await.unwrap();
+
+    assert!(
+        led.unwrap(),
+        "the round did not lead after its create was retried"
+    );
+    assert!(elector.state.is_leader());
+    assert!(metrics.api_retries() >= 1, "{:?}", sim.fault_counts());
 }

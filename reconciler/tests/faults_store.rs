@@ -12,6 +12,10 @@
 //! The AWS test fails, rather than skips, without `AWS_ENDPOINT_URL` (as `aws_stores.rs` does):
 //! run under `scripts/with-moto.sh`.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 #[path = "common/fault_proxy.rs"]
 mod fault_proxy;
@@ -28,7 +32,7 @@ use aws_sdk_dynamodb::config::Credentials;
 use common::*;
 use fault_proxy::{FaultProxy, ProxyFault, ProxyPlan};
 use faulty::{FaultKind, Faults, FaultyBlobStore, FaultyJobStore, Rule};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::watcher;
@@ -36,6 +40,11 @@ use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::workload_name;
 use tuneplane_core::store::{BlobStore, CreateOutcome, JobStore, PlaygroundRecord, StoreError};
 use tuneplane_reconciler::Ctx;
+use tuneplane_reconciler::cluster::Cluster;
+use tuneplane_reconciler::kube_io::Kube;
+use tuneplane_reconciler::leader::Leadership;
+use tuneplane_reconciler::metrics::Metrics;
+use tuneplane_reconciler::pass::pass;
 use tuneplane_reconciler::rayjob::{self, RayJob};
 use tuneplane_stores::aws::{dynamodb_client, retry_config, s3_client};
 use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore, S3BlobStore};
@@ -180,13 +189,13 @@ fn metric(ctx: &Ctx, name: &str) -> f64 {
 }
 
 fn embedded_stores(dir: &tempfile::TempDir) -> (Arc<dyn JobStore>, Arc<dyn BlobStore>) {
-    let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap_or_else(|e| panic!("{e}"));
+    let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
     let blobs = FsBlobStore::open(
         dir.path().join("blobs"),
         b"test-secret".to_vec(),
         "http://127.0.0.1:9/blobs",
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     (Arc::new(jobs), Arc::new(blobs))
 }
 
@@ -204,7 +213,7 @@ const EMBEDDED_SEED: u64 = 0x7e57_0008;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_end_once_with_their_logs_when_store_calls_fail_before_or_after_writing() {
     let started = std::time::Instant::now();
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
     let (jobs, blobs) = embedded_stores(&dir);
     let h = with_stores(fast_sim(), jobs, blobs, dir).await;
     let watch = Workloads::watch(&h);
@@ -239,14 +248,71 @@ async fn jobs_end_once_with_their_logs_when_store_calls_fail_before_or_after_wri
     assert!(before > 0 && after > 0, "{:?}", faults.injected());
     assert!(store_errors > 0, "no store error reached the metrics");
     assert_eq!(
-        metric(&ctx, "tuneplane_store_errors_total"),
+        metric(&ctx, "tuneplane_step_errors_total{cause=\"store\"}"),
         store_errors as f64
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_whose_record_write_fails_counts_as_an_error_not_an_admission() {
+    let dir = tempfile::tempdir().unwrap();
+    let (jobs, blobs) = embedded_stores(&dir);
+    let h = with_stores(fast_sim(), jobs, blobs, dir).await;
+    let queued = job(
+        "adm01",
+        vec![pool("main", Some("h200"), 1, 4)],
+        "ghcr.io/acme/train:1",
+        120,
+    );
+    h.submit(&queued).await;
+    let faults = Faults::scripted(vec![Rule {
+        method: "update_job",
+        key: queued.id.clone(),
+        nth: 1,
+        kind: FaultKind::Before,
+    }]);
+    let config = test_config("admit-by-hand");
+    let metrics = Arc::new(Metrics::default());
+    let kube = Kube::new(
+        h.client.clone(),
+        config.kube_qps,
+        config.kube_burst,
+        metrics.clone(),
+    );
+    let leadership = Arc::new(Leadership::default());
+    let ctx = Ctx::new(
+        config,
+        kube,
+        FaultyJobStore::new(h.jobs.clone(), faults.clone()),
+        FaultyBlobStore::new(h.blobs.clone(), faults.clone()),
+        metrics,
+        leadership.clone(),
+    );
+    let nodes = Api::<Node>::all(h.client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let cluster = Cluster::new(
+        nodes.items.into_iter().map(Arc::new).collect(),
+        vec![],
+        vec![],
+        vec![],
+    );
+
+    let now = tuneplane_core::clock::now_ms();
+    leadership.hold_until(now + 60_000);
+    let failed = pass(&ctx, &cluster, now).await.unwrap();
+    let admitted = pass(&ctx, &cluster, now + 1).await.unwrap();
+
+    assert_eq!((failed.admitted, failed.errors), (0, 1), "{failed:?}");
+    assert_eq!((admitted.admitted, admitted.errors), (1, 0), "{admitted:?}");
+    let stored = h.jobs.get_job(&queued.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, JobState::Admitted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_that_applied_but_answered_an_error_are_picked_up_without_a_second_workload() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
     let (jobs, blobs) = embedded_stores(&dir);
     let h = with_stores(fast_sim(), jobs, blobs, dir).await;
     let watch = Workloads::watch(&h);
@@ -309,7 +375,7 @@ async fn writes_that_applied_but_answered_an_error_are_picked_up_without_a_secon
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_outage_fails_passes_that_back_off_and_every_job_finishes_after_it() {
     let started = std::time::Instant::now();
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
     let (jobs, blobs) = embedded_stores(&dir);
     let h = with_stores(
         sim_config(
@@ -432,13 +498,13 @@ async fn moto_table_and_bucket() -> (
     let dynamo = dynamodb_client(&direct, None);
     tuneplane_stores::dynamo::table::create_table(&dynamo, &name)
         .await
-        .unwrap_or_else(|e| panic!("table: {e}"));
+        .expect("table");
     let s3 = s3_client(&direct, true);
     s3.create_bucket()
         .bucket(&name)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("bucket: {e}"));
+        .expect("bucket");
     (upstream, name, dynamo, s3)
 }
 
@@ -455,7 +521,7 @@ async fn a_dynamodb_write_whose_answer_was_lost_is_not_a_conflict_when_the_sdk_r
     let created = proxied
         .create_job(&cpu_job("lost-1"), None)
         .await
-        .unwrap_or_else(|e| panic!("create after a lost answer: {e}"));
+        .expect("create after a lost answer");
     assert!(matches!(created, CreateOutcome::Created(ref j) if j.version == 1));
 
     // A conditional update: written, answer lost, retried against the new version.
@@ -465,7 +531,7 @@ async fn a_dynamodb_write_whose_answer_was_lost_is_not_a_conflict_when_the_sdk_r
     let stored = proxied
         .update_job(&next)
         .await
-        .unwrap_or_else(|e| panic!("update after a lost answer: {e}"));
+        .expect("update after a lost answer");
     assert_eq!(stored.version, 2);
     let read = direct.get_job("lost-1").await.ok().flatten();
     assert_eq!(read.as_ref(), Some(&stored));
@@ -498,14 +564,14 @@ async fn a_dynamodb_write_whose_answer_was_lost_is_not_a_conflict_when_the_sdk_r
     let pg = proxied
         .put_playground(&pg)
         .await
-        .unwrap_or_else(|e| panic!("playground create after a lost answer: {e}"));
+        .expect("playground create after a lost answer");
     let mut next = pg.clone();
     next.pod_name = Some("tp-pg-lost".into());
     proxy.fail_next(ProxyFault::DropAfter, 1);
     let stored = proxied
         .put_playground(&next)
         .await
-        .unwrap_or_else(|e| panic!("playground update after a lost answer: {e}"));
+        .expect("playground update after a lost answer");
     assert_eq!(stored.version, 2);
     let read = direct.get_playground("pg-lost").await.ok().flatten();
     assert_eq!(read.as_ref(), Some(&stored));
@@ -525,7 +591,7 @@ async fn jobs_end_once_on_dynamodb_and_s3_behind_a_proxy_that_throttles_drops_an
         fast_sim(),
         Arc::new(DynamoJobStore::new(dynamo, name.clone())),
         Arc::new(S3BlobStore::new(s3, name.clone())),
-        tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+        tempfile::tempdir().unwrap(),
     )
     .await;
     let watch = Workloads::watch(&h);

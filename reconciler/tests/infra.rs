@@ -2,6 +2,10 @@
 //! reconciler needs: separated read/write RBAC, a hardened Deployment whose `TUNEPLANE_*` variables
 //! are all ones the reconciler reads, and the kind overlay's GPU passthrough switch.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 
 use serde_json::Value;

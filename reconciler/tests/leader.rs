@@ -1,6 +1,10 @@
 //! Two reconcilers against one kubesim and one store: exactly one acts at a time, and when the
 //! leader stops (crash: its task is dropped, the Lease is not released) the other takes over.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;

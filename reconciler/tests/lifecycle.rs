@@ -1,6 +1,10 @@
 //! The reconciler against kubesim and the embedded store: admission (multi-pool gang, CPU Pod,
 //! series independence), stop, success with logs archived before deletion.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;
@@ -97,10 +101,7 @@ async fn multi_pool_job_is_admitted_only_when_every_pool_fits_and_a_stopped_job_
     // Stop the running job: it ends STOPPED with logs, and the gang job then fits.
     let mut hold = h.job("hold").await;
     hold.stop_requested = true;
-    h.jobs
-        .update_job(&hold)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.jobs.update_job(&hold).await.unwrap();
     let stopped = h.wait_state(20, "hold", JobState::Stopped).await;
     assert_eq!(
         stopped.failure.map(|f| f.reason),
@@ -110,10 +111,7 @@ async fn multi_pool_job_is_admitted_only_when_every_pool_fits_and_a_stopped_job_
     assert_logs_archived(&h, &h.job("hold").await).await;
 
     h.wait_state(20, "multi", JobState::Running).await;
-    let rj = rayjobs(&h)
-        .get("tp-multi")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let rj = rayjobs(&h).get("tp-multi").await.unwrap();
     let cluster = rj.spec.ray_cluster_spec.clone().unwrap_or_default();
     let head = &cluster["headGroupSpec"]["template"]["spec"];
     assert_eq!(head["nodeSelector"]["tuneplane/gpu-series"], "h200");
@@ -148,7 +146,7 @@ async fn multi_pool_job_is_admitted_only_when_every_pool_fits_and_a_stopped_job_
     let pods = Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
         .list(&ListParams::default().labels("tuneplane.io/job-id=multi"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let mut nodes: Vec<String> = pods
         .items
         .iter()
@@ -199,11 +197,7 @@ async fn cpu_only_job_becomes_a_pod_and_succeeds_with_its_logs_archived_before_d
         entries.iter().any(|(p, _)| p == "tp-cpu1/job.log"),
         "{entries:?}"
     );
-    let events = h
-        .jobs
-        .list_events("cpu1", 100, None)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let events = h.jobs.list_events("cpu1", 100, None).await.unwrap();
     let keys: Vec<&str> = events.items.iter().map(|e| e.key.as_str()).collect();
     for k in ["state-ADMITTED", "state-RUNNING", "state-SUCCEEDED"] {
         assert!(keys.contains(&k), "{k} in {keys:?}");
@@ -311,7 +305,7 @@ async fn without_gpu_passthrough_pods_request_no_gpus_and_admission_still_never_
     let pods = Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
         .list(&ListParams::default().labels("tuneplane.io/job-id=first"))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let head = pods.items.first().unwrap_or_else(|| panic!("no pods"));
     let limits = serde_json::to_value(
         head.spec

@@ -1,6 +1,10 @@
 //! Pending reasons from Kubernetes (scheduling failures, image pulls) carried onto the job with the
 //! Kubernetes message, then the pre-running deadline failing the job with its logs archived.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;
@@ -43,11 +47,11 @@ async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the
                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                  "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "8", "cpu": "1", "memory": "1Gi"}}}]}
     }))
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     Api::<Pod>::namespaced(h.client.clone(), "default")
         .create(&PostParams::default(), &other)
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
     h.submit(&job(
         "stuck",
@@ -80,7 +84,7 @@ async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the
             &Patch::Merge(&keep_gpu_taint),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let short = h
         .wait_job(20, "stuck", "InsufficientGpu", |j| {
             j.pending
@@ -104,11 +108,7 @@ async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the
     );
     assert_logs_archived(&h, &failed).await;
     rayjob_gone(&h, "tp-stuck").await;
-    let events = h
-        .jobs
-        .list_events("stuck", 200, None)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let events = h.jobs.list_events("stuck", 200, None).await.unwrap();
     assert!(
         events
             .items

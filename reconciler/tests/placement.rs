@@ -3,6 +3,10 @@
 //! nodes never what the free GPUs keep, so a full-node GPU job behind them is admitted at once; a
 //! planned node that becomes unschedulable before its pod binds is named in the pending reason.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::BTreeSet;
@@ -199,7 +203,7 @@ async fn a_planned_node_cordoned_before_its_pod_binds_is_named_and_the_deadline_
             &Patch::Merge(&json!({"spec": {"unschedulable": true}})),
         )
         .await
-        .unwrap_or_else(|e| panic!("cordon: {e}"));
+        .expect("cordon");
     let named = h
         .wait_job(20, "pinned", "planned node named", |j| {
             j.pending

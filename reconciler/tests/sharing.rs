@@ -3,6 +3,10 @@
 //! what a tenant has admitted and holds the rest with `QuotaExceeded`, and with borrowing the
 //! tenant uses idle nodes but yields the next opening to a tenant within its quota.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;
@@ -84,10 +88,7 @@ async fn a_hard_quota_caps_a_tenant_and_borrowing_uses_idle_nodes_but_yields_to_
     let h = start(sim_config(H200_X3, Duration::from_secs(8), None)).await;
     let mut quota = TenantQuota::unlimited("team-a");
     quota.set_gpu_limit("h200", 16, false);
-    h.jobs
-        .put_quota(&quota)
-        .await
-        .unwrap_or_else(|e| panic!("put quota: {e}"));
+    h.jobs.put_quota(&quota).await.expect("put quota");
     let (_task, ctx) = h.reconciler(test_config("r1")).await;
     let a: Vec<String> = (0..6).map(|i| format!("a-{i}")).collect();
     for id in &a {
@@ -145,10 +146,7 @@ async fn a_hard_quota_caps_a_tenant_and_borrowing_uses_idle_nodes_but_yields_to_
     .await;
     // Borrowing on: a takes the idle third node at once (it is still running its first two).
     quota.set_gpu_limit("h200", 16, true);
-    h.jobs
-        .put_quota(&quota)
-        .await
-        .unwrap_or_else(|e| panic!("put quota: {e}"));
+    h.jobs.put_quota(&quota).await.expect("put quota");
     wait_for(20, "a borrows the idle node", || async {
         let holding = all(&h, &a).await.iter().filter(|j| holds(j)).count();
         (holding == 3).then_some(())

@@ -411,7 +411,7 @@ async fn default_key(dir: &Path, jobs: &dyn JobStore) -> anyhow::Result<String> 
         DEFAULT_TENANT,
         scopes,
         "dev",
-        tuneplane_core::clock::now_ms(),
+        tuneplane_reconciler::now_ms(),
     );
     jobs.put_api_key(&record)
         .await

@@ -15,11 +15,12 @@ use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
-use tuneplane_core::clock::now_secs;
 use tuneplane_core::store::{
     BlobMeta, BlobStore, PresignMethod, PresignedRequest, PutOutcome, Result, StoreError,
     encode_blob_key_path, validate_blob_key,
 };
+
+use crate::OCTET_STREAM;
 
 /// Query parameter carrying the signed method.
 pub const METHOD_PARAM: &str = "tp-method";
@@ -281,12 +282,7 @@ fn method_name(method: PresignMethod) -> &'static str {
 }
 
 fn io_err(op: &'static str, root: &Path, key: &str, e: std::io::Error) -> StoreError {
-    StoreError::Backend {
-        op,
-        table: root.display().to_string(),
-        key: key.to_owned(),
-        source: Box::new(e),
-    }
+    StoreError::backend(op, &root.display().to_string(), key, e)
 }
 
 #[async_trait::async_trait]
@@ -379,8 +375,7 @@ impl BlobStore for FsBlobStore {
         expires_in: Duration,
     ) -> Result<PresignedRequest> {
         validate_blob_key(key)?;
-        let secs = i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX);
-        let expires_at = now_secs().saturating_add(secs);
+        let expires_at = crate::presign_expires_at(expires_in);
         let sig = hex::encode(
             self.signature(method, key, expires_at)?
                 .finalize()
@@ -393,10 +388,7 @@ impl BlobStore for FsBlobStore {
             encode_blob_key_path(key)
         );
         let headers = match method {
-            PresignMethod::Put => vec![(
-                "content-type".to_owned(),
-                "application/octet-stream".to_owned(),
-            )],
+            PresignMethod::Put => vec![("content-type".to_owned(), OCTET_STREAM.to_owned())],
             PresignMethod::Get => Vec::new(),
         };
         Ok(PresignedRequest {

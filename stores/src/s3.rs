@@ -9,20 +9,23 @@ use std::path::Path;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::SdkError;
+use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tuneplane_core::clock::now_secs;
 use tuneplane_core::store::{
     BlobMeta, BlobStore, PresignMethod, PresignedRequest, PutOutcome, Result, StoreError,
     validate_blob_key,
 };
 
+use crate::OCTET_STREAM;
+
 /// Content type of every object (local endpoints also require it on raw PUTs).
-const OCTET_STREAM: &str = "application/octet-stream";
 /// Smallest part S3 accepts (except the last).
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
 
@@ -64,17 +67,32 @@ impl S3BlobStore {
         key: &str,
     ) -> Result<Option<aws_sdk_s3::operation::get_object::GetObjectOutput>> {
         validate_blob_key(key)?;
-        match self
+        let got = self
             .client
             .get_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
-            .await
-        {
+            .await;
+        self.found("GetObject", key, got, |e| e.is_no_such_key())
+    }
+
+    /// The answer of a read, `None` when `missing` says the object does not exist, any other
+    /// failure as a backend error of `op` on `key`.
+    fn found<T, E>(
+        &self,
+        op: &'static str,
+        key: &str,
+        answer: std::result::Result<T, SdkError<E, HttpResponse>>,
+        missing: impl FnOnce(&E) -> bool,
+    ) -> Result<Option<T>>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        match answer {
             Ok(out) => Ok(Some(out)),
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => Ok(None),
-            Err(e) => Err(self.backend("GetObject", key, e)),
+            Err(e) if e.as_service_error().is_some_and(missing) => Ok(None),
+            Err(e) => Err(self.backend(op, key, e)),
         }
     }
 
@@ -122,26 +140,26 @@ impl S3BlobStore {
         key: &str,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> StoreError {
-        StoreError::Backend {
-            op,
-            table: self.bucket.clone(),
-            key: key.to_owned(),
-            source: Box::new(e),
-        }
+        StoreError::backend(op, &self.bucket, key, e)
+    }
+
+    /// A `PutObject` of `body` whose SHA-256 is `sha256`: S3 checks the checksum, and the hex
+    /// digest is kept as metadata for [`BlobStore::head`].
+    fn put_object(&self, key: &str, sha256: &[u8], body: ByteStream) -> PutObjectFluentBuilder {
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(OCTET_STREAM)
+            .checksum_sha256(base64::engine::general_purpose::STANDARD.encode(sha256))
+            .metadata("sha256", hex::encode(sha256))
+            .body(body)
     }
 
     async fn put_bytes(&self, key: &str, bytes: Vec<u8>, if_absent: bool) -> Result<PutOutcome> {
         validate_blob_key(key)?;
         let digest = Sha256::digest(&bytes);
-        let mut put = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .content_type(OCTET_STREAM)
-            .checksum_sha256(base64::engine::general_purpose::STANDARD.encode(digest))
-            .metadata("sha256", hex::encode(digest))
-            .body(ByteStream::from(bytes));
+        let mut put = self.put_object(key, &digest, ByteStream::from(bytes));
         if if_absent {
             put = put.if_none_match("*");
         }
@@ -157,7 +175,7 @@ impl S3BlobStore {
         &self,
         op: &'static str,
         key: &str,
-        e: aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+        e: SdkError<E, HttpResponse>,
     ) -> Result<PutOutcome>
     where
         E: std::error::Error + Send + Sync + 'static,
@@ -310,16 +328,7 @@ impl BlobStore for S3BlobStore {
             .await
             .map_err(|e| self.backend("read source file", key, e))?;
         let sha = hex::decode(&sha_hex).unwrap_or_default();
-        let put = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .content_type(OCTET_STREAM)
-            .checksum_sha256(base64::engine::general_purpose::STANDARD.encode(sha))
-            .metadata("sha256", &sha_hex)
-            .if_none_match("*")
-            .body(body);
+        let put = self.put_object(key, &sha, body).if_none_match("*");
         match put.send().await {
             Ok(_) => Ok(PutOutcome::Created),
             Err(e) => self.absent_or_error("PutObject", key, e).await,
@@ -369,25 +378,22 @@ impl BlobStore for S3BlobStore {
 
     async fn head(&self, key: &str) -> Result<Option<BlobMeta>> {
         validate_blob_key(key)?;
-        match self
+        let answer = self
             .client
             .head_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
-            .await
-        {
-            Ok(out) => {
-                let size = out
-                    .content_length
-                    .and_then(|n| u64::try_from(n).ok())
-                    .unwrap_or(0);
-                let sha256 = out.metadata.and_then(|mut m| m.remove("sha256"));
-                Ok(Some(BlobMeta { size, sha256 }))
-            }
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_not_found()) => Ok(None),
-            Err(e) => Err(self.backend("HeadObject", key, e)),
-        }
+            .await;
+        let Some(out) = self.found("HeadObject", key, answer, |e| e.is_not_found())? else {
+            return Ok(None);
+        };
+        let size = out
+            .content_length
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0);
+        let sha256 = out.metadata.and_then(|mut m| m.remove("sha256"));
+        Ok(Some(BlobMeta { size, sha256 }))
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
@@ -434,8 +440,7 @@ impl BlobStore for S3BlobStore {
             .headers()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
-        let secs = i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX);
-        let expires_at = now_secs().saturating_add(secs);
+        let expires_at = crate::presign_expires_at(expires_in);
         Ok(PresignedRequest {
             method,
             url: presigned.uri().to_owned(),

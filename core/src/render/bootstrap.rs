@@ -100,9 +100,9 @@ mod tests {
             return;
         };
         assert!(py.success());
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
         let zip = dir.path().join("c.zip");
-        std::fs::write(&zip, b"not the capsule").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&zip, b"not the capsule").unwrap();
         let script =
             ray_fetch_script("00").replace(RAY_CAPSULE_DIR, &dir.path().display().to_string());
         let out = std::process::Command::new("bash")
@@ -111,7 +111,7 @@ mod tests {
             .env(URL_ENV, format!("file://{}", zip.display()))
             .env(SHA_ENV, "0".repeat(64))
             .output()
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         assert_eq!(out.status.code(), Some(MISMATCH_EXIT));
         assert!(String::from_utf8_lossy(&out.stderr).contains("checksum mismatch"));
         assert!(!dir.path().join("00/capsule.zip").exists());

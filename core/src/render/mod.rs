@@ -116,7 +116,7 @@ pub enum RenderError {
     /// The job has no pools, or its shape does not match the workload kind.
     #[error("job {job_id}: {message}")]
     Shape {
-        /// Job id.
+        /// Job that was being rendered.
         job_id: String,
         /// What is wrong.
         message: String,
@@ -124,7 +124,7 @@ pub enum RenderError {
     /// The capsule reference is unusable (Ray needs a `.zip` URL path, hex SHA-256).
     #[error("job {job_id}: capsule {what}")]
     Capsule {
-        /// Job id.
+        /// Job that was being rendered.
         job_id: String,
         /// What is wrong.
         what: String,

@@ -17,7 +17,7 @@ fn job(pools: Value) -> JobRecord {
         "deadlines": {"pre_running_seconds": 1800, "run_seconds": 86400}, "priority": 0,
         "labels": {"team": "nlp"}, "namespace": "tuneplane-jobs", "platform_version": "0.1.0"
     }))
-    .unwrap_or_else(|e| panic!("spec: {e}"));
+    .expect("spec");
     JobRecord::new_queued("j-01abc", "acme", spec, SHA, 1)
 }
 
@@ -49,8 +49,7 @@ fn at<'a>(v: &'a Value, ptr: &str) -> &'a Value {
 
 #[test]
 fn rayjob_head_is_machine_zero_of_the_primary_pool_with_a_worker_group_per_pool() {
-    let rj = render_rayjob(&gpu_job(), &capsule(), &RenderSettings::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let rj = render_rayjob(&gpu_job(), &capsule(), &RenderSettings::default()).unwrap();
     assert_eq!(at(&rj, "/metadata/name"), "tp-j-01abc");
     assert_eq!(at(&rj, "/metadata/labels/tuneplane.io~1job-id"), "j-01abc");
     assert_eq!(
@@ -147,7 +146,7 @@ fn without_gpu_passthrough_pods_request_no_gpus_but_ray_keeps_num_gpus() {
         gpu_passthrough: false,
         ..RenderSettings::default()
     };
-    let rj = render_rayjob(&gpu_job(), &capsule(), &settings).unwrap_or_else(|e| panic!("{e}"));
+    let rj = render_rayjob(&gpu_job(), &capsule(), &settings).unwrap();
     assert!(
         !rj.to_string().contains("nvidia.com/gpu\":\""),
         "no GPU quantity anywhere"
@@ -172,7 +171,7 @@ fn init_container_delivery_fetches_into_a_shared_volume_and_uses_a_three_slash_f
         delivery: CapsuleDelivery::InitContainer,
         ..RenderSettings::default()
     };
-    let rj = render_rayjob(&gpu_job(), &capsule(), &settings).unwrap_or_else(|e| panic!("{e}"));
+    let rj = render_rayjob(&gpu_job(), &capsule(), &settings).unwrap();
     let env: Value =
         yaml_serde::from_str(at(&rj, "/spec/runtimeEnvYAML").as_str().unwrap_or_default())
             .unwrap_or_default();
@@ -200,8 +199,7 @@ fn init_container_delivery_fetches_into_a_shared_volume_and_uses_a_three_slash_f
 
 #[test]
 fn cpu_job_becomes_a_pod_with_requests_equal_to_limits_and_no_accelerator() {
-    let pod = render_pod(&cpu_job(), &capsule(), &RenderSettings::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let pod = render_pod(&cpu_job(), &capsule(), &RenderSettings::default()).unwrap();
     assert_eq!(at(&pod, "/kind"), "Pod");
     assert_eq!(at(&pod, "/spec/restartPolicy"), "Never");
     assert_eq!(at(&pod, "/spec/activeDeadlineSeconds"), 86400);
@@ -245,9 +243,9 @@ fn capsule_url_must_end_in_zip_and_names_are_dns_1035() {
     assert_eq!(memory_quantity(1.5), "1536Mi");
 }
 
-#[test]
-fn playground_is_a_vllm_pod_on_its_series_reached_through_the_api_proxy() {
-    let pg = PlaygroundRecord {
+/// A one-GPU l40s playground of an hour, created at 0.
+fn playground() -> PlaygroundRecord {
+    PlaygroundRecord {
         id: "PG_1".into(),
         tenant: "acme".into(),
         model: "Qwen/Qwen3-0.6B".into(),
@@ -259,7 +257,12 @@ fn playground_is_a_vllm_pod_on_its_series_reached_through_the_api_proxy() {
         version: 0,
         pod_namespace: None,
         status: None,
-    };
+    }
+}
+
+#[test]
+fn playground_is_a_vllm_pod_on_its_series_reached_through_the_api_proxy() {
+    let pg = playground();
     let pod = render_playground(&pg, "tuneplane-jobs", &RenderSettings::default());
     assert_eq!(at(&pod, "/metadata/name"), "pg-1");
     assert_eq!(at(&pod, "/spec/nodeSelector/tuneplane~1gpu-series"), "l40s");
@@ -314,7 +317,7 @@ fn rayjob_schema() -> Value {
     });
     let path = std::path::Path::new(&dir).join("ray.io_rayjobs.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let crd: Value = yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("CRD: {e}"));
+    let crd: Value = yaml_serde::from_str(&text).expect("CRD");
     let versions = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)
@@ -329,11 +332,10 @@ fn rayjob_schema() -> Value {
         .unwrap_or_else(|| panic!("no schema"))
 }
 
-#[test]
-fn every_rendered_rayjob_validates_against_the_kuberay_crd_schema() {
-    let validator =
-        jsonschema::validator_for(&rayjob_schema()).unwrap_or_else(|e| panic!("schema: {e}"));
-    let variants = [
+/// The render settings that change what is rendered: the defaults, no GPU passthrough, and the
+/// capsule delivered by an init container.
+fn settings_variants() -> [RenderSettings; 3] {
+    [
         RenderSettings::default(),
         RenderSettings {
             gpu_passthrough: false,
@@ -343,13 +345,19 @@ fn every_rendered_rayjob_validates_against_the_kuberay_crd_schema() {
             delivery: CapsuleDelivery::InitContainer,
             ..RenderSettings::default()
         },
-    ];
+    ]
+}
+
+#[test]
+fn every_rendered_rayjob_validates_against_the_kuberay_crd_schema() {
+    let validator = jsonschema::validator_for(&rayjob_schema()).expect("schema");
+    let variants = settings_variants();
     let single = job(
         json!([{"name": "main", "series": "h200", "nodes": 1, "gpus_per_node": 8, "cpus": 8.0, "memory_gb": 64.0}]),
     );
     for settings in &variants {
         for j in [gpu_job(), single.clone(), placed(gpu_job())] {
-            let rj = render_rayjob(&j, &capsule(), settings).unwrap_or_else(|e| panic!("{e}"));
+            let rj = render_rayjob(&j, &capsule(), settings).unwrap();
             let errors: Vec<String> = validator
                 .iter_errors(&rj)
                 .map(|e| format!("{} at {}", e, e.instance_path))
@@ -358,8 +366,7 @@ fn every_rendered_rayjob_validates_against_the_kuberay_crd_schema() {
         }
     }
     // The validator is not vacuous: a wrong type is refused.
-    let mut broken = render_rayjob(&gpu_job(), &capsule(), &RenderSettings::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut broken = render_rayjob(&gpu_job(), &capsule(), &RenderSettings::default()).unwrap();
     broken["spec"]["backoffLimit"] = json!("zero");
     assert!(!validator.is_valid(&broken));
 }
@@ -380,8 +387,7 @@ fn placed(mut job: JobRecord) -> JobRecord {
 
 #[test]
 fn every_group_is_pinned_to_its_planned_nodes_one_pod_per_node() {
-    let rj = render_rayjob(&placed(gpu_job()), &capsule(), &RenderSettings::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let rj = render_rayjob(&placed(gpu_job()), &capsule(), &RenderSettings::default()).unwrap();
     let terms = "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions/0";
     let head = at(&rj, "/spec/rayClusterSpec/headGroupSpec/template/spec");
     let main = at(&rj, "/spec/rayClusterSpec/workerGroupSpecs/0/template/spec");
@@ -410,8 +416,7 @@ fn every_group_is_pinned_to_its_planned_nodes_one_pod_per_node() {
         "a one-machine pool needs no anti-affinity"
     );
     // Without a plan (rendered before admission) nothing is pinned.
-    let unplanned = render_rayjob(&gpu_job(), &capsule(), &RenderSettings::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let unplanned = render_rayjob(&gpu_job(), &capsule(), &RenderSettings::default()).unwrap();
     assert!(
         at(
             &unplanned,
@@ -420,10 +425,61 @@ fn every_group_is_pinned_to_its_planned_nodes_one_pod_per_node() {
         .is_null()
     );
 
-    let pod = render_pod(&placed(cpu_job()), &capsule(), &RenderSettings::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let pod = render_pod(&placed(cpu_job()), &capsule(), &RenderSettings::default()).unwrap();
     assert_eq!(
         at(&pod, &format!("/spec{terms}/values")),
         &json!(["main-0"])
     );
+}
+
+/// `value` read into the typed Kubernetes object `T` and written back to JSON is `value` again:
+/// a misspelt or misplaced key inside `json!` (which the typed object drops) fails here.
+fn assert_round_trips<T: serde::de::DeserializeOwned + serde::Serialize>(
+    what: &str,
+    value: &Value,
+) {
+    let typed: T = serde_json::from_value(value.clone())
+        .unwrap_or_else(|e| panic!("{what} does not read as its Kubernetes type: {e}"));
+    let back = serde_json::to_value(&typed).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(
+        &back, value,
+        "{what} lost or changed fields in a round trip"
+    );
+}
+
+#[test]
+fn every_rendered_pod_round_trips_through_the_kubernetes_types() {
+    use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+    let variants = settings_variants();
+    let pg = playground();
+    let mut checked = 0;
+    for settings in &variants {
+        for j in [cpu_job(), placed(cpu_job())] {
+            let pod = render_pod(&j, &capsule(), settings).unwrap();
+            assert_round_trips::<Pod>("a job pod", &pod);
+            checked += 1;
+        }
+        let pod = render_playground(&pg, "tuneplane-jobs", settings);
+        assert_round_trips::<Pod>("a playground pod", &pod);
+        checked += 1;
+        // The pods of a RayJob: its head and worker group templates.
+        for j in [gpu_job(), placed(gpu_job())] {
+            let rj = render_rayjob(&j, &capsule(), settings).unwrap();
+            let cluster = &rj["spec"]["rayClusterSpec"];
+            let mut templates = vec![&cluster["headGroupSpec"]["template"]];
+            let workers = cluster["workerGroupSpecs"].as_array().map(Vec::as_slice);
+            templates.extend(workers.unwrap_or_default().iter().map(|w| &w["template"]));
+            for template in templates {
+                assert!(template.is_object(), "{rj}");
+                assert_round_trips::<PodTemplateSpec>("a RayJob pod template", template);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 15, "{checked} pods checked");
+    // The check is not vacuous: a misspelt key is caught.
+    let mut misspelt = render_pod(&cpu_job(), &capsule(), &RenderSettings::default()).unwrap();
+    misspelt["spec"]["restartPolicyy"] = json!("Never");
+    let typed: Pod = serde_json::from_value(misspelt.clone()).unwrap();
+    assert_ne!(serde_json::to_value(&typed).ok(), Some(misspelt));
 }

@@ -37,7 +37,7 @@ fn fleet() -> FleetShape {
 
 fn ok(text: &str) -> JobSpec {
     validate(text, Some(&fleet()), &Defaults::default())
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .spec
 }
 

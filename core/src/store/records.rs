@@ -86,7 +86,7 @@ impl ApiKeyRecord {
 /// What the store remembers about an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdempotencyRecord {
-    /// Tenant.
+    /// Tenant the key belongs to (keys are scoped per tenant).
     pub tenant: String,
     /// The client's key.
     pub key: String,
@@ -274,7 +274,7 @@ mod tests {
         // A record as the previous version wrote it: no pod_namespace, no status.
         let old = r#"{"id":"pg-0a1b","tenant":"acme","model":"qwen","series":"l40s","gpus":1,
             "pod_name":"pg-pg-0a1b","created_at_ms":1,"expires_at_ms":2,"version":3}"#;
-        let pg: PlaygroundRecord = serde_json::from_str(old).unwrap_or_else(|e| panic!("{e}"));
+        let pg: PlaygroundRecord = serde_json::from_str(old).unwrap();
         assert_eq!(pg.pod_name.as_deref(), Some("pg-pg-0a1b"));
         assert_eq!((pg.pod_namespace.clone(), pg.status.clone()), (None, None));
         // Absent optional fields are not written, so older readers see the shape they know.
@@ -295,11 +295,11 @@ mod tests {
         next.pod_namespace = Some("tuneplane-jobs".into());
         let text = serde_json::to_string(&next).unwrap_or_default();
         assert!(text.contains(r#""state":"Pending""#), "{text}");
-        let back: PlaygroundRecord = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        let back: PlaygroundRecord = serde_json::from_str(&text).unwrap();
         assert_eq!(back, next);
         // A reason this version does not know still decodes (it is a string).
         let newer = text.replace("InsufficientGpu", "SomethingNew");
-        let read: PlaygroundRecord = serde_json::from_str(&newer).unwrap_or_else(|e| panic!("{e}"));
+        let read: PlaygroundRecord = serde_json::from_str(&newer).unwrap();
         assert_eq!(
             read.status.and_then(|s| s.reason).as_deref(),
             Some("SomethingNew")
@@ -310,7 +310,7 @@ mod tests {
     fn key_records_of_older_versions_decode_and_changes_apply() {
         let old = r#"{"key_sha256":"0123456789abcdef0123","tenant":"acme","scopes":["jobs:read"],
             "name":"ci","created_at_ms":1}"#;
-        let key: ApiKeyRecord = serde_json::from_str(old).unwrap_or_else(|e| panic!("{e}"));
+        let key: ApiKeyRecord = serde_json::from_str(old).unwrap();
         assert!(key.is_active());
         assert_eq!(
             (key.session_epoch, key.id().as_str()),

@@ -8,8 +8,6 @@ use std::fs::File;
 use std::io::{BufWriter, Cursor, Read, Write};
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 use super::{Result, SubmitConfig, SubmitError};
 use crate::capsule::{ArchiveKind, CapsuleError, build_capsule, stage_archive, walk_dir};
 use crate::fleet::FleetShape;
@@ -125,27 +123,6 @@ fn read_spec_file(staging: &Path) -> Result<String> {
     Err(SubmitError::InvalidRequest(
         "the archive has no tuneplane.yaml at its root; add the JobSpec there".into(),
     ))
-}
-
-/// Applies a JSON merge patch (RFC 7386) to `target`: objects merge, `null` removes, anything
-/// else replaces. Used for template overrides.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(patch) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(serde_json::Map::new());
-    }
-    if let Value::Object(map) = target {
-        for (k, v) in patch {
-            if v.is_null() {
-                map.remove(k);
-            } else {
-                merge_patch(map.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
 }
 
 /// A private folder removed when dropped.

@@ -37,7 +37,7 @@ pub enum SubmitError {
         "Idempotency-Key {key:?} was already used for a different request (job {job_id}); use a new key"
     )]
     IdempotencyConflict {
-        /// The key.
+        /// The Idempotency-Key as the client sent it.
         key: String,
         /// The job of the first request.
         job_id: String,

@@ -27,7 +27,7 @@ pub use auth::{
     new_api_key, principal_of,
 };
 use code::prepare;
-pub use code::{Prepared, SPEC_FILE_IN_ARCHIVE, merge_patch};
+pub use code::{Prepared, SPEC_FILE_IN_ARCHIVE};
 pub use error::SubmitError;
 
 use crate::capacity::CapacitySnapshot;
@@ -36,7 +36,7 @@ use crate::fleet::FleetShape;
 use crate::job::{EventSource, JobEvent, JobRecord};
 use crate::quota::{Demand, TenantQuota, never_within};
 use crate::spec::{Defaults, JobSpec};
-use crate::store::{BlobStore, CreateOutcome, Idempotency, JobStore};
+use crate::store::{BlobStore, CreateOutcome, Idempotency, JobStore, StoreError};
 
 /// Result of the submission service.
 pub type Result<T, E = SubmitError> = std::result::Result<T, E>;
@@ -107,7 +107,7 @@ pub struct SubmitRequest {
     pub tenant: String,
     /// The JobSpec.
     pub spec: SpecInput,
-    /// The code.
+    /// Where the code comes from: an archive in memory, an archive blob, or an existing capsule.
     pub code: Code,
     /// Client idempotency key (header, schedule id + time, event id ...).
     pub idempotency_key: Option<String>,
@@ -226,6 +226,11 @@ impl SubmitService {
 
     /// The fleet shape from the latest capacity snapshot, if one was published and decodes.
     pub async fn fleet_shape(&self) -> Result<Option<FleetShape>> {
+        Ok(self.stored_fleet_shape().await?)
+    }
+
+    /// [`SubmitService::fleet_shape`] with the store's own error.
+    pub async fn stored_fleet_shape(&self) -> Result<Option<FleetShape>, StoreError> {
         let Some(value) = self.jobs.get_capacity().await? else {
             return Ok(None);
         };
@@ -234,6 +239,11 @@ impl SubmitService {
         Ok(serde_json::from_value::<CapacitySnapshot>(value)
             .ok()
             .map(|s| s.shape()))
+    }
+
+    /// The stop and playground operations over the same stores.
+    pub fn control(&self) -> crate::control::ControlService {
+        crate::control::ControlService::new(self.clone())
     }
 
     /// Runs one submission end to end (see the module docs). `now_ms` is the submission time.

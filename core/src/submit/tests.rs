@@ -1,22 +1,7 @@
 //! Unit tests of the pure parts of submission; the full flow is tested through the HTTP router
 //! against both store implementations in `tuneplane-functions`.
 
-use serde_json::json;
-
 use super::*;
-
-#[test]
-fn merge_patch_merges_objects_removes_nulls_and_replaces_the_rest() {
-    let mut spec = json!({"name": "a", "env": {"A": "1", "B": "2"}, "pools": [{"nodes": 1}]});
-    merge_patch(
-        &mut spec,
-        &json!({"env": {"B": null, "C": "3"}, "pools": [{"nodes": 2}], "priority": 5}),
-    );
-    assert_eq!(
-        spec,
-        json!({"name": "a", "env": {"A": "1", "C": "3"}, "pools": [{"nodes": 2}], "priority": 5})
-    );
-}
 
 #[test]
 fn request_digest_depends_only_on_the_capsule() {
@@ -76,7 +61,7 @@ fn hostile_archive_is_a_client_error_naming_the_entry() {
     let linked = tar.append_link(&mut header, "evil", "/etc/passwd");
     assert!(linked.is_ok());
     let bytes = tar.into_inner().unwrap_or_default();
-    let dir = code::Scratch::new(&std::env::temp_dir()).unwrap_or_else(|e| panic!("{e}"));
+    let dir = code::Scratch::new(&std::env::temp_dir()).unwrap();
     let spec = "{\"name\":\"t\",\"image\":\"i\",\"entrypoint\":\"true\",\"pools\":[{\"name\":\"main\",\"series\":\"h200\",\"nodes\":1,\"gpus_per_node\":1}]}";
     let err = prepare(
         Some(spec),
@@ -100,7 +85,7 @@ fn gpu_spec(nodes: u32, gpus_per_node: u32) -> JobSpec {
         "name: t\nimage: i\nentrypoint: 'true'\npools: [{{name: main, series: h200, nodes: {nodes}, gpus_per_node: {gpus_per_node}}}]\n"
     );
     crate::spec::validate(&text, None, &crate::spec::Defaults::default())
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .spec
 }
 

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 use tuneplane_core::capsule::storage_key;
+use tuneplane_core::control::Stop;
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 use tuneplane_core::store::{JobQuery, PresignMethod};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
@@ -21,7 +22,7 @@ use super::viewer::{CsrfForm, Viewer, encode_component};
 use super::{logs, view};
 use crate::error::ApiError;
 use crate::routes::jobs::owned_job;
-use crate::state::{AppState, Auth};
+use crate::state::AppState;
 
 /// Jobs per page.
 const PAGE_SIZE: usize = 25;
@@ -229,17 +230,16 @@ pub async fn stop(
 ) -> Result<Response, ConsoleError> {
     viewer.check_csrf(&form.csrf)?;
     viewer.principal.require(SCOPE_JOBS_WRITE)?;
-    // The API's own stop handler: one set of rules for both doors.
-    let res = crate::routes::jobs::stop(
-        State(state),
-        Auth(viewer.principal.clone()),
-        Path(id.clone()),
-    )
-    .await?;
-    let notice = if res.status() == StatusCode::ACCEPTED {
-        "?notice=stop-requested"
-    } else {
-        ""
+    // The service the API's stop route calls too: one set of rules for both doors.
+    let stop = state
+        .submit
+        .control()
+        .stop_job(&viewer.principal.tenant, &id)
+        .await
+        .map_err(ApiError::from)?;
+    let notice = match stop {
+        Stop::Requested(_) => "?notice=stop-requested",
+        Stop::Unchanged(_) => "",
     };
     tracing::info!(job_id = %id, "console stop");
     Ok(Redirect::to(&format!("/console/jobs/{id}{notice}")).into_response())

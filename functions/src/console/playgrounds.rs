@@ -1,26 +1,26 @@
 //! The playgrounds page: the tenant's vLLM playgrounds with their state and why (the reason the
 //! reconciler recorded from the pod), a TTL countdown and the Kubernetes API-proxy URL, a create
-//! form and delete buttons. Listing, create and delete go through the API's own handlers, so the
-//! console and `/v1/playgrounds` apply the same rules.
+//! form and delete buttons. Create and delete go through core's `ControlService` and listing
+//! through the API's own function, so the console and `/v1/playgrounds` apply the same rules.
 
 use std::sync::Arc;
 
 use axum::Form;
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
+use tuneplane_core::control::ControlError;
 use tuneplane_core::job::PendingReason;
-use tuneplane_core::playground::{MAX_GPUS, MAX_MODEL_LEN, MAX_TTL_SECONDS};
+use tuneplane_core::playground::{MAX_GPUS, MAX_MODEL_LEN, MAX_TTL_SECONDS, PlaygroundRequest};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 
 use super::layout::{ConsoleError, Nav, csrf_field, page, respond, status_badge, time};
 use super::view;
 use super::viewer::{CsrfForm, Viewer, encode_component};
 use crate::error::ApiError;
-use crate::state::{AppState, Auth};
+use crate::state::AppState;
 
 /// Query of the playgrounds page.
 #[derive(Debug, Default, Deserialize)]
@@ -174,19 +174,26 @@ pub async fn create(
         let msg = encode_component("GPUs and lifetime must be whole numbers");
         return Ok(Redirect::to(&format!("/console/playgrounds?error={msg}")).into_response());
     };
-    let body = serde_json::json!({
-        "model": form.model.trim(), "series": form.series.trim(), "gpus": gpus,
-        "ttl_seconds": minutes.saturating_mul(60),
-    });
-    let res = crate::routes::playgrounds::create(
-        State(state),
-        Auth(viewer.principal.clone()),
-        crate::state::JsonBody(Bytes::from(body.to_string())),
-    )
-    .await;
-    match res {
+    let request = PlaygroundRequest {
+        model: form.model.trim(),
+        series: form.series.trim(),
+        gpus,
+        ttl_seconds: minutes.saturating_mul(60),
+    };
+    // The service the API's create route calls too.
+    let created = state
+        .submit
+        .control()
+        .create_playground(
+            &viewer.principal.tenant,
+            &request,
+            (state.new_id)("pg"),
+            (state.clock)(),
+        )
+        .await;
+    match created {
         Ok(_) => Ok(Redirect::to("/console/playgrounds").into_response()),
-        Err(ApiError::InvalidFields { fields, .. }) => {
+        Err(ControlError::InvalidPlayground(fields)) => {
             // The form asks for minutes: say so for the lifetime.
             let lines: Vec<String> = fields
                 .iter()
@@ -201,11 +208,7 @@ pub async fn create(
             let msg = encode_component(&lines.join("; "));
             Ok(Redirect::to(&format!("/console/playgrounds?error={msg}")).into_response())
         }
-        Err(ApiError::BadRequest { message, .. }) => {
-            let msg = encode_component(&message);
-            Ok(Redirect::to(&format!("/console/playgrounds?error={msg}")).into_response())
-        }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(ApiError::from(e).into()),
     }
 }
 
@@ -218,7 +221,11 @@ pub async fn delete(
 ) -> Result<Response, ConsoleError> {
     viewer.check_csrf(&form.csrf)?;
     viewer.principal.require(SCOPE_JOBS_WRITE)?;
-    crate::routes::playgrounds::delete(State(state), Auth(viewer.principal.clone()), Path(id))
-        .await?;
+    state
+        .submit
+        .control()
+        .delete_playground(&viewer.principal.tenant, &id, (state.clock)())
+        .await
+        .map_err(ApiError::from)?;
     Ok(Redirect::to("/console/playgrounds").into_response())
 }

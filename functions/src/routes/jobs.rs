@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
+use tuneplane_core::control::Stop;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::store::{JobQuery, PresignMethod, StoreError};
 use tuneplane_core::submit::{Origin, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, Submitted};
@@ -21,8 +22,6 @@ use crate::state::{ApiQuery, AppState, Auth, JsonBody};
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// How long a logs URL stays valid.
 const LOGS_URL_TTL: Duration = Duration::from_secs(3600);
-/// Attempts of the stop request's conditional write before giving up.
-const STOP_ATTEMPTS: usize = 5;
 
 /// The answer to a submission: 201 for a new job, 200 for an idempotent repeat.
 pub fn submitted_response(s: &Submitted) -> Response {
@@ -111,14 +110,7 @@ pub async fn list(
 
 /// The job `id` if it belongs to `tenant`; another tenant's job is reported as absent.
 pub async fn owned_job(state: &AppState, tenant: &str, id: &str) -> Result<JobRecord, ApiError> {
-    let not_found = || ApiError::NotFound(format!("job {id} not found"));
-    if !crate::runtime::valid_id(id) {
-        return Err(not_found());
-    }
-    match state.submit.jobs().get_job(id).await? {
-        Some(job) if job.tenant == tenant => Ok(job),
-        _ => Err(not_found()),
-    }
+    Ok(state.submit.control().owned_job(tenant, id).await?)
 }
 
 /// `GET /v1/jobs/{id}`.
@@ -193,6 +185,9 @@ pub async fn logs(
     Ok(Json(json!({"url": url.url, "expires_at": url.expires_at})))
 }
 
+/// Read-modify-write rounds a follow mark tries against concurrent writers of the record.
+const FOLLOW_ATTEMPTS: usize = 5;
+
 /// Most segment bytes one live-logs answer carries (`more` tells the reader to ask again).
 pub const LIVE_PAGE_BYTES: u64 = 1024 * 1024;
 
@@ -202,7 +197,7 @@ pub const LIVE_PAGE_BYTES: u64 = 1024 * 1024;
 pub async fn mark_followed(state: &AppState, job: JobRecord) -> Result<Option<i64>, ApiError> {
     use tuneplane_core::live::FOLLOW_TTL_MS;
     let mut job = job;
-    for _ in 0..STOP_ATTEMPTS {
+    for _ in 0..FOLLOW_ATTEMPTS {
         if job.is_terminal() {
             return Ok(None);
         }
@@ -332,24 +327,16 @@ pub async fn stop(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
-    for _ in 0..STOP_ATTEMPTS {
-        let mut job = owned_job(&state, &principal.tenant, &id).await?;
-        if job.is_terminal() || job.stop_requested {
-            return Ok((StatusCode::OK, Json(job)).into_response());
+    match state
+        .submit
+        .control()
+        .stop_job(&principal.tenant, &id)
+        .await?
+    {
+        Stop::Requested(stored) => {
+            tracing::info!(job_id = %stored.id, "stop requested");
+            Ok((StatusCode::ACCEPTED, Json(stored)).into_response())
         }
-        job.stop_requested = true;
-        match state.submit.jobs().update_job(&job).await {
-            Ok(stored) => {
-                tracing::info!(job_id = %stored.id, "stop requested");
-                return Ok((StatusCode::ACCEPTED, Json(stored)).into_response());
-            }
-            // The reconciler wrote in between: read again and retry.
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        }
+        Stop::Unchanged(job) => Ok((StatusCode::OK, Json(job)).into_response()),
     }
-    Err(ApiError::Conflict {
-        code: "busy",
-        message: format!("job {id} kept changing; retry the stop"),
-    })
 }

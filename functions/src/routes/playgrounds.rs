@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 use tuneplane_core::playground::{self, PlaygroundRequest, PlaygroundView};
-use tuneplane_core::store::{PlaygroundRecord, StoreError};
+use tuneplane_core::store::PlaygroundRecord;
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 
 use crate::error::ApiError;
@@ -57,50 +57,26 @@ pub async fn create(
             format!("expected {{\"model\", \"series\", \"gpus\", \"ttl_seconds\"?}}: {e}"),
         )
     })?;
-    let ttl = req.ttl_seconds.unwrap_or(playground::DEFAULT_TTL_SECONDS);
-    let shape = state.submit.fleet_shape().await?;
     let request = PlaygroundRequest {
         model: &req.model,
         series: &req.series,
         gpus: req.gpus,
-        ttl_seconds: ttl,
+        ttl_seconds: req.ttl_seconds.unwrap_or(playground::DEFAULT_TTL_SECONDS),
     };
-    let notes = playground::validate(&request, shape.as_ref()).map_err(|fields| {
-        ApiError::InvalidFields {
-            code: "invalid_request",
-            subject: "playground request",
-            fields,
-        }
-    })?;
-    let now = (state.clock)();
-    let record = PlaygroundRecord {
-        id: (state.new_id)("pg"),
-        tenant: principal.tenant.clone(),
-        model: req.model,
-        series: req.series,
-        gpus: req.gpus,
-        pod_name: None,
-        created_at_ms: now,
-        expires_at_ms: now + (ttl as i64) * 1000,
-        version: 0,
-        pod_namespace: None,
-        status: None,
-    };
-    let stored = state.submit.jobs().put_playground(&record).await?;
+    let created = state
+        .submit
+        .control()
+        .create_playground(
+            &principal.tenant,
+            &request,
+            (state.new_id)("pg"),
+            (state.clock)(),
+        )
+        .await?;
+    let (stored, notes) = (created.record, created.notes);
     let mut body = serde_json::to_value(view(&state, stored)).unwrap_or_default();
     body["notes"] = json!(notes);
     Ok((StatusCode::CREATED, Json(body)).into_response())
-}
-
-async fn owned(state: &AppState, tenant: &str, id: &str) -> Result<PlaygroundRecord, ApiError> {
-    let not_found = || ApiError::NotFound(format!("playground {id} not found"));
-    if !crate::runtime::valid_id(id) {
-        return Err(not_found());
-    }
-    match state.submit.jobs().get_playground(id).await? {
-        Some(p) if p.tenant == tenant => Ok(p),
-        _ => Err(not_found()),
-    }
 }
 
 /// The caller's playgrounds that are not being deleted, newest first. A deleted playground (or
@@ -143,7 +119,11 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Json<PlaygroundView>, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
-    let pg = owned(&state, &principal.tenant, &id).await?;
+    let pg = state
+        .submit
+        .control()
+        .owned_playground(&principal.tenant, &id)
+        .await?;
     Ok(Json(view(&state, pg)))
 }
 
@@ -155,23 +135,10 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
-    for _ in 0..5 {
-        let mut pg = owned(&state, &principal.tenant, &id).await?;
-        let now = (state.clock)();
-        if pg.expires_at_ms <= now {
-            return Ok((StatusCode::ACCEPTED, Json(view(&state, pg))).into_response());
-        }
-        pg.expires_at_ms = now;
-        match state.submit.jobs().put_playground(&pg).await {
-            Ok(stored) => {
-                return Ok((StatusCode::ACCEPTED, Json(view(&state, stored))).into_response());
-            }
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(ApiError::Conflict {
-        code: "busy",
-        message: format!("playground {id} kept changing; retry"),
-    })
+    let pg = state
+        .submit
+        .control()
+        .delete_playground(&principal.tenant, &id, (state.clock)())
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(view(&state, pg))).into_response())
 }

@@ -15,7 +15,7 @@ use crate::error::ApiError;
 pub struct SubmissionBody {
     /// The JobSpec: YAML/JSON text, or a JSON object.
     pub spec: Value,
-    /// The code.
+    /// The code: an inline archive or the id of an earlier upload.
     pub code: CodeBody,
 }
 

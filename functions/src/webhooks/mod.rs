@@ -33,7 +33,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 use tuneplane_core::store::PutOutcome;
-use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitRequest, merge_patch};
+use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitRequest};
 
 use crate::error::ApiError;
 use crate::routes::jobs::submitted_response;
@@ -99,7 +99,7 @@ pub async fn from_template(
                 "overrides must be a JSON object",
             ));
         }
-        merge_patch(&mut spec, patch);
+        json_patch::merge(&mut spec, patch);
     }
     Ok((
         SpecInput::Text(spec.to_string()),

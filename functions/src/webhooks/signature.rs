@@ -45,7 +45,7 @@ pub enum SignatureError {
     /// The header breaks its format or a limit.
     #[error("malformed {header}: {reason}")]
     Malformed {
-        /// The header.
+        /// Name of the malformed header.
         header: &'static str,
         /// What is wrong, and the expected format.
         reason: &'static str,

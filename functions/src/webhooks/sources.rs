@@ -161,7 +161,7 @@ mod tests {
         let json = format!(
             r#"{{"github": {{"secret": "{SECRET}", "tenant": "acme", "scheme": "hub", "template": "nightly"}}}}"#
         );
-        let map = parse_sources(&json).unwrap_or_else(|e| panic!("{e}"));
+        let map = parse_sources(&json).unwrap();
         let github = &map["github"];
         assert_eq!(github.scheme, SignatureScheme::Hub);
         assert_eq!(github.secret.expose(), SECRET);

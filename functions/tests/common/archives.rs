@@ -22,12 +22,12 @@ pub fn tar_gz(files: &[(&str, &str)]) -> Vec<u8> {
         header.set_cksum();
         builder
             .append_data(&mut header, path, content.as_bytes())
-            .unwrap_or_else(|e| panic!("tar: {e}"));
+            .expect("tar");
     }
-    let tar = builder.into_inner().unwrap_or_else(|e| panic!("tar: {e}"));
+    let tar = builder.into_inner().expect("tar");
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(&tar).unwrap_or_else(|e| panic!("gz: {e}"));
-    gz.finish().unwrap_or_else(|e| panic!("gz: {e}"))
+    gz.write_all(&tar).expect("gz");
+    gz.finish().expect("gz")
 }
 
 /// A tar whose second entry escapes with `../` (written into the raw header, as attackers do).
@@ -40,7 +40,7 @@ pub fn hostile_tar() -> Vec<u8> {
     header.set_cksum();
     builder
         .append_data(&mut header, "train.py", &good[..])
-        .unwrap_or_else(|e| panic!("tar: {e}"));
+        .expect("tar");
     let evil = b"owned\n";
     let mut header = tar::Header::new_gnu();
     let name = b"../../evil.sh";
@@ -48,10 +48,8 @@ pub fn hostile_tar() -> Vec<u8> {
     header.set_size(evil.len() as u64);
     header.set_mode(0o755);
     header.set_cksum();
-    builder
-        .append(&header, &evil[..])
-        .unwrap_or_else(|e| panic!("tar: {e}"));
-    builder.into_inner().unwrap_or_else(|e| panic!("tar: {e}"))
+    builder.append(&header, &evil[..]).expect("tar");
+    builder.into_inner().expect("tar")
 }
 
 /// A zip of `files` (for inbox drops).
@@ -59,13 +57,10 @@ pub fn zip(files: &[(&str, &str)]) -> Vec<u8> {
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     for (path, content) in files {
         w.start_file(*path, zip::write::SimpleFileOptions::default())
-            .unwrap_or_else(|e| panic!("zip: {e}"));
-        w.write_all(content.as_bytes())
-            .unwrap_or_else(|e| panic!("zip: {e}"));
+            .expect("zip");
+        w.write_all(content.as_bytes()).expect("zip");
     }
-    w.finish()
-        .unwrap_or_else(|e| panic!("zip: {e}"))
-        .into_inner()
+    w.finish().expect("zip").into_inner()
 }
 
 /// The default code: a training script.

@@ -66,7 +66,7 @@ pub struct Reply {
 }
 
 fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"))
+    tempfile::tempdir().expect("tempdir")
 }
 
 fn config(dir: &std::path::Path) -> Config {
@@ -89,7 +89,7 @@ fn config(dir: &std::path::Path) -> Config {
         scratch_dir: dir.join("scratch"),
         ..Default::default()
     };
-    std::fs::create_dir_all(&submit.scratch_dir).unwrap_or_else(|e| panic!("scratch: {e}"));
+    std::fs::create_dir_all(&submit.scratch_dir).expect("scratch");
     Config {
         backend: Backend::Local {
             dir: dir.to_path_buf(),
@@ -112,9 +112,7 @@ impl Harness {
     pub async fn embedded() -> Harness {
         let dir = tempdir();
         let config = config(dir.path());
-        let (jobs, blobs) = runtime::stores(&config)
-            .await
-            .unwrap_or_else(|e| panic!("local stores: {e}"));
+        let (jobs, blobs) = runtime::stores(&config).await.expect("local stores");
         let backing = Backing::Fs(dir.path().join("blobs").join("data"));
         Harness::with(config, jobs, blobs, dir, backing).await
     }
@@ -149,13 +147,13 @@ impl Harness {
         let dynamo = dynamodb_client(&sdk, None);
         tuneplane_stores::dynamo::table::create_table(&dynamo, &table)
             .await
-            .unwrap_or_else(|e| panic!("create table: {e}"));
+            .expect("create table");
         let s3 = s3_client(&sdk, true);
         s3.create_bucket()
             .bucket(&bucket)
             .send()
             .await
-            .unwrap_or_else(|e| panic!("create bucket: {e}"));
+            .expect("create bucket");
         let jobs: Arc<dyn JobStore> =
             Arc::new(tuneplane_stores::DynamoJobStore::new(dynamo, &table));
         let blobs: Arc<dyn BlobStore> =
@@ -179,9 +177,7 @@ impl Harness {
         for tenant in [TENANT_A, TENANT_B] {
             let (secret, record) =
                 new_api_key(runtime::random_bytes(), tenant, scopes.clone(), "test", 0);
-            jobs.put_api_key(&record)
-                .await
-                .unwrap_or_else(|e| panic!("put key: {e}"));
+            jobs.put_api_key(&record).await.expect("put key");
             keys.push(secret);
         }
         let state = runtime::state_with(&config, jobs, blobs);
@@ -222,9 +218,7 @@ impl Harness {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req
-            .body(Body::from(body))
-            .unwrap_or_else(|e| panic!("request: {e}"));
+        let req = req.body(Body::from(body)).expect("request");
         let resp = match self.app.clone().oneshot(req).await {
             Ok(r) => r,
             Err(never) => match never {},
@@ -280,7 +274,7 @@ impl Harness {
                 .send()
                 .await
                 .map(|o| o.contents().len())
-                .unwrap_or_else(|e| panic!("list objects: {e}")),
+                .expect("list objects"),
         }
     }
 
@@ -294,7 +288,7 @@ impl Harness {
             .list_jobs(tenant, &q)
             .await
             .map(|p| p.items.len())
-            .unwrap_or_else(|e| panic!("list: {e}"))
+            .expect("list")
     }
 }
 
@@ -340,8 +334,7 @@ pub fn hub_signature(secret: &str, body: &[u8]) -> String {
 
 fn hmac_hex(secret: &str, parts: &[&[u8]]) -> String {
     use hmac::{Hmac, Mac};
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes())
-        .unwrap_or_else(|e| panic!("hmac: {e}"));
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("hmac");
     for p in parts {
         mac.update(p);
     }
@@ -351,5 +344,5 @@ fn hmac_hex(secret: &str, parts: &[&[u8]]) -> String {
 /// Writes `bytes` to a file (fixtures).
 pub fn write_file(path: &std::path::Path, bytes: &[u8]) {
     let mut f = std::fs::File::create(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    f.write_all(bytes).unwrap_or_else(|e| panic!("{e}"));
+    f.write_all(bytes).unwrap();
 }

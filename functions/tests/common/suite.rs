@@ -151,7 +151,7 @@ pub async fn fifty_concurrent_identical_submissions_create_one_job(h: &Harness) 
                 .header("authorization", format!("Bearer {key}"))
                 .header("idempotency-key", "same-50")
                 .body(axum::body::Body::from(bytes))
-                .unwrap_or_else(|e| panic!("{e}"));
+                .unwrap();
             let resp = match app.oneshot(req).await {
                 Ok(r) => r,
                 Err(never) => match never {},
@@ -171,7 +171,7 @@ pub async fn fifty_concurrent_identical_submissions_create_one_job(h: &Harness) 
     let mut created = 0;
     let mut ids = std::collections::BTreeSet::new();
     while let Some(joined) = set.join_next().await {
-        let (status, id, json) = joined.unwrap_or_else(|e| panic!("task: {e}"));
+        let (status, id, json) = joined.expect("task");
         match status {
             StatusCode::CREATED => created += 1,
             StatusCode::OK => {}
@@ -338,10 +338,7 @@ pub async fn upload_then_submit_by_upload_id(h: &Harness) {
     );
     // The client PUTs to the presigned URL; the object lands at the upload's key.
     let blob_key = format!("uploads/{TENANT_A}/{upload_id}/code");
-    h.blobs()
-        .put(&blob_key, code())
-        .await
-        .unwrap_or_else(|e| panic!("upload: {e}"));
+    h.blobs().put(&blob_key, code()).await.expect("upload");
     let by_upload = json!({"spec": SPEC, "code": {"upload_id": upload_id}});
     let reply = h.submit(&by_upload, None).await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
@@ -369,10 +366,7 @@ pub async fn job_that_cannot_fit_the_published_capacity_is_rejected_at_submit(h:
     };
     let snapshot = CapacitySnapshot::from_nodes(1, vec![node("n1"), node("n2")]);
     let value = serde_json::to_value(&snapshot).unwrap_or_default();
-    h.jobs()
-        .put_capacity(&value)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.jobs().put_capacity(&value).await.unwrap();
     let reply = h.submit(&body(SPEC, &code()), None).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.json);
     assert!(
@@ -397,7 +391,7 @@ pub async fn job_above_its_tenants_hard_quota_is_refused_at_submit_and_nothing_i
     h.jobs()
         .put_quota(&h200_quota(TENANT_A, 4, false))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let reply = h.submit(&body(SPEC, &code()), Some("q-1")).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.json);
     assert_eq!(reply.json["error"]["code"], "quota_exceeded");
@@ -431,13 +425,13 @@ pub async fn job_above_its_tenants_hard_quota_is_refused_at_submit_and_nothing_i
     h.jobs()
         .put_quota(&h200_quota(TENANT_A, 4, true))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let borrowing = h.submit(&body(SPEC, &code()), Some("q-1")).await;
     assert_eq!(borrowing.status, StatusCode::CREATED, "{}", borrowing.json);
     h.jobs()
         .put_quota(&h200_quota(TENANT_A, 8, false))
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let within = h.submit(&body(SPEC, &code()), None).await;
     assert_eq!(within.status, StatusCode::CREATED, "{}", within.json);
     assert_eq!(h.job_count(TENANT_A).await, 2);
@@ -460,10 +454,7 @@ pub async fn quota_shows_the_callers_limits_and_usage_and_never_another_tenants(
 
     let mut quota = h200_quota(TENANT_A, 16, false);
     quota.weight = 2.0;
-    h.jobs()
-        .put_quota(&quota)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.jobs().put_quota(&quota).await.unwrap();
     let node = |name: &str, gpus_used: u32| NodeCapacity {
         name: name.into(),
         series: Some("h200".into()),
@@ -495,10 +486,7 @@ pub async fn quota_shows_the_callers_limits_and_usage_and_never_another_tenants(
         .tenants
         .insert(TENANT_B.into(), usage("a100", 40, 24));
     let value = serde_json::to_value(&snapshot).unwrap_or_default();
-    h.jobs()
-        .put_capacity(&value)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.jobs().put_capacity(&value).await.unwrap();
 
     let mine = h.get("/v1/quota").await;
     assert_eq!(mine.status, StatusCode::OK, "{}", mine.json);
@@ -694,10 +682,7 @@ async fn publish_fleet(h: &Harness) {
         ],
     );
     let value = serde_json::to_value(&snapshot).unwrap_or_default();
-    h.jobs()
-        .put_capacity(&value)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.jobs().put_capacity(&value).await.unwrap();
 }
 
 pub async fn playground_that_cannot_fit_the_published_capacity_is_refused_naming_the_field(
@@ -811,10 +796,7 @@ pub async fn playground_list_shows_state_reason_and_the_proxy_url(h: &Harness) {
         since_ms: 1,
         updated_ms: 1,
     });
-    h.jobs()
-        .put_playground(&pg)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    h.jobs().put_playground(&pg).await.unwrap();
     let list = h.get("/v1/playgrounds").await;
     let row = &list.json["playgrounds"][0];
     assert_eq!(row["id"], id.as_str());

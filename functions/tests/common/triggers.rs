@@ -170,7 +170,7 @@ pub async fn scheduled_event_delivered_twice_creates_one_job(h: &Harness) {
     // The schedule runs the spec and capsule of an earlier submission.
     let first = h.submit(&body(SPEC, &code()), None).await;
     let template: tuneplane_core::job::JobRecord =
-        serde_json::from_value(first.json["job"].clone()).unwrap_or_else(|e| panic!("{e}"));
+        serde_json::from_value(first.json["job"].clone()).unwrap();
     let schedule = ScheduleRecord {
         id: "nightly-sft".into(),
         tenant: TENANT_A.into(),
@@ -184,12 +184,8 @@ pub async fn scheduled_event_delivered_twice_creates_one_job(h: &Harness) {
     let stored = h.jobs().put_schedule(&schedule).await;
     assert!(stored.is_ok(), "{stored:?}");
     let event = fixture("scheduler_event.json", &[("SCHEDULE", "nightly-sft")]);
-    let once = handle_scheduled(&h.state, &event)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let twice = handle_scheduled(&h.state, &event)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let once = handle_scheduled(&h.state, &event).await.unwrap();
+    let twice = handle_scheduled(&h.state, &event).await.unwrap();
     let (
         Outcome::Submitted {
             job_id: a,
@@ -206,9 +202,7 @@ pub async fn scheduled_event_delivered_twice_creates_one_job(h: &Harness) {
     assert_eq!(a, b);
     assert_eq!(h.job_count(TENANT_A).await, 2);
     let missing = fixture("scheduler_event.json", &[("SCHEDULE", "gone")]);
-    let outcome = handle_scheduled(&h.state, &missing)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let outcome = handle_scheduled(&h.state, &missing).await.unwrap();
     assert!(matches!(outcome, Outcome::Rejected { .. }), "{outcome:?}");
 }
 
@@ -225,9 +219,7 @@ pub async fn inbox_archive_becomes_a_job(h: &Harness) {
             ("ETAG", "0123abcd"),
         ],
     );
-    let outcomes = handle_inbox(&h.state, &event)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let outcomes = handle_inbox(&h.state, &event).await.unwrap();
     assert!(
         matches!(
             outcomes.as_slice(),
@@ -236,9 +228,7 @@ pub async fn inbox_archive_becomes_a_job(h: &Harness) {
         "{outcomes:?}"
     );
     // At-least-once delivery: the same notification again is the same job.
-    let again = handle_inbox(&h.state, &event)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let again = handle_inbox(&h.state, &event).await.unwrap();
     assert!(
         matches!(
             again.as_slice(),
@@ -262,9 +252,7 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
         "s3_object_created.json",
         &[("BUCKET", "tp"), ("KEY", key), ("ETAG", "ffff")],
     );
-    let outcomes = handle_inbox(&h.state, &event)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let outcomes = handle_inbox(&h.state, &event).await.unwrap();
     let [
         Outcome::Rejected {
             note_key: Some(note_key),
@@ -302,9 +290,7 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
         "s3_object_created.json",
         &[("BUCKET", "tp"), ("KEY", note_key), ("ETAG", "1")],
     );
-    let ignored = handle_inbox(&h.state, &note_event)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let ignored = handle_inbox(&h.state, &note_event).await.unwrap();
     assert!(
         matches!(ignored.as_slice(), [Outcome::Skipped { .. }]),
         "{ignored:?}"
@@ -324,9 +310,7 @@ pub async fn submission_event_becomes_a_job(h: &Harness) {
             ("ACCOUNT", super::SENDER_ACCOUNT),
         ],
     );
-    let outcomes = handle_inbox(&h.state, &event)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let outcomes = handle_inbox(&h.state, &event).await.unwrap();
     assert!(
         matches!(
             outcomes.as_slice(),
@@ -334,9 +318,7 @@ pub async fn submission_event_becomes_a_job(h: &Harness) {
         ),
         "{outcomes:?}"
     );
-    let again = handle_inbox(&h.state, &event)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let again = handle_inbox(&h.state, &event).await.unwrap();
     assert!(
         matches!(
             again.as_slice(),

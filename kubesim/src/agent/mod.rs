@@ -67,7 +67,7 @@ pub enum AgentError {
     /// The ready file could not be written.
     #[error("cannot write the ready file {path}: {source}")]
     ReadyFile {
-        /// Its path.
+        /// Where the ready file was to be written.
         path: String,
         /// The I/O error.
         source: std::io::Error,

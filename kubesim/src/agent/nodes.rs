@@ -410,7 +410,7 @@ mod tests {
         Fleet::from_yaml(
             "node_groups:\n- {name: g, series: h200, count: 3, gpus: 8, cpus: 8, memory_gb: 64, cordoned: 1, not_ready: 1}\n",
         )
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
     }
 
     #[test]
@@ -427,7 +427,7 @@ mod tests {
             10250
         );
         // The whole object converts to the API type.
-        let node: Node = build("node", n).unwrap_or_else(|e| panic!("{e}"));
+        let node: Node = build("node", n).unwrap();
         assert_eq!(node.metadata.name.as_deref(), Some("g-0"));
     }
 
@@ -450,8 +450,7 @@ mod tests {
         assert_eq!(p["status"]["capacity"]["nvidia.com/gpu"], "8");
         assert_eq!(spec_patch(&nodes[2])["spec"]["unschedulable"], true);
         assert_eq!(spec_patch(&nodes[0])["spec"]["unschedulable"], Value::Null);
-        let lease: Lease =
-            build("lease", lease_object("g-0", "u")).unwrap_or_else(|e| panic!("{e}"));
+        let lease: Lease = build("lease", lease_object("g-0", "u")).unwrap();
         let spec = lease.spec.unwrap_or_default();
         assert_eq!(spec.holder_identity.as_deref(), Some("g-0"));
         assert_eq!(spec.lease_duration_seconds, Some(LEASE_SECONDS));

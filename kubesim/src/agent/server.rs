@@ -215,9 +215,7 @@ mod tests {
     }
 
     fn get(logs: &AgentLogs, uri: &str) -> (StatusCode, String) {
-        let req = Request::get(uri)
-            .body(())
-            .unwrap_or_else(|e| panic!("request: {e}"));
+        let req = Request::get(uri).body(()).expect("request");
         let resp = handle(&req, logs);
         let status = resp.status();
         let body = futures_util::FutureExt::now_or_never(http_body_util::BodyExt::collect(
@@ -270,29 +268,27 @@ mod tests {
         let logs = Arc::new(AgentLogs::default());
         logs.observe("u", &running_pod());
         logs.append("u", "main", "hello\n");
-        let endpoint = Endpoint::bind(0, None)
-            .await
-            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let endpoint = Endpoint::bind(0, None).await.expect("bind");
         let addr = endpoint.addr();
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(endpoint.serve(logs, stop_rx));
         let body = reqwest::get(format!("http://{addr}/containerLogs/ns/p/main"))
             .await
-            .unwrap_or_else(|e| panic!("get: {e}"))
+            .expect("get")
             .text()
             .await
-            .unwrap_or_else(|e| panic!("body: {e}"));
+            .expect("body");
         assert_eq!(body, "hello\n");
         let _ = stop.send(true);
         tokio::time::timeout(std::time::Duration::from_secs(5), task)
             .await
-            .unwrap_or_else(|e| panic!("endpoint did not stop: {e}"))
-            .unwrap_or_else(|e| panic!("endpoint task: {e}"));
+            .expect("endpoint did not stop")
+            .expect("endpoint task");
     }
 
     #[tokio::test]
     async fn the_endpoint_speaks_https_with_a_pem_certificate() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let dir = tempfile::tempdir().expect("tempdir");
         let (cert, key) = (dir.path().join("k.crt"), dir.path().join("k.key"));
         let made = std::process::Command::new("openssl")
             .args([
@@ -317,23 +313,21 @@ mod tests {
         logs.observe("u", &running_pod());
         logs.append("u", "main", "over tls\n");
         let files = TlsFiles { cert, key };
-        let endpoint = Endpoint::bind(0, Some(&files))
-            .await
-            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let endpoint = Endpoint::bind(0, Some(&files)).await.expect("bind");
         let addr = endpoint.addr();
         let (_stop, stop_rx) = watch::channel(false);
         tokio::spawn(endpoint.serve(logs, stop_rx));
         let client = reqwest::Client::builder()
             .danger_accept_invalid_certs(true)
             .build()
-            .unwrap_or_else(|e| panic!("client: {e}"));
+            .expect("client");
         let resp = client
             .get(format!(
                 "https://{addr}/containerLogs/ns/p/main?follow=false"
             ))
             .send()
             .await
-            .unwrap_or_else(|e| panic!("get: {e}"));
+            .expect("get");
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.text().await.unwrap_or_default(), "over tls\n");
     }

@@ -152,7 +152,7 @@ fn patch(
     let obj = store.update(rt, ns, name, status_only, |current| {
         let mut new = current.clone();
         match kind {
-            PatchKind::Merge => patch::merge(&mut new, &doc),
+            PatchKind::Merge => json_patch::merge(&mut new, &doc),
             PatchKind::Strategic | PatchKind::Apply => patch::merge_keyed(&mut new, &doc),
             PatchKind::Json => new = patch::json_patch(current, &doc)?,
         }

@@ -18,9 +18,9 @@ pub type Resources = BTreeMap<String, Milli>;
 /// A toleration or taint (key, operator, value, effect).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taint {
-    /// Key.
+    /// Label-like key the taint or toleration matches on.
     pub key: String,
-    /// Value.
+    /// Value compared under `Equal` (empty for `Exists`).
     pub value: String,
     /// Effect (`NoSchedule`, `PreferNoSchedule`, `NoExecute`; empty for "any" in tolerations).
     pub effect: String,
@@ -35,7 +35,7 @@ pub struct NodeInfo {
     pub name: String,
     /// Node labels.
     pub labels: BTreeMap<String, String>,
-    /// Taints.
+    /// Taints a pod must tolerate to be placed here.
     pub taints: Vec<Taint>,
     /// Cordoned.
     pub unschedulable: bool,
@@ -54,7 +54,7 @@ pub struct PodNeeds {
     pub node_selector: BTreeMap<String, String>,
     /// Required node affinity: any term must match, all expressions of a term.
     pub affinity: Vec<Vec<(String, String, Vec<String>)>>,
-    /// Tolerations.
+    /// Tolerations of the pod (each node taint must be tolerated).
     pub tolerations: Vec<Taint>,
     /// The pod's namespace (what other pods' affinity terms match it by).
     pub namespace: String,
@@ -488,7 +488,7 @@ pub enum Operator {
 pub struct Requirement {
     /// Label key.
     pub key: String,
-    /// Operator.
+    /// How `key` is compared with `values`.
     pub operator: Operator,
     /// Values (`In`, `NotIn`).
     pub values: Vec<String>,

@@ -233,12 +233,10 @@ mod tests {
         let store = Arc::new(Store::new(1000));
         store
             .create(&NAMESPACES, "", json!({"metadata": {"name": NS}}))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let fleet = Fleet::from_yaml(fleet).unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
+        let fleet = Fleet::from_yaml(fleet).unwrap();
         for node in crate::fleet::nodes(&fleet) {
-            store
-                .create(&NODES, "", node)
-                .unwrap_or_else(|e| panic!("{e}"));
+            store.create(&NODES, "", node).unwrap();
         }
         store
     }
@@ -289,9 +287,7 @@ node_groups:
         let mut recorder = Recorder::new(store.clone());
         let planned = ["h200-0", "h200-1"];
         for name in ["w0", "w1", "w2"] {
-            store
-                .create(&PODS, NS, worker(name, &planned))
-                .unwrap_or_else(|e| panic!("{e}"));
+            store.create(&PODS, NS, worker(name, &planned)).unwrap();
         }
         // One pass: the first two bind, and the third already sees them.
         Scheduler::default().step(&store, &mut recorder);
@@ -330,7 +326,7 @@ node_groups:
                 p["status"]["phase"] = json!("Succeeded");
                 Ok(p)
             })
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         scheduler.step(&store, &mut recorder);
         assert_eq!(node_of(&store, "w2"), n0);
     }
@@ -339,17 +335,13 @@ node_groups:
     fn a_pod_without_terms_keeps_out_of_the_nodes_guarded_by_bound_pods() {
         let store = cluster(FLEET);
         let mut recorder = Recorder::new(store.clone());
-        store
-            .create(&PODS, NS, worker("w0", &["h200-0"]))
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(&PODS, NS, worker("w0", &["h200-0"])).unwrap();
         // Created in the same second: scheduled after w0 by name.
         let mut plain = worker("w1", &["h200-0"]);
         if let Some(a) = plain["spec"]["affinity"].as_object_mut() {
             a.remove("podAntiAffinity");
         }
-        store
-            .create(&PODS, NS, plain)
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.create(&PODS, NS, plain).unwrap();
         Scheduler::default().step(&store, &mut recorder);
         assert_eq!(node_of(&store, "w0"), "h200-0");
         let plain = pod_of(&store, "w1");

@@ -20,7 +20,7 @@ node_groups:
   - {name: l40s, series: l40s, count: 3, gpus: 4, cpus: 48, memory_gb: 256, cordoned: 1}
   - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
 ";
-    Fleet::from_yaml(yaml).unwrap_or_else(|e| panic!("test fleet: {e}"))
+    Fleet::from_yaml(yaml).expect("test fleet")
 }
 
 /// A fast-ticking configuration with the small fleet.
@@ -37,12 +37,9 @@ pub fn fast_config() -> SimConfig {
 
 /// Starts a simulator and a kube-rs client for it.
 pub async fn start(config: SimConfig) -> (KubeSim, kube::Client) {
-    let sim = KubeSim::start(config)
-        .await
-        .unwrap_or_else(|e| panic!("kubesim start: {e}"));
-    let url = sim.url().parse().unwrap_or_else(|e| panic!("url: {e}"));
-    let client =
-        kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("client: {e}"));
+    let sim = KubeSim::start(config).await.expect("kubesim start");
+    let url = sim.url().parse().expect("url");
+    let client = kube::Client::try_from(kube::Config::new(url)).expect("client");
     (sim, client)
 }
 
@@ -86,7 +83,7 @@ pub fn pod(name: &str, image: &str, gpus: u32, series: Option<&str>) -> Pod {
     serde_json::from_value(
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}),
     )
-    .unwrap_or_else(|e| panic!("pod fixture: {e}"))
+    .expect("pod fixture")
 }
 
 /// A pod no scheduler picks up (`schedulerName` is not the default), so nothing but the test

@@ -142,12 +142,8 @@ impl FaultProxy {
 
     /// Starts a proxy to `upstream` (`127.0.0.1:PORT`) with `plan`.
     pub async fn start(upstream: SocketAddr, plan: ProxyPlan) -> FaultProxy {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("proxy bind: {e}"));
-        let addr = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("proxy addr: {e}"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy bind");
+        let addr = listener.local_addr().expect("proxy addr");
         let stats = Arc::new(ProxyStats::default());
         let enabled = Arc::new(AtomicBool::new(true));
         let outage = Arc::new(AtomicBool::new(false));

@@ -39,7 +39,7 @@ node_groups:
 /// A fast simulator over `fleet` (RayJobs run `rayjob_run`, CPU pods `pod_run`).
 pub fn sim_config(fleet: &str, rayjob_run: Duration, pod_run: Option<Duration>) -> SimConfig {
     let mut config = SimConfig {
-        fleet: Some(Fleet::from_yaml(fleet).unwrap_or_else(|e| panic!("fleet: {e}"))),
+        fleet: Some(Fleet::from_yaml(fleet).expect("fleet")),
         tick: Duration::from_millis(20),
         ..SimConfig::default()
     };
@@ -86,14 +86,14 @@ pub struct Harness {
 
 /// Starts kubesim with `config` and embedded stores.
 pub async fn start(config: SimConfig) -> Harness {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
     let blobs = FsBlobStore::open(
         dir.path().join("blobs"),
         b"test-secret".to_vec(),
         "http://127.0.0.1:9/blobs",
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     with_stores(config, Arc::new(jobs), Arc::new(blobs), dir).await
 }
 
@@ -119,12 +119,9 @@ pub async fn with_stores(
     config
         .namespaces
         .push(tuneplane_reconciler::access::SYSTEM_NAMESPACE.into());
-    let sim = KubeSim::start(config)
-        .await
-        .unwrap_or_else(|e| panic!("kubesim: {e}"));
-    let url = sim.url().parse().unwrap_or_else(|e| panic!("url: {e}"));
-    let client =
-        kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("client: {e}"));
+    let sim = KubeSim::start(config).await.expect("kubesim");
+    let url = sim.url().parse().expect("url");
+    let client = kube::Client::try_from(kube::Config::new(url)).expect("client");
     Harness {
         cluster: Cluster::Sim(sim),
         reconciler_client: client.clone(),
@@ -157,7 +154,7 @@ pub async fn spawn_reconciler(
 ) -> (JoinHandle<()>, Arc<Ctx>) {
     let r = Reconciler::new(config, client, jobs, blobs, Arc::new(Metrics::default()))
         .await
-        .unwrap_or_else(|e| panic!("reconciler: {e}"));
+        .expect("reconciler");
     let ctx = r.ctx();
     let task = tokio::spawn(async move {
         if let Err(e) = r.run_until(std::future::pending()).await {
@@ -184,15 +181,8 @@ impl Harness {
     /// Marks a node Ready or NotReady (kubesim directly; on the real cluster through the agent).
     pub async fn set_node_ready(&self, node: &str, ready: bool) {
         match &self.cluster {
-            Cluster::Sim(sim) => sim
-                .set_node_ready(node, ready)
-                .unwrap_or_else(|e| panic!("{e}")),
-            Cluster::Real(r) => r
-                .testbed
-                .agent
-                .set_node_ready(node, ready)
-                .await
-                .unwrap_or_else(|e| panic!("{e}")),
+            Cluster::Sim(sim) => sim.set_node_ready(node, ready).unwrap(),
+            Cluster::Real(r) => r.testbed.agent.set_node_ready(node, ready).await.unwrap(),
         }
     }
 
@@ -209,10 +199,7 @@ impl Harness {
 
     /// Stores a queued job.
     pub async fn submit(&self, job: &JobRecord) {
-        self.jobs
-            .create_job(job, None)
-            .await
-            .unwrap_or_else(|e| panic!("create job: {e}"));
+        self.jobs.create_job(job, None).await.expect("create job");
     }
 
     /// Reads a job.
@@ -269,7 +256,7 @@ pub fn job(
         "deadlines": {"pre_running_seconds": pre_running_seconds, "run_seconds": 3600}, "priority": 0,
         "labels": {"team": "nlp"}, "namespace": "tuneplane-jobs", "platform_version": "0.1.0"
     }))
-    .unwrap_or_else(|e| panic!("spec: {e}"));
+    .expect("spec");
     JobRecord::new_queued(id, "acme", spec, SHA, tuneplane_core::clock::now_ms())
 }
 
@@ -328,12 +315,10 @@ pub fn untar(bytes: &[u8]) -> Vec<(String, String)> {
     use std::io::Read;
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
     let mut out = Vec::new();
-    for entry in archive.entries().unwrap_or_else(|e| panic!("{e}")) {
-        let mut entry = entry.unwrap_or_else(|e| panic!("{e}"));
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
         let mut text = String::new();
-        entry
-            .read_to_string(&mut text)
-            .unwrap_or_else(|e| panic!("{e}"));
+        entry.read_to_string(&mut text).unwrap();
         out.push((
             entry
                 .path()

@@ -48,13 +48,13 @@ pub async fn start(config: &SimConfig, dir: &std::path::Path) -> (Client, Client
         .unwrap_or_else(|| panic!("a real-cluster scenario needs a fleet"));
     let testbed = Testbed::start(&kubeconfig(), fleet, config.scenario.clone())
         .await
-        .unwrap_or_else(|e| panic!("real cluster: {e}"));
+        .expect("real cluster");
     let (sa_config, token) =
         access::service_account_config(&testbed.admin_config, &dir.join("token"))
             .await
-            .unwrap_or_else(|e| panic!("reconciler access: {e}"));
-    let reconciler = Client::try_from(tuneplane_reconciler::kube_io::client_config(sa_config))
-        .unwrap_or_else(|e| panic!("client: {e}"));
+            .expect("reconciler access");
+    let reconciler =
+        Client::try_from(tuneplane_reconciler::kube_io::client_config(sa_config)).expect("client");
     (
         testbed.admin.clone(),
         reconciler,

@@ -57,7 +57,7 @@ pub fn n(value: impl ToString) -> AttributeValue {
 pub struct Stored<'a> {
     /// Table name.
     pub table: &'a str,
-    /// The item.
+    /// The raw attribute map read from the table.
     pub item: &'a Item,
 }
 

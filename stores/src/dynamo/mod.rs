@@ -78,12 +78,7 @@ impl DynamoJobStore {
         key: &str,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> StoreError {
-        StoreError::Backend {
-            op,
-            table: self.table.clone(),
-            key: key.to_owned(),
-            source: Box::new(e),
-        }
+        StoreError::backend(op, &self.table, key, e)
     }
 
     pub(super) fn conflict(&self, key: &str, expected: u64) -> StoreError {
@@ -239,75 +234,34 @@ impl DynamoJobStore {
         let JobItem(mut item) = JobItem::from(&job);
         let token = write_token();
         item.insert(WRITE_TOKEN.to_owned(), s(&token));
-        let event_puts = self.event_puts(&job.id, events)?;
-        if idem.is_none() && !event_puts.is_empty() {
-            // The job and its events in one transaction; a failed condition on the job (index 0)
-            // is either our own earlier attempt (answer lost, retried) or another job.
-            let put_job = Put::builder()
-                .table_name(&self.table)
-                .set_item(Some(item))
-                .condition_expression("attribute_not_exists(pk)")
-                .build()
-                .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
-            let mut items = vec![TransactWriteItem::builder().put(put_job).build()];
-            items.extend(event_puts);
-            let result = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items))
-                .send()
-                .await;
-            return match result {
-                Ok(_) => Ok(CreateOutcome::Created(job)),
-                Err(e) if first_condition_failed(&e) => self.ours_or_taken(job, key, &token).await,
-                Err(e) => Err(self.backend("TransactWriteItems", &key, e)),
-            };
-        }
-        let Some(idem) = idem else {
-            let result = self
-                .client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(item))
-                .condition_expression("attribute_not_exists(pk)")
-                .send()
-                .await;
-            return match result {
-                Ok(_) => Ok(CreateOutcome::Created(job)),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-                {
-                    self.ours_or_taken(job, key, &token).await
-                }
-                Err(e) => Err(self.backend("PutItem", &key, e)),
-            };
-        };
-        let now = now_secs();
-        let idem_pk = format!("IDEM#{}#{}", job.tenant, idem.key);
-        let ttl = now.saturating_add(i64::try_from(idem.ttl_seconds).unwrap_or(i64::MAX));
-        let idem_item = records::idempotency_item(&idem_pk, &job, idem, ttl);
+        // One transaction: the job (index 0, only if absent), its idempotency record (index 1,
+        // when the request has a key), then the events, which carry no condition.
         let put_job = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(pk)")
             .build()
             .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
-        // An expired key may be reused even before DynamoDB's TTL sweep deletes it.
-        let put_idem = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(idem_item))
-            .condition_expression("attribute_not_exists(pk) OR #ttl <= :now")
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_values(":now", n(now))
-            .build()
-            .map_err(|e| self.backend("TransactWriteItems", &idem_pk, e))?;
-        // Job (index 0), idempotency record (1), then the events, which carry no condition.
-        let mut items = vec![
-            TransactWriteItem::builder().put(put_job).build(),
-            TransactWriteItem::builder().put(put_idem).build(),
-        ];
-        items.extend(event_puts);
+        let mut items = vec![TransactWriteItem::builder().put(put_job).build()];
+        let mut idem_pk = None;
+        if let Some(idem) = idem {
+            let now = now_secs();
+            let pk = format!("IDEM#{}#{}", job.tenant, idem.key);
+            let ttl = now.saturating_add(i64::try_from(idem.ttl_seconds).unwrap_or(i64::MAX));
+            let idem_item = records::idempotency_item(&pk, &job, idem, ttl);
+            // An expired key may be reused even before DynamoDB's TTL sweep deletes it.
+            let put_idem = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(idem_item))
+                .condition_expression("attribute_not_exists(pk) OR #ttl <= :now")
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":now", n(now))
+                .build()
+                .map_err(|e| self.backend("TransactWriteItems", &pk, e))?;
+            items.push(TransactWriteItem::builder().put(put_idem).build());
+            idem_pk = Some((idem, pk));
+        }
+        items.extend(self.event_puts(&job.id, events)?);
         let result = self
             .client
             .transact_write_items()
@@ -333,15 +287,11 @@ impl DynamoJobStore {
                 .and_then(|c| c.get(i))
                 .is_some_and(|code| code != "None")
         };
-        if failed(1) {
-            self.resolve_idempotent(&job.tenant, idem, &idem_pk).await
-        } else if failed(0) {
-            Err(StoreError::AlreadyExists {
-                table: self.table.clone(),
-                key,
-            })
-        } else {
-            Err(self.backend("TransactWriteItems", &key, err))
+        match idem_pk {
+            Some((idem, pk)) if failed(1) => self.resolve_idempotent(&job.tenant, idem, &pk).await,
+            // Our own earlier attempt (its answer lost, the SDK retried) or another job.
+            _ if failed(0) => self.ours_or_taken(job, key, &token).await,
+            _ => Err(self.backend("TransactWriteItems", &key, err)),
         }
     }
 

@@ -20,12 +20,7 @@ fn err(
     table: &str,
     e: impl std::error::Error + Send + Sync + 'static,
 ) -> StoreError {
-    StoreError::Backend {
-        op,
-        table: table.to_owned(),
-        key: String::new(),
-        source: Box::new(e),
-    }
+    StoreError::backend(op, table, "", e)
 }
 
 fn key(table: &str, name: &str, kind: KeyType) -> Result<KeySchemaElement> {

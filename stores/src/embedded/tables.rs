@@ -34,12 +34,7 @@ pub fn db_err(
     key: &str,
     e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
 ) -> StoreError {
-    StoreError::Backend {
-        op,
-        table: table.to_owned(),
-        key: key.to_owned(),
-        source: e.into(),
-    }
+    StoreError::backend(op, table, key, e)
 }
 
 /// Creates every table so that read transactions never meet a missing one.

@@ -19,7 +19,7 @@ pub async fn send(req: &PresignedRequest, body: Option<Vec<u8>>) -> (u16, Vec<u8
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()
-        .unwrap_or_else(|e| panic!("client: {e}"));
+        .expect("client");
     let mut builder = match req.method {
         PresignMethod::Get => client.get(&req.url),
         PresignMethod::Put => client.put(&req.url),

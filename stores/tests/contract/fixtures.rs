@@ -14,7 +14,7 @@ pub fn spec(priority: i32) -> JobSpec {
         "priority": priority, "labels": {"team": "nlp"}, "namespace": "tuneplane-jobs",
         "platform_version": "0.1.0"
     });
-    serde_json::from_value(json).unwrap_or_else(|e| panic!("fixture spec does not decode: {e}"))
+    serde_json::from_value(json).expect("fixture spec does not decode")
 }
 
 /// A queued job of `tenant` submitted at `submitted_ms` with `priority`.

@@ -86,7 +86,7 @@ pub async fn ending_sessions_keeps_the_key_valid_and_concurrent_changes_all_land
         tasks.spawn(async move { store.update_api_key(&hash, ApiKeyChange::EndSessions).await });
     }
     while let Some(done) = tasks.join_next().await {
-        let outcome = done.unwrap_or_else(|e| panic!("task: {e}"));
+        let outcome = done.expect("task");
         assert!(ok(outcome, "end sessions").is_some());
     }
     let stored =

@@ -1,5 +1,6 @@
 //! Kubernetes resource quantities (`500m`, `2`, `4Gi`, `1.5G`, `1e3`) as integer milli-units, so
-//! CPU, memory and GPU sums compare exactly.
+//! CPU, memory and GPU sums compare exactly: the one parser of the workspace (kubesim's scheduler
+//! and the reconciler's capacity view both read quantities through it).
 
 /// A quantity in thousandths of its base unit (millicores for CPU, millibytes for memory).
 pub type Milli = i128;

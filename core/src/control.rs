@@ -1,0 +1,189 @@
+//! The operations on existing jobs and playgrounds that the API and the console both offer:
+//! stopping a job, creating and deleting a playground. One set of rules for every door: a caller
+//! sees only its tenant's objects, and a write that meets a concurrent one (the reconciler's) reads
+//! again and retries a bounded number of times.
+
+use crate::job::JobRecord;
+use crate::playground::{self, PlaygroundRequest};
+use crate::spec::FieldError;
+use crate::store::{PlaygroundRecord, StoreError};
+use crate::submit::SubmitService;
+
+/// Attempts of a write that keeps meeting concurrent writes before [`ControlError::Busy`].
+pub const ATTEMPTS: usize = 5;
+
+/// True for ids the API hands out: 1-64 of `a-z`, `0-9` and `-` (safe in keys and paths).
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Why an operation was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// No such object of the caller's tenant (another tenant's answers the same).
+    #[error("{0}")]
+    NotFound(String),
+    /// The object kept changing under the write; the caller may retry.
+    #[error("{0}")]
+    Busy(String),
+    /// The playground request breaks rules; every problem is listed.
+    #[error("the playground request is invalid")]
+    InvalidPlayground(Vec<FieldError>),
+    /// Storage failed.
+    #[error("storage failed: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Result of the operations here.
+pub type Result<T, E = ControlError> = std::result::Result<T, E>;
+
+/// What a stop did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stop {
+    /// The stop was recorded; the reconciler stops the job on its next pass.
+    Requested(JobRecord),
+    /// Nothing to do: the job already ended or a stop was already requested.
+    Unchanged(JobRecord),
+}
+
+/// A playground just stored, with the notes its validation gave.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatedPlayground {
+    /// The stored record.
+    pub record: PlaygroundRecord,
+    /// Notes for the user (e.g. no capacity snapshot to check the series against yet).
+    pub notes: Vec<String>,
+}
+
+/// Stop and playground operations over the submission service's stores.
+#[derive(Debug, Clone)]
+pub struct ControlService {
+    submit: SubmitService,
+}
+
+impl ControlService {
+    /// The operations over `submit`'s stores.
+    pub fn new(submit: SubmitService) -> ControlService {
+        ControlService { submit }
+    }
+
+    /// Job `id` of `tenant`.
+    pub async fn owned_job(&self, tenant: &str, id: &str) -> Result<JobRecord> {
+        let jobs = self.submit.jobs();
+        owned("job", id, || jobs.get_job(id), |j| j.tenant == tenant).await
+    }
+
+    /// Requests a stop of job `id` of `tenant`.
+    pub async fn stop_job(&self, tenant: &str, id: &str) -> Result<Stop> {
+        for _ in 0..ATTEMPTS {
+            let mut job = self.owned_job(tenant, id).await?;
+            if job.is_terminal() || job.stop_requested {
+                return Ok(Stop::Unchanged(job));
+            }
+            job.stop_requested = true;
+            match self.submit.jobs().update_job(&job).await {
+                Ok(stored) => return Ok(Stop::Requested(stored)),
+                // The reconciler wrote in between: read again and retry.
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ControlError::Busy(format!(
+            "job {id} kept changing; retry the stop"
+        )))
+    }
+
+    /// Playground `id` of `tenant`.
+    pub async fn owned_playground(&self, tenant: &str, id: &str) -> Result<PlaygroundRecord> {
+        let jobs = self.submit.jobs();
+        owned(
+            "playground",
+            id,
+            || jobs.get_playground(id),
+            |p| p.tenant == tenant,
+        )
+        .await
+    }
+
+    /// Validates `request` (against the fleet shape of the latest capacity snapshot when there
+    /// is one) and stores it as playground `id` of `tenant`, created at `now_ms`.
+    pub async fn create_playground(
+        &self,
+        tenant: &str,
+        request: &PlaygroundRequest<'_>,
+        id: String,
+        now_ms: i64,
+    ) -> Result<CreatedPlayground> {
+        let shape = self.submit.stored_fleet_shape().await?;
+        let notes = playground::validate(request, shape.as_ref())
+            .map_err(ControlError::InvalidPlayground)?;
+        let ttl_ms = i64::try_from(request.ttl_seconds)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1000);
+        let record = PlaygroundRecord {
+            id,
+            tenant: tenant.to_owned(),
+            model: request.model.to_owned(),
+            series: request.series.to_owned(),
+            gpus: request.gpus,
+            pod_name: None,
+            created_at_ms: now_ms,
+            expires_at_ms: now_ms.saturating_add(ttl_ms),
+            version: 0,
+            pod_namespace: None,
+            status: None,
+        };
+        let record = self.submit.jobs().put_playground(&record).await?;
+        Ok(CreatedPlayground { record, notes })
+    }
+
+    /// Expires playground `id` of `tenant` at `now_ms` (it leaves listings at once; the
+    /// reconciler deletes the pod and the record within a pass). An expired one is returned as is.
+    pub async fn delete_playground(
+        &self,
+        tenant: &str,
+        id: &str,
+        now_ms: i64,
+    ) -> Result<PlaygroundRecord> {
+        for _ in 0..ATTEMPTS {
+            let mut pg = self.owned_playground(tenant, id).await?;
+            if pg.expires_at_ms <= now_ms {
+                return Ok(pg);
+            }
+            pg.expires_at_ms = now_ms;
+            match self.submit.jobs().put_playground(&pg).await {
+                Ok(stored) => return Ok(stored),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ControlError::Busy(format!(
+            "playground {id} kept changing; retry"
+        )))
+    }
+}
+
+/// The `kind` object `id` read by `get` if `mine` says it is the caller's; an id the API never
+/// hands out is not looked up, and another tenant's object answers like a missing one.
+async fn owned<T, Fut>(
+    kind: &str,
+    id: &str,
+    get: impl FnOnce() -> Fut,
+    mine: impl FnOnce(&T) -> bool,
+) -> Result<T>
+where
+    Fut: std::future::Future<Output = Result<Option<T>, StoreError>>,
+{
+    let not_found = || ControlError::NotFound(format!("{kind} {id} not found"));
+    if !valid_id(id) {
+        return Err(not_found());
+    }
+    match get().await? {
+        Some(found) if mine(&found) => Ok(found),
+        _ => Err(not_found()),
+    }
+}
