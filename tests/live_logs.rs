@@ -240,7 +240,7 @@ async fn logs_follow_shows_running_output_then_all_of_it_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn submit_wait_streams_the_main_output_unless_quiet() {
     let dir = tempfile::tempdir().unwrap();
-    let (stack, _api) = start(dir.path()).await;
+    let (stack, api) = start(dir.path()).await;
     let job = job_dir(dir.path(), 8);
     let run = |extra: &[&str]| {
         let mut c = cli(&stack);
@@ -275,5 +275,36 @@ async fn submit_wait_streams_the_main_output_unless_quiet() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}");
     assert!(ticks_of(&text).is_empty(), "--quiet printed output: {text}");
+
+    // A failed entrypoint's exit status is in the record, as a number.
+    let failing = dir.path().join("fails");
+    std::fs::create_dir_all(&failing).unwrap();
+    std::fs::write(
+        failing.join("tuneplane.yaml"),
+        std::fs::read_to_string(job.join("tuneplane.yaml"))
+            .unwrap()
+            .replace("python3 tick.py", "python3 fail.py"),
+    )
+    .unwrap();
+    std::fs::write(failing.join("fail.py"), "import sys\nsys.exit(7)\n").unwrap();
+    let submitted = submit(&api, &failing).await;
+    let mut ended = None;
+    for _ in 0..600 {
+        let j: JobRecord = api.get(&format!("/jobs/{}", submitted.id)).await.unwrap();
+        if j.state.is_terminal() {
+            ended = Some(j);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let ended = ended.expect("the failing job did not end within 120 s");
+    assert_eq!(ended.state, JobState::Failed, "{ended:?}");
+    assert_eq!(
+        ended.failure.as_ref().and_then(|f| f.exit_code),
+        Some(7),
+        "{ended:?}"
+    );
+    let raw: Value = api.get(&format!("/jobs/{}", submitted.id)).await.unwrap();
+    assert_eq!(raw["failure"]["exit_code"], json!(7), "{raw}");
     stack.shutdown().await;
 }

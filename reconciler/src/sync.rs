@@ -242,7 +242,10 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
             next.pending = Some(pending);
             ctx.jobs.update_job_with_events(&next, &[ev]).await?;
         }
-        Step::Finish { state, failure } => finish(ctx, job, state, failure, now).await?,
+        Step::Finish { state, failure } => {
+            let exit_code = exit_code(cluster, job, failure.as_ref().map(|f| f.0));
+            finish(ctx, job, state, failure, exit_code, now).await?;
+        }
     }
     Ok(())
 }
@@ -279,12 +282,28 @@ async fn archive_logs(ctx: &Ctx, job_id: &str, namespace: &str, workload: &str) 
     outcome
 }
 
-/// Ends `job`: archive logs, write the terminal record, delete the workload.
+/// The exit status of a CPU job's container whose entrypoint failed (the pod's terminated state).
+fn exit_code(cluster: &Cluster, job: &JobRecord, reason: Option<FailureReason>) -> Option<i32> {
+    if reason != Some(FailureReason::EntrypointFailed) || !job.spec.is_cpu_only() {
+        return None;
+    }
+    let pod = cluster.pod(&job.spec.namespace, job.workload_name.as_deref()?)?;
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code))
+}
+
+/// Ends `job`: archive logs, write the terminal record (with the entrypoint's `exit_code` when
+/// known), delete the workload.
 pub async fn finish(
     ctx: &Ctx,
     job: &JobRecord,
     state: JobState,
     failure: Option<(FailureReason, String)>,
+    exit_code: Option<i32>,
     now: i64,
 ) -> Result<()> {
     let ns = job.spec.namespace.as_str();
@@ -292,7 +311,12 @@ pub async fn finish(
     let key = archive_logs(ctx, &job.id, ns, &name).await?;
     let mut next = job.clone();
     match &failure {
-        Some((reason, message)) => next.finish_with_failure(*reason, message.clone(), now)?,
+        Some((reason, message)) => {
+            next.finish_with_failure(*reason, message.clone(), now)?;
+            if let Some(f) = next.failure.as_mut() {
+                f.exit_code = exit_code;
+            }
+        }
         None => next.transition(state, now)?,
     }
     next.logs_key = Some(key);
