@@ -150,10 +150,13 @@ pub fn run(args: &DevArgs) -> anyhow::Result<ExitCode> {
             stack.kubeconfig.display()
         );
         println!();
-        println!("Ctrl-C stops everything; state stays in the data dir.");
-        tokio::signal::ctrl_c()
-            .await
-            .context("cannot wait for Ctrl-C")?;
+        println!("Ctrl-C (or SIGTERM) stops everything, the jobs' processes included; state stays in the data dir.");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("cannot wait for SIGTERM")?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.context("cannot wait for Ctrl-C")?,
+            _ = term.recv() => {}
+        }
         eprintln!("\nstopping ...");
         stack.shutdown().await;
         eprintln!("stopped");

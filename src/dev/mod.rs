@@ -285,6 +285,8 @@ impl Stack {
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
         }
+        // Jobs' processes (execution mode) end with the stack, children included.
+        tuneplane_kubesim::exec::kill_all();
     }
 }
 
