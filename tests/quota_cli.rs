@@ -364,7 +364,7 @@ async fn quota_shows_the_callers_limits_usage_and_queued_demand_per_series() {
     let refused = quota_cli(&url, "tp_wrong", &[]).await;
     assert_eq!(refused.status.code(), Some(1));
     assert!(
-        text(&refused.stderr).contains("unauthenticated"),
+        text(&refused.stderr).contains("did not accept the API key"),
         "{refused:?}"
     );
 }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 
-use super::output::{age, clock, duration, now_ms, pools_of, print_table};
+use super::output::{age, clock, duration, now_ms, pools_of, print_table, print_table_coloured};
 use crate::client::{Api, ClientArgs, Output, pack};
 
 /// Inline code above this size goes through a presigned upload instead.
@@ -240,7 +240,7 @@ pub async fn list(
             ]
         })
         .collect();
-    print_table(
+    print_table_coloured(
         &[
             "ID",
             "NAME",
@@ -251,6 +251,7 @@ pub async fn list(
             "DURATION",
         ],
         &rows,
+        Some(4),
     );
     if let Some(next) = page["next_cursor"].as_str() {
         println!("(more: tuneplane jobs --cursor {next})");
@@ -276,7 +277,10 @@ pub async fn status(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode
     let position = job["queue_position"].as_u64();
     let j: JobRecord = serde_json::from_value(job).context("unexpected job")?;
     println!("job       {} ({})", j.id, j.spec.name);
-    println!("status    {}", status_of(&j));
+    println!(
+        "status    {}",
+        super::output::paint_status(&status_of(&j), super::output::stdout_colour())
+    );
     if let Some(p) = position {
         println!("queue     position {p} (1 = next in priority and submission order)");
     }

@@ -1,7 +1,7 @@
 //! One executed process: what to run (from a pod or a RayJob submitter), where, with which env,
 //! and the run itself with output streamed into the pod's log.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -308,7 +308,7 @@ impl Job {
                 return (127, false);
             }
         };
-        let group = child.id().map(Group::register);
+        let group = child.id().map(|pid| Group::register(pid, &self.root));
         let pump = |reader: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>| {
             let (store, job) = (store.clone(), self.clone());
             tokio::spawn(async move {
@@ -349,18 +349,18 @@ impl Job {
     }
 }
 
-/// Process groups of containers running now, in this process.
-static RUNNING: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+/// Process groups of containers running now in this process, with their pod's folder.
+static RUNNING: Mutex<BTreeMap<u32, PathBuf>> = Mutex::new(BTreeMap::new());
 
 /// A running container's process group; dropping it kills what is left of the group.
 struct Group(u32);
 
 impl Group {
-    fn register(pgid: u32) -> Group {
+    fn register(pgid: u32, root: &Path) -> Group {
         RUNNING
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(pgid);
+            .insert(pgid, root.to_path_buf());
         Group(pgid)
     }
 }
@@ -386,14 +386,24 @@ fn signal_group(pgid: u32, signal: &str) {
         .status();
 }
 
-/// Kills every container process this process started and that still runs, and everything they
-/// started, also in sessions of their own (the runner starts the entrypoint in one): a stack that
-/// stops leaves nothing behind. SIGTERM first (the runner forwards it to the entrypoint), SIGKILL
-/// to whatever is left after up to 3 s. Returns how many containers it ended.
-pub fn kill_all() -> usize {
-    let groups: Vec<u32> = std::mem::take(&mut *RUNNING.lock().unwrap_or_else(|p| p.into_inner()))
-        .into_iter()
-        .collect();
+/// Kills every container process started for pods under `exec_dir` (one simulator's execution
+/// folder) that still runs, and everything they started, also in sessions of their own (the
+/// runner starts the entrypoint in one): a stack that stops leaves nothing behind. SIGTERM first
+/// (the runner forwards it to the entrypoint), SIGKILL to whatever is left after up to 3 s.
+/// Returns how many containers it ended.
+pub fn kill_all(exec_dir: &Path) -> usize {
+    let groups: Vec<u32> = {
+        let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+        let mine: Vec<u32> = running
+            .iter()
+            .filter(|(_, root)| root.starts_with(exec_dir))
+            .map(|(g, _)| *g)
+            .collect();
+        for g in &mine {
+            running.remove(g);
+        }
+        mine
+    };
     if groups.is_empty() {
         return 0;
     }
