@@ -49,8 +49,17 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             None => return Ok(ExitCode::FAILURE),
         },
     };
-    for note in &v.notes {
-        eprintln!("note: {note}");
+    if args.fleet.is_none() && args.api.is_none() {
+        // Without a fleet only the spec's own rules were checked (a series name, GPUs per node
+        // and sizes are checked against a fleet).
+        eprintln!(
+            "note: checked against the spec's rules only; series, GPUs per node and sizes are \
+             checked with --fleet FILE or --api URL (the live capacity)"
+        );
+    } else {
+        for note in &v.notes {
+            eprintln!("note: {note}");
+        }
     }
     println!("{}", serde_json::to_string_pretty(&v.spec)?);
     Ok(ExitCode::SUCCESS)
