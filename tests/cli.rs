@@ -385,3 +385,119 @@ fn client_flags_are_checked_before_anything_is_sent_or_packed() {
     assert!(err.contains("did you mean \"entrypoint\"?"), "{err}");
     assert!(err.contains("nothing was sent"), "{err}");
 }
+
+/// Whether process `pid` still exists (a zombie waiting for its parent counts as ended).
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[test]
+fn dev_stopped_by_sigterm_ends_every_process_it_started() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let pid_dir = dir.path().join("pids");
+    fs::create_dir_all(&pid_dir).unwrap();
+    let job = dir.path().join("job");
+    fs::create_dir_all(&job).unwrap();
+    fs::write(
+        job.join("tuneplane.yaml"),
+        format!(
+            "name: sleeper\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 sleeper.py\n\
+             env: {{PID_DIR: {}}}\n\
+             pools:\n  - {{name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}}\n",
+            pid_dir.display()
+        ),
+    )
+    .unwrap();
+    // The job starts a child of its own, then both wait.
+    fs::write(
+        job.join("sleeper.py"),
+        "import os, subprocess, time\n\
+         d = os.environ['PID_DIR']\n\
+         child = subprocess.Popen(['sleep', '300'])\n\
+         open(os.path.join(d, 'tmp'), 'w').write(f'{os.getpid()} {child.pid}')\n\
+         os.rename(os.path.join(d, 'tmp'), os.path.join(d, 'pids'))\n\
+         time.sleep(300)\n",
+    )
+    .unwrap();
+    let mut dev = Command::new(env!("CARGO_BIN_EXE_tuneplane"))
+        .args(["dev", "--port", "0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut banner = BufReader::new(dev.stdout.take().unwrap());
+    let (mut api, mut key) = (String::new(), String::new());
+    for _ in 0..40 {
+        let mut line = String::new();
+        if banner.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if let Some(v) = line.trim().strip_prefix("API:") {
+            api = v.trim().to_owned();
+        }
+        if let Some(v) = line.trim().strip_prefix("API key:") {
+            key = v.split_whitespace().next().unwrap_or_default().to_owned();
+        }
+        if !api.is_empty() && !key.is_empty() {
+            break;
+        }
+    }
+    assert!(!api.is_empty() && !key.is_empty(), "no banner");
+    let out = Command::new(env!("CARGO_BIN_EXE_tuneplane"))
+        .args(["submit", p(&job), "--api", &api, "--key", &key])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let started = Instant::now();
+    let pids = loop {
+        if let Ok(t) = fs::read_to_string(pid_dir.join("pids")) {
+            break t;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "the job never started"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let pids: Vec<u32> = pids
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    assert!(pids.iter().all(|p| alive(*p)), "the job's processes run");
+
+    let term = Command::new("kill")
+        .args(["-TERM", &dev.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let stopped = Instant::now();
+    loop {
+        if let Some(status) = dev.try_wait().unwrap() {
+            assert!(status.success(), "dev exit {status:?}");
+            break;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(60),
+            "dev did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Bounded wait for the kernel to finish the kills.
+    for _ in 0..50 {
+        if pids.iter().all(|p| !alive(*p)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left: Vec<&u32> = pids.iter().filter(|p| alive(**p)).collect();
+    assert!(left.is_empty(), "processes left running: {left:?}");
+}

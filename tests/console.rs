@@ -254,6 +254,13 @@ fn a_pending_job_shows_its_reason_in_the_event_view_and_can_be_stopped() {
             "{pending}"
         );
         assert!(!w.texts(".pending .words").await.join("").is_empty());
+        // Its deadline: a countdown once admitted, or when it will start while queued.
+        let deadline = w.texts(".pending .deadline").await.join("");
+        assert!(
+            deadline.contains("PreRunningDeadlineExceeded in")
+                || deadline.contains("starts at admission"),
+            "deadline: {deadline:?}"
+        );
         let events = w.texts("table.events tbody tr").await;
         assert!(
             events
@@ -527,6 +534,77 @@ fn the_console_can_be_used_with_the_keyboard_alone() {
         // The main navigation is reachable and announces the current page.
         let current = w.texts("header nav a[aria-current=page]").await;
         assert_eq!(current, vec!["Jobs".to_string()]);
+        w.finish().await;
+    });
+}
+
+const TICKER_SPEC: &str = "name: ticker\nimage: python:3.12-slim\nentrypoint: \"for i in $(seq 1 120); do echo tick $i; sleep 1; done\"\npools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n";
+
+#[test]
+fn a_running_job_page_shows_its_live_output_and_stays_compact_on_a_phone() {
+    run(|| async {
+        let w = World::start().await;
+        w.sign_in().await;
+        let id = submit_api(&w, TICKER_SPEC).await;
+        let path = format!("/console/jobs/{id}");
+        // Opening the page marks the job followed; its output appears while it runs.
+        eventually(
+            "live output on the job page",
+            120,
+            Duration::from_millis(500),
+            || async {
+                w.open(&path).await;
+                w.texts("details.live pre.log")
+                    .await
+                    .join("\n")
+                    .contains("tick ")
+            },
+        )
+        .await;
+        let status = w
+            .find("#job-region")
+            .await
+            .attr("data-status")
+            .await
+            .ok()
+            .flatten();
+        assert_eq!(status.as_deref(), Some("RUNNING"));
+        // The page refreshes itself: later lines arrive without a reload.
+        let first = w.texts("details.live pre.log").await.join("\n");
+        eventually(
+            "more live output without a reload",
+            60,
+            Duration::from_millis(500),
+            || async { w.texts("details.live pre.log").await.join("\n") != first },
+        )
+        .await;
+        let height = |width: u32| {
+            let w = &w;
+            async move {
+                w.client
+                    .set_window_size(width, 900)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                w.js("return document.documentElement.scrollHeight;", vec![])
+                    .await
+                    .as_u64()
+                    .unwrap_or(0)
+            }
+        };
+        let desktop = height(1280).await;
+        let phone = height(360).await;
+        let _ = height(1280).await;
+        println!("job page height: desktop {desktop} px, 360 px wide {phone} px");
+        assert!(
+            phone <= desktop * 2,
+            "the 360 px page is {phone} px tall, more than twice the desktop's {desktop} px"
+        );
+        w.screenshots("job-running-live").await;
+        let _ = reqwest::Client::new()
+            .post(w.url(&format!("/v1/jobs/{id}/stop")))
+            .bearer_auth(&w.stack.api_key)
+            .send()
+            .await;
         w.finish().await;
     });
 }

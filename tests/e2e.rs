@@ -224,6 +224,36 @@ async fn whole_flow(backend: Backend) {
             .any(|e| e.kind == "Warning" && e.message.contains("registry.invalid")),
         "{evs:#?}"
     );
+    // In the order they happened: nothing about the workload before it was admitted, even
+    // where Kubernetes dates an event by the whole second.
+    let at = |reason: &str| evs.iter().position(|e| e.reason == reason);
+    assert_eq!(at("Submitted"), Some(0), "{evs:#?}");
+    let admitted = at("Admitted").expect("an Admitted event");
+    assert!(
+        evs.iter()
+            .enumerate()
+            .filter(|(_, e)| e.source == tuneplane_core::job::EventSource::Kubernetes)
+            .all(|(i, _)| i > admitted),
+        "{evs:#?}"
+    );
+    assert!(evs.windows(2).all(|w| w[0].at_ms <= w[1].at_ms), "{evs:#?}");
+    // The platform's image-pull and failure events are warnings, the image pull told once.
+    let platform = |reason: &str| {
+        evs.iter()
+            .filter(|e| {
+                e.source == tuneplane_core::job::EventSource::Platform && e.reason == reason
+            })
+            .collect::<Vec<_>>()
+    };
+    let pulls = platform("ImagePull");
+    assert_eq!(pulls.len(), 1, "{evs:#?}");
+    assert_eq!(pulls[0].kind, "Warning");
+    assert!(!pulls[0].message.contains("rpc error"), "{:?}", pulls[0]);
+    assert!(
+        platform("FAILED").iter().all(|e| e.kind == "Warning"),
+        "{evs:#?}"
+    );
+    assert_eq!(platform("FAILED").len(), 1, "{evs:#?}");
     assert_eq!(pods_left(&stack, &bad.id).await, 0);
 
     stack.shutdown().await;

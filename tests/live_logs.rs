@@ -238,9 +238,9 @@ async fn logs_follow_shows_running_output_then_all_of_it_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn submit_wait_streams_the_main_output_unless_quiet() {
+async fn submit_wait_streams_the_main_output_and_dry_run_sends_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (stack, _api) = start(dir.path()).await;
+    let (stack, api) = start(dir.path()).await;
     let job = job_dir(dir.path(), 8);
     let run = |extra: &[&str]| {
         let mut c = cli(&stack);
@@ -275,5 +275,88 @@ async fn submit_wait_streams_the_main_output_unless_quiet() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}");
     assert!(ticks_of(&text).is_empty(), "--quiet printed output: {text}");
+
+    // A failed entrypoint's exit status is in the record, as a number.
+    let failing = dir.path().join("fails");
+    std::fs::create_dir_all(&failing).unwrap();
+    std::fs::write(
+        failing.join("tuneplane.yaml"),
+        std::fs::read_to_string(job.join("tuneplane.yaml"))
+            .unwrap()
+            .replace("python3 tick.py", "python3 fail.py"),
+    )
+    .unwrap();
+    std::fs::write(failing.join("fail.py"), "import sys\nsys.exit(7)\n").unwrap();
+    let submitted = submit(&api, &failing).await;
+    let mut ended = None;
+    for _ in 0..600 {
+        let j: JobRecord = api.get(&format!("/jobs/{}", submitted.id)).await.unwrap();
+        if j.state.is_terminal() {
+            ended = Some(j);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let ended = ended.expect("the failing job did not end within 120 s");
+    assert_eq!(ended.state, JobState::Failed, "{ended:?}");
+    assert_eq!(
+        ended.failure.as_ref().and_then(|f| f.exit_code),
+        Some(7),
+        "{ended:?}"
+    );
+    let raw: Value = api.get(&format!("/jobs/{}", submitted.id)).await.unwrap();
+    assert_eq!(raw["failure"]["exit_code"], json!(7), "{raw}");
+
+    // `submit --dry-run` and `validate --api` check against the live capacity and send nothing.
+    let count = |v: Value| v["jobs"].as_array().map_or(0, Vec::len);
+    let before = count(api.get("/jobs?limit=1000").await.unwrap());
+    let too_big = examples().join("too-big");
+    let run_cli = |args: Vec<String>| {
+        let mut c = cli(&stack);
+        c.args(args);
+        async move {
+            tokio::task::spawn_blocking(move || c.output().unwrap())
+                .await
+                .unwrap()
+        }
+    };
+    let out = run_cli(vec![
+        "submit".into(),
+        too_big.display().to_string(),
+        "--dry-run".into(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("largest h200 node has 8") && err.contains("nothing was sent"),
+        "{err}"
+    );
+    let out = run_cli(vec![
+        "validate".into(),
+        too_big.join("tuneplane.yaml").display().to_string(),
+        "--api".into(),
+        stack.api_url.clone(),
+    ])
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("largest h200 node has 8"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run_cli(vec![
+        "submit".into(),
+        examples().join("hello-cpu").display().to_string(),
+        "--dry-run".into(),
+    ])
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("fits the fleet's live capacity") && text.contains("nothing was submitted"),
+        "{text}"
+    );
+    assert_eq!(count(api.get("/jobs?limit=1000").await.unwrap()), before);
     stack.shutdown().await;
 }

@@ -153,6 +153,9 @@ pub struct Failure {
     pub reason: FailureReason,
     /// What happened, for people.
     pub message: String,
+    /// The entrypoint's exit status, when it ended with one (a CPU job's container).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
 }
 
 /// One job: the authoritative spec plus everything the platform learned about it.
@@ -290,6 +293,7 @@ impl JobRecord {
         self.failure = Some(Failure {
             reason,
             message: message.into(),
+            exit_code: None,
         });
         Ok(())
     }

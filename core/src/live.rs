@@ -103,6 +103,71 @@ impl Manifest {
     }
 }
 
+/// A container's segment count above which its oldest [`MERGE_BATCH`] are merged into one.
+pub const MERGE_ABOVE: usize = 64;
+/// How many of a container's oldest segments one merge joins (at most).
+pub const MERGE_BATCH: usize = 32;
+/// Most bytes one merged segment holds.
+pub const MERGE_MAX_BYTES: u64 = 4 * 1024 * 1024;
+
+impl Manifest {
+    /// The oldest [`MERGE_BATCH`] segments of a container that has more than [`MERGE_ABOVE`],
+    /// consecutive byte ranges in shipping order, or `None`. Their merge is one segment at the
+    /// first one's key (a key always holds the log from its offset on, so a reader holding an
+    /// older list still reads the right bytes) with the last one's `seq` (readers past it do not
+    /// get it again; readers before it get all of it).
+    pub fn merge_candidates(&self) -> Option<Vec<Segment>> {
+        let mut counts: Vec<((&str, &str), usize)> = Vec::new();
+        for s in &self.segments {
+            let key = (s.pod.as_str(), s.container.as_str());
+            match counts.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((key, 1)),
+            }
+        }
+        let ((pod, container), _) = counts.into_iter().find(|(_, n)| *n > MERGE_ABOVE)?;
+        let mut size = 0;
+        let batch: Vec<Segment> = self
+            .segments
+            .iter()
+            .filter(|s| s.pod == pod && s.container == container)
+            .take(MERGE_BATCH)
+            .take_while(|s| {
+                size += s.bytes;
+                size <= MERGE_MAX_BYTES
+            })
+            .cloned()
+            .collect();
+        let contiguous = batch
+            .windows(2)
+            .all(|w| w[0].offset + w[0].bytes == w[1].offset);
+        (contiguous && batch.len() >= 2).then_some(batch)
+    }
+
+    /// Replaces `batch` (from [`Manifest::merge_candidates`]) by their merge.
+    pub fn apply_merge(&mut self, batch: &[Segment]) {
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
+            return;
+        };
+        let merged = Segment {
+            seq: last.seq,
+            offset: first.offset,
+            bytes: last.offset + last.bytes - first.offset,
+            key: first.key.clone(),
+            at_ms: last.at_ms,
+            ..first.clone()
+        };
+        let gone: Vec<u64> = batch.iter().map(|s| s.seq).collect();
+        self.segments.retain(|s| !gone.contains(&s.seq));
+        let at = self
+            .segments
+            .iter()
+            .position(|s| s.seq > merged.seq)
+            .unwrap_or(self.segments.len());
+        self.segments.insert(at, merged);
+    }
+}
+
 /// Where the reading of one container stands.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cursor {
@@ -396,6 +461,59 @@ mod tests {
         assert_eq!((chosen, used), (vec!["f-due"], 2));
         let (chosen, _) = plan_reads(&list, now, &s, 1.0);
         assert!(chosen.is_empty(), "a followed job is not passed over");
+    }
+
+    #[test]
+    fn old_segments_merge_into_one_at_the_first_key_with_the_last_seq() {
+        let mut m = Manifest {
+            job_id: "j".into(),
+            segments: Vec::new(),
+        };
+        let mut seq = 0;
+        for i in 0..(MERGE_ABOVE as u64 + 1) {
+            for c in ["job", "side"] {
+                seq += 1;
+                if c == "side" && i > 2 {
+                    continue;
+                }
+                m.segments.push(Segment {
+                    seq,
+                    pod: "p".into(),
+                    container: c.into(),
+                    offset: i * 10,
+                    bytes: 10,
+                    key: segment_key("j", "p", c, i * 10),
+                    main: c == "job",
+                    at_ms: i as i64,
+                });
+            }
+        }
+        let shipped = m.shipped("p", "job");
+        let batch = m.merge_candidates().unwrap_or_default();
+        assert_eq!(batch.len(), MERGE_BATCH);
+        assert!(batch.iter().all(|s| s.container == "job"));
+        let last_seq = batch[MERGE_BATCH - 1].seq;
+        m.apply_merge(&batch);
+        assert_eq!(m.shipped("p", "job"), shipped);
+        let merged = m
+            .segments
+            .iter()
+            .find(|s| s.container == "job")
+            .unwrap_or_else(|| panic!("no job segment"));
+        assert_eq!(
+            (merged.offset, merged.bytes, merged.seq, merged.key.as_str()),
+            (
+                0,
+                10 * MERGE_BATCH as u64,
+                last_seq,
+                "logs/j/live/p/job/000000000000.log"
+            )
+        );
+        assert!(
+            m.segments.windows(2).all(|w| w[0].seq < w[1].seq),
+            "still in seq order"
+        );
+        assert!(m.merge_candidates().is_none());
     }
 
     #[test]

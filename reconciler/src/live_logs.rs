@@ -281,10 +281,33 @@ async fn ship_job(ctx: &Ctx, job: &JobRecord, pods: Vec<PodContainers>, now: i64
         }
         cursors.insert(key, after);
     }
+    // A container with many segments has its oldest merged into one (the list stays short).
+    let mut merged_away = Vec::new();
+    if wrote && let Some(batch) = manifest.merge_candidates() {
+        let mut bytes = Vec::new();
+        let mut whole = true;
+        for seg in &batch {
+            match ctx.blobs.get(&seg.key).await? {
+                Some(b) => bytes.extend_from_slice(&b),
+                None => whole = false,
+            }
+        }
+        if whole {
+            ctx.blobs.put(&batch[0].key, bytes).await?;
+            ctx.live.blob_writes.fetch_add(1, Ordering::Relaxed);
+            manifest.apply_merge(&batch);
+            merged_away = batch[1..].iter().map(|s| s.key.clone()).collect();
+        }
+    }
     if wrote {
         let json = serde_json::to_vec(&manifest).unwrap_or_default();
         ctx.blobs.put(&manifest_key(&job.id), json).await?;
         ctx.live.blob_writes.fetch_add(1, Ordering::Relaxed);
+    }
+    // Only once the list no longer names them (a reader with the older list that misses one
+    // asks again and gets the merged segment).
+    for key in merged_away {
+        ctx.blobs.delete(&key).await?;
     }
     let mut jobs = ctx.live.jobs();
     let entry = jobs.entry(job.id.clone()).or_default();

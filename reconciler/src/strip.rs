@@ -186,7 +186,10 @@ pub fn strip_node(node: &mut Node) {
 /// Reduces an event to what `copy_warnings` reads: uid, name and timestamps, the involved
 /// object's kind, namespace and name, type, reason and message.
 pub fn strip_event(event: &mut Event) {
+    // The resourceVersion orders events of the same second.
+    let version = event.metadata.resource_version.take();
     strip_meta(&mut event.metadata, &[], &[]);
+    event.metadata.resource_version = version;
     let o = std::mem::take(&mut event.involved_object);
     *event = Event {
         metadata: std::mem::take(&mut event.metadata),

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use kube::ResourceExt;
 use tuneplane_core::constants::JOB_ID_LABEL;
 use tuneplane_core::job::{
-    EventSource, FailureReason, JobEvent, JobRecord, JobState, PendingReason,
+    EventSource, FailureReason, JobEvent, JobRecord, JobState, Pending, PendingReason,
 };
 use tuneplane_core::render::{label_value, workload_name};
 use tuneplane_core::spec::WorkloadKind;
@@ -75,15 +75,46 @@ pub fn state_event(job: &JobRecord) -> Option<JobEvent> {
                 Some(f) => format!("{:?}: {}", f.reason, f.message),
                 None => "the entrypoint exited 0".to_owned(),
             };
-            platform_event(
-                job.finished_at_ms?,
-                key,
-                "Normal",
-                job.state.as_str(),
-                message,
-            )
+            // A failure is a warning; success and a requested stop are not.
+            let kind = if job.state == JobState::Failed {
+                "Warning"
+            } else {
+                "Normal"
+            };
+            platform_event(job.finished_at_ms?, key, kind, job.state.as_str(), message)
         }
     })
+}
+
+/// The platform event of a new pending reason of an admitted job. Reasons that need the user's
+/// action (an image that cannot be pulled, a workload Kubernetes refused) are warnings; an
+/// image-pull event names the pod and the kubelet's reason and leaves the registry's words to the
+/// copied Kubernetes warning, so they are not shown twice.
+fn pending_event(job: &JobRecord, pending: &Pending, now: i64) -> JobEvent {
+    let warning = matches!(
+        pending.reason,
+        PendingReason::ImagePull | PendingReason::InvalidWorkload
+    );
+    let message = if pending.reason == PendingReason::ImagePull {
+        // "pod P: ErrImagePull: Failed to pull image ..." -> "pod P: ErrImagePull"
+        let mut parts = pending.message.splitn(3, ": ");
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(pod), Some(why), Some(_)) => format!(
+                "{pod}: {why}: image {} cannot be pulled (the Kubernetes warning has the registry's answer)",
+                job.spec.image
+            ),
+            _ => pending.message.clone(),
+        }
+    } else {
+        pending.message.clone()
+    };
+    platform_event(
+        now,
+        format!("pending-{:?}-{}", pending.reason, pending.since_ms),
+        if warning { "Warning" } else { "Normal" },
+        &format!("{:?}", pending.reason),
+        message,
+    )
 }
 
 /// What the job's workload shows in `cluster`.
@@ -159,34 +190,58 @@ async fn copy_warnings(ctx: &Ctx, cluster: &Cluster, job: &JobRecord) -> Result<
             if !set.insert(uid.clone()) {
                 continue;
             }
+            // `eventTime` has microseconds; the older timestamps whole seconds only.
             let at_ms = e
-                .last_timestamp
+                .event_time
                 .as_ref()
-                .or(e.first_timestamp.as_ref())
                 .map(|t| t.0.as_millisecond())
-                .or_else(|| e.event_time.as_ref().map(|t| t.0.as_millisecond()))
+                .or_else(|| {
+                    e.last_timestamp
+                        .as_ref()
+                        .or(e.first_timestamp.as_ref())
+                        .map(|t| t.0.as_millisecond())
+                })
                 .or_else(|| e.creation_timestamp().map(|t| t.0.as_millisecond()))
                 .unwrap_or_else(tuneplane_core::clock::now_ms);
+            // A warning about the workload cannot precede its admission: a whole-second time
+            // must not sort it before the platform's own events of that second.
+            let at_ms = at_ms.max(job.admitted_at_ms.map_or(i64::MIN, |a| a + 1));
+            let order = e
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(u64::MAX);
             let kind = e
                 .involved_object
                 .kind
                 .clone()
                 .unwrap_or_default()
                 .to_lowercase();
-            fresh.push(JobEvent {
-                at_ms,
-                key: format!("k8s-{}", uid.replace('#', "-")),
-                source: EventSource::Kubernetes,
-                kind: "Warning".into(),
-                reason: e.reason.clone().unwrap_or_default(),
-                message: e.message.clone().unwrap_or_default(),
-                object: e
-                    .involved_object
-                    .name
-                    .clone()
-                    .map(|n| format!("{kind}/{n}")),
-            });
+            fresh.push((
+                order,
+                JobEvent {
+                    at_ms,
+                    key: format!("k8s-{}", uid.replace('#', "-")),
+                    source: EventSource::Kubernetes,
+                    kind: "Warning".into(),
+                    reason: e.reason.clone().unwrap_or_default(),
+                    message: e.message.clone().unwrap_or_default(),
+                    object: e
+                        .involved_object
+                        .name
+                        .clone()
+                        .map(|n| format!("{kind}/{n}")),
+                },
+            ));
         }
+    }
+    // Events copied together keep the order they happened in (time, then the API server's
+    // resourceVersion): each is at least a millisecond after the one before.
+    fresh.sort_by_key(|(order, e)| (e.at_ms, *order));
+    let mut fresh: Vec<JobEvent> = fresh.into_iter().map(|(_, e)| e).collect();
+    for i in 1..fresh.len() {
+        fresh[i].at_ms = fresh[i].at_ms.max(fresh[i - 1].at_ms + 1);
     }
     if !fresh.is_empty() {
         ctx.jobs.append_events(&job.id, &fresh).await?;
@@ -229,20 +284,25 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
             ctx.jobs.update_job_with_events(&next, &events).await?;
             tracing::info!(job_id = %job.id, "running");
         }
-        Step::SetPending(pending) => {
+        Step::SetPending(mut pending) => {
             let mut next = job.clone();
-            let key = format!("pending-{:?}-{}", pending.reason, pending.since_ms);
-            let ev = platform_event(
-                now,
-                key,
-                "Normal",
-                &format!("{:?}", pending.reason),
-                pending.message.clone(),
-            );
+            // One event per reason: a new message of the same reason (ErrImagePull, then
+            // ImagePullBackOff) updates the record only, and keeps when the reason began.
+            let same_reason = job.pending.as_ref().filter(|p| p.reason == pending.reason);
+            let events: Vec<JobEvent> = match same_reason {
+                Some(p) => {
+                    pending.since_ms = p.since_ms;
+                    Vec::new()
+                }
+                None => vec![pending_event(job, &pending, now)],
+            };
             next.pending = Some(pending);
-            ctx.jobs.update_job_with_events(&next, &[ev]).await?;
+            ctx.jobs.update_job_with_events(&next, &events).await?;
         }
-        Step::Finish { state, failure } => finish(ctx, job, state, failure, now).await?,
+        Step::Finish { state, failure } => {
+            let exit_code = exit_code(cluster, job, failure.as_ref().map(|f| f.0));
+            finish(ctx, job, state, failure, exit_code, now).await?;
+        }
     }
     Ok(())
 }
@@ -279,12 +339,28 @@ async fn archive_logs(ctx: &Ctx, job_id: &str, namespace: &str, workload: &str) 
     outcome
 }
 
-/// Ends `job`: archive logs, write the terminal record, delete the workload.
+/// The exit status of a CPU job's container whose entrypoint failed (the pod's terminated state).
+fn exit_code(cluster: &Cluster, job: &JobRecord, reason: Option<FailureReason>) -> Option<i32> {
+    if reason != Some(FailureReason::EntrypointFailed) || !job.spec.is_cpu_only() {
+        return None;
+    }
+    let pod = cluster.pod(&job.spec.namespace, job.workload_name.as_deref()?)?;
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code))
+}
+
+/// Ends `job`: archive logs, write the terminal record (with the entrypoint's `exit_code` when
+/// known), delete the workload.
 pub async fn finish(
     ctx: &Ctx,
     job: &JobRecord,
     state: JobState,
     failure: Option<(FailureReason, String)>,
+    exit_code: Option<i32>,
     now: i64,
 ) -> Result<()> {
     let ns = job.spec.namespace.as_str();
@@ -292,7 +368,12 @@ pub async fn finish(
     let key = archive_logs(ctx, &job.id, ns, &name).await?;
     let mut next = job.clone();
     match &failure {
-        Some((reason, message)) => next.finish_with_failure(*reason, message.clone(), now)?,
+        Some((reason, message)) => {
+            next.finish_with_failure(*reason, message.clone(), now)?;
+            if let Some(f) = next.failure.as_mut() {
+                f.exit_code = exit_code;
+            }
+        }
         None => next.transition(state, now)?,
     }
     next.logs_key = Some(key);

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 
-use super::output::{age, clock, duration, now_ms, pools_of, print_table};
+use super::output::{age, clock, duration, now_ms, pools_of, print_table, print_table_coloured};
 use crate::client::{Api, ClientArgs, Output, pack};
 
 /// Inline code above this size goes through a presigned upload instead.
@@ -40,6 +40,26 @@ pub struct SubmitArgs {
     /// With --wait: events only, not the job's output.
     #[arg(long, requires = "wait")]
     pub quiet: bool,
+    /// Check everything (key, spec, its fit to the live capacity, the code) and submit nothing.
+    #[arg(long, conflicts_with = "wait")]
+    pub dry_run: bool,
+}
+
+/// The spec checked against the API's live capacity snapshot (every rule, and the fit to the
+/// fleet when there is a snapshot): the outer error is the API's, the inner lists every problem
+/// of the spec.
+pub async fn validate_live(
+    api: &Api,
+    spec: &str,
+) -> anyhow::Result<Result<tuneplane_core::spec::Validated, tuneplane_core::spec::SpecErrors>> {
+    let body: Value = api.get("/capacity").await?;
+    let snap: Option<CapacitySnapshot> = serde_json::from_value(body["snapshot"].clone()).ok();
+    let shape = snap.as_ref().map(CapacitySnapshot::shape);
+    Ok(tuneplane_core::spec::validate(
+        spec,
+        shape.as_ref(),
+        &Default::default(),
+    ))
 }
 
 /// `submit`.
@@ -64,6 +84,39 @@ pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<Ex
             "cannot read the job's code: {} does not exist",
             a.source.display()
         );
+    }
+    if a.dry_run {
+        let checked = match validate_live(api, &spec).await? {
+            Ok(v) => v,
+            Err(errors) => bail!(
+                "{} does not fit the fleet (nothing was sent):\n{errors}",
+                spec_path.display()
+            ),
+        };
+        let code = pack::pack_quiet(&a.source)?;
+        if out == Output::Json {
+            println!(
+                "{}",
+                json!({"spec": checked.spec, "notes": checked.notes, "code_bytes": code.len()})
+            );
+        } else {
+            println!(
+                "dry run: {} ({:?}, {}) is valid{}; code {}; nothing was submitted",
+                checked.spec.name,
+                checked.spec.kind(),
+                pools_of(&checked.spec),
+                if checked.notes.is_empty() {
+                    " and fits the fleet's live capacity"
+                } else {
+                    ""
+                },
+                super::capsule::human_bytes(code.len() as u64)
+            );
+            for note in &checked.notes {
+                println!("note: {note}");
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
     }
     let code = pack::pack(&a.source)?;
     let code_field = if code.len() <= INLINE_LIMIT {
@@ -187,7 +240,7 @@ pub async fn list(
             ]
         })
         .collect();
-    print_table(
+    print_table_coloured(
         &[
             "ID",
             "NAME",
@@ -198,6 +251,7 @@ pub async fn list(
             "DURATION",
         ],
         &rows,
+        Some(4),
     );
     if let Some(next) = page["next_cursor"].as_str() {
         println!("(more: tuneplane jobs --cursor {next})");
@@ -223,7 +277,10 @@ pub async fn status(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode
     let position = job["queue_position"].as_u64();
     let j: JobRecord = serde_json::from_value(job).context("unexpected job")?;
     println!("job       {} ({})", j.id, j.spec.name);
-    println!("status    {}", status_of(&j));
+    println!(
+        "status    {}",
+        super::output::paint_status(&status_of(&j), super::output::stdout_colour())
+    );
     if let Some(p) = position {
         println!("queue     position {p} (1 = next in priority and submission order)");
     }

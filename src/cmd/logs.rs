@@ -133,7 +133,8 @@ impl Follower {
                 .1;
             self.marked = Some(Instant::now());
         }
-        loop {
+        // Bounded: a long backlog continues at the next poll.
+        for _ in 0..64 {
             let mut path = format!("/jobs/{}/logs/live?after={}", self.id, self.after);
             if self.main_only {
                 path.push_str("&main=true");
@@ -159,6 +160,7 @@ impl Follower {
                 return Ok(());
             }
         }
+        Ok(())
     }
 
     /// Prints what the archive holds beyond what was printed, and per-container problems.

@@ -2,8 +2,47 @@
 
 use tuneplane_core::spec::JobSpec;
 
+/// Colour only on a terminal and never when `NO_COLOR` is set to anything non-empty
+/// (no-color.org).
+pub fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+/// Whether stdout gets colour.
+pub fn stdout_colour() -> bool {
+    use std::io::IsTerminal;
+    colour(
+        std::io::stdout().is_terminal(),
+        std::env::var_os("NO_COLOR"),
+    )
+}
+
+/// `text` (already padded) in the colour of the job state it starts with: green SUCCEEDED, red
+/// FAILED, yellow QUEUED/ADMITTED, blue RUNNING, dim STOPPED; unchanged without `on`.
+pub fn paint_status(text: &str, on: bool) -> String {
+    let code = match text.split_whitespace().next().unwrap_or_default() {
+        "SUCCEEDED" => "32",
+        "FAILED" => "31",
+        "QUEUED" | "ADMITTED" => "33",
+        "RUNNING" => "34",
+        "STOPPED" => "2",
+        _ => return text.to_owned(),
+    };
+    if on {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_owned()
+    }
+}
+
 /// Prints rows under headers with columns padded to their widest cell.
 pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    print_table_coloured(headers, rows, None);
+}
+
+/// [`print_table`], with the job states of column `status` coloured on a terminal.
+pub fn print_table_coloured(headers: &[&str], rows: &[Vec<String>], status: Option<usize>) {
+    let paint = status.is_some() && stdout_colour();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -12,17 +51,24 @@ pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
             }
         }
     }
-    let line = |cells: Vec<&str>| {
+    let line = |cells: Vec<&str>, body: bool| {
         let parts: Vec<String> = cells
             .iter()
             .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .map(|(i, c)| {
+                let padded = format!("{c:<w$}", w = widths[i]);
+                if body && Some(i) == status {
+                    paint_status(&padded, paint)
+                } else {
+                    padded
+                }
+            })
             .collect();
         println!("{}", parts.join("  ").trim_end());
     };
-    line(headers.to_vec());
+    line(headers.to_vec(), false);
     for row in rows {
-        line(row.iter().map(String::as_str).collect());
+        line(row.iter().map(String::as_str).collect(), true);
     }
 }
 
@@ -83,6 +129,19 @@ pub fn pools_of(spec: &JobSpec) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_are_painted_only_when_asked() {
+        assert_eq!(
+            paint_status("FAILED (EntrypointFailed)", true),
+            "\x1b[31mFAILED (EntrypointFailed)\x1b[0m"
+        );
+        assert_eq!(paint_status("RUNNING  ", false), "RUNNING  ");
+        assert_eq!(paint_status("ready", true), "ready");
+        assert!(!colour(true, Some("1".into())));
+        assert!(!colour(false, None));
+        assert!(colour(true, Some("".into())));
+    }
 
     #[test]
     fn durations_read_naturally() {

@@ -150,10 +150,13 @@ pub fn run(args: &DevArgs) -> anyhow::Result<ExitCode> {
             stack.kubeconfig.display()
         );
         println!();
-        println!("Ctrl-C stops everything; state stays in the data dir.");
-        tokio::signal::ctrl_c()
-            .await
-            .context("cannot wait for Ctrl-C")?;
+        println!("Ctrl-C (or SIGTERM) stops everything, the jobs' processes included; state stays in the data dir.");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("cannot wait for SIGTERM")?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.context("cannot wait for Ctrl-C")?,
+            _ = term.recv() => {}
+        }
         eprintln!("\nstopping ...");
         stack.shutdown().await;
         eprintln!("stopped");
@@ -171,12 +174,6 @@ fn examples_dir(data_dir: &std::path::Path) -> PathBuf {
     crate::examples::write_to(&data_dir.join("examples")).unwrap_or(local)
 }
 
-/// Colour only on a terminal and never when `NO_COLOR` is set to anything non-empty
-/// (no-color.org).
-fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
-    terminal && no_color.is_none_or(|v| v.is_empty())
-}
-
 /// Logs to stderr; `RUST_LOG` chooses what (default: warnings, plus the platform's own info).
 fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
@@ -187,26 +184,10 @@ fn init_logs() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(colour(
+        .with_ansi(crate::cmd::output::colour(
             std::io::stderr().is_terminal(),
             std::env::var_os("NO_COLOR"),
         ))
         .with_target(false)
         .try_init();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::colour;
-
-    #[test]
-    fn colour_only_on_a_terminal_without_no_color() {
-        assert!(colour(true, None));
-        assert!(
-            colour(true, Some("".into())),
-            "an empty NO_COLOR does not count"
-        );
-        assert!(!colour(true, Some("1".into())));
-        assert!(!colour(false, None), "logs redirected to a file stay plain");
-    }
 }

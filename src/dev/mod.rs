@@ -129,6 +129,8 @@ pub struct Stack {
     _token: Option<tuneplane_reconciler::access::TokenRefresher>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// Where this stack's pods run (execution mode): what it ends when it stops.
+    exec_dir: Option<PathBuf>,
 }
 
 fn random<const N: usize>() -> anyhow::Result<[u8; N]> {
@@ -261,6 +263,7 @@ impl Stack {
             _token: token,
             stop,
             tasks,
+            exec_dir: opts.execute.then(|| dir.join("exec")),
         };
         stack.wait_healthy().await?;
         Ok(stack)
@@ -284,6 +287,11 @@ impl Stack {
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+        // Jobs' processes (execution mode) end with the stack, children included; another
+        // stack in this process keeps its own.
+        if let Some(dir) = &self.exec_dir {
+            tuneplane_kubesim::exec::kill_all(dir);
         }
     }
 }

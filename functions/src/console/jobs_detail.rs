@@ -18,6 +18,17 @@ pub struct PageState<'a> {
     pub notice: Option<&'a str>,
     /// The job's place in the queue while it is queued.
     pub queue_position: Option<u64>,
+    /// The live tail of a running job's output (empty: nothing shipped yet).
+    pub live: Option<&'a [LogTail]>,
+}
+
+/// When an admitted job that is not running yet fails on its pre-running deadline (Unix ms).
+fn pre_running_deadline(job: &JobRecord) -> Option<i64> {
+    if job.state != tuneplane_core::job::JobState::Admitted {
+        return None;
+    }
+    let secs = i64::try_from(job.spec.deadlines.pre_running_seconds).unwrap_or(i64::MAX / 2000);
+    Some(job.admitted_at_ms? + secs * 1000)
 }
 
 /// The body of the detail page.
@@ -52,6 +63,21 @@ pub fn render(
                             dt { "Kubernetes says" } dd.k8s { strong { (w.reason) } ": " (w.message) }
                         }
                         dt { "Since" } dd { (time(p.since_ms, true)) }
+                        @if let Some(deadline) = pre_running_deadline(job) {
+                            dt { "Deadline" }
+                            dd.deadline {
+                                @if deadline > now {
+                                    "fails as PreRunningDeadlineExceeded in "
+                                    strong { span data-countdown-to=(deadline) { (view::duration(deadline - now)) } }
+                                    " (" (time(deadline, false)) ")"
+                                } @else {
+                                    "passed " (time(deadline, true)) "; the job fails on the next pass"
+                                }
+                            }
+                        } @else if job.state == tuneplane_core::job::JobState::Queued {
+                            dt { "Deadline" }
+                            dd.deadline { "the pre-running deadline (" (view::duration(job.spec.deadlines.pre_running_seconds as i64 * 1000)) ") starts at admission" }
+                        }
                         @if let Some(q) = state.queue_position {
                             dt { "Queue position" } dd.queue { (q) " (1 is next in priority and submission order)" }
                         }
@@ -94,7 +120,7 @@ pub fn render(
                 @if groups.is_empty() {
                     p.empty { "No events yet." }
                 } @else {
-                    table.events.cards {
+                    table.events.compact {
                         caption.visually-hidden { "Events, newest first; repeated events are counted" }
                         thead { tr {
                             th scope="col" { "Last seen" } th scope="col" { "Count" } th scope="col" { "Source" }
@@ -103,12 +129,12 @@ pub fn render(
                         tbody {
                             @for g in &groups {
                                 tr class=(if g.kind == "Warning" { "warning" } else { "" }) {
-                                    td data-label="Last seen" { (time(g.last_ms, true)) }
-                                    td data-label="Count" { (g.count) }
-                                    td data-label="Source" { (g.source) }
-                                    td data-label="Type" { (g.kind) }
-                                    td data-label="Reason" { strong { (g.reason) } }
-                                    td data-label="Message" { div {
+                                    td.when data-label="Last seen" { (time(g.last_ms, true)) }
+                                    td.count data-label="Count" data-one[g.count == 1] { (g.count) }
+                                    td.src data-label="Source" { (g.source) }
+                                    td.type data-label="Type" { (g.kind) }
+                                    td.reason data-label="Reason" { strong { (g.reason) } }
+                                    td.msg data-label="Message" { div {
                                         (g.message)
                                         @if let Some(o) = &g.object { br; code.small { (o) } }
                                     } }
@@ -132,6 +158,18 @@ pub fn render(
                             }
                         }
                         _ => p.muted { "No preview available; download the archive." },
+                    }
+                } @else if let Some(tails) = state.live {
+                    @if tails.is_empty() {
+                        p.muted { "No output shipped yet: while this page is open, the job's output appears here within a few seconds of being written." }
+                    } @else {
+                        p.muted.live-note { "Live output, updated every few seconds while this page is open; the whole logs are archived when the job ends." }
+                        @for (i, t) in tails.iter().enumerate() {
+                            details.log.live open[i == 0] {
+                                summary { (t.path) @if t.truncated { " (last lines)" } }
+                                pre.log tabindex="0" { (t.lines.join("\n")) }
+                            }
+                        }
                     }
                 } @else {
                     p.muted { "Logs are archived when the job ends." }

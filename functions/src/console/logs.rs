@@ -36,6 +36,61 @@ pub struct LogTail {
     pub truncated: bool,
 }
 
+/// Most bytes of live output read per container for the job page's live tail (its last
+/// segments); the tail shows the last lines of them.
+pub const LIVE_TAIL_BYTES: u64 = 64 * 1024;
+
+/// The live tail of a running job: per container (in shipping order of their first segment),
+/// the last lines of its last segments, or an empty list when nothing was shipped yet.
+pub async fn live_tails(blobs: &dyn BlobStore, job_id: &str) -> Vec<LogTail> {
+    use tuneplane_core::live::{Manifest, manifest_key};
+    let manifest: Manifest = match blobs.get(&manifest_key(job_id)).await {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_default(),
+        _ => return Vec::new(),
+    };
+    let mut order: Vec<(String, String)> = Vec::new();
+    for s in &manifest.segments {
+        let key = (s.pod.clone(), s.container.clone());
+        if !order.contains(&key) {
+            order.push(key);
+        }
+    }
+    let mut out = Vec::new();
+    for (pod, container) in order {
+        // The container's last segments, newest first, up to the byte budget.
+        let mut picked = Vec::new();
+        let mut size = 0;
+        for s in manifest
+            .segments
+            .iter()
+            .rev()
+            .filter(|s| s.pod == pod && s.container == container)
+        {
+            if size > 0 && size + s.bytes > LIVE_TAIL_BYTES {
+                break;
+            }
+            size += s.bytes;
+            picked.push(s);
+        }
+        let earlier = picked.last().is_some_and(|s| s.offset > 0);
+        let mut text = Vec::new();
+        for s in picked.iter().rev() {
+            if let Ok(Some(bytes)) = blobs.get(&s.key).await {
+                text.extend_from_slice(&bytes);
+            }
+        }
+        let Ok((lines, total)) = tail_lines(text.as_slice()) else {
+            continue;
+        };
+        out.push(LogTail {
+            path: format!("{pod}/{container}"),
+            truncated: earlier || total > lines.len(),
+            lines,
+        });
+    }
+    out
+}
+
 /// The preview of the archive at `key`, or `None` when absent, too big or unreadable.
 pub async fn preview_blob(blobs: &dyn BlobStore, key: &str) -> Option<Vec<LogTail>> {
     let meta = blobs.head(key).await.ok()??;

@@ -617,7 +617,8 @@ async fn pending_job_detail_explains_the_reason_next_to_the_kubernetes_warning()
             .contains("<strong>FailedScheduling</strong>: 0/3 nodes are available")
     );
     assert!(
-        page.body.contains("<td data-label=\"Count\">2</td>"),
+        page.body
+            .contains("<td class=\"count\" data-label=\"Count\">2</td>"),
         "repeats counted"
     );
     assert_eq!(job.state, JobState::Queued);

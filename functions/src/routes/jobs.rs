@@ -281,7 +281,12 @@ pub async fn live_page(
             more = true;
             break;
         }
-        let text = blobs.get(&seg.key).await?.unwrap_or_default();
+        let Some(text) = blobs.get(&seg.key).await? else {
+            // Merged into an earlier segment since the list was read: the reader asks again
+            // after the last segment it got, and the new list has the merged one.
+            more = true;
+            break;
+        };
         size += seg.bytes;
         last_seq = seg.seq;
         out.push(json!({

@@ -11,6 +11,8 @@
 mod prepare;
 mod process;
 
+pub use process::kill_all;
+
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -1,9 +1,10 @@
 //! One executed process: what to run (from a pod or a RayJob submitter), where, with which env,
 //! and the run itself with output streamed into the pod's log.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
@@ -293,9 +294,12 @@ impl Job {
         mut cmd: tokio::process::Command,
         kill: &mut oneshot::Receiver<()>,
     ) -> (i32, bool) {
+        // Its own process group, like a container's cgroup: ending the group ends everything
+        // the container started, not only its first process.
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
@@ -304,6 +308,7 @@ impl Job {
                 return (127, false);
             }
         };
+        let group = child.id().map(|pid| Group::register(pid, &self.root));
         let pump = |reader: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>| {
             let (store, job) = (store.clone(), self.clone());
             tokio::spawn(async move {
@@ -323,8 +328,8 @@ impl Job {
             status = child.wait() => (status.ok().and_then(|s| s.code()).unwrap_or(137), false),
             _ = kill => {
                 // Like the kubelet: SIGTERM, then SIGKILL after the grace period.
-                if let Some(pid) = child.id() {
-                    let _ = tokio::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
+                if let Some(g) = &group {
+                    signal_group(g.0, "-TERM");
                 }
                 let code = match tokio::time::timeout(self.grace, child.wait()).await {
                     Ok(status) => status.ok().and_then(|s| s.code()).unwrap_or(143),
@@ -337,9 +342,135 @@ impl Job {
                 (code, true)
             }
         };
+        // What the container left running ends with it.
+        drop(group);
         let _ = tokio::join!(out, err);
         (code, killed)
     }
+}
+
+/// Process groups of containers running now in this process, with their pod's folder.
+static RUNNING: Mutex<BTreeMap<u32, PathBuf>> = Mutex::new(BTreeMap::new());
+
+/// A running container's process group; dropping it kills what is left of the group.
+struct Group(u32);
+
+impl Group {
+    fn register(pgid: u32, root: &Path) -> Group {
+        RUNNING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pgid, root.to_path_buf());
+        Group(pgid)
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        RUNNING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.0);
+        signal_group(self.0, "-KILL");
+    }
+}
+
+/// Sends `signal` (`-TERM`, `-KILL`) to every process of group `pgid` (no error if it is gone).
+fn signal_group(pgid: u32, signal: &str) {
+    let _ = std::process::Command::new("kill")
+        .arg(signal)
+        .arg("--")
+        .arg(format!("-{pgid}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Kills every container process started for pods under `exec_dir` (one simulator's execution
+/// folder) that still runs, and everything they started, also in sessions of their own (the
+/// runner starts the entrypoint in one): a stack that stops leaves nothing behind. SIGTERM first
+/// (the runner forwards it to the entrypoint), SIGKILL to whatever is left after up to 3 s.
+/// Returns how many containers it ended.
+pub fn kill_all(exec_dir: &Path) -> usize {
+    let groups: Vec<u32> = {
+        let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+        let mine: Vec<u32> = running
+            .iter()
+            .filter(|(_, root)| root.starts_with(exec_dir))
+            .map(|(g, _)| *g)
+            .collect();
+        for g in &mine {
+            running.remove(g);
+        }
+        mine
+    };
+    if groups.is_empty() {
+        return 0;
+    }
+    // Found before anything dies: orphans are adopted by init and no longer lead back here.
+    let pids = descendants(&groups);
+    for g in &groups {
+        signal_group(*g, "-TERM");
+    }
+    for _ in 0..30 {
+        if pids.iter().all(|p| !running(*p)) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for g in &groups {
+        signal_group(*g, "-KILL");
+    }
+    for p in pids.iter().filter(|p| running(**p)) {
+        let _ = std::process::Command::new("kill")
+            .arg("-KILL")
+            .arg(p.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    groups.len()
+}
+
+/// `(state, parent pid)` of process `pid` from `/proc` (Linux).
+fn stat(pid: u32) -> Option<(char, u32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = text.rsplit_once(") ")?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
+/// Whether `pid` runs (exists and is not a zombie).
+fn running(pid: u32) -> bool {
+    stat(pid).is_some_and(|(state, _)| state != 'Z')
+}
+
+/// `roots` and every process descended from them.
+fn descendants(roots: &[u32]) -> Vec<u32> {
+    let mut children: std::collections::HashMap<u32, Vec<u32>> = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some((_, parent)) = stat(pid) {
+            children.entry(parent).or_default().push(pid);
+        }
+    }
+    let mut out: Vec<u32> = roots.to_vec();
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(kids) = children.get(&out[i]) {
+            out.extend(kids.iter().copied().filter(|k| !roots.contains(k)));
+        }
+        i += 1;
+    }
+    out
 }
 
 #[cfg(test)]

@@ -41,8 +41,15 @@ pub async fn create_then_get_returns_version_one(store: Store) {
     let created = create(&store, "j-1", "acme", 1_000, 0).await;
     let read = ok(store.get_job("j-1").await, "get");
     assert_eq!(created.version, 1);
-    assert_eq!(read, Some(created));
+    assert_eq!(read, Some(created.clone()));
     assert_eq!(ok(store.get_job("absent").await, "get absent"), None);
+    // The mark of a follower of the job's logs round trips.
+    let mut followed = created;
+    followed.logs_followed_until_ms = Some(61_000);
+    let stored = ok(store.update_job(&followed).await, "follow write");
+    let read = ok(store.get_job("j-1").await, "get followed");
+    assert_eq!(read.and_then(|j| j.logs_followed_until_ms), Some(61_000));
+    assert_eq!(stored.logs_followed_until_ms, Some(61_000));
 }
 
 pub async fn same_idempotency_key_and_request_returns_the_first_job(store: Store) {
