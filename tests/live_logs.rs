@@ -218,6 +218,21 @@ async fn logs_follow_shows_running_output_then_all_of_it_once() {
     let as_json: Value = serde_json::from_str(&stack_cli(&["logs", &id, "-o", "json"])).unwrap();
     assert!(as_json["index.json"].is_string(), "{as_json}");
 
+    // The archive holds everything now: the live segments (there were some, the lines above
+    // arrived while the job ran) and their list are gone from the blob store.
+    let job_blobs = dir.path().join("data/blobs/data/logs").join(&id);
+    assert!(
+        job_blobs.join("logs.tar.gz").is_file(),
+        "{}",
+        job_blobs.display()
+    );
+    let live_dir = job_blobs.join("live");
+    let left: Vec<_> = walk(&live_dir);
+    assert!(
+        left.is_empty(),
+        "live segments left after the archive: {left:?}"
+    );
+
     // A closed stdout pipe ends `events` quietly.
     let mut events = cli(&stack)
         .args(["events", &id])
@@ -359,4 +374,21 @@ async fn submit_wait_streams_the_main_output_and_dry_run_sends_nothing() {
     );
     assert_eq!(count(api.get("/jobs?limit=1000").await.unwrap()), before);
     stack.shutdown().await;
+}
+
+/// Every file under `dir` (none when it does not exist).
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }

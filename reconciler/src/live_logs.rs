@@ -95,6 +95,31 @@ impl LiveLogs {
     }
 }
 
+/// Removes a finished job's live segments once its archive holds the whole output: the segment
+/// list first (a reader then finds none and turns to the archive, where it continues at the byte
+/// it had reached), then every segment it named. Best effort: a failure is logged and leaves
+/// unreferenced segment blobs behind, which nothing reads.
+pub async fn discard(ctx: &Ctx, job_id: &str) {
+    ctx.live.jobs().remove(job_id);
+    let key = manifest_key(job_id);
+    let manifest: Manifest = match ctx.blobs.get(&key).await {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_default(),
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(job_id, error = %e, "live segments of a finished job kept: cannot read their list");
+            return;
+        }
+    };
+    let mut keys = vec![key];
+    keys.extend(manifest.segments.into_iter().map(|s| s.key));
+    for key in keys {
+        if let Err(e) = ctx.blobs.delete(&key).await {
+            tracing::warn!(job_id, key, error = %e, "live segment of a finished job kept");
+            return;
+        }
+    }
+}
+
 /// Readable containers of one pod: (name, is main output).
 type PodContainers = (String, Vec<(String, bool)>);
 

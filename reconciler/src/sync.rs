@@ -393,6 +393,8 @@ pub async fn finish(
     ctx.metrics.inc_terminal(next.state);
     tracing::info!(job_id = %job.id, state = %next.state, "job ended");
     workload::delete(ctx, job.spec.kind(), ns, &name).await?;
+    // The archive now holds everything the live segments did.
+    crate::live_logs::discard(ctx, &job.id).await;
     ctx.seen_events
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -458,6 +460,7 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
             archive_logs(ctx, &id, &ns, &name).await?;
         }
         workload::delete(ctx, kind, &ns, &name).await?;
+        crate::live_logs::discard(ctx, &id).await;
         if !finished && !archived {
             ctx.metrics.inc_orphans();
             tracing::info!(job_id = %id, workload = %name, "orphan workload archived and deleted");
