@@ -6,6 +6,10 @@
 //!
 //! The tests run one at a time (one browser and one stack at a time on a small machine).
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "console/harness.rs"]
 mod harness;
 
@@ -25,7 +29,7 @@ fn run<F: std::future::Future<Output = ()>>(body: impl FnOnce() -> F) {
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"));
+        .expect("runtime");
     rt.block_on(body());
 }
 
@@ -37,7 +41,7 @@ async fn submit_api(w: &World, spec: &str) -> String {
         &repo().join("examples/hello-cpu"),
         &w.dir.path().join("api.tar.gz"),
     );
-    let bytes = std::fs::read(archive).unwrap_or_else(|e| panic!("{e}"));
+    let bytes = std::fs::read(archive).unwrap();
     let body = json!({"spec": spec, "code": {"inline": base64::engine::general_purpose::STANDARD.encode(bytes)}});
     let res = reqwest::Client::new()
         .post(w.url("/v1/jobs"))
@@ -46,9 +50,9 @@ async fn submit_api(w: &World, spec: &str) -> String {
         .body(body.to_string())
         .send()
         .await
-        .unwrap_or_else(|e| panic!("submit: {e}"));
-    let bytes = res.bytes().await.unwrap_or_else(|e| panic!("{e}"));
-    let v: Value = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}"));
+        .expect("submit");
+    let bytes = res.bytes().await.unwrap();
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
     v["job_id"]
         .as_str()
         .unwrap_or_else(|| panic!("no job id in {v}"))
@@ -63,7 +67,7 @@ async fn get_json(w: &World, path: &str) -> Value {
         .send()
         .await
         .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-    let bytes = res.bytes().await.unwrap_or_else(|e| panic!("{e}"));
+    let bytes = res.bytes().await.unwrap();
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
@@ -106,8 +110,8 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
             &repo().join("examples/hello-cpu"),
             &w.dir.path().join("hello-cpu.tar.gz"),
         );
-        let spec = std::fs::read_to_string(repo().join("examples/hello-cpu/tuneplane.yaml"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let spec =
+            std::fs::read_to_string(repo().join("examples/hello-cpu/tuneplane.yaml")).unwrap();
         // A mistake first: the editor shows the validator's problem inline.
         w.js("const s = document.getElementById('spec'); s.value = arguments[0]; s.dispatchEvent(new Event('input'));", vec![json!(spec.replace("hello-cpu", "Hello_CPU"))]).await;
         eventually(
@@ -140,13 +144,13 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
             .await
             .send_keys(&code.display().to_string())
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         w.screenshots("submit").await;
         w.find("#submit-form button[type=submit]")
             .await
             .click()
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         eventually("the job page", 300, Duration::from_millis(100), || async {
             w.path().await.contains("notice=submitted")
         })
@@ -184,7 +188,7 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
                 .all(|t| t.contains("GMT+5:30") && (t.contains("just now") || t.contains("ago"))),
             "local times: {times:?}"
         );
-        w.client.refresh().await.unwrap_or_else(|e| panic!("{e}"));
+        w.client.refresh().await.unwrap();
         let status = w
             .find("#job-region")
             .await
@@ -270,20 +274,13 @@ fn a_pending_job_shows_its_reason_in_the_event_view_and_can_be_stopped() {
         );
         w.screenshots("job-pending").await;
 
-        w.find("details.stop summary")
-            .await
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        w.find("details.stop summary").await.click().await.unwrap();
         w.find("details.stop button[type=submit]")
             .await
             .click()
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        w.client
-            .accept_alert()
-            .await
-            .unwrap_or_else(|e| panic!("confirmation dialog: {e}"));
+            .unwrap();
+        w.client.accept_alert().await.expect("confirmation dialog");
         eventually(
             "the stop notice",
             300,
@@ -317,14 +314,14 @@ fn the_capacity_page_shows_the_snapshot_the_api_returns_and_admission_uses() {
             .bearer_auth(&w.stack.api_key)
             .send()
             .await
-            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap()
             .bytes()
             .await
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_else(|| panic!("GET /v1/capacity"));
         let snapshot: tuneplane_core::capacity::CapacitySnapshot =
-            serde_json::from_value(api["snapshot"].clone()).unwrap_or_else(|e| panic!("{e}"));
+            serde_json::from_value(api["snapshot"].clone()).unwrap();
         let admission = admission_snapshot(&w).await;
         let sections = w
             .client
@@ -353,7 +350,7 @@ fn the_capacity_page_shows_the_snapshot_the_api_returns_and_admission_uses() {
             let total = s
                 .find(fantoccini::Locator::Css("dd.total"))
                 .await
-                .unwrap_or_else(|e| panic!("{e}"))
+                .unwrap()
                 .text()
                 .await
                 .unwrap_or_default();
@@ -393,16 +390,16 @@ async fn admission_snapshot(w: &World) -> tuneplane_core::capacity::CapacitySnap
         .unwrap_or_else(|| panic!("simulated cluster"))
         .url()
         .parse()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let client = kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
+    let client = kube::Client::try_from(kube::Config::new(url)).unwrap();
     let nodes = kube::Api::<Node>::all(client.clone())
         .list(&Default::default())
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let pods = kube::Api::<Pod>::all(client)
         .list(&Default::default())
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let nodes: Vec<_> = nodes
         .items
         .iter()
@@ -426,12 +423,12 @@ fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
             .await
             .send_keys("Qwen/Qwen2.5-0.5B-Instruct")
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         w.find("section form.stack button[type=submit]")
             .await
             .click()
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         eventually(
             "the playground row",
             300,
@@ -467,11 +464,8 @@ fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
             .await
             .click()
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        w.client
-            .accept_alert()
-            .await
-            .unwrap_or_else(|e| panic!("confirmation dialog: {e}"));
+            .unwrap();
+        w.client.accept_alert().await.expect("confirmation dialog");
         // Deleted: the row is gone from the page the delete redirects to, at once.
         eventually(
             "the deleted playground to leave the page",
@@ -498,21 +492,13 @@ fn the_console_can_be_used_with_the_keyboard_alone() {
         let tab = char::from(fantoccini::key::Key::Tab).to_string();
         let enter = char::from(fantoccini::key::Key::Enter).to_string();
         let active = || async {
-            let e = w
-                .client
-                .active_element()
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            let e = w.client.active_element().await.unwrap();
             let id = e.attr("id").await.ok().flatten().unwrap_or_default();
             let class = e.attr("class").await.ok().flatten().unwrap_or_default();
             (e, format!("{id}.{class}"))
         };
         // The first Tab reaches the skip link; further Tabs reach the key field; Enter signs in.
-        w.find("body")
-            .await
-            .send_keys(&tab)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        w.find("body").await.send_keys(&tab).await.unwrap();
         assert_eq!(active().await.1, ".skip");
         let mut found = false;
         for _ in 0..6 {
@@ -520,11 +506,11 @@ fn the_console_can_be_used_with_the_keyboard_alone() {
             if name.starts_with("api_key") {
                 e.send_keys(&format!("{}{enter}", w.stack.api_key))
                     .await
-                    .unwrap_or_else(|e| panic!("{e}"));
+                    .unwrap();
                 found = true;
                 break;
             }
-            e.send_keys(&tab).await.unwrap_or_else(|e| panic!("{e}"));
+            e.send_keys(&tab).await.unwrap();
         }
         assert!(found, "the API key field is not reachable with Tab");
         eventually("the jobs page", 300, Duration::from_millis(100), || async {
@@ -581,10 +567,7 @@ fn a_running_job_page_shows_its_live_output_and_stays_compact_on_a_phone() {
         let height = |width: u32| {
             let w = &w;
             async move {
-                w.client
-                    .set_window_size(width, 900)
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
+                w.client.set_window_size(width, 900).await.unwrap();
                 w.js("return document.documentElement.scrollHeight;", vec![])
                     .await
                     .as_u64()

@@ -1,5 +1,9 @@
 //! `tuneplane render`: the YAML of what the reconciler would create, from the example specs.
 
+// Test code: an unwrapped error is a failed test that names its line (as clippy.toml allows in
+// #[test] functions; this covers the helpers too).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::Command;
 
 fn render(args: &[&str]) -> (i32, String, String) {
@@ -10,7 +14,7 @@ fn render(args: &[&str]) -> (i32, String, String) {
         .env_remove("TUNEPLANE_K8S_GPU_PASSTHROUGH")
         .env_remove("TUNEPLANE_CAPSULE_DELIVERY")
         .output()
-        .unwrap_or_else(|e| panic!("run tuneplane: {e}"));
+        .expect("run tuneplane");
     let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
     (
         out.status.code().unwrap_or(-1),
@@ -94,11 +98,9 @@ fn a_closed_stdout_pipe_ends_the_command_quietly() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("run tuneplane: {e}"));
+        .expect("run tuneplane");
     drop(child.stdout.take());
-    let out = child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("wait: {e}"));
+    let out = child.wait_with_output().expect("wait");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");

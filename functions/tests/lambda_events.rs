@@ -95,8 +95,8 @@ async fn gateway_request_id_wins_over_the_clients_header() {
     let json = get("/v1/healthz", "none").json();
     let mut event: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
     event["headers"]["x-request-id"] = "client-chosen".into();
-    let request = lambda_http::request::from_str(&event.to_string())
-        .unwrap_or_else(|e| panic!("not an API Gateway v2 event: {e}"));
+    let request =
+        lambda_http::request::from_str(&event.to_string()).expect("not an API Gateway v2 event");
     let response = tuneplane_functions::lambda::handle(h.app.clone(), request).await;
     assert_eq!(
         response

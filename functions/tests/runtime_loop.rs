@@ -47,7 +47,7 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("free port: {e}"))
+        .expect("free port")
 }
 
 /// One function behind its own emulated Lambda service; both processes end with the value.
@@ -83,7 +83,7 @@ impl Function {
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .unwrap_or_else(|e| panic!("starting cargo lambda watch: {e}"));
+            .expect("starting cargo lambda watch");
         let mut listening = false;
         for _ in 0..300 {
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -240,7 +240,7 @@ async fn scheduled_function_answers_scheduler_events_with_json_outcomes() {
     let h = Harness::aws().await;
     let first = h.submit(&body(SPEC, &code()), None).await;
     let template: tuneplane_core::job::JobRecord =
-        serde_json::from_value(first.json["job"].clone()).unwrap_or_else(|e| panic!("{e}"));
+        serde_json::from_value(first.json["job"].clone()).unwrap();
     let schedule = ScheduleRecord {
         id: "nightly".into(),
         tenant: TENANT_A.into(),

@@ -155,8 +155,7 @@ fn transformed_template_matches_what_the_code_expects() {
 /// `Binary` one of its `[[bin]]` targets.
 #[test]
 fn every_function_builds_a_binary_of_the_functions_package() {
-    let text = std::fs::read_to_string(root().join("template.yaml"))
-        .unwrap_or_else(|e| panic!("template.yaml: {e}"));
+    let text = std::fs::read_to_string(root().join("template.yaml")).expect("template.yaml");
     // CloudFormation tags (!Ref, !Sub, !GetAtt) are not YAML the parser knows; blank them.
     let plain: String = text
         .lines()
@@ -167,9 +166,9 @@ fn every_function_builds_a_binary_of_the_functions_package() {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    let template: Value = yaml_serde::from_str(&plain).unwrap_or_else(|e| panic!("{e}"));
-    let manifest = std::fs::read_to_string(root().join("functions/Cargo.toml"))
-        .unwrap_or_else(|e| panic!("functions/Cargo.toml: {e}"));
+    let template: Value = yaml_serde::from_str(&plain).unwrap();
+    let manifest =
+        std::fs::read_to_string(root().join("functions/Cargo.toml")).expect("functions/Cargo.toml");
     let mut seen = 0;
     for (name, resource) in template["Resources"].as_object().into_iter().flatten() {
         if resource["Type"] != "AWS::Serverless::Function" {

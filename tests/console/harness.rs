@@ -49,10 +49,8 @@ pub struct World {
 }
 
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    l.local_addr()
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("addr: {e}"))
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().map(|a| a.port()).expect("addr")
 }
 
 /// Polls `check` up to `tries` times, `pause` apart; panics with `what` if it never holds.
@@ -73,7 +71,7 @@ where
 impl World {
     /// Starts the stack (fleet `examples/fleet.yaml`, pods executed on this machine) and the browser.
     pub async fn start() -> World {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let dir = tempfile::tempdir().expect("tempdir");
         // The options `tuneplane dev --data-dir D --port 0 --fleet examples/fleet.yaml` builds.
         let data = dir.path().join("data");
         let fleet = repo().join("examples/fleet.yaml");
@@ -105,7 +103,7 @@ impl World {
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let driver = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("chromedriver (apt-get install chromium-driver): {e}"));
+            .expect("chromedriver (apt-get install chromium-driver)");
         let url = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
         eventually(
@@ -143,7 +141,7 @@ impl World {
             .capabilities(caps)
             .connect(&url)
             .await
-            .unwrap_or_else(|e| panic!("browser session: {e}"));
+            .expect("browser session");
         World {
             stack,
             client,
@@ -177,12 +175,12 @@ impl World {
             .await
             .send_keys(&self.stack.api_key)
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         self.find(".signin button[type=submit]")
             .await
             .click()
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         eventually(
             "the jobs page after sign-in",
             300,
@@ -194,11 +192,7 @@ impl World {
 
     /// The current path (and query).
     pub async fn path(&self) -> String {
-        let url = self
-            .client
-            .current_url()
-            .await
-            .unwrap_or_else(|e| panic!("url: {e}"));
+        let url = self.client.current_url().await.expect("url");
         match url.query() {
             Some(q) => format!("{}?{q}", url.path()),
             None => url.path().to_owned(),
@@ -229,22 +223,15 @@ impl World {
 
     /// Runs `script` in the page.
     pub async fn js(&self, script: &str, args: Vec<Value>) -> Value {
-        self.client
-            .execute(script, args)
-            .await
-            .unwrap_or_else(|e| panic!("script: {e}"))
+        self.client.execute(script, args).await.expect("script")
     }
 
     /// Saves a screenshot as `target/console-screenshots/<name>.png`.
     pub async fn screenshot(&self, name: &str) {
-        let png = self
-            .client
-            .screenshot()
-            .await
-            .unwrap_or_else(|e| panic!("screenshot: {e}"));
+        let png = self.client.screenshot().await.expect("screenshot");
         let dir = screenshot_dir();
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        std::fs::write(dir.join(format!("{name}.png")), png).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
 
     /// Screenshots of the current page at desktop and phone width (`<name>-desktop`, `<name>-360`),
@@ -277,7 +264,7 @@ impl World {
         self.client
             .set_window_size(width, height)
             .await
-            .unwrap_or_else(|e| panic!("window size: {e}"));
+            .expect("window size");
     }
 
     /// A screenshot of the whole page: the window grows to the page's height (bounded).
@@ -321,7 +308,7 @@ pub fn archive_of(dir: &Path, out: &Path) -> PathBuf {
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut b = tar::Builder::new(gz);
     let mut names: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .collect();
@@ -334,13 +321,9 @@ pub fn archive_of(dir: &Path, out: &Path) -> PathBuf {
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or_default();
-        b.append_path_with_name(path, name)
-            .unwrap_or_else(|e| panic!("{e}"));
+        b.append_path_with_name(path, name).unwrap();
     }
-    let bytes = b
-        .into_inner()
-        .and_then(|g| g.finish())
-        .unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(out, bytes).unwrap_or_else(|e| panic!("{e}"));
+    let bytes = b.into_inner().and_then(|g| g.finish()).unwrap();
+    std::fs::write(out, bytes).unwrap();
     out.to_path_buf()
 }

@@ -68,12 +68,12 @@ fn csrf_of(html: &str) -> String {
 }
 
 async fn stack() -> Stack {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let dir = tempfile::tempdir().expect("tempdir");
     let submit = tuneplane_core::submit::SubmitConfig {
         scratch_dir: dir.path().join("scratch"),
         ..Default::default()
     };
-    std::fs::create_dir_all(&submit.scratch_dir).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(&submit.scratch_dir).unwrap();
     let config = Config {
         backend: Backend::Local {
             dir: dir.path().to_path_buf(),
@@ -86,20 +86,13 @@ async fn stack() -> Stack {
         json_logs: false,
         listen: None,
     };
-    let (jobs, blobs) = crate::runtime::stores(&config)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (jobs, blobs) = crate::runtime::stores(&config).await.unwrap();
     let state = crate::runtime::state_with(&config, jobs, blobs);
     let mut keys = Vec::new();
     for (i, tenant) in ["acme", "globex"].into_iter().enumerate() {
         let scopes = vec![SCOPE_JOBS_READ.to_owned(), SCOPE_JOBS_WRITE.to_owned()];
         let (secret, record) = new_api_key([i as u8 + 1; 20], tenant, scopes, "test", 0);
-        state
-            .submit
-            .jobs()
-            .put_api_key(&record)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        state.submit.jobs().put_api_key(&record).await.unwrap();
         keys.push(secret);
     }
     Stack {
@@ -130,7 +123,7 @@ impl Stack {
         if let Some(t) = content_type {
             req = req.header(header::CONTENT_TYPE, t)
         }
-        let req = req.body(Body::from(body)).unwrap_or_else(|e| panic!("{e}"));
+        let req = req.body(Body::from(body)).unwrap();
         let res = self
             .app
             .clone()
@@ -206,7 +199,7 @@ impl Stack {
             .header(header::AUTHORIZATION, format!("Bearer {key}"))
             .header(header::CONTENT_TYPE, "application/json")
             .body(Body::from(body.to_string()))
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         let res = self
             .app
             .clone()
@@ -231,11 +224,8 @@ fn archive() -> Vec<u8> {
     h.set_size(data.len() as u64);
     h.set_mode(0o644);
     h.set_cksum();
-    b.append_data(&mut h, "hello.py", &data[..])
-        .unwrap_or_else(|e| panic!("{e}"));
-    b.into_inner()
-        .and_then(|g| g.finish())
-        .unwrap_or_else(|e| panic!("{e}"))
+    b.append_data(&mut h, "hello.py", &data[..]).unwrap();
+    b.into_inner().and_then(|g| g.finish()).unwrap()
 }
 
 fn base64_archive() -> String {
@@ -364,7 +354,7 @@ async fn forms_without_the_csrf_token_or_from_another_origin_are_refused() {
         .header(header::COOKIE, &session)
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(Body::from(format!("csrf={csrf}")))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let res = s
         .app
         .clone()
@@ -470,7 +460,7 @@ async fn submit_form_shows_every_spec_problem_inline_and_stores_nothing() {
         .jobs()
         .list_jobs("acme", &Default::default())
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert!(list.items.is_empty());
     let inline = s
         .post_form(
@@ -530,7 +520,7 @@ async fn submit_form_creates_one_job_even_when_sent_twice() {
         .jobs()
         .list_jobs("acme", &Default::default())
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(list.items.len(), 1);
 }
 
@@ -560,12 +550,7 @@ async fn capacity_page_shows_the_published_snapshot() {
         ],
     );
     let value = serde_json::to_value(&snap).unwrap_or_default();
-    s.state
-        .submit
-        .jobs()
-        .put_capacity(&value)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    s.state.submit.jobs().put_capacity(&value).await.unwrap();
     let page = s.get("/console/capacity", Some(&session)).await;
     let c = &snap.series["h200"];
     let attrs = format!(
@@ -592,9 +577,7 @@ async fn pending_job_detail_explains_the_reason_next_to_the_kubernetes_warning()
         message: "pool main: needs 2 nodes with 8 free h200 GPUs, 1 available".into(),
         since_ms: 5,
     });
-    jobs.update_job(&job)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    jobs.update_job(&job).await.unwrap();
     let warn = |at: i64, key: &str| JobEvent {
         at_ms: at,
         key: key.into(),
@@ -606,7 +589,7 @@ async fn pending_job_detail_explains_the_reason_next_to_the_kubernetes_warning()
     };
     jobs.append_events(&id, &[warn(10, "e1"), warn(20, "e2")])
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let session = s.sign_in(&s.key_a).await;
     let page = s.get(&format!("/console/jobs/{id}"), Some(&session)).await;
     assert!(page.body.contains("Why is it pending?"));
@@ -687,13 +670,7 @@ async fn playgrounds_are_created_and_deleted_through_the_console() {
     );
     let res = create("h200", "1", "10").await;
     assert_eq!(res.location(), "/console/playgrounds");
-    let all = s
-        .state
-        .submit
-        .jobs()
-        .list_playgrounds()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let all = s.state.submit.jobs().list_playgrounds().await.unwrap();
     assert_eq!(all.len(), 1);
     let listed = s.get("/console/playgrounds", Some(&session)).await;
     assert!(listed.body.contains("tiny-model") && listed.body.contains("data-countdown-to"));
@@ -711,12 +688,7 @@ async fn playgrounds_are_created_and_deleted_through_the_console() {
         since_ms: 1,
         updated_ms: 1,
     });
-    s.state
-        .submit
-        .jobs()
-        .put_playground(&pg)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    s.state.submit.jobs().put_playground(&pg).await.unwrap();
     let listed = s.get("/console/playgrounds", Some(&session)).await;
     assert!(listed.body.contains("data-state=\"Pending\""));
     assert!(
@@ -780,7 +752,7 @@ async fn a_playground_the_fleet_cannot_host_is_refused_in_the_console_with_the_k
         .jobs()
         .put_capacity(&serde_json::to_value(&snap).unwrap_or_default())
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let session = s.sign_in(&s.key_a).await;
     let page = s.get("/console/playgrounds", Some(&session)).await;
     assert!(
@@ -813,13 +785,7 @@ async fn a_playground_the_fleet_cannot_host_is_refused_in_the_console_with_the_k
         let shown = s.get(res.location(), Some(&session)).await;
         assert!(shown.body.contains("role=\"alert\""), "error shown");
     }
-    let none = s
-        .state
-        .submit
-        .jobs()
-        .list_playgrounds()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let none = s.state.submit.jobs().list_playgrounds().await.unwrap();
     assert!(none.is_empty(), "nothing stored for refused requests");
 }
 
@@ -879,9 +845,7 @@ async fn the_jobs_list_pages_newest_first() {
         job.id = format!("j-page{i:02}");
         job.version = 0;
         job.submitted_at_ms = template.submitted_at_ms + 1 + i;
-        jobs.create_job(&job, None)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        jobs.create_job(&job, None).await.unwrap();
     }
     let session = s.sign_in(&s.key_a).await;
     let page1 = s.get("/console/jobs", Some(&session)).await;
@@ -913,18 +877,10 @@ async fn archived_logs_are_previewed_and_downloadable_through_a_short_lived_link
     h.set_mode(0o644);
     h.set_cksum();
     b.append_data(&mut h, "tp-x-head/ray-head.log", lines.as_bytes())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let bytes = b
-        .into_inner()
-        .and_then(|g| g.finish())
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
+    let bytes = b.into_inner().and_then(|g| g.finish()).unwrap();
     let key = format!("logs/{id}/logs.tar.gz");
-    s.state
-        .submit
-        .blobs()
-        .put(&key, bytes)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    s.state.submit.blobs().put(&key, bytes).await.unwrap();
     let jobs = s.state.submit.jobs();
     let mut job = jobs
         .get_job(&id)
@@ -933,9 +889,7 @@ async fn archived_logs_are_previewed_and_downloadable_through_a_short_lived_link
         .flatten()
         .unwrap_or_else(|| panic!("job"));
     job.logs_key = Some(key.clone());
-    jobs.update_job(&job)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    jobs.update_job(&job).await.unwrap();
     let session = s.sign_in(&s.key_a).await;
     let page = s.get(&format!("/console/jobs/{id}"), Some(&session)).await;
     assert!(page.body.contains("step 59") && !page.body.contains("step 19\n"));
@@ -959,9 +913,7 @@ async fn capacity_page_shows_the_signed_in_tenants_usage_against_its_quota_and_n
     let jobs = s.state.submit.jobs();
     let mut quota = TenantQuota::unlimited("acme");
     quota.set_gpu_limit("h200", 16, false);
-    jobs.put_quota(&quota)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    jobs.put_quota(&quota).await.unwrap();
     // Before a snapshot the limits show already.
     let session_a = s.sign_in(&s.key_a).await;
     let empty = s.get("/console/capacity", Some(&session_a)).await;
@@ -999,7 +951,7 @@ async fn capacity_page_shows_the_signed_in_tenants_usage_against_its_quota_and_n
     snap.tenants.insert("globex".into(), usage("a100", 40, 24));
     jobs.put_capacity(&serde_json::to_value(&snap).unwrap_or_default())
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
 
     let page_a = s.get("/console/capacity", Some(&session_a)).await;
     assert_eq!(page_a.status, StatusCode::OK);
@@ -1058,12 +1010,7 @@ async fn a_job_above_the_quota_is_refused_in_the_submit_form_with_the_reason() {
         memory_gb: None,
         borrow: false,
     });
-    s.state
-        .submit
-        .jobs()
-        .put_quota(&quota)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    s.state.submit.jobs().put_quota(&quota).await.unwrap();
     let session = s.sign_in(&s.key_a).await;
     let form = s.get("/console/submit", Some(&session)).await;
     let csrf = csrf_of(&form.body);
@@ -1098,6 +1045,6 @@ async fn a_job_above_the_quota_is_refused_in_the_submit_form_with_the_reason() {
         .jobs()
         .list_jobs("acme", &Default::default())
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert!(stored.items.is_empty(), "nothing is stored");
 }

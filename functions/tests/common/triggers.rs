@@ -355,9 +355,7 @@ pub async fn forged_submission_events_are_refused(h: &Harness) {
         (other_tenant, "does not match tenant"),
         (foreign_source, "tuneplane.jobs"),
     ] {
-        let outcomes = handle_inbox(&h.state, &event)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let outcomes = handle_inbox(&h.state, &event).await.unwrap();
         let [
             Outcome::Rejected {
                 reason,
@@ -391,9 +389,7 @@ pub async fn inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note(
             ("ETAG", "e1"),
         ],
     );
-    let outcomes = handle_inbox(&h.state, &encoded)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let outcomes = handle_inbox(&h.state, &encoded).await.unwrap();
     let [
         Outcome::Submitted {
             job_id,
@@ -409,9 +405,7 @@ pub async fn inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note(
         "source": "aws.s3",
         "detail": {"bucket": {"name": "tp"}, "object": {"key": key, "etag": "e1"}}
     });
-    let again = handle_inbox(&h.state, &plain)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let again = handle_inbox(&h.state, &plain).await.unwrap();
     assert_eq!(
         again,
         vec![Outcome::Submitted {
@@ -429,9 +423,7 @@ pub async fn inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note(
             ("ETAG", "e2"),
         ],
     );
-    let outcomes = handle_inbox(&h.state, &bad)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let outcomes = handle_inbox(&h.state, &bad).await.unwrap();
     let [
         Outcome::Rejected {
             reason,
@@ -462,9 +454,7 @@ pub async fn inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note(
             ("ETAG", "e3"),
         ],
     );
-    let outcomes = handle_inbox(&h.state, &gone)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let outcomes = handle_inbox(&h.state, &gone).await.unwrap();
     assert!(
         matches!(outcomes.as_slice(), [Outcome::Skipped { reason }] if reason.contains("no longer exists")),
         "{outcomes:?}"
