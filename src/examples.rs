@@ -91,8 +91,8 @@ mod tests {
         let mut on_disk = Vec::new();
         let mut stack = vec![root.clone()];
         while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{e}")) {
-                let p = e.unwrap_or_else(|e| panic!("{e}")).path();
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
                 if p.is_dir() {
                     stack.push(p);
                 } else {

@@ -247,7 +247,7 @@ mod tests {
             (ENV_BUCKET, "b"),
             (ENV_EVENT_SENDERS, r#"{"111122223333": "acme"}"#),
         ];
-        let config = parse(&vars).unwrap_or_else(|e| panic!("{e}"));
+        let config = parse(&vars).unwrap();
         assert_eq!(config.event_senders["111122223333"], "acme");
         for (bad, needle) in [
             (r#"{"1111": "acme"}"#, "12 digits"),

@@ -325,10 +325,7 @@ mod tests {
 
     #[test]
     fn lines_carry_their_time_and_since_time_keeps_the_later_ones() {
-        let t = |s: &str| {
-            s.parse::<jiff::Timestamp>()
-                .unwrap_or_else(|e| panic!("{e}"))
-        };
+        let t = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
         let query = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
             pairs
                 .iter()

@@ -222,16 +222,13 @@ mod tests {
             archived_at_ms: 1,
             entries: vec![],
         };
-        let bytes = build_tar_gz(&index, &[("p/c.log".into(), b"hello".to_vec())])
-            .unwrap_or_else(|e| panic!("{e}"));
+        let bytes = build_tar_gz(&index, &[("p/c.log".into(), b"hello".to_vec())]).unwrap();
         let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes.as_slice()));
         let mut names = Vec::new();
-        for entry in archive.entries().unwrap_or_else(|e| panic!("{e}")) {
-            let mut entry = entry.unwrap_or_else(|e| panic!("{e}"));
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
             let mut text = String::new();
-            entry
-                .read_to_string(&mut text)
-                .unwrap_or_else(|e| panic!("{e}"));
+            entry.read_to_string(&mut text).unwrap();
             names.push((
                 entry
                     .path()

@@ -224,17 +224,12 @@ mod tests {
 
     #[tokio::test]
     async fn created_key_authenticates_as_its_tenant_with_its_scopes() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let store =
-            tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
+        let store = tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap();
         let scopes = vec![SCOPE_JOBS_READ.to_owned()];
-        let secret = issue_key(&store, "acme", &scopes, "ci")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let secret = issue_key(&store, "acme", &scopes, "ci").await.unwrap();
         let header = format!("Bearer {secret}");
-        let principal = authenticate(&store, Some(&header))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let principal = authenticate(&store, Some(&header)).await.unwrap();
         assert_eq!(principal.tenant, "acme");
         assert_eq!(principal.scopes, scopes);
         assert!(principal.require(SCOPE_JOBS_WRITE).is_err());
@@ -242,9 +237,8 @@ mod tests {
 
     #[tokio::test]
     async fn bad_tenant_or_scope_is_refused_before_anything_is_stored() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let store =
-            tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
+        let store = tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap();
         let ok = vec![SCOPE_JOBS_READ.to_owned()];
         assert!(issue_key(&store, "Acme Corp", &ok, "x").await.is_err());
         let bad = vec!["root".to_owned()];
@@ -254,21 +248,20 @@ mod tests {
     #[tokio::test]
     async fn schedule_copies_the_jobs_spec_capsule_and_tenant() {
         use tuneplane_core::job::JobRecord;
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let store =
-            tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
+        let store = tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap();
         let spec = tuneplane_core::spec::validate(
             "name: t\nimage: i\nentrypoint: 'true'\npools: [{name: main, series: h200, nodes: 1, gpus_per_node: 1}]\n",
             None,
             &Default::default(),
         )
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .spec;
         let job = JobRecord::new_queued("j-1", "acme", spec, "ab".repeat(32), 1);
         assert!(store.create_job(&job, None).await.is_ok());
         let made = schedule_from_job(&store, "nightly", "j-1", "cron(0 2 * * ? *)")
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         assert_eq!(
             (made.tenant.as_str(), made.capsule_sha256.len()),
             ("acme", 64)

@@ -203,8 +203,8 @@ mod tests {
     use super::*;
 
     fn store() -> (tempfile::TempDir, EmbeddedJobStore) {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let store = EmbeddedJobStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedJobStore::open(dir.path()).unwrap();
         (dir, store)
     }
 
@@ -218,9 +218,7 @@ mod tests {
     async fn rotation_issues_a_working_key_and_revokes_the_old_one() {
         let (_dir, store) = store();
         let scopes = vec![SCOPE_JOBS_READ.to_owned()];
-        let old = issue_key(&store, "acme", &scopes, "ci")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let old = issue_key(&store, "acme", &scopes, "ci").await.unwrap();
         let id = ApiKeyRecord {
             key_sha256: tuneplane_core::store::hash_api_key(&old),
             tenant: String::new(),
@@ -231,7 +229,7 @@ mod tests {
             session_epoch: 0,
         }
         .id();
-        let (new, revoked) = rotate(&store, &id).await.unwrap_or_else(|e| panic!("{e}"));
+        let (new, revoked) = rotate(&store, &id).await.unwrap();
         assert_eq!(revoked.id(), id);
         assert_eq!(auth(&store, &new).await.ok().as_deref(), Some("acme"));
         assert!(matches!(

@@ -209,12 +209,9 @@ mod tests {
             h.set_size(data.len() as u64);
             h.set_mode(0o644);
             h.set_cksum();
-            b.append_data(&mut h, path, data.as_bytes())
-                .unwrap_or_else(|e| panic!("{e}"));
+            b.append_data(&mut h, path, data.as_bytes()).unwrap();
         }
-        b.into_inner()
-            .and_then(|g| g.finish())
-            .unwrap_or_else(|e| panic!("{e}"))
+        b.into_inner().and_then(|g| g.finish()).unwrap()
     }
 
     #[test]
@@ -225,7 +222,7 @@ mod tests {
             ("pod-a/init.log", "fetching\n".into()),
             ("pod-a/main.log", long),
         ]);
-        let tails = preview(&bytes).unwrap_or_else(|e| panic!("{e}"));
+        let tails = preview(&bytes).unwrap();
         assert_eq!(tails.len(), 2);
         assert_eq!(tails[0].path, "pod-a/main.log");
         assert!(tails[0].truncated);
@@ -244,11 +241,11 @@ mod tests {
             (b"\n", 1, &[""]),
         ];
         for (input, total, lines) in cases {
-            let (got, n) = tail_lines(input).unwrap_or_else(|e| panic!("{e}"));
+            let (got, n) = tail_lines(input).unwrap();
             assert_eq!((got.as_slice(), n), (lines_of(lines).as_slice(), total));
         }
         let long = format!("{}\nend", "é".repeat(10_000));
-        let (got, n) = tail_lines(long.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let (got, n) = tail_lines(long.as_bytes()).unwrap();
         assert_eq!(n, 2);
         assert_eq!(got[0].chars().count(), MAX_LINE_CHARS);
         assert_eq!(got[1], "end");
