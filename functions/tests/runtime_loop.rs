@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use common::archives::{SPEC, body, code};
-use common::triggers::fixture;
+use common::triggers::{fixture, s3_created, store_schedule, submission_event};
 use common::{Harness, SENDER_ACCOUNT, TENANT_A};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
@@ -236,22 +236,8 @@ async fn api_function_serves_gateway_events_through_the_runtime_api() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scheduled_function_answers_scheduler_events_with_json_outcomes() {
-    use tuneplane_core::store::ScheduleRecord;
     let h = Harness::aws().await;
-    let first = h.submit(&body(SPEC, &code()), None).await;
-    let template: tuneplane_core::job::JobRecord =
-        serde_json::from_value(first.json["job"].clone()).unwrap();
-    let schedule = ScheduleRecord {
-        id: "nightly".into(),
-        tenant: TENANT_A.into(),
-        expression: "cron(0 2 * * ? *)".into(),
-        spec: template.spec.clone(),
-        capsule_sha256: template.capsule_sha256.clone(),
-        enabled: true,
-        created_at_ms: 0,
-        version: 0,
-    };
-    assert!(h.jobs().put_schedule(&schedule).await.is_ok());
+    store_schedule(&h, "nightly").await;
     let scheduled = Function::start("scheduled", env!("CARGO_BIN_EXE_scheduled"), &h).await;
 
     let event = fixture("scheduler_event.json", &[("SCHEDULE", "nightly")]);
@@ -280,14 +266,7 @@ async fn inbox_function_handles_s3_and_eventbridge_events_and_refuses_forged_ten
     let inbox = Function::start("inbox", env!("CARGO_BIN_EXE_inbox"), &h).await;
 
     // S3 notification: the key URL-encoded, a space as `+` and `+` as `%2B`.
-    let s3 = fixture(
-        "s3_object_created.json",
-        &[
-            ("BUCKET", "tp"),
-            ("KEY", "inbox/acme/my+job%2Bv2.zip"),
-            ("ETAG", "e1"),
-        ],
-    );
+    let s3 = s3_created("inbox/acme/my+job%2Bv2.zip", "e1");
     let first = inbox.invoke(&s3).await;
     assert_eq!(first["outcomes"][0]["outcome"], "submitted", "{first}");
     assert_eq!(first["outcomes"][0]["created"], true, "{first}");
@@ -309,14 +288,7 @@ async fn inbox_function_handles_s3_and_eventbridge_events_and_refuses_forged_ten
     );
 
     // A name the store cannot hold: a final rejection with its note, not a retried error.
-    let bad = fixture(
-        "s3_object_created.json",
-        &[
-            ("BUCKET", "tp"),
-            ("KEY", "inbox/acme/50%25.zip"),
-            ("ETAG", "e2"),
-        ],
-    );
+    let bad = s3_created("inbox/acme/50%25.zip", "e2");
     let refused = inbox.invoke(&bad).await;
     assert_eq!(refused["outcomes"][0]["outcome"], "rejected", "{refused}");
     assert_eq!(
@@ -325,14 +297,7 @@ async fn inbox_function_handles_s3_and_eventbridge_events_and_refuses_forged_ten
     );
 
     // Submission events: the tenant is the sending account's; another account is refused.
-    let b64 = base64::engine::general_purpose::STANDARD.encode(code());
-    let spec = SPEC.replace('\n', "\\n");
-    let submission = |account: &str| {
-        fixture(
-            "eventbridge_submission.json",
-            &[("SPEC", &spec), ("CODE", &b64), ("ACCOUNT", account)],
-        )
-    };
+    let submission = submission_event;
     let accepted = inbox.invoke(&submission(SENDER_ACCOUNT)).await;
     assert_eq!(
         accepted["outcomes"][0]["outcome"], "submitted",
@@ -367,14 +332,7 @@ async fn inbox_function_fails_the_invocation_when_the_store_is_unreachable() {
         &[("AWS_ENDPOINT_URL", &endpoint), ("AWS_MAX_ATTEMPTS", "1")],
     )
     .await;
-    let s3 = fixture(
-        "s3_object_created.json",
-        &[
-            ("BUCKET", "tp"),
-            ("KEY", "inbox/acme/run.zip"),
-            ("ETAG", "e1"),
-        ],
-    );
+    let s3 = s3_created("inbox/acme/run.zip", "e1");
     let (status, text) = inbox.invoke_raw(&s3).await;
     let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
     assert!(!status.is_success(), "expected a function error: {text}");

@@ -164,15 +164,33 @@ pub fn fixture(name: &str, vars: &[(&str, &str)]) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-pub async fn scheduled_event_delivered_twice_creates_one_job(h: &Harness) {
+/// An S3 "object created" notification for `key` (as S3 would encode it) in bucket `tp`.
+pub fn s3_created(key: &str, etag: &str) -> Value {
+    fixture(
+        "s3_object_created.json",
+        &[("BUCKET", "tp"), ("KEY", key), ("ETAG", etag)],
+    )
+}
+
+/// A "TunePlane Job Submission" event from `account` carrying the test spec and code.
+pub fn submission_event(account: &str) -> Value {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(code());
+    let spec = SPEC.replace('\n', "\\n");
+    fixture(
+        "eventbridge_submission.json",
+        &[("SPEC", &spec), ("CODE", &b64), ("ACCOUNT", account)],
+    )
+}
+
+/// Stores schedule `id` of tenant A, running the spec and capsule of a job submitted first.
+pub async fn store_schedule(h: &Harness, id: &str) {
     use tuneplane_core::store::ScheduleRecord;
-    use tuneplane_functions::triggers::{Outcome, handle_scheduled};
-    // The schedule runs the spec and capsule of an earlier submission.
     let first = h.submit(&body(SPEC, &code()), None).await;
     let template: tuneplane_core::job::JobRecord =
         serde_json::from_value(first.json["job"].clone()).unwrap();
     let schedule = ScheduleRecord {
-        id: "nightly-sft".into(),
+        id: id.into(),
         tenant: TENANT_A.into(),
         expression: "cron(0 2 * * ? *)".into(),
         spec: template.spec.clone(),
@@ -183,6 +201,12 @@ pub async fn scheduled_event_delivered_twice_creates_one_job(h: &Harness) {
     };
     let stored = h.jobs().put_schedule(&schedule).await;
     assert!(stored.is_ok(), "{stored:?}");
+}
+
+pub async fn scheduled_event_delivered_twice_creates_one_job(h: &Harness) {
+    use tuneplane_functions::triggers::{Outcome, handle_scheduled};
+    // The schedule runs the spec and capsule of an earlier submission.
+    store_schedule(h, "nightly-sft").await;
     let event = fixture("scheduler_event.json", &[("SCHEDULE", "nightly-sft")]);
     let once = handle_scheduled(&h.state, &event).await.unwrap();
     let twice = handle_scheduled(&h.state, &event).await.unwrap();
@@ -211,14 +235,7 @@ pub async fn inbox_archive_becomes_a_job(h: &Harness) {
     let key = "inbox/acme/run-1.zip";
     let archive = super::archives::zip(&[("tuneplane.yaml", SPEC), ("train.py", "print(1)\n")]);
     assert!(h.blobs().put(key, archive).await.is_ok());
-    let event = fixture(
-        "s3_object_created.json",
-        &[
-            ("BUCKET", "tp"),
-            ("KEY", "inbox/acme/run-1.zip"),
-            ("ETAG", "0123abcd"),
-        ],
-    );
+    let event = s3_created("inbox/acme/run-1.zip", "0123abcd");
     let outcomes = handle_inbox(&h.state, &event).await.unwrap();
     assert!(
         matches!(
@@ -248,10 +265,7 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
     use tuneplane_functions::triggers::{Outcome, handle_inbox};
     let key = "inbox/acme/evil.tar";
     assert!(h.blobs().put(key, hostile_tar()).await.is_ok());
-    let event = fixture(
-        "s3_object_created.json",
-        &[("BUCKET", "tp"), ("KEY", key), ("ETAG", "ffff")],
-    );
+    let event = s3_created(key, "ffff");
     let outcomes = handle_inbox(&h.state, &event).await.unwrap();
     let [
         Outcome::Rejected {
@@ -286,10 +300,7 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
         "the archive and its note, nothing else"
     );
     // The note's own creation event is ignored.
-    let note_event = fixture(
-        "s3_object_created.json",
-        &[("BUCKET", "tp"), ("KEY", note_key), ("ETAG", "1")],
-    );
+    let note_event = s3_created(note_key, "1");
     let ignored = handle_inbox(&h.state, &note_event).await.unwrap();
     assert!(
         matches!(ignored.as_slice(), [Outcome::Skipped { .. }]),
@@ -298,18 +309,8 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
 }
 
 pub async fn submission_event_becomes_a_job(h: &Harness) {
-    use base64::Engine;
     use tuneplane_functions::triggers::{Outcome, handle_inbox};
-    let b64 = base64::engine::general_purpose::STANDARD.encode(code());
-    let spec = SPEC.replace('\n', "\\n");
-    let event = fixture(
-        "eventbridge_submission.json",
-        &[
-            ("SPEC", &spec),
-            ("CODE", &b64),
-            ("ACCOUNT", super::SENDER_ACCOUNT),
-        ],
-    );
+    let event = submission_event(super::SENDER_ACCOUNT);
     let outcomes = handle_inbox(&h.state, &event).await.unwrap();
     assert!(
         matches!(
@@ -332,16 +333,8 @@ pub async fn submission_event_becomes_a_job(h: &Harness) {
 /// the sender cannot choose: an unmapped account, a `detail.tenant` naming another tenant and a
 /// foreign `source` are all refused, and none of them creates a job.
 pub async fn forged_submission_events_are_refused(h: &Harness) {
-    use base64::Engine;
     use tuneplane_functions::triggers::{Outcome, handle_inbox};
-    let b64 = base64::engine::general_purpose::STANDARD.encode(code());
-    let spec = SPEC.replace('\n', "\\n");
-    let event = |account: &str| {
-        fixture(
-            "eventbridge_submission.json",
-            &[("SPEC", &spec), ("CODE", &b64), ("ACCOUNT", account)],
-        )
-    };
+    let event = submission_event;
     let mut unmapped = event("999988887777");
     unmapped["id"] = "forged-1".into();
     let mut other_tenant = event(super::SENDER_ACCOUNT);
@@ -381,14 +374,7 @@ pub async fn inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note(
     let key = "inbox/acme/my job+v2.zip";
     let archive = super::archives::zip(&[("tuneplane.yaml", SPEC), ("train.py", "print(1)\n")]);
     assert!(h.blobs().put(key, archive).await.is_ok());
-    let encoded = fixture(
-        "s3_object_created.json",
-        &[
-            ("BUCKET", "tp"),
-            ("KEY", "inbox/acme/my+job%2Bv2.zip"),
-            ("ETAG", "e1"),
-        ],
-    );
+    let encoded = s3_created("inbox/acme/my+job%2Bv2.zip", "e1");
     let outcomes = handle_inbox(&h.state, &encoded).await.unwrap();
     let [
         Outcome::Submitted {
@@ -415,14 +401,7 @@ pub async fn inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note(
     );
 
     // `%` cannot be in a stored key (S3 sends it as %25): a final rejection with a note.
-    let bad = fixture(
-        "s3_object_created.json",
-        &[
-            ("BUCKET", "tp"),
-            ("KEY", "inbox/acme/50%25.zip"),
-            ("ETAG", "e2"),
-        ],
-    );
+    let bad = s3_created("inbox/acme/50%25.zip", "e2");
     let outcomes = handle_inbox(&h.state, &bad).await.unwrap();
     let [
         Outcome::Rejected {
@@ -446,14 +425,7 @@ pub async fn inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note(
     assert_eq!(note["object"], "inbox/acme/50%.zip", "{note}");
 
     // Deleted before the delivery: skipped, no note, no error.
-    let gone = fixture(
-        "s3_object_created.json",
-        &[
-            ("BUCKET", "tp"),
-            ("KEY", "inbox/acme/gone.zip"),
-            ("ETAG", "e3"),
-        ],
-    );
+    let gone = s3_created("inbox/acme/gone.zip", "e3");
     let outcomes = handle_inbox(&h.state, &gone).await.unwrap();
     assert!(
         matches!(outcomes.as_slice(), [Outcome::Skipped { reason }] if reason.contains("no longer exists")),
