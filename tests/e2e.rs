@@ -5,53 +5,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api as KubeApi, ListParams};
+mod stack_support;
+
 use serde_json::{Value, json};
-use tuneplane::client::{Api, ClientArgs, Output, pack};
+use stack_support::examples;
+use tuneplane::client::{Api, pack};
 use tuneplane::cmd::jobs::read_logs_archive;
-use tuneplane::dev::{Backend, Stack, StackOptions, UNPULLABLE_IMAGE};
-use tuneplane_core::fleet::Fleet;
+use tuneplane::dev::{Backend, Stack};
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
-
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
-}
-
-async fn start(backend: Backend, dir: &Path) -> (Stack, Api) {
-    let fleet =
-        Fleet::from_yaml(&std::fs::read_to_string(examples().join("fleet.yaml")).unwrap()).unwrap();
-    let stack = Stack::start(StackOptions {
-        data_dir: dir.to_path_buf(),
-        port: 0,
-        fleet,
-        execute: true,
-        unpullable_images: vec![UNPULLABLE_IMAGE.into()],
-        pass_interval: Duration::from_millis(200),
-        backend,
-        cluster: tuneplane::dev::ClusterChoice::Simulated,
-        webhooks: None,
-    })
-    .await
-    .unwrap();
-    let api = Api::new(&ClientArgs {
-        api: stack.api_url.clone(),
-        key: Some(stack.api_key.clone()),
-        output: Output::Json,
-    })
-    .unwrap();
-    for _ in 0..100 {
-        let cap: Value = api.get("/capacity").await.unwrap();
-        if !cap["snapshot"].is_null() {
-            return (stack, api);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no capacity snapshot");
-}
 
 async fn submit_dir(api: &Api, dir: &Path, spec: &str) -> JobRecord {
     let code = pack::pack_quiet(dir).unwrap();
@@ -145,7 +111,7 @@ async fn pods_left(stack: &Stack, id: &str) -> usize {
 
 async fn whole_flow(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let (stack, api) = start(backend, dir.path()).await;
+    let (stack, api) = stack_support::start(backend, dir.path()).await;
 
     let hello = submit_example(&api, "hello-cpu").await;
     let ray = submit_example(&api, "ray-multipool").await;

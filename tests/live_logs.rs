@@ -10,17 +10,15 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod stack_support;
+
 use serde_json::{Value, json};
-use tuneplane::client::{Api, ClientArgs, Output, pack};
-use tuneplane::dev::{Backend, Stack, StackOptions, UNPULLABLE_IMAGE};
-use tuneplane_core::fleet::Fleet;
+use stack_support::examples;
+use tuneplane::client::{Api, pack};
+use tuneplane::dev::{Backend, Stack};
 use tuneplane_core::job::{JobRecord, JobState};
 
 const TICKS: usize = 25;
-
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
-}
 
 fn job_dir(dir: &Path, ticks: usize) -> PathBuf {
     let job = dir.join(format!("ticker-{ticks}"));
@@ -41,38 +39,6 @@ fn job_dir(dir: &Path, ticks: usize) -> PathBuf {
     )
     .unwrap();
     job
-}
-
-async fn start(dir: &Path) -> (Stack, Api) {
-    let fleet =
-        Fleet::from_yaml(&std::fs::read_to_string(examples().join("fleet.yaml")).unwrap()).unwrap();
-    let stack = Stack::start(StackOptions {
-        data_dir: dir.join("data"),
-        port: 0,
-        fleet,
-        execute: true,
-        unpullable_images: vec![UNPULLABLE_IMAGE.into()],
-        pass_interval: Duration::from_millis(200),
-        backend: Backend::Embedded,
-        cluster: tuneplane::dev::ClusterChoice::Simulated,
-        webhooks: None,
-    })
-    .await
-    .unwrap();
-    let api = Api::new(&ClientArgs {
-        api: stack.api_url.clone(),
-        key: Some(stack.api_key.clone()),
-        output: Output::Json,
-    })
-    .unwrap();
-    for _ in 0..100 {
-        let cap: Value = api.get("/capacity").await.unwrap();
-        if !cap["snapshot"].is_null() {
-            return (stack, api);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no capacity snapshot");
 }
 
 async fn submit(api: &Api, job: &Path) -> JobRecord {
@@ -106,7 +72,7 @@ fn expected(n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn logs_follow_shows_running_output_then_all_of_it_once() {
     let dir = tempfile::tempdir().unwrap();
-    let (stack, api) = start(dir.path()).await;
+    let (stack, api) = stack_support::start(Backend::Embedded, &dir.path().join("data")).await;
     let job = submit(&api, &job_dir(dir.path(), TICKS)).await;
 
     // `tuneplane logs -f` from submission on; each line with when it arrived.
@@ -255,7 +221,7 @@ async fn logs_follow_shows_running_output_then_all_of_it_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn submit_wait_streams_the_main_output_and_dry_run_sends_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (stack, api) = start(dir.path()).await;
+    let (stack, api) = stack_support::start(Backend::Embedded, &dir.path().join("data")).await;
     let job = job_dir(dir.path(), 8);
     let run = |extra: &[&str]| {
         let mut c = cli(&stack);
