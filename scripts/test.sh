@@ -47,7 +47,16 @@ export AWS_EC2_METADATA_DISABLED=true
 # gigabytes of a CI disk).
 export CARGO_INCREMENTAL=0
 # KubeRay CRDs for validating rendered RayJobs (read-only reference beside the checkout).
-export TUNEPLANE_KUBERAY_SCHEMAS="${TUNEPLANE_KUBERAY_SCHEMAS:-$ROOT/../shared/schemas/kuberay}"
+# Without that reference folder (a clone elsewhere), the CRDs of the KubeRay operator module the
+# test tier builds are used (testenv-build.sh copies them beside its binaries; cached).
+if [[ -z "${TUNEPLANE_KUBERAY_SCHEMAS:-}" ]]; then
+  if [[ -f "$ROOT/../shared/schemas/kuberay/ray.io_rayjobs.yaml" ]]; then
+    TUNEPLANE_KUBERAY_SCHEMAS="$ROOT/../shared/schemas/kuberay"
+  else
+    TUNEPLANE_KUBERAY_SCHEMAS="$(dirname "$(scripts/testenv-build.sh | tail -n 1)")/crds"
+  fi
+fi
+export TUNEPLANE_KUBERAY_SCHEMAS
 
 step "real control plane (scripts/k8s-up.sh --no-fleet; the first run on a machine builds it from Go modules)"
 K8S_DIR="$ROOT/target/k8s-test"
