@@ -8,7 +8,8 @@
 #
 # The agent's pods that are meant to end (CPU jobs, submitters) run 3 s and exit 0, and the
 # bad-image example's image cannot be pulled; TUNEPLANE_K8S_AGENT_ARGS replaces those agent options
-# (see `kubesim agent --help`).
+# (see `kubesim agent --help`). TUNEPLANE_K8S_AGENT_BIN runs a prebuilt node agent instead of building
+# the debug one; TUNEPLANE_K8S_KCM_ARGS adds options to kube-controller-manager (e.g. its API QPS).
 # Components are built once per machine from the Go modules pinned in testenv/ (scripts/testenv-build.sh).
 # State, logs and kubeconfigs go to DIR (default .tuneplane-k8s/ in the checkout). Prints the admin
 # kubeconfig's path last. scripts/k8s-down.sh stops everything. Running it again restarts the cluster
@@ -25,7 +26,7 @@ while (($#)); do
     --no-fleet) FLEET=""; shift ;;
     --dir) DIR="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "k8s-up: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -171,7 +172,8 @@ start kube-controller-manager "$BIN/kube-controller-manager" \
   --bind-address 127.0.0.1 --secure-port 0 \
   --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
   --use-service-account-credentials=true \
-  --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key"
+  --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+  ${TUNEPLANE_K8S_KCM_ARGS:-}
 start kube-scheduler "$BIN/kube-scheduler" \
   --kubeconfig "$DIR/run/scheduler.kubeconfig" --leader-elect=false --secure-port 0
 # The controller manager is up when it has created the default namespace's service account.
@@ -198,11 +200,16 @@ sleep 2
 alive kuberay-operator || { tail_log kuberay-operator; die "the KubeRay operator exited"; }
 
 if [[ -n "$FLEET" ]]; then
-  say "building the node agent (cargo build --workspace --bin kubesim)"
-  cargo build --quiet --locked --workspace --bin kubesim --manifest-path "$ROOT/Cargo.toml" \
-    || die "cargo build of the node agent failed"
+  AGENT="${TUNEPLANE_K8S_AGENT_BIN:-}"
+  if [[ -z "$AGENT" ]]; then
+    say "building the node agent (cargo build --workspace --bin kubesim)"
+    cargo build --quiet --locked --workspace --bin kubesim --manifest-path "$ROOT/Cargo.toml" \
+      || die "cargo build of the node agent failed"
+    AGENT="$ROOT/target/debug/kubesim"
+  fi
+  [[ -x "$AGENT" ]] || die "the node agent $AGENT is not an executable (TUNEPLANE_K8S_AGENT_BIN)"
   say "starting fake nodes from $FLEET"
-  start node-agent "$ROOT/target/debug/kubesim" agent --kubeconfig "$DIR/run/node-agent.kubeconfig" \
+  start node-agent "$AGENT" agent --kubeconfig "$DIR/run/node-agent.kubeconfig" \
     --fleet "$FLEET" --kubelet-port "$KUBELET_PORT" \
     --tls-cert "$PKI/kubelet.crt" --tls-key "$PKI/kubelet.key" --ready-file "$DIR/run/nodes-ready" \
     ${TUNEPLANE_K8S_AGENT_ARGS:---pod-seconds 3 --fail-image registry.invalid/tuneplane/does-not-exist:0.0}

@@ -179,8 +179,19 @@ impl Stack {
         let fn_config = functions_config(&dir, &secret, &api_url, opts.webhooks.as_ref())?;
         let webhook_sources: Vec<String> = fn_config.webhooks.keys().cloned().collect();
 
+        // The API rate limit is the one reconciler setting the stack takes from the environment
+        // (`TUNEPLANE_KUBE_QPS`, `TUNEPLANE_KUBE_BURST`, validated as the reconciler does).
+        use tuneplane_reconciler::config::{ENV_KUBE_BURST, ENV_KUBE_QPS};
+        let limits = tuneplane_reconciler::Config::from_lookup(|k| {
+            [ENV_KUBE_QPS, ENV_KUBE_BURST]
+                .contains(&k)
+                .then(|| std::env::var(k).ok())
+                .flatten()
+        })?;
         let mut rc = tuneplane_reconciler::Config {
             pass_interval: opts.pass_interval,
+            kube_qps: limits.kube_qps,
+            kube_burst: limits.kube_burst,
             ..tuneplane_reconciler::Config::default()
         };
         let (sim, kube_config, kubeconfig, token) = match &opts.cluster {

@@ -1,0 +1,390 @@
+//! Kueue's side: its CRDs and controller manager as its default install sets them up (internal
+//! certificate management, the shipped controller configuration, leader election), limited to the
+//! `batch/job` and `ray.io/rayjob` integrations; one ClusterQueue over the whole fleet with a
+//! ResourceFlavor per GPU series and quotas equal to the fleet; a LocalQueue per tenant namespace;
+//! Admission Fair Sharing between them.
+//!
+//! Kueue's webhooks are not registered with the API server (the harness creates jobs already
+//! suspended and labelled, which is what the mutating webhook would do), so the webhook
+//! configurations the certificate rotator updates exist without webhooks in them.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::batch::v1::Job as BatchJob;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::{Value, json};
+
+use crate::workload::Job;
+use crate::{
+    CONTROLLER_BURST, CONTROLLER_QPS, Controller, KEY_LABEL, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB,
+    NODES_PER_SERIES, Options, SERIES,
+};
+
+const NAMESPACE: &str = "kueue-system";
+const SECRET: &str = "kueue-webhook-server-cert";
+const SERVICE: &str = "kueue-webhook-service";
+const CLUSTER_QUEUE: &str = "fleet";
+/// Tenant namespaces, each with a LocalQueue of the same name.
+pub const TENANTS: [&str; 2] = ["team-a", "team-b"];
+/// The CRDs whose conversion webhook the rotator injects its CA into (as Kueue's kustomize does).
+const CONVERTED: [&str; 5] = [
+    "localqueues.kueue.x-k8s.io",
+    "clusterqueues.kueue.x-k8s.io",
+    "workloads.kueue.x-k8s.io",
+    "cohorts.kueue.x-k8s.io",
+    "multikueueclusters.kueue.x-k8s.io",
+];
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+pub fn rayjob_resource() -> ApiResource {
+    resource("ray.io", "v1", "RayJob", "rayjobs")
+}
+
+async fn create(client: &kube::Client, ar: &ApiResource, ns: Option<&str>, v: Value) -> anyhow::Result<()> {
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
+    let obj: DynamicObject = serde_json::from_value(v)?;
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Installs Kueue's CRDs and waits until they are established.
+async fn install_crds(client: &kube::Client, dir: &Path) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    files.sort_by_key(|e| e.path());
+    for entry in files {
+        let text = std::fs::read_to_string(entry.path())?;
+        let mut v: Value = yaml_serde::from_str(&text)
+            .with_context(|| format!("parsing {}", entry.path().display()))?;
+        let name = v["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        if CONVERTED.contains(&name.as_str()) {
+            v["spec"]["conversion"] = json!({
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": {"service": {"name": SERVICE, "namespace": NAMESPACE, "path": "/convert"}},
+                    "conversionReviewVersions": ["v1"],
+                },
+            });
+        }
+        let crd: CustomResourceDefinition = serde_json::from_value(v)?;
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("creating CRD {name}"))),
+        }
+        names.push(name);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for name in names {
+        loop {
+            let crd = crds.get(&name).await?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+            if established {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("CRD {name} not established after 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+/// The controller configuration: Kueue's shipped `controller_manager_config.yaml`, with loopback
+/// addresses, only the two integrations used here, and Admission Fair Sharing. The on-demand
+/// visibility API is off: it is an aggregated API server that needs in-cluster credentials for
+/// delegated authentication, and admission does not use it.
+fn config(work: &Path, health: u16, metrics: u16, webhook: u16) -> String {
+    format!(
+        r#"apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: {NAMESPACE}
+health:
+  healthProbeBindAddress: 127.0.0.1:{health}
+metrics:
+  bindAddress: 127.0.0.1:{metrics}
+webhook:
+  host: 127.0.0.1
+  port: {webhook}
+  certDir: {certs}
+leaderElection:
+  leaderElect: true
+  resourceName: c1f6bfd2.kueue.x-k8s.io
+  resourceNamespace: {NAMESPACE}
+controller:
+  groupKindConcurrency:
+    Job.batch: 5
+    Pod: 5
+    Workload.kueue.x-k8s.io: 5
+    LocalQueue.kueue.x-k8s.io: 1
+    Cohort.kueue.x-k8s.io: 1
+    ClusterQueue.kueue.x-k8s.io: 1
+    ResourceFlavor.kueue.x-k8s.io: 1
+clientConnection:
+  qps: {CONTROLLER_QPS}
+  burst: {CONTROLLER_BURST}
+internalCertManagement:
+  enable: true
+  webhookServiceName: {SERVICE}
+  webhookSecretName: {SECRET}
+integrations:
+  frameworks:
+  - "batch/job"
+  - "ray.io/rayjob"
+admissionFairSharing:
+  usageHalfLifeTime: "168h"
+  usageSamplingInterval: "5m"
+featureGates:
+  VisibilityOnDemand: false
+"#,
+        certs = work.join("certs").display()
+    )
+}
+
+/// Sets Kueue up on a fresh cluster, starts it, and creates the queues.
+pub async fn start(
+    o: &Options,
+    client: &kube::Client,
+    kubeconfig: &Path,
+    work: &Path,
+) -> anyhow::Result<Controller> {
+    install_crds(client, &o.kueue.join("crds")).await?;
+    let v1 = |kind: &str, plural: &str| resource("", "v1", kind, plural);
+    let ns = v1("Namespace", "namespaces");
+    for name in [NAMESPACE].iter().chain(TENANTS.iter()) {
+        create(client, &ns, None, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).await?;
+    }
+    create(
+        client,
+        &v1("Secret", "secrets"),
+        Some(NAMESPACE),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": NAMESPACE}}),
+    )
+    .await?;
+    // Empty webhook configurations: the rotator injects its CA into them; nothing calls them.
+    let adm = |kind: &str, plural: &str| resource("admissionregistration.k8s.io", "v1", kind, plural);
+    create(client, &adm("ValidatingWebhookConfiguration", "validatingwebhookconfigurations"), None,
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+               "metadata": {"name": "kueue-validating-webhook-configuration"}})).await?;
+    create(client, &adm("MutatingWebhookConfiguration", "mutatingwebhookconfigurations"), None,
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+               "metadata": {"name": "kueue-mutating-webhook-configuration"}})).await?;
+
+    let (health, metrics, webhook, visibility) = (free_port()?, free_port()?, free_port()?, free_port()?);
+    std::fs::create_dir_all(work.join("certs"))?;
+    let config_path = work.join("kueue-config.yaml");
+    std::fs::write(&config_path, config(work, health, metrics, webhook))?;
+    let log = std::fs::File::create(work.join("kueue.log"))?;
+    let mut child = Command::new(o.kueue.join("bin/kueue"))
+        .arg(format!("--config={}", config_path.display()))
+        .arg(format!("--visibility-server-port={visibility}"))
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting kueue")?;
+    // The rotator writes its certificates into the Secret; the kubelet would mount them into
+    // the webhook server's certDir: here the harness copies them.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let certs = work.join("certs");
+    let mut mounted = false;
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if !mounted
+            && let Some(data) = secrets.get(SECRET).await?.data
+            && data.contains_key("tls.crt")
+        {
+            for (name, value) in &data {
+                std::fs::write(certs.join(name), &value.0)?;
+            }
+            mounted = true;
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("kueue exited ({status}); see {}", work.join("kueue.log").display());
+        }
+        let ok = http
+            .get(format!("http://127.0.0.1:{health}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ok {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("kueue not ready after 120 s; see {}", work.join("kueue.log").display());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    create_queues(client).await?;
+    Ok(Controller {
+        pid: child.id(),
+        child,
+        api: None,
+    })
+}
+
+/// ResourceFlavors per series, one ClusterQueue whose quotas equal the fleet, LocalQueues.
+async fn create_queues(client: &kube::Client) -> anyhow::Result<()> {
+    let k = |kind: &str, plural: &str| resource("kueue.x-k8s.io", "v1beta2", kind, plural);
+    let api_version = "kueue.x-k8s.io/v1beta2";
+    let mut flavors = Vec::new();
+    for series in SERIES {
+        create(client, &k("ResourceFlavor", "resourceflavors"), None, json!({
+            "apiVersion": api_version, "kind": "ResourceFlavor", "metadata": {"name": series},
+            "spec": {"nodeLabels": {tuneplane_core::constants::SERIES_LABEL: series}},
+        }))
+        .await?;
+        flavors.push(json!({"name": series, "resources": [
+            {"name": "cpu", "nominalQuota": (NODES_PER_SERIES * NODE_CPUS).to_string()},
+            {"name": "memory", "nominalQuota": format!("{}Gi", NODES_PER_SERIES * NODE_MEMORY_GB)},
+            {"name": "nvidia.com/gpu", "nominalQuota": (NODES_PER_SERIES * NODE_GPUS).to_string()},
+        ]}));
+    }
+    create(client, &k("ClusterQueue", "clusterqueues"), None, json!({
+        "apiVersion": api_version, "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE},
+        "spec": {
+            "namespaceSelector": {},
+            "queueingStrategy": "BestEffortFIFO",
+            "admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": flavors}],
+        },
+    }))
+    .await?;
+    for tenant in TENANTS {
+        create(client, &k("LocalQueue", "localqueues"), Some(tenant), json!({
+            "apiVersion": api_version, "kind": "LocalQueue",
+            "metadata": {"name": tenant, "namespace": tenant},
+            "spec": {"clusterQueue": CLUSTER_QUEUE},
+        }))
+        .await?;
+    }
+    // The ClusterQueue is usable once Kueue reports it Active.
+    let cq: Api<DynamicObject> = Api::all_with(client.clone(), &k("ClusterQueue", "clusterqueues"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let obj = cq.get(CLUSTER_QUEUE).await?;
+        let active = obj.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Active" && c["status"] == "True"));
+        if active {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("ClusterQueue {CLUSTER_QUEUE} not Active after 60 s: {}", obj.data["status"]);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn labels(job: &Job) -> Value {
+    json!({KEY_LABEL: job.key, "kueue.x-k8s.io/queue-name": job.tenant})
+}
+
+/// A pod template with the same resources TunePlane renders for the job's pool.
+fn template(job: &Job, head: bool) -> Value {
+    let (image, resources, selector) = match job.series {
+        None => (
+            "python:3.12-slim",
+            json!({"cpu": "1", "memory": "1Gi"}),
+            json!({}),
+        ),
+        Some(series) => (
+            "rayproject/ray:2.60.0-gpu",
+            json!({"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}),
+            json!({tuneplane_core::constants::SERIES_LABEL: series}),
+        ),
+    };
+    let name = match (job.series, head) {
+        (None, _) => "main",
+        (Some(_), true) => "ray-head",
+        (Some(_), false) => "ray-worker",
+    };
+    json!({
+        "metadata": {"labels": {KEY_LABEL: job.key}},
+        "spec": {
+            "restartPolicy": if job.series.is_none() { "Never" } else { "Always" },
+            "nodeSelector": selector,
+            "containers": [{
+                "name": name, "image": image, "command": ["python3", "train.py"],
+                "resources": {"requests": resources.clone(), "limits": resources},
+            }],
+        },
+    })
+}
+
+/// Creates the job as Kueue expects it: suspended, labelled with its LocalQueue.
+pub async fn submit(client: &kube::Client, job: &Job) -> anyhow::Result<()> {
+    let name = &job.key;
+    match job.series {
+        None => {
+            let obj: BatchJob = serde_json::from_value(json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": job.tenant, "labels": labels(job)},
+                "spec": {
+                    "suspend": true, "parallelism": 1, "completions": 1, "backoffLimit": 0,
+                    "activeDeadlineSeconds": 7200,
+                    "template": template(job, true),
+                },
+            }))?;
+            let api: Api<BatchJob> = Api::namespaced(client.clone(), job.tenant);
+            api.create(&PostParams::default(), &obj).await?;
+        }
+        Some(_) => {
+            let workers = job.nodes - 1;
+            let v = json!({
+                "apiVersion": "ray.io/v1", "kind": "RayJob",
+                "metadata": {"name": name, "namespace": job.tenant, "labels": labels(job)},
+                "spec": {
+                    "suspend": true,
+                    "entrypoint": "python train.py",
+                    "shutdownAfterJobFinishes": true,
+                    "activeDeadlineSeconds": 7200,
+                    "backoffLimit": 0,
+                    "submissionMode": "K8sJobMode",
+                    "submitterConfig": {"backoffLimit": 0},
+                    "rayClusterSpec": {
+                        "headGroupSpec": {"rayStartParams": {}, "template": template(job, true)},
+                        "workerGroupSpecs": [{
+                            "groupName": "main", "replicas": workers, "minReplicas": workers,
+                            "maxReplicas": workers, "rayStartParams": {},
+                            "template": template(job, false),
+                        }],
+                    },
+                },
+            });
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), job.tenant, &rayjob_resource());
+            api.create(&PostParams::default(), &serde_json::from_value(v)?)
+                .await?;
+        }
+    }
+    Ok(())
+}

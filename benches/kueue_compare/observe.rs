@@ -1,0 +1,245 @@
+//! One watch of the cluster for both systems: when each job's workload is admitted (TunePlane:
+//! its RayJob or Pod appears; Kueue: its RayJob or Job is unsuspended) and when each pod is bound.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::batch::v1::Job as BatchJob;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::DynamicObject;
+use kube::runtime::watcher::{self, Event};
+use serde_json::Value;
+
+use crate::workload::Job;
+use crate::{KEY_LABEL, System};
+
+#[derive(Debug, Clone)]
+pub struct PodSeen {
+    /// The job's key: its `benchkey` label, or (submitter pods) resolved from `job_name`.
+    pub key: Option<String>,
+    /// `batch.kubernetes.io/job-name`: a RayJob's submitter carries its RayJob's name.
+    pub job_name: Option<(String, String)>,
+    /// A machine of the job (head, worker or CPU pod), not a submitter.
+    pub machine: bool,
+    pub bound_at: Option<Instant>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub admitted: HashMap<String, Instant>,
+    /// By pod uid.
+    pub pods: HashMap<String, PodSeen>,
+    /// (namespace, workload name) to key, for submitter pods.
+    pub workloads: HashMap<(String, String), String>,
+    pub last_change: Option<Instant>,
+}
+
+impl Snapshot {
+    pub fn admitted_at(&self, key: &str) -> Option<Instant> {
+        self.admitted.get(key).copied()
+    }
+
+    fn key_of(&self, pod: &PodSeen) -> Option<String> {
+        pod.key
+            .clone()
+            .or_else(|| pod.job_name.as_ref().and_then(|w| self.workloads.get(w).cloned()))
+    }
+
+    /// Bound times of each job's pods, and how many of them are machines.
+    pub fn bound_by_job(&self) -> HashMap<String, (Vec<Instant>, usize)> {
+        let mut out: HashMap<String, (Vec<Instant>, usize)> = HashMap::new();
+        for pod in self.pods.values() {
+            let (Some(key), Some(at)) = (self.key_of(pod), pod.bound_at) else {
+                continue;
+            };
+            let e = out.entry(key).or_default();
+            e.0.push(at);
+            e.1 += usize::from(pod.machine);
+        }
+        out
+    }
+
+    /// When the last of `job`'s pods was bound, once all are.
+    pub fn all_bound_at(&self, job: &Job) -> Option<Instant> {
+        self.admitted.get(&job.key)?;
+        let mut times: Vec<Instant> = self
+            .pods
+            .values()
+            .filter(|p| p.bound_at.is_some() && self.key_of(p).as_deref() == Some(&job.key))
+            .filter_map(|p| p.bound_at)
+            .collect();
+        (times.len() >= job.pods()).then(|| {
+            times.sort();
+            times[job.pods() - 1]
+        })
+    }
+}
+
+pub struct Observer {
+    pub system: System,
+    state: Arc<Mutex<Snapshot>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+fn label(meta: &kube::api::ObjectMeta, name: &str) -> Option<String> {
+    meta.labels.as_ref()?.get(name).cloned()
+}
+
+impl Observer {
+    /// Starts the watches and returns once each has listed the cluster.
+    pub async fn start(client: kube::Client, system: System) -> anyhow::Result<Observer> {
+        let state = Arc::new(Mutex::new(Snapshot::default()));
+        let mut tasks = Vec::new();
+        let mut ready = Vec::new();
+
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        ready.push(rx);
+        let pods: Api<Pod> = Api::all(client.clone());
+        tasks.push(spawn_watch(pods, watcher::Config::default(), tx, {
+            let state = state.clone();
+            move |pod: Pod| {
+                let meta = &pod.metadata;
+                let Some(uid) = meta.uid.clone() else { return };
+                let ns = meta.namespace.clone().unwrap_or_default();
+                let key = label(meta, KEY_LABEL);
+                let job_name = label(meta, "batch.kubernetes.io/job-name").map(|j| (ns, j));
+                let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+                let mut s = state.lock().unwrap();
+                let now = Instant::now();
+                // A pod of the job exists: its workload was admitted (TunePlane's CPU jobs are
+                // their Pod; every other pod follows its workload).
+                if let Some(k) = &key
+                    && !s.admitted.contains_key(k)
+                {
+                    s.admitted.insert(k.clone(), now);
+                    s.last_change = Some(now);
+                }
+                let machine = key.is_some();
+                let seen = s.pods.entry(uid).or_insert(PodSeen {
+                    key,
+                    job_name,
+                    machine,
+                    bound_at: None,
+                });
+                if bound && seen.bound_at.is_none() {
+                    seen.bound_at = Some(now);
+                    s.last_change = Some(now);
+                }
+            }
+        }));
+
+        // RayJobs (both systems) and, for Kueue, batch Jobs.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        ready.push(rx);
+        let rayjobs: Api<DynamicObject> =
+            Api::all_with(client.clone(), &crate::kueue::rayjob_resource());
+        tasks.push(spawn_watch(
+            rayjobs,
+            watcher::Config::default().labels(KEY_LABEL),
+            tx,
+            {
+                let state = state.clone();
+                move |rj: DynamicObject| {
+                    let suspended = rj.data["spec"]["suspend"] == Value::Bool(true);
+                    workload_seen(&state, system, &rj.metadata, suspended);
+                }
+            },
+        ));
+        if system == System::Kueue {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            ready.push(rx);
+            let jobs: Api<BatchJob> = Api::all(client.clone());
+            tasks.push(spawn_watch(
+                jobs,
+                watcher::Config::default().labels(KEY_LABEL),
+                tx,
+                {
+                    let state = state.clone();
+                    move |job: BatchJob| {
+                        let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+                        workload_seen(&state, system, &job.metadata, suspended);
+                    }
+                },
+            ));
+        }
+        for rx in ready {
+            tokio::time::timeout(Duration::from_secs(60), rx)
+                .await
+                .map_err(|_| anyhow::anyhow!("a watch did not list the cluster within 60 s"))??;
+        }
+        Ok(Observer {
+            system,
+            state,
+            tasks,
+        })
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        self.state.lock().unwrap().clone()
+    }
+
+    pub fn stop(&self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A workload object seen: record its name and, once it may run, the job's admission.
+fn workload_seen(
+    state: &Mutex<Snapshot>,
+    system: System,
+    meta: &kube::api::ObjectMeta,
+    suspended: bool,
+) {
+    let Some(key) = label(meta, KEY_LABEL) else {
+        return;
+    };
+    let mut s = state.lock().unwrap();
+    let now = Instant::now();
+    let ns = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    s.workloads.insert((ns, name), key.clone());
+    // TunePlane creates a workload only once it admitted the job; Kueue admits by unsuspending.
+    let admitted = match system {
+        System::TunePlane => true,
+        System::Kueue => !suspended,
+    };
+    if admitted && !s.admitted.contains_key(&key) {
+        s.admitted.insert(key, now);
+        s.last_change = Some(now);
+    }
+}
+
+fn spawn_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    ready: tokio::sync::oneshot::Sender<()>,
+    mut on: impl FnMut(K) + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut ready = Some(ready);
+        let mut stream = watcher::watcher(api, config).boxed();
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => on(o),
+                Ok(Event::InitDone) => {
+                    if let Some(r) = ready.take() {
+                        let _ = r.send(());
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("[kueue-compare] watch error (retrying): {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    })
+}

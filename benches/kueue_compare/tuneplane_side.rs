@@ -1,0 +1,191 @@
+//! TunePlane's side: the one-machine stack (API with embedded stores + reconciler, as
+//! `tuneplane dev --kubeconfig` runs it) in a child process of its own, so its CPU and memory are
+//! measured apart from the harness; jobs are submitted through its HTTP API.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::workload::Job;
+use crate::{CONTROLLER_BURST, CONTROLLER_QPS, Controller, KEY_LABEL};
+
+/// First argument of the child process.
+pub const SERVE: &str = "serve-tuneplane";
+
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct ApiAccess {
+    pub api: String,
+    pub team_a_key: String,
+    pub team_b_key: String,
+}
+
+/// Child process: starts the stack against `--kubeconfig`, prints its [`ApiAccess`] as one JSON
+/// line, and runs until its stdin closes.
+pub fn serve(args: &[String]) -> anyhow::Result<()> {
+    let (kubeconfig, dir) = match args {
+        [k, d] => (k.clone(), d.clone()),
+        _ => bail!("usage: {SERVE} KUBECONFIG DIR"),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let opts = tuneplane::dev::StackOptions {
+            data_dir: dir.into(),
+            port: 0,
+            fleet: tuneplane_core::fleet::Fleet { node_groups: vec![] }, // a real cluster's nodes are the fleet
+            execute: false,
+            unpullable_images: vec![],
+            // The reconciler's production default (passes also follow watch events).
+            pass_interval: tuneplane_reconciler::Config::default().pass_interval,
+            backend: tuneplane::dev::Backend::Embedded,
+            cluster: tuneplane::dev::ClusterChoice::Real {
+                kubeconfig: kubeconfig.into(),
+            },
+            webhooks: None,
+        };
+        let stack = tuneplane::dev::Stack::start(opts).await?;
+        let mut random = [0u8; 20];
+        getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        let scopes = vec![
+            tuneplane_core::submit::SCOPE_JOBS_READ.to_string(),
+            tuneplane_core::submit::SCOPE_JOBS_WRITE.to_string(),
+        ];
+        let (team_b_key, record) = tuneplane_core::submit::new_api_key(
+            random,
+            "team-b",
+            scopes,
+            "bench",
+            tuneplane_core::clock::now_ms(),
+        );
+        stack.jobs.put_api_key(&record).await?;
+        let access = json!({"api": stack.api_url, "team_a_key": stack.api_key, "team_b_key": team_b_key});
+        println!("{access}");
+        std::io::stdout().flush()?;
+        // Until the parent closes stdin (or is gone).
+        tokio::task::spawn_blocking(|| {
+            let mut sink = String::new();
+            while std::io::stdin().read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
+        })
+        .await?;
+        stack.shutdown().await;
+        Ok(())
+    })
+}
+
+/// Starts the child and waits until the reconciler has published the whole fleet's capacity.
+pub async fn start(kubeconfig: &Path, work: &Path, fleet_nodes: usize) -> anyhow::Result<Controller> {
+    let log = std::fs::File::create(work.join("tuneplane.log"))?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg(SERVE)
+        .arg(kubeconfig)
+        .arg(work.join("stack"))
+        .env("TUNEPLANE_KUBE_QPS", CONTROLLER_QPS.to_string())
+        .env("TUNEPLANE_KUBE_BURST", CONTROLLER_BURST.to_string())
+        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .context("starting the TunePlane stack")?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    let api: ApiAccess = serde_json::from_str(line.trim()).with_context(|| {
+        format!(
+            "the TunePlane stack did not start (see {}): {line:?}",
+            work.join("tuneplane.log").display()
+        )
+    })?;
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let body = http
+            .get(format!("{}/v1/capacity", api.api))
+            .bearer_auth(&api.team_a_key)
+            .send()
+            .await?
+            .bytes()
+            .await?;
+        let v: Value = serde_json::from_slice(&body)?;
+        let nodes = v["snapshot"]["nodes"].as_array().map_or(0, Vec::len);
+        if nodes >= fleet_nodes {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("TunePlane's capacity snapshot shows {nodes} of {fleet_nodes} nodes after 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(Controller {
+        pid: child.id(),
+        child,
+        api: Some(api),
+    })
+}
+
+/// The code every job ships: one small script, packed as the CLI packs a folder.
+pub fn code_b64() -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("train.py"), "print('benchmark job')\n")?;
+    let zip = tuneplane::client::pack::pack_quiet(dir.path())?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(zip))
+}
+
+/// The JobSpec of `job`: the same shape Kueue gets (see `kueue::submit`).
+pub fn spec(job: &Job) -> String {
+    let pool = match job.series {
+        None => "{name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}".to_string(),
+        Some(series) => format!(
+            "{{name: main, series: {series}, nodes: {}, gpus_per_node: 8}}",
+            job.nodes
+        ),
+    };
+    let image = if job.series.is_some() {
+        "rayproject/ray:2.60.0-gpu"
+    } else {
+        "python:3.12-slim"
+    };
+    format!(
+        "name: {key}\nplugin: custom/custom\nimage: {image}\nentrypoint: python3 train.py\n\
+         pools:\n  - {pool}\n\
+         deadlines: {{pre_running_seconds: 3600, run_seconds: 7200}}\n\
+         labels: {{{KEY_LABEL}: {key}}}\n",
+        key = job.key
+    )
+}
+
+pub async fn submit(
+    http: &reqwest::Client,
+    api: &ApiAccess,
+    code: &str,
+    job: &Job,
+) -> anyhow::Result<()> {
+    let key = if job.tenant == "team-b" {
+        &api.team_b_key
+    } else {
+        &api.team_a_key
+    };
+    let body = json!({"spec": spec(job), "code": {"inline": code}});
+    let r = http
+        .post(format!("{}/v1/jobs", api.api))
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body)?)
+        .send()
+        .await?;
+    let status = r.status();
+    if !status.is_success() {
+        let text = r.text().await.unwrap_or_default();
+        bail!("HTTP {status}: {text}");
+    }
+    Ok(())
+}

@@ -1,0 +1,226 @@
+//! The three workloads and how each is submitted to either system.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+
+use crate::observe::Observer;
+use crate::{Controller, Options, SERIES, SUBMITTERS, System};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Single-pod CPU jobs (1 CPU, 1 GiB): a Pod in TunePlane, a batch/v1 Job in Kueue.
+    Small,
+    /// Gang jobs of 2-8 machines x 8 GPUs on one series: a RayJob in both.
+    Gang,
+    /// Tenant `team-a` floods with small jobs, then `team-b` submits one.
+    Fair,
+}
+
+impl Shape {
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Small => "small",
+            Shape::Gang => "gang",
+            Shape::Fair => "fair",
+        }
+    }
+}
+
+/// One job of a workload.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The harness's key (`benchkey` label), also the job's name.
+    pub key: String,
+    /// `team-a` or `team-b`.
+    pub tenant: &'static str,
+    /// GPU series, or `None` for a CPU job.
+    pub series: Option<&'static str>,
+    /// Machines (pods of the gang; 1 for a CPU job).
+    pub nodes: u32,
+}
+
+impl Job {
+    /// Pods the job runs once admitted: its machines, and the submitter of a RayJob.
+    pub fn pods(&self) -> usize {
+        self.nodes as usize + usize::from(self.series.is_some())
+    }
+}
+
+pub struct Workload {
+    pub shape: Shape,
+    pub jobs: Vec<Job>,
+}
+
+/// What a run saw of its submissions.
+pub struct Outcome {
+    /// Per job (same order as `Workload::jobs`): when its submission started, relative to the run.
+    pub submitted: Vec<Option<Duration>>,
+    /// When the last submission returned.
+    pub submit_done: Duration,
+    /// When the run stopped watching.
+    pub ended: Duration,
+    /// Why it stopped: `complete`, `quiet` or `timeout`.
+    pub end_reason: &'static str,
+    /// Submissions the system refused, with the first error.
+    pub refused: usize,
+    pub first_error: Option<String>,
+}
+
+impl Workload {
+    pub fn new(shape: Shape, o: &Options) -> Workload {
+        let small = |i: usize, tenant| Job {
+            key: format!("{}-{i:05}", if tenant == "team-b" { "b" } else { "s" }),
+            tenant,
+            series: None,
+            nodes: 1,
+        };
+        let jobs = match shape {
+            Shape::Small => (0..o.small).map(|i| small(i, "team-a")).collect(),
+            Shape::Gang => (0..o.gang)
+                .map(|i| Job {
+                    key: format!("g-{i:05}"),
+                    tenant: "team-a",
+                    series: Some(SERIES[i % SERIES.len()]),
+                    // 2..=8 machines, spread evenly over the series.
+                    nodes: 2 + ((i / SERIES.len()) * 3 % 7) as u32,
+                })
+                .collect(),
+            Shape::Fair => {
+                let mut v: Vec<Job> = (0..o.flood).map(|i| small(i, "team-a")).collect();
+                v.push(small(0, "team-b"));
+                v
+            }
+        };
+        Workload { shape, jobs }
+    }
+
+    /// Submits every job (the fair workload's last one after the rest) and watches until done.
+    pub async fn run(
+        &self,
+        controller: &Controller,
+        client: &kube::Client,
+        observer: &Observer,
+        o: &Options,
+        started: Instant,
+    ) -> anyhow::Result<Outcome> {
+        let submitter = Arc::new(Submitter::new(controller, client, observer.system)?);
+        let (flood, last): (&[Job], &[Job]) = match self.shape {
+            Shape::Fair => self.jobs.split_at(self.jobs.len() - 1),
+            _ => (&self.jobs[..], &[]),
+        };
+        let mut submitted = vec![None; self.jobs.len()];
+        let mut refused = 0;
+        let mut first_error = None;
+        let mut record = |i: usize, at: Duration, r: anyhow::Result<()>| {
+            submitted[i] = Some(at);
+            if let Err(e) = r {
+                refused += 1;
+                first_error.get_or_insert_with(|| format!("{}: {e:#}", self.jobs[i].key));
+            }
+        };
+        let results: Vec<(usize, Duration, anyhow::Result<()>)> =
+            futures_util::stream::iter(flood.iter().enumerate())
+                .map(|(i, job)| {
+                    let s = submitter.clone();
+                    async move {
+                        let at = started.elapsed();
+                        (i, at, s.submit(job).await)
+                    }
+                })
+                .buffer_unordered(SUBMITTERS)
+                .collect()
+                .await;
+        for (i, at, r) in results {
+            record(i, at, r);
+        }
+        for job in last {
+            let at = started.elapsed();
+            let r = submitter.submit(job).await;
+            record(self.jobs.len() - 1, at, r);
+        }
+        let submit_done = started.elapsed();
+        eprintln!(
+            "[kueue-compare] submitted {} job(s) in {:.1} s ({refused} refused)",
+            self.jobs.len(),
+            submit_done.as_secs_f64()
+        );
+
+        // Watch until every job is admitted with all its pods bound, nothing changes, or time runs out.
+        let end_reason = loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let snap = observer.snapshot();
+            let complete = match self.shape {
+                // The fairness figure is the second tenant's wait: the run ends once it is admitted.
+                Shape::Fair => snap.admitted_at(&self.jobs[self.jobs.len() - 1].key).is_some(),
+                _ => self
+                    .jobs
+                    .iter()
+                    .all(|j| snap.all_bound_at(j).is_some()),
+            };
+            if complete {
+                break "complete";
+            }
+            if started.elapsed() > o.timeout {
+                break "timeout";
+            }
+            if snap.last_change.is_some_and(|t| t.elapsed() > o.quiet)
+                && started.elapsed() > submit_done + o.quiet
+            {
+                break "quiet";
+            }
+        };
+        let ended = started.elapsed();
+        eprintln!(
+            "[kueue-compare] run ended ({end_reason}) after {:.1} s",
+            ended.as_secs_f64()
+        );
+        Ok(Outcome {
+            submitted,
+            submit_done,
+            ended,
+            end_reason,
+            refused,
+            first_error,
+        })
+    }
+}
+
+/// Submits jobs to one system: TunePlane through its HTTP API, Kueue as suspended objects.
+enum Submitter {
+    TunePlane {
+        http: reqwest::Client,
+        api: crate::tuneplane_side::ApiAccess,
+        code: String,
+    },
+    Kueue {
+        client: kube::Client,
+    },
+}
+
+impl Submitter {
+    fn new(c: &Controller, client: &kube::Client, system: System) -> anyhow::Result<Submitter> {
+        Ok(match system {
+            System::TunePlane => Submitter::TunePlane {
+                http: reqwest::Client::builder()
+                    .timeout(Duration::from_secs(120))
+                    .build()?,
+                api: c.api.clone().expect("TunePlane's API"),
+                code: crate::tuneplane_side::code_b64()?,
+            },
+            System::Kueue => Submitter::Kueue {
+                client: client.clone(),
+            },
+        })
+    }
+
+    async fn submit(&self, job: &Job) -> anyhow::Result<()> {
+        match self {
+            Submitter::TunePlane { http, api, code } => {
+                crate::tuneplane_side::submit(http, api, code, job).await
+            }
+            Submitter::Kueue { client } => crate::kueue::submit(client, job).await,
+        }
+    }
+}

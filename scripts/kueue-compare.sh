@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# TunePlane and Kueue side by side on one real control plane: 1,000 fake GPU nodes in four series,
+# three workloads (5,000 small jobs, 1,000 gang RayJobs, a flooding tenant and a second one), each
+# system from a fresh cluster in turn. Prints the comparison table and writes
+# target/kueue-compare/results.{json,md}; BENCHMARKS.md explains the figures.
+#
+#   scripts/kueue-compare.sh [harness options, see --help]
+#
+# Builds what it needs once per machine: the control plane (scripts/testenv-build.sh), Kueue
+# (scripts/kueue-build.sh), and the harness and node agent with Cargo's bench profile (optimised).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+say() { printf '[kueue-compare] %s\n' "$*" >&2; }
+die() { printf '[kueue-compare] error: %s\n' "$*" >&2; exit 1; }
+
+for a in "$@"; do
+  if [[ $a == -h || $a == --help ]]; then
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    exec cargo bench --quiet --locked --manifest-path "$ROOT/Cargo.toml" --workspace --bench kueue_compare -- --help
+  fi
+done
+
+start=$SECONDS
+"$ROOT/scripts/testenv-build.sh" >/dev/null
+KUEUE="$("$ROOT/scripts/kueue-build.sh" | tail -n 1)"
+say "building the harness and the node agent (cargo, bench profile)"
+cargo build --quiet --locked --profile bench --workspace --bin kubesim --manifest-path "$ROOT/Cargo.toml" \
+  || die "cargo build of the node agent failed"
+# The bench profile's artifacts live in target/release.
+TARGET="$(cargo metadata --format-version 1 --no-deps --manifest-path "$ROOT/Cargo.toml" \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+say "builds ready after $((SECONDS - start)) s"
+export AWS_EC2_METADATA_DISABLED=true
+cargo bench --quiet --locked --manifest-path "$ROOT/Cargo.toml" --workspace --bench kueue_compare -- \
+  --kueue "$KUEUE" --agent "$TARGET/release/kubesim" "$@"
+say "whole comparison, builds included: $((SECONDS - start)) s"
