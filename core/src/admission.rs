@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::capacity::{CapacitySnapshot, GpuShare};
 use crate::job::{JobRecord, JobState, PendingReason};
-use crate::quota::{self, Demand, Over, TenantQuota, Verdict};
+use crate::quota::{self, Demand, Over, OverKey, TenantQuota, Verdict};
 use crate::spec::{JobSpec, Pool};
 
 /// Machines of an admitted job that hold no node yet (their pods are not bound).
@@ -1474,44 +1474,13 @@ pub fn plan_admissions<'q>(
     let mut borrowers: Vec<(usize, &'q JobRecord)> = Vec::new();
     // Quota messages, formatted once per tenant and limit state (a long queue of one tenant
     // waits for the same reason).
-    type OverKey<'q> = (usize, u8, &'q str, u64, u64, u64);
-    let mut quota_messages: HashMap<OverKey<'_>, Arc<str>> = HashMap::new();
+    let mut quota_messages: HashMap<(usize, bool, OverKey<'q>), Arc<str>> = HashMap::new();
     let mut held_by_quota = |round: &mut Round<'_, 'q>,
                              t: usize,
                              job: &'q JobRecord,
                              over: Over<'q>,
                              borrowing: bool| {
-        let key = match over {
-            Over::Gpus {
-                series,
-                used,
-                limit,
-                need,
-            } => (
-                t,
-                u8::from(borrowing),
-                series,
-                u64::from(used),
-                u64::from(limit),
-                u64::from(need),
-            ),
-            Over::Cpus { used, limit, need } => (
-                t,
-                2 + u8::from(borrowing),
-                "",
-                used.to_bits(),
-                limit.to_bits(),
-                need.to_bits(),
-            ),
-            Over::Memory { used, limit, need } => (
-                t,
-                4 + u8::from(borrowing),
-                "",
-                used.to_bits(),
-                limit.to_bits(),
-                need.to_bits(),
-            ),
-        };
+        let key = (t, borrowing, over.key());
         let message = quota_messages
             .entry(key)
             .or_insert_with(|| {
