@@ -499,7 +499,7 @@ mod tests {
             .segments
             .iter()
             .find(|s| s.container == "job")
-            .unwrap_or_else(|| panic!("no job segment"));
+            .expect("no job segment");
         assert_eq!(
             (merged.offset, merged.bytes, merged.seq, merged.key.as_str()),
             (
