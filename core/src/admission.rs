@@ -66,7 +66,7 @@ pub struct Reservation {
 /// Where one pool of an admitted job goes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolPlacement {
-    /// Pool name.
+    /// The pool of the job's spec (`pools[].name`) these nodes are for.
     pub pool: String,
     /// One distinct node per machine.
     pub nodes: Vec<String>,

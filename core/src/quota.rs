@@ -289,20 +289,20 @@ pub enum Over<'a> {
     },
     /// CPU cores of CPU-only jobs.
     Cpus {
-        /// Admitted.
+        /// Cores of the tenant's admitted CPU-only jobs.
         used: f64,
         /// The tenant's CPU limit, cores.
         limit: f64,
-        /// Needed.
+        /// Cores the job asks for.
         need: f64,
     },
     /// Memory (GiB) of CPU-only jobs.
     Memory {
-        /// Admitted.
+        /// GiB of the tenant's admitted CPU-only jobs.
         used: f64,
         /// The tenant's memory limit, GiB.
         limit: f64,
-        /// Needed.
+        /// GiB the job asks for.
         need: f64,
     },
 }

@@ -219,7 +219,7 @@ impl SubmitService {
         &self.blobs
     }
 
-    /// The configuration.
+    /// The limits and defaults submissions are checked against.
     pub fn config(&self) -> &SubmitConfig {
         &self.config
     }
