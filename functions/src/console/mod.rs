@@ -579,8 +579,7 @@ mod tests {
         assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY);
         let expected =
             tuneplane_core::spec::validate(spec, None, &s.state.submit.config().defaults)
-                .err()
-                .expect("invalid");
+                .expect_err("invalid");
         assert!(expected.0.len() >= 3);
         for e in &expected.0 {
             assert!(
