@@ -66,9 +66,9 @@ async fn get_json(w: &World, path: &str) -> Value {
         .bearer_auth(&w.stack.api_key)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        .expect("GET");
     let bytes = res.bytes().await.unwrap();
-    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    serde_json::from_slice(&bytes).expect("a JSON answer")
 }
 
 /// Reloads the job page until its status is `state` (bounded).
@@ -319,7 +319,7 @@ fn the_capacity_page_shows_the_snapshot_the_api_returns_and_admission_uses() {
             .await
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_else(|| panic!("GET /v1/capacity"));
+            .expect("GET /v1/capacity");
         let snapshot: tuneplane_core::capacity::CapacitySnapshot =
             serde_json::from_value(api["snapshot"].clone()).unwrap();
         let admission = admission_snapshot(&w).await;
@@ -387,7 +387,7 @@ async fn admission_snapshot(w: &World) -> tuneplane_core::capacity::CapacitySnap
         .stack
         .sim
         .as_ref()
-        .unwrap_or_else(|| panic!("simulated cluster"))
+        .expect("simulated cluster")
         .url()
         .parse()
         .unwrap();

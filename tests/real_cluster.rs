@@ -226,7 +226,7 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
             c.labels().get("tuneplane.io/job-id") == Some(&multi)
                 || c.owner_references().iter().any(|o| o.kind == "RayJob")
         })
-        .unwrap_or_else(|| panic!("no RayCluster from the operator"));
+        .expect("no RayCluster from the operator");
     let ray_pods = pods
         .list(&ListParams::default().labels(&format!("ray.io/cluster={}", rc.name_any())))
         .await

@@ -103,10 +103,10 @@ pub struct SeriesCapacity {
     pub largest_free_block: u32,
 }
 
-/// One node.
+/// One node: what it offers, what is in use, and whether new pods may land on it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeCapacity {
-    /// Node name.
+    /// The Kubernetes node name (what pods are bound to).
     pub name: String,
     /// GPU series, if the node has one.
     pub series: Option<String>,
@@ -115,9 +115,9 @@ pub struct NodeCapacity {
     /// GPU capacity (`nvidia.com/gpu` capacity; 0 when unknown, then `gpus` counts).
     #[serde(default)]
     pub gpus_capacity: u32,
-    /// GPUs in use.
+    /// GPUs held by the pods bound to the node that have not finished.
     pub gpus_used: u32,
-    /// CPU cores.
+    /// Allocatable CPU cores.
     pub cpus: f64,
     /// CPU cores in use.
     pub cpus_used: f64,

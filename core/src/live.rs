@@ -59,9 +59,9 @@ pub struct Segment {
     /// Order of shipping within the job (1, 2, ...): readers ask for segments after the last
     /// one they saw.
     pub seq: u64,
-    /// Pod name.
+    /// The pod whose container wrote the text.
     pub pod: String,
-    /// Container name.
+    /// The container (of `pod`) whose log the range is from.
     pub container: String,
     /// First byte of the range in the container's log.
     pub offset: u64,
@@ -80,7 +80,7 @@ pub struct Segment {
 /// Every segment of a job, in shipping order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// Job id.
+    /// The job whose output the segments hold (the manifest is at [`manifest_key`] of it).
     pub job_id: String,
     /// Segments in shipping order.
     pub segments: Vec<Segment>,
@@ -275,7 +275,7 @@ pub struct Budget {
 pub const BURST_SECONDS: f64 = 5.0;
 
 impl Budget {
-    /// An empty budget.
+    /// A budget with no reads: the first [`refill`](Self::refill) grants one second's worth.
     pub fn new() -> Budget {
         Budget {
             tokens: 0.0,
@@ -294,7 +294,7 @@ impl Budget {
         self.tokens
     }
 
-    /// Spends `reads`.
+    /// Takes `reads` from the budget (it may go negative: the debt delays the next reads).
     pub fn spend(&mut self, reads: u32) {
         self.tokens -= f64::from(reads);
     }
@@ -309,7 +309,7 @@ impl Default for Budget {
 /// A running job that may be read this pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate<'a> {
-    /// Job id.
+    /// The running job whose logs would be read.
     pub job_id: &'a str,
     /// Someone follows it now.
     pub followed: bool,
@@ -499,7 +499,7 @@ mod tests {
             .segments
             .iter()
             .find(|s| s.container == "job")
-            .unwrap_or_else(|| panic!("no job segment"));
+            .expect("no job segment");
         assert_eq!(
             (merged.offset, merged.bytes, merged.seq, merged.key.as_str()),
             (

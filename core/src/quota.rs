@@ -289,25 +289,47 @@ pub enum Over<'a> {
     },
     /// CPU cores of CPU-only jobs.
     Cpus {
-        /// Admitted.
+        /// Cores of the tenant's admitted CPU-only jobs.
         used: f64,
         /// The tenant's CPU limit, cores.
         limit: f64,
-        /// Needed.
+        /// Cores the job asks for.
         need: f64,
     },
     /// Memory (GiB) of CPU-only jobs.
     Memory {
-        /// Admitted.
+        /// GiB of the tenant's admitted CPU-only jobs.
         used: f64,
         /// The tenant's memory limit, GiB.
         limit: f64,
-        /// Needed.
+        /// GiB the job asks for.
         need: f64,
     },
 }
 
-impl Over<'_> {
+/// An [`Over`] as a hashable value: which limit (0 GPUs, 1 CPUs, 2 memory), the series, and the
+/// bits of what is used, the limit and the need. Equal keys give equal messages.
+pub type OverKey<'a> = (u8, &'a str, u64, u64, u64);
+
+impl<'a> Over<'a> {
+    /// This limit state as a hashable [`OverKey`].
+    pub fn key(&self) -> OverKey<'a> {
+        match *self {
+            Over::Gpus {
+                series,
+                used,
+                limit,
+                need,
+            } => (0, series, used.into(), limit.into(), need.into()),
+            Over::Cpus { used, limit, need } => {
+                (1, "", used.to_bits(), limit.to_bits(), need.to_bits())
+            }
+            Over::Memory { used, limit, need } => {
+                (2, "", used.to_bits(), limit.to_bits(), need.to_bits())
+            }
+        }
+    }
+
     /// What a person reads: `tenant team-a uses 12 of 16 h200 GPUs; this job needs 8`.
     pub fn message(&self, tenant: &str) -> String {
         match *self {

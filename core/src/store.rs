@@ -47,9 +47,9 @@ pub enum StoreError {
     /// A create found the record already there.
     #[error("{table}: {key} already exists")]
     AlreadyExists {
-        /// Table name.
+        /// The table (DynamoDB) or database file (embedded) written to.
         table: String,
-        /// Record key.
+        /// The key of the record that exists (`JOB#<id>`, `SCHEDULE#<id>`, ...).
         key: String,
     },
     /// The idempotency key was first used with a different request.
@@ -83,15 +83,15 @@ pub enum StoreError {
     BlobNotFound {
         /// Bucket or root directory.
         bucket: String,
-        /// Object key.
+        /// The blob key that was asked for.
         key: String,
     },
     /// A stored item that does not decode (missing attribute, bad JSON).
     #[error("{table}: stored item {key} is malformed: {reason}")]
     Corrupt {
-        /// Table or bucket.
+        /// The table or bucket the item was read from.
         table: String,
-        /// Record key.
+        /// The key of the item that does not decode.
         key: String,
         /// What is missing or wrong.
         reason: String,
@@ -367,7 +367,7 @@ pub enum PutOutcome {
 /// HTTP method of a presigned URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PresignMethod {
-    /// Download.
+    /// A `GET` URL: the holder downloads the object.
     Get,
     /// Upload (overwrites).
     Put,
@@ -376,7 +376,7 @@ pub enum PresignMethod {
 /// A presigned request: anyone holding it may perform `method` on the object until `expires_at`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PresignedRequest {
-    /// Method to use.
+    /// The HTTP method the URL is signed for; any other method is refused.
     pub method: PresignMethod,
     /// Full URL including the signature.
     pub url: String,

@@ -11,6 +11,8 @@
 //! AWS account and the sender cannot choose it. `TUNEPLANE_EVENT_SENDERS` maps accounts to
 //! tenants; a `detail.tenant` that disagrees with the mapping is refused.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitError, SubmitRequest};
 
@@ -296,6 +298,27 @@ pub fn retryable(error: SubmitError) -> lambda_http::lambda_runtime::Diagnostic 
         error_type: "RetryableFailure".into(),
         error_message: error.to_string(),
     }
+}
+
+/// The `main` of an event-driven function (inbox, scheduled): starts up like every binary
+/// (`name` says which in a startup error), then answers each Lambda event with the JSON that
+/// `handle` makes of its payload; a failure of `handle` is [`retryable`].
+pub async fn run_function<F, Fut>(name: &str, handle: F) -> anyhow::Result<()>
+where
+    F: Fn(Arc<AppState>, Value) -> Fut,
+    Fut: Future<Output = Result<Value, SubmitError>>,
+{
+    use anyhow::Context as _;
+    use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
+    let (_config, state) = crate::runtime::startup()
+        .await
+        .with_context(|| format!("starting the {name} function"))?;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+        let answer = handle(state.clone(), event.payload);
+        async move { answer.await.map_err(retryable) }
+    }))
+    .await
+    .map_err(|e| anyhow::anyhow!("Lambda runtime: {e}"))
 }
 
 /// Client errors become a final rejection; internal errors propagate (the event is retried).

@@ -16,7 +16,7 @@ use tuneplane_functions::app::ROUTES;
 
 fn documented() -> BTreeSet<(String, String)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi.yaml");
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let text = std::fs::read_to_string(path).expect("openapi.yaml");
     let doc: Value = yaml_serde::from_str(&text).expect("openapi.yaml");
     assert_eq!(
         doc["openapi"].as_str().map(|v| v.starts_with("3.")),
@@ -58,8 +58,7 @@ async fn every_documented_route_is_served_by_the_router() {
     let h = Harness::embedded().await;
     for (method, path) in documented() {
         let concrete = path.replace("{id}", "j-0000").replace("{source}", "ci");
-        let method = Method::from_bytes(method.to_uppercase().as_bytes())
-            .unwrap_or_else(|e| panic!("{method}: {e}"));
+        let method = Method::from_bytes(method.to_uppercase().as_bytes()).expect("an HTTP method");
         let reply = h
             .call(method.clone(), &concrete, None, &[], Vec::new())
             .await;

@@ -129,7 +129,7 @@ impl Function {
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {binary}: {e}"));
+            .expect("start the function binary");
         Function {
             name,
             port,
@@ -164,7 +164,7 @@ impl Function {
             .body(event.to_string())
             .send()
             .await
-            .unwrap_or_else(|e| panic!("invoking {}: {e}", self.name));
+            .expect("invoke the function");
         let status = response.status();
         (status, response.text().await.unwrap_or_default())
     }

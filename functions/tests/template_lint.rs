@@ -34,7 +34,7 @@ fn venv_tool(name: &str) -> PathBuf {
 }
 
 fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let out = cmd.output().expect("run the linter");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -4,6 +4,7 @@
 //! selectors), watch event latency, reflector sync time, controller pass time and the process RSS.
 //! Run with `cargo bench -p tuneplane-kubesim --bench scale` (release profile). Figures, not
 //! assertions: nothing here fails on timing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is a failure with its location
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,7 @@ fn fleet() -> Fleet {
         let series = if g.is_multiple_of(2) { "h200" } else { "l40s" };
         yaml.push_str(&format!("  - {{name: g{g}, series: {series}, count: {NODES_PER_GROUP}, gpus: 8, cpus: 96, memory_gb: 1024}}\n"));
     }
-    Fleet::from_yaml(&yaml).unwrap_or_else(|e| panic!("fleet: {e}"))
+    Fleet::from_yaml(&yaml).expect("fleet")
 }
 
 fn pod(i: usize) -> Pod {
@@ -52,7 +53,7 @@ fn pod(i: usize) -> Pod {
                 "resources": {"limits": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "0"}}}],
         },
     }))
-    .unwrap_or_else(|e| panic!("pod: {e}"))
+    .expect("pod")
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -88,13 +89,9 @@ async fn main() {
         kuberay: false,
         ..SimConfig::default()
     };
-    let sim = KubeSim::start(config)
-        .await
-        .unwrap_or_else(|e| panic!("start: {e}"));
-    let client = kube::Client::try_from(kube::Config::new(
-        sim.url().parse().unwrap_or_else(|e| panic!("{e}")),
-    ))
-    .unwrap_or_else(|e| panic!("{e}"));
+    let sim = KubeSim::start(config).await.expect("start");
+    let client = kube::Client::try_from(kube::Config::new(sim.url().parse().expect("kubesim URL")))
+        .expect("client");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let nodes: Api<Node> = Api::all(client.clone());
     println!(
@@ -115,7 +112,7 @@ async fn main() {
         .buffer_unordered(16)
         .try_collect::<Vec<()>>()
         .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
+        .expect("create");
     let created = t.elapsed();
     println!(
         "create {PODS} pods (16 in flight): {:.2?} ({:.0} pods/s)",
@@ -148,7 +145,7 @@ async fn main() {
     let mut total = 0;
     let mut lp = ListParams::default().limit(500);
     loop {
-        let page = pods.list(&lp).await.unwrap_or_else(|e| panic!("{e}"));
+        let page = pods.list(&lp).await.expect("list");
         total += page.items.len();
         match page.metadata.continue_ {
             Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
@@ -186,7 +183,7 @@ async fn main() {
     let mut stream = pods
         .watch(&WatchParams::default().labels("shard=5").timeout(120), &rv)
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("watch")
         .boxed();
     let mut latencies = Vec::new();
     for i in 0..100 {
@@ -198,7 +195,7 @@ async fn main() {
             &Patch::Merge(json!({"metadata": {"annotations": {"bench": i.to_string()}}})),
         )
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("patch");
         loop {
             match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
                 Ok(Some(Ok(WatchEvent::Modified(p))))
@@ -225,10 +222,7 @@ async fn main() {
             .applied_objects()
             .for_each(|_| async {}),
     );
-    reader
-        .wait_until_ready()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    reader.wait_until_ready().await.expect("reflector");
     println!(
         "reflector initial sync of {} pods (pages of 500): {:.2?}",
         reader.state().len(),

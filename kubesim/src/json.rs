@@ -23,6 +23,15 @@ pub fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     at(v, pointer).and_then(Value::as_str)
 }
 
+/// The strings of the JSON array `v`, other items skipped; none when `v` is absent or not an
+/// array (finalizers, `command`, the values of a selector requirement).
+pub fn strs(v: Option<&Value>) -> impl Iterator<Item = &str> {
+    v.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+}
+
 /// The integer at a JSON pointer, if any.
 pub fn i64_at(v: &Value, pointer: &str) -> Option<i64> {
     at(v, pointer).and_then(Value::as_i64)

@@ -43,14 +43,13 @@ fn kubelet_tls(kubeconfig: &Path) -> Option<TlsFiles> {
 }
 
 async fn client(path: &Path) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)
-        .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()));
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("read the kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
     )
     .await
-    .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()));
+    .expect("use the kubeconfig");
     kube::Client::try_from(config).expect("client")
 }
 
@@ -164,7 +163,7 @@ async fn exercise(
         .state
         .clone()
         .and_then(|s| s.terminated)
-        .unwrap_or_else(|| panic!("container not terminated"));
+        .expect("container not terminated");
     assert_eq!(terminated.exit_code, 0);
     if logs_expected {
         let log = pods
@@ -291,7 +290,7 @@ async fn agent_plays_nodes_of_a_real_cluster() {
     namespaces
         .create(&PostParams::default(), &namespace)
         .await
-        .unwrap_or_else(|e| panic!("creating namespace {ns}: {e}"));
+        .expect("create the test namespace");
 
     let outcome =
         std::panic::AssertUnwindSafe(exercise(&client, &handle, &ns, &bad_image, tls.is_some()))

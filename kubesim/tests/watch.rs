@@ -159,7 +159,7 @@ async fn watcher_relists_after_410_gone() {
         }
     }
     assert!(saw_gone, "the resumed watch must be answered with 410 Gone");
-    let mut names = relisted.unwrap_or_else(|| panic!("the watcher never relisted"));
+    let mut names = relisted.expect("the watcher never relisted");
     names.sort();
     assert_eq!(names, ["after", "before"]);
 }

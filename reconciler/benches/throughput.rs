@@ -2,6 +2,7 @@
 //! burst of queued jobs becomes ADMITTED and RUNNING, and what a pass costs meanwhile (compare:
 //! Kueue's scale tests admit ~42 workloads/s). `cargo bench -p tuneplane-reconciler --bench
 //! throughput` prints the figures and asserts nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is a failure with its location
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +25,7 @@ fn job(i: usize) -> JobRecord {
         "deadlines": {"pre_running_seconds": 600, "run_seconds": 3600}, "priority": 0, "labels": {},
         "namespace": "tuneplane-jobs", "platform_version": "0"
     }))
-    .unwrap_or_else(|e| panic!("spec: {e}"));
+    .expect("spec");
     JobRecord::new_queued(format!("b{i:04}"), "t", spec, "ab".repeat(32), i as i64)
 }
 
@@ -41,21 +42,18 @@ async fn main() {
         "node_groups:\n  - {{name: l40s, series: l40s, count: {NODES}, gpus: 4, cpus: 48, memory_gb: 256}}\n"
     );
     let mut config = SimConfig {
-        fleet: Some(Fleet::from_yaml(&fleet).unwrap_or_else(|e| panic!("{e}"))),
+        fleet: Some(Fleet::from_yaml(&fleet).expect("fleet")),
         tick: Duration::from_millis(50),
         ..SimConfig::default()
     };
     config.scenario.start_delay = Duration::from_millis(100);
     config.scenario.rayjob_run = Duration::from_secs(3600);
-    let sim = KubeSim::start(config)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let url = sim.url().parse().unwrap_or_else(|e| panic!("{e}"));
-    let client = kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("{e}"));
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let sim = KubeSim::start(config).await.expect("kubesim");
+    let url = sim.url().parse().expect("kubesim URL");
+    let client = kube::Client::try_from(kube::Config::new(url)).expect("client");
+    let dir = tempfile::tempdir().unwrap();
     let jobs: Arc<dyn JobStore> = Arc::new(
-        tuneplane_stores::EmbeddedJobStore::open(dir.path().join("jobs"))
-            .unwrap_or_else(|e| panic!("{e}")),
+        tuneplane_stores::EmbeddedJobStore::open(dir.path().join("jobs")).expect("job store"),
     );
     let blobs: Arc<dyn BlobStore> = Arc::new(
         tuneplane_stores::FsBlobStore::open(
@@ -63,12 +61,10 @@ async fn main() {
             b"s".to_vec(),
             "http://127.0.0.1:9/b",
         )
-        .unwrap_or_else(|e| panic!("{e}")),
+        .expect("blob store"),
     );
     for i in 0..JOBS {
-        jobs.create_job(&job(i), None)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        jobs.create_job(&job(i), None).await.expect("create job");
     }
     let settings = Config {
         namespace: "default".into(),
@@ -80,7 +76,7 @@ async fn main() {
     let metrics = Arc::new(Metrics::default());
     let r = Reconciler::new(settings, client, jobs.clone(), blobs, metrics.clone())
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("reconciler");
     let started = Instant::now();
     let task = tokio::spawn(r.run_until(std::future::pending()));
     let (mut admitted_at, mut running_at) = (None, None);

@@ -367,19 +367,19 @@ mod tests {
                 m.to_owned(),
             )
         };
-        let first = next_status(None, &gpu("a"), 1_000).unwrap_or_else(|| panic!("first"));
+        let first = next_status(None, &gpu("a"), 1_000).expect("first");
         assert_eq!((first.since_ms, first.updated_ms), (1_000, 1_000));
         // The same observation: nothing to write, however often the pass runs.
         assert_eq!(next_status(Some(&first), &gpu("a"), 1_100), None);
         assert_eq!(next_status(Some(&first), &gpu("a"), 999_999), None);
         // A new message under the same reason waits for the refresh interval ...
         assert_eq!(next_status(Some(&first), &gpu("b"), 1_000 + 29_999), None);
-        let later = next_status(Some(&first), &gpu("b"), 1_000 + MESSAGE_REFRESH_MS)
-            .unwrap_or_else(|| panic!("refresh"));
+        let later =
+            next_status(Some(&first), &gpu("b"), 1_000 + MESSAGE_REFRESH_MS).expect("refresh");
         assert_eq!((later.message.as_str(), later.since_ms), ("b", 1_000));
         // ... a new reason or state is written at once, from now.
         let running = (PlaygroundState::Running, None, "runs".to_owned());
-        let run = next_status(Some(&first), &running, 1_200).unwrap_or_else(|| panic!("run"));
+        let run = next_status(Some(&first), &running, 1_200).expect("run");
         assert_eq!((run.state, run.since_ms), (PlaygroundState::Running, 1_200));
     }
 

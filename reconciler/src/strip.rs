@@ -328,18 +328,14 @@ mod tests {
             );
             assert_eq!(ns_name(&small.metadata), ns_name(&full.metadata));
             assert!(small.metadata.managed_fields.is_none());
-            let spec = small.spec.as_ref().unwrap_or_else(|| panic!("spec"));
+            let spec = small.spec.as_ref().expect("spec");
             assert!(spec.volumes.is_none() && spec.containers[0].env.is_none());
             assert!(small.labels().get("team").is_none());
         }
         let running = stripped(&cases[0]);
-        let status = running.status.as_ref().unwrap_or_else(|| panic!("status"));
+        let status = running.status.as_ref().expect("status");
         assert!(status.container_statuses.is_none());
-        let c = &running
-            .spec
-            .as_ref()
-            .unwrap_or_else(|| panic!("spec"))
-            .containers[0];
+        let c = &running.spec.as_ref().expect("spec").containers[0];
         assert!(c.resources.as_ref().is_some_and(|r| r.limits.is_none()));
         let info = pod_info(&running);
         assert_eq!((info.gpus_requested, info.gpus_admitted), (4, Some(4)));
@@ -371,7 +367,7 @@ mod tests {
         let mut small = full.clone();
         strip_node(&mut small);
         assert_eq!(node_info(&small), node_info(&full));
-        let status = small.status.as_ref().unwrap_or_else(|| panic!("status"));
+        let status = small.status.as_ref().expect("status");
         assert!(status.images.is_none() && status.addresses.is_none());
         assert!(small.labels().get("kubernetes.io/os").is_none());
     }

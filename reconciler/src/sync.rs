@@ -491,13 +491,13 @@ mod tests {
         let mut job = queued();
         assert_eq!(state_event(&job), None);
         job.transition(JobState::Admitted, 1_000).unwrap();
-        let admitted = state_event(&job).unwrap_or_else(|| panic!("no event"));
+        let admitted = state_event(&job).expect("no event");
         assert_eq!(
             (admitted.at_ms, admitted.key.as_str()),
             (1_000, "state-ADMITTED")
         );
         job.transition(JobState::Running, 2_000).unwrap();
-        let running = state_event(&job).unwrap_or_else(|| panic!("no event"));
+        let running = state_event(&job).expect("no event");
         assert_eq!(
             (running.at_ms, running.key.as_str()),
             (2_000, "state-RUNNING")
@@ -506,11 +506,11 @@ mod tests {
         stopped
             .finish_with_failure(FailureReason::StopRequested, "asked", 3_000)
             .unwrap();
-        let ev = state_event(&stopped).unwrap_or_else(|| panic!("no event"));
+        let ev = state_event(&stopped).expect("no event");
         assert_eq!((ev.at_ms, ev.key.as_str()), (3_000, "state-STOPPED"));
         assert_eq!(ev.message, "StopRequested: asked");
         job.transition(JobState::Succeeded, 4_000).unwrap();
-        let ev = state_event(&job).unwrap_or_else(|| panic!("no event"));
+        let ev = state_event(&job).expect("no event");
         assert_eq!((ev.at_ms, ev.key.as_str()), (4_000, "state-SUCCEEDED"));
         assert_eq!(ev.message, "the entrypoint exited 0");
         assert_eq!(state_event(&job), state_event(&job.clone()));

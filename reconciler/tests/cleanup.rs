@@ -65,7 +65,7 @@ async fn workload_without_a_live_job_record_is_archived_and_deleted() {
         .await
         .ok()
         .flatten()
-        .unwrap_or_else(|| panic!("no archive"));
+        .expect("no archive");
     let entries = untar(&archive);
     assert!(
         entries.iter().any(|(p, _)| p.contains("-head/")),
@@ -202,10 +202,7 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
             )
     })
     .await;
-    let status = pending
-        .status
-        .clone()
-        .unwrap_or_else(|| panic!("no status"));
+    let status = pending.status.clone().expect("no status");
     assert!(
         status.message.contains("Insufficient nvidia.com/gpu"),
         "the scheduler's message is kept: {}",
@@ -218,7 +215,7 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
         .await
         .ok()
         .flatten()
-        .unwrap_or_else(|| panic!("pod pg-wait missing"));
+        .expect("pod pg-wait missing");
     assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
     // Passes that see the same reason write nothing.
     let passes = ctx.metrics.passes();
@@ -232,7 +229,7 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
         .await
         .ok()
         .flatten()
-        .unwrap_or_else(|| panic!("pg-wait missing"));
+        .expect("pg-wait missing");
     assert_eq!(again.version, pending.version, "rewritten without a change");
     assert_eq!(again.status, pending.status);
     // Freeing the GPUs (deleting the first playground) lets it run; the record follows.
@@ -317,9 +314,7 @@ async fn startup_fails_clearly_when_the_rayjob_crd_is_missing() {
         std::sync::Arc::new(Metrics::default()),
     )
     .await;
-    let err = outcome
-        .err()
-        .unwrap_or_else(|| panic!("started without the CRD"));
+    let err = outcome.err().expect("started without the CRD");
     assert!(matches!(err, Error::MissingCrd(_)), "{err}");
     assert!(err.to_string().contains("KubeRay operator v1.4"), "{err}");
 }

@@ -956,7 +956,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     let cluster = rayclusters(&h.client)
         .get(&cluster_name)
         .await
-        .unwrap_or_else(|e| panic!("raycluster {cluster_name}: {e}"));
+        .expect("the RayJob's RayCluster");
     r.object(&cluster.metadata);
     let cstatus = cluster.data.get("status").cloned().unwrap_or_default();
     let cluster_view = json!({
@@ -1287,7 +1287,7 @@ async fn step_pod_affinity(h: &Harness) -> Value {
     for (name, pod) in &cases {
         api.create(&create_params(), pod)
             .await
-            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+            .expect("create the case's pod");
         // Placed, or refused with its event and condition (one at a time, so each sees the last).
         let (pod, events) = wait_for(30, &format!("{name} placed or refused"), || async {
             let pod = api.get(name).await.ok()?;
@@ -1371,7 +1371,7 @@ fn compare(transcript: &[(String, Value)]) {
     if real && std::env::var(UPDATE_VAR).is_ok_and(|v| v == "1") {
         let text = serde_json::to_string_pretty(&entries).unwrap_or_default() + "\n";
         std::fs::create_dir_all(path.parent().unwrap_or(&path)).unwrap();
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        std::fs::write(&path, text).expect("write the golden file");
         eprintln!("rewrote {}", path.display());
         return;
     }
@@ -1381,8 +1381,7 @@ fn compare(transcript: &[(String, Value)]) {
             path.display()
         )
     });
-    let golden: Vec<Value> =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let golden: Vec<Value> = serde_json::from_str(&text).expect("golden file JSON");
     let backend = if real { "real cluster" } else { "kubesim" };
     let mut failures = Vec::new();
     let steps = golden.len().max(entries.len());

@@ -114,7 +114,7 @@ async fn assert_all_succeeded(h: &Harness, ids: &[String], secs: u64) {
         assert_eq!(job.state, JobState::Succeeded, "{id}: {:?}", job.failure);
         let entries = assert_logs_archived(h, &job).await;
         let index: serde_json::Value =
-            serde_json::from_str(&entries[0].1).unwrap_or_else(|e| panic!("{id} index.json: {e}"));
+            serde_json::from_str(&entries[0].1).expect("index.json of the archive");
         let logs = index["entries"].as_array().cloned().unwrap_or_default();
         assert!(!logs.is_empty(), "{id}: the archive lists no container");
         for entry in logs {

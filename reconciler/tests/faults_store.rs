@@ -168,7 +168,7 @@ async fn assert_state_events(h: &Harness, jobs: &[JobRecord]) {
             .jobs
             .list_events(&j.id, 1000, None)
             .await
-            .unwrap_or_else(|e| panic!("events of {}: {e}", j.id))
+            .expect("events of a job")
             .items;
         let count = |key: &str| events.iter().filter(|e| e.key == key).count();
         let keys: Vec<&str> = events.iter().map(|e| e.key.as_str()).collect();
@@ -455,7 +455,7 @@ fn moto_endpoint() -> (String, SocketAddr) {
     let addr = host
         .trim_end_matches('/')
         .parse()
-        .unwrap_or_else(|e| panic!("AWS_ENDPOINT_URL={url}: {e}"));
+        .expect("AWS_ENDPOINT_URL: http://host:port");
     (url, addr)
 }
 

@@ -306,7 +306,7 @@ async fn without_gpu_passthrough_pods_request_no_gpus_and_admission_still_never_
         .list(&ListParams::default().labels("tuneplane.io/job-id=first"))
         .await
         .unwrap();
-    let head = pods.items.first().unwrap_or_else(|| panic!("no pods"));
+    let head = pods.items.first().expect("no pods");
     let limits = serde_json::to_value(
         head.spec
             .as_ref()

@@ -96,10 +96,7 @@ async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the
     assert!(message.contains("Insufficient nvidia.com/gpu"), "{message}");
 
     let failed = h.wait_state(20, "stuck", JobState::Failed).await;
-    let failure = failed
-        .failure
-        .clone()
-        .unwrap_or_else(|| panic!("no failure"));
+    let failure = failed.failure.clone().expect("no failure");
     assert_eq!(failure.reason, FailureReason::PreRunningDeadlineExceeded);
     assert!(
         failure.message.contains("InsufficientGpu"),
@@ -145,10 +142,7 @@ async fn bad_image_shows_image_pull_then_fails_at_the_pre_running_deadline() {
         "{message}"
     );
     let failed = h.wait_state(20, "badimg", JobState::Failed).await;
-    let failure = failed
-        .failure
-        .clone()
-        .unwrap_or_else(|| panic!("no failure"));
+    let failure = failed.failure.clone().expect("no failure");
     assert_eq!(failure.reason, FailureReason::PreRunningDeadlineExceeded);
     assert!(failure.message.contains("ImagePull"), "{}", failure.message);
     assert_logs_archived(&h, &failed).await;

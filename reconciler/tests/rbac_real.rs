@@ -214,7 +214,7 @@ async fn the_audit_log_shows_every_grant_used_and_no_request_refused() {
         );
         return;
     };
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let text = std::fs::read_to_string(&path).expect("audit log");
     let mut used = BTreeSet::new();
     let mut refused = BTreeSet::new();
     for (group, resource, verb, namespace, code) in text.lines().filter_map(audited) {

@@ -81,7 +81,7 @@ impl FsBlobStore {
         })
     }
 
-    /// The root directory.
+    /// The folder that holds the blobs (one file per key, with its metadata beside it).
     pub fn root(&self) -> &Path {
         &self.root
     }

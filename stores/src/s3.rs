@@ -56,7 +56,7 @@ impl S3BlobStore {
         self
     }
 
-    /// The bucket name.
+    /// The S3 bucket every blob key is an object of.
     pub fn bucket(&self) -> &str {
         &self.bucket
     }

@@ -158,8 +158,7 @@ async fn a_playground_item_of_the_previous_version_decodes_and_updates() {
         "raw put",
     );
     let store = DynamoJobStore::new(client, table);
-    let old = ok(store.get_playground("pg-0a1b").await, "get old")
-        .unwrap_or_else(|| panic!("old playground missing"));
+    let old = ok(store.get_playground("pg-0a1b").await, "get old").expect("old playground missing");
     assert_eq!(old.pod_name.as_deref(), Some("pg-pg-0a1b"));
     assert_eq!(
         (old.pod_namespace.clone(), old.status.clone()),

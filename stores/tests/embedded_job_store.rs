@@ -57,8 +57,7 @@ async fn data_survives_a_restart_of_the_store() {
     }
     // A new process opening the same directory (the store above is dropped, closing the file).
     let reopened = ok(EmbeddedJobStore::open(dir.path()), "reopen");
-    let job =
-        ok(reopened.get_job("j-1").await, "get").unwrap_or_else(|| panic!("job lost on restart"));
+    let job = ok(reopened.get_job("j-1").await, "get").expect("job lost on restart");
     assert_eq!((job.state, job.version), (JobState::Admitted, 2));
     assert_eq!(ok(reopened.list_active().await, "active").len(), 1);
     assert_eq!(
@@ -121,7 +120,7 @@ async fn two_handles_on_one_directory_see_each_others_writes() {
         "{stale:?}"
     );
     // Writers on different handles race on one version: the file lock lets exactly one win.
-    let current = ok(api.get_job("j-1").await, "get").unwrap_or_else(|| panic!("job missing"));
+    let current = ok(api.get_job("j-1").await, "get").expect("job missing");
     let mut tasks = Vec::new();
     for n in 0..8 {
         let store = if n % 2 == 0 {

@@ -84,14 +84,9 @@ impl World {
             "--fleet".as_ref(),
             fleet.as_os_str(),
         ] as [&std::ffi::OsStr; 7]);
-        let mut opts = cli
-            .dev
-            .options()
-            .unwrap_or_else(|e| panic!("dev options: {e:#}"));
+        let mut opts = cli.dev.options().expect("dev options");
         opts.pass_interval = Duration::from_millis(300);
-        let stack = Stack::start(opts)
-            .await
-            .unwrap_or_else(|e| panic!("stack: {e:#}"));
+        let stack = Stack::start(opts).await.expect("stack");
         let port = free_port();
         let mut cmd = Command::new("chromedriver");
         // A time zone other than the machine's, so local-time rendering is visible and checked.
@@ -157,10 +152,7 @@ impl World {
 
     /// Opens `path`.
     pub async fn open(&self, path: &str) {
-        self.client
-            .goto(&self.url(path))
-            .await
-            .unwrap_or_else(|e| panic!("goto {path}: {e}"));
+        self.client.goto(&self.url(path)).await.expect("goto");
     }
 
     /// Signs in through the form with the stack's key; lands on the jobs page.
@@ -204,7 +196,7 @@ impl World {
         self.client
             .find(Locator::Css(css))
             .await
-            .unwrap_or_else(|e| panic!("find {css}: {e}"))
+            .expect("find element")
     }
 
     /// Text of every element matching `css`.
@@ -230,7 +222,7 @@ impl World {
     pub async fn screenshot(&self, name: &str) {
         let png = self.client.screenshot().await.expect("screenshot");
         let dir = screenshot_dir();
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        std::fs::create_dir_all(&dir).expect("screenshot folder");
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
 

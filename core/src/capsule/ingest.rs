@@ -23,7 +23,7 @@ pub enum ArchiveKind {
     Tar,
     /// Gzip-compressed tar.
     TarGz,
-    /// Zip.
+    /// A zip archive (detected by its `PK` signature).
     Zip,
 }
 

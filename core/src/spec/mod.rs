@@ -125,4 +125,492 @@ pub fn is_dns_label(s: &str, max: usize) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    //! Every JobSpec rule, valid and invalid.
+
+    use super::*;
+    use crate::fleet::{Fleet, FleetShape};
+
+    const FLEET: &str = "
+node_groups:
+  - {name: h200, series: h200, count: 4, gpus: 8, cpus: 192, memory_gb: 2048, cordoned: 1}
+  - {name: l40s, series: l40s, count: 2, gpus: 4, cpus: 64, memory_gb: 512}
+  - {name: cpu, count: 2, cpus: 32, memory_gb: 128}
+";
+
+    const GPU_JOB: &str = "
+name: llama-sft
+plugin: custom/custom
+image: ghcr.io/acme/train:1.2
+entrypoint: python train.py --epochs 3
+env: {WANDB_MODE: offline}
+pools:
+  - {name: main, series: h200, nodes: 2, gpus_per_node: 8}
+  - {name: eval, series: l40s, nodes: 1, gpus_per_node: 4}
+deadlines: {pre_running_seconds: 1800, run_seconds: 86400}
+priority: 0
+labels: {team: nlp}
+";
+
+    const CPU_JOB: &str = "
+name: hello
+image: python:3.12
+entrypoint: python hello.py
+pools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]
+";
+
+    fn fleet() -> FleetShape {
+        Fleet::from_yaml(FLEET).unwrap().shape()
+    }
+
+    fn ok(text: &str) -> JobSpec {
+        validate(text, Some(&fleet()), &Defaults::default())
+            .unwrap()
+            .spec
+    }
+
+    fn errors(text: &str) -> Vec<String> {
+        match validate(text, Some(&fleet()), &Defaults::default()) {
+            Ok(v) => panic!("accepted: {:?}", v.spec),
+            Err(e) => e.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    /// Asserts that some error contains every needle.
+    fn has(errs: &[String], needles: &[&str]) {
+        assert!(
+            errs.iter().any(|e| needles.iter().all(|n| e.contains(n))),
+            "no error with {needles:?} in {errs:#?}"
+        );
+    }
+
+    fn with(base: &str, from: &str, to: &str) -> String {
+        assert!(base.contains(from), "{from} not in base");
+        base.replacen(from, to, 1)
+    }
+
+    #[test]
+    fn design_example_is_valid_and_becomes_a_rayjob() {
+        let spec = ok(GPU_JOB);
+        assert_eq!(spec.kind(), WorkloadKind::RayJob);
+        assert_eq!(spec.total_gpus(), 20);
+        assert_eq!(spec.pools[0].cpus, 32.0, "default 4 CPUs per GPU");
+        assert_eq!(spec.pools[1].memory_gb, 128.0, "default 32 GiB per GPU");
+        assert_eq!(spec.namespace, crate::constants::DEFAULT_NAMESPACE);
+        assert_eq!(spec.platform_version, crate::constants::PLATFORM_VERSION);
+    }
+
+    #[test]
+    fn json_is_accepted_like_yaml() {
+        let json = r#"{"name":"hello","image":"python:3.12","entrypoint":"python hello.py",
+        "pools":[{"name":"main","nodes":1,"gpus_per_node":0,"cpus":2,"memory_gb":4}]}"#;
+        assert_eq!(ok(json), ok(CPU_JOB));
+    }
+
+    #[test]
+    fn defaults_are_filled_in() {
+        let spec = ok(CPU_JOB);
+        assert_eq!(spec.plugin, "custom/custom");
+        assert_eq!(
+            spec.deadlines,
+            Deadlines {
+                pre_running_seconds: 1800,
+                run_seconds: 86_400
+            }
+        );
+        assert_eq!(spec.priority, 0);
+        assert!(spec.env.is_empty() && spec.labels.is_empty());
+        let custom = Defaults {
+            pre_running_seconds: 60,
+            run_seconds: 120,
+            namespace: "ml".into(),
+        };
+        let spec = validate(CPU_JOB, None, &custom).unwrap().spec;
+        assert_eq!(
+            (spec.deadlines.pre_running_seconds, spec.namespace.as_str()),
+            (60, "ml")
+        );
+    }
+
+    #[test]
+    fn cpu_only_custom_job_is_accepted_as_a_pod() {
+        let spec = ok(CPU_JOB);
+        assert_eq!(spec.kind(), WorkloadKind::Pod);
+        assert_eq!(spec.pools[0].series, None);
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once_with_its_path() {
+        let bad = "
+name: Bad_Name
+image: ''
+pools:
+  - {name: main, series: h100x, nodes: 0, gpus_per_node: 8, colour: red}
+  - {name: main, series: h200, nodes: 1, gpus_per_node: 99}
+priority: high
+";
+        let errs = errors(bad);
+        has(&errs, &["name:", "DNS label"]);
+        has(&errs, &["image:"]);
+        has(&errs, &["entrypoint: is required"]);
+        has(&errs, &["pools[0].nodes", "out of range"]);
+        has(&errs, &["pools[0].colour: unknown field"]);
+        has(&errs, &["pools[1].gpus_per_node", "out of range"]);
+        has(&errs, &["priority", "whole number"]);
+        assert!(errs.len() >= 7, "{errs:#?}");
+    }
+
+    #[test]
+    fn unknown_series_names_the_known_ones() {
+        let errs = errors(&with(GPU_JOB, "series: l40s", "series: h100x"));
+        has(
+            &errs,
+            &["pools[1].series: unknown series \"h100x\"; known: h200, l40s"],
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_at_every_level() {
+        has(
+            &errors(&format!("{CPU_JOB}\ncolor: blue\n")),
+            &["color: unknown field", "allowed fields"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}\ndeadlines: {{run: 5}}\n")),
+            &["deadlines.run: unknown field"],
+        );
+    }
+
+    #[test]
+    fn a_misspelt_field_gets_the_name_it_probably_meant() {
+        has(
+            &errors(&format!("{CPU_JOB}\nentrypiont: python x.py\n")),
+            &["entrypiont: unknown field; did you mean \"entrypoint\"?"],
+        );
+        has(
+            &errors(&with(CPU_JOB, "memory_gb", "memry_gb")),
+            &["pools[0].memry_gb: unknown field; did you mean \"memory_gb\"?"],
+        );
+        // Nothing close: no guess.
+        let errs = errors(&format!("{CPU_JOB}\ncolor: blue\n"));
+        assert!(errs.iter().all(|e| !e.contains("did you mean")), "{errs:?}");
+    }
+
+    #[test]
+    fn job_that_exceeds_largest_node_is_rejected_at_submit() {
+        has(
+            &errors(&with(GPU_JOB, "gpus_per_node: 8", "gpus_per_node: 16")),
+            &["pools[0].gpus_per_node", "largest h200 node has 8"],
+        );
+        has(
+            &errors(&with(GPU_JOB, "nodes: 2", "nodes: 5")),
+            &["pools[0].nodes", "only 4 h200 nodes"],
+        );
+        has(
+            &errors(&with(
+                GPU_JOB,
+                "nodes: 1, gpus_per_node: 4",
+                "nodes: 1, gpus_per_node: 4, cpus: 100",
+            )),
+            &["pools[1].cpus", "largest l40s node"],
+        );
+    }
+
+    #[test]
+    fn pools_of_one_series_add_up_because_they_never_share_nodes() {
+        let two = with(
+            GPU_JOB,
+            "series: l40s, nodes: 1, gpus_per_node: 4",
+            "series: h200, nodes: 3, gpus_per_node: 8",
+        );
+        has(
+            &errors(&two),
+            &["pools: pools main, eval together need 5 h200 nodes"],
+        );
+    }
+
+    #[test]
+    fn without_a_fleet_fit_is_not_checked_and_the_caller_is_told() {
+        let huge = with(GPU_JOB, "nodes: 2", "nodes: 500");
+        let v = validate(&huge, None, &Defaults::default()).unwrap();
+        assert!(v.notes[0].contains("not checked"));
+    }
+
+    #[test]
+    fn cpu_only_rules_follow_the_design() {
+        has(
+            &errors(&with(CPU_JOB, "nodes: 1", "nodes: 2")),
+            &["pools[0].nodes", "multi-machine CPU jobs are not supported"],
+        );
+        has(
+            &errors(&with(CPU_JOB, "name: main,", "name: main, series: h200,")),
+            &["pools[0].series", "CPU-only"],
+        );
+        has(
+            &errors(&with(CPU_JOB, ", cpus: 2", "")),
+            &["pools[0].cpus", "required for a CPU-only job"],
+        );
+        has(
+            &errors(&with(CPU_JOB, ", memory_gb: 4", "")),
+            &["pools[0].memory_gb", "required"],
+        );
+        has(
+            &errors(&with(CPU_JOB, "cpus: 2", "cpus: 0")),
+            &["pools[0].cpus", "greater than 0"],
+        );
+        // On a GPU node a CPU-only job may use only what the GPUs do not keep (4 CPUs, 32 GiB each).
+        has(
+            &errors(&with(CPU_JOB, "cpus: 2", "cpus: 500")),
+            &[
+                "pools[0].cpus",
+                "fits no node; the largest that fit: 160 CPUs with 1792 GiB",
+            ],
+        );
+        has(
+            &errors(&with(CPU_JOB, "memory_gb: 4", "memory_gb: 1900")),
+            &["pools[0].memory_gb", "fits no node"],
+        );
+        assert!(
+            validate(
+                &with(CPU_JOB, "cpus: 2", "cpus: 160"),
+                Some(&fleet()),
+                &Defaults::default()
+            )
+            .is_ok(),
+            "160 CPUs fit an idle h200 node beside its GPUs' share"
+        );
+        // gpus_per_node: 0 in a multi-pool job is refused.
+        let multi = with(GPU_JOB, "gpus_per_node: 4", "gpus_per_node: 0");
+        has(
+            &errors(&multi),
+            &["pools[1].gpus_per_node", "only allowed for a CPU-only job"],
+        );
+    }
+
+    #[test]
+    fn scratch_volumes_are_refused_with_that_message() {
+        has(
+            &errors(&format!("{CPU_JOB}\nscratch: {{size_gb: 10}}\n")),
+            &["scratch: scratch volumes are not supported"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}\nvolumes: []\n")),
+            &["volumes: scratch volumes are not supported"],
+        );
+    }
+
+    #[test]
+    fn gpu_pool_needs_a_series() {
+        has(
+            &errors(&with(GPU_JOB, "series: h200, ", "")),
+            &["pools[0].series: is required"],
+        );
+    }
+
+    #[test]
+    fn pool_names_are_unique_dns_labels() {
+        has(
+            &errors(&with(GPU_JOB, "name: eval", "name: main")),
+            &["pools[1].name", "duplicate"],
+        );
+        has(
+            &errors(&with(GPU_JOB, "name: eval", "name: Eval_Pool")),
+            &["pools[1].name", "DNS label"],
+        );
+        has(
+            &errors(&with(GPU_JOB, "name: eval", "name: a-very-long-pool-name")),
+            &["pools[1].name", "15"],
+        );
+    }
+
+    #[test]
+    fn pools_must_be_a_non_empty_bounded_list() {
+        has(
+            &errors(&with(
+                CPU_JOB,
+                "pools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]",
+                "pools: []",
+            )),
+            &["pools: must list at least one pool"],
+        );
+        has(
+            &errors(&with(
+                CPU_JOB,
+                "pools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]",
+                "pools: main",
+            )),
+            &["pools: must be a list"],
+        );
+        let many: String = (0..9)
+            .map(|i| format!("  - {{name: p{i}, series: h200, nodes: 1, gpus_per_node: 1}}\n"))
+            .collect();
+        let text = format!("name: x\nimage: i\nentrypoint: e\npools:\n{many}");
+        has(&errors(&text), &["pools: has 9 pools; at most 8"]);
+    }
+
+    #[test]
+    fn name_rules() {
+        has(
+            &errors(&with(
+                CPU_JOB,
+                "name: hello",
+                &format!("name: {}", "a".repeat(41)),
+            )),
+            &["name:", "at most 40"],
+        );
+        has(
+            &errors(&with(CPU_JOB, "name: hello", "name: 1hello")),
+            &["name:", "DNS label"],
+        );
+        has(
+            &errors(&with(CPU_JOB, "name: hello", "name: 42")),
+            &["name: must be a string"],
+        );
+        ok(&with(
+            CPU_JOB,
+            "name: hello",
+            &format!("name: {}", "a".repeat(40)),
+        ));
+    }
+
+    #[test]
+    fn plugin_must_be_known() {
+        has(
+            &errors(&format!("plugin: llm/sft\n{CPU_JOB}")),
+            &["plugin: unknown plugin \"llm/sft\"; known: custom/custom"],
+        );
+        has(
+            &errors(&format!("plugin: custom\n{CPU_JOB}")),
+            &["plugin:", "family/variant"],
+        );
+    }
+
+    #[test]
+    fn image_and_entrypoint_rules() {
+        has(
+            &errors(&with(CPU_JOB, "image: python:3.12", "image: 'python 3'")),
+            &["image:", "not a container image"],
+        );
+        has(
+            &errors(&with(
+                CPU_JOB,
+                "entrypoint: python hello.py",
+                "entrypoint: '  '",
+            )),
+            &["entrypoint: must not be empty"],
+        );
+    }
+
+    #[test]
+    fn env_rules() {
+        let spec = ok(&format!("{CPU_JOB}env: {{EPOCHS: 3, DEBUG: true}}\n"));
+        assert_eq!(spec.env["EPOCHS"], "3", "numbers become strings");
+        has(
+            &errors(&format!("{CPU_JOB}env: {{TUNEPLANE_JOB_ID: x}}\n")),
+            &["env.TUNEPLANE_JOB_ID", "reserved"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}env: {{1BAD: x}}\n")),
+            &["env.1BAD", "not a valid variable name"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}env: {{A: [1]}}\n")),
+            &["env.A: must be a string"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}env: [A]\n")),
+            &["env: must be a mapping"],
+        );
+    }
+
+    #[test]
+    fn label_rules() {
+        ok(&format!(
+            "{CPU_JOB}labels: {{team: nlp, example.com/owner: ana}}\n"
+        ));
+        has(
+            &errors(&format!("{CPU_JOB}labels: {{tuneplane.io/job-id: x}}\n")),
+            &["labels.tuneplane.io/job-id", "reserved"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}labels: {{team: 'has space'}}\n")),
+            &["labels.team", "label value"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}labels: {{'bad key!': x}}\n")),
+            &["label key"],
+        );
+    }
+
+    #[test]
+    fn deadline_and_priority_ranges() {
+        has(
+            &errors(&format!("{CPU_JOB}deadlines: {{pre_running_seconds: 1}}\n")),
+            &["deadlines.pre_running_seconds", "out of range"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}deadlines: {{run_seconds: -5}}\n")),
+            &["deadlines.run_seconds", "out of range"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}deadlines: {{run_seconds: 1.5}}\n")),
+            &["deadlines.run_seconds", "whole number"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}deadlines: 5\n")),
+            &["deadlines: must be a mapping"],
+        );
+        has(
+            &errors(&format!("{CPU_JOB}priority: 100000\n")),
+            &["priority", "out of range"],
+        );
+        assert_eq!(ok(&format!("{CPU_JOB}priority: -7\n")).priority, -7);
+    }
+
+    #[test]
+    fn namespace_rule() {
+        assert_eq!(
+            ok(&format!("{CPU_JOB}namespace: team-a\n")).namespace,
+            "team-a"
+        );
+        has(
+            &errors(&format!("{CPU_JOB}namespace: Team_A\n")),
+            &["namespace", "DNS label"],
+        );
+    }
+
+    #[test]
+    fn documents_that_are_not_specs_are_refused_clearly() {
+        for (text, needle) in [
+            ("", "empty"),
+            ("- a\n- b\n", "mapping"),
+            ("{not json", "JSON"),
+            ("a: [", "YAML"),
+        ] {
+            let e = validate(text, None, &Defaults::default()).unwrap_err();
+            assert!(e.to_string().contains(needle), "{text:?}: {e}");
+        }
+        let huge = format!("name: x\n#{}\n", "x".repeat(MAX_SPEC_BYTES));
+        assert!(
+            validate(&huge, None, &Defaults::default())
+                .unwrap_err()
+                .to_string()
+                .contains("limit")
+        );
+    }
+
+    #[test]
+    fn canonical_json_is_sorted_and_stable() {
+        let spec = ok(GPU_JOB);
+        let json = spec.canonical_json();
+        assert!(
+            json.starts_with(
+                r#"{"deadlines":{"pre_running_seconds":1800,"run_seconds":86400},"entrypoint":"#
+            ),
+            "{json}"
+        );
+        let back: JobSpec = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, spec);
+        assert_eq!(back.canonical_json(), json);
+    }
+}

@@ -299,6 +299,23 @@ impl Checker {
         }
     }
 
+    /// [`integer`](Self::integer) of the field `key` under `prefix`, reported as required (with
+    /// `what` it holds) when the map has no such key.
+    fn required_integer(
+        &mut self,
+        map: &Map<String, Value>,
+        (prefix, key): (&str, &str),
+        range: (i64, i64),
+        what: &str,
+    ) -> Option<i64> {
+        let path = format!("{prefix}.{key}");
+        let n = self.integer(map, key, &path, range);
+        if !map.contains_key(key) {
+            self.err(path, format!("is required ({what})"));
+        }
+        n
+    }
+
     fn number(&mut self, map: &Map<String, Value>, key: &str, path: &str, max: f64) -> Option<f64> {
         let v = map.get(key)?;
         if v.is_null() {
@@ -639,30 +656,18 @@ impl Checker {
                 format!("{s:?} is not a valid series name"),
             );
         }
-        let nodes = self.integer(
+        let nodes = self.required_integer(
             m,
-            "nodes",
-            &format!("{p}.nodes"),
+            (&p, "nodes"),
             (1, MAX_NODES_PER_POOL as i64),
+            "number of machines in the pool",
         );
-        if !m.contains_key("nodes") {
-            self.err(
-                format!("{p}.nodes"),
-                "is required (number of machines in the pool)",
-            );
-        }
-        let gpus = self.integer(
+        let gpus = self.required_integer(
             m,
-            "gpus_per_node",
-            &format!("{p}.gpus_per_node"),
+            (&p, "gpus_per_node"),
             (0, MAX_GPUS_PER_NODE as i64),
+            "GPUs per machine; 0 for a CPU-only job",
         );
-        if !m.contains_key("gpus_per_node") {
-            self.err(
-                format!("{p}.gpus_per_node"),
-                "is required (GPUs per machine; 0 for a CPU-only job)",
-            );
-        }
         let cpus = self.number(m, "cpus", &format!("{p}.cpus"), 1024.0);
         let memory_gb = self.number(m, "memory_gb", &format!("{p}.memory_gb"), 16_384.0);
 

@@ -101,9 +101,9 @@ pub struct IdempotencyRecord {
 /// A scheduled batch job (an EventBridge Scheduler target in production).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScheduleRecord {
-    /// Schedule id.
+    /// The schedule's id, which the idempotency key of each run starts from.
     pub id: String,
-    /// Owning tenant.
+    /// The tenant whose quota and jobs each run counts against.
     pub tenant: String,
     /// Schedule expression (`cron(...)` or `rate(...)`).
     pub expression: String,
@@ -122,13 +122,13 @@ pub struct ScheduleRecord {
 /// An interactive vLLM playground pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlaygroundRecord {
-    /// Playground id.
+    /// The playground's id (`pg-` and 20 hex digits); also names its pod.
     pub id: String,
-    /// Owning tenant.
+    /// The tenant whose GPU quota the pod counts against.
     pub tenant: String,
-    /// Model to serve.
+    /// The model vLLM serves (a Hugging Face name).
     pub model: String,
-    /// GPU series.
+    /// The GPU series the pod must run on.
     pub series: String,
     /// GPUs of the pod.
     pub gpus: u32,

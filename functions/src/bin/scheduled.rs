@@ -1,24 +1,12 @@
 //! The scheduled function: EventBridge Scheduler firings become jobs (one per schedule and time).
 
-use anyhow::Context;
-use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
-use serde_json::Value;
-use tuneplane_functions::{runtime, triggers};
+use tuneplane_functions::triggers;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let (_config, state) = runtime::startup()
-        .await
-        .context("starting the scheduled function")?;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
-        let state = state.clone();
-        async move {
-            let outcome = triggers::handle_scheduled(&state, &event.payload)
-                .await
-                .map_err(triggers::retryable)?;
-            Ok::<_, lambda_runtime::Diagnostic>(serde_json::json!({ "outcomes": [outcome] }))
-        }
-    }))
+    triggers::run_function("scheduled", |state, event| async move {
+        let outcome = triggers::handle_scheduled(&state, &event).await?;
+        Ok(serde_json::json!({ "outcomes": [outcome] }))
+    })
     .await
-    .map_err(|e| anyhow::anyhow!("Lambda runtime: {e}"))
 }

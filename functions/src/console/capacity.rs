@@ -13,7 +13,7 @@ use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
 use tuneplane_core::quota_view::{QuotaView, describe_series, quota_view};
 use tuneplane_core::submit::SCOPE_JOBS_READ;
 
-use super::layout::{ConsoleError, Nav, page, respond, time};
+use super::layout::{ConsoleError, Nav, page, respond, table_head, time};
 use super::view;
 use super::viewer::Viewer;
 use crate::state::AppState;
@@ -139,11 +139,7 @@ pub async fn body(state: &AppState, tenant: &str) -> Result<Markup, ConsoleError
                     s.cpu.largest_free_cpus, s.cpu.largest_free_memory_gb)) }
                 h2 { "Nodes" }
                 table.nodes.cards {
-                    caption.visually-hidden { "Nodes of the fleet" }
-                    thead { tr {
-                        th scope="col" { "Node" } th scope="col" { "Series" } th scope="col" { "GPUs used / total" }
-                        th scope="col" { "Free GPUs" } th scope="col" { "CPUs used / total" } th scope="col" { "State" }
-                    } }
+                    (table_head("Nodes of the fleet", &["Node", "Series", "GPUs used / total", "Free GPUs", "CPUs used / total", "State"]))
                     tbody {
                         @for n in &s.nodes {
                             tr data-node=(n.name) class=(if n.schedulable() { "" } else { "blocked" }) {

@@ -14,14 +14,14 @@ use tuneplane_core::capsule::storage_key;
 use tuneplane_core::control::Stop;
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 use tuneplane_core::store::{JobQuery, PresignMethod};
-use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
+use tuneplane_core::submit::SCOPE_JOBS_READ;
 
-use super::layout::{ConsoleError, Nav, clock, page, respond, status_badge, time};
+use super::layout::{ConsoleError, Nav, clock, page, respond, status_badge, table_head, time};
 use super::view::{ClockReading, clocks};
 use super::viewer::{CsrfForm, Viewer, encode_component};
 use super::{logs, view};
 use crate::error::ApiError;
-use crate::routes::jobs::owned_job;
+use crate::routes::jobs::readable_job;
 use crate::state::AppState;
 
 /// Jobs per page.
@@ -111,12 +111,7 @@ pub async fn list(
                 p.empty { "No jobs" @if filter.is_some() { " in this state" } "." }
             } @else {
                 table.jobs.cards {
-                    caption.visually-hidden { "Your jobs, newest first" }
-                    thead { tr {
-                        th scope="col" { "Name" } th scope="col" { "Kind" } th scope="col" { "Pools" }
-                        th scope="col" { "Status" } th scope="col" { "Queue wait" } th scope="col" { "Pre-running" }
-                        th scope="col" { "Run" } th scope="col" { "Submitted" }
-                    } }
+                    (table_head("Your jobs, newest first", &["Name", "Kind", "Pools", "Status", "Queue wait", "Pre-running", "Run", "Submitted"]))
                     tbody {
                         @for job in &page_of_jobs.items {
                             tr data-job-id=(job.id) data-status=(job.state.as_str()) {
@@ -181,8 +176,7 @@ pub async fn detail(
     Path(id): Path<String>,
     Query(q): Query<DetailQuery>,
 ) -> Result<Response, ConsoleError> {
-    viewer.principal.require(SCOPE_JOBS_READ)?;
-    let job = owned_job(&state, &viewer.principal.tenant, &id).await?;
+    let job = readable_job(&state, &viewer.principal, &id).await?;
     let events = all_events(&state, &job.id).await?;
     let capsule = state
         .submit
@@ -239,8 +233,7 @@ pub async fn stop(
     Path(id): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Result<Response, ConsoleError> {
-    viewer.check_csrf(&form.csrf)?;
-    viewer.principal.require(SCOPE_JOBS_WRITE)?;
+    viewer.check_write(&form.csrf)?;
     // The service the API's stop route calls too: one set of rules for both doors.
     let stop = state
         .submit
@@ -262,8 +255,7 @@ pub async fn logs_download(
     viewer: Viewer,
     Path(id): Path<String>,
 ) -> Result<Response, ConsoleError> {
-    viewer.principal.require(SCOPE_JOBS_READ)?;
-    let job = owned_job(&state, &viewer.principal.tenant, &id).await?;
+    let job = readable_job(&state, &viewer.principal, &id).await?;
     let Some(key) = &job.logs_key else {
         return Err(ApiError::NotFound(format!("job {id} has no archived logs yet")).into());
     };

@@ -5,7 +5,7 @@ use maud::{Markup, html};
 use tuneplane_core::job::{EventSource, JobEvent, JobRecord};
 use tuneplane_core::store::BlobMeta;
 
-use super::layout::{clock, csrf_field, status_badge, time};
+use super::layout::{clock, csrf_field, status_badge, table_head, time};
 use super::logs::LogTail;
 use super::view;
 use super::viewer::Viewer;
@@ -121,11 +121,7 @@ pub fn render(
                     p.empty { "No events yet." }
                 } @else {
                     table.events.compact {
-                        caption.visually-hidden { "Events, newest first; repeated events are counted" }
-                        thead { tr {
-                            th scope="col" { "Last seen" } th scope="col" { "Count" } th scope="col" { "Source" }
-                            th scope="col" { "Type" } th scope="col" { "Reason" } th scope="col" { "Message" }
-                        } }
+                        (table_head("Events, newest first; repeated events are counted", &["Last seen", "Count", "Source", "Type", "Reason", "Message"]))
                         tbody {
                             @for g in &groups {
                                 tr class=(if g.kind == "Warning" { "warning" } else { "" }) {

@@ -81,6 +81,16 @@ pub fn csrf_field(token: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(token); }
 }
 
+/// The hidden caption and the header row of a table: one column heading per name.
+pub fn table_head(caption: &str, columns: &[&str]) -> Markup {
+    html! {
+        caption.visually-hidden { (caption) }
+        thead { tr {
+            @for c in columns { th scope="col" { (c) } }
+        } }
+    }
+}
+
 /// A `<time>` in UTC that the script rewrites into local time; `relative` adds "(3 min ago)".
 pub fn time(ms: i64, relative: bool) -> Markup {
     let iso = view::iso_utc(ms);

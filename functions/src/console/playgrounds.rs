@@ -14,7 +14,7 @@ use serde::Deserialize;
 use tuneplane_core::control::ControlError;
 use tuneplane_core::job::PendingReason;
 use tuneplane_core::playground::{MAX_GPUS, MAX_MODEL_LEN, MAX_TTL_SECONDS, PlaygroundRequest};
-use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
+use tuneplane_core::submit::SCOPE_JOBS_READ;
 
 use super::layout::{ConsoleError, Nav, csrf_field, page, respond, status_badge, time};
 use super::view;
@@ -165,8 +165,7 @@ pub async fn create(
     viewer: Viewer,
     Form(form): Form<CreateForm>,
 ) -> Result<Response, ConsoleError> {
-    viewer.check_csrf(&form.csrf)?;
-    viewer.principal.require(SCOPE_JOBS_WRITE)?;
+    viewer.check_write(&form.csrf)?;
     let (Ok(gpus), Ok(minutes)) = (
         form.gpus.trim().parse::<u32>(),
         form.ttl_minutes.trim().parse::<u64>(),
@@ -219,8 +218,7 @@ pub async fn delete(
     Path(id): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Result<Response, ConsoleError> {
-    viewer.check_csrf(&form.csrf)?;
-    viewer.principal.require(SCOPE_JOBS_WRITE)?;
+    viewer.check_write(&form.csrf)?;
     state
         .submit
         .control()

@@ -190,9 +190,7 @@ mod tests {
     fn issued_session_opens_until_it_expires() {
         let key = SessionKey::from_secret(b"test secret");
         let cookie = key.issue(&"ab".repeat(32), 3, 1_000);
-        let s = key
-            .open(&cookie, 1_001)
-            .unwrap_or_else(|| panic!("session"));
+        let s = key.open(&cookie, 1_001).expect("session");
         assert_eq!(
             (s.key_sha256.as_str(), s.epoch),
             ("ab".repeat(32).as_str(), 3)

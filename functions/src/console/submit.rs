@@ -170,8 +170,7 @@ pub async fn submit(
             _ => {}
         }
     }
-    viewer.check_csrf(&csrf)?;
-    viewer.principal.require(SCOPE_JOBS_WRITE)?;
+    viewer.check_write(&csrf)?;
     if f.idempotency_key.is_empty() {
         f.idempotency_key = new_idempotency_key();
     }

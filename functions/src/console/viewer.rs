@@ -40,6 +40,15 @@ impl Viewer {
             Err(ConsoleError::Csrf)
         }
     }
+
+    /// Fails unless `token` is this session's CSRF token and the key may write jobs: the check
+    /// of every form that changes a job or a playground.
+    pub fn check_write(&self, token: &str) -> Result<(), ConsoleError> {
+        self.check_csrf(token)?;
+        self.principal
+            .require(tuneplane_core::submit::SCOPE_JOBS_WRITE)?;
+        Ok(())
+    }
 }
 
 pub(super) fn now_s(state: &AppState) -> i64 {

@@ -12,7 +12,7 @@ use serde_json::json;
 use tuneplane_core::control::Stop;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::store::{JobQuery, PresignMethod, StoreError};
-use tuneplane_core::submit::{Origin, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, Submitted};
+use tuneplane_core::submit::{Origin, Principal, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, Submitted};
 
 use super::submission::parse_body;
 use crate::error::ApiError;
@@ -108,9 +108,19 @@ pub async fn list(
     Ok(Json(json!({"jobs": page.items, "next_cursor": page.next})))
 }
 
-/// The job `id` if it belongs to `tenant`; another tenant's job is reported as absent.
-pub async fn owned_job(state: &AppState, tenant: &str, id: &str) -> Result<JobRecord, ApiError> {
-    Ok(state.submit.control().owned_job(tenant, id).await?)
+/// The job `id` for a reader that holds `jobs:read`, if it belongs to the reader's tenant;
+/// another tenant's job is reported as absent.
+pub async fn readable_job(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> Result<JobRecord, ApiError> {
+    principal.require(SCOPE_JOBS_READ)?;
+    Ok(state
+        .submit
+        .control()
+        .owned_job(&principal.tenant, id)
+        .await?)
 }
 
 /// `GET /v1/jobs/{id}`.
@@ -119,8 +129,7 @@ pub async fn get_one(
     Auth(principal): Auth,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    principal.require(SCOPE_JOBS_READ)?;
-    let job = owned_job(&state, &principal.tenant, &id).await?;
+    let job = readable_job(&state, &principal, &id).await?;
     let position = state.submit.jobs().queue_position(&job).await?;
     // A plain record always serialises.
     let mut body = serde_json::to_value(&job).unwrap_or_default();
@@ -147,8 +156,7 @@ pub async fn events(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    principal.require(SCOPE_JOBS_READ)?;
-    let job = owned_job(&state, &principal.tenant, &id).await?;
+    let job = readable_job(&state, &principal, &id).await?;
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let page = state
         .submit
@@ -166,8 +174,7 @@ pub async fn logs(
     Auth(principal): Auth,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    principal.require(SCOPE_JOBS_READ)?;
-    let job = owned_job(&state, &principal.tenant, &id).await?;
+    let job = readable_job(&state, &principal, &id).await?;
     let Some(key) = &job.logs_key else {
         return Err(ApiError::Conflict {
             code: "logs_not_archived",
@@ -229,8 +236,7 @@ pub async fn follow_logs(
     Auth(principal): Auth,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    principal.require(SCOPE_JOBS_READ)?;
-    let job = owned_job(&state, &principal.tenant, &id).await?;
+    let job = readable_job(&state, &principal, &id).await?;
     let state_now = job.state;
     let until = mark_followed(&state, job).await?;
     Ok(Json(
@@ -319,8 +325,7 @@ pub async fn live_logs(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<LiveQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    principal.require(SCOPE_JOBS_READ)?;
-    let job = owned_job(&state, &principal.tenant, &id).await?;
+    let job = readable_job(&state, &principal, &id).await?;
     Ok(Json(live_page(&state, &job, &q).await?))
 }
 

@@ -343,6 +343,6 @@ fn hmac_hex(secret: &str, parts: &[&[u8]]) -> String {
 
 /// Writes `bytes` to a file (fixtures).
 pub fn write_file(path: &std::path::Path, bytes: &[u8]) {
-    let mut f = std::fs::File::create(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut f = std::fs::File::create(path).expect("create the fixture file");
     f.write_all(bytes).unwrap();
 }

@@ -156,12 +156,11 @@ pub fn fixture(name: &str, vars: &[(&str, &str)]) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
-    let mut text =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut text = std::fs::read_to_string(&path).expect("read the fixture");
     for (k, v) in vars {
         text = text.replace(&format!("{{{{{k}}}}}"), v);
     }
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    serde_json::from_str(&text).expect("fixture JSON")
 }
 
 /// An S3 "object created" notification for `key` (as S3 would encode it) in bucket `tp`.

@@ -47,45 +47,28 @@ impl Recorder {
         component: &str,
         action: &str,
     ) {
-        if self.seen.len() > MAX_FOLDED {
-            self.seen.clear();
-        }
-        let key = fold_key(obj, ty, reason, message);
         let now = json::now_micro();
-        if let Some((ens, ename)) = self.seen.get(&key) {
-            let bumped = self.store.update(&EVENTS, ens, ename, false, |cur| {
-                let mut e = cur.clone();
-                let count = e
-                    .pointer("/series/count")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(1)
-                    + 1;
-                e["series"] = json!({"count": count, "lastObservedTime": now});
-                Ok(e)
-            });
-            if bumped.is_ok() {
-                return;
+        let bump = |e: &mut Value| {
+            let count = e
+                .pointer("/series/count")
+                .and_then(Value::as_i64)
+                .unwrap_or(1)
+                + 1;
+            e["series"] = json!({"count": count, "lastObservedTime": now});
+        };
+        let event = || {
+            let mut event = event_object(obj, ty, reason, message, component, &Origin::default());
+            if let Some(m) = event.as_object_mut() {
+                for k in ["source", "firstTimestamp", "lastTimestamp", "count"] {
+                    m.remove(k);
+                }
+                m.insert("eventTime".into(), json!(now));
+                m.insert("action".into(), json!(action));
+                m.insert("reportingInstance".into(), json!(component));
             }
-        }
-        let mut event = event_object(obj, ty, reason, message, component, &Origin::default());
-        if let Some(m) = event.as_object_mut() {
-            for k in ["source", "firstTimestamp", "lastTimestamp", "count"] {
-                m.remove(k);
-            }
-            m.insert("eventTime".into(), json!(now));
-            m.insert("action".into(), json!(action));
-            m.insert("reportingInstance".into(), json!(component));
-        }
-        let (ns, name) = (
-            json::namespace(&event).to_string(),
-            json::name(&event).to_string(),
-        );
-        match self.store.create(&EVENTS, &ns, event) {
-            Ok(_) => {
-                self.seen.insert(key, (ns, name));
-            }
-            Err(e) => tracing::debug!(error = %e, reason, "event not recorded"),
-        }
+            event
+        };
+        self.fold_or_create(fold_key(obj, ty, reason, message), reason, bump, event);
     }
 
     /// [`Recorder::record`] about a part of `obj` (`involvedObject.fieldPath`, like the
@@ -99,35 +82,47 @@ impl Recorder {
         component: &str,
         field_path: Option<&str>,
     ) {
+        let now = json::now_rfc3339();
+        let bump = |e: &mut Value| {
+            let count = e.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
+            e["count"] = json!(count);
+            e["lastTimestamp"] = json!(now);
+        };
+        let event = || {
+            let origin = Origin {
+                host: None,
+                field_path,
+            };
+            event_object(obj, ty, reason, message, component, &origin)
+        };
+        self.fold_or_create(fold_key(obj, ty, reason, message), reason, bump, event);
+    }
+
+    /// A repeat of `key` bumped into its Event with `bump`; otherwise `event()` is created and
+    /// remembered under `key`. A failed write is only logged.
+    fn fold_or_create(
+        &mut self,
+        key: FoldKey,
+        reason: &str,
+        bump: impl FnOnce(&mut Value),
+        event: impl FnOnce() -> Value,
+    ) {
         if self.seen.len() > MAX_FOLDED {
             self.seen.clear();
         }
-        let key = fold_key(obj, ty, reason, message);
-        let now = json::now_rfc3339();
         if let Some((ens, ename)) = self.seen.get(&key) {
             let bumped = self.store.update(&EVENTS, ens, ename, false, |cur| {
                 let mut e = cur.clone();
-                let count = e.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
-                e["count"] = json!(count);
-                e["lastTimestamp"] = json!(now);
+                bump(&mut e);
                 Ok(e)
             });
             if bumped.is_ok() {
                 return;
             }
         }
-        let origin = Origin {
-            host: None,
-            field_path,
-        };
-        let event = event_object(obj, ty, reason, message, component, &origin);
-        let (ns, name) = (
-            json::namespace(&event).to_string(),
-            json::name(&event).to_string(),
-        );
-        match self.store.create(&EVENTS, &ns, event).map(|_| (ns, name)) {
-            Ok((ns, name)) => {
-                self.seen.insert(key, (ns, name));
+        match create_object(&self.store, event()) {
+            Ok(at) => {
+                self.seen.insert(key, at);
             }
             Err(e) => tracing::debug!(error = %e, reason, "event not recorded"),
         }
@@ -144,6 +139,11 @@ pub fn create(
     component: &str,
 ) -> Result<(String, String), crate::ApiError> {
     let event = event_object(obj, ty, reason, message, component, &Origin::default());
+    create_object(store, event)
+}
+
+/// Stores the Event `event`; returns its namespace and name.
+fn create_object(store: &Store, event: Value) -> Result<(String, String), crate::ApiError> {
     let (ns, name) = (
         json::namespace(&event).to_string(),
         json::name(&event).to_string(),

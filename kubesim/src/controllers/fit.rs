@@ -188,16 +188,7 @@ impl PodNeeds {
                                 .unwrap_or_default()
                                 .to_string()
                         };
-                        let values = e
-                            .get("values")
-                            .and_then(Value::as_array)
-                            .map(|a| {
-                                a.iter()
-                                    .filter_map(Value::as_str)
-                                    .map(str::to_string)
-                                    .collect()
-                            })
-                            .unwrap_or_default();
+                        let values = json::strs(e.get("values")).map(str::to_string).collect();
                         (s("key"), s("operator"), values)
                     })
                     .collect()
@@ -551,14 +542,7 @@ impl Selector {
                     .unwrap_or_default()
                     .to_string(),
                 operator,
-                values: e
-                    .get("values")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect(),
+                values: json::strs(e.get("values")).map(str::to_string).collect(),
             });
         }
         Self::All(reqs)
@@ -600,12 +584,7 @@ pub struct AffinityTerm {
 impl AffinityTerm {
     /// Reads a `PodAffinityTerm` of a pod in `pod_namespace`.
     pub fn from_json(term: &Value, pod_namespace: &str) -> Self {
-        let mut namespaces: Vec<String> = term
-            .get("namespaces")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
+        let mut namespaces: Vec<String> = json::strs(term.get("namespaces"))
             .map(str::to_string)
             .collect();
         let namespace_selector = term

@@ -157,15 +157,7 @@ impl Job {
         // Longest mount first so nested mounts win.
         mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
         let strings = |k: &str| -> Vec<String> {
-            c.get(k)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(|s| rewrite(s, &mounts))
-                        .collect()
-                })
-                .unwrap_or_default()
+            json::strs(c.get(k)).map(|s| rewrite(s, &mounts)).collect()
         };
         let argv: Vec<String> = strings("command")
             .into_iter()

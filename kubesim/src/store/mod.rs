@@ -133,12 +133,7 @@ impl Store {
 
     /// One object, if it exists.
     pub fn try_get(&self, rt: &'static ResourceType, ns: &str, name: &str) -> Option<Arc<Value>> {
-        let ns = if rt.namespaced { ns } else { "" };
-        self.lock()
-            .tables
-            .get(rt.plural)
-            .and_then(|t| t.get(&(ns.to_string(), name.to_string())))
-            .cloned()
+        self.lock().find(rt, ns, name)
     }
 
     /// One object, or `404 NotFound`.
@@ -148,8 +143,7 @@ impl Store {
         ns: &str,
         name: &str,
     ) -> Result<Arc<Value>, crate::ApiError> {
-        self.try_get(rt, ns, name)
-            .ok_or_else(|| crate::ApiError::not_found(rt.plural, rt.group, name))
+        self.lock().existing(rt, ns, name)
     }
 
     /// A receiver of every future change.
@@ -161,6 +155,26 @@ impl Store {
 impl Inner {
     fn table(&mut self, rt: &'static ResourceType) -> &mut BTreeMap<Key, Arc<Value>> {
         self.tables.entry(rt.plural).or_default()
+    }
+
+    /// The stored object `name` (in `ns` when the type is namespaced).
+    fn find(&self, rt: &'static ResourceType, ns: &str, name: &str) -> Option<Arc<Value>> {
+        let ns = if rt.namespaced { ns } else { "" };
+        self.tables
+            .get(rt.plural)
+            .and_then(|t| t.get(&(ns.to_string(), name.to_string())))
+            .cloned()
+    }
+
+    /// [`find`](Self::find), with a missing object as `404 NotFound`.
+    fn existing(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+    ) -> Result<Arc<Value>, crate::ApiError> {
+        self.find(rt, ns, name)
+            .ok_or_else(|| crate::ApiError::not_found(rt.plural, rt.group, name))
     }
 
     /// Records a change: bumps the resourceVersion, stores or removes the object, keeps history.

@@ -181,14 +181,8 @@ impl Store {
         f: impl FnOnce(&Value) -> Result<Value, ApiError>,
     ) -> Result<Arc<Value>, ApiError> {
         let status_only = mode == Mode::Status;
-        let ns = if rt.namespaced { ns } else { "" };
         let mut inner = self.lock();
-        let key = (ns.to_string(), name.to_string());
-        let current = inner
-            .table(rt)
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
+        let current = inner.existing(rt, ns, name)?;
         let mut new = f(&current)?;
         if !new.is_object() {
             return Err(ApiError::bad_request(
@@ -213,23 +207,9 @@ impl Store {
         if status_only {
             let status = new.get("status").cloned();
             new = (*current).clone();
-            match status {
-                Some(s) => new["status"] = s,
-                None => {
-                    if let Some(m) = new.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
-            }
+            set_status(&mut new, status);
         } else if rt.status && mode == Mode::Main {
-            match current.get("status") {
-                Some(s) => new["status"] = s.clone(),
-                None => {
-                    if let Some(m) = new.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
-            }
+            set_status(&mut new, current.get("status").cloned());
         }
         // Server-owned metadata is never taken from the client.
         let old_meta = current.get("metadata").cloned().unwrap_or_default();
@@ -276,14 +256,8 @@ impl Store {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<Arc<Value>, ApiError> {
-        let ns = if rt.namespaced { ns } else { "" };
         let mut inner = self.lock();
-        let key = (ns.to_string(), name.to_string());
-        let current = inner
-            .table(rt)
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
+        let current = inner.existing(rt, ns, name)?;
         if let Some(u) = opts.uid.as_deref()
             && u != json::uid(&current)
         {
@@ -406,10 +380,7 @@ fn check_type_meta(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
 }
 
 fn finalizers(obj: &Value) -> Vec<&str> {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
+    json::strs(obj.pointer("/metadata/finalizers")).collect()
 }
 
 fn owned_by(obj: &Value, uid: &str) -> bool {
@@ -449,4 +420,16 @@ fn make_uid(seq: u64) -> String {
         (b >> 52) as u16 & 0xfff,
         b & 0xffff_ffff_ffff
     )
+}
+
+/// Puts `status` into `object`, or removes the object's status when there is none.
+fn set_status(object: &mut Value, status: Option<Value>) {
+    match status {
+        Some(s) => object["status"] = s,
+        None => {
+            if let Some(m) = object.as_object_mut() {
+                m.remove("status");
+            }
+        }
+    }
 }

@@ -45,7 +45,7 @@ pub async fn start(config: &SimConfig, dir: &std::path::Path) -> (Client, Client
     let fleet = config
         .fleet
         .clone()
-        .unwrap_or_else(|| panic!("a real-cluster scenario needs a fleet"));
+        .expect("a real-cluster scenario needs a fleet");
     let testbed = Testbed::start(&kubeconfig(), fleet, config.scenario.clone())
         .await
         .expect("real cluster");

@@ -61,7 +61,7 @@ pub fn seed(default: u64) -> u64 {
                 Some(hex) => u64::from_str_radix(hex, 16),
                 None => s.parse(),
             };
-            parsed.unwrap_or_else(|e| panic!("TUNEPLANE_CRASH_SEED={s}: {e}"))
+            parsed.expect("TUNEPLANE_CRASH_SEED: a number (decimal or 0x hex)")
         }
         Err(_) => default,
     }
@@ -299,7 +299,7 @@ async fn events_by_key(h: &Harness, id: &str) -> BTreeMap<String, Vec<i64>> {
             .jobs
             .list_events(id, 500, cursor.as_deref())
             .await
-            .unwrap_or_else(|e| panic!("events of {id}: {e}"));
+            .expect("events of a job");
         for e in page.items {
             out.entry(e.key).or_default().push(e.at_ms);
         }

@@ -55,7 +55,7 @@ pub fn n(value: impl ToString) -> AttributeValue {
 
 /// A stored item being decoded, with the context its errors need.
 pub struct Stored<'a> {
-    /// Table name.
+    /// The DynamoDB table the write goes to.
     pub table: &'a str,
     /// The raw attribute map read from the table.
     pub item: &'a Item,

@@ -67,7 +67,7 @@ impl DynamoJobStore {
         self
     }
 
-    /// The table name.
+    /// The DynamoDB table holding every record (jobs, events, keys, schedules, playgrounds).
     pub fn table(&self) -> &str {
         &self.table
     }

@@ -78,6 +78,28 @@ impl EmbeddedJobStore {
         &self.path
     }
 
+    /// Stores the meta record `record` under `key` when its version (read and bumped through
+    /// `version`) matches the stored one, 0 for a new record; returns what was stored.
+    async fn put_versioned<R>(
+        &self,
+        key: String,
+        mut record: R,
+        version: fn(&mut R) -> &mut u64,
+    ) -> Result<R>
+    where
+        R: serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
+    {
+        self.write(move |tx| {
+            let stored: Option<R> = tx.get_meta(&key)?;
+            let stored = stored.map(|mut s| *version(&mut s));
+            check_version(tx.label(), &key, *version(&mut record), stored)?;
+            *version(&mut record) += 1;
+            tx.put_meta(&key, &record)?;
+            Ok(record)
+        })
+        .await
+    }
+
     /// Runs `f` in a write transaction on the blocking pool and commits it if `f` succeeds.
     async fn write<T, F>(&self, f: F) -> Result<T>
     where
@@ -264,21 +286,9 @@ impl JobStore for EmbeddedJobStore {
     }
 
     async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord> {
-        let mut schedule = schedule.clone();
-        self.write(move |tx| {
-            let key = format!("SCHEDULE#{}", schedule.id);
-            let stored: Option<ScheduleRecord> = tx.get_meta(&key)?;
-            check_version(
-                tx.label(),
-                &key,
-                schedule.version,
-                stored.map(|s| s.version),
-            )?;
-            schedule.version += 1;
-            tx.put_meta(&key, &schedule)?;
-            Ok(schedule)
-        })
-        .await
+        let key = format!("SCHEDULE#{}", schedule.id);
+        self.put_versioned(key, schedule.clone(), |r| &mut r.version)
+            .await
     }
 
     async fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
@@ -292,21 +302,9 @@ impl JobStore for EmbeddedJobStore {
     }
 
     async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord> {
-        let mut playground = playground.clone();
-        self.write(move |tx| {
-            let key = format!("PG#{}", playground.id);
-            let stored: Option<PlaygroundRecord> = tx.get_meta(&key)?;
-            check_version(
-                tx.label(),
-                &key,
-                playground.version,
-                stored.map(|s| s.version),
-            )?;
-            playground.version += 1;
-            tx.put_meta(&key, &playground)?;
-            Ok(playground)
-        })
-        .await
+        let key = format!("PG#{}", playground.id);
+        self.put_versioned(key, playground.clone(), |r| &mut r.version)
+            .await
     }
 
     async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>> {

@@ -32,7 +32,7 @@ impl ReadTx {
             .map_err(|e| db_err("open table", &self.label, def.name(), e))
     }
 
-    /// One job.
+    /// The job `id` as this read transaction sees it; `None` if there is none.
     pub fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
         get_job(&self.table(JOBS)?, &self.label, id)
     }

@@ -53,7 +53,7 @@ pub async fn put_if_absent_never_rewrites_an_object(store: Store) {
         PutOutcome::AlreadyExists
     );
     assert_eq!(ok(store.get(key).await, "get"), Some(b"first".to_vec()));
-    let meta = ok(store.head(key).await, "head").unwrap_or_else(|| panic!("head found nothing"));
+    let meta = ok(store.head(key).await, "head").expect("head found nothing");
     assert_eq!((meta.size, meta.sha256), (5, Some(sha(b"first"))));
 
     // Racing writers of one key: exactly one creates it.

@@ -218,8 +218,7 @@ pub async fn racing_writers_exactly_one_wins_per_version(store: Store) {
         tasks.push(tokio::spawn(async move {
             let mut won = Vec::new();
             for _ in 0..4 {
-                let current = ok(store.get_job("j-race").await, "get")
-                    .unwrap_or_else(|| panic!("job vanished"));
+                let current = ok(store.get_job("j-race").await, "get").expect("job vanished");
                 match store.update_job(&current).await {
                     Ok(stored) => won.push(stored.version),
                     Err(StoreError::Conflict { .. }) => {}
@@ -668,8 +667,7 @@ pub async fn playground_pod_and_status_round_trip_and_updates_are_versioned(stor
     };
     let stored = ok(store.put_playground(&pending).await, "record status");
     assert_eq!(stored.version, 2);
-    let read = ok(store.get_playground(&pg.id).await, "get pending")
-        .unwrap_or_else(|| panic!("playground missing"));
+    let read = ok(store.get_playground(&pg.id).await, "get pending").expect("playground missing");
     assert_eq!(read, stored);
     assert_eq!(
         read.status.as_ref().and_then(|s| s.reason.as_deref()),

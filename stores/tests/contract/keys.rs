@@ -44,7 +44,7 @@ pub async fn api_keys_list_sorted_with_revoked_ones_and_old_records(store: Store
     assert_eq!(revoked.as_ref().and_then(|k| k.revoked_at_ms), Some(7));
     let listed = ok(store.list_api_keys().await, "list");
     let mut expected: Vec<ApiKeyRecord> = keys.to_vec();
-    expected[1] = revoked.unwrap_or_else(|| panic!("revoked key missing"));
+    expected[1] = revoked.expect("revoked key missing");
     expected.sort_by(|a, b| a.key_sha256.cmp(&b.key_sha256));
     assert_eq!(listed, expected);
 }
@@ -66,7 +66,7 @@ pub async fn revoking_a_key_keeps_its_first_time_and_ends_its_sessions(store: St
     );
     let stored = ok(store.get_api_key(&k.key_sha256).await, "get");
     assert_eq!(again, stored);
-    let stored = stored.unwrap_or_else(|| panic!("revoked key is kept for the audit trail"));
+    let stored = stored.expect("revoked key is kept for the audit trail");
     assert!(!stored.is_active());
     assert_eq!(stored.revoked_at_ms, Some(10));
     assert_eq!(
@@ -89,8 +89,7 @@ pub async fn ending_sessions_keeps_the_key_valid_and_concurrent_changes_all_land
         let outcome = done.expect("task");
         assert!(ok(outcome, "end sessions").is_some());
     }
-    let stored =
-        ok(store.get_api_key(&k.key_sha256).await, "get").unwrap_or_else(|| panic!("key missing"));
+    let stored = ok(store.get_api_key(&k.key_sha256).await, "get").expect("key missing");
     assert!(stored.is_active());
     assert_eq!(stored.session_epoch, 4, "every concurrent change landed");
 }

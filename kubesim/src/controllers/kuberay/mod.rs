@@ -72,16 +72,9 @@ impl KubeRay {
         rj: &Arc<Value>,
     ) -> Result<(), crate::ApiError> {
         let (ns, name) = (json::namespace(rj), json::name(rj));
-        let finalizers: Vec<String> = rj
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let finalizers: Vec<String> = json::strs(rj.pointer("/metadata/finalizers"))
+            .map(str::to_string)
+            .collect();
         if rj.pointer("/metadata/deletionTimestamp").is_some() {
             if finalizers.iter().any(|f| f == RAYJOB_FINALIZER) {
                 store.update_all(&RAYJOBS, ns, name, |cur| {
