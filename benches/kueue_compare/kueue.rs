@@ -54,7 +54,12 @@ pub fn rayjob_resource() -> ApiResource {
     resource("ray.io", "v1", "RayJob", "rayjobs")
 }
 
-async fn create(client: &kube::Client, ar: &ApiResource, ns: Option<&str>, v: Value) -> anyhow::Result<()> {
+async fn create(
+    client: &kube::Client,
+    ar: &ApiResource,
+    ns: Option<&str>,
+    v: Value,
+) -> anyhow::Result<()> {
     let api: Api<DynamicObject> = match ns {
         Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
         None => Api::all_with(client.clone(), ar),
@@ -77,7 +82,10 @@ async fn install_crds(client: &kube::Client, dir: &Path) -> anyhow::Result<()> {
         let text = std::fs::read_to_string(entry.path())?;
         let mut v: Value = yaml_serde::from_str(&text)
             .with_context(|| format!("parsing {}", entry.path().display()))?;
-        let name = v["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = v["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         if CONVERTED.contains(&name.as_str()) {
             v["spec"]["conversion"] = json!({
                 "strategy": "Webhook",
@@ -99,10 +107,10 @@ async fn install_crds(client: &kube::Client, dir: &Path) -> anyhow::Result<()> {
     for name in names {
         loop {
             let crd = crds.get(&name).await?;
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+            let established = crd.status.and_then(|s| s.conditions).is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
             if established {
                 break;
             }
@@ -177,7 +185,13 @@ pub async fn start(
     let v1 = |kind: &str, plural: &str| resource("", "v1", kind, plural);
     let ns = v1("Namespace", "namespaces");
     for name in [NAMESPACE].iter().chain(TENANTS.iter()) {
-        create(client, &ns, None, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).await?;
+        create(
+            client,
+            &ns,
+            None,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+        )
+        .await?;
     }
     create(
         client,
@@ -187,7 +201,8 @@ pub async fn start(
     )
     .await?;
     // Empty webhook configurations: the rotator injects its CA into them; nothing calls them.
-    let adm = |kind: &str, plural: &str| resource("admissionregistration.k8s.io", "v1", kind, plural);
+    let adm =
+        |kind: &str, plural: &str| resource("admissionregistration.k8s.io", "v1", kind, plural);
     create(client, &adm("ValidatingWebhookConfiguration", "validatingwebhookconfigurations"), None,
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                "metadata": {"name": "kueue-validating-webhook-configuration"}})).await?;
@@ -195,7 +210,8 @@ pub async fn start(
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
                "metadata": {"name": "kueue-mutating-webhook-configuration"}})).await?;
 
-    let (health, metrics, webhook, visibility) = (free_port()?, free_port()?, free_port()?, free_port()?);
+    let (health, metrics, webhook, visibility) =
+        (free_port()?, free_port()?, free_port()?, free_port()?);
     std::fs::create_dir_all(work.join("certs"))?;
     let config_path = work.join("kueue-config.yaml");
     std::fs::write(&config_path, config(work, health, metrics, webhook))?;
@@ -211,7 +227,8 @@ pub async fn start(
         .context("starting kueue")?;
     // The rotator writes its certificates into the Secret; the kubelet would mount them into
     // the webhook server's certDir: here the harness copies them.
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), NAMESPACE);
     let certs = work.join("certs");
     let mut mounted = false;
     let http = reqwest::Client::new();
@@ -227,7 +244,10 @@ pub async fn start(
             mounted = true;
         }
         if let Some(status) = child.try_wait()? {
-            bail!("kueue exited ({status}); see {}", work.join("kueue.log").display());
+            bail!(
+                "kueue exited ({status}); see {}",
+                work.join("kueue.log").display()
+            );
         }
         let ok = http
             .get(format!("http://127.0.0.1:{health}/readyz"))
@@ -239,7 +259,10 @@ pub async fn start(
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            bail!("kueue not ready after 120 s; see {}", work.join("kueue.log").display());
+            bail!(
+                "kueue not ready after 120 s; see {}",
+                work.join("kueue.log").display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -257,10 +280,15 @@ async fn create_queues(client: &kube::Client) -> anyhow::Result<()> {
     let api_version = "kueue.x-k8s.io/v1beta2";
     let mut flavors = Vec::new();
     for series in SERIES {
-        create(client, &k("ResourceFlavor", "resourceflavors"), None, json!({
-            "apiVersion": api_version, "kind": "ResourceFlavor", "metadata": {"name": series},
-            "spec": {"nodeLabels": {tuneplane_core::constants::SERIES_LABEL: series}},
-        }))
+        create(
+            client,
+            &k("ResourceFlavor", "resourceflavors"),
+            None,
+            json!({
+                "apiVersion": api_version, "kind": "ResourceFlavor", "metadata": {"name": series},
+                "spec": {"nodeLabels": {tuneplane_core::constants::SERIES_LABEL: series}},
+            }),
+        )
         .await?;
         flavors.push(json!({"name": series, "resources": [
             {"name": "cpu", "nominalQuota": (NODES_PER_SERIES * NODE_CPUS).to_string()},
@@ -279,11 +307,16 @@ async fn create_queues(client: &kube::Client) -> anyhow::Result<()> {
     }))
     .await?;
     for tenant in TENANTS {
-        create(client, &k("LocalQueue", "localqueues"), Some(tenant), json!({
-            "apiVersion": api_version, "kind": "LocalQueue",
-            "metadata": {"name": tenant, "namespace": tenant},
-            "spec": {"clusterQueue": CLUSTER_QUEUE},
-        }))
+        create(
+            client,
+            &k("LocalQueue", "localqueues"),
+            Some(tenant),
+            json!({
+                "apiVersion": api_version, "kind": "LocalQueue",
+                "metadata": {"name": tenant, "namespace": tenant},
+                "spec": {"clusterQueue": CLUSTER_QUEUE},
+            }),
+        )
         .await?;
     }
     // The ClusterQueue is usable once Kueue reports it Active.
@@ -293,12 +326,18 @@ async fn create_queues(client: &kube::Client) -> anyhow::Result<()> {
         let obj = cq.get(CLUSTER_QUEUE).await?;
         let active = obj.data["status"]["conditions"]
             .as_array()
-            .is_some_and(|c| c.iter().any(|c| c["type"] == "Active" && c["status"] == "True"));
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Active" && c["status"] == "True")
+            });
         if active {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("ClusterQueue {CLUSTER_QUEUE} not Active after 60 s: {}", obj.data["status"]);
+            bail!(
+                "ClusterQueue {CLUSTER_QUEUE} not Active after 60 s: {}",
+                obj.data["status"]
+            );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

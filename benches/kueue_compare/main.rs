@@ -151,7 +151,9 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
                         "small" => Ok(Shape::Small),
                         "gang" => Ok(Shape::Gang),
                         "fair" => Ok(Shape::Fair),
-                        other => bail!("--workloads: unknown workload {other:?} (small, gang, fair)"),
+                        other => {
+                            bail!("--workloads: unknown workload {other:?} (small, gang, fair)")
+                        }
                     })
                     .collect::<anyhow::Result<_>>()?;
             }
@@ -185,7 +187,9 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
 
 /// The fleet file of the comparison.
 fn write_fleet(path: &Path) -> anyhow::Result<()> {
-    let mut s = String::from("# Written by the Kueue comparison: 4 GPU series x 250 nodes, no taints.\nnode_groups:\n");
+    let mut s = String::from(
+        "# Written by the Kueue comparison: 4 GPU series x 250 nodes, no taints.\nnode_groups:\n",
+    );
     for series in SERIES {
         s.push_str(&format!(
             "  - {{name: {series}, series: {series}, count: {NODES_PER_SERIES}, gpus: {NODE_GPUS}, cpus: {NODE_CPUS}, memory_gb: {NODE_MEMORY_GB}}}\n"
@@ -221,7 +225,11 @@ fn cluster_up(o: &Options, fleet: &Path) -> anyhow::Result<PathBuf> {
 
 fn cluster_down(o: &Options) {
     let _ = Command::new(o.root.join("scripts/k8s-down.sh"))
-        .args(["--dir", &o.out.join("cluster").display().to_string(), "--quiet"])
+        .args([
+            "--dir",
+            &o.out.join("cluster").display().to_string(),
+            "--quiet",
+        ])
         .status();
 }
 
@@ -261,13 +269,12 @@ async fn wait_nodes(client: &kube::Client, want: usize) -> anyhow::Result<()> {
 }
 
 /// One system on one workload, from a fresh control plane.
-async fn run_one(
-    o: &Options,
-    fleet: &Path,
-    system: System,
-    shape: Shape,
-) -> anyhow::Result<Value> {
-    eprintln!("[kueue-compare] === {} / {} ===", system.name(), shape.name());
+async fn run_one(o: &Options, fleet: &Path, system: System, shape: Shape) -> anyhow::Result<Value> {
+    eprintln!(
+        "[kueue-compare] === {} / {} ===",
+        system.name(),
+        shape.name()
+    );
     let kubeconfig = cluster_up(o, fleet)?;
     let client = kube_client(&kubeconfig).await?;
     let fleet_nodes = SERIES.len() * NODES_PER_SERIES as usize;

@@ -30,6 +30,8 @@ pub struct PodSeen {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub admitted: HashMap<String, Instant>,
+    /// Kueue only: when the job's Workload appeared (it entered Kueue's queues).
+    pub queued: HashMap<String, Instant>,
     /// By pod uid.
     pub pods: HashMap<String, PodSeen>,
     /// (namespace, workload name) to key, for submitter pods.
@@ -43,9 +45,11 @@ impl Snapshot {
     }
 
     fn key_of(&self, pod: &PodSeen) -> Option<String> {
-        pod.key
-            .clone()
-            .or_else(|| pod.job_name.as_ref().and_then(|w| self.workloads.get(w).cloned()))
+        pod.key.clone().or_else(|| {
+            pod.job_name
+                .as_ref()
+                .and_then(|w| self.workloads.get(w).cloned())
+        })
     }
 
     /// Bound times of each job's pods, and how many of them are machines.
@@ -106,7 +110,11 @@ impl Observer {
                 let ns = meta.namespace.clone().unwrap_or_default();
                 let key = label(meta, KEY_LABEL);
                 let job_name = label(meta, "batch.kubernetes.io/job-name").map(|j| (ns, j));
-                let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+                let bound = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some();
                 let mut s = state.lock().unwrap();
                 let now = Instant::now();
                 // A pod of the job exists: its workload was admitted (TunePlane's CPU jobs are
@@ -164,6 +172,35 @@ impl Observer {
                     }
                 },
             ));
+        }
+        if system == System::Kueue {
+            // Kueue's Workloads, named after their job through the owner reference.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            ready.push(rx);
+            let workloads: Api<DynamicObject> = Api::all_with(
+                client.clone(),
+                &kube::api::ApiResource::from_gvk_with_plural(
+                    &kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "Workload"),
+                    "workloads",
+                ),
+            );
+            tasks.push(spawn_watch(workloads, watcher::Config::default(), tx, {
+                let state = state.clone();
+                move |wl: DynamicObject| {
+                    let Some(owner) = wl
+                        .metadata
+                        .owner_references
+                        .as_ref()
+                        .and_then(|o| o.first())
+                    else {
+                        return;
+                    };
+                    let mut s = state.lock().unwrap();
+                    s.queued
+                        .entry(owner.name.clone())
+                        .or_insert_with(Instant::now);
+                }
+            }));
         }
         for rx in ready {
             tokio::time::timeout(Duration::from_secs(60), rx)

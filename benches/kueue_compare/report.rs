@@ -61,7 +61,9 @@ impl RequestDelta {
             top: Vec::new(),
         };
         for ((verb, resource), v) in after {
-            let n = v - before.get(&(verb.clone(), resource.clone())).unwrap_or(&0.0);
+            let n = v - before
+                .get(&(verb.clone(), resource.clone()))
+                .unwrap_or(&0.0);
             if n <= 0.0 {
                 continue;
             }
@@ -87,7 +89,12 @@ pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     // Fields after the command name (which may hold spaces) start at ") ".
     let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or_default();
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after the command name.
     Ok((ticks(11) + ticks(12)) / 100.0)
 }
@@ -125,7 +132,13 @@ pub fn figures(
     peak_mib: f64,
 ) -> Value {
     let rel = |t: Instant| t.saturating_duration_since(started);
-    let first_submit = out.submitted.iter().flatten().min().copied().unwrap_or_default();
+    let first_submit = out
+        .submitted
+        .iter()
+        .flatten()
+        .min()
+        .copied()
+        .unwrap_or_default();
     let mut latencies = Vec::new();
     let mut last_admission = Duration::ZERO;
     let mut admitted = 0usize;
@@ -174,7 +187,10 @@ pub fn figures(
         "end": out.end_reason,
     });
     if w.shape == Shape::Fair {
-        let b = w.jobs.last().expect("the fair workload ends with team-b's job");
+        let b = w
+            .jobs
+            .last()
+            .expect("the fair workload ends with team-b's job");
         let b_sub = out.submitted.last().copied().flatten().unwrap_or_default();
         let b_at = snap.admitted_at(&b.key).map(rel);
         let a_before = w.jobs[..w.jobs.len() - 1]
@@ -184,6 +200,12 @@ pub fn figures(
             })
             .count();
         f["team_b_wait_seconds"] = json!(b_at.map(|t| secs(t.saturating_sub(b_sub))));
+        // Kueue: how long team-b's job took to reach Kueue's queues (its Workload's creation).
+        f["team_b_queued_after_seconds"] = json!(
+            snap.queued
+                .get(&b.key)
+                .map(|t| secs(rel(*t).saturating_sub(b_sub)))
+        );
         f["team_a_admitted_before_b"] = json!(a_before);
         f["team_a_jobs"] = json!(w.jobs.len() - 1);
     }
@@ -203,7 +225,10 @@ pub fn machine() -> Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
         .unwrap_or_default();
     let mem_gib = std::fs::read_to_string("/proc/meminfo")
         .unwrap_or_default()
@@ -290,12 +315,18 @@ pub fn markdown(doc: &Value) -> String {
         ("admitted per second", "admitted_per_second"),
         ("submission → admission p50 (s)", "admission_p50_seconds"),
         ("submission → admission p99 (s)", "admission_p99_seconds"),
-        ("first submission → every admitted pod bound (s)", "all_bound_seconds"),
+        (
+            "first submission → every admitted pod bound (s)",
+            "all_bound_seconds",
+        ),
         ("API requests per admitted job", "api_requests_per_job"),
         ("API writes per admitted job", "api_writes_per_job"),
         ("controller CPU seconds", "controller_cpu_seconds"),
         ("controller peak memory (MiB)", "controller_peak_rss_mib"),
-        ("gangs partially placed at the end", "partially_placed_gangs"),
+        (
+            "gangs partially placed at the end",
+            "partially_placed_gangs",
+        ),
     ];
     let mut md = String::new();
     for workload in ["small", "gang", "fair"] {
@@ -306,8 +337,15 @@ pub fn markdown(doc: &Value) -> String {
         md.push_str(&format!("\n#### Workload `{workload}`\n\n| | TunePlane | Kueue | TunePlane / Kueue |\n|---|---:|---:|---:|\n"));
         let mut rows: Vec<(&str, &str)> = rows.to_vec();
         if workload == "fair" {
-            rows.push(("team-b's wait for its first admission (s)", "team_b_wait_seconds"));
+            rows.push((
+                "team-b's wait for its first admission (s)",
+                "team_b_wait_seconds",
+            ));
             rows.push(("team-a jobs admitted before it", "team_a_admitted_before_b"));
+            rows.push((
+                "team-b's job in Kueue's queue after (s)",
+                "team_b_queued_after_seconds",
+            ));
         }
         rows.push(("run ended by", "end"));
         for (label, key) in rows {
@@ -315,7 +353,11 @@ pub fn markdown(doc: &Value) -> String {
                 "| {label} | {} | {} | {} |\n",
                 cell(&t[key]),
                 cell(&k[key]),
-                if key == "end" { String::new() } else { ratio(&t[key], &k[key]) }
+                if key == "end" {
+                    String::new()
+                } else {
+                    ratio(&t[key], &k[key])
+                }
             ));
         }
     }

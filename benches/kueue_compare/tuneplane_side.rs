@@ -38,7 +38,9 @@ pub fn serve(args: &[String]) -> anyhow::Result<()> {
         let opts = tuneplane::dev::StackOptions {
             data_dir: dir.into(),
             port: 0,
-            fleet: tuneplane_core::fleet::Fleet { node_groups: vec![] }, // a real cluster's nodes are the fleet
+            fleet: tuneplane_core::fleet::Fleet {
+                node_groups: vec![],
+            }, // a real cluster's nodes are the fleet
             execute: false,
             unpullable_images: vec![],
             // The reconciler's production default (passes also follow watch events).
@@ -64,13 +66,18 @@ pub fn serve(args: &[String]) -> anyhow::Result<()> {
             tuneplane_core::clock::now_ms(),
         );
         stack.jobs.put_api_key(&record).await?;
-        let access = json!({"api": stack.api_url, "team_a_key": stack.api_key, "team_b_key": team_b_key});
+        let access =
+            json!({"api": stack.api_url, "team_a_key": stack.api_key, "team_b_key": team_b_key});
         println!("{access}");
         std::io::stdout().flush()?;
         // Until the parent closes stdin (or is gone).
         tokio::task::spawn_blocking(|| {
             let mut sink = String::new();
-            while std::io::stdin().read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
+            while std::io::stdin()
+                .read_line(&mut sink)
+                .map(|n| n > 0)
+                .unwrap_or(false)
+            {}
         })
         .await?;
         stack.shutdown().await;
@@ -79,7 +86,11 @@ pub fn serve(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// Starts the child and waits until the reconciler has published the whole fleet's capacity.
-pub async fn start(kubeconfig: &Path, work: &Path, fleet_nodes: usize) -> anyhow::Result<Controller> {
+pub async fn start(
+    kubeconfig: &Path,
+    work: &Path,
+    fleet_nodes: usize,
+) -> anyhow::Result<Controller> {
     let log = std::fs::File::create(work.join("tuneplane.log"))?;
     let mut child = Command::new(std::env::current_exe()?)
         .arg(SERVE)
@@ -87,7 +98,10 @@ pub async fn start(kubeconfig: &Path, work: &Path, fleet_nodes: usize) -> anyhow
         .arg(work.join("stack"))
         .env("TUNEPLANE_KUBE_QPS", CONTROLLER_QPS.to_string())
         .env("TUNEPLANE_KUBE_BURST", CONTROLLER_BURST.to_string())
-        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log)

@@ -153,11 +153,10 @@ impl Workload {
             let snap = observer.snapshot();
             let complete = match self.shape {
                 // The fairness figure is the second tenant's wait: the run ends once it is admitted.
-                Shape::Fair => snap.admitted_at(&self.jobs[self.jobs.len() - 1].key).is_some(),
-                _ => self
-                    .jobs
-                    .iter()
-                    .all(|j| snap.all_bound_at(j).is_some()),
+                Shape::Fair => snap
+                    .admitted_at(&self.jobs[self.jobs.len() - 1].key)
+                    .is_some(),
+                _ => self.jobs.iter().all(|j| snap.all_bound_at(j).is_some()),
             };
             if complete {
                 break "complete";
