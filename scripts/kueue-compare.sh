@@ -25,7 +25,8 @@ start=$SECONDS
 "$ROOT/scripts/testenv-build.sh" >/dev/null
 KUEUE="$("$ROOT/scripts/kueue-build.sh" | tail -n 1)"
 say "building the harness and the node agent (cargo, bench profile)"
-cargo build --quiet --locked --profile bench --workspace --bin kubesim --manifest-path "$ROOT/Cargo.toml" \
+# The same targets as `cargo bench` below, so that both builds resolve the same features.
+cargo build --quiet --locked --profile bench --workspace --bench kueue_compare --bin kubesim --manifest-path "$ROOT/Cargo.toml" \
   || die "cargo build of the node agent failed"
 # The bench profile's artifacts live in target/release.
 TARGET="$(cargo metadata --format-version 1 --no-deps --manifest-path "$ROOT/Cargo.toml" \

@@ -460,11 +460,12 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
             archive_logs(ctx, &id, &ns, &name).await?;
         }
         workload::delete(ctx, kind, &ns, &name).await?;
-        crate::live_logs::discard(ctx, &id).await;
+        // Counted once the workload is gone, before the live segments are tidied away.
         if !finished && !archived {
             ctx.metrics.inc_orphans();
             tracing::info!(job_id = %id, workload = %name, "orphan workload archived and deleted");
         }
+        crate::live_logs::discard(ctx, &id).await;
     }
     Ok(())
 }
