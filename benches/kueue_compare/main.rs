@@ -68,7 +68,9 @@ kueue_compare: TunePlane and Kueue on one real control plane (see BENCHMARKS.md)
   --flood N          jobs of the flooding tenant in the fair workload (default 2000)
   --port PORT        the API server's port (default 16443)
   --timeout SECS     longest a run may take once submission starts (default 420)
-  --quiet SECS       a run ends when nothing changed for this long (default 20)
+  --quiet SECS       with the fleet full, a run ends once every admitted pod is bound and
+                     nothing was admitted for this long; it stops as stalled when nothing
+                     was admitted, created or bound for this long (default 20)
 ";
 
 #[derive(Debug, Clone)]

@@ -126,6 +126,10 @@ impl Observer {
                     s.last_change = Some(now);
                 }
                 let machine = key.is_some();
+                if !s.pods.contains_key(&uid) {
+                    // A new pod is progress too (KubeRay creates a gang's pods over time).
+                    s.last_change = Some(now);
+                }
                 let seen = s.pods.entry(uid).or_insert(PodSeen {
                     key,
                     job_name,

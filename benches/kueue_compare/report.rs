@@ -282,7 +282,7 @@ pub fn settings(o: &Options) -> Value {
             "gang": format!("{} RayJobs of 2-8 machines x 8 GPUs (32 CPUs, 256 GiB) on one series each", o.gang),
             "fair": format!("team-a submits {} small jobs, then team-b one", o.flood),
         },
-        "run_end": format!("every job admitted with all pods bound, or nothing changed for {} s, or {} s", o.quiet.as_secs(), o.timeout.as_secs()),
+        "run_end": format!("complete: every job admitted with all pods bound, or (fleet full) every admitted job bound and no admission for {q} s; stalled: nothing admitted, created or bound for {q} s; timeout: {} s", o.timeout.as_secs(), q = o.quiet.as_secs()),
     })
 }
 

@@ -61,7 +61,7 @@ pub struct Outcome {
     pub submit_done: Duration,
     /// When the run stopped watching.
     pub ended: Duration,
-    /// Why it stopped: `complete`, `quiet` or `timeout`.
+    /// Why it stopped: `complete`, `stalled` (no progress for the quiet time) or `timeout`.
     pub end_reason: &'static str,
     /// Submissions the system refused, with the first error.
     pub refused: usize,
@@ -151,12 +151,25 @@ impl Workload {
         let end_reason = loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let snap = observer.snapshot();
+            let admitted_all_bound = self
+                .jobs
+                .iter()
+                .filter(|j| snap.admitted_at(&j.key).is_some())
+                .all(|j| snap.all_bound_at(j).is_some());
+            let last_admission = snap.admitted.values().max().copied();
             let complete = match self.shape {
                 // The fairness figure is the second tenant's wait: the run ends once it is admitted.
                 Shape::Fair => snap
                     .admitted_at(&self.jobs[self.jobs.len() - 1].key)
                     .is_some(),
-                _ => self.jobs.iter().all(|j| snap.all_bound_at(j).is_some()),
+                // Every job admitted and bound; or (the fleet full) every admitted job bound and
+                // no admission for the quiet time.
+                _ => {
+                    admitted_all_bound
+                        && (snap.admitted.len() == self.jobs.len()
+                            || last_admission.is_some_and(|t| t.elapsed() > o.quiet)
+                                && started.elapsed() > submit_done + o.quiet)
+                }
             };
             if complete {
                 break "complete";
@@ -164,10 +177,11 @@ impl Workload {
             if started.elapsed() > o.timeout {
                 break "timeout";
             }
+            // Nothing admitted, created or bound for the quiet time: the run is stuck.
             if snap.last_change.is_some_and(|t| t.elapsed() > o.quiet)
                 && started.elapsed() > submit_done + o.quiet
             {
-                break "quiet";
+                break "stalled";
             }
         };
         let ended = started.elapsed();

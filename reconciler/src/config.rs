@@ -112,6 +112,13 @@ fn number<T: std::str::FromStr>(var: &'static str, raw: &str, what: &str) -> Res
 }
 
 impl Config {
+    /// Most admissions one pass makes: what the client's rate limit creates in one pass interval
+    /// (at least 10), so a pass never plans further ahead than it can act.
+    pub fn admissions_per_pass(&self) -> usize {
+        let per_interval = f64::from(self.kube_qps) * self.pass_interval.as_secs_f64();
+        (per_interval as usize).max(10)
+    }
+
     /// Reads the process environment.
     pub fn from_env() -> Result<Config> {
         Config::from_lookup(|k| std::env::var(k).ok())
@@ -214,6 +221,19 @@ impl Config {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn a_pass_admits_what_its_rate_limit_creates_in_one_interval() {
+        let c = |qps, ms| Config {
+            kube_qps: qps,
+            pass_interval: Duration::from_millis(ms),
+            ..Config::default()
+        };
+        assert_eq!(c(20, 3000).admissions_per_pass(), 60);
+        assert_eq!(c(50, 3000).admissions_per_pass(), 150);
+        assert_eq!(c(500, 100).admissions_per_pass(), 50);
+        assert_eq!(c(1, 100).admissions_per_pass(), 10, "never fewer than 10");
+    }
 
     fn parse(pairs: &[(&str, &str)]) -> Result<Config> {
         let map: HashMap<String, String> = pairs

@@ -32,6 +32,8 @@ pub struct PassReport {
     pub waiting: usize,
     /// Per-job steps that failed (retried next pass).
     pub errors: usize,
+    /// Admissions planned beyond this pass's budget, left QUEUED for the next pass.
+    pub deferred: usize,
 }
 
 /// Machines of admitted jobs that are not bound to a node yet, with the planned nodes they still
@@ -245,7 +247,17 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             return Ok(report);
         }
     };
-    let plan = plan_admissions(&active, &capacity, &reservations(cluster, &active), &quotas);
+    let mut plan = plan_admissions(&active, &capacity, &reservations(cluster, &active), &quotas);
+    // The plan lists admissions in fair-share order. A pass creates the workloads of what it
+    // admits within the client's rate limit, so it admits about one pass interval's worth: a
+    // job that arrives meanwhile — another tenant's first among them — is planned at the next
+    // pass instead of waiting behind a creation backlog planned before it came. The rest stay
+    // QUEUED and are planned again.
+    let budget = ctx.config.admissions_per_pass();
+    if plan.admit.len() > budget {
+        report.deferred = plan.admit.len() - budget;
+        plan.admit.truncate(budget);
+    }
     // Plans name jobs by id: look them up once each (10,000 queued jobs made a scan per job
     // quadratic).
     let by_id: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.id.as_str(), j)).collect();

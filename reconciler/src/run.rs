@@ -240,11 +240,17 @@ async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
         .clamp(Duration::from_millis(20), Duration::from_millis(500));
     let mut failures: u32 = 0;
     let mut step_failed = false;
+    // A pass that left planned admissions for later (its budget, see `Config::admissions_per_pass`)
+    // is followed by the next one after the gap, without waiting for an event.
+    let mut deferred = false;
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(ctx.config.pass_interval) => {}
-            _ = notify.notified() => {}
+        if !deferred {
+            tokio::select! {
+                _ = tokio::time::sleep(ctx.config.pass_interval) => {}
+                _ = notify.notified() => {}
+            }
         }
+        deferred = false;
         let now = tuneplane_core::clock::now_ms();
         ctx.metrics.heartbeat(now);
         if ctx.leadership.is_leader() {
@@ -260,6 +266,7 @@ async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
             // A failed step of one job is retried next pass at the normal pace (at most once per
             // pass interval, not once per watch event); a failed pass backs off exponentially.
             step_failed = matches!(&outcome, Ok(r) if r.errors > 0);
+            deferred = matches!(&outcome, Ok(r) if r.deferred > 0);
             failures = if outcome.is_err() {
                 failures.saturating_add(1)
             } else {

@@ -46,6 +46,51 @@ async fn all(h: &Harness, ids: &[String]) -> Vec<JobRecord> {
     out
 }
 
+/// A pass admits about what its rate limit creates in one pass interval, so a tenant that arrives
+/// while another tenant's hundred jobs (which all fit) are being admitted is planned at the next
+/// pass, not after the creation backlog planned before it came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_tenant_is_not_planned_behind_another_tenants_creation_backlog() {
+    const CPU_NODES: &str = "node_groups:\n  - {name: cpu, count: 4, cpus: 64, memory_gb: 256}\n";
+    let h = start(sim_config(CPU_NODES, Duration::from_secs(3), None)).await;
+    let config = tuneplane_reconciler::Config {
+        kube_qps: 20,
+        kube_burst: 20,
+        pass_interval: Duration::from_millis(500),
+        ..test_config("r1")
+    };
+    assert_eq!(config.admissions_per_pass(), 10);
+    let (_task, _ctx) = h.reconciler(config).await;
+    let a: Vec<String> = (0..100).map(|i| format!("a-{i:03}")).collect();
+    for id in &a {
+        let mut j = cpu_job(id);
+        j.tenant = "team-a".into();
+        h.submit(&j).await;
+    }
+    wait_for(30, "a's first admissions", || async {
+        let admitted = all(&h, &a).await.iter().any(|j| j.admitted_at_ms.is_some());
+        admitted.then_some(())
+    })
+    .await;
+    let mut b = cpu_job("b-000");
+    b.tenant = "team-b".into();
+    h.submit(&b).await;
+    let b = h
+        .wait_job(60, &b.id, "admitted", |j| j.admitted_at_ms.is_some())
+        .await;
+    let b_at = b.admitted_at_ms.unwrap_or(i64::MAX);
+    let a_before = all(&h, &a)
+        .await
+        .iter()
+        .filter(|j| j.admitted_at_ms.is_some_and(|t| t <= b_at))
+        .count();
+    // Planned all at once, the 100 would all come first; 10 a pass, b waits a pass or two.
+    assert!(
+        a_before < 60,
+        "b admitted after {a_before} of a's 100 jobs: it waited behind a backlog planned before it came"
+    );
+}
+
 /// Tenant a queues 100 jobs and fills both h200 nodes; tenant b queues one job afterwards. b's
 /// job takes the next node that frees, ahead of a's 98 earlier jobs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
