@@ -65,12 +65,12 @@ kueue_compare: TunePlane and Kueue on one real control plane (see BENCHMARKS.md)
   --workloads LIST   small,gang,fair (default all three)
   --small N          jobs of the small workload (default 5000)
   --gang N           jobs of the gang workload (default 1000)
-  --flood N          jobs of the flooding tenant in the fair workload (default 2000)
+  --flood N          jobs of the flooding tenant in the fair workload (default 1000)
   --port PORT        the API server's port (default 16443)
-  --timeout SECS     longest a run may take once submission starts (default 420)
+  --timeout SECS     longest a run may take once submission starts (default 240)
   --quiet SECS       with the fleet full, a run ends once every admitted pod is bound and
                      nothing was admitted for this long; it stops as stalled when nothing
-                     was admitted, created or bound for this long (default 20)
+                     was admitted, created or bound for this long (default 15)
 ";
 
 #[derive(Debug, Clone)]
@@ -115,10 +115,12 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
         workloads: vec![Shape::Small, Shape::Gang, Shape::Fair],
         small: 5000,
         gang: 1000,
-        flood: 2000,
+        flood: 1000,
         port: 16443,
-        timeout: Duration::from_secs(420),
-        quiet: Duration::from_secs(20),
+        // The whole comparison (six runs and six fresh clusters) fits in 30 minutes on 2 cores with
+        // the build; a run cut by the time limit reports what it admitted by then.
+        timeout: Duration::from_secs(240),
+        quiet: Duration::from_secs(15),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
