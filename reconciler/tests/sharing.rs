@@ -38,6 +38,20 @@ fn holds(j: &JobRecord) -> bool {
     matches!(j.state, JobState::Admitted | JobState::Running)
 }
 
+/// Submits `b`, waits for its admission, and counts the jobs of `a` admitted no later.
+async fn submit_and_count_before(h: &Harness, b: &JobRecord, a: &[String]) -> usize {
+    h.submit(b).await;
+    let b = h
+        .wait_job(60, &b.id, "admitted", |j| j.admitted_at_ms.is_some())
+        .await;
+    let b_at = b.admitted_at_ms.unwrap_or(i64::MAX);
+    all(h, a)
+        .await
+        .iter()
+        .filter(|j| j.admitted_at_ms.is_some_and(|t| t <= b_at))
+        .count()
+}
+
 async fn all(h: &Harness, ids: &[String]) -> Vec<JobRecord> {
     let mut out = Vec::new();
     for id in ids {
@@ -74,16 +88,7 @@ async fn a_late_tenant_is_not_planned_behind_another_tenants_creation_backlog() 
     .await;
     let mut b = cpu_job("b-000");
     b.tenant = "team-b".into();
-    h.submit(&b).await;
-    let b = h
-        .wait_job(60, &b.id, "admitted", |j| j.admitted_at_ms.is_some())
-        .await;
-    let b_at = b.admitted_at_ms.unwrap_or(i64::MAX);
-    let a_before = all(&h, &a)
-        .await
-        .iter()
-        .filter(|j| j.admitted_at_ms.is_some_and(|t| t <= b_at))
-        .count();
+    let a_before = submit_and_count_before(&h, &b, &a).await;
     // Planned all at once, the 100 would all come first; 10 a pass, b waits a pass or two.
     assert!(
         a_before < 60,
@@ -107,17 +112,7 @@ async fn a_late_tenant_gets_the_next_opening_not_a_place_behind_another_tenants_
         (held == 2).then_some(())
     })
     .await;
-    let b = h200("team-b", "b-000");
-    h.submit(&b).await;
-    let b = h
-        .wait_job(60, &b.id, "admitted", |j| j.admitted_at_ms.is_some())
-        .await;
-    let b_at = b.admitted_at_ms.unwrap_or(i64::MAX);
-    let a_before = all(&h, &a)
-        .await
-        .iter()
-        .filter(|j| j.admitted_at_ms.is_some_and(|t| t <= b_at))
-        .count();
+    let a_before = submit_and_count_before(&h, &h200("team-b", "b-000"), &a).await;
     // The two first jobs, plus at most one admitted in the same pass when both nodes freed.
     assert!(
         a_before <= 3,
