@@ -348,6 +348,14 @@ fn main() -> anyhow::Result<()> {
     if args.first().map(String::as_str) == Some(tuneplane_side::SERVE) {
         return tuneplane_side::serve(&args[1..]);
     }
+    // `cargo bench` over every target runs this one without options: it needs Kueue and a
+    // control plane, which scripts/kueue-compare.sh builds, so it says so and steps aside.
+    if args.iter().all(|a| a == "--bench") {
+        eprintln!(
+            "kueue_compare: skipped; run scripts/kueue-compare.sh (it builds Kueue and the control plane and passes --kueue and --agent)"
+        );
+        return Ok(());
+    }
     let o = parse_args(&args)?;
     std::fs::create_dir_all(&o.out)?;
     let fleet = o.out.join("fleet.yaml");
