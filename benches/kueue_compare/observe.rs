@@ -66,16 +66,17 @@ impl Snapshot {
         out
     }
 
-    /// When the last of `job`'s pods was bound, once all are.
-    pub fn all_bound_at(&self, job: &Job) -> Option<Instant> {
+    /// When the last of `job`'s pods was bound, once all are (`bound` from [`Self::bound_by_job`],
+    /// computed once for all jobs: one pass over the pods, not one per job).
+    pub fn all_bound_at(
+        &self,
+        bound: &HashMap<String, (Vec<Instant>, usize)>,
+        job: &Job,
+    ) -> Option<Instant> {
         self.admitted.get(&job.key)?;
-        let mut times: Vec<Instant> = self
-            .pods
-            .values()
-            .filter(|p| p.bound_at.is_some() && self.key_of(p).as_deref() == Some(&job.key))
-            .filter_map(|p| p.bound_at)
-            .collect();
+        let (times, _) = bound.get(&job.key)?;
         (times.len() >= job.pods()).then(|| {
+            let mut times = times.clone();
             times.sort();
             times[job.pods() - 1]
         })

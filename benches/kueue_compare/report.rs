@@ -160,7 +160,7 @@ pub fn figures(
         admitted += 1;
         latencies.push(rel(at).saturating_sub(*sub).as_secs_f64());
         last_admission = last_admission.max(rel(at));
-        if let Some(t) = snap.all_bound_at(job) {
+        if let Some(t) = snap.all_bound_at(&bound, job) {
             fully_bound += 1;
             last_bound = last_bound.max(rel(t));
         }

@@ -151,11 +151,12 @@ impl Workload {
         let end_reason = loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let snap = observer.snapshot();
+            let bound = snap.bound_by_job();
             let admitted_all_bound = self
                 .jobs
                 .iter()
                 .filter(|j| snap.admitted_at(&j.key).is_some())
-                .all(|j| snap.all_bound_at(j).is_some());
+                .all(|j| snap.all_bound_at(&bound, j).is_some());
             let last_admission = snap.admitted.values().max().copied();
             let complete = match self.shape {
                 // The fairness figure is the second tenant's wait: the run ends once it is admitted.
