@@ -25,7 +25,15 @@ use tuneplane_core::store::{
 
 use crate::OCTET_STREAM;
 
-/// Content type of every object (local endpoints also require it on raw PUTs).
+/// The request builder of S3 operation `$op` on object `$key` of `$store`'s bucket:
+/// `$store.client.$op().bucket(&$store.bucket).key($key)`. A macro because every operation's
+/// fluent builder is its own type.
+macro_rules! object_request {
+    ($store:expr, $op:ident, $key:expr) => {
+        $store.client.$op().bucket(&$store.bucket).key($key)
+    };
+}
+
 /// Smallest part S3 accepts (except the last).
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
 
@@ -67,13 +75,7 @@ impl S3BlobStore {
         key: &str,
     ) -> Result<Option<aws_sdk_s3::operation::get_object::GetObjectOutput>> {
         validate_blob_key(key)?;
-        let got = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await;
+        let got = object_request!(self, get_object, key).send().await;
         self.found("GetObject", key, got, |e| e.is_no_such_key())
     }
 
@@ -99,14 +101,7 @@ impl S3BlobStore {
     /// Creates the bucket if it does not exist yet (local stacks and tests; production buckets
     /// come from `template.yaml`).
     pub async fn ensure_bucket(&self) -> Result<()> {
-        if self
-            .client
-            .head_bucket()
-            .bucket(&self.bucket)
-            .send()
-            .await
-            .is_ok()
-        {
+        if self.bucket_exists().await {
             return Ok(());
         }
         match self
@@ -118,20 +113,22 @@ impl S3BlobStore {
         {
             Ok(_) => Ok(()),
             // A concurrent creator won: the bucket exists, which is all we need.
-            Err(e)
-                if self
-                    .client
-                    .head_bucket()
-                    .bucket(&self.bucket)
-                    .send()
-                    .await
-                    .is_ok() =>
-            {
+            Err(e) if self.bucket_exists().await => {
                 tracing::debug!(error = %e, bucket = %self.bucket, "bucket created concurrently");
                 Ok(())
             }
             Err(e) => Err(self.backend("create_bucket", "", e)),
         }
+    }
+
+    /// Whether `HeadBucket` on the bucket succeeds.
+    async fn bucket_exists(&self) -> bool {
+        self.client
+            .head_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .is_ok()
     }
 
     fn backend(
@@ -146,10 +143,7 @@ impl S3BlobStore {
     /// A `PutObject` of `body` whose SHA-256 is `sha256`: S3 checks the checksum, and the hex
     /// digest is kept as metadata for [`BlobStore::head`].
     fn put_object(&self, key: &str, sha256: &[u8], body: ByteStream) -> PutObjectFluentBuilder {
-        self.client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
+        object_request!(self, put_object, key)
             .content_type(OCTET_STREAM)
             .checksum_sha256(base64::engine::general_purpose::STANDARD.encode(sha256))
             .metadata("sha256", hex::encode(sha256))
@@ -188,11 +182,7 @@ impl S3BlobStore {
     }
 
     async fn put_multipart(&self, key: &str, path: &Path, sha_hex: &str) -> Result<PutOutcome> {
-        let created = self
-            .client
-            .create_multipart_upload()
-            .bucket(&self.bucket)
-            .key(key)
+        let created = object_request!(self, create_multipart_upload, key)
             .content_type(OCTET_STREAM)
             .metadata("sha256", sha_hex)
             .send()
@@ -205,11 +195,7 @@ impl S3BlobStore {
                 let done = CompletedMultipartUpload::builder()
                     .set_parts(Some(parts))
                     .build();
-                let complete = self
-                    .client
-                    .complete_multipart_upload()
-                    .bucket(&self.bucket)
-                    .key(key)
+                let complete = object_request!(self, complete_multipart_upload, key)
                     .upload_id(&upload_id)
                     .multipart_upload(done)
                     .if_none_match("*")
@@ -236,11 +222,7 @@ impl S3BlobStore {
             Err(e) => Err(e),
         };
         // Whatever went wrong, do not leave billed parts behind.
-        let _ = self
-            .client
-            .abort_multipart_upload()
-            .bucket(&self.bucket)
-            .key(key)
+        let _ = object_request!(self, abort_multipart_upload, key)
             .upload_id(&upload_id)
             .send()
             .await;
@@ -267,11 +249,7 @@ impl S3BlobStore {
                 break;
             }
             let digest = Sha256::digest(&buf);
-            let out = self
-                .client
-                .upload_part()
-                .bucket(&self.bucket)
-                .key(key)
+            let out = object_request!(self, upload_part, key)
                 .upload_id(upload_id)
                 .part_number(number)
                 .checksum_sha256(base64::engine::general_purpose::STANDARD.encode(digest))
@@ -378,13 +356,7 @@ impl BlobStore for S3BlobStore {
 
     async fn head(&self, key: &str) -> Result<Option<BlobMeta>> {
         validate_blob_key(key)?;
-        let answer = self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await;
+        let answer = object_request!(self, head_object, key).send().await;
         let Some(out) = self.found("HeadObject", key, answer, |e| e.is_not_found())? else {
             return Ok(None);
         };
@@ -398,10 +370,7 @@ impl BlobStore for S3BlobStore {
 
     async fn delete(&self, key: &str) -> Result<()> {
         validate_blob_key(key)?;
-        self.client
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(key)
+        object_request!(self, delete_object, key)
             .send()
             .await
             .map_err(|e| self.backend("DeleteObject", key, e))?;
@@ -419,18 +388,13 @@ impl BlobStore for S3BlobStore {
             .map_err(|e| self.backend("presign", key, e))?;
         let presigned = match method {
             PresignMethod::Get => {
-                let get = self.client.get_object().bucket(&self.bucket).key(key);
+                let get = object_request!(self, get_object, key);
                 get.presigned(config)
                     .await
                     .map_err(|e| self.backend("presign", key, e))?
             }
             PresignMethod::Put => {
-                let put = self
-                    .client
-                    .put_object()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .content_type(OCTET_STREAM);
+                let put = object_request!(self, put_object, key).content_type(OCTET_STREAM);
                 put.presigned(config)
                     .await
                     .map_err(|e| self.backend("presign", key, e))?
