@@ -13,7 +13,6 @@
 //! compute [`TenantUsage`] from active job records.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
@@ -513,55 +512,45 @@ pub fn check(quota: &TenantQuota, held: &Demand, demand: &Demand) -> QuotaCheck 
 /// Why a job can never be admitted under `quota` (it alone is above a limit that does not
 /// borrow), for refusing it at submission; `None` when it can.
 pub fn never_within(quota: &TenantQuota, demand: &Demand) -> Option<String> {
-    let mut out = String::new();
+    let tenant = &quota.tenant;
+    let mut reasons = Vec::new();
     for (series, need) in &demand.gpus {
         if let Some(limit) = quota.gpu_limit(series)
             && !limit.borrow
             && *need > limit.gpus
         {
-            let _ = write!(
-                out,
-                "{}tenant {}'s quota is {} {series} GPUs; this job needs {need}",
-                if out.is_empty() { "" } else { "; " },
-                quota.tenant,
+            reasons.push(format!(
+                "tenant {tenant}'s quota is {} {series} GPUs; this job needs {need}",
                 limit.gpus
-            );
+            ));
         }
     }
     if let Some(cpu) = &quota.cpu
         && !cpu.borrow
     {
-        if let Some(max) = cpu.cpus
-            && demand.cpus > max + 1e-9
-        {
-            let _ = write!(
-                out,
-                "{}tenant {}'s quota is {} CPUs for CPU-only jobs; this job needs {}",
-                if out.is_empty() { "" } else { "; " },
-                quota.tenant,
-                trim(max),
-                trim(demand.cpus)
-            );
-        }
-        if let Some(max) = cpu.memory_gb
-            && demand.memory_gb > max + 1e-9
-        {
-            let _ = write!(
-                out,
-                "{}tenant {}'s quota is {} GiB of memory for CPU-only jobs; this job needs {}",
-                if out.is_empty() { "" } else { "; " },
-                quota.tenant,
-                trim(max),
-                trim(demand.memory_gb)
-            );
+        let limits = [
+            (cpu.cpus, demand.cpus, "CPUs"),
+            (cpu.memory_gb, demand.memory_gb, "GiB of memory"),
+        ];
+        for (limit, need, what) in limits {
+            if let Some(max) = limit
+                && need > max + 1e-9
+            {
+                reasons.push(format!(
+                    "tenant {tenant}'s quota is {} {what} for CPU-only jobs; this job needs {}",
+                    trim(max),
+                    trim(need)
+                ));
+            }
         }
     }
-    if out.is_empty() {
-        None
-    } else {
-        out.push_str(": ask an operator to raise the quota (tuneplane admin quota set) or make the job smaller");
-        Some(out)
+    if reasons.is_empty() {
+        return None;
     }
+    Some(format!(
+        "{}: ask an operator to raise the quota (tuneplane admin quota set) or make the job smaller",
+        reasons.join("; ")
+    ))
 }
 
 #[cfg(test)]
