@@ -526,21 +526,10 @@ impl<'c> Planner<'c> {
         if count == 0 {
             return Ok(Vec::new());
         }
-        let key = |i: usize| {
+        Ok(best_nodes(candidates, count as usize, |i| {
             let r = self.room(i, &self.free[i], shape);
             (shape.cpu_only && self.gpu_node[i], r.gpus, r.cpus)
-        };
-        let order = |a: &usize, b: &usize| {
-            let (ka, kb) = (key(*a), key(*b));
-            ka.0.cmp(&kb.0)
-                .then(ka.1.cmp(&kb.1))
-                .then(ka.2.total_cmp(&kb.2))
-                .then(a.cmp(b))
-        };
-        candidates.select_nth_unstable_by(count as usize - 1, order);
-        candidates.truncate(count as usize);
-        candidates.sort_unstable_by(order);
-        Ok(candidates)
+        }))
     }
 
     /// Whether `pools` would fit if nobody had reserved anything in this pass, and if so the
@@ -877,7 +866,7 @@ impl<'c> Planner<'c> {
             {
                 return false;
             }
-            let mut candidates: Vec<usize> = self.scopes[scope]
+            let candidates: Vec<usize> = self.scopes[scope]
                 .nodes
                 .iter()
                 .copied()
@@ -897,30 +886,17 @@ impl<'c> Planner<'c> {
                 }
                 return false;
             }
-            // Closest to fitting now: most free GPUs, then CPUs (as the machine sees them);
-            // CPU-only machines keep to CPU nodes when they can.
-            let key = |n: usize| {
+            // Closest to fitting now: most free GPUs, then CPUs (as the machine sees them; negated
+            // CPUs sort in reverse); CPU-only machines keep to CPU nodes when they can.
+            let closest = best_nodes(candidates, pool.nodes as usize, |n| {
                 let r = self.room(n, &self.free[n], &shape);
                 (
                     shape.cpu_only && self.gpu_node[n],
                     std::cmp::Reverse(r.gpus),
-                    r.cpus,
+                    -r.cpus,
                 )
-            };
-            let order = |a: &usize, b: &usize| {
-                let (ka, kb) = (key(*a), key(*b));
-                ka.0.cmp(&kb.0)
-                    .then(ka.1.cmp(&kb.1))
-                    .then(kb.2.total_cmp(&ka.2))
-                    .then(a.cmp(b))
-            };
-            let want = pool.nodes as usize;
-            if want > 0 && want < candidates.len() {
-                candidates.select_nth_unstable_by(want - 1, order);
-                candidates.truncate(want);
-            }
-            candidates.sort_unstable_by(order);
-            for n in candidates.into_iter().take(pool.nodes as usize) {
+            });
+            for n in closest {
                 self.mark(n);
                 chosen_all.push(n);
             }
@@ -985,6 +961,30 @@ impl<'c> Planner<'c> {
         self.scopes[scope].holders[resource] = Some(text.clone());
         text
     }
+}
+
+/// The `count` first nodes of `candidates` (all of them when fewer) in the order of their `key`
+/// (a flag, then a count, then a number), ties broken by node index, in that order.
+fn best_nodes<G: Ord>(
+    mut candidates: Vec<usize>,
+    count: usize,
+    key: impl Fn(usize) -> (bool, G, f64),
+) -> Vec<usize> {
+    let order = |a: &usize, b: &usize| {
+        let (ka, kb) = (key(*a), key(*b));
+        ka.0.cmp(&kb.0)
+            .then(ka.1.cmp(&kb.1))
+            .then(ka.2.total_cmp(&kb.2))
+            .then(a.cmp(b))
+    };
+    if count < candidates.len() {
+        if count > 0 {
+            candidates.select_nth_unstable_by(count - 1, order);
+        }
+        candidates.truncate(count);
+    }
+    candidates.sort_unstable_by(order);
+    candidates
 }
 
 /// A number without a needless `.0`.
