@@ -538,23 +538,19 @@ impl Checker {
             None | Some(Value::Null) => {}
             Some(Value::Object(m)) => {
                 self.unknown_fields(m, DEADLINE_FIELDS, "deadlines.");
-                let (lo, hi) = PRE_RUNNING_RANGE;
-                if let Some(n) = self.integer(
-                    m,
-                    "pre_running_seconds",
-                    "deadlines.pre_running_seconds",
-                    (lo as i64, hi as i64),
-                ) {
-                    d.pre_running_seconds = n as u64;
-                }
-                let (lo, hi) = RUN_RANGE;
-                if let Some(n) = self.integer(
-                    m,
-                    "run_seconds",
-                    "deadlines.run_seconds",
-                    (lo as i64, hi as i64),
-                ) {
-                    d.run_seconds = n as u64;
+                let fields = [
+                    (
+                        "pre_running_seconds",
+                        PRE_RUNNING_RANGE,
+                        &mut d.pre_running_seconds,
+                    ),
+                    ("run_seconds", RUN_RANGE, &mut d.run_seconds),
+                ];
+                for (key, (lo, hi), seconds) in fields {
+                    let path = format!("deadlines.{key}");
+                    if let Some(n) = self.integer(m, key, &path, (lo as i64, hi as i64)) {
+                        *seconds = n as u64;
+                    }
                 }
             }
             Some(other) => self.err(
