@@ -167,6 +167,31 @@ pub struct Page<T> {
     pub next: Option<String>,
 }
 
+impl<T> Page<T> {
+    /// The page of a listing read one item ahead: at most `size` of `items` (which holds up to
+    /// `size + 1`), so that `next` is `None` exactly on the last page. `next` is the cursor of
+    /// the sort key `sort_key` gives the last item kept.
+    pub fn from_lookahead(
+        mut items: Vec<T>,
+        size: usize,
+        sort_key: impl FnOnce(&T) -> String,
+    ) -> Page<T> {
+        let next = if items.len() > size {
+            items.truncate(size);
+            items.last().map(|item| encode_cursor(&sort_key(item)))
+        } else {
+            None
+        };
+        Page { items, next }
+    }
+}
+
+/// The effective page size of [`JobStore::list_events`] for `limit` (clamped to 1..=1000; 0
+/// means 100).
+pub fn events_page_size(limit: usize) -> usize {
+    if limit == 0 { 100 } else { limit.min(1000) }
+}
+
 /// Listing a tenant's jobs, newest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobQuery {

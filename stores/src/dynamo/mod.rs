@@ -17,6 +17,20 @@
 //! and a state change with its events (`update_job_with_events`) is one `TransactWriteItems` of the
 //! conditional job put and the event puts.
 
+/// `$put` (a `PutItem` request or a transaction's `Put` builder: two types with the same
+/// setters) on `$table` with the item of `$write` (a [`GuardedJobWrite`], whose `item` it
+/// moves) and the condition that guards it.
+macro_rules! guarded_put {
+    ($put:expr, $table:expr, $write:ident) => {{
+        let (names, values) = $write.condition_attributes();
+        $put.table_name($table)
+            .set_item(Some($write.item))
+            .condition_expression(GuardedJobWrite::CONDITION)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+    }};
+}
+
 pub mod item;
 mod keys;
 mod query;
@@ -175,11 +189,7 @@ impl DynamoJobStore {
     /// The put of each event of `job_id` (at most 98, so that the job and its idempotency record
     /// fit one transaction; a new job has one or two).
     fn event_puts(&self, job_id: &str, events: &[JobEvent]) -> Result<Vec<TransactWriteItem>> {
-        let mut unique: std::collections::BTreeMap<String, &JobEvent> =
-            std::collections::BTreeMap::new();
-        for event in events {
-            unique.insert(event_sk(event.at_ms, &event.key), event);
-        }
+        let unique = unique_events(events);
         if unique.len() > 98 {
             return Err(self.backend(
                 "TransactWriteItems",
@@ -191,18 +201,26 @@ impl DynamoJobStore {
             ));
         }
         unique
-            .into_values()
-            .map(|event| {
-                let ttl = (event.at_ms / 1000).saturating_add(self.event_ttl_secs);
-                let EventItem(item) = EventItem::new(job_id, event, ttl);
-                Put::builder()
-                    .table_name(&self.table)
-                    .set_item(Some(item))
-                    .build()
-                    .map(|put| TransactWriteItem::builder().put(put).build())
-                    .map_err(|e| self.backend("TransactWriteItems", &job_pk(job_id), e))
-            })
+            .into_iter()
+            .map(|event| self.event_put(job_id, event))
             .collect()
+    }
+
+    /// The item of `event` of `job_id`, expiring `event_ttl` after the event.
+    pub(super) fn event_item(&self, job_id: &str, event: &JobEvent) -> Item {
+        let ttl = (event.at_ms / 1000).saturating_add(self.event_ttl_secs);
+        let EventItem(item) = EventItem::new(job_id, event, ttl);
+        item
+    }
+
+    /// The (unconditional) put of `event` of `job_id` in a transaction.
+    pub(super) fn event_put(&self, job_id: &str, event: &JobEvent) -> Result<TransactWriteItem> {
+        Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(self.event_item(job_id, event)))
+            .build()
+            .map(|put| TransactWriteItem::builder().put(put).build())
+            .map_err(|e| self.backend("TransactWriteItems", &job_pk(job_id), e))
     }
 
     /// After a create failed its `attribute_not_exists` condition: our own earlier attempt (its
@@ -297,15 +315,7 @@ impl DynamoJobStore {
 
     pub(super) async fn update_job_inner(&self, job: &JobRecord) -> Result<JobRecord> {
         let write = GuardedJobWrite::new(job);
-        let (names, values) = write.condition_attributes();
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(write.item))
-            .condition_expression(GuardedJobWrite::CONDITION)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values))
+        let result = guarded_put!(self.client.put_item(), &self.table, write)
             .send()
             .await;
         let (next, key, token) = (write.next, write.key, write.token);
@@ -345,6 +355,16 @@ impl DynamoJobStore {
         }
         ours
     }
+}
+
+/// `events` once per sort key, in sort-key order (one request may not name an item twice); the
+/// last copy of a repeated event wins.
+pub(super) fn unique_events(events: &[JobEvent]) -> Vec<&JobEvent> {
+    let mut unique = std::collections::BTreeMap::new();
+    for event in events {
+        unique.insert(event_sk(event.at_ms, &event.key), event);
+    }
+    unique.into_values().collect()
 }
 
 /// True when a transaction was cancelled because the condition of its first item failed.

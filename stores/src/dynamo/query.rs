@@ -9,11 +9,15 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, TransactWriteItem, WriteRequest};
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    ACTIVE_SHARDS, JobQuery, Page, Result, active_sort_key, decode_cursor, encode_cursor,
+    ACTIVE_SHARDS, JobQuery, Page, Result, active_sort_key, decode_cursor, event_sort_key,
+    events_page_size, tenant_sort_key,
 };
 
-use super::item::{EventItem, Item, JOB_SK, active_pk, event_sk, job_pk, s, tenant_pk};
-use super::{ACTIVE_INDEX, DynamoJobStore, GuardedJobWrite, TENANT_INDEX, first_condition_failed};
+use super::item::{Item, JOB_SK, active_pk, job_pk, s, tenant_pk};
+use super::{
+    ACTIVE_INDEX, DynamoJobStore, GuardedJobWrite, TENANT_INDEX, first_condition_failed,
+    unique_events,
+};
 
 impl DynamoJobStore {
     pub(super) async fn list_jobs_inner(
@@ -65,22 +69,13 @@ impl DynamoJobStore {
             q
         };
         let items = self.query_all(build, &tpk, Some(size + 1), start).await?;
-        let mut jobs = items
+        let jobs = items
             .iter()
             .map(|i| self.decode(i))
             .collect::<Result<Vec<JobRecord>>>()?;
-        let next = if jobs.len() > size {
-            jobs.truncate(size);
-            jobs.last().map(|j| {
-                encode_cursor(&tuneplane_core::store::tenant_sort_key(
-                    j.submitted_at_ms,
-                    &j.id,
-                ))
-            })
-        } else {
-            None
-        };
-        Ok(Page { items: jobs, next })
+        Ok(Page::from_lookahead(jobs, size, |j| {
+            tenant_sort_key(j.submitted_at_ms, &j.id)
+        }))
     }
 
     /// Counts, on every shard of the active index, the queued jobs (not being stopped) whose
@@ -160,25 +155,14 @@ impl DynamoJobStore {
         job: &JobRecord,
         events: &[JobEvent],
     ) -> Result<JobRecord> {
-        let mut unique: std::collections::BTreeMap<String, &JobEvent> =
-            std::collections::BTreeMap::new();
-        for event in events {
-            unique.insert(event_sk(event.at_ms, &event.key), event);
-        }
-        let unique: Vec<JobEvent> = unique.into_values().cloned().collect();
+        let unique: Vec<JobEvent> = unique_events(events).into_iter().cloned().collect();
         if unique.is_empty() {
             return self.update_job_inner(job).await;
         }
         let (now, later) = unique.split_at(unique.len().min(99));
         let write = GuardedJobWrite::new(job);
-        let (names, values) = write.condition_attributes();
         let key = write.key.clone();
-        let put_job = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(write.item))
-            .condition_expression(GuardedJobWrite::CONDITION)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values))
+        let put_job = guarded_put!(Put::builder(), &self.table, write)
             .build()
             .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
         let mut request = self
@@ -186,14 +170,7 @@ impl DynamoJobStore {
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(put_job).build());
         for event in now {
-            let ttl = (event.at_ms / 1000).saturating_add(self.event_ttl_secs);
-            let EventItem(item) = EventItem::new(&job.id, event, ttl);
-            let put = Put::builder()
-                .table_name(&self.table)
-                .set_item(Some(item))
-                .build()
-                .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
-            request = request.transact_items(TransactWriteItem::builder().put(put).build());
+            request = request.transact_items(self.event_put(&job.id, event)?);
         }
         match request.send().await {
             Ok(_) => {}
@@ -220,20 +197,12 @@ impl DynamoJobStore {
         events: &[JobEvent],
     ) -> Result<()> {
         let key = job_pk(job_id);
-        // One request may not name an item twice; the last copy of a repeated event wins.
-        let mut unique: std::collections::BTreeMap<String, &JobEvent> =
-            std::collections::BTreeMap::new();
-        for event in events {
-            unique.insert(event_sk(event.at_ms, &event.key), event);
-        }
-        let unique: Vec<&JobEvent> = unique.into_values().collect();
+        let unique = unique_events(events);
         for chunk in unique.chunks(25) {
             let mut requests = Vec::with_capacity(chunk.len());
             for event in chunk {
-                let ttl = (event.at_ms / 1000).saturating_add(self.event_ttl_secs);
-                let EventItem(item) = EventItem::new(job_id, event, ttl);
                 let put = PutRequest::builder()
-                    .set_item(Some(item))
+                    .set_item(Some(self.event_item(job_id, event)))
                     .build()
                     .map_err(|e| self.backend("BatchWriteItem", &key, e))?;
                 requests.push(WriteRequest::builder().put_request(put).build());
@@ -272,7 +241,7 @@ impl DynamoJobStore {
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<Page<JobEvent>> {
-        let size = if limit == 0 { 100 } else { limit.min(1000) };
+        let size = events_page_size(limit);
         let pk = job_pk(job_id);
         let after = cursor.map(decode_cursor).transpose()?;
         let start = after.map(|sort| {
@@ -293,21 +262,12 @@ impl DynamoJobStore {
                 .set_exclusive_start_key(from)
         };
         let items = self.query_all(build, &pk, Some(size + 1), start).await?;
-        let mut events = items
+        let events = items
             .iter()
             .map(|i| self.decode(i))
             .collect::<Result<Vec<JobEvent>>>()?;
-        let next = if events.len() > size {
-            events.truncate(size);
-            events
-                .last()
-                .map(|e| encode_cursor(&tuneplane_core::store::event_sort_key(e.at_ms, &e.key)))
-        } else {
-            None
-        };
-        Ok(Page {
-            items: events,
-            next,
-        })
+        Ok(Page::from_lookahead(events, size, |e| {
+            event_sort_key(e.at_ms, &e.key)
+        }))
     }
 }

@@ -4,7 +4,8 @@ use redb::{ReadTransaction, ReadableTable, TableHandle};
 use serde::de::DeserializeOwned;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    JobQuery, Page, Result, decode_cursor, encode_cursor, event_sort_key, tenant_sort_key,
+    JobQuery, Page, Result, decode_cursor, encode_cursor, event_sort_key, events_page_size,
+    tenant_sort_key,
 };
 
 use super::tables::{
@@ -93,7 +94,7 @@ impl ReadTx {
         cursor: Option<&str>,
     ) -> Result<Page<JobEvent>> {
         let after = cursor.map(decode_cursor).transpose()?;
-        let size = if limit == 0 { 100 } else { limit.min(1000) };
+        let size = events_page_size(limit);
         let rows = scan(
             &self.table(EVENTS)?,
             &self.label,
@@ -102,19 +103,13 @@ impl ReadTx {
             false,
             size + 1,
         )?;
-        let mut items = rows
+        let items = rows
             .iter()
             .map(|(sort, text)| from_json(&self.label, sort, text))
             .collect::<Result<Vec<JobEvent>>>()?;
-        let next = if items.len() > size {
-            items.truncate(size);
-            items
-                .last()
-                .map(|e: &JobEvent| encode_cursor(&event_sort_key(e.at_ms, &e.key)))
-        } else {
-            None
-        };
-        Ok(Page { items, next })
+        Ok(Page::from_lookahead(items, size, |e| {
+            event_sort_key(e.at_ms, &e.key)
+        }))
     }
 
     /// A meta record.
