@@ -425,31 +425,28 @@ pub fn judge<'a>(
         }
     }
     if let Some(cpu) = &quota.cpu {
-        if let Some(max) = cpu.cpus
-            && cpus > 0.0
-            && held.cpus + cpus > max + 1e-9
-        {
-            note(
-                cpu.borrow,
-                Over::Cpus {
-                    used: held.cpus,
-                    limit: max,
-                    need: cpus,
-                },
-            );
-        }
-        if let Some(max) = cpu.memory_gb
-            && memory_gb > 0.0
-            && held.memory_gb + memory_gb > max + 1e-9
-        {
-            note(
-                cpu.borrow,
-                Over::Memory {
-                    used: held.memory_gb,
-                    limit: max,
-                    need: memory_gb,
-                },
-            );
+        // (limit, used, need, the Over it makes) of CPU cores and of memory.
+        type CpuLimit<'o> = (Option<f64>, f64, f64, fn(f64, f64, f64) -> Over<'o>);
+        let limits: [CpuLimit<'a>; 2] = [
+            (cpu.cpus, held.cpus, cpus, |used, limit, need| Over::Cpus {
+                used,
+                limit,
+                need,
+            }),
+            (
+                cpu.memory_gb,
+                held.memory_gb,
+                memory_gb,
+                |used, limit, need| Over::Memory { used, limit, need },
+            ),
+        ];
+        for (limit, used, need, over) in limits {
+            if let Some(max) = limit
+                && need > 0.0
+                && used + need > max + 1e-9
+            {
+                note(cpu.borrow, over(used, max, need));
+            }
         }
     }
     match (exceeded, borrow) {
