@@ -675,15 +675,11 @@ impl<'c> Planner<'c> {
                 return Err(Misfit { pool, counts });
             }
         }
-        let mut order: Vec<usize> = (0..pools.len()).collect();
-        order.sort_by_key(|i| std::cmp::Reverse(pools[*i].gpus_per_node));
         self.begin();
         let mut taken_any = false;
         let mut undo: Vec<(usize, Free)> = Vec::new();
         let mut placed: Vec<Vec<usize>> = vec![Vec::new(); pools.len()];
-        for i in order {
-            let pool = &pools[i];
-            let shape = Shape::of(pool);
+        for (i, pool, shape) in largest_first(pools) {
             let outcome = match self.cur[i] {
                 None => Err(Counts::default()),
                 Some(scope) => {
@@ -788,11 +784,7 @@ impl<'c> Planner<'c> {
             return None;
         }
         self.begin();
-        let mut order: Vec<usize> = (0..pools.len()).collect();
-        order.sort_by_key(|i| std::cmp::Reverse(pools[*i].gpus_per_node));
-        for i in order {
-            let pool = &pools[i];
-            let shape = Shape::of(pool);
+        for (i, pool, shape) in largest_first(pools) {
             let Some(scope) = self.cur[i] else {
                 return Some(Misfit {
                     pool,
@@ -846,11 +838,7 @@ impl<'c> Planner<'c> {
     fn reserve(&mut self, pools: &[Pool], owner: usize) -> bool {
         self.begin();
         let mut chosen_all: Vec<usize> = Vec::new();
-        let mut order: Vec<usize> = (0..pools.len()).collect();
-        order.sort_by_key(|i| std::cmp::Reverse(pools[*i].gpus_per_node));
-        for i in order {
-            let pool = &pools[i];
-            let shape = Shape::of(pool);
+        for (i, pool, shape) in largest_first(pools) {
             let Some(scope) = self.cur[i] else {
                 return false;
             };
@@ -961,6 +949,16 @@ impl<'c> Planner<'c> {
         self.scopes[scope].holders[resource] = Some(text.clone());
         text
     }
+}
+
+/// The pools with their index and machine shape, largest machines (most GPUs per node) first,
+/// ties in pool order.
+fn largest_first(pools: &[Pool]) -> impl Iterator<Item = (usize, &Pool, Shape)> {
+    let mut order: Vec<usize> = (0..pools.len()).collect();
+    order.sort_by_key(|i| std::cmp::Reverse(pools[*i].gpus_per_node));
+    order
+        .into_iter()
+        .map(move |i| (i, &pools[i], Shape::of(&pools[i])))
 }
 
 /// The `count` first nodes of `candidates` (all of them when fewer) in the order of their `key`
