@@ -337,6 +337,25 @@ impl Checker {
         }
     }
 
+    /// [`string`](Self::string) of the field `key` (reported at `path`) that must be a DNS label
+    /// of at most `max` characters: another value is reported as `{value:?} {problem}` (and
+    /// still returned, so that later checks can name it).
+    fn dns_label(
+        &mut self,
+        map: &Map<String, Value>,
+        (key, path, required): (&str, &str, bool),
+        max: usize,
+        problem: &str,
+    ) -> Option<String> {
+        let value = self.string(map, key, path, required);
+        if let Some(v) = &value
+            && !is_dns_label(v, max)
+        {
+            self.err(path, format!("{v:?} {problem}"));
+        }
+        value
+    }
+
     fn string_map(&mut self, map: &Map<String, Value>, key: &str) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         match map.get(key) {
@@ -374,12 +393,12 @@ impl Checker {
         let map = doc.as_object()?;
         self.unknown_fields(map, ROOT_FIELDS, "");
 
-        let name = self.string(map, "name", "name", true);
-        if let Some(n) = &name
-            && !is_dns_label(n, 40)
-        {
-            self.err("name", format!("{n:?} must be a DNS label: lower-case letters, digits and '-', starting with a letter, ending with a letter or digit, at most 40 characters"));
-        }
+        let name = self.dns_label(
+            map,
+            ("name", "name", true),
+            40,
+            "must be a DNS label: lower-case letters, digits and '-', starting with a letter, ending with a letter or digit, at most 40 characters",
+        );
         let plugin = self
             .string(map, "plugin", "plugin", false)
             .unwrap_or_else(|| PLUGIN_CUSTOM.into());
@@ -634,24 +653,18 @@ impl Checker {
             return None;
         };
         self.unknown_fields(m, POOL_FIELDS, &format!("{p}."));
-        let name = self.string(m, "name", &format!("{p}.name"), true);
-        if let Some(n) = &name
-            && !is_dns_label(n, 15)
-        {
-            self.err(
-                format!("{p}.name"),
-                format!("{n:?} must be a DNS label of at most 15 characters"),
-            );
-        }
-        let series = self.string(m, "series", &format!("{p}.series"), false);
-        if let Some(s) = &series
-            && !is_dns_label(s, 63)
-        {
-            self.err(
-                format!("{p}.series"),
-                format!("{s:?} is not a valid series name"),
-            );
-        }
+        let name = self.dns_label(
+            m,
+            ("name", &format!("{p}.name"), true),
+            15,
+            "must be a DNS label of at most 15 characters",
+        );
+        let series = self.dns_label(
+            m,
+            ("series", &format!("{p}.series"), false),
+            63,
+            "is not a valid series name",
+        );
         let nodes = self.required_integer(
             m,
             (&p, "nodes"),
