@@ -19,7 +19,7 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tuneplane_core::store::{
-    BlobMeta, BlobStore, PresignMethod, PresignedRequest, PutOutcome, Result, StoreError,
+    BlobMeta, BlobStore, BoxError, PresignMethod, PresignedRequest, PutOutcome, Result, StoreError,
     validate_blob_key,
 };
 
@@ -131,12 +131,8 @@ impl S3BlobStore {
             .is_ok()
     }
 
-    fn backend(
-        &self,
-        op: &'static str,
-        key: &str,
-        e: impl std::error::Error + Send + Sync + 'static,
-    ) -> StoreError {
+    /// A [`StoreError::Backend`] of `op` on `key` of this bucket.
+    fn backend(&self, op: &'static str, key: &str, e: impl Into<BoxError>) -> StoreError {
         StoreError::backend(op, &self.bucket, key, e)
     }
 

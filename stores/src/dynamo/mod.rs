@@ -45,7 +45,9 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use tuneplane_core::clock::now_secs;
 use tuneplane_core::job::{JobEvent, JobRecord};
-use tuneplane_core::store::{CreateOutcome, Idempotency, IdempotencyRecord, Result, StoreError};
+use tuneplane_core::store::{
+    BoxError, CreateOutcome, Idempotency, IdempotencyRecord, Result, StoreError,
+};
 
 use item::{EventItem, Item, JOB_SK, JobItem, Stored, event_sk, job_pk, n, s};
 
@@ -86,11 +88,12 @@ impl DynamoJobStore {
         &self.table
     }
 
+    /// A [`StoreError::Backend`] of `op` on `key` of this table.
     pub(super) fn backend(
         &self,
         op: &'static str,
         key: &str,
-        e: impl std::error::Error + Send + Sync + 'static,
+        e: impl Into<BoxError>,
     ) -> StoreError {
         StoreError::backend(op, &self.table, key, e)
     }
@@ -147,6 +150,27 @@ impl DynamoJobStore {
                 return Ok(items);
             }
         }
+    }
+
+    /// Every item of the partition `value` of the key attribute `attr` (of `index`, or of the
+    /// table itself when `None`), in sort-key order.
+    pub(super) async fn query_partition(
+        &self,
+        index: Option<&str>,
+        attr: &str,
+        value: &str,
+    ) -> Result<Vec<Item>> {
+        let condition = format!("{attr} = :v");
+        let build = |from: Option<Item>| {
+            self.client
+                .query()
+                .table_name(&self.table)
+                .set_index_name(index.map(str::to_owned))
+                .key_condition_expression(&condition)
+                .expression_attribute_values(":v", s(value))
+                .set_exclusive_start_key(from)
+        };
+        self.query_all(build, value, None, None).await
     }
 
     /// Resolves a create whose idempotency condition failed: the first request's job, or a mismatch.

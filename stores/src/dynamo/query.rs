@@ -6,14 +6,15 @@
 
 use std::time::Duration;
 
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, TransactWriteItem, WriteRequest};
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    ACTIVE_SHARDS, JobQuery, Page, Result, active_sort_key, decode_cursor, event_sort_key,
-    events_page_size, tenant_sort_key,
+    ACTIVE_SHARDS, JobQuery, Page, Result, StoreError, active_sort_key, decode_cursor,
+    event_sort_key, events_page_size, tenant_sort_key,
 };
 
-use super::item::{Item, JOB_SK, active_pk, job_pk, s, tenant_pk};
+use super::item::{Item, JOB_SK, Stored, active_pk, job_pk, s, tenant_pk};
 use super::{
     ACTIVE_INDEX, DynamoJobStore, GuardedJobWrite, TENANT_INDEX, first_condition_failed,
     unique_events,
@@ -68,14 +69,31 @@ impl DynamoJobStore {
             }
             q
         };
-        let items = self.query_all(build, &tpk, Some(size + 1), start).await?;
-        let jobs = items
+        self.query_page(build, &tpk, size, start, |j: &JobRecord| {
+            tenant_sort_key(j.submitted_at_ms, &j.id)
+        })
+        .await
+    }
+
+    /// A page of `size` decoded items of the query `build` makes, from `start`: it reads one
+    /// item ahead for [`Page::from_lookahead`], whose cursor is `sort_key` of the last item.
+    async fn query_page<T>(
+        &self,
+        build: impl Fn(Option<Item>) -> QueryFluentBuilder,
+        what: &str,
+        size: usize,
+        start: Option<Item>,
+        sort_key: impl FnOnce(&T) -> String,
+    ) -> Result<Page<T>>
+    where
+        for<'a> T: TryFrom<Stored<'a>, Error = StoreError>,
+    {
+        let items = self.query_all(build, what, Some(size + 1), start).await?;
+        let decoded = items
             .iter()
             .map(|i| self.decode(i))
-            .collect::<Result<Vec<JobRecord>>>()?;
-        Ok(Page::from_lookahead(jobs, size, |j| {
-            tenant_sort_key(j.submitted_at_ms, &j.id)
-        }))
+            .collect::<Result<Vec<T>>>()?;
+        Ok(Page::from_lookahead(decoded, size, sort_key))
     }
 
     /// Counts, on every shard of the active index, the queued jobs (not being stopped) whose
@@ -121,16 +139,10 @@ impl DynamoJobStore {
         let mut keyed = Vec::new();
         for shard in 0..ACTIVE_SHARDS {
             let apk = active_pk(shard);
-            let build = |from: Option<Item>| {
-                self.client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(ACTIVE_INDEX)
-                    .key_condition_expression("apk = :a")
-                    .expression_attribute_values(":a", s(&apk))
-                    .set_exclusive_start_key(from)
-            };
-            for item in self.query_all(build, &apk, None, None).await? {
+            for item in self
+                .query_partition(Some(ACTIVE_INDEX), "apk", &apk)
+                .await?
+            {
                 let ask = match item.get("ask") {
                     Some(AttributeValue::S(v)) => v.clone(),
                     _ => String::new(),
@@ -261,13 +273,9 @@ impl DynamoJobStore {
                 .limit(i32::try_from(size + 1).unwrap_or(i32::MAX))
                 .set_exclusive_start_key(from)
         };
-        let items = self.query_all(build, &pk, Some(size + 1), start).await?;
-        let events = items
-            .iter()
-            .map(|i| self.decode(i))
-            .collect::<Result<Vec<JobEvent>>>()?;
-        Ok(Page::from_lookahead(events, size, |e| {
+        self.query_page(build, &pk, size, start, |e: &JobEvent| {
             event_sort_key(e.at_ms, &e.key)
-        }))
+        })
+        .await
     }
 }

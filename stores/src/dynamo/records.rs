@@ -102,6 +102,22 @@ impl DynamoJobStore {
         }
     }
 
+    /// Writes `record` as a side record at its version (read and bumped through `version`) + 1,
+    /// if the stored version is still the record's (0 creates); returns what was stored.
+    async fn put_versioned<R: Serialize + Clone>(
+        &self,
+        (pk, sk): (&str, &str),
+        record: &R,
+        version: fn(&mut R) -> &mut u64,
+        extra: Vec<(&str, AttributeValue)>,
+    ) -> Result<R> {
+        let mut next = record.clone();
+        let expected = *version(&mut next);
+        *version(&mut next) = expected + 1;
+        self.put_doc(pk, sk, &next, Some(expected), extra).await?;
+        Ok(next)
+    }
+
     async fn get_doc<T: DeserializeOwned>(&self, pk: &str, sk: &str) -> Result<Option<T>> {
         let item = self.get_item(pk, sk).await?;
         item.as_ref()
@@ -254,20 +270,10 @@ impl JobStore for DynamoJobStore {
     }
 
     async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord> {
-        let next = ScheduleRecord {
-            version: schedule.version + 1,
-            ..schedule.clone()
-        };
+        let pk = format!("SCHEDULE#{}", schedule.id);
         let extra = vec![("tenant", s(&schedule.tenant))];
-        self.put_doc(
-            &format!("SCHEDULE#{}", schedule.id),
-            "SCHEDULE",
-            &next,
-            Some(schedule.version),
-            extra,
-        )
-        .await?;
-        Ok(next)
+        self.put_versioned((&pk, "SCHEDULE"), schedule, |r| &mut r.version, extra)
+            .await
     }
 
     async fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
@@ -279,24 +285,14 @@ impl JobStore for DynamoJobStore {
     }
 
     async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord> {
-        let next = PlaygroundRecord {
-            version: playground.version + 1,
-            ..playground.clone()
-        };
+        let pk = format!("PG#{}", playground.id);
         let extra = vec![
             ("tenant", s(&playground.tenant)),
             ("apk", s(PLAYGROUNDS_PK)),
             ("ask", s(&playground.id)),
         ];
-        self.put_doc(
-            &format!("PG#{}", playground.id),
-            "PG",
-            &next,
-            Some(playground.version),
-            extra,
-        )
-        .await?;
-        Ok(next)
+        self.put_versioned((&pk, "PG"), playground, |r| &mut r.version, extra)
+            .await
     }
 
     async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>> {
@@ -304,16 +300,9 @@ impl JobStore for DynamoJobStore {
     }
 
     async fn list_playgrounds(&self) -> Result<Vec<PlaygroundRecord>> {
-        let build = |from: Option<Item>| {
-            self.client
-                .query()
-                .table_name(self.table())
-                .index_name(ACTIVE_INDEX)
-                .key_condition_expression("apk = :a")
-                .expression_attribute_values(":a", s(PLAYGROUNDS_PK))
-                .set_exclusive_start_key(from)
-        };
-        let items = self.query_all(build, PLAYGROUNDS_PK, None, None).await?;
+        let items = self
+            .query_partition(Some(ACTIVE_INDEX), "apk", PLAYGROUNDS_PK)
+            .await?;
         self.bodies(&items)
     }
 
@@ -332,15 +321,7 @@ impl JobStore for DynamoJobStore {
 
     async fn list_quotas(&self) -> Result<Vec<TenantQuota>> {
         // One partition: a query on the table itself, sorted by tenant.
-        let build = |from: Option<Item>| {
-            self.client
-                .query()
-                .table_name(self.table())
-                .key_condition_expression("pk = :p")
-                .expression_attribute_values(":p", s(QUOTA_PK))
-                .set_exclusive_start_key(from)
-        };
-        let items = self.query_all(build, QUOTA_PK, None, None).await?;
+        let items = self.query_partition(None, "pk", QUOTA_PK).await?;
         self.bodies(&items)
     }
 
