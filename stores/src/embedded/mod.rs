@@ -100,6 +100,35 @@ impl EmbeddedJobStore {
         .await
     }
 
+    /// Stores the meta record `record` under `key` (replacing any).
+    async fn put_meta<R>(&self, key: String, record: R) -> Result<()>
+    where
+        R: serde::Serialize + Send + 'static,
+    {
+        self.write(move |tx| tx.put_meta(&key, &record)).await
+    }
+
+    /// The meta record under `key`, if any.
+    async fn get_meta<R>(&self, key: String) -> Result<Option<R>>
+    where
+        R: serde::de::DeserializeOwned + Send + 'static,
+    {
+        self.read(move |tx| tx.get_meta(&key)).await
+    }
+
+    /// Every meta record whose key starts with `prefix`, in key order.
+    async fn list_meta<R>(&self, prefix: &'static str) -> Result<Vec<R>>
+    where
+        R: serde::de::DeserializeOwned + Send + 'static,
+    {
+        self.read(move |tx| tx.list_meta(prefix)).await
+    }
+
+    /// Deletes the meta record under `key` (no error if absent).
+    async fn delete_meta(&self, key: String) -> Result<()> {
+        self.write(move |tx| tx.delete_meta(&key)).await
+    }
+
     /// Runs `f` in a write transaction on the blocking pool and commits it if `f` succeeds.
     async fn write<T, F>(&self, f: F) -> Result<T>
     where
@@ -243,28 +272,25 @@ impl JobStore for EmbeddedJobStore {
     }
 
     async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()> {
-        let snapshot = snapshot.clone();
-        self.write(move |tx| tx.put_meta(tables::CAPACITY_KEY, &snapshot))
+        self.put_meta(tables::CAPACITY_KEY.to_owned(), snapshot.clone())
             .await
     }
 
     async fn get_capacity(&self) -> Result<Option<serde_json::Value>> {
-        self.read(|tx| tx.get_meta(tables::CAPACITY_KEY)).await
+        self.get_meta(tables::CAPACITY_KEY.to_owned()).await
     }
 
     async fn put_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
-        let key = key.clone();
-        self.write(move |tx| tx.put_meta(&format!("KEY#{}", key.key_sha256), &key))
+        self.put_meta(format!("KEY#{}", key.key_sha256), key.clone())
             .await
     }
 
     async fn get_api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyRecord>> {
-        let meta_key = format!("KEY#{key_sha256}");
-        self.read(move |tx| tx.get_meta(&meta_key)).await
+        self.get_meta(format!("KEY#{key_sha256}")).await
     }
 
     async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
-        self.read(|tx| tx.list_meta("KEY#")).await
+        self.list_meta("KEY#").await
     }
 
     async fn update_api_key(
@@ -292,13 +318,11 @@ impl JobStore for EmbeddedJobStore {
     }
 
     async fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
-        let key = format!("SCHEDULE#{id}");
-        self.read(move |tx| tx.get_meta(&key)).await
+        self.get_meta(format!("SCHEDULE#{id}")).await
     }
 
     async fn delete_schedule(&self, id: &str) -> Result<()> {
-        let key = format!("SCHEDULE#{id}");
-        self.write(move |tx| tx.delete_meta(&key)).await
+        self.delete_meta(format!("SCHEDULE#{id}")).await
     }
 
     async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord> {
@@ -308,37 +332,32 @@ impl JobStore for EmbeddedJobStore {
     }
 
     async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>> {
-        let key = format!("PG#{id}");
-        self.read(move |tx| tx.get_meta(&key)).await
+        self.get_meta(format!("PG#{id}")).await
     }
 
     async fn list_playgrounds(&self) -> Result<Vec<PlaygroundRecord>> {
-        self.read(|tx| tx.list_meta("PG#")).await
+        self.list_meta("PG#").await
     }
 
     async fn delete_playground(&self, id: &str) -> Result<()> {
-        let key = format!("PG#{id}");
-        self.write(move |tx| tx.delete_meta(&key)).await
+        self.delete_meta(format!("PG#{id}")).await
     }
 
     async fn put_quota(&self, quota: &TenantQuota) -> Result<()> {
-        let quota = quota.clone();
-        self.write(move |tx| tx.put_meta(&format!("QUOTA#{}", quota.tenant), &quota))
+        self.put_meta(format!("QUOTA#{}", quota.tenant), quota.clone())
             .await
     }
 
     async fn get_quota(&self, tenant: &str) -> Result<Option<TenantQuota>> {
-        let key = format!("QUOTA#{tenant}");
-        self.read(move |tx| tx.get_meta(&key)).await
+        self.get_meta(format!("QUOTA#{tenant}")).await
     }
 
     async fn list_quotas(&self) -> Result<Vec<TenantQuota>> {
-        self.read(|tx| tx.list_meta("QUOTA#")).await
+        self.list_meta("QUOTA#").await
     }
 
     async fn delete_quota(&self, tenant: &str) -> Result<()> {
-        let key = format!("QUOTA#{tenant}");
-        self.write(move |tx| tx.delete_meta(&key)).await
+        self.delete_meta(format!("QUOTA#{tenant}")).await
     }
 }
 
