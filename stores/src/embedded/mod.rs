@@ -33,18 +33,10 @@ pub const DB_FILE: &str = "jobs.redb";
 pub const CACHE_BYTES: usize = 4 * 1024 * 1024;
 
 /// [`JobStore`] persisted to `<dir>/jobs.redb`.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct EmbeddedJobStore {
     db: Arc<Database>,
     path: PathBuf,
-}
-
-impl std::fmt::Debug for EmbeddedJobStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedJobStore")
-            .field("path", &self.path)
-            .finish()
-    }
 }
 
 impl EmbeddedJobStore {
