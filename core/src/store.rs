@@ -530,6 +530,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_page_read_one_ahead_keeps_size_items_and_continues_after_the_last_kept() {
+        let page = Page::from_lookahead(vec![1, 2, 3], 2, |n| format!("{n}#j-{n}"));
+        assert_eq!(page.items, vec![1, 2]);
+        assert_eq!(
+            page.next.as_deref().map(decode_cursor).transpose().unwrap(),
+            Some("2#j-2".to_owned())
+        );
+        let last = Page::from_lookahead(vec![1, 2], 2, |n| format!("{n}#j-{n}"));
+        assert_eq!(last.items, vec![1, 2]);
+        assert_eq!(last.next, None);
+    }
+
+    #[test]
     fn platform_blob_keys_are_valid() {
         for key in [
             "capsules/sha256/0af3/capsule.zip",
