@@ -182,14 +182,8 @@ impl PodNeeds {
                     .into_iter()
                     .flatten()
                     .map(|e| {
-                        let s = |k: &str| {
-                            e.get(k)
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_string()
-                        };
                         let values = json::strs(e.get("values")).map(str::to_string).collect();
-                        (s("key"), s("operator"), values)
+                        (json::string(e, "key"), json::string(e, "operator"), values)
                     })
                     .collect()
             })

@@ -98,15 +98,7 @@ pub fn containers(pod: &Value, list: &str) -> Vec<(String, String)> {
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
-                .map(|c| {
-                    let s = |k: &str| {
-                        c.get(k)
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string()
-                    };
-                    (s("name"), s("image"))
-                })
+                .map(|c| (json::string(c, "name"), json::string(c, "image")))
                 .collect()
         })
         .unwrap_or_default()
