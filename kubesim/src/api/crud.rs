@@ -12,7 +12,7 @@ use super::{ApiState, ResourcePath, json_response, raw_json, table};
 use crate::error::ApiError;
 use crate::patch::{self, PatchKind};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{DeleteOptions, ListQuery, Propagation};
+use crate::store::{DeleteOptions, ListQuery, Part, Propagation};
 
 pub(super) async fn handle(
     state: &ApiState,
@@ -79,7 +79,7 @@ pub(super) async fn handle(
         }
         (Method::PUT, Some(name)) => {
             let new = decode(body)?;
-            let obj = store.update(rt, &ns, name, sub == Some("status"), |_| Ok(new))?;
+            let obj = store.update(rt, &ns, name, written_part(path), |_| Ok(new))?;
             Ok(json_response(StatusCode::OK, &obj))
         }
         (Method::PATCH, Some(name)) => patch(state, path, &ns, name, query, headers, body),
@@ -113,6 +113,15 @@ pub(super) async fn handle(
     }
 }
 
+/// What a PUT or PATCH on `path` writes: the `/status` subresource or the main resource.
+fn written_part(path: &ResourcePath) -> Part {
+    if path.sub.as_deref() == Some("status") {
+        Part::Status
+    } else {
+        Part::Main
+    }
+}
+
 fn patch(
     state: &ApiState,
     path: &ResourcePath,
@@ -123,7 +132,7 @@ fn patch(
     body: &Bytes,
 ) -> Result<Response, ApiError> {
     let rt = path.rt;
-    let status_only = path.sub.as_deref() == Some("status");
+    let part = written_part(path);
     let ct = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
@@ -139,7 +148,7 @@ fn patch(
             ));
         }
         if store.try_get(rt, ns, name).is_none() {
-            if status_only {
+            if part == Part::Status {
                 return Err(ApiError::not_found(rt.plural, rt.group, name));
             }
             let mut doc = doc;
@@ -149,7 +158,7 @@ fn patch(
             return Ok(json_response(StatusCode::CREATED, &obj));
         }
     }
-    let obj = store.update(rt, ns, name, status_only, |current| {
+    let obj = store.update(rt, ns, name, part, |current| {
         let mut new = current.clone();
         match kind {
             PatchKind::Merge => json_patch::merge(&mut new, &doc),

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::json;
 use crate::resources::EVENTS;
-use crate::store::Store;
+use crate::store::{Part, Store};
 
 /// Event type `Normal`.
 pub const NORMAL: &str = "Normal";
@@ -111,7 +111,7 @@ impl Recorder {
             self.seen.clear();
         }
         if let Some((ens, ename)) = self.seen.get(&key) {
-            let bumped = self.store.update(&EVENTS, ens, ename, false, |cur| {
+            let bumped = self.store.update(&EVENTS, ens, ename, Part::Main, |cur| {
                 let mut e = cur.clone();
                 bump(&mut e);
                 Ok(e)
