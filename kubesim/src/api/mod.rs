@@ -10,6 +10,7 @@ mod table;
 mod watch;
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
@@ -190,6 +191,27 @@ pub(crate) fn raw_json(code: StatusCode, body: Vec<u8>) -> Response {
         Body::from(body),
     )
         .into_response()
+}
+
+/// A 200 response of `content_type` with `body`.
+pub(crate) fn ok_body(content_type: &'static str, body: Body) -> Response {
+    (StatusCode::OK, [("content-type", content_type)], body).into_response()
+}
+
+/// A body sent piece by piece as its source yields them: a watch's event lines, a followed log.
+pub(crate) trait Pieces: Send + 'static {
+    /// The next piece to send, or `None` when the body ends (the client then sees the end of the
+    /// response).
+    fn next_piece(&mut self) -> impl Future<Output = Option<String>> + Send;
+}
+
+/// A 200 response of `content_type` whose body is `source`'s pieces, each sent as it comes.
+pub(crate) fn streamed(content_type: &'static str, source: impl Pieces) -> Response {
+    let body = futures_util::stream::unfold(source, |mut s| async move {
+        let piece = s.next_piece().await?;
+        Some((Ok::<_, Infallible>(Bytes::from(piece)), s))
+    });
+    ok_body(content_type, Body::from_stream(body))
 }
 
 async fn dispatch(
