@@ -26,7 +26,7 @@ pub const CONCURRENCY: usize = 16;
 /// Counts of one pass, for tests and logs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PassReport {
-    /// Jobs admitted.
+    /// Jobs admitted this pass (an admission that failed is not counted).
     pub admitted: usize,
     /// Jobs that stayed queued.
     pub waiting: usize,
