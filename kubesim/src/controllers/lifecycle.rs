@@ -27,7 +27,8 @@ static POD_IPS: AtomicU32 = AtomicU32::new(0);
 /// How a container run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exit {
-    /// The exit code.
+    /// The container's exit code: the pod's exit-code annotation, else 1 for a crash image and 0
+    /// otherwise (or the real process's code in execution mode).
     pub code: i32,
 }
 
