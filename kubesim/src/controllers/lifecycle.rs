@@ -62,6 +62,9 @@ impl Step {
     }
 }
 
+/// `source.component` of the kubelet's events.
+pub const KUBELET: &str = "kubelet";
+
 /// One event the kubelet writes about a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeletEvent {
