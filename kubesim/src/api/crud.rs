@@ -14,14 +14,28 @@ use crate::patch::{self, PatchKind};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, ListQuery, Part, Propagation};
 
-pub(super) async fn handle(
-    state: &ApiState,
-    method: &Method,
-    path: &ResourcePath,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<Response, ApiError> {
+/// A request on a resource path, as the router received it.
+pub(super) struct Request<'a> {
+    /// The HTTP method.
+    pub method: &'a Method,
+    /// The parsed path.
+    pub path: &'a ResourcePath,
+    /// The decoded query parameters.
+    pub query: &'a HashMap<String, String>,
+    /// The request headers (`content-type` of patches, `accept` of tables).
+    pub headers: &'a HeaderMap,
+    /// The raw body (JSON or YAML).
+    pub body: &'a Bytes,
+}
+
+pub(super) async fn handle(state: &ApiState, request: &Request<'_>) -> Result<Response, ApiError> {
+    let Request {
+        method,
+        path,
+        query,
+        headers,
+        body,
+    } = *request;
     let rt = path.rt;
     let ns = path.namespace.clone().unwrap_or_default();
     let sub = path.sub.as_deref();
@@ -82,7 +96,7 @@ pub(super) async fn handle(
             let obj = store.update(rt, &ns, name, written_part(path), |_| Ok(new))?;
             Ok(json_response(StatusCode::OK, &obj))
         }
-        (Method::PATCH, Some(name)) => patch(state, path, &ns, name, query, headers, body),
+        (Method::PATCH, Some(name)) => patch(state, request, &ns, name),
         (Method::DELETE, Some(name)) => {
             let opts = delete_options(query, body)?;
             let obj = store.delete(rt, &ns, name, &opts)?;
@@ -124,25 +138,27 @@ fn written_part(path: &ResourcePath) -> Part {
 
 fn patch(
     state: &ApiState,
-    path: &ResourcePath,
+    request: &Request<'_>,
     ns: &str,
     name: &str,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &Bytes,
 ) -> Result<Response, ApiError> {
-    let rt = path.rt;
-    let part = written_part(path);
-    let ct = headers
+    let rt = request.path.rt;
+    let part = written_part(request.path);
+    let ct = request
+        .headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let kind =
         PatchKind::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
-    let doc = decode(body)?;
+    let doc = decode(request.body)?;
     let store = &state.store;
     if kind == PatchKind::Apply {
-        if query.get("fieldManager").is_none_or(|m| m.is_empty()) {
+        if request
+            .query
+            .get("fieldManager")
+            .is_none_or(|m| m.is_empty())
+        {
             return Err(ApiError::bad_request(
                 "PATCH, application/apply-patch+yaml requests require the fieldManager parameter",
             ));

@@ -233,6 +233,13 @@ async fn dispatch(
             if let Some(delay) = verdict.delay {
                 tokio::time::sleep(delay).await;
             }
+            let request = crud::Request {
+                method: &method,
+                path: &path,
+                query: &query,
+                headers: &headers,
+                body: &body,
+            };
             type Conn = axum::extract::ConnectInfo<faults::ConnHandle>;
             let conn = extensions.get::<Conn>().map(|c| c.0.clone());
             match verdict.fault {
@@ -246,8 +253,7 @@ async fn dispatch(
                     return faults::status(503, 1);
                 }
                 Some(faults::Fault::LoseResponse) => {
-                    let answer =
-                        crud::handle(&state, &method, &path, &query, &headers, &body).await;
+                    let answer = crud::handle(&state, &request).await;
                     if let Some(conn) = conn {
                         conn.kill();
                     }
@@ -255,7 +261,7 @@ async fn dispatch(
                 }
                 None => {}
             }
-            crud::handle(&state, &method, &path, &query, &headers, &body).await
+            crud::handle(&state, &request).await
         }
         Route::PodProxy(ns, name) => match state.store.get(&resources::PODS, &ns, &name) {
             // Simulated pods serve nothing; say so instead of a bare 404.
