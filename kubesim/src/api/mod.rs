@@ -26,7 +26,8 @@ use crate::store::Store;
 /// What the API handlers share.
 #[derive(Clone)]
 pub struct ApiState {
-    /// The object store.
+    /// The object store, shared with the simulated controllers (what a request writes, they see
+    /// at their next tick).
     pub store: Arc<Store>,
     /// Whether KubeRay types (`ray.io/v1`) are served.
     pub kuberay: bool,
