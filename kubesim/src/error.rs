@@ -30,7 +30,7 @@ pub enum Error {
     /// Writing a file (kubeconfig, data directory) failed.
     #[error("cannot write {path}: {source}")]
     Write {
-        /// Path written.
+        /// The file or directory that could not be written.
         path: String,
         /// The I/O error.
         source: std::io::Error,

@@ -32,6 +32,15 @@ pub fn strs(v: Option<&Value>) -> impl Iterator<Item = &str> {
         .filter_map(Value::as_str)
 }
 
+/// The string field `key` of the object `v`, owned; empty when missing or not a string (a
+/// container's `name`, a selector requirement's `operator`).
+pub fn string(v: &Value, key: &str) -> String {
+    v.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// The integer at a JSON pointer, if any.
 pub fn i64_at(v: &Value, pointer: &str) -> Option<i64> {
     at(v, pointer).and_then(Value::as_i64)

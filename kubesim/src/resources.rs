@@ -9,15 +9,15 @@ pub struct ResourceType {
     pub version: &'static str,
     /// Plural resource name used in paths.
     pub plural: &'static str,
-    /// Singular resource name.
+    /// Singular name (`pod`), listed by discovery for `kubectl get pod`.
     pub singular: &'static str,
-    /// Kind of the objects.
+    /// `kind` of the objects (`Pod`): every write sets it, whatever the client sent.
     pub kind: &'static str,
     /// Whether objects live in a namespace.
     pub namespaced: bool,
     /// Whether the type has a `/status` subresource (main writes keep status).
     pub status: bool,
-    /// Short names for kubectl.
+    /// Short names listed by discovery (`po`), so that `kubectl get po` works.
     pub short_names: &'static [&'static str],
     /// Field selector labels accepted besides `metadata.name` and `metadata.namespace`.
     pub fields: &'static [&'static str],
@@ -65,19 +65,21 @@ const fn rt(
     }
 }
 
-/// Namespaces.
+/// Namespaces (cluster-scoped); the simulator creates [`SimConfig::namespaces`](crate::SimConfig)
+/// at start.
 pub static NAMESPACES: ResourceType = ResourceType {
     short_names: &["ns"],
     fields: &["status.phase"],
     ..rt("", "namespaces", "namespace", "Namespace", false, true)
 };
-/// Nodes.
+/// Nodes (cluster-scoped): the fleet's nodes, cordoned through `spec.unschedulable`.
 pub static NODES: ResourceType = ResourceType {
     short_names: &["no"],
     fields: &["spec.unschedulable"],
     ..rt("", "nodes", "node", "Node", false, true)
 };
-/// Pods.
+/// Pods, bound by the simulated scheduler (or `spec.nodeName`) and run by the simulated kubelet;
+/// `pods/log` serves what their containers wrote.
 pub static PODS: ResourceType = ResourceType {
     short_names: &["po"],
     fields: &[
@@ -120,12 +122,12 @@ pub static SECRETS: ResourceType = ResourceType {
     fields: &["type"],
     ..rt("", "secrets", "secret", "Secret", true, false)
 };
-/// Services.
+/// Services (the simulated KubeRay operator creates each RayCluster's head Service).
 pub static SERVICES: ResourceType = ResourceType {
     short_names: &["svc"],
     ..rt("", "services", "service", "Service", true, true)
 };
-/// Leases.
+/// Leases (`coordination.k8s.io/v1`, no status subresource): the reconciler's leader election.
 pub static LEASES: ResourceType = rt(
     "coordination.k8s.io",
     "leases",

@@ -106,7 +106,8 @@ impl KubeSim {
         &self.store
     }
 
-    /// A kubeconfig for this server.
+    /// A kubeconfig (YAML text) for this server, with no credentials (kubesim checks none) and
+    /// `namespace` as its context's default namespace.
     pub fn kubeconfig(&self, namespace: &str) -> String {
         crate::kubeconfig::render(&self.url(), namespace)
     }

@@ -58,7 +58,8 @@ pub enum TestbedError {
 /// A fleet on the real cluster. Dropping it stops the agent (the nodes stay until the next clean
 /// slate).
 pub struct Testbed {
-    /// An admin client.
+    /// A client with the kubeconfig's admin credentials, allowed everything (tests set up and
+    /// inspect the cluster with it; the reconciler gets its own narrower identity).
     pub admin: Client,
     /// The admin client's configuration.
     pub admin_config: kube::Config,

@@ -119,7 +119,7 @@ pub enum AccessError {
     /// A manifest is not the YAML of Kubernetes objects.
     #[error("infra manifest {file}: {message}")]
     Manifest {
-        /// File name.
+        /// The file under `infra/kustomize/base` (as in [`MANIFESTS`]).
         file: &'static str,
         /// What is wrong.
         message: String,

@@ -38,7 +38,7 @@ pub const ENV_KUBE_BURST: &str = "TUNEPLANE_KUBE_BURST";
 pub const ENV_TTL_AFTER_FINISHED: &str = "TUNEPLANE_TTL_AFTER_FINISHED_SECONDS";
 /// Namespace of playground pods (default `tuneplane-jobs`).
 pub const ENV_PLAYGROUND_NAMESPACE: &str = "TUNEPLANE_PLAYGROUND_NAMESPACE";
-/// Image of playground pods.
+/// Image of playground pods (default: core's `RenderSettings`, a vLLM OpenAI server).
 pub const ENV_PLAYGROUND_IMAGE: &str = "TUNEPLANE_PLAYGROUND_IMAGE";
 /// Longest validity of a presigned capsule URL, seconds (default 604800, S3's limit).
 pub const ENV_MAX_URL_SECONDS: &str = "TUNEPLANE_MAX_PRESIGN_SECONDS";
@@ -50,7 +50,7 @@ pub const ENV_GPU_SHARE_MEMORY_GB: &str = "TUNEPLANE_GPU_SHARE_MEMORY_GB";
 /// The reconciler's settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Namespace of the Lease.
+    /// The reconciler's own namespace, where its Lease lives (default `tuneplane-system`).
     pub namespace: String,
     /// Rendering settings (GPU passthrough, delivery, tolerations, TTL).
     pub render: RenderSettings,
@@ -62,7 +62,8 @@ pub struct Config {
     pub lease_name: String,
     /// How long a Lease holder may go without renewing before another replica may take over.
     pub lease_duration: Duration,
-    /// Identity of this replica.
+    /// This replica's name as the Lease's holder: `TUNEPLANE_IDENTITY`, else `$POD_NAME`, else
+    /// `$HOSTNAME`; unique per replica, or two replicas would both believe they lead.
     pub identity: String,
     /// Metrics/health address.
     pub metrics_addr: SocketAddr,
@@ -70,7 +71,7 @@ pub struct Config {
     pub kube_qps: u32,
     /// API request burst.
     pub kube_burst: u32,
-    /// Namespace of playground pods.
+    /// Namespace of playground pods (default `tuneplane-jobs`, where jobs run).
     pub playground_namespace: String,
     /// Longest presigned URL validity.
     pub max_presign: Duration,

@@ -11,7 +11,7 @@ use crate::{Config, Result, kube_io, leader, metrics};
 
 /// Everything a pass needs.
 pub struct Ctx {
-    /// Settings.
+    /// Settings, parsed once at startup; a pass never reads the environment.
     pub config: Config,
     /// The API client with rate limit and retries.
     pub kube: kube_io::Kube,

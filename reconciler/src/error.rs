@@ -69,7 +69,7 @@ pub enum Error {
     /// The metrics server could not bind.
     #[error("metrics server on {addr}")]
     Bind {
-        /// The address.
+        /// The address asked for (`TUNEPLANE_METRICS_ADDR`, default `0.0.0.0:9090`).
         addr: String,
         /// The I/O error.
         #[source]

@@ -151,17 +151,22 @@ impl Elector {
         };
         let mut next = current.clone();
         next.spec = Some(self.spec(now, acquired, transitions));
-        let params = PostParams::default();
-        let replaced = self
-            .kube
-            .call("update lease", &self.name, || {
-                self.api.replace(&self.name, &params, &next)
-            })
-            .await;
+        let replaced = self.replace("update lease", &next).await;
         if !mine {
             tracing::info!(identity = %self.identity, lease = %self.name, "taking over the lease");
         }
         self.settle(now, replaced)
+    }
+
+    /// Replaces the Lease with `lease` (carrying the resourceVersion it was read at, so a racing
+    /// write makes this one a 409); `op` names the call in logs and errors.
+    async fn replace(&self, op: &'static str, lease: &Lease) -> Result<Lease> {
+        let params = PostParams::default();
+        self.kube
+            .call(op, &self.name, || {
+                self.api.replace(&self.name, &params, lease)
+            })
+            .await
     }
 
     fn settle(&self, now: i64, outcome: Result<Lease>) -> Result<bool> {
@@ -211,13 +216,7 @@ impl Elector {
             && spec.holder_identity.as_deref() == Some(self.identity.as_str())
         {
             spec.holder_identity = None;
-            let params = PostParams::default();
-            let released = self
-                .kube
-                .call("release lease", &self.name, || {
-                    self.api.replace(&self.name, &params, &lease)
-                })
-                .await;
+            let released = self.replace("release lease", &lease).await;
             if let Err(e) = released {
                 tracing::warn!(error = %e, "releasing the lease failed; a standby takes over when it expires");
             }

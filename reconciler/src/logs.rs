@@ -38,15 +38,15 @@ pub fn logs_key(job_id: &str) -> String {
 /// One entry of `index.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct IndexEntry {
-    /// Pod name.
+    /// The pod: one labelled with the job's id, or KubeRay's submitter pod of the workload.
     pub pod: String,
-    /// Container name.
+    /// The container of `pod`; the log is stored as `<pod>/<container>.log`.
     pub container: String,
     /// True for init containers.
     pub init: bool,
     /// Path of the log inside the archive (absent when it could not be read).
     pub path: Option<String>,
-    /// Bytes stored.
+    /// Length of the stored log, at most [`MAX_LOG_BYTES`]; 0 when it could not be read.
     pub bytes: usize,
     /// Why the log could not be read (a container that never started).
     pub error: Option<String>,
@@ -55,9 +55,9 @@ pub struct IndexEntry {
 /// The archive's `index.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Index {
-    /// Job id.
+    /// The job whose logs these are; the archive is stored under [`logs_key`] of it.
     pub job_id: String,
-    /// Workload name.
+    /// The job's RayJob or Pod; KubeRay's submitter pod is found by its name.
     pub workload: String,
     /// When archived, Unix milliseconds.
     pub archived_at_ms: i64,

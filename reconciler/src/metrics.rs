@@ -59,7 +59,8 @@ const CAUSES: [&str; 3] = ["kube", "store", "other"];
 /// Terminal states, as the `state` label of `tuneplane_jobs_terminal_total`.
 const TERMINAL: [JobState; 3] = [JobState::Succeeded, JobState::Failed, JobState::Stopped];
 
-/// The reconciler's metrics.
+/// Every metric of the reconciler in one registry, shared (`Arc`) by the passes, the watches, the
+/// lease loop and the API client, and written by [`serve`] on `/metrics`.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,

@@ -26,7 +26,7 @@ pub const CONCURRENCY: usize = 16;
 /// Counts of one pass, for tests and logs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PassReport {
-    /// Jobs admitted.
+    /// Jobs admitted this pass (an admission that failed is not counted).
     pub admitted: usize,
     /// Jobs that stayed queued.
     pub waiting: usize,
@@ -186,6 +186,14 @@ async fn admit_one(
     )
 }
 
+/// Runs `futures` [`CONCURRENCY`] at a time; outcomes in completion order.
+async fn a_few_at_a_time<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    futures_util::stream::iter(futures)
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await
+}
+
 fn note(ctx: &Ctx, report: &mut PassReport, what: &str, job_id: &str, outcome: Result<()>) {
     if let Err(e) = outcome {
         report.errors += 1;
@@ -216,11 +224,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         .iter()
         .map(|job| sync_one(ctx, cluster, job, now))
         .collect();
-    let synced: Vec<(String, Result<()>)> = futures_util::stream::iter(syncs)
-        .buffer_unordered(CONCURRENCY)
-        .collect()
-        .await;
-    for (id, outcome) in synced {
+    for (id, outcome) in a_few_at_a_time(syncs).await {
         note(ctx, &mut report, "sync", &id, outcome);
     }
     if !ctx.leadership.is_leader() {
@@ -283,11 +287,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         .into_iter()
         .map(|(job, placements, message)| admit_one(ctx, job, placements, message, now))
         .collect();
-    let admitted: Vec<(String, Result<()>)> = futures_util::stream::iter(admits)
-        .buffer_unordered(CONCURRENCY)
-        .collect()
-        .await;
-    for (id, outcome) in admitted {
+    for (id, outcome) in a_few_at_a_time(admits).await {
         report.admitted += usize::from(outcome.is_ok());
         note(ctx, &mut report, "admit", &id, outcome);
     }

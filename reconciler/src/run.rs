@@ -29,40 +29,48 @@ pub struct Reconciler {
     elector: Elector,
 }
 
-/// Mirrors `api` into `writer`'s store, each object reduced by `strip` to what a pass reads
-/// (see `strip::strip_pod`) before it is stored, and wakes the pass loop on every change;
-/// counts watch failures in `tuneplane_watch_errors_total`.
-fn reflect<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    strip: fn(&mut K),
-    writer: reflector::store::Writer<K>,
+/// What every watch shares: the pass loop it wakes and the metrics it counts failures in.
+struct Watches {
     notify: Arc<Notify>,
     metrics: Arc<Metrics>,
-) -> impl Future<Output = ()>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    watcher(api, config)
-        .default_backoff()
-        .modify(strip)
-        .reflect(writer)
-        .applied_objects()
-        .for_each(move |event| {
-            if let Err(e) = event {
-                metrics.inc_watch_errors();
-                tracing::warn!(error = %e, "watch error; the watcher retries with backoff");
-            }
-            notify.notify_one();
-            std::future::ready(())
-        })
+}
+
+impl Watches {
+    /// Mirrors `api` into `writer`'s store, each object reduced by `strip` to what a pass reads
+    /// (see `strip::strip_pod`) before it is stored, and wakes the pass loop on every change;
+    /// counts watch failures in `tuneplane_watch_errors_total`.
+    fn reflect<K>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        strip: fn(&mut K),
+        writer: reflector::store::Writer<K>,
+    ) -> impl Future<Output = ()> + use<K>
+    where
+        K: kube::Resource
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone,
+    {
+        let (notify, metrics) = (self.notify.clone(), self.metrics.clone());
+        watcher(api, config)
+            .default_backoff()
+            .modify(strip)
+            .reflect(writer)
+            .applied_objects()
+            .for_each(move |event| {
+                if let Err(e) = event {
+                    metrics.inc_watch_errors();
+                    tracing::warn!(error = %e, "watch error; the watcher retries with backoff");
+                }
+                notify.notify_one();
+                std::future::ready(())
+            })
+    }
 }
 
 impl Reconciler {
@@ -114,41 +122,19 @@ impl Reconciler {
         let (events, events_w) = reflector::store::<Event>();
         let rayjobs_w = reflector::store::Writer::<RayJob>::new(rayjob::resource());
         let rayjobs = rayjobs_w.as_reader();
-        let managed =
-            watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+        let all = watcher::Config::default;
+        let warnings = all().fields("type=Warning");
+        let managed = all().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+        let rayjobs_api = Api::all_with(client.clone(), &rayjob::resource());
+        let w = Watches {
+            notify: notify.clone(),
+            metrics: self.ctx.metrics.clone(),
+        };
         let watches = futures_util::future::join4(
-            reflect(
-                Api::<Node>::all(client.clone()),
-                watcher::Config::default(),
-                strip::strip_node,
-                nodes_w,
-                notify.clone(),
-                self.ctx.metrics.clone(),
-            ),
-            reflect(
-                Api::<Pod>::all(client.clone()),
-                watcher::Config::default(),
-                strip::strip_pod,
-                pods_w,
-                notify.clone(),
-                self.ctx.metrics.clone(),
-            ),
-            reflect(
-                Api::<Event>::all(client.clone()),
-                watcher::Config::default().fields("type=Warning"),
-                strip::strip_event,
-                events_w,
-                notify.clone(),
-                self.ctx.metrics.clone(),
-            ),
-            reflect(
-                Api::<RayJob>::all_with(client, &rayjob::resource()),
-                managed,
-                strip::strip_rayjob,
-                rayjobs_w,
-                notify.clone(),
-                self.ctx.metrics.clone(),
-            ),
+            w.reflect(Api::all(client.clone()), all(), strip::strip_node, nodes_w),
+            w.reflect(Api::all(client.clone()), all(), strip::strip_pod, pods_w),
+            w.reflect(Api::all(client), warnings, strip::strip_event, events_w),
+            w.reflect(rayjobs_api, managed, strip::strip_rayjob, rayjobs_w),
         );
         let stores = Stores {
             nodes,

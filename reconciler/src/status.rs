@@ -18,7 +18,8 @@ pub enum Observed {
     Missing,
     /// Created, not every pod runs yet.
     Pending {
-        /// Why.
+        /// What the pods wait for (an image pull, a node that fits, or only their start); it
+        /// becomes the job's pending reason.
         reason: PendingReason,
         /// The Kubernetes message (or the platform's).
         message: String,
@@ -29,9 +30,9 @@ pub enum Observed {
     Succeeded,
     /// Ended badly.
     Failed {
-        /// Why.
+        /// The job's terminal reason: the entrypoint failed, or the run deadline passed.
         reason: FailureReason,
-        /// Details.
+        /// What happened, for people: Ray's or KubeRay's message, or the pod's exit.
         message: String,
     },
     /// KubeRay refused the RayJob (a Warning event and an empty status).

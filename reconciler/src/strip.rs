@@ -33,6 +33,14 @@ fn keep_keys<V>(map: &mut Option<BTreeMap<String, V>>, keys: &[&str]) {
     }
 }
 
+/// The conditions `keep` returns (reduced to what a pass reads); the others are dropped.
+fn keep_conditions<C>(
+    conditions: Option<Vec<C>>,
+    keep: impl FnMut(C) -> Option<C>,
+) -> Option<Vec<C>> {
+    conditions.map(|v| v.into_iter().filter_map(keep).collect())
+}
+
 /// Object metadata reduced to name, namespace, uid, deletion and creation timestamps, and the
 /// given labels and annotations.
 fn strip_meta(meta: &mut kube::core::ObjectMeta, labels: &[&str], annotations: &[&str]) {
@@ -115,16 +123,13 @@ pub fn strip_pod(pod: &mut Pod) {
         });
     }
     if let Some(status) = pod.status.take() {
-        let conditions = status.conditions.map(|v| {
-            v.into_iter()
-                .filter(|c| c.type_ == "PodScheduled")
-                .map(|c| PodCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    message: c.message,
-                    ..PodCondition::default()
-                })
-                .collect()
+        let conditions = keep_conditions(status.conditions, |c| {
+            (c.type_ == "PodScheduled").then(|| PodCondition {
+                type_: c.type_,
+                status: c.status,
+                message: c.message,
+                ..PodCondition::default()
+            })
         });
         // Statuses are read for a waiting reason or an exit code only: a list in which every
         // container runs (the steady state) is dropped whole, so `first()` is never shifted.
@@ -164,15 +169,12 @@ pub fn strip_node(node: &mut Node) {
     if let Some(mut status) = node.status.take() {
         keep_keys(&mut status.capacity, &RESOURCES);
         keep_keys(&mut status.allocatable, &RESOURCES);
-        let conditions = status.conditions.map(|v| {
-            v.into_iter()
-                .filter(|c| c.type_ == "Ready")
-                .map(|c| NodeCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    ..NodeCondition::default()
-                })
-                .collect()
+        let conditions = keep_conditions(status.conditions, |c| {
+            (c.type_ == "Ready").then(|| NodeCondition {
+                type_: c.type_,
+                status: c.status,
+                ..NodeCondition::default()
+            })
         });
         node.status = Some(NodeStatus {
             capacity: status.capacity,

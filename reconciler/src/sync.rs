@@ -25,7 +25,8 @@ use crate::error::Result;
 use crate::status::{Observed, assess_pod, assess_rayjob};
 use crate::{Ctx, logs, workload};
 
-/// A platform event for `job`.
+/// An event of source `Platform` (TunePlane's own, beside the copied Kubernetes ones); the same
+/// `(at_ms, key)` appended twice is stored once, so a pass may write it again.
 pub fn platform_event(
     at_ms: i64,
     key: String,

@@ -24,7 +24,7 @@ pub enum LogLookupError {
     /// The pod has no container of that name.
     #[error("container \"{container}\" not found in pod \"{pod}\"")]
     NoContainer {
-        /// The pod name.
+        /// The pod asked for, which is on one of the agent's nodes.
         pod: String,
         /// The container asked for.
         container: String,

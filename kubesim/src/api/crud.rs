@@ -12,16 +12,30 @@ use super::{ApiState, ResourcePath, json_response, raw_json, table};
 use crate::error::ApiError;
 use crate::patch::{self, PatchKind};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{DeleteOptions, ListQuery, Propagation};
+use crate::store::{DeleteOptions, ListQuery, Part, Propagation};
 
-pub(super) async fn handle(
-    state: &ApiState,
-    method: &Method,
-    path: &ResourcePath,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<Response, ApiError> {
+/// A request on a resource path, as the router received it.
+pub(super) struct Request<'a> {
+    /// The HTTP method.
+    pub method: &'a Method,
+    /// The parsed path.
+    pub path: &'a ResourcePath,
+    /// The decoded query parameters.
+    pub query: &'a HashMap<String, String>,
+    /// The request headers (`content-type` of patches, `accept` of tables).
+    pub headers: &'a HeaderMap,
+    /// The raw body (JSON or YAML).
+    pub body: &'a Bytes,
+}
+
+pub(super) async fn handle(state: &ApiState, request: &Request<'_>) -> Result<Response, ApiError> {
+    let Request {
+        method,
+        path,
+        query,
+        headers,
+        body,
+    } = *request;
     let rt = path.rt;
     let ns = path.namespace.clone().unwrap_or_default();
     let sub = path.sub.as_deref();
@@ -79,10 +93,10 @@ pub(super) async fn handle(
         }
         (Method::PUT, Some(name)) => {
             let new = decode(body)?;
-            let obj = store.update(rt, &ns, name, sub == Some("status"), |_| Ok(new))?;
+            let obj = store.update(rt, &ns, name, written_part(path), |_| Ok(new))?;
             Ok(json_response(StatusCode::OK, &obj))
         }
-        (Method::PATCH, Some(name)) => patch(state, path, &ns, name, query, headers, body),
+        (Method::PATCH, Some(name)) => patch(state, request, &ns, name),
         (Method::DELETE, Some(name)) => {
             let opts = delete_options(query, body)?;
             let obj = store.delete(rt, &ns, name, &opts)?;
@@ -113,33 +127,44 @@ pub(super) async fn handle(
     }
 }
 
+/// What a PUT or PATCH on `path` writes: the `/status` subresource or the main resource.
+fn written_part(path: &ResourcePath) -> Part {
+    if path.sub.as_deref() == Some("status") {
+        Part::Status
+    } else {
+        Part::Main
+    }
+}
+
 fn patch(
     state: &ApiState,
-    path: &ResourcePath,
+    request: &Request<'_>,
     ns: &str,
     name: &str,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &Bytes,
 ) -> Result<Response, ApiError> {
-    let rt = path.rt;
-    let status_only = path.sub.as_deref() == Some("status");
-    let ct = headers
+    let rt = request.path.rt;
+    let part = written_part(request.path);
+    let ct = request
+        .headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let kind =
         PatchKind::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
-    let doc = decode(body)?;
+    let doc = decode(request.body)?;
     let store = &state.store;
     if kind == PatchKind::Apply {
-        if query.get("fieldManager").is_none_or(|m| m.is_empty()) {
+        if request
+            .query
+            .get("fieldManager")
+            .is_none_or(|m| m.is_empty())
+        {
             return Err(ApiError::bad_request(
                 "PATCH, application/apply-patch+yaml requests require the fieldManager parameter",
             ));
         }
         if store.try_get(rt, ns, name).is_none() {
-            if status_only {
+            if part == Part::Status {
                 return Err(ApiError::not_found(rt.plural, rt.group, name));
             }
             let mut doc = doc;
@@ -149,7 +174,7 @@ fn patch(
             return Ok(json_response(StatusCode::CREATED, &obj));
         }
     }
-    let obj = store.update(rt, ns, name, status_only, |current| {
+    let obj = store.update(rt, ns, name, part, |current| {
         let mut new = current.clone();
         match kind {
             PatchKind::Merge => json_patch::merge(&mut new, &doc),

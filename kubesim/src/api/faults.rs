@@ -59,7 +59,8 @@ impl FaultScope {
 /// request gets which draw depends on the order requests arrive in.
 #[derive(Debug, Clone)]
 pub struct FaultPlan {
-    /// PRNG seed.
+    /// Seed of the plan's [`SplitMix64`] draws: the same seed and request order give the same
+    /// faults.
     pub seed: u64,
     /// Requests the plan applies to.
     pub scope: FaultScope,

@@ -3,15 +3,14 @@
 //! real server's errors for a missing container name or a container that has not started.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use super::ApiState;
+use super::{ApiState, Pieces, ok_body, streamed};
 use crate::error::ApiError;
 use crate::logs::not_started;
 use crate::resources::PODS;
@@ -37,7 +36,7 @@ pub(super) async fn serve(
     let first = snapshot.requested(query);
     let follow = query.get("follow").is_some_and(|v| v == "true" || v == "1");
     if !follow || snapshot.closed {
-        return Ok(text_response(Body::from(first)));
+        return Ok(ok_body("text/plain", Body::from(first)));
     }
     let follower = Follower {
         store: state.store.clone(),
@@ -48,15 +47,7 @@ pub(super) async fn serve(
         offset: snapshot.text.len(),
         pending: Some(first),
     };
-    let body = futures_util::stream::unfold(follower, |mut f| async move {
-        let chunk = f.next_chunk().await?;
-        Some((Ok::<_, Infallible>(Bytes::from(chunk)), f))
-    });
-    Ok(text_response(Body::from_stream(body)))
-}
-
-fn text_response(body: Body) -> Response {
-    (StatusCode::OK, [("content-type", "text/plain")], body).into_response()
+    Ok(streamed("text/plain", follower))
 }
 
 struct Follower {
@@ -69,8 +60,9 @@ struct Follower {
     pending: Option<String>,
 }
 
-impl Follower {
-    async fn next_chunk(&mut self) -> Option<String> {
+impl Pieces for Follower {
+    /// What was asked of the log first, then what is appended, until the pod's log is closed.
+    async fn next_piece(&mut self) -> Option<String> {
         if let Some(first) = self.pending.take() {
             return Some(first);
         }

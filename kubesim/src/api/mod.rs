@@ -10,6 +10,7 @@ mod table;
 mod watch;
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
@@ -25,7 +26,8 @@ use crate::store::Store;
 /// What the API handlers share.
 #[derive(Clone)]
 pub struct ApiState {
-    /// The object store.
+    /// The object store, shared with the simulated controllers (what a request writes, they see
+    /// at their next tick).
     pub store: Arc<Store>,
     /// Whether KubeRay types (`ray.io/v1`) are served.
     pub kuberay: bool,
@@ -192,6 +194,27 @@ pub(crate) fn raw_json(code: StatusCode, body: Vec<u8>) -> Response {
         .into_response()
 }
 
+/// A 200 response of `content_type` with `body`.
+pub(crate) fn ok_body(content_type: &'static str, body: Body) -> Response {
+    (StatusCode::OK, [("content-type", content_type)], body).into_response()
+}
+
+/// A body sent piece by piece as its source yields them: a watch's event lines, a followed log.
+pub(crate) trait Pieces: Send + 'static {
+    /// The next piece to send, or `None` when the body ends (the client then sees the end of the
+    /// response).
+    fn next_piece(&mut self) -> impl Future<Output = Option<String>> + Send;
+}
+
+/// A 200 response of `content_type` whose body is `source`'s pieces, each sent as it comes.
+pub(crate) fn streamed(content_type: &'static str, source: impl Pieces) -> Response {
+    let body = futures_util::stream::unfold(source, |mut s| async move {
+        let piece = s.next_piece().await?;
+        Some((Ok::<_, Infallible>(Bytes::from(piece)), s))
+    });
+    ok_body(content_type, Body::from_stream(body))
+}
+
 async fn dispatch(
     axum::extract::State(state): axum::extract::State<ApiState>,
     method: Method,
@@ -211,6 +234,13 @@ async fn dispatch(
             if let Some(delay) = verdict.delay {
                 tokio::time::sleep(delay).await;
             }
+            let request = crud::Request {
+                method: &method,
+                path: &path,
+                query: &query,
+                headers: &headers,
+                body: &body,
+            };
             type Conn = axum::extract::ConnectInfo<faults::ConnHandle>;
             let conn = extensions.get::<Conn>().map(|c| c.0.clone());
             match verdict.fault {
@@ -224,8 +254,7 @@ async fn dispatch(
                     return faults::status(503, 1);
                 }
                 Some(faults::Fault::LoseResponse) => {
-                    let answer =
-                        crud::handle(&state, &method, &path, &query, &headers, &body).await;
+                    let answer = crud::handle(&state, &request).await;
                     if let Some(conn) = conn {
                         conn.kill();
                     }
@@ -233,7 +262,7 @@ async fn dispatch(
                 }
                 None => {}
             }
-            crud::handle(&state, &method, &path, &query, &headers, &body).await
+            crud::handle(&state, &request).await
         }
         Route::PodProxy(ns, name) => match state.store.get(&resources::PODS, &ns, &name) {
             // Simulated pods serve nothing; say so instead of a bare 404.

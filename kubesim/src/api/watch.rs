@@ -3,18 +3,16 @@
 //! `timeoutSeconds`, and an in-stream `ERROR` event carrying a 410 Status for a compacted version.
 
 use std::collections::{HashMap, VecDeque};
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::body::Body;
+use axum::response::Response;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 
-use super::ApiState;
+use super::{ApiState, Pieces, ok_body, streamed};
 use crate::error::ApiError;
 use crate::resources::ResourceType;
 use crate::store::{EventType, ListQuery, WatchEvent};
@@ -63,7 +61,7 @@ pub(super) async fn serve(
         Err(e) if e.code == 410 => {
             // The real server answers 200 with one ERROR event; clients relist on it.
             let line = format!("{}\n", json!({"type": "ERROR", "object": e.to_status()}));
-            return Ok(stream_response(Body::from(line)));
+            return Ok(ok_body("application/json", Body::from(line)));
         }
         Err(e) => return Err(e),
     };
@@ -81,20 +79,12 @@ pub(super) async fn serve(
         seen_rv: start.rv,
         done: false,
     };
-    let body = futures_util::stream::unfold(stream, |mut s| async move {
-        let line = s.next_line().await?;
-        Some((Ok::<_, Infallible>(Bytes::from(line)), s))
-    });
-    Ok(stream_response(Body::from_stream(body)))
+    Ok(streamed("application/json", stream))
 }
 
-fn stream_response(body: Body) -> Response {
-    (StatusCode::OK, [("content-type", "application/json")], body).into_response()
-}
-
-impl WatchStream {
+impl Pieces for WatchStream {
     /// The next line to send, or `None` when the stream ends.
-    async fn next_line(&mut self) -> Option<String> {
+    async fn next_piece(&mut self) -> Option<String> {
         loop {
             if self.done {
                 return None;
@@ -138,7 +128,9 @@ impl WatchStream {
             }
         }
     }
+}
 
+impl WatchStream {
     /// The wire line for an event, if this watch selects it.
     fn render(&self, ev: &WatchEvent) -> Option<String> {
         if !std::ptr::eq(ev.rt, self.rt) {

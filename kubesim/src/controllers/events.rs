@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::lifecycle::{KUBELET, KubeletEvent};
 use crate::json;
 use crate::resources::EVENTS;
-use crate::store::Store;
+use crate::store::{Part, Store};
 
 /// Event type `Normal`.
 pub const NORMAL: &str = "Normal";
@@ -32,7 +33,19 @@ impl Recorder {
 
     /// Records an event about `obj` from `component`.
     pub fn record(&mut self, obj: &Value, ty: &str, reason: &str, message: &str, component: &str) {
-        self.record_at(obj, ty, reason, message, component, None);
+        let event = || event_object(obj, ty, reason, message, component, &Origin::default());
+        self.record_core(fold_key(obj, ty, reason, message), reason, event);
+    }
+
+    /// Records the kubelet's event `e` about the pod `pod`, about a part of it when `e` names one
+    /// (`involvedObject.fieldPath`, like `spec.containers{main}`).
+    pub fn record_kubelet(&mut self, pod: &Value, e: &KubeletEvent) {
+        let origin = Origin {
+            host: None,
+            field_path: e.field_path.as_deref(),
+        };
+        let event = || event_object(pod, e.ty, e.reason, &e.message, KUBELET, &origin);
+        self.record_core(fold_key(pod, e.ty, e.reason, &e.message), e.reason, event);
     }
 
     /// Records an event the way components on the `events.k8s.io/v1` API do (kube-scheduler):
@@ -71,31 +84,15 @@ impl Recorder {
         self.fold_or_create(fold_key(obj, ty, reason, message), reason, bump, event);
     }
 
-    /// [`Recorder::record`] about a part of `obj` (`involvedObject.fieldPath`, like the
-    /// kubelet's `spec.containers{main}`).
-    pub fn record_at(
-        &mut self,
-        obj: &Value,
-        ty: &str,
-        reason: &str,
-        message: &str,
-        component: &str,
-        field_path: Option<&str>,
-    ) {
+    /// A core/v1 Event: a repeat of `key` bumps `count` and `lastTimestamp`.
+    fn record_core(&mut self, key: FoldKey, reason: &str, event: impl FnOnce() -> Value) {
         let now = json::now_rfc3339();
         let bump = |e: &mut Value| {
             let count = e.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
             e["count"] = json!(count);
             e["lastTimestamp"] = json!(now);
         };
-        let event = || {
-            let origin = Origin {
-                host: None,
-                field_path,
-            };
-            event_object(obj, ty, reason, message, component, &origin)
-        };
-        self.fold_or_create(fold_key(obj, ty, reason, message), reason, bump, event);
+        self.fold_or_create(key, reason, bump, event);
     }
 
     /// A repeat of `key` bumped into its Event with `bump`; otherwise `event()` is created and
@@ -111,7 +108,7 @@ impl Recorder {
             self.seen.clear();
         }
         if let Some((ens, ename)) = self.seen.get(&key) {
-            let bumped = self.store.update(&EVENTS, ens, ename, false, |cur| {
+            let bumped = self.store.update(&EVENTS, ens, ename, Part::Main, |cur| {
                 let mut e = cur.clone();
                 bump(&mut e);
                 Ok(e)

@@ -31,15 +31,15 @@ pub struct Taint {
 /// What the filters look at on a node.
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
-    /// Node name.
+    /// The node's `metadata.name`, which a placement names.
     pub name: String,
-    /// Node labels.
+    /// The node's labels, matched by node selectors, node affinity and topology keys.
     pub labels: BTreeMap<String, String>,
     /// Taints a pod must tolerate to be placed here.
     pub taints: Vec<Taint>,
-    /// Cordoned.
+    /// `spec.unschedulable` (cordoned): only pods tolerating the `unschedulable` taint fit.
     pub unschedulable: bool,
-    /// Allocatable resources.
+    /// `status.allocatable`, in milli-units; what is free is this minus `used`.
     pub allocatable: Resources,
     /// Requests of the non-terminal pods bound to the node (`pods` counts them).
     pub used: Resources,
@@ -50,7 +50,7 @@ pub struct NodeInfo {
 pub struct PodNeeds {
     /// Effective requests (`max(sum(containers), max(initContainers))`), plus `pods: 1`.
     pub requests: Resources,
-    /// `spec.nodeSelector`.
+    /// `spec.nodeSelector`: every label must be on the node with exactly that value.
     pub node_selector: BTreeMap<String, String>,
     /// Required node affinity: any term must match, all expressions of a term.
     pub affinity: Vec<Vec<(String, String, Vec<String>)>>,
@@ -58,7 +58,7 @@ pub struct PodNeeds {
     pub tolerations: Vec<Taint>,
     /// The pod's namespace (what other pods' affinity terms match it by).
     pub namespace: String,
-    /// The pod's labels.
+    /// The pod's labels, which other pods' (anti-)affinity terms select it by.
     pub labels: BTreeMap<String, String>,
     /// `spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
     pub pod_affinity: Vec<AffinityTerm>,
@@ -182,14 +182,8 @@ impl PodNeeds {
                     .into_iter()
                     .flatten()
                     .map(|e| {
-                        let s = |k: &str| {
-                            e.get(k)
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_string()
-                        };
                         let values = json::strs(e.get("values")).map(str::to_string).collect();
-                        (s("key"), s("operator"), values)
+                        (json::string(e, "key"), json::string(e, "operator"), values)
                     })
                     .collect()
             })
@@ -477,11 +471,11 @@ pub enum Operator {
 /// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requirement {
-    /// Label key.
+    /// The label the requirement is about.
     pub key: String,
     /// How `key` is compared with `values`.
     pub operator: Operator,
-    /// Values (`In`, `NotIn`).
+    /// The values `In` and `NotIn` compare with; empty for `Exists` and `DoesNotExist`.
     pub values: Vec<String>,
 }
 

@@ -73,14 +73,7 @@ impl Kubelet {
         );
         let Some(step) = step else { return Ok(()) };
         for e in lifecycle::events(&step, pod) {
-            rec.record_at(
-                pod,
-                e.ty,
-                e.reason,
-                &e.message,
-                "kubelet",
-                e.field_path.as_deref(),
-            );
+            rec.record_kubelet(pod, &e);
         }
         if step == Step::DeadlineExceeded
             && let Some(ex) = exec.as_deref_mut()

@@ -27,7 +27,8 @@ static POD_IPS: AtomicU32 = AtomicU32::new(0);
 /// How a container run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exit {
-    /// The exit code.
+    /// The container's exit code: the pod's exit-code annotation, else 1 for a crash image and 0
+    /// otherwise (or the real process's code in execution mode).
     pub code: i32,
 }
 
@@ -60,6 +61,9 @@ impl Step {
         }
     }
 }
+
+/// `source.component` of the kubelet's events.
+pub const KUBELET: &str = "kubelet";
 
 /// One event the kubelet writes about a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,15 +102,7 @@ pub fn containers(pod: &Value, list: &str) -> Vec<(String, String)> {
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
-                .map(|c| {
-                    let s = |k: &str| {
-                        c.get(k)
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string()
-                    };
-                    (s("name"), s("image"))
-                })
+                .map(|c| (json::string(c, "name"), json::string(c, "image")))
                 .collect()
         })
         .unwrap_or_default()

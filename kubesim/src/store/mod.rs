@@ -19,7 +19,7 @@ use crate::logs::LogBook;
 use crate::resources::ResourceType;
 
 pub use query::{ListPage, ListQuery, WatchStart};
-pub use write::{DeleteOptions, Propagation};
+pub use write::{DeleteOptions, Part, Propagation};
 
 /// Kind of a watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,10 +9,15 @@ use crate::error::ApiError;
 use crate::json::{self, str_at};
 use crate::resources::{self, ResourceType};
 
+/// Which part of an object an [`Store::update`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub enum Part {
+    /// The main resource, as a client's PUT or PATCH: the stored `status` is kept for types with a
+    /// status subresource.
     Main,
+    /// The `/status` subresource: only the returned `status` is kept.
     Status,
+    /// Spec and status at once, as the simulated controllers do (no client can).
     Full,
 }
 
@@ -139,48 +144,21 @@ impl Store {
         Ok(inner.commit(self, rt, EventType::Added, obj, None))
     }
 
-    /// Updates an object through `f`, which gets the current object and returns the new one.
+    /// Updates `part` of an object through `f`, which gets the current object and returns the new
+    /// one.
     ///
-    /// With `status_only`, only the returned `status` is kept; otherwise the stored `status` is kept
-    /// for types with a status subresource. A `metadata.resourceVersion` in the result that differs
-    /// from the stored one is a 409 Conflict. A write that changes nothing does not bump the
-    /// resourceVersion. Removing the last finalizer of an object being deleted removes it.
+    /// A `metadata.resourceVersion` in the result that differs from the stored one is a 409
+    /// Conflict. A write that changes nothing does not bump the resourceVersion. Removing the last
+    /// finalizer of an object being deleted removes it.
     pub fn update(
         &self,
         rt: &'static ResourceType,
         ns: &str,
         name: &str,
-        status_only: bool,
+        part: Part,
         f: impl FnOnce(&Value) -> Result<Value, ApiError>,
     ) -> Result<Arc<Value>, ApiError> {
-        let mode = if status_only {
-            Mode::Status
-        } else {
-            Mode::Main
-        };
-        self.update_mode(rt, ns, name, mode, f)
-    }
-
-    /// Updates spec and status at once, as the simulated controllers do (no client can).
-    pub fn update_all(
-        &self,
-        rt: &'static ResourceType,
-        ns: &str,
-        name: &str,
-        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
-    ) -> Result<Arc<Value>, ApiError> {
-        self.update_mode(rt, ns, name, Mode::Full, f)
-    }
-
-    fn update_mode(
-        &self,
-        rt: &'static ResourceType,
-        ns: &str,
-        name: &str,
-        mode: Mode,
-        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
-    ) -> Result<Arc<Value>, ApiError> {
-        let status_only = mode == Mode::Status;
+        let status_only = part == Part::Status;
         let mut inner = self.lock();
         let current = inner.existing(rt, ns, name)?;
         let mut new = f(&current)?;
@@ -208,7 +186,7 @@ impl Store {
             let status = new.get("status").cloned();
             new = (*current).clone();
             set_status(&mut new, status);
-        } else if rt.status && mode == Mode::Main {
+        } else if rt.status && part == Part::Main {
             set_status(&mut new, current.get("status").cloned());
         }
         // Server-owned metadata is never taken from the client.
@@ -245,6 +223,17 @@ impl Store {
             return Ok(obj);
         }
         Ok(inner.commit(self, rt, EventType::Modified, new, Some(current)))
+    }
+
+    /// [`Store::update`] of [`Part::Full`]: what the simulated controllers write.
+    pub fn update_all(
+        &self,
+        rt: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Arc<Value>, ApiError> {
+        self.update(rt, ns, name, Part::Full, f)
     }
 
     /// Deletes an object. With finalizers it is only marked (`deletionTimestamp`) and returned;

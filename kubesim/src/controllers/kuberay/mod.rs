@@ -282,6 +282,16 @@ impl KubeRay {
     }
 }
 
+/// Appends `vars` to the `env` list of `container` (created when missing), after the user's own
+/// variables, as KubeRay does.
+fn push_env(container: &mut Value, vars: impl IntoIterator<Item = Value>) {
+    if let Some(obj) = container.as_object_mut()
+        && let Some(list) = obj.entry("env").or_insert_with(|| json!([])).as_array_mut()
+    {
+        list.extend(vars);
+    }
+}
+
 fn set_status(
     store: &Store,
     ns: &str,

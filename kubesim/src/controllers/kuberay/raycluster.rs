@@ -132,14 +132,14 @@ fn build_pod(cluster: &Value, group: &Value, group_name: &str, head: bool) -> Va
         let command = start_command(cname, head, params.as_ref(), c);
         c["command"] = json!(["/bin/bash", "-c", "--"]);
         c["args"] = json!([command]);
-        if let Some(obj) = c.as_object_mut() {
-            let list = obj.entry("env").or_insert_with(|| json!([]));
-            if let Some(list) = list.as_array_mut() {
-                list.push(json!({"name": "RAY_CLUSTER_NAME", "value": cname}));
-                list.push(json!({"name": "RAY_CLOUD_INSTANCE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}));
-                list.push(json!({"name": "RAY_NODE_TYPE_NAME", "value": group_name}));
-            }
-        }
+        super::push_env(
+            c,
+            [
+                json!({"name": "RAY_CLUSTER_NAME", "value": cname}),
+                json!({"name": "RAY_CLOUD_INSTANCE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+                json!({"name": "RAY_NODE_TYPE_NAME", "value": group_name}),
+            ],
+        );
     }
     pod
 }

@@ -40,13 +40,13 @@ pub(super) fn job(rj: &Value, cluster: &Value, scenario: &Scenario, exec: bool) 
             c["command"] = json!(["/bin/bash", "-ce", "--"]);
             c["args"] = json!([submit]);
         }
-        if let Some(obj) = c.as_object_mut() {
-            let list = obj.entry("env").or_insert_with(|| json!([]));
-            if let Some(list) = list.as_array_mut() {
-                list.push(json!({"name": "RAY_DASHBOARD_ADDRESS", "value": address}));
-                list.push(json!({"name": "RAY_JOB_SUBMISSION_ID", "value": job_id}));
-            }
-        }
+        super::push_env(
+            c,
+            [
+                json!({"name": "RAY_DASHBOARD_ADDRESS", "value": address}),
+                json!({"name": "RAY_JOB_SUBMISSION_ID", "value": job_id}),
+            ],
+        );
     }
     let mut a = serde_json::Map::new();
     if exec {
