@@ -311,48 +311,47 @@ pub enum Over<'a> {
 pub type OverKey<'a> = (u8, &'a str, u64, u64, u64);
 
 impl<'a> Over<'a> {
-    /// This limit state as a hashable [`OverKey`].
-    pub fn key(&self) -> OverKey<'a> {
+    /// Which limit (0 GPUs, 1 CPUs, 2 memory), the series (empty for CPUs and memory) and what
+    /// is used, the limit and the need, as `f64` (GPU counts convert exactly).
+    fn parts(&self) -> (u8, &'a str, [f64; 3]) {
         match *self {
             Over::Gpus {
                 series,
                 used,
                 limit,
                 need,
-            } => (0, series, used.into(), limit.into(), need.into()),
-            Over::Cpus { used, limit, need } => {
-                (1, "", used.to_bits(), limit.to_bits(), need.to_bits())
-            }
-            Over::Memory { used, limit, need } => {
-                (2, "", used.to_bits(), limit.to_bits(), need.to_bits())
-            }
+            } => (0, series, [used.into(), limit.into(), need.into()]),
+            Over::Cpus { used, limit, need } => (1, "", [used, limit, need]),
+            Over::Memory { used, limit, need } => (2, "", [used, limit, need]),
         }
+    }
+
+    /// This limit state as a hashable [`OverKey`].
+    pub fn key(&self) -> OverKey<'a> {
+        let (kind, series, [used, limit, need]) = self.parts();
+        (
+            kind,
+            series,
+            used.to_bits(),
+            limit.to_bits(),
+            need.to_bits(),
+        )
     }
 
     /// What a person reads: `tenant team-a uses 12 of 16 h200 GPUs; this job needs 8`.
     pub fn message(&self, tenant: &str) -> String {
-        match *self {
-            Over::Gpus {
-                series,
-                used,
-                limit,
-                need,
-            } => format!(
-                "tenant {tenant} uses {used} of {limit} {series} GPUs; this job needs {need}"
-            ),
-            Over::Cpus { used, limit, need } => format!(
-                "tenant {tenant} uses {} of {} CPUs for CPU-only jobs; this job needs {}",
-                trim(used),
-                trim(limit),
-                trim(need)
-            ),
-            Over::Memory { used, limit, need } => format!(
-                "tenant {tenant} uses {} of {} GiB of memory for CPU-only jobs; this job needs {}",
-                trim(used),
-                trim(limit),
-                trim(need)
-            ),
-        }
+        let (_, series, [used, limit, need]) = self.parts();
+        let what = match self {
+            Over::Gpus { .. } => format!("{series} GPUs"),
+            Over::Cpus { .. } => "CPUs for CPU-only jobs".to_owned(),
+            Over::Memory { .. } => "GiB of memory for CPU-only jobs".to_owned(),
+        };
+        format!(
+            "tenant {tenant} uses {} of {} {what}; this job needs {}",
+            trim(used),
+            trim(limit),
+            trim(need)
+        )
     }
 }
 

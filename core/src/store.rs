@@ -227,33 +227,34 @@ pub fn queue_ahead(job: &JobRecord, jobs: &[JobRecord]) -> u64 {
         .count() as u64
 }
 
+/// What [`JobStore::create`] stores in one write.
+#[derive(Debug, Clone, Copy)]
+pub struct NewJob<'a> {
+    /// The `QUEUED` record, `version` 0.
+    pub job: &'a JobRecord,
+    /// The submission's idempotency key, if it sent one.
+    pub idem: Option<&'a Idempotency>,
+    /// Events stored with the job (the `Submitted` event), none on an idempotent repeat.
+    pub events: &'a [JobEvent],
+}
+
 /// The job table: job records, events, idempotency keys, API keys, capacity, schedules, playgrounds.
 #[async_trait::async_trait]
 pub trait JobStore: Send + Sync {
-    /// Stores a new `QUEUED` job (its `version` must be 0; it is stored as 1), together with its
-    /// idempotency record atomically. A repeated identical request returns the first job; the same
-    /// key with another request is [`StoreError::IdempotencyMismatch`].
+    /// Stores a new `QUEUED` job (its `version` must be 0; it is stored as 1) with its idempotency
+    /// record and its first events, in one atomic write. A repeated identical request returns the
+    /// first job ([`CreateOutcome::Existing`]) and writes no events; the same key with another
+    /// request is [`StoreError::IdempotencyMismatch`]; a failed create writes nothing.
+    async fn create(&self, new: NewJob<'_>) -> Result<CreateOutcome>;
+
+    /// [`JobStore::create`] of a job without events.
     async fn create_job(
         &self,
         job: &JobRecord,
         idem: Option<&Idempotency>,
-    ) -> Result<CreateOutcome>;
-
-    /// [`JobStore::create_job`] with the job's first events in the same atomic write: when the
-    /// job is created, its events are stored with it; when an idempotent repeat returns the first
-    /// job ([`CreateOutcome::Existing`]) or the create fails, none are written. The stores
-    /// override this with one transaction; this default (for wrappers) creates, then appends.
-    async fn create_job_with_events(
-        &self,
-        job: &JobRecord,
-        idem: Option<&Idempotency>,
-        events: &[JobEvent],
     ) -> Result<CreateOutcome> {
-        let outcome = self.create_job(job, idem).await?;
-        if let CreateOutcome::Created(created) = &outcome {
-            self.append_events(&created.id, events).await?;
-        }
-        Ok(outcome)
+        let events = &[];
+        self.create(NewJob { job, idem, events }).await
     }
 
     /// Reads one job (strongly consistent).

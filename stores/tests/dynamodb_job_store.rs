@@ -14,7 +14,7 @@ use contract::aws_env::{sdk_config, unique_name};
 use contract::fixtures::{event, job, ok};
 use contract::job_store_contract;
 use tuneplane_core::job::JobState;
-use tuneplane_core::store::{Idempotency, JobStore};
+use tuneplane_core::store::{Idempotency, JobStore, NewJob};
 use tuneplane_stores::DynamoJobStore;
 use tuneplane_stores::aws::{RequestCounter, dynamodb_client};
 use tuneplane_stores::dynamo::table::create_table;
@@ -58,11 +58,11 @@ async fn one_job_lifecycle_costs_five_writes_plus_the_shared_active_scan() {
     };
     let created = ok(
         store
-            .create_job_with_events(
-                &job("j-life", "acme", 1_000, 0),
-                Some(&idem),
-                &[event(1_000, "submitted", "submitted")],
-            )
+            .create(NewJob {
+                job: &job("j-life", "acme", 1_000, 0),
+                idem: Some(&idem),
+                events: &[event(1_000, "submitted", "submitted")],
+            })
             .await,
         "submit",
     );

@@ -36,7 +36,7 @@ use crate::fleet::FleetShape;
 use crate::job::{EventSource, JobEvent, JobRecord};
 use crate::quota::{Demand, TenantQuota, never_within};
 use crate::spec::{Defaults, JobSpec};
-use crate::store::{BlobStore, CreateOutcome, Idempotency, JobStore, StoreError};
+use crate::store::{BlobStore, CreateOutcome, Idempotency, JobStore, NewJob, StoreError};
 
 /// Result of the submission service.
 pub type Result<T, E = SubmitError> = std::result::Result<T, E>;
@@ -325,10 +325,12 @@ impl SubmitService {
             object: None,
         };
         // The job and its first event in one atomic write: no crash leaves a job without it.
-        let outcome = self
-            .jobs
-            .create_job_with_events(&record, idem.as_ref(), &[event])
-            .await?;
+        let new = NewJob {
+            job: &record,
+            idem: idem.as_ref(),
+            events: &[event],
+        };
+        let outcome = self.jobs.create(new).await?;
         let created = matches!(outcome, CreateOutcome::Created(_));
         let job = outcome.record().clone();
         Ok(Submitted {

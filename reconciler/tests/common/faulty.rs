@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    ApiKeyChange, ApiKeyRecord, BlobMeta, BlobStore, CreateOutcome, Idempotency, JobQuery,
-    JobStore, Page, PlaygroundRecord, PresignMethod, PresignedRequest, PutOutcome, Result,
-    ScheduleRecord, StoreError,
+    ApiKeyChange, ApiKeyRecord, BlobMeta, BlobStore, CreateOutcome, JobQuery, JobStore, NewJob,
+    Page, PlaygroundRecord, PresignMethod, PresignedRequest, PutOutcome, Result, ScheduleRecord,
+    StoreError,
 };
 
 /// Where an injected fault struck.
@@ -221,13 +221,10 @@ impl FaultyJobStore {
 
 #[async_trait::async_trait]
 impl JobStore for FaultyJobStore {
-    async fn create_job(
-        &self,
-        job: &JobRecord,
-        idem: Option<&Idempotency>,
-    ) -> Result<CreateOutcome> {
-        let call = self.inner.create_job(job, idem);
-        self.faults.run("create_job", &job.id, call).await
+    async fn create(&self, new: NewJob<'_>) -> Result<CreateOutcome> {
+        // One atomic call on the real store (job, idempotency record and first events).
+        let call = self.inner.create(new);
+        self.faults.run("create_job", &new.job.id, call).await
     }
     async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
         self.faults.run("get_job", id, self.inner.get_job(id)).await

@@ -46,7 +46,7 @@ use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use tuneplane_core::clock::now_secs;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    BoxError, CreateOutcome, Idempotency, IdempotencyRecord, Result, StoreError,
+    BoxError, CreateOutcome, Idempotency, IdempotencyRecord, NewJob, Result, StoreError,
 };
 
 use item::{EventItem, Item, JOB_SK, JobItem, Stored, event_sk, job_pk, n, s};
@@ -264,12 +264,9 @@ impl DynamoJobStore {
         })
     }
 
-    async fn create_job_inner(
-        &self,
-        job: &JobRecord,
-        idem: Option<&Idempotency>,
-        events: &[JobEvent],
-    ) -> Result<CreateOutcome> {
+    /// One attempt of [`JobStore::create`]: a single transaction.
+    async fn create_once(&self, new: NewJob<'_>) -> Result<CreateOutcome> {
+        let NewJob { job, idem, events } = new;
         let mut job = job.clone();
         job.version = 1;
         let key = job_pk(&job.id);

@@ -11,7 +11,7 @@ use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
     ApiKeyChange, ApiKeyRecord, CreateOutcome, Idempotency, IdempotencyRecord, JobQuery, JobStore,
-    Page, PlaygroundRecord, Result, ScheduleRecord, StoreError,
+    NewJob, Page, PlaygroundRecord, Result, ScheduleRecord, StoreError,
 };
 
 use super::item::{Item, PLAYGROUNDS_PK, Stored, n, s, to_json};
@@ -160,28 +160,14 @@ impl DynamoJobStore {
 
 #[async_trait::async_trait]
 impl JobStore for DynamoJobStore {
-    #[tracing::instrument(skip_all, fields(table = %self.table(), job_id = %job.id), err)]
-    async fn create_job(
-        &self,
-        job: &JobRecord,
-        idem: Option<&Idempotency>,
-    ) -> Result<CreateOutcome> {
-        self.create_job_with_events(job, idem, &[]).await
-    }
-
-    #[tracing::instrument(skip_all, fields(table = %self.table(), job_id = %job.id, events = events.len()), err)]
-    async fn create_job_with_events(
-        &self,
-        job: &JobRecord,
-        idem: Option<&Idempotency>,
-        events: &[JobEvent],
-    ) -> Result<CreateOutcome> {
+    #[tracing::instrument(skip_all, fields(table = %self.table(), job_id = %new.job.id, events = new.events.len()), err)]
+    async fn create(&self, new: NewJob<'_>) -> Result<CreateOutcome> {
         // A concurrent identical submission can cancel ours before its own transaction has
         // committed (nothing to resolve against yet): retry briefly, then report the conflict.
         let mut attempt = 0;
         loop {
-            match self.create_job_inner(job, idem, events).await {
-                Err(StoreError::Conflict { .. }) if idem.is_some() && attempt < 5 => {
+            match self.create_once(new).await {
+                Err(StoreError::Conflict { .. }) if new.idem.is_some() && attempt < 5 => {
                     attempt += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(20 << attempt)).await;
                 }

@@ -16,8 +16,8 @@ use tuneplane_core::clock::now_secs;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
-    ApiKeyChange, ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, Page,
-    PlaygroundRecord, Result, ScheduleRecord, StoreError,
+    ApiKeyChange, ApiKeyRecord, CreateOutcome, JobQuery, JobStore, NewJob, Page, PlaygroundRecord,
+    Result, ScheduleRecord, StoreError,
 };
 
 use tables::{Tx, db_err};
@@ -176,26 +176,10 @@ where
 
 #[async_trait::async_trait]
 impl JobStore for EmbeddedJobStore {
-    async fn create_job(
-        &self,
-        job: &JobRecord,
-        idem: Option<&Idempotency>,
-    ) -> Result<CreateOutcome> {
-        let job = job.clone();
-        let idem = idem.cloned();
-        self.write(move |tx| tx.create_job(job, idem, now_secs()))
-            .await
-    }
-
-    async fn create_job_with_events(
-        &self,
-        job: &JobRecord,
-        idem: Option<&Idempotency>,
-        events: &[JobEvent],
-    ) -> Result<CreateOutcome> {
-        let job = job.clone();
-        let idem = idem.cloned();
-        let events = events.to_vec();
+    async fn create(&self, new: NewJob<'_>) -> Result<CreateOutcome> {
+        let job = new.job.clone();
+        let idem = new.idem.cloned();
+        let events = new.events.to_vec();
         // One redb write transaction: the job, its idempotency record and its events.
         self.write(move |tx| {
             let outcome = tx.create_job(job, idem, now_secs())?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::json;
 use tuneplane_core::job::{JobState, PendingReason};
 use tuneplane_core::store::{
-    ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, PlaygroundRecord,
+    ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, NewJob, PlaygroundRecord,
     PlaygroundState, PlaygroundStatus, ScheduleRecord, StoreError, hash_api_key,
 };
 
@@ -480,11 +480,11 @@ pub async fn a_new_job_and_its_first_events_land_together_and_repeats_add_none(s
     let key = idem("sub-1", "a", 3600);
     let first = ok(
         store
-            .create_job_with_events(
-                &job("j-1", "acme", 1, 0),
-                Some(&key),
-                &[event(1, "submitted", "first")],
-            )
+            .create(NewJob {
+                job: &job("j-1", "acme", 1, 0),
+                idem: Some(&key),
+                events: &[event(1, "submitted", "first")],
+            })
             .await,
         "create with events",
     );
@@ -492,11 +492,11 @@ pub async fn a_new_job_and_its_first_events_land_together_and_repeats_add_none(s
     // The same request again (another id, as a retried request gets): the first job, no event.
     let again = ok(
         store
-            .create_job_with_events(
-                &job("j-2", "acme", 2, 0),
-                Some(&key),
-                &[event(2, "submitted", "again")],
-            )
+            .create(NewJob {
+                job: &job("j-2", "acme", 2, 0),
+                idem: Some(&key),
+                events: &[event(2, "submitted", "again")],
+            })
             .await,
         "repeat",
     );
@@ -506,11 +506,11 @@ pub async fn a_new_job_and_its_first_events_land_together_and_repeats_add_none(s
     );
     // An existing job id without a key: refused, and no event lands on the existing job.
     let taken = store
-        .create_job_with_events(
-            &job("j-1", "acme", 3, 0),
-            None,
-            &[event(3, "submitted", "taken")],
-        )
+        .create(NewJob {
+            job: &job("j-1", "acme", 3, 0),
+            idem: None,
+            events: &[event(3, "submitted", "taken")],
+        })
         .await
         .err();
     assert!(
@@ -520,11 +520,11 @@ pub async fn a_new_job_and_its_first_events_land_together_and_repeats_add_none(s
     // Without a key, a new job and its event land together.
     ok(
         store
-            .create_job_with_events(
-                &job("j-3", "acme", 4, 0),
-                None,
-                &[event(4, "submitted", "x")],
-            )
+            .create(NewJob {
+                job: &job("j-3", "acme", 4, 0),
+                idem: None,
+                events: &[event(4, "submitted", "x")],
+            })
             .await,
         "create without key",
     );
