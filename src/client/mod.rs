@@ -181,6 +181,17 @@ impl Api {
         Ok(self.send(self.request(Method::GET, path)?).await?.1)
     }
 
+    /// GET `path` for a command that prints it: with `-o json` the answer is printed as it came and
+    /// `None` returned (the command is done); otherwise the answer, for a table.
+    pub async fn get_or_print(&self, path: &str, out: Output) -> anyhow::Result<Option<Value>> {
+        let body: Value = self.get(path).await?;
+        if out == Output::Json {
+            println!("{body}");
+            return Ok(None);
+        }
+        Ok(Some(body))
+    }
+
     /// POST a JSON body to `path`; returns status and answer.
     pub async fn post<T: DeserializeOwned>(
         &self,
