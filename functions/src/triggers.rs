@@ -45,7 +45,7 @@ pub enum Outcome {
     },
     /// Nothing to do (not an inbox object, our own error note, a disabled schedule).
     Skipped {
-        /// Why.
+        /// Why nothing was done, for the function's log and return value.
         reason: String,
     },
     /// The input was refused; for inbox objects the note's key.

@@ -90,7 +90,7 @@ pub fn check_api_url(api: &str) -> anyhow::Result<()> {
     }
 }
 
-/// The client.
+/// A client of one API base URL (`…/v1`) with one API key; cheap to clone (one connection pool).
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
@@ -176,7 +176,8 @@ impl Api {
         )
     }
 
-    /// GET `path`.
+    /// GET `path` (relative to `/v1`) and decode the JSON answer; an error answer becomes an
+    /// [`ApiError`], no key a message saying how to pass one.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         Ok(self.send(self.request(Method::GET, path)?).await?.1)
     }
@@ -209,7 +210,7 @@ impl Api {
         self.send(req).await
     }
 
-    /// DELETE `path`.
+    /// DELETE `path` (relative to `/v1`) and decode the JSON answer, as [`Api::get`].
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         Ok(self.send(self.request(Method::DELETE, path)?).await?.1)
     }

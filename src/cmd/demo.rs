@@ -83,7 +83,8 @@ struct Tracked {
     last_line: String,
 }
 
-/// Runs the demo.
+/// `tuneplane demo`: starts the stack in a temporary directory (removed afterwards), runs every
+/// example and prints the summary; exit 0 only if each ended as expected.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let data_dir = std::env::temp_dir().join(format!("tuneplane-demo-{}", std::process::id()));
     let examples_dir = match &args.examples {

@@ -136,22 +136,23 @@ pub async fn list(
     ))
 }
 
-/// The create form.
+/// The create form. Every field is text as typed (missing ones empty): [`create`] trims them and
+/// parses the numbers, so a bad value comes back as a message above the form, not a 422.
 #[derive(Debug, Deserialize)]
 pub struct CreateForm {
-    /// CSRF token.
+    /// The session's CSRF token, from the form's hidden field.
     #[serde(default)]
     pub csrf: String,
-    /// Model.
+    /// Model to serve (a Hugging Face id or a path the image knows).
     #[serde(default)]
     pub model: String,
-    /// GPU series.
+    /// GPU series, as in the capacity snapshot (`h200`).
     #[serde(default)]
     pub series: String,
-    /// GPUs.
+    /// GPU count; must be a whole number.
     #[serde(default)]
     pub gpus: String,
-    /// Lifetime, minutes.
+    /// Lifetime in minutes (the API takes seconds); must be a whole number.
     #[serde(default)]
     pub ttl_minutes: String,
 }

@@ -93,10 +93,10 @@ pub async fn page_route(viewer: Viewer) -> Result<Response, ConsoleError> {
 /// Body of the inline validation request.
 #[derive(Debug, Deserialize)]
 pub struct ValidateForm {
-    /// CSRF token.
+    /// The session's CSRF token, from the form's hidden field.
     #[serde(default)]
     pub csrf: String,
-    /// Spec text.
+    /// The editor's JobSpec text (YAML or JSON), validated as a submission would be.
     #[serde(default)]
     pub spec: String,
 }

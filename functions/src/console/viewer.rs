@@ -25,7 +25,7 @@ use crate::state::AppState;
 pub struct Viewer {
     /// Tenant, scopes and key label of the API key behind the session.
     pub principal: Principal,
-    /// Session id.
+    /// Random session id (hex) from the signed cookie; the CSRF token is derived from it.
     pub sid: String,
     /// SHA-256 of the API key behind the session (sign-out ends this key's sessions).
     pub key_sha256: String,
