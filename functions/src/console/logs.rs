@@ -16,7 +16,7 @@ pub const TAIL_LINES: usize = 40;
 pub const MAX_ARCHIVE_BYTES: u64 = 32 * 1024 * 1024;
 /// Most uncompressed bytes read while previewing.
 pub const MAX_UNPACKED_BYTES: u64 = 128 * 1024 * 1024;
-/// Most logs previewed.
+/// Most log files of one archive previewed; the rest are only in the download.
 pub const MAX_FILES: usize = 16;
 /// Longest line kept, characters.
 const MAX_LINE_CHARS: usize = 400;
