@@ -118,17 +118,18 @@ enum Command {
     },
 }
 
-/// Runs a client command on a fresh async runtime.
-fn client_command<F, Fut>(args: &client::ClientArgs, f: F) -> anyhow::Result<ExitCode>
-where
-    F: FnOnce(client::Api, client::Output) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<ExitCode>>,
-{
+/// Runs client command `run` with `arg` (its id, arguments or subcommand) on a fresh async runtime,
+/// against the API and key of `args`.
+fn client_command<A>(
+    args: &client::ClientArgs,
+    arg: A,
+    run: impl AsyncFnOnce(&client::Api, client::Output, A) -> anyhow::Result<ExitCode>,
+) -> anyhow::Result<ExitCode> {
     let api = cmd::jobs::api(args)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(f(api, args.output))
+    rt.block_on(run(&api, args.output, arg))
 }
 
 /// Ends the process quietly when stdout is a closed pipe (`tuneplane events J | head`): Rust
@@ -171,52 +172,37 @@ fn main() -> ExitCode {
         Command::Demo(args) => cmd::demo::run(&args),
         Command::Admin(c) => cmd::admin::run(c),
         Command::Dev(args) => tuneplane::dev::run(&args),
-        Command::Submit { client, args } => client_command(&client, |api, out| async move {
-            cmd::jobs::submit(&api, out, &args).await
-        }),
+        Command::Submit { client, args } => client_command(&client, &args, cmd::jobs::submit),
         Command::Jobs {
             client,
             status,
             limit,
             cursor,
-        } => client_command(&client, |api, out| async move {
-            cmd::jobs::list(&api, out, status.as_deref(), limit, cursor.as_deref()).await
+        } => client_command(&client, (), async |api, out, ()| {
+            cmd::jobs::list(api, out, status.as_deref(), limit, cursor.as_deref()).await
         }),
-        Command::Status { client, id } => client_command(&client, |api, out| async move {
-            cmd::jobs::status(&api, out, &id).await
-        }),
+        Command::Status { client, id } => client_command(&client, &*id, cmd::jobs::status),
         Command::Watch {
             client,
             id,
             timeout_seconds,
-        } => client_command(&client, |api, out| async move {
-            cmd::jobs::watch_job(
-                &api,
-                out,
-                &id,
-                timeout_seconds.map(std::time::Duration::from_secs),
-            )
-            .await
+        } => client_command(&client, &*id, async |api, out, id| {
+            let timeout = timeout_seconds.map(std::time::Duration::from_secs);
+            cmd::jobs::watch_job(api, out, id, timeout).await
         }),
-        Command::Events { client, id } => client_command(&client, |api, out| async move {
-            cmd::jobs::events(&api, out, &id).await
+        Command::Events { client, id } => client_command(&client, &*id, cmd::jobs::events),
+        Command::Logs { client, args } => client_command(&client, &args, cmd::logs::logs),
+        Command::Stop { client, id } => client_command(&client, &*id, cmd::jobs::stop),
+        Command::Capacity { client } => client_command(&client, (), async |api, out, ()| {
+            cmd::jobs::capacity(api, out).await
         }),
-        Command::Logs { client, args } => client_command(&client, |api, out| async move {
-            cmd::logs::logs(&api, out, &args).await
-        }),
-        Command::Stop { client, id } => client_command(&client, |api, out| async move {
-            cmd::jobs::stop(&api, out, &id).await
-        }),
-        Command::Capacity { client } => client_command(&client, |api, out| async move {
-            cmd::jobs::capacity(&api, out).await
-        }),
-        Command::Quota { client } => client_command(&client, |api, out| async move {
-            cmd::quota::show(&api, out).await
+        Command::Quota { client } => client_command(&client, (), async |api, out, ()| {
+            cmd::quota::show(api, out).await
         }),
         Command::Completion { shell } => completion(shell),
-        Command::Playground { client, command } => client_command(&client, |api, out| async move {
-            cmd::playground::run(&api, out, command).await
-        }),
+        Command::Playground { client, command } => {
+            client_command(&client, command, cmd::playground::run)
+        }
     };
     match result {
         Ok(code) => code,

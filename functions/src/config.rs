@@ -51,7 +51,7 @@ pub const MAX_UPLOAD_BYTES: u64 = 1 << 30;
 #[derive(Debug, thiserror::Error)]
 #[error("{var}: {message}")]
 pub struct ConfigError {
-    /// The variable.
+    /// Name of the environment variable at fault (one of the `ENV_*` constants).
     pub var: &'static str,
     /// What is wrong with it.
     pub message: String,
@@ -62,18 +62,18 @@ pub struct ConfigError {
 pub enum Backend {
     /// DynamoDB table + S3 bucket.
     Aws {
-        /// Table name.
+        /// DynamoDB table of jobs, events and keys ([`ENV_TABLE`]).
         table: String,
-        /// Bucket name.
+        /// S3 bucket of capsules, uploads, inbox and logs ([`ENV_BUCKET`]).
         bucket: String,
     },
     /// Embedded store and filesystem blobs under a directory.
     Local {
-        /// Data directory.
+        /// Root of the embedded job store and the blob files ([`ENV_DATA_DIR`]).
         dir: PathBuf,
         /// Blob URL signing secret (redacted in `Debug`).
         blob_secret: Secret,
-        /// Blob server base URL.
+        /// Base URL that presigned blob URLs point at ([`ENV_BLOB_URL`]).
         blob_url: String,
     },
 }
@@ -81,9 +81,10 @@ pub enum Backend {
 /// Configuration of every function binary.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Storage backend.
+    /// AWS when [`ENV_TABLE`] is set, else local files under [`ENV_DATA_DIR`].
     pub backend: Backend,
-    /// Submission settings.
+    /// Spec defaults (namespace, deadlines), code limits and scratch directory for the submission
+    /// service.
     pub submit: SubmitConfig,
     /// Webhook sources by name.
     pub webhooks: BTreeMap<String, WebhookSource>,

@@ -33,7 +33,7 @@ pub enum ApiError {
     /// A request whose fields break rules; every problem is listed (like an invalid JobSpec).
     #[error("{}", describe_fields(subject, fields))]
     InvalidFields {
-        /// Machine-readable code.
+        /// The body's `error.code` (`invalid_request`); 400 with the fields in `details`.
         code: &'static str,
         /// What was checked (`playground request`).
         subject: &'static str,
@@ -43,7 +43,7 @@ pub enum ApiError {
     /// A malformed request.
     #[error("{message}")]
     BadRequest {
-        /// Machine-readable code.
+        /// The body's `error.code` (`invalid_query`, `invalid_body`, ...); 400.
         code: &'static str,
         /// What to fix.
         message: String,
@@ -54,9 +54,9 @@ pub enum ApiError {
     /// The resource is not in a state that allows the request.
     #[error("{message}")]
     Conflict {
-        /// Machine-readable code.
+        /// The body's `error.code` (`logs_not_archived`, `busy`); 409.
         code: &'static str,
-        /// Why.
+        /// What the resource's state is and what to do instead.
         message: String,
     },
     /// A webhook delivery that fails verification.

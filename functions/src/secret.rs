@@ -7,7 +7,7 @@
 pub struct Secret(String);
 
 impl Secret {
-    /// Wraps a secret.
+    /// Wraps `value`; from here on only [`Secret::expose`] gives it back.
     pub fn new(value: impl Into<String>) -> Secret {
         Secret(value.into())
     }

@@ -45,7 +45,7 @@ pub enum Outcome {
     },
     /// Nothing to do (not an inbox object, our own error note, a disabled schedule).
     Skipped {
-        /// Why.
+        /// Why nothing was done, for the function's log and return value.
         reason: String,
     },
     /// The input was refused; for inbox objects the note's key.
@@ -344,30 +344,13 @@ fn finish(
     }
 }
 
-/// Decodes an S3 notification key (URL-encoded, `+` for space).
+/// Decodes an S3 notification key (URL-encoded, `+` for space); an invalid escape is kept as is
+/// and bytes that are not UTF-8 become U+FFFD.
 pub fn decode_s3_key(raw: &str) -> String {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => match (hex_val(bytes[i + 1]), hex_val(bytes[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h * 16 + l);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex_val(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
+    // `+` first: a literal plus arrives as `%2B` and must stay a plus.
+    percent_encoding::percent_decode_str(&raw.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -382,5 +365,7 @@ mod tests {
         );
         assert_eq!(decode_s3_key("inbox/a/b%2"), "inbox/a/b%2");
         assert_eq!(decode_s3_key("plain"), "plain");
+        assert_eq!(decode_s3_key("a%2Bb+c%zz"), "a+b c%zz");
+        assert_eq!(decode_s3_key("%FF"), "\u{FFFD}");
     }
 }

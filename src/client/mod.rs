@@ -90,7 +90,7 @@ pub fn check_api_url(api: &str) -> anyhow::Result<()> {
     }
 }
 
-/// The client.
+/// A client of one API base URL (`…/v1`) with one API key; cheap to clone (one connection pool).
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
@@ -176,9 +176,21 @@ impl Api {
         )
     }
 
-    /// GET `path`.
+    /// GET `path` (relative to `/v1`) and decode the JSON answer; an error answer becomes an
+    /// [`ApiError`], no key a message saying how to pass one.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         Ok(self.send(self.request(Method::GET, path)?).await?.1)
+    }
+
+    /// GET `path` for a command that prints it: with `-o json` the answer is printed as it came and
+    /// `None` returned (the command is done); otherwise the answer, for a table.
+    pub async fn get_or_print(&self, path: &str, out: Output) -> anyhow::Result<Option<Value>> {
+        let body: Value = self.get(path).await?;
+        if out == Output::Json {
+            println!("{body}");
+            return Ok(None);
+        }
+        Ok(Some(body))
     }
 
     /// POST a JSON body to `path`; returns status and answer.
@@ -198,7 +210,7 @@ impl Api {
         self.send(req).await
     }
 
-    /// DELETE `path`.
+    /// DELETE `path` (relative to `/v1`) and decode the JSON answer, as [`Api::get`].
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         Ok(self.send(self.request(Method::DELETE, path)?).await?.1)
     }

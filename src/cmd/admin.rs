@@ -89,7 +89,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 /// Opens the configured job store; returns it with a description for messages.
-pub(crate) async fn open_store(args: &StoreArgs) -> anyhow::Result<(Arc<dyn JobStore>, String)> {
+async fn open_store(args: &StoreArgs) -> anyhow::Result<(Arc<dyn JobStore>, String)> {
     Ok(match &args.table {
         Some(table) => {
             let sdk = tuneplane_stores::aws::load_config().await;
@@ -106,14 +106,20 @@ pub(crate) async fn open_store(args: &StoreArgs) -> anyhow::Result<(Arc<dyn JobS
     })
 }
 
-pub(crate) fn block_on<T>(
-    f: impl std::future::Future<Output = anyhow::Result<T>>,
+/// Runs the operator command `f` on a fresh single-threaded runtime with the job store `args`
+/// configure and its description for messages (`DynamoDB table T`, `embedded store DIR`).
+pub(crate) fn with_store<T>(
+    args: &StoreArgs,
+    f: impl AsyncFnOnce(&dyn JobStore, &str) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?
-        .block_on(f)
+        .block_on(async {
+            let (store, location) = open_store(args).await?;
+            f(store.as_ref(), &location).await
+        })
 }
 
 /// Stores a schedule that reruns job `from_job`; returns the stored record.
@@ -153,9 +159,8 @@ pub async fn schedule_from_job(
 }
 
 fn create_schedule(args: &CreateScheduleArgs) -> anyhow::Result<ExitCode> {
-    block_on(async {
-        let (store, location) = open_store(&args.store).await?;
-        let record = schedule_from_job(store.as_ref(), &args.id, &args.from_job, &args.expression)
+    with_store(&args.store, async |store, location| {
+        let record = schedule_from_job(store, &args.id, &args.from_job, &args.expression)
             .await
             .with_context(|| format!("creating the schedule in the {location}"))?;
         eprintln!(
@@ -200,9 +205,8 @@ pub async fn issue_key(
 }
 
 fn create_key(args: &CreateKeyArgs) -> anyhow::Result<ExitCode> {
-    block_on(async {
-        let (store, location) = open_store(&args.store).await?;
-        let secret = issue_key(store.as_ref(), &args.tenant, &args.scopes, &args.name)
+    with_store(&args.store, async |store, location| {
+        let secret = issue_key(store, &args.tenant, &args.scopes, &args.name)
             .await
             .with_context(|| format!("creating the key in the {location}"))?;
         eprintln!(

@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 
-use super::output::{age, clock, duration, now_ms, pools_of, print_table, print_table_coloured};
+use super::output::{
+    age, clock, duration, now_ms, pools_of, print_table, print_table_coloured, rows_of,
+};
 use crate::client::{Api, ClientArgs, Output, pack};
 
 /// Inline code above this size goes through a presigned upload instead.
@@ -219,27 +221,20 @@ pub async fn list(
         }
         path.push_str(&format!("&cursor={c}"));
     }
-    let page: Value = api.get(&path).await?;
-    if out == Output::Json {
-        println!("{page}");
+    let Some(page) = api.get_or_print(&path, out).await? else {
         return Ok(ExitCode::SUCCESS);
-    }
-    let jobs: Vec<JobRecord> =
-        serde_json::from_value(page["jobs"].clone()).context("unexpected job list")?;
-    let rows: Vec<Vec<String>> = jobs
-        .iter()
-        .map(|j| {
-            vec![
-                j.id.clone(),
-                j.spec.name.clone(),
-                format!("{:?}", j.spec.kind()),
-                pools_of(&j.spec),
-                status_of(j),
-                age(j.submitted_at_ms),
-                duration(j.clock_ms(now_ms())),
-            ]
-        })
-        .collect();
+    };
+    let rows = rows_of(&page, "jobs", "unexpected job list", |j: &JobRecord| {
+        vec![
+            j.id.clone(),
+            j.spec.name.clone(),
+            format!("{:?}", j.spec.kind()),
+            pools_of(&j.spec),
+            status_of(j),
+            age(j.submitted_at_ms),
+            duration(j.clock_ms(now_ms())),
+        ]
+    })?;
     print_table_coloured(
         &[
             "ID",
@@ -269,11 +264,9 @@ fn status_of(j: &JobRecord) -> String {
 
 /// `status ID`.
 pub async fn status(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode> {
-    let job: Value = api.get(&format!("/jobs/{id}")).await?;
-    if out == Output::Json {
-        println!("{job}");
+    let Some(job) = api.get_or_print(&format!("/jobs/{id}"), out).await? else {
         return Ok(ExitCode::SUCCESS);
-    }
+    };
     let position = job["queue_position"].as_u64();
     let j: JobRecord = serde_json::from_value(job).context("unexpected job")?;
     println!("job       {} ({})", j.id, j.spec.name);
@@ -405,26 +398,20 @@ pub async fn watch_with_output(
 
 /// `events ID`.
 pub async fn events(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode> {
-    let page: Value = api.get(&format!("/jobs/{id}/events?limit=1000")).await?;
-    if out == Output::Json {
-        println!("{page}");
+    let path = format!("/jobs/{id}/events?limit=1000");
+    let Some(page) = api.get_or_print(&path, out).await? else {
         return Ok(ExitCode::SUCCESS);
-    }
-    let events: Vec<JobEvent> =
-        serde_json::from_value(page["events"].clone()).context("unexpected events")?;
-    let rows: Vec<Vec<String>> = events
-        .iter()
-        .map(|e| {
-            vec![
-                age(e.at_ms),
-                format!("{:?}", e.source),
-                e.kind.clone(),
-                e.reason.clone(),
-                e.object.clone().unwrap_or_default(),
-                e.message.clone(),
-            ]
-        })
-        .collect();
+    };
+    let rows = rows_of(&page, "events", "unexpected events", |e: &JobEvent| {
+        vec![
+            age(e.at_ms),
+            format!("{:?}", e.source),
+            e.kind.clone(),
+            e.reason.clone(),
+            e.object.clone().unwrap_or_default(),
+            e.message.clone(),
+        ]
+    })?;
     print_table(
         &["AGE", "SOURCE", "TYPE", "REASON", "OBJECT", "MESSAGE"],
         &rows,
@@ -481,11 +468,9 @@ pub async fn stop(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode> 
 
 /// `capacity`.
 pub async fn capacity(api: &Api, out: Output) -> anyhow::Result<ExitCode> {
-    let body: Value = api.get("/capacity").await?;
-    if out == Output::Json {
-        println!("{body}");
+    let Some(body) = api.get_or_print("/capacity", out).await? else {
         return Ok(ExitCode::SUCCESS);
-    }
+    };
     if body["snapshot"].is_null() {
         println!(
             "{}",

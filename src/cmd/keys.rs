@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use tuneplane_core::store::{ApiKeyChange, ApiKeyRecord, JobStore};
 use tuneplane_functions::runtime::now_ms;
 
-use super::admin::{StoreArgs, block_on, issue_key, open_store};
+use super::admin::{StoreArgs, issue_key, with_store};
 use super::output::{age, print_table};
 use crate::client::Output;
 
@@ -136,8 +136,7 @@ pub async fn rotate(store: &dyn JobStore, id: &str) -> anyhow::Result<(String, A
 /// Runs an `admin keys` subcommand.
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::List(args) => block_on(async {
-            let (store, location) = open_store(&args.store).await?;
+        Command::List(args) => with_store(&args.store, async |store, location| {
             let mut keys = store
                 .list_api_keys()
                 .await
@@ -161,9 +160,8 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }),
-        Command::Revoke(args) => block_on(async {
-            let (store, location) = open_store(&args.store).await?;
-            let (key, was_active) = revoke(store.as_ref(), &args.id)
+        Command::Revoke(args) => with_store(&args.store, async |store, location| {
+            let (key, was_active) = revoke(store, &args.id)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e:#}\n(nothing was changed in the {location})"))?;
             if was_active {
@@ -178,9 +176,8 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }),
-        Command::Rotate(args) => block_on(async {
-            let (store, location) = open_store(&args.store).await?;
-            let (secret, old) = rotate(store.as_ref(), &args.id)
+        Command::Rotate(args) => with_store(&args.store, async |store, location| {
+            let (secret, old) = rotate(store, &args.id)
                 .await
                 .with_context(|| format!("rotating key {} in the {location}", args.id))?;
             eprintln!(

@@ -1,5 +1,7 @@
 //! Human output: aligned tables, relative ages, clock durations.
 
+use anyhow::Context;
+use serde::de::DeserializeOwned;
 use tuneplane_core::spec::JobSpec;
 
 /// Colour only on a terminal and never when `NO_COLOR` is set to anything non-empty
@@ -33,6 +35,18 @@ pub fn paint_status(text: &str, on: bool) -> String {
     } else {
         text.to_owned()
     }
+}
+
+/// One table row per item of the list under `key` of an API answer; `what` is the error's
+/// context when the list does not parse (`unexpected job list`).
+pub fn rows_of<T: DeserializeOwned>(
+    answer: &serde_json::Value,
+    key: &str,
+    what: &'static str,
+    row: impl Fn(&T) -> Vec<String>,
+) -> anyhow::Result<Vec<Vec<String>>> {
+    let items: Vec<T> = serde_json::from_value(answer[key].clone()).context(what)?;
+    Ok(items.iter().map(row).collect())
 }
 
 /// Prints rows under headers with columns padded to their widest cell.

@@ -16,7 +16,7 @@ use tuneplane_core::quota_view::QuotaView;
 use tuneplane_core::store::JobStore;
 use tuneplane_functions::runtime::now_ms;
 
-use super::admin::{StoreArgs, block_on, open_store};
+use super::admin::{StoreArgs, with_store};
 use super::output::{age, print_table};
 use crate::client::{Api, Output};
 
@@ -96,17 +96,15 @@ pub struct UnsetArgs {
 /// Runs an `admin quota` subcommand.
 pub fn run_admin(command: AdminCommand) -> anyhow::Result<ExitCode> {
     match command {
-        AdminCommand::Set(args) => block_on(async {
-            let (store, location) = open_store(&args.store).await?;
-            let q = set(store.as_ref(), &args)
+        AdminCommand::Set(args) => with_store(&args.store, async |store, location| {
+            let q = set(store, &args)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e:#}\n(nothing was stored in the {location})"))?;
             eprintln!("stored the quota of tenant {} in the {location}", q.tenant);
             print_quotas(&[q]);
             Ok(ExitCode::SUCCESS)
         }),
-        AdminCommand::List(args) => block_on(async {
-            let (store, location) = open_store(&args.store).await?;
+        AdminCommand::List(args) => with_store(&args.store, async |store, location| {
             let quotas = store
                 .list_quotas()
                 .await
@@ -122,8 +120,7 @@ pub fn run_admin(command: AdminCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }),
-        AdminCommand::Unset(args) => block_on(async {
-            let (store, location) = open_store(&args.store).await?;
+        AdminCommand::Unset(args) => with_store(&args.store, async |store, location| {
             let what = if let Some(s) = &args.series {
                 Removal::Series(s.clone())
             } else if args.cpu {
@@ -131,7 +128,7 @@ pub fn run_admin(command: AdminCommand) -> anyhow::Result<ExitCode> {
             } else {
                 Removal::All
             };
-            let left = unset(store.as_ref(), &args.tenant, &what)
+            let left = unset(store, &args.tenant, &what)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e:#}\n(nothing was changed in the {location})"))?;
             match left {
@@ -341,11 +338,9 @@ fn print_quotas(quotas: &[TenantQuota]) {
 
 /// `tuneplane quota`: the caller's quota, usage and queued demand per series.
 pub async fn show(api: &Api, out: Output) -> anyhow::Result<ExitCode> {
-    let body: serde_json::Value = api.get("/quota").await?;
-    if out == Output::Json {
-        println!("{body}");
+    let Some(body) = api.get_or_print("/quota", out).await? else {
         return Ok(ExitCode::SUCCESS);
-    }
+    };
     let v: QuotaView = serde_json::from_value(body).context("unexpected quota answer")?;
     let weight = if (v.weight - 1.0).abs() > f64::EPSILON {
         format!(" (fair-share weight {})", number(v.weight))

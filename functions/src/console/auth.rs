@@ -20,7 +20,7 @@ use super::layout::{ConsoleError, Nav, csrf_field, page, respond};
 use super::session::{
     SESSION_COOKIE, SESSION_TTL_SECONDS, SIGNIN_COOKIE, SIGNIN_TTL_SECONDS, cookie, set_cookie,
 };
-use super::viewer::{CsrfForm, Viewer, now_s, safe_next, same_origin};
+use super::viewer::{CsrfForm, SessionForm, now_s, safe_next, same_origin};
 use crate::state::AppState;
 
 /// Query of the sign-in page.
@@ -143,10 +143,8 @@ pub async fn sign_in(
 /// the store (every console session of this key ends, on every device), then clears the cookie.
 pub async fn sign_out(
     State(state): State<Arc<AppState>>,
-    viewer: Viewer,
-    Form(form): Form<CsrfForm>,
+    SessionForm { viewer, .. }: SessionForm<CsrfForm>,
 ) -> Result<Response, ConsoleError> {
-    viewer.check_csrf(&form.csrf)?;
     state
         .submit
         .jobs()

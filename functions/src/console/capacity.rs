@@ -11,7 +11,6 @@ use axum::response::Response;
 use maud::{Markup, html};
 use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
 use tuneplane_core::quota_view::{QuotaView, describe_series, quota_view};
-use tuneplane_core::submit::SCOPE_JOBS_READ;
 
 use super::layout::{ConsoleError, Nav, page, respond, table_head, time};
 use super::view;
@@ -164,7 +163,6 @@ pub async fn page_route(
     State(state): State<Arc<AppState>>,
     viewer: Viewer,
 ) -> Result<Response, ConsoleError> {
-    viewer.principal.require(SCOPE_JOBS_READ)?;
     let body = body(&state, &viewer.principal.tenant).await?;
     Ok(respond(
         StatusCode::OK,

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Form;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -14,11 +13,10 @@ use tuneplane_core::capsule::storage_key;
 use tuneplane_core::control::Stop;
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 use tuneplane_core::store::{JobQuery, PresignMethod};
-use tuneplane_core::submit::SCOPE_JOBS_READ;
 
 use super::layout::{ConsoleError, Nav, clock, page, respond, status_badge, table_head, time};
 use super::view::{ClockReading, clocks};
-use super::viewer::{CsrfForm, Viewer, encode_component};
+use super::viewer::{CsrfForm, Viewer, WriteForm, encode_component};
 use super::{logs, view};
 use crate::error::ApiError;
 use crate::routes::jobs::readable_job;
@@ -68,7 +66,6 @@ pub async fn list(
     viewer: Viewer,
     Query(q): Query<ListQuery>,
 ) -> Result<Response, ConsoleError> {
-    viewer.principal.require(SCOPE_JOBS_READ)?;
     let filter = q
         .status
         .as_deref()
@@ -229,11 +226,9 @@ pub async fn detail(
 /// `POST /console/jobs/{id}/stop`.
 pub async fn stop(
     State(state): State<Arc<AppState>>,
-    viewer: Viewer,
     Path(id): Path<String>,
-    Form(form): Form<CsrfForm>,
+    WriteForm { viewer, .. }: WriteForm<CsrfForm>,
 ) -> Result<Response, ConsoleError> {
-    viewer.check_write(&form.csrf)?;
     // The service the API's stop route calls too: one set of rules for both doors.
     let stop = state
         .submit

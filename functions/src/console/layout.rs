@@ -14,11 +14,11 @@ use crate::error::{ApiError, current_request_id};
 pub enum Nav {
     /// Jobs list and job detail.
     Jobs,
-    /// Submit form.
+    /// `/console/submit`, the spec editor and code upload.
     Submit,
-    /// Capacity.
+    /// `/console/capacity`, GPUs per series and node.
     Capacity,
-    /// Playgrounds.
+    /// `/console/playgrounds`, the vLLM playgrounds list and create form.
     Playgrounds,
     /// Sign-in and error pages.
     None,
@@ -115,7 +115,7 @@ pub fn status_badge(state: &str) -> Markup {
     html! { span class=(format!("badge s-{}", state.to_ascii_lowercase())) { (state) } }
 }
 
-/// An HTML response.
+/// `markup` as a `text/html; charset=utf-8` answer with `status`.
 pub fn respond(status: StatusCode, markup: Markup) -> Response {
     (status, Html(markup.into_string())).into_response()
 }
@@ -136,7 +136,8 @@ pub enum ConsoleError {
         "this form has expired or did not come from this console; reload the page and try again"
     )]
     Csrf,
-    /// A malformed request.
+    /// A request the console cannot use (an unknown status filter, an unreadable form): a 400
+    /// page that shows the message.
     #[error("{0}")]
     BadRequest(String),
 }

@@ -16,10 +16,10 @@ pub const TAIL_LINES: usize = 40;
 pub const MAX_ARCHIVE_BYTES: u64 = 32 * 1024 * 1024;
 /// Most uncompressed bytes read while previewing.
 pub const MAX_UNPACKED_BYTES: u64 = 128 * 1024 * 1024;
-/// Most logs previewed.
+/// Most log files of one archive previewed; the rest are only in the download.
 pub const MAX_FILES: usize = 16;
-/// Longest line kept, characters.
-const MAX_LINE_CHARS: usize = 400;
+/// Longest line kept, characters; a longer line is cut there.
+pub const MAX_LINE_CHARS: usize = 400;
 /// Bytes of a line kept while reading (room for [`MAX_LINE_CHARS`] characters of UTF-8).
 pub const MAX_LINE_BYTES: usize = MAX_LINE_CHARS * 4;
 /// Read buffer per log, bytes.

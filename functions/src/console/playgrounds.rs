@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use axum::Form;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -14,11 +13,10 @@ use serde::Deserialize;
 use tuneplane_core::control::ControlError;
 use tuneplane_core::job::PendingReason;
 use tuneplane_core::playground::{MAX_GPUS, MAX_MODEL_LEN, MAX_TTL_SECONDS, PlaygroundRequest};
-use tuneplane_core::submit::SCOPE_JOBS_READ;
 
 use super::layout::{ConsoleError, Nav, csrf_field, page, respond, status_badge, time};
 use super::view;
-use super::viewer::{CsrfForm, Viewer, encode_component};
+use super::viewer::{CsrfForm, CsrfToken, Viewer, WriteForm, encode_component};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -53,7 +51,6 @@ pub async fn list(
     viewer: Viewer,
     Query(q): Query<PageQuery>,
 ) -> Result<Response, ConsoleError> {
-    viewer.principal.require(SCOPE_JOBS_READ)?;
     let mine = crate::routes::playgrounds::mine(&state, &viewer.principal.tenant).await?;
     let series: Vec<String> = match super::capacity::snapshot(&state).await {
         Ok(Some(s)) => s.series.keys().cloned().collect(),
@@ -139,33 +136,38 @@ pub async fn list(
     ))
 }
 
-/// The create form.
+/// The create form. Every field is text as typed (missing ones empty): [`create`] trims them and
+/// parses the numbers, so a bad value comes back as a message above the form, not a 422.
 #[derive(Debug, Deserialize)]
 pub struct CreateForm {
-    /// CSRF token.
+    /// The session's CSRF token, from the form's hidden field.
     #[serde(default)]
     pub csrf: String,
-    /// Model.
+    /// Model to serve (a Hugging Face id or a path the image knows).
     #[serde(default)]
     pub model: String,
-    /// GPU series.
+    /// GPU series, as in the capacity snapshot (`h200`).
     #[serde(default)]
     pub series: String,
-    /// GPUs.
+    /// GPU count; must be a whole number.
     #[serde(default)]
     pub gpus: String,
-    /// Lifetime, minutes.
+    /// Lifetime in minutes (the API takes seconds); must be a whole number.
     #[serde(default)]
     pub ttl_minutes: String,
+}
+
+impl CsrfToken for CreateForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
 }
 
 /// `POST /console/playgrounds`.
 pub async fn create(
     State(state): State<Arc<AppState>>,
-    viewer: Viewer,
-    Form(form): Form<CreateForm>,
+    WriteForm { viewer, form }: WriteForm<CreateForm>,
 ) -> Result<Response, ConsoleError> {
-    viewer.check_write(&form.csrf)?;
     let (Ok(gpus), Ok(minutes)) = (
         form.gpus.trim().parse::<u32>(),
         form.ttl_minutes.trim().parse::<u64>(),
@@ -214,11 +216,9 @@ pub async fn create(
 /// `POST /console/playgrounds/{id}/delete`.
 pub async fn delete(
     State(state): State<Arc<AppState>>,
-    viewer: Viewer,
     Path(id): Path<String>,
-    Form(form): Form<CsrfForm>,
+    WriteForm { viewer, .. }: WriteForm<CsrfForm>,
 ) -> Result<Response, ConsoleError> {
-    viewer.check_write(&form.csrf)?;
     state
         .submit
         .control()

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use axum::Form;
 use axum::extract::{Multipart, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -16,7 +15,7 @@ use tuneplane_core::submit::{
 };
 
 use super::layout::{ConsoleError, Nav, csrf_field, page, respond};
-use super::viewer::Viewer;
+use super::viewer::{CsrfToken, SessionForm, Viewer};
 use crate::config::MAX_INLINE_CODE_BYTES;
 use crate::state::AppState;
 
@@ -94,12 +93,18 @@ pub async fn page_route(viewer: Viewer) -> Result<Response, ConsoleError> {
 /// Body of the inline validation request.
 #[derive(Debug, Deserialize)]
 pub struct ValidateForm {
-    /// CSRF token.
+    /// The session's CSRF token, from the form's hidden field.
     #[serde(default)]
     pub csrf: String,
-    /// Spec text.
+    /// The editor's JobSpec text (YAML or JSON), validated as a submission would be.
     #[serde(default)]
     pub spec: String,
+}
+
+impl CsrfToken for ValidateForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
 }
 
 /// Validates `text` as submission would (with the published fleet shape, if any).
@@ -119,10 +124,8 @@ async fn check_spec(
 /// `POST /console/submit/validate`: the feedback fragment for the editor (progressive enhancement).
 pub async fn validate_route(
     State(state): State<Arc<AppState>>,
-    viewer: Viewer,
-    Form(form): Form<ValidateForm>,
+    SessionForm { form, .. }: SessionForm<ValidateForm>,
 ) -> Result<Response, ConsoleError> {
-    viewer.check_csrf(&form.csrf)?;
     let errors = check_spec(&state, &form.spec)
         .await?
         .err()

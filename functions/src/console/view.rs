@@ -149,17 +149,17 @@ pub struct EventGroup {
     pub first_ms: i64,
     /// Latest occurrence, Unix ms.
     pub last_ms: i64,
-    /// Occurrences.
+    /// How many events were folded into this group (at least 1).
     pub count: usize,
     /// `Platform` or `Kubernetes`.
     pub source: &'static str,
     /// `Normal` or `Warning`.
     pub kind: String,
-    /// Short reason.
+    /// Short CamelCase reason (`Admitted`, `FailedScheduling`, `BackOff`).
     pub reason: String,
-    /// Message.
+    /// Human message, the same for every event of the group.
     pub message: String,
-    /// Object concerned.
+    /// The object the events concern (`pod/tp-abc-head-x`), if any.
     pub object: Option<String>,
 }
 

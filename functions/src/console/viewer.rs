@@ -5,24 +5,27 @@
 
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
+use axum::Form;
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
-use tuneplane_core::submit::{Principal, principal_of};
+use serde::de::DeserializeOwned;
+use tuneplane_core::submit::{Principal, SCOPE_JOBS_READ, principal_of};
 
 use super::ConsoleKeys;
 use super::layout::ConsoleError;
 use super::session::{SESSION_COOKIE, cookie};
 use crate::state::AppState;
 
-/// A signed-in console user.
+/// A signed-in console user; its key holds `jobs:read` (extraction refuses a session whose key
+/// does not).
 #[derive(Debug, Clone)]
 pub struct Viewer {
     /// Tenant, scopes and key label of the API key behind the session.
     pub principal: Principal,
-    /// Session id.
+    /// Random session id (hex) from the signed cookie; the CSRF token is derived from it.
     pub sid: String,
     /// SHA-256 of the API key behind the session (sign-out ends this key's sessions).
     pub key_sha256: String,
@@ -151,6 +154,11 @@ impl FromRequestParts<Arc<AppState>> for Viewer {
         let Ok(principal) = principal_of(record) else {
             return Err(to_sign_in(parts));
         };
+        // Sign-in admits only keys that may read jobs, and a key's scopes never change: every page
+        // can rely on it.
+        principal
+            .require(SCOPE_JOBS_READ)
+            .map_err(|e| ConsoleError::from(e).into_response())?;
         let csrf = keys.session.csrf_token(&session.sid);
         Ok(Viewer {
             principal,
@@ -162,10 +170,65 @@ impl FromRequestParts<Arc<AppState>> for Viewer {
     }
 }
 
+/// A form body that carries the session's CSRF token (a hidden `csrf` field).
+pub trait CsrfToken {
+    /// The token as posted (empty when the field is missing).
+    fn csrf(&self) -> &str;
+}
+
 /// Body of forms that carry only the CSRF token.
 #[derive(Debug, Deserialize)]
 pub struct CsrfForm {
-    /// CSRF token.
+    /// The session's CSRF token, from the form's hidden field.
     #[serde(default)]
     pub csrf: String,
+}
+
+impl CsrfToken for CsrfForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// A form posted by the signed-in user whose CSRF token has been checked ([`Viewer::check_csrf`],
+/// or [`Viewer::check_write`] when `WRITE`), so a handler that takes one cannot forget the check.
+/// Use it through [`WriteForm`] or [`SessionForm`].
+///
+/// Extraction fails as [`Viewer`]'s does (sign-in redirect, cross-origin refusal), then as
+/// [`Form`]'s does, then with the check's error.
+#[derive(Debug)]
+pub struct Posted<T, const WRITE: bool> {
+    /// The signed-in user.
+    pub viewer: Viewer,
+    /// The form's fields.
+    pub form: T,
+}
+
+/// A form that changes a job or a playground: the CSRF token and the `jobs:write` scope checked.
+pub type WriteForm<T> = Posted<T, true>;
+
+/// A form that changes no job (sign-out, the editor's inline validation): the CSRF token checked,
+/// any scope accepted.
+pub type SessionForm<T> = Posted<T, false>;
+
+impl<T, const WRITE: bool> FromRequest<Arc<AppState>> for Posted<T, WRITE>
+where
+    T: DeserializeOwned + CsrfToken + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let viewer = Viewer::from_request_parts(&mut parts, state).await?;
+        let Form(form) = Form::<T>::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let checked = if WRITE {
+            viewer.check_write(form.csrf())
+        } else {
+            viewer.check_csrf(form.csrf())
+        };
+        checked.map_err(IntoResponse::into_response)?;
+        Ok(Self { viewer, form })
+    }
 }

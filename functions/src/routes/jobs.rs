@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -123,13 +124,43 @@ pub async fn readable_job(
         .await?)
 }
 
+/// The job of a `/v1/jobs/{id}/...` request, read with [`readable_job`], and the request's query
+/// `Q` (`()` when the route takes none). Extraction fails as the caller's [`Auth`], the path, then
+/// `Q` does, in that order, before the job is read; then as [`readable_job`] does.
+#[derive(Debug)]
+pub struct ReadableJob<Q = ()>(pub JobRecord, pub Q);
+
+impl<Q> FromRequestParts<Arc<AppState>> for ReadableJob<Q>
+where
+    Q: FromRequestParts<Arc<AppState>> + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let Auth(principal) = Auth::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let query = Q::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let job = readable_job(state, &principal, &id)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self(job, query))
+    }
+}
+
 /// `GET /v1/jobs/{id}`.
 pub async fn get_one(
     State(state): State<Arc<AppState>>,
-    Auth(principal): Auth,
-    Path(id): Path<String>,
+    ReadableJob(job, ()): ReadableJob,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let job = readable_job(&state, &principal, &id).await?;
     let position = state.submit.jobs().queue_position(&job).await?;
     // A plain record always serialises.
     let mut body = serde_json::to_value(&job).unwrap_or_default();
@@ -152,11 +183,8 @@ pub struct EventsQuery {
 /// `GET /v1/jobs/{id}/events`.
 pub async fn events(
     State(state): State<Arc<AppState>>,
-    Auth(principal): Auth,
-    Path(id): Path<String>,
-    ApiQuery(q): ApiQuery<EventsQuery>,
+    ReadableJob(job, ApiQuery(q)): ReadableJob<ApiQuery<EventsQuery>>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let job = readable_job(&state, &principal, &id).await?;
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let page = state
         .submit
@@ -171,10 +199,8 @@ pub async fn events(
 /// `GET /v1/jobs/{id}/logs`: a presigned URL of the archived logs.
 pub async fn logs(
     State(state): State<Arc<AppState>>,
-    Auth(principal): Auth,
-    Path(id): Path<String>,
+    ReadableJob(job, ()): ReadableJob,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let job = readable_job(&state, &principal, &id).await?;
     let Some(key) = &job.logs_key else {
         return Err(ApiError::Conflict {
             code: "logs_not_archived",
@@ -233,11 +259,9 @@ pub async fn mark_followed(state: &AppState, job: JobRecord) -> Result<Option<i6
 /// `POST /v1/jobs/{id}/logs/follow`: marks interest in the job's live output.
 pub async fn follow_logs(
     State(state): State<Arc<AppState>>,
-    Auth(principal): Auth,
-    Path(id): Path<String>,
+    ReadableJob(job, ()): ReadableJob,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let job = readable_job(&state, &principal, &id).await?;
-    let state_now = job.state;
+    let (id, state_now) = (job.id.clone(), job.state);
     let until = mark_followed(&state, job).await?;
     Ok(Json(
         json!({"job_id": id, "state": state_now, "followed_until_ms": until}),
@@ -321,11 +345,8 @@ pub async fn live_page(
 /// `GET /v1/jobs/{id}/logs/live`: the output shipped while the job runs.
 pub async fn live_logs(
     State(state): State<Arc<AppState>>,
-    Auth(principal): Auth,
-    Path(id): Path<String>,
-    ApiQuery(q): ApiQuery<LiveQuery>,
+    ReadableJob(job, ApiQuery(q)): ReadableJob<ApiQuery<LiveQuery>>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let job = readable_job(&state, &principal, &id).await?;
     Ok(Json(live_page(&state, &job, &q).await?))
 }
 

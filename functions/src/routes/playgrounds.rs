@@ -24,7 +24,7 @@ pub const MAX_TTL_SECONDS: u64 = playground::MAX_TTL_SECONDS;
 pub struct CreatePlayground {
     /// Model to serve (a Hugging Face id or a path the image knows).
     pub model: String,
-    /// GPU series.
+    /// GPU series, as in the capacity snapshot (`h200`); an unknown one is refused.
     pub series: String,
     /// GPUs (1 to the largest node of the series, at most 16).
     pub gpus: u32,

@@ -49,7 +49,8 @@ impl SignatureScheme {
     }
 }
 
-/// One webhook source.
+/// One webhook source, an entry of `TUNEPLANE_WEBHOOKS` by name: who may post to
+/// `/v1/webhooks/{source}`, how the body is signed, and which tenant the jobs go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookSource {
     /// HMAC-SHA256 secret shared with the sender (redacted in `Debug`).
