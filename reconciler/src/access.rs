@@ -23,6 +23,8 @@ use kube::discovery::{self, Scope};
 use kube::{Api, Client};
 use serde_json::Value;
 
+use crate::{Error, Result};
+
 /// Namespace of the reconciler (its ServiceAccount and Lease).
 pub const SYSTEM_NAMESPACE: &str = "tuneplane-system";
 /// Name of the reconciler's ServiceAccount.
@@ -113,39 +115,8 @@ pub const REQUIRED: &[Access] = &[
     within(SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "update"),
 ];
 
-/// What went wrong while granting access.
-#[derive(Debug, thiserror::Error)]
-pub enum AccessError {
-    /// A manifest is not the YAML of Kubernetes objects.
-    #[error("infra manifest {file}: {message}")]
-    Manifest {
-        /// The file under `infra/kustomize/base` (as in [`MANIFESTS`]).
-        file: &'static str,
-        /// What is wrong.
-        message: String,
-    },
-    /// The API server refused a request.
-    #[error("{what}: {source}")]
-    Api {
-        /// What was attempted.
-        what: String,
-        /// The client's error.
-        #[source]
-        source: kube::Error,
-    },
-    /// The token file could not be written.
-    #[error("cannot write the token file {path}: {source}")]
-    TokenFile {
-        /// Where the token file was to be written.
-        path: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
 /// Every object of [`MANIFESTS`], as JSON, in file order.
-pub fn objects() -> Result<Vec<(&'static str, Value)>, AccessError> {
+pub fn objects() -> Result<Vec<(&'static str, Value)>> {
     let mut out = Vec::new();
     for (file, text) in MANIFESTS {
         for doc in text.split("\n---") {
@@ -155,7 +126,7 @@ pub fn objects() -> Result<Vec<(&'static str, Value)>, AccessError> {
             {
                 continue;
             }
-            let value: Value = yaml_serde::from_str(doc).map_err(|e| AccessError::Manifest {
+            let value: Value = yaml_serde::from_str(doc).map_err(|e| Error::Manifest {
                 file,
                 message: e.to_string(),
             })?;
@@ -170,7 +141,7 @@ pub type Grant = (String, String, String, Option<String>);
 
 /// The rules the manifests grant the ServiceAccount, expanded to one [`Grant`] per group,
 /// resource and verb.
-pub fn granted() -> Result<Vec<Grant>, AccessError> {
+pub fn granted() -> Result<Vec<Grant>> {
     let mut out = Vec::new();
     for (file, obj) in objects()? {
         let kind = obj["kind"].as_str().unwrap_or_default();
@@ -183,7 +154,7 @@ pub fn granted() -> Result<Vec<Grant>, AccessError> {
                 .unwrap_or_default()
                 .to_string()
         });
-        let rules = obj["rules"].as_array().ok_or(AccessError::Manifest {
+        let rules = obj["rules"].as_array().ok_or(Error::Manifest {
             file,
             message: format!("{kind} without rules"),
         })?;
@@ -217,7 +188,7 @@ pub fn granted() -> Result<Vec<Grant>, AccessError> {
 }
 
 /// Applies [`MANIFESTS`] (server-side apply, forced) through an admin client.
-pub async fn apply(admin: &Client) -> Result<(), AccessError> {
+pub async fn apply(admin: &Client) -> Result<()> {
     for (file, obj) in objects()? {
         let (group, version) = match obj["apiVersion"]
             .as_str()
@@ -238,10 +209,7 @@ pub async fn apply(admin: &Client) -> Result<(), AccessError> {
         let gvk = GroupVersionKind::gvk(&group, &version, &kind);
         let (resource, caps) = discovery::pinned_kind(admin, &gvk)
             .await
-            .map_err(|source| AccessError::Api {
-                what: format!("{file}: the API server does not serve {kind}"),
-                source,
-            })?;
+            .map_err(|source| Error::kube("discover", format!("{kind} ({file})"), source))?;
         let api: Api<DynamicObject> = match (caps.scope, obj["metadata"]["namespace"].as_str()) {
             (Scope::Namespaced, Some(ns)) => Api::namespaced_with(admin.clone(), ns, &resource),
             _ => Api::all_with(admin.clone(), &resource),
@@ -252,16 +220,13 @@ pub async fn apply(admin: &Client) -> Result<(), AccessError> {
             &Patch::Apply(&obj),
         )
         .await
-        .map_err(|source| AccessError::Api {
-            what: format!("{file}: cannot apply {kind} {name}"),
-            source,
-        })?;
+        .map_err(|source| Error::kube("apply", format!("{kind} {name} ({file})"), source))?;
     }
     Ok(())
 }
 
 /// Asks the TokenRequest API for a fresh token of the reconciler's ServiceAccount.
-pub async fn request_token(admin: &Client) -> Result<String, AccessError> {
+pub async fn request_token(admin: &Client) -> Result<String> {
     let api: Api<ServiceAccount> = Api::namespaced(admin.clone(), SYSTEM_NAMESPACE);
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
@@ -273,18 +238,18 @@ pub async fn request_token(admin: &Client) -> Result<String, AccessError> {
     let answer = api
         .create_token_request(SERVICE_ACCOUNT, &PostParams::default(), &request)
         .await
-        .map_err(|source| AccessError::Api {
-            what: format!(
-                "TokenRequest for {SYSTEM_NAMESPACE}/{SERVICE_ACCOUNT} (is the API server started with service-account token signing?)"
-            ),
-            source,
+        .map_err(|source| {
+            let account = format!(
+                "serviceaccount {SYSTEM_NAMESPACE}/{SERVICE_ACCOUNT} (is the API server started with service-account token signing?)"
+            );
+            Error::kube("request a token of", account, source)
         })?;
     Ok(answer.status.and_then(|s| s.token).unwrap_or_default())
 }
 
-fn write_token(path: &Path, token: &str) -> Result<(), AccessError> {
+fn write_token(path: &Path, token: &str) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    let fail = |source| AccessError::TokenFile {
+    let fail = |source| Error::TokenFile {
         path: path.display().to_string(),
         source,
     };
@@ -309,11 +274,9 @@ impl Drop for TokenRefresher {
 pub async fn service_account_config(
     admin_config: &kube::Config,
     token_file: &Path,
-) -> Result<(kube::Config, TokenRefresher), AccessError> {
-    let admin = Client::try_from(admin_config.clone()).map_err(|source| AccessError::Api {
-        what: "cannot build a client from the kubeconfig".into(),
-        source,
-    })?;
+) -> Result<(kube::Config, TokenRefresher)> {
+    let admin = Client::try_from(admin_config.clone())
+        .map_err(|source| Error::kube("build", "a client from the kubeconfig", source))?;
     apply(&admin).await?;
     write_token(token_file, &request_token(&admin).await?)?;
     let mut config = admin_config.clone();

@@ -66,6 +66,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An embedded access manifest (`infra/kustomize/base`) is not the YAML of Kubernetes
+    /// objects with rules.
+    #[error("infra manifest {file}: {message}")]
+    Manifest {
+        /// The file under `infra/kustomize/base` (as in `access::MANIFESTS`).
+        file: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The reconciler's ServiceAccount token file could not be written.
+    #[error("cannot write the token file {path}")]
+    TokenFile {
+        /// Where the token file was to be written.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The metrics server could not bind.
     #[error("metrics server on {addr}")]
     Bind {
