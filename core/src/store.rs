@@ -186,10 +186,32 @@ impl<T> Page<T> {
     }
 }
 
-/// The effective page size of [`JobStore::list_events`] for `limit` (clamped to 1..=1000; 0
-/// means 100).
-pub fn events_page_size(limit: usize) -> usize {
-    if limit == 0 { 100 } else { limit.min(1000) }
+/// Listing a job's events, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventQuery {
+    /// Page size (clamped to 1..=1000; 0 means 100).
+    pub limit: usize,
+    /// Cursor from the previous page.
+    pub cursor: Option<String>,
+}
+
+impl EventQuery {
+    /// The first page of at most `limit` events.
+    pub fn first(limit: usize) -> EventQuery {
+        EventQuery {
+            limit,
+            cursor: None,
+        }
+    }
+
+    /// The effective page size.
+    pub fn page_size(&self) -> usize {
+        if self.limit == 0 {
+            100
+        } else {
+            self.limit.min(1000)
+        }
+    }
 }
 
 /// Listing a tenant's jobs, newest first.
@@ -300,12 +322,7 @@ pub trait JobStore: Send + Sync {
     async fn append_events(&self, job_id: &str, events: &[JobEvent]) -> Result<()>;
 
     /// A job's events in `(at_ms, key)` order.
-    async fn list_events(
-        &self,
-        job_id: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<Page<JobEvent>>;
+    async fn list_events(&self, job_id: &str, query: &EventQuery) -> Result<Page<JobEvent>>;
 
     /// Replaces the capacity snapshot (opaque JSON owned by the capacity module).
     async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()>;

@@ -38,7 +38,9 @@ use kube::api::Api;
 use kube::runtime::watcher;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::workload_name;
-use tuneplane_core::store::{BlobStore, CreateOutcome, JobStore, PlaygroundRecord, StoreError};
+use tuneplane_core::store::{
+    BlobStore, CreateOutcome, EventQuery, JobStore, PlaygroundRecord, StoreError,
+};
 use tuneplane_reconciler::Ctx;
 use tuneplane_reconciler::cluster::Cluster;
 use tuneplane_reconciler::kube_io::Kube;
@@ -166,7 +168,7 @@ async fn assert_state_events(h: &Harness, jobs: &[JobRecord]) {
     for j in jobs {
         let events = h
             .jobs
-            .list_events(&j.id, 1000, None)
+            .list_events(&j.id, &EventQuery::first(1000))
             .await
             .expect("events of a job")
             .items;

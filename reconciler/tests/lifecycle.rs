@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 use tuneplane_core::job::{FailureReason, JobState, PendingReason};
+use tuneplane_core::store::EventQuery;
 use tuneplane_reconciler::rayjob::{self, RayJob};
 
 fn rayjobs(h: &Harness) -> Api<RayJob> {
@@ -197,7 +198,11 @@ async fn cpu_only_job_becomes_a_pod_and_succeeds_with_its_logs_archived_before_d
         entries.iter().any(|(p, _)| p == "tp-cpu1/job.log"),
         "{entries:?}"
     );
-    let events = h.jobs.list_events("cpu1", 100, None).await.unwrap();
+    let events = h
+        .jobs
+        .list_events("cpu1", &EventQuery::first(100))
+        .await
+        .unwrap();
     let keys: Vec<&str> = events.items.iter().map(|e| e.key.as_str()).collect();
     for k in ["state-ADMITTED", "state-RUNNING", "state-SUCCEEDED"] {
         assert!(keys.contains(&k), "{k} in {keys:?}");

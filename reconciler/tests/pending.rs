@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tuneplane_core::job::{EventSource, FailureReason, JobState, PendingReason};
+use tuneplane_core::store::EventQuery;
 use tuneplane_reconciler::rayjob::{self, RayJob};
 
 const ONE_NODE: &str = "\
@@ -105,7 +106,11 @@ async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the
     );
     assert_logs_archived(&h, &failed).await;
     rayjob_gone(&h, "tp-stuck").await;
-    let events = h.jobs.list_events("stuck", 200, None).await.unwrap();
+    let events = h
+        .jobs
+        .list_events("stuck", &EventQuery::first(200))
+        .await
+        .unwrap();
     assert!(
         events
             .items

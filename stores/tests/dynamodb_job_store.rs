@@ -14,7 +14,7 @@ use contract::aws_env::{sdk_config, unique_name};
 use contract::fixtures::{event, job, ok};
 use contract::job_store_contract;
 use tuneplane_core::job::JobState;
-use tuneplane_core::store::{Idempotency, JobStore, NewJob};
+use tuneplane_core::store::{EventQuery, Idempotency, JobStore, NewJob};
 use tuneplane_stores::DynamoJobStore;
 use tuneplane_stores::aws::{RequestCounter, dynamodb_client};
 use tuneplane_stores::dynamo::table::create_table;
@@ -118,7 +118,11 @@ async fn one_job_lifecycle_costs_five_writes_plus_the_shared_active_scan() {
     );
     let per_job: u64 = submit.values().chain(follow.values()).sum();
     assert_eq!(per_job, 5);
-    let events = ok(store.list_events("j-life", 20, None).await, "events").items;
+    let events = ok(
+        store.list_events("j-life", &EventQuery::first(20)).await,
+        "events",
+    )
+    .items;
     assert_eq!(events.len(), 6, "{events:?}");
     println!(
         "requests per job lifecycle: submit {submit:?}, follow {follow:?}; per reconciler pass: {scan:?}"

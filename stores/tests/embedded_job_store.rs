@@ -11,7 +11,7 @@ use std::sync::Arc;
 use contract::fixtures::{event, job, ok};
 use contract::job_store_contract;
 use tuneplane_core::job::JobState;
-use tuneplane_core::store::{Idempotency, JobStore};
+use tuneplane_core::store::{EventQuery, Idempotency, JobStore};
 use tuneplane_stores::EmbeddedJobStore;
 
 async fn make() -> (Arc<dyn JobStore>, tempfile::TempDir) {
@@ -61,9 +61,12 @@ async fn data_survives_a_restart_of_the_store() {
     assert_eq!((job.state, job.version), (JobState::Admitted, 2));
     assert_eq!(ok(reopened.list_active().await, "active").len(), 1);
     assert_eq!(
-        ok(reopened.list_events("j-1", 10, None).await, "events")
-            .items
-            .len(),
+        ok(
+            reopened.list_events("j-1", &EventQuery::first(10)).await,
+            "events"
+        )
+        .items
+        .len(),
         1
     );
     assert_eq!(

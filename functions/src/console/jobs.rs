@@ -12,7 +12,7 @@ use serde::Deserialize;
 use tuneplane_core::capsule::storage_key;
 use tuneplane_core::control::Stop;
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
-use tuneplane_core::store::{JobQuery, PresignMethod};
+use tuneplane_core::store::{EventQuery, JobQuery, PresignMethod};
 
 use super::layout::{ConsoleError, Nav, clock, page, respond, status_badge, table_head, time};
 use super::view::{ClockReading, clocks};
@@ -149,18 +149,14 @@ pub struct DetailQuery {
 
 async fn all_events(state: &AppState, job_id: &str) -> Result<Vec<JobEvent>, ConsoleError> {
     let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
+    let mut query = EventQuery::first(500);
     // Bounded: at most MAX_EVENTS events over at most MAX_EVENTS / 500 pages.
     for _ in 0..MAX_EVENTS / 500 {
-        let page = state
-            .submit
-            .jobs()
-            .list_events(job_id, 500, cursor.as_deref())
-            .await?;
+        let page = state.submit.jobs().list_events(job_id, &query).await?;
         out.extend(page.items);
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => break,
+        query.cursor = page.next;
+        if query.cursor.is_none() {
+            break;
         }
     }
     Ok(out)

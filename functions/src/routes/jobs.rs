@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tuneplane_core::control::Stop;
 use tuneplane_core::job::{JobRecord, JobState};
-use tuneplane_core::store::{JobQuery, PresignMethod, StoreError};
+use tuneplane_core::store::{EventQuery, JobQuery, PresignMethod, StoreError};
 use tuneplane_core::submit::{Origin, Principal, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, Submitted};
 
 use super::submission::parse_body;
@@ -185,12 +185,11 @@ pub async fn events(
     State(state): State<Arc<AppState>>,
     ReadableJob(job, ApiQuery(q)): ReadableJob<ApiQuery<EventsQuery>>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let page = state
-        .submit
-        .jobs()
-        .list_events(&job.id, limit, q.cursor.as_deref())
-        .await?;
+    let query = EventQuery {
+        limit: q.limit.unwrap_or(100).clamp(1, 1000),
+        cursor: q.cursor,
+    };
+    let page = state.submit.jobs().list_events(&job.id, &query).await?;
     Ok(Json(
         json!({"events": page.items, "next_cursor": page.next}),
     ))

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    ApiKeyChange, ApiKeyRecord, BlobMeta, BlobStore, CreateOutcome, JobQuery, JobStore, NewJob,
-    Page, PlaygroundRecord, PresignMethod, PresignedRequest, PutOutcome, Result, ScheduleRecord,
-    StoreError,
+    ApiKeyChange, ApiKeyRecord, BlobMeta, BlobStore, CreateOutcome, EventQuery, JobQuery, JobStore,
+    NewJob, Page, PlaygroundRecord, PresignMethod, PresignedRequest, PutOutcome, Result,
+    ScheduleRecord, StoreError,
 };
 
 /// Where an injected fault struck.
@@ -255,13 +255,8 @@ impl JobStore for FaultyJobStore {
         let call = self.inner.append_events(job_id, events);
         self.faults.run("append_events", job_id, call).await
     }
-    async fn list_events(
-        &self,
-        job_id: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<Page<JobEvent>> {
-        let call = self.inner.list_events(job_id, limit, cursor);
+    async fn list_events(&self, job_id: &str, query: &EventQuery) -> Result<Page<JobEvent>> {
+        let call = self.inner.list_events(job_id, query);
         self.faults.run("list_events", job_id, call).await
     }
     async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()> {

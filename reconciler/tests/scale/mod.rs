@@ -16,6 +16,7 @@ use kube::runtime::watcher;
 use serde_json::json;
 use tuneplane_core::job::{FailureReason, JobRecord, JobState};
 use tuneplane_core::render::workload_name;
+use tuneplane_core::store::EventQuery;
 use tuneplane_kubesim::SimConfig;
 use tuneplane_reconciler::rayjob::{self, RayJob};
 
@@ -293,18 +294,18 @@ pub struct Outcome {
 /// The times of a job's events, by key.
 async fn events_by_key(h: &Harness, id: &str) -> BTreeMap<String, Vec<i64>> {
     let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    let mut cursor: Option<String> = None;
+    let mut query = EventQuery::first(500);
     loop {
         let page = h
             .jobs
-            .list_events(id, 500, cursor.as_deref())
+            .list_events(id, &query)
             .await
             .expect("events of a job");
         for e in page.items {
             out.entry(e.key).or_default().push(e.at_ms);
         }
-        cursor = page.next;
-        if cursor.is_none() {
+        query.cursor = page.next;
+        if query.cursor.is_none() {
             return out;
         }
     }

@@ -10,8 +10,8 @@ use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, TransactWriteItem, WriteRequest};
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    ACTIVE_SHARDS, JobQuery, Page, Result, StoreError, active_sort_key, decode_cursor,
-    event_sort_key, events_page_size, tenant_sort_key,
+    ACTIVE_SHARDS, EventQuery, JobQuery, Page, Result, StoreError, active_sort_key, decode_cursor,
+    event_sort_key, tenant_sort_key,
 };
 
 use super::item::{Item, JOB_SK, Stored, active_pk, job_pk, s, tenant_pk};
@@ -250,12 +250,11 @@ impl DynamoJobStore {
     pub(super) async fn list_events_inner(
         &self,
         job_id: &str,
-        limit: usize,
-        cursor: Option<&str>,
+        query: &EventQuery,
     ) -> Result<Page<JobEvent>> {
-        let size = events_page_size(limit);
+        let size = query.page_size();
         let pk = job_pk(job_id);
-        let after = cursor.map(decode_cursor).transpose()?;
+        let after = query.cursor.as_deref().map(decode_cursor).transpose()?;
         let start = after.map(|sort| {
             Item::from([
                 ("pk".to_owned(), s(&pk)),

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
-    ApiKeyChange, ApiKeyRecord, CreateOutcome, Idempotency, IdempotencyRecord, JobQuery, JobStore,
-    NewJob, Page, PlaygroundRecord, Result, ScheduleRecord, StoreError,
+    ApiKeyChange, ApiKeyRecord, CreateOutcome, EventQuery, Idempotency, IdempotencyRecord,
+    JobQuery, JobStore, NewJob, Page, PlaygroundRecord, Result, ScheduleRecord, StoreError,
 };
 
 use super::item::{Item, PLAYGROUNDS_PK, Stored, n, s, to_json};
@@ -213,13 +213,8 @@ impl JobStore for DynamoJobStore {
         self.append_events_inner(job_id, events).await
     }
 
-    async fn list_events(
-        &self,
-        job_id: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<Page<JobEvent>> {
-        self.list_events_inner(job_id, limit, cursor).await
+    async fn list_events(&self, job_id: &str, query: &EventQuery) -> Result<Page<JobEvent>> {
+        self.list_events_inner(job_id, query).await
     }
 
     async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()> {

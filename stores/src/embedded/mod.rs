@@ -16,8 +16,8 @@ use tuneplane_core::clock::now_secs;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
-    ApiKeyChange, ApiKeyRecord, CreateOutcome, JobQuery, JobStore, NewJob, Page, PlaygroundRecord,
-    Result, ScheduleRecord, StoreError,
+    ApiKeyChange, ApiKeyRecord, CreateOutcome, EventQuery, JobQuery, JobStore, NewJob, Page,
+    PlaygroundRecord, Result, ScheduleRecord, StoreError,
 };
 
 use tables::{Tx, db_err};
@@ -235,16 +235,10 @@ impl JobStore for EmbeddedJobStore {
             .await
     }
 
-    async fn list_events(
-        &self,
-        job_id: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<Page<JobEvent>> {
+    async fn list_events(&self, job_id: &str, query: &EventQuery) -> Result<Page<JobEvent>> {
         let job_id = job_id.to_owned();
-        let cursor = cursor.map(str::to_owned);
-        self.read(move |tx| tx.list_events(&job_id, limit, cursor.as_deref()))
-            .await
+        let query = query.clone();
+        self.read(move |tx| tx.list_events(&job_id, &query)).await
     }
 
     async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()> {

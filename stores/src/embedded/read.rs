@@ -4,7 +4,7 @@ use redb::{ReadTransaction, ReadableTable, TableHandle};
 use serde::de::DeserializeOwned;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    JobQuery, Page, Result, decode_cursor, encode_cursor, event_sort_key, events_page_size,
+    EventQuery, JobQuery, Page, Result, decode_cursor, encode_cursor, event_sort_key,
     tenant_sort_key,
 };
 
@@ -87,14 +87,9 @@ impl ReadTx {
     }
 
     /// A job's events in order.
-    pub fn list_events(
-        &self,
-        job_id: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<Page<JobEvent>> {
-        let after = cursor.map(decode_cursor).transpose()?;
-        let size = events_page_size(limit);
+    pub fn list_events(&self, job_id: &str, query: &EventQuery) -> Result<Page<JobEvent>> {
+        let after = query.cursor.as_deref().map(decode_cursor).transpose()?;
+        let size = query.page_size();
         let rows = scan(
             &self.table(EVENTS)?,
             &self.label,

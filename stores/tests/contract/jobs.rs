@@ -5,8 +5,8 @@ use std::sync::Arc;
 use serde_json::json;
 use tuneplane_core::job::{JobState, PendingReason};
 use tuneplane_core::store::{
-    ApiKeyRecord, CreateOutcome, Idempotency, JobQuery, JobStore, NewJob, PlaygroundRecord,
-    PlaygroundState, PlaygroundStatus, ScheduleRecord, StoreError, hash_api_key,
+    ApiKeyRecord, CreateOutcome, EventQuery, Idempotency, JobQuery, JobStore, NewJob,
+    PlaygroundRecord, PlaygroundState, PlaygroundStatus, ScheduleRecord, StoreError, hash_api_key,
 };
 
 use super::fixtures::{event, job, ok, spec};
@@ -405,22 +405,22 @@ pub async fn events_list_in_time_order_and_repeats_are_stored_once(store: Store)
         .collect();
     ok(store.append_events("j-1", &many).await, "append bulk");
 
-    let (mut keys, mut cursor) = (Vec::new(), None);
+    let (mut keys, mut query) = (Vec::new(), EventQuery::first(4));
     loop {
-        let page = ok(
-            store.list_events("j-1", 4, cursor.as_deref()).await,
-            "list events",
-        );
+        let page = ok(store.list_events("j-1", &query).await, "list events");
         keys.extend(page.items.into_iter().map(|e| e.key));
-        cursor = page.next;
-        if cursor.is_none() {
+        query.cursor = page.next;
+        if query.cursor.is_none() {
             break;
         }
     }
     let mut expected = vec!["a".to_owned(), "b".into(), "b2".into(), "c".into()];
     expected.extend((0..30).map(|n| format!("bulk-{n:02}")));
     assert_eq!(keys, expected);
-    let other = ok(store.list_events("j-2", 10, None).await, "other job");
+    let other = ok(
+        store.list_events("j-2", &EventQuery::first(10)).await,
+        "other job",
+    );
     assert!(other.items.is_empty() && other.next.is_none());
 }
 
@@ -454,11 +454,14 @@ pub async fn a_state_change_and_its_events_land_together_or_not_at_all(store: St
     );
     let read = ok(store.get_job("j-1").await, "get").map(|j| (j.version, j.state));
     assert_eq!(read, Some((2, JobState::Admitted)));
-    let keys: Vec<String> = ok(store.list_events("j-1", 10, None).await, "events")
-        .items
-        .into_iter()
-        .map(|e| e.key)
-        .collect();
+    let keys: Vec<String> = ok(
+        store.list_events("j-1", &EventQuery::first(10)).await,
+        "events",
+    )
+    .items
+    .into_iter()
+    .map(|e| e.key)
+    .collect();
     assert_eq!(keys, ["note", "state-ADMITTED"]);
     // A missing job is a conflict too, and writes no orphan event.
     let missing = store
@@ -470,7 +473,7 @@ pub async fn a_state_change_and_its_events_land_together_or_not_at_all(store: St
         "{missing:?}"
     );
     let orphan = ok(
-        store.list_events("absent", 10, None).await,
+        store.list_events("absent", &EventQuery::first(10)).await,
         "events of a missing job",
     );
     assert!(orphan.items.is_empty(), "{:?}", orphan.items);
@@ -529,11 +532,14 @@ pub async fn a_new_job_and_its_first_events_land_together_and_repeats_add_none(s
         "create without key",
     );
     for (id, expected) in [("j-1", vec!["first"]), ("j-2", vec![]), ("j-3", vec!["x"])] {
-        let messages: Vec<String> = ok(store.list_events(id, 10, None).await, "events")
-            .items
-            .into_iter()
-            .map(|e| e.message)
-            .collect();
+        let messages: Vec<String> = ok(
+            store.list_events(id, &EventQuery::first(10)).await,
+            "events",
+        )
+        .items
+        .into_iter()
+        .map(|e| e.message)
+        .collect();
         assert_eq!(messages, expected, "events of {id}");
     }
 }
