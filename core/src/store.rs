@@ -453,13 +453,48 @@ pub trait BlobStore: Send + Sync {
     /// Deletes an object (no error if absent).
     async fn delete(&self, key: &str) -> Result<()>;
 
-    /// A URL that allows `method` on `key` for `expires_in`.
+    /// A URL that allows `method` on `key` for `expires_in`: checks the key, fixes the expiry
+    /// and asks the store to [`BlobStore::sign`].
     async fn presign(
         &self,
         method: PresignMethod,
         key: &str,
         expires_in: Duration,
-    ) -> Result<PresignedRequest>;
+    ) -> Result<PresignedRequest> {
+        validate_blob_key(key)?;
+        let secs = i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX);
+        let expires_at = crate::clock::now_secs().saturating_add(secs);
+        let request = SignRequest {
+            method,
+            key,
+            expires_in,
+            expires_at,
+        };
+        let (url, headers) = self.sign(&request).await?;
+        Ok(PresignedRequest {
+            method,
+            url,
+            headers,
+            expires_at,
+        })
+    }
+
+    /// The store's half of [`BlobStore::presign`]: the signed URL of a checked request and the
+    /// headers the client must send with it.
+    async fn sign(&self, request: &SignRequest<'_>) -> Result<(String, Vec<(String, String)>)>;
+}
+
+/// What [`BlobStore::sign`] signs: a checked key, the method and the validity.
+#[derive(Debug, Clone, Copy)]
+pub struct SignRequest<'a> {
+    /// The only method the URL allows.
+    pub method: PresignMethod,
+    /// A key [`validate_blob_key`] accepted.
+    pub key: &'a str,
+    /// How long the URL is valid.
+    pub expires_in: Duration,
+    /// The same, as Unix seconds.
+    pub expires_at: i64,
 }
 
 /// Checks a blob key: `/`-separated non-empty segments (not `.` or `..`) of ASCII letters, digits,

@@ -11,12 +11,11 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use tuneplane_core::store::{
-    BlobMeta, BlobStore, PresignMethod, PresignedRequest, PutOutcome, Result, StoreError,
+    BlobMeta, BlobStore, PresignMethod, PutOutcome, Result, SignRequest, StoreError,
     encode_blob_key_path, validate_blob_key,
 };
 
@@ -368,14 +367,13 @@ impl BlobStore for FsBlobStore {
         .await
     }
 
-    async fn presign(
-        &self,
-        method: PresignMethod,
-        key: &str,
-        expires_in: Duration,
-    ) -> Result<PresignedRequest> {
-        validate_blob_key(key)?;
-        let expires_at = crate::presign_expires_at(expires_in);
+    async fn sign(&self, request: &SignRequest<'_>) -> Result<(String, Vec<(String, String)>)> {
+        let SignRequest {
+            method,
+            key,
+            expires_at,
+            ..
+        } = *request;
         let sig = hex::encode(
             self.signature(method, key, expires_at)?
                 .finalize()
@@ -391,11 +389,6 @@ impl BlobStore for FsBlobStore {
             PresignMethod::Put => vec![("content-type".to_owned(), OCTET_STREAM.to_owned())],
             PresignMethod::Get => Vec::new(),
         };
-        Ok(PresignedRequest {
-            method,
-            url,
-            headers,
-            expires_at,
-        })
+        Ok((url, headers))
     }
 }

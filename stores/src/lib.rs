@@ -20,11 +20,5 @@ pub use embedded::EmbeddedJobStore;
 pub use fs_blob::FsBlobStore;
 pub use s3::S3BlobStore;
 
-/// When a presigned request made now and valid for `expires_in` expires, Unix seconds.
-pub(crate) fn presign_expires_at(expires_in: std::time::Duration) -> i64 {
-    let secs = i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX);
-    tuneplane_core::clock::now_secs().saturating_add(secs)
-}
-
 /// The media type of every object body and presigned upload.
 pub(crate) const OCTET_STREAM: &str = "application/octet-stream";

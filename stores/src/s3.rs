@@ -6,7 +6,6 @@
 //! (hex) that [`BlobStore::head`] returns. Files above `multipart_threshold` upload in parts.
 
 use std::path::Path;
-use std::time::Duration;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
@@ -19,7 +18,7 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tuneplane_core::store::{
-    BlobMeta, BlobStore, BoxError, PresignMethod, PresignedRequest, PutOutcome, Result, StoreError,
+    BlobMeta, BlobStore, BoxError, PresignMethod, PutOutcome, Result, SignRequest, StoreError,
     validate_blob_key,
 };
 
@@ -373,13 +372,13 @@ impl BlobStore for S3BlobStore {
         Ok(())
     }
 
-    async fn presign(
-        &self,
-        method: PresignMethod,
-        key: &str,
-        expires_in: Duration,
-    ) -> Result<PresignedRequest> {
-        validate_blob_key(key)?;
+    async fn sign(&self, request: &SignRequest<'_>) -> Result<(String, Vec<(String, String)>)> {
+        let SignRequest {
+            method,
+            key,
+            expires_in,
+            ..
+        } = *request;
         let config = PresigningConfig::expires_in(expires_in)
             .map_err(|e| self.backend("presign", key, e))?;
         let presigned = match method {
@@ -400,12 +399,6 @@ impl BlobStore for S3BlobStore {
             .headers()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
-        let expires_at = crate::presign_expires_at(expires_in);
-        Ok(PresignedRequest {
-            method,
-            url: presigned.uri().to_owned(),
-            headers,
-            expires_at,
-        })
+        Ok((presigned.uri().to_owned(), headers))
     }
 }

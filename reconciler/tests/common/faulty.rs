@@ -11,13 +11,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
     ApiKeyChange, ApiKeyRecord, BlobMeta, BlobStore, CreateOutcome, EventQuery, JobQuery, JobStore,
-    NewJob, Page, PlaygroundRecord, PresignMethod, PresignedRequest, PutOutcome, Result,
-    ScheduleRecord, StoreError,
+    NewJob, Page, PlaygroundRecord, PutOutcome, Result, ScheduleRecord, SignRequest, StoreError,
 };
 
 /// Where an injected fault struck.
@@ -380,13 +378,8 @@ impl BlobStore for FaultyBlobStore {
             .run("blob delete", key, self.inner.delete(key))
             .await
     }
-    async fn presign(
-        &self,
-        method: PresignMethod,
-        key: &str,
-        expires_in: Duration,
-    ) -> Result<PresignedRequest> {
-        let call = self.inner.presign(method, key, expires_in);
-        self.faults.run("blob presign", key, call).await
+    async fn sign(&self, request: &SignRequest<'_>) -> Result<(String, Vec<(String, String)>)> {
+        let call = self.inner.sign(request);
+        self.faults.run("blob presign", request.key, call).await
     }
 }
