@@ -368,12 +368,7 @@ impl BlobStore for FsBlobStore {
     }
 
     async fn sign(&self, request: &SignRequest<'_>) -> Result<(String, Vec<(String, String)>)> {
-        let SignRequest {
-            method,
-            key,
-            expires_at,
-            ..
-        } = *request;
+        let (method, key, expires_at) = (request.method, request.key, request.expires_at);
         let sig = hex::encode(
             self.signature(method, key, expires_at)?
                 .finalize()

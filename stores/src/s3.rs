@@ -373,15 +373,10 @@ impl BlobStore for S3BlobStore {
     }
 
     async fn sign(&self, request: &SignRequest<'_>) -> Result<(String, Vec<(String, String)>)> {
-        let SignRequest {
-            method,
-            key,
-            expires_in,
-            ..
-        } = *request;
-        let config = PresigningConfig::expires_in(expires_in)
+        let key = request.key;
+        let config = PresigningConfig::expires_in(request.expires_in)
             .map_err(|e| self.backend("presign", key, e))?;
-        let presigned = match method {
+        let presigned = match request.method {
             PresignMethod::Get => {
                 let get = object_request!(self, get_object, key);
                 get.presigned(config)
