@@ -71,6 +71,11 @@ async fn get_json(w: &World, path: &str) -> Value {
     serde_json::from_slice(&bytes).expect("a JSON answer")
 }
 
+/// Types `spec` into the submit page's editor, as a user would (an `input` event follows).
+async fn edit_spec(w: &World, spec: &str) {
+    w.js("const s = document.getElementById('spec'); s.value = arguments[0]; s.dispatchEvent(new Event('input'));", vec![json!(spec)]).await;
+}
+
 /// Reloads the job page until its status is `state` (bounded).
 async fn wait_for_status(w: &World, id: &str, states: &[&str], tries: u32) {
     let path = format!("/console/jobs/{id}");
@@ -80,14 +85,7 @@ async fn wait_for_status(w: &World, id: &str, states: &[&str], tries: u32) {
         Duration::from_millis(500),
         || async {
             w.open(&path).await;
-            let status = w
-                .find("#job-region")
-                .await
-                .attr("data-status")
-                .await
-                .ok()
-                .flatten()
-                .unwrap_or_default();
+            let status = w.job_status().await.unwrap_or_default();
             states.contains(&status.as_str())
         },
     )
@@ -113,48 +111,24 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
         let spec =
             std::fs::read_to_string(repo().join("examples/hello-cpu/tuneplane.yaml")).unwrap();
         // A mistake first: the editor shows the validator's problem inline.
-        w.js("const s = document.getElementById('spec'); s.value = arguments[0]; s.dispatchEvent(new Event('input'));", vec![json!(spec.replace("hello-cpu", "Hello_CPU"))]).await;
-        eventually(
+        edit_spec(&w, &spec.replace("hello-cpu", "Hello_CPU")).await;
+        w.wait_for_text(
             "inline validation",
-            300,
-            Duration::from_millis(100),
-            || async {
-                w.texts("#spec-feedback .field-errors li")
-                    .await
-                    .iter()
-                    .any(|t| t.starts_with("name"))
-            },
+            "#spec-feedback .field-errors li",
+            |t| t.starts_with("name"),
         )
         .await;
         w.screenshots("submit-invalid").await;
-        w.js("const s = document.getElementById('spec'); s.value = arguments[0]; s.dispatchEvent(new Event('input'));", vec![json!(spec)]).await;
-        eventually(
-            "the spec to validate",
-            300,
-            Duration::from_millis(100),
-            || async {
-                w.texts("#spec-feedback .ok")
-                    .await
-                    .iter()
-                    .any(|t| t.contains("valid"))
-            },
-        )
-        .await;
-        w.find("#code")
-            .await
-            .send_keys(&code.display().to_string())
-            .await
-            .unwrap();
-        w.screenshots("submit").await;
-        w.find("#submit-form button[type=submit]")
-            .await
-            .click()
-            .await
-            .unwrap();
-        eventually("the job page", 300, Duration::from_millis(100), || async {
-            w.path().await.contains("notice=submitted")
+        edit_spec(&w, &spec).await;
+        w.wait_for_text("the spec to validate", "#spec-feedback .ok", |t| {
+            t.contains("valid")
         })
         .await;
+        w.type_into("#code", &code.display().to_string()).await;
+        w.screenshots("submit").await;
+        w.click("#submit-form button[type=submit]").await;
+        w.wait_for_path("the job page", |p| p.contains("notice=submitted"))
+            .await;
         let path = w.path().await;
         let id = path
             .trim_start_matches("/console/jobs/")
@@ -169,13 +143,7 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
             360,
             Duration::from_millis(500),
             || async {
-                let region = w.find("#job-region").await;
-                let status = region
-                    .attr("data-status")
-                    .await
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default();
+                let status = w.job_status().await.unwrap_or_default();
                 matches!(status.as_str(), "SUCCEEDED" | "FAILED")
             },
         )
@@ -189,14 +157,7 @@ fn signing_in_and_submitting_hello_cpu_reaches_succeeded_with_events_and_a_log_p
             "local times: {times:?}"
         );
         w.client.refresh().await.unwrap();
-        let status = w
-            .find("#job-region")
-            .await
-            .attr("data-status")
-            .await
-            .ok()
-            .flatten();
-        assert_eq!(status.as_deref(), Some("SUCCEEDED"));
+        assert_eq!(w.job_status().await.as_deref(), Some("SUCCEEDED"));
         let events = w.texts("table.events tbody tr").await;
         assert!(
             events.iter().any(|e| e.contains("Submitted")),
@@ -274,20 +235,11 @@ fn a_pending_job_shows_its_reason_in_the_event_view_and_can_be_stopped() {
         );
         w.screenshots("job-pending").await;
 
-        w.find("details.stop summary").await.click().await.unwrap();
-        w.find("details.stop button[type=submit]")
-            .await
-            .click()
-            .await
-            .unwrap();
+        w.click("details.stop summary").await;
+        w.click("details.stop button[type=submit]").await;
         w.client.accept_alert().await.expect("confirmation dialog");
-        eventually(
-            "the stop notice",
-            300,
-            Duration::from_millis(100),
-            || async { w.path().await.contains("notice=stop-requested") },
-        )
-        .await;
+        w.wait_for_path("the stop notice", |p| p.contains("notice=stop-requested"))
+            .await;
         wait_for_status(&w, &id, &["STOPPED"], 120).await;
         w.screenshots("job-stopped").await;
         w.finish().await;
@@ -309,17 +261,7 @@ fn the_capacity_page_shows_the_snapshot_the_api_returns_and_admission_uses() {
             },
         )
         .await;
-        let api: Value = reqwest::Client::new()
-            .get(w.url("/v1/capacity"))
-            .bearer_auth(&w.stack.api_key)
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .expect("GET /v1/capacity");
+        let api = get_json(&w, "/v1/capacity").await;
         let snapshot: tuneplane_core::capacity::CapacitySnapshot =
             serde_json::from_value(api["snapshot"].clone()).unwrap();
         let admission = admission_snapshot(&w).await;
@@ -419,27 +361,11 @@ fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
         let w = World::start().await;
         w.sign_in().await;
         w.open("/console/playgrounds").await;
-        w.find("#pg-model")
-            .await
-            .send_keys("Qwen/Qwen2.5-0.5B-Instruct")
-            .await
-            .unwrap();
-        w.find("section form.stack button[type=submit]")
-            .await
-            .click()
-            .await
-            .unwrap();
-        eventually(
-            "the playground row",
-            300,
-            Duration::from_millis(100),
-            || async {
-                w.texts("table.playgrounds tbody tr")
-                    .await
-                    .iter()
-                    .any(|r| r.contains("Qwen"))
-            },
-        )
+        w.type_into("#pg-model", "Qwen/Qwen2.5-0.5B-Instruct").await;
+        w.click("section form.stack button[type=submit]").await;
+        w.wait_for_text("the playground row", "table.playgrounds tbody tr", |r| {
+            r.contains("Qwen")
+        })
         .await;
         let left = w.texts("[data-countdown-to]").await.join(" ");
         assert!(left.contains('m'), "countdown: {left}");
@@ -460,11 +386,7 @@ fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
         )
         .await;
         w.screenshots("playgrounds").await;
-        w.find("table.playgrounds button.danger")
-            .await
-            .click()
-            .await
-            .unwrap();
+        w.click("table.playgrounds button.danger").await;
         w.client.accept_alert().await.expect("confirmation dialog");
         // Deleted: the row is gone from the page the delete redirects to, at once.
         eventually(
@@ -513,10 +435,8 @@ fn the_console_can_be_used_with_the_keyboard_alone() {
             e.send_keys(&tab).await.unwrap();
         }
         assert!(found, "the API key field is not reachable with Tab");
-        eventually("the jobs page", 300, Duration::from_millis(100), || async {
-            w.path().await == "/console/jobs"
-        })
-        .await;
+        w.wait_for_path("the jobs page", |p| p == "/console/jobs")
+            .await;
         // The main navigation is reachable and announces the current page.
         let current = w.texts("header nav a[aria-current=page]").await;
         assert_eq!(current, vec!["Jobs".to_string()]);
@@ -547,14 +467,7 @@ fn a_running_job_page_shows_its_live_output_and_stays_compact_on_a_phone() {
             },
         )
         .await;
-        let status = w
-            .find("#job-region")
-            .await
-            .attr("data-status")
-            .await
-            .ok()
-            .flatten();
-        assert_eq!(status.as_deref(), Some("RUNNING"));
+        assert_eq!(w.job_status().await.as_deref(), Some("RUNNING"));
         // The page refreshes itself: later lines arrive without a reload.
         let first = w.texts("details.live pre.log").await.join("\n");
         eventually(

@@ -163,22 +163,45 @@ impl World {
             path.starts_with("/console/sign-in"),
             "not sent to sign in: {path}"
         );
-        self.find("#api_key")
+        self.type_into("#api_key", &self.stack.api_key).await;
+        self.click(".signin button[type=submit]").await;
+        self.wait_for_path("the jobs page after sign-in", |p| p == "/console/jobs")
+            .await;
+    }
+
+    /// Clicks the element matching `css`.
+    pub async fn click(&self, css: &str) {
+        self.find(css).await.click().await.unwrap();
+    }
+
+    /// Types `keys` into the element matching `css`.
+    pub async fn type_into(&self, css: &str, keys: &str) {
+        self.find(css).await.send_keys(keys).await.unwrap();
+    }
+
+    /// The job page's status (`data-status` of `#job-region`), if shown.
+    pub async fn job_status(&self) -> Option<String> {
+        self.find("#job-region")
             .await
-            .send_keys(&self.stack.api_key)
+            .attr("data-status")
             .await
-            .unwrap();
-        self.find(".signin button[type=submit]")
-            .await
-            .click()
-            .await
-            .unwrap();
-        eventually(
-            "the jobs page after sign-in",
-            300,
-            Duration::from_millis(100),
-            || async { self.path().await == "/console/jobs" },
-        )
+            .ok()
+            .flatten()
+    }
+
+    /// Waits (30 s at most) until the current path satisfies `expected`.
+    pub async fn wait_for_path(&self, what: &str, expected: impl Fn(&str) -> bool) {
+        eventually(what, 300, Duration::from_millis(100), || async {
+            expected(&self.path().await)
+        })
+        .await;
+    }
+
+    /// Waits (30 s at most) until some element matching `css` has a text satisfying `expected`.
+    pub async fn wait_for_text(&self, what: &str, css: &str, expected: impl Fn(&str) -> bool) {
+        eventually(what, 300, Duration::from_millis(100), || async {
+            self.texts(css).await.iter().any(|t| expected(t))
+        })
         .await;
     }
 
