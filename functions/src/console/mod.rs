@@ -138,7 +138,7 @@ mod tests {
     use axum::http::{Method, Request, StatusCode, header};
     use tower::ServiceExt;
     use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
-    use tuneplane_core::job::{EventSource, JobEvent, JobState, Pending, PendingReason};
+    use tuneplane_core::job::{EventSource, JobEvent, JobRecord, JobState, Pending, PendingReason};
     use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, new_api_key};
 
     use crate::config::{Backend, Config};
@@ -235,6 +235,14 @@ mod tests {
     }
 
     impl Stack {
+        /// Runs `req` through the router.
+        async fn call(&self, req: Request<Body>) -> axum::response::Response {
+            match self.app.clone().oneshot(req).await {
+                Ok(res) => res,
+                Err(never) => match never {},
+            }
+        }
+
         async fn send(
             &self,
             method: Method,
@@ -254,12 +262,7 @@ mod tests {
                 req = req.header(header::CONTENT_TYPE, t)
             }
             let req = req.body(Body::from(body)).unwrap();
-            let res = self
-                .app
-                .clone()
-                .oneshot(req)
-                .await
-                .unwrap_or_else(|e| match e {});
+            let res = self.call(req).await;
             let status = res.status();
             let headers = res.headers().clone();
             let bytes = axum::body::to_bytes(res.into_body(), 16 << 20)
@@ -297,13 +300,18 @@ mod tests {
             .await
         }
 
+        /// Opens the sign-in page at `path`; returns its sign-in cookie and CSRF token.
+        async fn sign_in_form(&self, path: &str) -> (String, String) {
+            let page = self.get(path, None).await;
+            let nonce = page.cookie("tp_signin").expect("no sign-in cookie");
+            (nonce, csrf_of(&page.body))
+        }
+
         /// Signs in with `key`; returns the session cookie (`tp_session=...`).
         async fn sign_in(&self, key: &str) -> String {
-            let page = self
-                .get("/console/sign-in?next=/console/capacity", None)
+            let (nonce, csrf) = self
+                .sign_in_form("/console/sign-in?next=/console/capacity")
                 .await;
-            let nonce = page.cookie("tp_signin").expect("no sign-in cookie");
-            let csrf = csrf_of(&page.body);
             let res = self
                 .post_form(
                     "/console/sign-in",
@@ -320,6 +328,78 @@ mod tests {
             res.cookie("tp_session").expect("no session cookie")
         }
 
+        /// Sends the submit form with `spec` and hello.py's archive as the code.
+        async fn submit_form(
+            &self,
+            session: &str,
+            csrf: &str,
+            idempotency_key: &str,
+            spec: &str,
+        ) -> Reply {
+            let fields = [
+                ("csrf", csrf),
+                ("idempotency_key", idempotency_key),
+                ("spec", spec),
+            ];
+            let (content_type, body) = multipart(&fields, Some(&archive()));
+            self.send(
+                Method::POST,
+                "/console/submit",
+                Some(session),
+                Some(&content_type),
+                body,
+            )
+            .await
+        }
+
+        /// Sends the playground form: `[model, series, gpus, ttl_minutes]`.
+        async fn request_playground(
+            &self,
+            session: &str,
+            csrf: &str,
+            [model, series, gpus, ttl_minutes]: [&str; 4],
+        ) -> Reply {
+            self.post_form(
+                "/console/playgrounds",
+                Some(session),
+                &[
+                    ("csrf", csrf),
+                    ("model", model),
+                    ("series", series),
+                    ("gpus", gpus),
+                    ("ttl_minutes", ttl_minutes),
+                ],
+            )
+            .await
+        }
+
+        /// Signs out of `session`, with the CSRF token of a page it was shown.
+        async fn sign_out(&self, session: &str, csrf: &str) -> Reply {
+            self.post_form("/console/sign-out", Some(session), &[("csrf", csrf)])
+                .await
+        }
+
+        /// The stored job `id`.
+        async fn job(&self, id: &str) -> JobRecord {
+            let job = self.state.submit.jobs().get_job(id).await;
+            job.ok().flatten().expect("job")
+        }
+
+        /// The jobs stored for `tenant`.
+        async fn stored_jobs(&self, tenant: &str) -> Vec<JobRecord> {
+            let jobs = self.state.submit.jobs();
+            jobs.list_jobs(tenant, &Default::default())
+                .await
+                .unwrap()
+                .items
+        }
+
+        /// Publishes `snap` as the reconciler does.
+        async fn publish_capacity(&self, snap: &CapacitySnapshot) {
+            let value = serde_json::to_value(snap).unwrap_or_default();
+            self.state.submit.jobs().put_capacity(&value).await.unwrap();
+        }
+
         async fn submit_api(&self, key: &str, name: &str) -> String {
             let spec = format!(
                 "name: {name}\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 hello.py\npools:\n  - {{name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}}\n"
@@ -332,18 +412,27 @@ mod tests {
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(Body::from(body.to_string()))
                 .unwrap();
-            let res = self
-                .app
-                .clone()
-                .oneshot(req)
-                .await
-                .unwrap_or_else(|e| match e {});
+            let res = self.call(req).await;
             assert_eq!(res.status(), StatusCode::CREATED);
             let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
                 .await
                 .unwrap_or_default();
             let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
             v["job_id"].as_str().unwrap_or_default().to_owned()
+        }
+    }
+
+    /// A ready h200 node with 8 GPUs, `used` of them in use.
+    fn h200_node(name: &str, used: u32) -> NodeCapacity {
+        NodeCapacity {
+            name: name.into(),
+            series: Some("h200".into()),
+            gpus: 8,
+            gpus_used: used,
+            cpus: 64.0,
+            memory_gb: 512.0,
+            ready: true,
+            ..Default::default()
         }
     }
 
@@ -401,15 +490,14 @@ mod tests {
         let s = stack().await;
         let session = s.sign_in(&s.key_a).await;
         assert!(!session.contains(&s.key_a));
-        let page = s.get("/console/sign-in", None).await;
-        let nonce = page.cookie("tp_signin").unwrap_or_default();
+        let (nonce, csrf) = s.sign_in_form("/console/sign-in").await;
         let res = s
             .post_form(
                 "/console/sign-in",
                 Some(&nonce),
                 &[
                     ("api_key", &s.key_a),
-                    ("csrf", &csrf_of(&page.body)),
+                    ("csrf", &csrf),
                     ("next", "https://evil.example/"),
                 ],
             )
@@ -437,9 +525,7 @@ mod tests {
     #[tokio::test]
     async fn a_wrong_key_or_a_missing_sign_in_token_gets_no_session() {
         let s = stack().await;
-        let page = s.get("/console/sign-in", None).await;
-        let nonce = page.cookie("tp_signin").unwrap_or_default();
-        let csrf = csrf_of(&page.body);
+        let (nonce, csrf) = s.sign_in_form("/console/sign-in").await;
         let wrong = s
             .post_form(
                 "/console/sign-in",
@@ -489,22 +575,9 @@ mod tests {
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .body(Body::from(format!("csrf={csrf}")))
             .unwrap();
-        let res = s
-            .app
-            .clone()
-            .oneshot(req)
-            .await
-            .unwrap_or_else(|e| match e {});
+        let res = s.call(req).await;
         assert_eq!(res.status(), StatusCode::FORBIDDEN);
-        let job = s
-            .state
-            .submit
-            .jobs()
-            .get_job(&id)
-            .await
-            .ok()
-            .flatten()
-            .expect("job");
+        let job = s.job(&id).await;
         assert!(!job.stop_requested);
         let ok = s
             .post_form(
@@ -520,15 +593,7 @@ mod tests {
                 format!("/console/jobs/{id}?notice=stop-requested").as_str()
             )
         );
-        let job = s
-            .state
-            .submit
-            .jobs()
-            .get_job(&id)
-            .await
-            .ok()
-            .flatten()
-            .expect("job");
+        let job = s.job(&id).await;
         assert!(job.stop_requested);
     }
 
@@ -559,23 +624,7 @@ mod tests {
         let page = s.get("/console/submit", Some(&session)).await;
         let csrf = csrf_of(&page.body);
         let spec = "name: Bad_Name\nplugin: custom/custom\nimage: x\nentrypoint: run\npools:\n  - {name: main, series: h200, nodes: 1, gpus_per_node: 99}\nbogus: 1\n";
-        let (ct, body) = multipart(
-            &[
-                ("csrf", &csrf),
-                ("idempotency_key", "console-k1"),
-                ("spec", spec),
-            ],
-            Some(&archive()),
-        );
-        let res = s
-            .send(
-                Method::POST,
-                "/console/submit",
-                Some(&session),
-                Some(&ct),
-                body,
-            )
-            .await;
+        let res = s.submit_form(&session, &csrf, "console-k1", spec).await;
         assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY);
         let expected =
             tuneplane_core::spec::validate(spec, None, &s.state.submit.config().defaults)
@@ -588,14 +637,7 @@ mod tests {
                 e.path
             );
         }
-        let list = s
-            .state
-            .submit
-            .jobs()
-            .list_jobs("acme", &Default::default())
-            .await
-            .unwrap();
-        assert!(list.items.is_empty());
+        assert!(s.stored_jobs("acme").await.is_empty());
         let inline = s
             .post_form(
                 "/console/submit/validate",
@@ -625,19 +667,7 @@ mod tests {
         let spec = "name: hello\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 hello.py\npools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n";
         let mut locations = Vec::new();
         for _ in 0..2 {
-            let (ct, body) = multipart(
-                &[("csrf", &csrf), ("idempotency_key", &key), ("spec", spec)],
-                Some(&archive()),
-            );
-            let res = s
-                .send(
-                    Method::POST,
-                    "/console/submit",
-                    Some(&session),
-                    Some(&ct),
-                    body,
-                )
-                .await;
+            let res = s.submit_form(&session, &csrf, &key, spec).await;
             assert_eq!(res.status, StatusCode::SEE_OTHER, "{}", res.body);
             locations.push(
                 res.location()
@@ -648,14 +678,7 @@ mod tests {
             );
         }
         assert_eq!(locations[0], locations[1]);
-        let list = s
-            .state
-            .submit
-            .jobs()
-            .list_jobs("acme", &Default::default())
-            .await
-            .unwrap();
-        assert_eq!(list.items.len(), 1);
+        assert_eq!(s.stored_jobs("acme").await.len(), 1);
     }
 
     #[tokio::test]
@@ -664,27 +687,15 @@ mod tests {
         let session = s.sign_in(&s.key_a).await;
         let empty = s.get("/console/capacity", Some(&session)).await;
         assert!(empty.body.contains("No capacity snapshot yet"));
-        let node = |name: &str, used: u32, cordoned: bool| NodeCapacity {
-            name: name.into(),
-            series: Some("h200".into()),
-            gpus: 8,
-            gpus_used: used,
-            cpus: 64.0,
-            memory_gb: 512.0,
-            cordoned,
-            ready: true,
-            ..Default::default()
+        let cordoned = NodeCapacity {
+            cordoned: true,
+            ..h200_node("h-2", 0)
         };
         let snap = CapacitySnapshot::from_nodes(
             1_000,
-            vec![
-                node("h-0", 3, false),
-                node("h-1", 6, false),
-                node("h-2", 0, true),
-            ],
+            vec![h200_node("h-0", 3), h200_node("h-1", 6), cordoned],
         );
-        let value = serde_json::to_value(&snap).unwrap_or_default();
-        s.state.submit.jobs().put_capacity(&value).await.unwrap();
+        s.publish_capacity(&snap).await;
         let page = s.get("/console/capacity", Some(&session)).await;
         let c = &snap.series["h200"];
         let attrs = format!(
@@ -700,7 +711,7 @@ mod tests {
         let s = stack().await;
         let id = s.submit_api(&s.key_a, "waiting").await;
         let jobs = s.state.submit.jobs();
-        let mut job = jobs.get_job(&id).await.ok().flatten().expect("job");
+        let mut job = s.job(&id).await;
         job.pending = Some(Pending {
             reason: PendingReason::InsufficientGpu,
             message: "pool main: needs 2 nodes with 8 free h200 GPUs, 1 available".into(),
@@ -768,22 +779,7 @@ mod tests {
         let page = s.get("/console/playgrounds", Some(&session)).await;
         let csrf = csrf_of(&page.body);
         let create = |series: &'static str, gpus: &'static str, ttl: &'static str| {
-            let (csrf, session) = (csrf.clone(), session.clone());
-            let s = &s;
-            async move {
-                s.post_form(
-                    "/console/playgrounds",
-                    Some(&session),
-                    &[
-                        ("csrf", &csrf),
-                        ("model", "tiny-model"),
-                        ("series", series),
-                        ("gpus", gpus),
-                        ("ttl_minutes", ttl),
-                    ],
-                )
-                .await
-            }
+            s.request_playground(&session, &csrf, ["tiny-model", series, gpus, ttl])
         };
         let bad = create("h200", "99", "10").await;
         assert!(
@@ -844,15 +840,8 @@ mod tests {
             )
             .await;
         assert_eq!(del.status, StatusCode::SEE_OTHER);
-        let after = s
-            .state
-            .submit
-            .jobs()
-            .get_playground(&all[0].id)
-            .await
-            .ok()
-            .flatten()
-            .expect("pg");
+        let after = s.state.submit.jobs().get_playground(&all[0].id).await;
+        let after = after.ok().flatten().expect("pg");
         assert!(after.expires_at_ms <= (s.state.clock)());
         // Deleted: gone from the page at once (the reconciler removes the pod in the background).
         let gone = s.get("/console/playgrounds", Some(&session)).await;
@@ -876,12 +865,7 @@ mod tests {
             ..Default::default()
         };
         let snap = CapacitySnapshot::from_nodes(1_000, vec![node("l-0")]);
-        s.state
-            .submit
-            .jobs()
-            .put_capacity(&serde_json::to_value(&snap).unwrap_or_default())
-            .await
-            .unwrap();
+        s.publish_capacity(&snap).await;
         let session = s.sign_in(&s.key_a).await;
         let page = s.get("/console/playgrounds", Some(&session)).await;
         assert!(
@@ -898,17 +882,7 @@ mod tests {
             ),
         ] {
             let res = s
-                .post_form(
-                    "/console/playgrounds",
-                    Some(&session),
-                    &[
-                        ("csrf", &csrf),
-                        ("model", "m"),
-                        ("series", series),
-                        ("gpus", gpus),
-                        ("ttl_minutes", "10"),
-                    ],
-                )
+                .request_playground(&session, &csrf, ["m", series, gpus, "10"])
                 .await;
             assert_eq!(error_of(res.location()), expected);
             let shown = s.get(res.location(), Some(&session)).await;
@@ -943,13 +917,7 @@ mod tests {
                 StatusCode::OK
             );
         }
-        let out = s
-            .post_form(
-                "/console/sign-out",
-                Some(&session),
-                &[("csrf", &csrf_of(&page.body))],
-            )
-            .await;
+        let out = s.sign_out(&session, &csrf_of(&page.body)).await;
         assert!(
             out.cookies()
                 .iter()
@@ -963,7 +931,7 @@ mod tests {
         let s = stack().await;
         let first = s.submit_api(&s.key_a, "first").await;
         let jobs = s.state.submit.jobs();
-        let template = jobs.get_job(&first).await.ok().flatten().expect("job");
+        let template = s.job(&first).await;
         for i in 0..30 {
             let mut job = template.clone();
             job.id = format!("j-page{i:02}");
@@ -1006,7 +974,7 @@ mod tests {
         let key = format!("logs/{id}/logs.tar.gz");
         s.state.submit.blobs().put(&key, bytes).await.unwrap();
         let jobs = s.state.submit.jobs();
-        let mut job = jobs.get_job(&id).await.ok().flatten().expect("job");
+        let mut job = s.job(&id).await;
         job.logs_key = Some(key.clone());
         jobs.update_job(&job).await.unwrap();
         let session = s.sign_in(&s.key_a).await;
@@ -1043,17 +1011,8 @@ mod tests {
             empty.body
         );
 
-        let node = |name: &str, used: u32| NodeCapacity {
-            name: name.into(),
-            series: Some("h200".into()),
-            gpus: 8,
-            gpus_used: used,
-            cpus: 64.0,
-            memory_gb: 512.0,
-            ready: true,
-            ..Default::default()
-        };
-        let mut snap = CapacitySnapshot::from_nodes(1_000, vec![node("h-0", 8), node("h-1", 4)]);
+        let mut snap =
+            CapacitySnapshot::from_nodes(1_000, vec![h200_node("h-0", 8), h200_node("h-1", 4)]);
         let usage = |series: &str, admitted: u32, queued: u32| TenantUsage {
             admitted: Demand {
                 gpus: [(series.to_owned(), admitted)].into(),
@@ -1068,9 +1027,7 @@ mod tests {
         };
         snap.tenants.insert("acme".into(), usage("h200", 12, 8));
         snap.tenants.insert("globex".into(), usage("a100", 40, 24));
-        jobs.put_capacity(&serde_json::to_value(&snap).unwrap_or_default())
-            .await
-            .unwrap();
+        s.publish_capacity(&snap).await;
 
         let page_a = s.get("/console/capacity", Some(&session_a)).await;
         assert_eq!(page_a.status, StatusCode::OK);
@@ -1134,23 +1091,7 @@ mod tests {
         let form = s.get("/console/submit", Some(&session)).await;
         let csrf = csrf_of(&form.body);
         let spec = "name: big\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 hello.py\npools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n";
-        let (content_type, body) = multipart(
-            &[
-                ("csrf", &csrf),
-                ("spec", spec),
-                ("idempotency_key", "console-q"),
-            ],
-            Some(&archive()),
-        );
-        let res = s
-            .send(
-                Method::POST,
-                "/console/submit",
-                Some(&session),
-                Some(&content_type),
-                body,
-            )
-            .await;
+        let res = s.submit_form(&session, &csrf, "console-q", spec).await;
         assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", res.body);
         assert!(
             res.body
@@ -1158,13 +1099,6 @@ mod tests {
             "{}",
             res.body
         );
-        let stored = s
-            .state
-            .submit
-            .jobs()
-            .list_jobs("acme", &Default::default())
-            .await
-            .unwrap();
-        assert!(stored.items.is_empty(), "nothing is stored");
+        assert!(s.stored_jobs("acme").await.is_empty(), "nothing is stored");
     }
 }
