@@ -25,20 +25,29 @@ pub async fn deliver(
     .await
 }
 
-pub async fn signed_webhook_submits_once_and_a_replay_is_401(h: &Harness) {
-    let payload = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();
-    let sig = super::tuneplane_signature(super::WEBHOOK_SECRET, now_secs(), &payload);
-    let headers = [("x-tuneplane-signature", sig.as_str())];
-    let first = deliver(h, "ci", &headers, &payload).await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.json);
-    let replay = deliver(h, "ci", &headers, &payload).await;
-    assert_eq!(replay.status, StatusCode::UNAUTHORIZED, "{}", replay.json);
+/// `payload` delivered to the `ci` source, signed with the webhook secret at time `t`.
+async fn deliver_signed_at(h: &Harness, t: i64, payload: &[u8]) -> super::Reply {
+    let sig = super::tuneplane_signature(super::WEBHOOK_SECRET, t, payload);
+    deliver(h, "ci", &[("x-tuneplane-signature", sig.as_str())], payload).await
+}
+
+/// Asserts that `reply` refuses a delivery as a replay.
+fn assert_replay_refused(reply: &super::Reply) {
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.json);
     assert!(
-        replay.json["error"]["message"]
+        reply.json["error"]["message"]
             .as_str()
             .unwrap_or_default()
             .contains("replay")
     );
+}
+
+pub async fn signed_webhook_submits_once_and_a_replay_is_401(h: &Harness) {
+    let payload = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();
+    let t = now_secs();
+    let first = deliver_signed_at(h, t, &payload).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.json);
+    assert_replay_refused(&deliver_signed_at(h, t, &payload).await);
     assert_eq!(h.job_count(TENANT_A).await, 1);
 }
 
@@ -49,9 +58,7 @@ pub async fn a_failed_webhook_delivery_stays_remembered_and_a_re_signed_retry_is
     let payload =
         serde_json::to_vec(&json!({"template": "nightly", "overrides": {}})).unwrap_or_default();
     let t = now_secs();
-    let sig = super::tuneplane_signature(super::WEBHOOK_SECRET, t, &payload);
-    let headers = [("x-tuneplane-signature", sig.as_str())];
-    let first = deliver(h, "ci", &headers, &payload).await;
+    let first = deliver_signed_at(h, t, &payload).await;
     assert!(
         first.status.is_client_error() && first.status != StatusCode::UNAUTHORIZED,
         "{}: {}",
@@ -60,24 +67,10 @@ pub async fn a_failed_webhook_delivery_stays_remembered_and_a_re_signed_retry_is
     );
     // Once the template exists, the captured delivery must not start a job when sent again.
     put_template(h).await;
-    let replay = deliver(h, "ci", &headers, &payload).await;
-    assert_eq!(replay.status, StatusCode::UNAUTHORIZED, "{}", replay.json);
-    assert!(
-        replay.json["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("replay")
-    );
+    assert_replay_refused(&deliver_signed_at(h, t, &payload).await);
     assert_eq!(h.job_count(TENANT_A).await, 0);
     // The sender's own retry signs again with a new timestamp and is heard.
-    let resigned = super::tuneplane_signature(super::WEBHOOK_SECRET, t + 1, &payload);
-    let retry = deliver(
-        h,
-        "ci",
-        &[("x-tuneplane-signature", resigned.as_str())],
-        &payload,
-    )
-    .await;
+    let retry = deliver_signed_at(h, t + 1, &payload).await;
     assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.json);
     assert_eq!(h.job_count(TENANT_A).await, 1);
 }
@@ -139,14 +132,7 @@ pub async fn git_push_webhook_runs_the_source_template_with_overrides(h: &Harnes
     let explicit =
         serde_json::to_vec(&json!({"template": "nightly", "overrides": {"priority": 7}}))
             .unwrap_or_default();
-    let sig = super::tuneplane_signature(super::WEBHOOK_SECRET, now_secs(), &explicit);
-    let reply = deliver(
-        h,
-        "ci",
-        &[("x-tuneplane-signature", sig.as_str())],
-        &explicit,
-    )
-    .await;
+    let reply = deliver_signed_at(h, now_secs(), &explicit).await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
     assert_eq!(reply.json["job"]["spec"]["priority"], 7);
 }
@@ -202,6 +188,39 @@ pub async fn store_schedule(h: &Harness, id: &str) {
     assert!(stored.is_ok(), "{stored:?}");
 }
 
+/// Puts a zip with the test spec and a `train.py` at `key`, as a user drops it in the inbox.
+async fn put_inbox_zip(h: &Harness, key: &str) {
+    let archive = super::archives::zip(&[("tuneplane.yaml", SPEC), ("train.py", "print(1)\n")]);
+    assert!(h.blobs().put(key, archive).await.is_ok());
+}
+
+/// Handles `event` twice, as at-least-once delivery may: a job is created, then found again.
+async fn assert_inbox_submits_once(h: &Harness, event: &Value) {
+    use tuneplane_functions::triggers::{Outcome, handle_inbox};
+    let outcomes = handle_inbox(&h.state, event).await.unwrap();
+    assert!(
+        matches!(
+            outcomes.as_slice(),
+            [Outcome::Submitted { created: true, .. }]
+        ),
+        "{outcomes:?}"
+    );
+    let again = handle_inbox(&h.state, event).await.unwrap();
+    assert!(
+        matches!(
+            again.as_slice(),
+            [Outcome::Submitted { created: false, .. }]
+        ),
+        "{again:?}"
+    );
+}
+
+/// The rejection note stored at `key`, as JSON (`null` when absent or not JSON).
+async fn note_at(h: &Harness, key: &str) -> Value {
+    let note = h.blobs().get(key).await.ok().flatten().unwrap_or_default();
+    serde_json::from_slice(&note).unwrap_or(Value::Null)
+}
+
 pub async fn scheduled_event_delivered_twice_creates_one_job(h: &Harness) {
     use tuneplane_functions::triggers::{Outcome, handle_scheduled};
     // The schedule runs the spec and capsule of an earlier submission.
@@ -230,28 +249,10 @@ pub async fn scheduled_event_delivered_twice_creates_one_job(h: &Harness) {
 }
 
 pub async fn inbox_archive_becomes_a_job(h: &Harness) {
-    use tuneplane_functions::triggers::{Outcome, handle_inbox};
-    let key = "inbox/acme/run-1.zip";
-    let archive = super::archives::zip(&[("tuneplane.yaml", SPEC), ("train.py", "print(1)\n")]);
-    assert!(h.blobs().put(key, archive).await.is_ok());
+    put_inbox_zip(h, "inbox/acme/run-1.zip").await;
     let event = s3_created("inbox/acme/run-1.zip", "0123abcd");
-    let outcomes = handle_inbox(&h.state, &event).await.unwrap();
-    assert!(
-        matches!(
-            outcomes.as_slice(),
-            [Outcome::Submitted { created: true, .. }]
-        ),
-        "{outcomes:?}"
-    );
     // At-least-once delivery: the same notification again is the same job.
-    let again = handle_inbox(&h.state, &event).await.unwrap();
-    assert!(
-        matches!(
-            again.as_slice(),
-            [Outcome::Submitted { created: false, .. }]
-        ),
-        "{again:?}"
-    );
+    assert_inbox_submits_once(h, &event).await;
     assert_eq!(h.job_count(TENANT_A).await, 1);
     assert_eq!(
         h.object_count("inbox/").await,
@@ -276,14 +277,7 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
         panic!("expected a rejection note: {outcomes:?}");
     };
     assert_eq!(note_key, "inbox/acme/evil.tar.error.json");
-    let note = h
-        .blobs()
-        .get(note_key)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    let note: Value = serde_json::from_slice(&note).unwrap_or(Value::Null);
+    let note = note_at(h, note_key).await;
     assert_eq!(note["error"]["code"], "invalid_code", "{note}");
     assert!(
         note["error"]["message"]
@@ -308,24 +302,8 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
 }
 
 pub async fn submission_event_becomes_a_job(h: &Harness) {
-    use tuneplane_functions::triggers::{Outcome, handle_inbox};
     let event = submission_event(super::SENDER_ACCOUNT);
-    let outcomes = handle_inbox(&h.state, &event).await.unwrap();
-    assert!(
-        matches!(
-            outcomes.as_slice(),
-            [Outcome::Submitted { created: true, .. }]
-        ),
-        "{outcomes:?}"
-    );
-    let again = handle_inbox(&h.state, &event).await.unwrap();
-    assert!(
-        matches!(
-            again.as_slice(),
-            [Outcome::Submitted { created: false, .. }]
-        ),
-        "{again:?}"
-    );
+    assert_inbox_submits_once(h, &event).await;
 }
 
 /// The tenant of a submission event comes from the sending account, which EventBridge sets and
@@ -371,8 +349,7 @@ pub async fn inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note(
     use serde_json::json;
     use tuneplane_functions::triggers::{Outcome, handle_inbox};
     let key = "inbox/acme/my job+v2.zip";
-    let archive = super::archives::zip(&[("tuneplane.yaml", SPEC), ("train.py", "print(1)\n")]);
-    assert!(h.blobs().put(key, archive).await.is_ok());
+    put_inbox_zip(h, key).await;
     let encoded = s3_created("inbox/acme/my+job%2Bv2.zip", "e1");
     let outcomes = handle_inbox(&h.state, &encoded).await.unwrap();
     let [
@@ -413,14 +390,7 @@ pub async fn inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note(
     };
     assert_eq!(note_key, "inbox/acme/50_.zip.error.json");
     assert!(reason.contains("rename the file"), "{reason}");
-    let note = h
-        .blobs()
-        .get(note_key)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    let note: Value = serde_json::from_slice(&note).unwrap_or(Value::Null);
+    let note = note_at(h, note_key).await;
     assert_eq!(note["object"], "inbox/acme/50%.zip", "{note}");
 
     // Deleted before the delivery: skipped, no note, no error.
