@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use contract::aws_env::{sdk_config, unique_name};
-use contract::fixtures::{event, job, ok};
+use contract::fixtures::{event, idem, job, ok};
 use contract::job_store_contract;
 use tuneplane_core::job::JobState;
-use tuneplane_core::store::{EventQuery, Idempotency, JobStore, NewJob};
+use tuneplane_core::store::{EventQuery, JobStore, NewJob};
 use tuneplane_stores::DynamoJobStore;
 use tuneplane_stores::aws::{RequestCounter, dynamodb_client};
 use tuneplane_stores::dynamo::table::create_table;
@@ -51,11 +51,7 @@ async fn one_job_lifecycle_costs_five_writes_plus_the_shared_active_scan() {
     counter.reset();
 
     // Submit (functions): job, idempotency key and the submission event in one transaction.
-    let idem = Idempotency {
-        key: "req-1".into(),
-        request_sha256: "a".repeat(64),
-        ttl_seconds: 86_400,
-    };
+    let idem = idem("req-1", "a", 86_400);
     let created = ok(
         store
             .create(NewJob {

@@ -8,10 +8,10 @@ mod contract;
 
 use std::sync::Arc;
 
-use contract::fixtures::{event, job, ok};
+use contract::fixtures::{event, idem, job, ok};
 use contract::job_store_contract;
 use tuneplane_core::job::JobState;
-use tuneplane_core::store::{EventQuery, Idempotency, JobStore};
+use tuneplane_core::store::{EventQuery, JobStore};
 use tuneplane_stores::EmbeddedJobStore;
 
 async fn make() -> (Arc<dyn JobStore>, tempfile::TempDir) {
@@ -27,14 +27,9 @@ async fn data_survives_a_restart_of_the_store() {
     let dir = ok(tempfile::tempdir(), "tempdir");
     {
         let store = ok(EmbeddedJobStore::open(dir.path()), "open");
-        let idem = Idempotency {
-            key: "k".into(),
-            request_sha256: "a".repeat(64),
-            ttl_seconds: 3600,
-        };
         let created = ok(
             store
-                .create_job(&job("j-1", "acme", 5, 0), Some(&idem))
+                .create_job(&job("j-1", "acme", 5, 0), Some(&idem("k", "a", 3600)))
                 .await,
             "create",
         );
@@ -78,13 +73,10 @@ async fn data_survives_a_restart_of_the_store() {
         Some(3.0),
         "quotas survive restarts"
     );
-    let idem = Idempotency {
-        key: "k".into(),
-        request_sha256: "a".repeat(64),
-        ttl_seconds: 3600,
-    };
     let repeat = ok(
-        reopened.create_job(&job_with_other_id(), Some(&idem)).await,
+        reopened
+            .create_job(&job_with_other_id(), Some(&idem("k", "a", 3600)))
+            .await,
         "repeat",
     );
     assert_eq!(

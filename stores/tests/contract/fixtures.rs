@@ -2,6 +2,7 @@
 
 use tuneplane_core::job::{EventSource, JobEvent, JobRecord};
 use tuneplane_core::spec::JobSpec;
+use tuneplane_core::store::Idempotency;
 
 /// A small valid GPU job spec with the given priority.
 pub fn spec(priority: i32) -> JobSpec {
@@ -15,6 +16,15 @@ pub fn spec(priority: i32) -> JobSpec {
         "platform_version": "0.1.0"
     });
     serde_json::from_value(json).expect("fixture spec does not decode")
+}
+
+/// Idempotency key `key` for a request whose hash is `request` repeated, kept `ttl_seconds`.
+pub fn idem(key: &str, request: &str, ttl_seconds: u64) -> Idempotency {
+    Idempotency {
+        key: key.to_owned(),
+        request_sha256: request.repeat(64),
+        ttl_seconds,
+    }
 }
 
 /// A queued job of `tenant` submitted at `submitted_ms` with `priority`.

@@ -9,17 +9,9 @@ use tuneplane_core::store::{
     PlaygroundRecord, PlaygroundState, PlaygroundStatus, ScheduleRecord, StoreError, hash_api_key,
 };
 
-use super::fixtures::{event, job, ok, spec};
+use super::fixtures::{event, idem, job, ok, spec};
 
 type Store = Arc<dyn JobStore>;
-
-fn idem(key: &str, request: &str, ttl_seconds: u64) -> Idempotency {
-    Idempotency {
-        key: key.to_owned(),
-        request_sha256: request.repeat(64),
-        ttl_seconds,
-    }
-}
 
 async fn create(
     store: &Store,
@@ -35,6 +27,19 @@ async fn create(
         "create",
     );
     outcome.record().clone()
+}
+
+/// Creates job `id` of `tenant` (priority 0) under the idempotency key `key`.
+async fn create_keyed(
+    store: &Store,
+    id: &str,
+    tenant: &str,
+    submitted: i64,
+    key: Idempotency,
+) -> Result<CreateOutcome, StoreError> {
+    store
+        .create_job(&job(id, tenant, submitted, 0), Some(&key))
+        .await
 }
 
 pub async fn create_then_get_returns_version_one(store: Store) {
@@ -54,15 +59,11 @@ pub async fn create_then_get_returns_version_one(store: Store) {
 
 pub async fn same_idempotency_key_and_request_returns_the_first_job(store: Store) {
     let first = ok(
-        store
-            .create_job(&job("j-a", "acme", 1, 0), Some(&idem("k1", "a", 3600)))
-            .await,
+        create_keyed(&store, "j-a", "acme", 1, idem("k1", "a", 3600)).await,
         "first",
     );
     let again = ok(
-        store
-            .create_job(&job("j-b", "acme", 2, 0), Some(&idem("k1", "a", 3600)))
-            .await,
+        create_keyed(&store, "j-b", "acme", 2, idem("k1", "a", 3600)).await,
         "again",
     );
     assert!(matches!(first, CreateOutcome::Created(_)));
@@ -74,9 +75,7 @@ pub async fn same_idempotency_key_and_request_returns_the_first_job(store: Store
     );
     // The same key belongs to each tenant separately.
     let other = ok(
-        store
-            .create_job(&job("j-c", "other", 3, 0), Some(&idem("k1", "b", 3600)))
-            .await,
+        create_keyed(&store, "j-c", "other", 3, idem("k1", "b", 3600)).await,
         "other",
     );
     assert!(matches!(other, CreateOutcome::Created(_)));
@@ -84,13 +83,10 @@ pub async fn same_idempotency_key_and_request_returns_the_first_job(store: Store
 
 pub async fn same_idempotency_key_with_another_request_is_a_mismatch(store: Store) {
     ok(
-        store
-            .create_job(&job("j-a", "acme", 1, 0), Some(&idem("k1", "a", 3600)))
-            .await,
+        create_keyed(&store, "j-a", "acme", 1, idem("k1", "a", 3600)).await,
         "first",
     );
-    let err = store
-        .create_job(&job("j-b", "acme", 2, 0), Some(&idem("k1", "b", 3600)))
+    let err = create_keyed(&store, "j-b", "acme", 2, idem("k1", "b", 3600))
         .await
         .err();
     match err {
@@ -142,15 +138,11 @@ pub async fn concurrent_identical_submissions_create_one_job(store: Store) {
 
 pub async fn expired_idempotency_key_can_be_used_again(store: Store) {
     ok(
-        store
-            .create_job(&job("j-a", "acme", 1, 0), Some(&idem("k1", "a", 0)))
-            .await,
+        create_keyed(&store, "j-a", "acme", 1, idem("k1", "a", 0)).await,
         "first",
     );
     let second = ok(
-        store
-            .create_job(&job("j-b", "acme", 2, 0), Some(&idem("k1", "b", 3600)))
-            .await,
+        create_keyed(&store, "j-b", "acme", 2, idem("k1", "b", 3600)).await,
         "second",
     );
     assert_eq!(second.record().id, "j-b");
@@ -479,28 +471,33 @@ pub async fn a_state_change_and_its_events_land_together_or_not_at_all(store: St
     assert!(orphan.items.is_empty(), "{:?}", orphan.items);
 }
 
+/// Creates job `id` of acme, submitted at `at` with its `submitted` event saying `message`.
+async fn create_with_event(
+    store: &Store,
+    id: &str,
+    at: i64,
+    key: Option<&Idempotency>,
+    message: &str,
+) -> Result<CreateOutcome, StoreError> {
+    store
+        .create(NewJob {
+            job: &job(id, "acme", at, 0),
+            idem: key,
+            events: &[event(at, "submitted", message)],
+        })
+        .await
+}
+
 pub async fn a_new_job_and_its_first_events_land_together_and_repeats_add_none(store: Store) {
     let key = idem("sub-1", "a", 3600);
     let first = ok(
-        store
-            .create(NewJob {
-                job: &job("j-1", "acme", 1, 0),
-                idem: Some(&key),
-                events: &[event(1, "submitted", "first")],
-            })
-            .await,
+        create_with_event(&store, "j-1", 1, Some(&key), "first").await,
         "create with events",
     );
     assert!(matches!(first, CreateOutcome::Created(_)), "{first:?}");
     // The same request again (another id, as a retried request gets): the first job, no event.
     let again = ok(
-        store
-            .create(NewJob {
-                job: &job("j-2", "acme", 2, 0),
-                idem: Some(&key),
-                events: &[event(2, "submitted", "again")],
-            })
-            .await,
+        create_with_event(&store, "j-2", 2, Some(&key), "again").await,
         "repeat",
     );
     assert!(
@@ -508,12 +505,7 @@ pub async fn a_new_job_and_its_first_events_land_together_and_repeats_add_none(s
         "{again:?}"
     );
     // An existing job id without a key: refused, and no event lands on the existing job.
-    let taken = store
-        .create(NewJob {
-            job: &job("j-1", "acme", 3, 0),
-            idem: None,
-            events: &[event(3, "submitted", "taken")],
-        })
+    let taken = create_with_event(&store, "j-1", 3, None, "taken")
         .await
         .err();
     assert!(
@@ -522,13 +514,7 @@ pub async fn a_new_job_and_its_first_events_land_together_and_repeats_add_none(s
     );
     // Without a key, a new job and its event land together.
     ok(
-        store
-            .create(NewJob {
-                job: &job("j-3", "acme", 4, 0),
-                idem: None,
-                events: &[event(4, "submitted", "x")],
-            })
-            .await,
+        create_with_event(&store, "j-3", 4, None, "x").await,
         "create without key",
     );
     for (id, expected) in [("j-1", vec!["first"]), ("j-2", vec![]), ("j-3", vec!["x"])] {
