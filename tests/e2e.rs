@@ -5,81 +5,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api as KubeApi, ListParams};
 mod stack_support;
 
-use serde_json::{Value, json};
-use stack_support::examples;
-use tuneplane::client::{Api, pack};
-use tuneplane::cmd::jobs::read_logs_archive;
+use stack_support::{archived_logs, events, stop, submit_dir, submit_example, wait_until};
+use tuneplane::client::Api;
 use tuneplane::dev::{Backend, Stack};
-use tuneplane_core::job::{JobEvent, JobRecord, JobState};
+use tuneplane_core::job::{JobRecord, JobState};
 
-async fn submit_dir(api: &Api, dir: &Path, spec: &str) -> JobRecord {
-    let code = pack::pack_quiet(dir).unwrap();
-    let body = json!({"spec": spec, "code": {"inline": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, code)}});
-    let (status, v): (_, Value) = api.post("/jobs", &body, &[]).await.unwrap();
-    assert_eq!(status.as_u16(), 201, "{v}");
-    serde_json::from_value(v["job"].clone()).unwrap()
-}
-
-async fn submit_example(api: &Api, name: &str) -> JobRecord {
-    let dir = examples().join(name);
-    submit_dir(
-        api,
-        &dir,
-        &std::fs::read_to_string(dir.join("tuneplane.yaml")).unwrap(),
-    )
-    .await
-}
-
-async fn wait_until(
-    api: &Api,
-    id: &str,
-    what: &str,
-    done: impl Fn(&JobRecord) -> bool,
-) -> JobRecord {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let job: JobRecord = api.get(&format!("/jobs/{id}")).await.unwrap();
-        if done(&job) {
-            return job;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {id} never became {what}: {job:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
+/// Waits (120 s at most) for job `id` to end.
 async fn terminal(api: &Api, id: &str) -> JobRecord {
-    wait_until(api, id, "terminal", |j| j.state.is_terminal()).await
-}
-
-async fn logs(api: &Api, id: &str) -> Vec<(String, String)> {
-    let link: Value = api.get(&format!("/jobs/{id}/logs")).await.unwrap();
-    let bytes = reqwest::get(link["url"].as_str().unwrap())
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    read_logs_archive(&bytes).unwrap()
-}
-
-async fn events(api: &Api, id: &str) -> Vec<JobEvent> {
-    let page: Value = api
-        .get(&format!("/jobs/{id}/events?limit=1000"))
-        .await
-        .unwrap();
-    serde_json::from_value(page["events"].clone()).unwrap()
+    wait_until(api, id, 120, "terminal", |j| j.state.is_terminal()).await
 }
 
 /// Pods of the job left in the cluster (the workload is deleted after the terminal record).
@@ -128,7 +67,7 @@ async fn whole_flow(backend: Backend) {
         job.logs_key.as_deref(),
         Some(format!("logs/{}/logs.tar.gz", hello.id).as_str())
     );
-    let files = logs(&api, &hello.id).await;
+    let files = archived_logs(&api, &hello.id).await;
     assert!(
         files
             .iter()
@@ -141,7 +80,7 @@ async fn whole_flow(backend: Backend) {
     // submitter; the entrypoint's sibling import worked.
     let job = terminal(&api, &ray.id).await;
     assert_eq!(job.state, JobState::Succeeded, "{job:?}");
-    let files = logs(&api, &ray.id).await;
+    let files = archived_logs(&api, &ray.id).await;
     let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
     assert!(
         files
@@ -158,19 +97,15 @@ async fn whole_flow(backend: Backend) {
     assert_eq!(pods_left(&stack, &ray.id).await, 0);
 
     // stop: the sleeper runs, is asked to stop, ends STOPPED.
-    wait_until(&api, &sleeper.id, "RUNNING", |j| {
+    wait_until(&api, &sleeper.id, 120, "RUNNING", |j| {
         j.state == JobState::Running
     })
     .await;
-    let (status, _): (_, Value) = api
-        .post(&format!("/jobs/{}/stop", sleeper.id), &json!({}), &[])
-        .await
-        .unwrap();
-    assert_eq!(status.as_u16(), 202);
+    stop(&api, &sleeper.id).await;
     let job = terminal(&api, &sleeper.id).await;
     assert_eq!(job.state, JobState::Stopped, "{job:?}");
     assert!(
-        logs(&api, &sleeper.id)
+        archived_logs(&api, &sleeper.id)
             .await
             .iter()
             .any(|(_, t)| t.contains("sleeping"))

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 mod stack_support;
 
 use serde_json::{Value, json};
-use stack_support::examples;
-use tuneplane::client::{Api, pack};
+use stack_support::{examples, submit_folder, wait_until};
 use tuneplane::dev::{Backend, Stack};
 use tuneplane_core::job::{JobRecord, JobState};
 
@@ -41,15 +40,6 @@ fn job_dir(dir: &Path, ticks: usize) -> PathBuf {
     job
 }
 
-async fn submit(api: &Api, job: &Path) -> JobRecord {
-    let code = pack::pack_quiet(job).unwrap();
-    let spec = std::fs::read_to_string(job.join("tuneplane.yaml")).unwrap();
-    let body = json!({"spec": spec, "code": {"inline": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, code)}});
-    let (status, v): (_, Value) = api.post("/jobs", &body, &[]).await.unwrap();
-    assert_eq!(status.as_u16(), 201, "{v}");
-    serde_json::from_value(v["job"].clone()).unwrap()
-}
-
 fn cli(stack: &Stack) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tuneplane"));
     c.env("TUNEPLANE_API", &stack.api_url)
@@ -73,7 +63,7 @@ fn expected(n: usize) -> Vec<String> {
 async fn logs_follow_shows_running_output_then_all_of_it_once() {
     let dir = tempfile::tempdir().unwrap();
     let (stack, api) = stack_support::start(Backend::Embedded, &dir.path().join("data")).await;
-    let job = submit(&api, &job_dir(dir.path(), TICKS)).await;
+    let job = submit_folder(&api, &job_dir(dir.path(), TICKS)).await;
 
     // `tuneplane logs -f` from submission on; each line with when it arrived.
     let mut child = cli(&stack)
@@ -268,17 +258,11 @@ async fn submit_wait_streams_the_main_output_and_dry_run_sends_nothing() {
     )
     .unwrap();
     std::fs::write(failing.join("fail.py"), "import sys\nsys.exit(7)\n").unwrap();
-    let submitted = submit(&api, &failing).await;
-    let mut ended = None;
-    for _ in 0..600 {
-        let j: JobRecord = api.get(&format!("/jobs/{}", submitted.id)).await.unwrap();
-        if j.state.is_terminal() {
-            ended = Some(j);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let ended = ended.expect("the failing job did not end within 120 s");
+    let submitted = submit_folder(&api, &failing).await;
+    let ended = wait_until(&api, &submitted.id, 120, "terminal", |j| {
+        j.state.is_terminal()
+    })
+    .await;
     assert_eq!(ended.state, JobState::Failed, "{ended:?}");
     assert_eq!(
         ended.failure.as_ref().and_then(|f| f.exit_code),

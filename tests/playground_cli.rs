@@ -5,14 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
-use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use serde_json::Value;
-use tuneplane::client::{Api, ClientArgs};
 use tuneplane::dev::{Backend, ClusterChoice, Stack, StackOptions};
-use tuneplane_core::fleet::Fleet;
+
+mod stack_support;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -34,12 +32,11 @@ async fn cli(stack: &Stack, args: &[&str]) -> Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn playground_create_refuses_what_the_fleet_cannot_host_and_list_explains_the_rest() {
     let dir = tempfile::tempdir().unwrap();
-    let fleet_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet.yaml");
-    let fleet = Fleet::from_yaml(&std::fs::read_to_string(fleet_file).unwrap()).unwrap();
-    let stack = Stack::start(StackOptions {
+    // Validation reads the capacity snapshot the reconciler publishes: start_with waits for it.
+    let (stack, _api) = stack_support::start_with(StackOptions {
         data_dir: dir.path().to_path_buf(),
         port: 0,
-        fleet,
+        fleet: stack_support::example_fleet(),
         execute: false,
         unpullable_images: vec![],
         pass_interval: Duration::from_millis(100),
@@ -47,25 +44,7 @@ async fn playground_create_refuses_what_the_fleet_cannot_host_and_list_explains_
         cluster: ClusterChoice::Simulated,
         webhooks: None,
     })
-    .await
-    .unwrap();
-    let api = Api::new(&ClientArgs {
-        api: stack.api_url.clone(),
-        key: Some(stack.api_key.clone()),
-        output: tuneplane::client::Output::Json,
-    })
-    .unwrap();
-    // Validation reads the capacity snapshot the reconciler publishes: wait for the first one.
-    let mut published = false;
-    for _ in 0..100 {
-        let cap: Value = api.get("/capacity").await.unwrap();
-        if !cap["snapshot"].is_null() {
-            published = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(published, "no capacity snapshot");
+    .await;
 
     // The new user's two mistakes: a series the fleet lacks, more GPUs than a node has.
     let unknown = cli(&stack, &["create", "qwen", "--series", "h100"]).await;

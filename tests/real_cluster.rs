@@ -18,91 +18,36 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api as KubeApi, ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use serde_json::{Value, json};
-use tuneplane::client::{Api, ClientArgs, Output, pack};
-use tuneplane::cmd::jobs::read_logs_archive;
+use serde_json::Value;
+use stack_support::{
+    api_client, archived_logs, events, example_fleet, examples, post_job, stop, submit_example,
+    wait_until,
+};
+use tuneplane::client::Api;
 use tuneplane::dev::{Backend, ClusterChoice, Stack, StackOptions, UNPULLABLE_IMAGE};
 use tuneplane_core::fleet::Fleet;
-use tuneplane_core::job::{FailureReason, JobEvent, JobRecord, JobState, PendingReason};
+use tuneplane_core::job::{FailureReason, JobState, PendingReason};
 use tuneplane_kubesim::Scenario;
 use tuneplane_kubesim::testbed::Testbed;
 
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
-}
+mod stack_support;
 
+/// Submits `examples/<name>`: the answer's status and body, or the client's error as text.
 async fn submit(api: &Api, name: &str) -> Result<(u16, Value), String> {
     let dir = examples().join(name);
     let spec = std::fs::read_to_string(dir.join("tuneplane.yaml")).unwrap();
-    let code = pack::pack_quiet(&dir).unwrap();
-    let body = json!({"spec": spec, "code": {"inline": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, code)}});
-    let (status, v): (_, Value) = api
-        .post("/jobs", &body, &[])
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok((status.as_u16(), v))
+    post_job(api, &dir, &spec).await
 }
 
+/// Submits `examples/<name>`; the id of the job created.
 async fn submitted(api: &Api, name: &str) -> String {
-    let (status, v) = submit(api, name).await.unwrap();
-    assert_eq!(status, 201, "{name}: {v}");
-    v["job"]["id"].as_str().unwrap().to_string()
-}
-
-async fn wait_until(
-    api: &Api,
-    id: &str,
-    secs: u64,
-    what: &str,
-    done: impl Fn(&JobRecord) -> bool,
-) -> JobRecord {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let job: JobRecord = api.get(&format!("/jobs/{id}")).await.unwrap();
-        if done(&job) {
-            return job;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {id} never became {what} in {secs}s: {job:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-async fn events(api: &Api, id: &str) -> Vec<JobEvent> {
-    let page: Value = api
-        .get(&format!("/jobs/{id}/events?limit=1000"))
-        .await
-        .unwrap();
-    serde_json::from_value(page["events"].clone()).unwrap()
-}
-
-async fn archived_logs(api: &Api, id: &str) -> Vec<(String, String)> {
-    let link: Value = api.get(&format!("/jobs/{id}/logs")).await.unwrap();
-    let bytes = reqwest::get(link["url"].as_str().unwrap())
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    read_logs_archive(&bytes).unwrap()
-}
-
-async fn stop(api: &Api, id: &str) {
-    let (status, v): (_, Value) = api
-        .post(&format!("/jobs/{id}/stop"), &json!({}), &[])
-        .await
-        .unwrap();
-    assert_eq!(status.as_u16(), 202, "{v}");
+    submit_example(api, name).await.id
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -112,8 +57,7 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
         return;
     }
     let kubeconfig = PathBuf::from(std::env::var("TUNEPLANE_TEST_KUBECONFIG").unwrap());
-    let fleet =
-        Fleet::from_yaml(&std::fs::read_to_string(examples().join("fleet.yaml")).unwrap()).unwrap();
+    let fleet = example_fleet();
     let scenario = Scenario {
         image_pull_failures: vec![UNPULLABLE_IMAGE.into()],
         // Pods meant to end (the CPU job, submitters) run 2 s; Ray's servers run until deleted.
@@ -140,12 +84,7 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
     .await
     .unwrap();
     assert!(stack.sim.is_none());
-    let api = Api::new(&ClientArgs {
-        api: stack.api_url.clone(),
-        key: Some(stack.api_key.clone()),
-        output: Output::Json,
-    })
-    .unwrap();
+    let api = api_client(&stack);
     // The capacity view is what the reconciler reads off the real nodes.
     let deadline = Instant::now() + Duration::from_secs(60);
     let capacity = loop {

@@ -1,28 +1,47 @@
 //! The executing dev stack the end-to-end tests share: API, stores, kubesim running pods on this
-//! machine with `examples/fleet.yaml`, and the reconciler, started in a test's own folder.
+//! machine with `examples/fleet.yaml`, and the reconciler, started in a test's own folder; and
+//! the API calls those tests make about a job (submit, wait, events, archived logs, stop).
+
+// Each test binary uses a part of this module.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
-use tuneplane::client::{Api, ClientArgs, Output};
+use serde_json::{Value, json};
+use tuneplane::client::{Api, ClientArgs, Output, pack};
+use tuneplane::cmd::jobs::read_logs_archive;
 use tuneplane::dev::{Backend, Stack, StackOptions, UNPULLABLE_IMAGE};
 use tuneplane_core::fleet::Fleet;
+use tuneplane_core::job::{JobEvent, JobRecord};
 
 /// The repository's `examples/` folder.
 pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
 }
 
+/// The fleet of `examples/fleet.yaml`.
+pub fn example_fleet() -> Fleet {
+    Fleet::from_yaml(&std::fs::read_to_string(examples().join("fleet.yaml")).unwrap()).unwrap()
+}
+
+/// A JSON client of `stack`'s API with the stack's key.
+pub fn api_client(stack: &Stack) -> Api {
+    Api::new(&ClientArgs {
+        api: stack.api_url.clone(),
+        key: Some(stack.api_key.clone()),
+        output: Output::Json,
+    })
+    .unwrap()
+}
+
 /// Starts the stack with its data under `data_dir` on `backend` and returns it with an API
 /// client, once the reconciler has published its first capacity snapshot (within 10 s).
 pub async fn start(backend: Backend, data_dir: &Path) -> (Stack, Api) {
-    let fleet =
-        Fleet::from_yaml(&std::fs::read_to_string(examples().join("fleet.yaml")).unwrap()).unwrap();
-    let stack = Stack::start(StackOptions {
+    start_with(StackOptions {
         data_dir: data_dir.to_path_buf(),
         port: 0,
-        fleet,
+        fleet: example_fleet(),
         execute: true,
         unpullable_images: vec![UNPULLABLE_IMAGE.into()],
         pass_interval: Duration::from_millis(200),
@@ -31,13 +50,13 @@ pub async fn start(backend: Backend, data_dir: &Path) -> (Stack, Api) {
         webhooks: None,
     })
     .await
-    .unwrap();
-    let api = Api::new(&ClientArgs {
-        api: stack.api_url.clone(),
-        key: Some(stack.api_key.clone()),
-        output: Output::Json,
-    })
-    .unwrap();
+}
+
+/// Starts the stack with `options` and returns it with an API client, once the reconciler has
+/// published its first capacity snapshot (within 10 s).
+pub async fn start_with(options: StackOptions) -> (Stack, Api) {
+    let stack = Stack::start(options).await.unwrap();
+    let api = api_client(&stack);
     for _ in 0..100 {
         let cap: Value = api.get("/capacity").await.unwrap();
         if !cap["snapshot"].is_null() {
@@ -46,4 +65,88 @@ pub async fn start(backend: Backend, data_dir: &Path) -> (Stack, Api) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("no capacity snapshot");
+}
+
+/// `POST /jobs` with `spec` and the packed files of `dir`: the answer's status and body, or the
+/// client's error as text.
+pub async fn post_job(api: &Api, dir: &Path, spec: &str) -> Result<(u16, Value), String> {
+    let code = pack::pack_quiet(dir).unwrap();
+    let body = json!({"spec": spec, "code": {"inline": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, code)}});
+    let (status, v): (_, Value) = api
+        .post("/jobs", &body, &[])
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((status.as_u16(), v))
+}
+
+/// Submits `spec` with the files of `dir`; the job created (201).
+pub async fn submit_dir(api: &Api, dir: &Path, spec: &str) -> JobRecord {
+    let (status, v) = post_job(api, dir, spec).await.unwrap();
+    assert_eq!(status, 201, "{}: {v}", dir.display());
+    serde_json::from_value(v["job"].clone()).unwrap()
+}
+
+/// Submits the job folder `dir` with its own `tuneplane.yaml`; the job created (201).
+pub async fn submit_folder(api: &Api, dir: &Path) -> JobRecord {
+    let spec = std::fs::read_to_string(dir.join("tuneplane.yaml")).unwrap();
+    submit_dir(api, dir, &spec).await
+}
+
+/// Submits `examples/<name>`; the job created (201).
+pub async fn submit_example(api: &Api, name: &str) -> JobRecord {
+    submit_folder(api, &examples().join(name)).await
+}
+
+/// Polls job `id` until `done` holds (within `secs` seconds); the job then.
+pub async fn wait_until(
+    api: &Api,
+    id: &str,
+    secs: u64,
+    what: &str,
+    done: impl Fn(&JobRecord) -> bool,
+) -> JobRecord {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let job: JobRecord = api.get(&format!("/jobs/{id}")).await.unwrap();
+        if done(&job) {
+            return job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id} never became {what} in {secs}s: {job:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every event of job `id`, oldest first.
+pub async fn events(api: &Api, id: &str) -> Vec<JobEvent> {
+    let page: Value = api
+        .get(&format!("/jobs/{id}/events?limit=1000"))
+        .await
+        .unwrap();
+    serde_json::from_value(page["events"].clone()).unwrap()
+}
+
+/// The files of job `id`'s archived logs (name, text), fetched through the link the API gives.
+pub async fn archived_logs(api: &Api, id: &str) -> Vec<(String, String)> {
+    let link: Value = api.get(&format!("/jobs/{id}/logs")).await.unwrap();
+    let bytes = reqwest::get(link["url"].as_str().unwrap())
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    read_logs_archive(&bytes).unwrap()
+}
+
+/// Asks to stop job `id`; the API accepts (202).
+pub async fn stop(api: &Api, id: &str) {
+    let (status, v): (_, Value) = api
+        .post(&format!("/jobs/{id}/stop"), &json!({}), &[])
+        .await
+        .unwrap();
+    assert_eq!(status.as_u16(), 202, "{v}");
 }
