@@ -26,6 +26,12 @@ fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
+/// `tuneplane capsule build SRC --spec examples/hello-cpu/tuneplane.yaml -o OUT`.
+fn capsule_build(src: &Path, out: &Path) -> Output {
+    let spec = examples().join("hello-cpu/tuneplane.yaml");
+    tuneplane(&["capsule", "build", p(src), "--spec", p(&spec), "-o", p(out)])
+}
+
 #[test]
 fn validate_prints_the_authoritative_spec_as_json() {
     let spec = examples().join("hello-cpu/tuneplane.yaml");
@@ -76,26 +82,9 @@ fn capsule_build_is_byte_identical_from_different_paths_and_prints_the_digest_la
     for f in ["hello.py", "greeting.py", "tuneplane.yaml"] {
         fs::copy(examples().join("hello-cpu").join(f), copy.join(f)).unwrap();
     }
-    let spec = examples().join("hello-cpu/tuneplane.yaml");
     let (a, b) = (t.path().join("a.zip"), t.path().join("b.zip"));
-    let out_a = tuneplane(&[
-        "capsule",
-        "build",
-        p(&examples().join("hello-cpu")),
-        "--spec",
-        p(&spec),
-        "-o",
-        p(&a),
-    ]);
-    let out_b = tuneplane(&[
-        "capsule",
-        "build",
-        p(&copy),
-        "--spec",
-        p(&spec),
-        "-o",
-        p(&b),
-    ]);
+    let out_a = capsule_build(&examples().join("hello-cpu"), &a);
+    let out_b = capsule_build(&copy, &b);
     assert!(
         out_a.status.success() && out_b.status.success(),
         "{}",
@@ -141,16 +130,7 @@ fn rejected_source_exits_non_zero_names_the_entry_and_writes_no_file() {
     fs::write(src.join("train.py"), "print(1)\n").unwrap();
     std::os::unix::fs::symlink("/etc/passwd", src.join("secrets")).unwrap();
     let out_path = t.path().join("out.zip");
-    let spec = examples().join("hello-cpu/tuneplane.yaml");
-    let out = tuneplane(&[
-        "capsule",
-        "build",
-        p(&src),
-        "--spec",
-        p(&spec),
-        "-o",
-        p(&out_path),
-    ]);
+    let out = capsule_build(&src, &out_path);
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("\"secrets\": symbolic links are not allowed"),
@@ -168,19 +148,10 @@ fn rejected_source_exits_non_zero_names_the_entry_and_writes_no_file() {
 fn inspect_refuses_a_tampered_capsule() {
     let t = tempfile::tempdir().unwrap();
     let zip = t.path().join("c.zip");
-    let spec = examples().join("hello-cpu/tuneplane.yaml");
     assert!(
-        tuneplane(&[
-            "capsule",
-            "build",
-            p(&examples().join("hello-cpu")),
-            "--spec",
-            p(&spec),
-            "-o",
-            p(&zip)
-        ])
-        .status
-        .success()
+        capsule_build(&examples().join("hello-cpu"), &zip)
+            .status
+            .success()
     );
     let mut bytes = fs::read(&zip).unwrap();
     // Flip a byte of hello.py's data, just after its name in the local header.
