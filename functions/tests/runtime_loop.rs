@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod venv;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -25,22 +26,10 @@ use common::{Harness, SENDER_ACCOUNT, TENANT_A};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 use tuneplane_functions::config::Backend;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
+use venv::venv_tool;
 
 fn cargo_lambda() -> PathBuf {
-    let path = root().join(".venv/bin/cargo-lambda");
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/bootstrap-venv.sh (scripts/test.sh does) to install cargo-lambda",
-        path.display()
-    );
-    path
+    venv_tool("cargo-lambda", "cargo-lambda")
 }
 
 fn free_port() -> u16 {

@@ -10,27 +10,18 @@
 // #[test] functions; this covers the helpers too).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod venv;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 use tuneplane_functions::config;
+use venv::root;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-fn venv_tool(name: &str) -> PathBuf {
-    let path = root().join(".venv/bin").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/bootstrap-venv.sh (scripts/test.sh does) to install the pinned template tools",
-        path.display()
-    );
-    path
+/// A pinned template tool of the venv.
+fn tool(name: &str) -> PathBuf {
+    venv::venv_tool(name, "the pinned template tools")
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -46,7 +37,7 @@ fn run(cmd: &mut Command) -> String {
 
 fn transformed(dir: &Path) -> PathBuf {
     let out = dir.join("template.transformed.json");
-    run(Command::new(venv_tool("python"))
+    run(Command::new(tool("python"))
         .arg(root().join("functions/tests/template/sam_transform.py"))
         .arg(root().join("template.yaml"))
         .arg(&out));
@@ -55,14 +46,14 @@ fn transformed(dir: &Path) -> PathBuf {
 
 #[test]
 fn cfn_lint_passes_on_the_sam_template() {
-    run(Command::new(venv_tool("cfn-lint")).arg(root().join("template.yaml")));
+    run(Command::new(tool("cfn-lint")).arg(root().join("template.yaml")));
 }
 
 #[test]
 fn cfn_lint_passes_on_the_offline_sam_transform() {
     let dir = tempfile::tempdir().unwrap();
     let out = transformed(dir.path());
-    run(Command::new(venv_tool("cfn-lint")).arg(&out));
+    run(Command::new(tool("cfn-lint")).arg(&out));
 }
 
 #[test]
