@@ -57,6 +57,18 @@ fn get<'a>(path: &'a str, key: &'a str) -> Event<'a> {
     }
 }
 
+/// `POST /v1/jobs` of `spec` with the default code, the body sent as plain text.
+fn submit_job<'a>(key: &'a str, idempotency_key: &'a str, spec: &str) -> Event<'a> {
+    Event {
+        method: "POST",
+        path: "/v1/jobs",
+        key,
+        idempotency_key,
+        body: body(spec, &code()).to_string(),
+        base64: false,
+    }
+}
+
 /// Decodes the event like the Lambda runtime does and serves it through the adapter.
 async fn invoke(
     h: &Harness,
@@ -110,14 +122,7 @@ async fn gateway_request_id_wins_over_the_clients_header() {
 #[tokio::test]
 async fn submit_event_creates_a_job_and_a_repeat_returns_it() {
     let h = Harness::embedded().await;
-    let submit = Event {
-        method: "POST",
-        path: "/v1/jobs",
-        key: &h.key_a,
-        idempotency_key: "gw-1",
-        body: body(SPEC, &code()).to_string(),
-        base64: false,
-    };
+    let submit = submit_job(&h.key_a, "gw-1", SPEC);
     let (status, first, _) = invoke(&h, &submit).await;
     assert_eq!(status, StatusCode::CREATED, "{first}");
     let (status, again, _) = invoke(&h, &submit).await;
@@ -133,12 +138,8 @@ async fn submit_event_creates_a_job_and_a_repeat_returns_it() {
 async fn base64_encoded_body_is_decoded_by_the_adapter() {
     let h = Harness::embedded().await;
     let submit = Event {
-        method: "POST",
-        path: "/v1/jobs",
-        key: &h.key_a,
-        idempotency_key: "gw-b64",
-        body: body(SPEC, &code()).to_string(),
         base64: true,
+        ..submit_job(&h.key_a, "gw-b64", SPEC)
     };
     let (status, json, _) = invoke(&h, &submit).await;
     assert_eq!(status, StatusCode::CREATED, "{json}");
@@ -147,14 +148,7 @@ async fn base64_encoded_body_is_decoded_by_the_adapter() {
 #[tokio::test]
 async fn bad_spec_event_is_400_with_every_field() {
     let h = Harness::embedded().await;
-    let submit = Event {
-        method: "POST",
-        path: "/v1/jobs",
-        key: &h.key_a,
-        idempotency_key: "gw-bad",
-        body: body(BAD_SPEC, &code()).to_string(),
-        base64: false,
-    };
+    let submit = submit_job(&h.key_a, "gw-bad", BAD_SPEC);
     let (status, json, _) = invoke(&h, &submit).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let fields = json["error"]["details"]["fields"].as_array().map(Vec::len);
