@@ -46,32 +46,26 @@ async fn playground_create_refuses_what_the_fleet_cannot_host_and_list_explains_
     })
     .await;
 
-    // The new user's two mistakes: a series the fleet lacks, more GPUs than a node has.
-    let unknown = cli(&stack, &["create", "qwen", "--series", "h100"]).await;
-    assert_eq!(unknown.status.code(), Some(1), "{unknown:?}");
-    let err = text(&unknown.stderr);
-    assert!(
-        err.contains("series: unknown series \"h100\"; known: h200, l40s"),
-        "{err}"
-    );
-    let too_many = cli(
-        &stack,
-        &["create", "qwen", "--series", "h200", "--gpus", "9"],
-    )
-    .await;
-    assert_eq!(too_many.status.code(), Some(1), "{too_many:?}");
-    let err = text(&too_many.stderr);
-    assert!(
-        err.contains("gpus: 9 GPUs, but the largest h200 node has 8"),
-        "{err}"
-    );
-    let zero = cli(
-        &stack,
-        &["create", "qwen", "--series", "h200", "--gpus", "0"],
-    )
-    .await;
-    assert_eq!(zero.status.code(), Some(1), "{zero:?}");
-    assert!(text(&zero.stderr).contains("gpus: a playground needs at least 1 GPU"));
+    // The new user's mistakes: a series the fleet lacks, more GPUs than a node has, no GPU.
+    for (args, expected) in [
+        (
+            &["--series", "h100"][..],
+            "series: unknown series \"h100\"; known: h200, l40s",
+        ),
+        (
+            &["--series", "h200", "--gpus", "9"],
+            "gpus: 9 GPUs, but the largest h200 node has 8",
+        ),
+        (
+            &["--series", "h200", "--gpus", "0"],
+            "gpus: a playground needs at least 1 GPU",
+        ),
+    ] {
+        let refused = cli(&stack, &[&["create", "qwen"], args].concat()).await;
+        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+        let err = text(&refused.stderr);
+        assert!(err.contains(expected), "{err}");
+    }
 
     // A good one: created, then listed with its state and the proxy URL of a `pg-` pod.
     let made = cli(
