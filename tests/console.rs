@@ -76,19 +76,17 @@ async fn edit_spec(w: &World, spec: &str) {
     w.js("const s = document.getElementById('spec'); s.value = arguments[0]; s.dispatchEvent(new Event('input'));", vec![json!(spec)]).await;
 }
 
-/// Reloads the job page until its status is `state` (bounded).
-async fn wait_for_status(w: &World, id: &str, states: &[&str], tries: u32) {
+/// Reloads job `id`'s page (every 500 ms, 60 s at most) until `check` holds on it.
+async fn reload_job_page_until<F, Fut>(w: &World, id: &str, what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let path = format!("/console/jobs/{id}");
-    eventually(
-        &format!("job {id} to reach {states:?}"),
-        tries,
-        Duration::from_millis(500),
-        || async {
-            w.open(&path).await;
-            let status = w.job_status().await.unwrap_or_default();
-            states.contains(&status.as_str())
-        },
-    )
+    eventually(what, 120, Duration::from_millis(500), || async {
+        w.open(&path).await;
+        check().await
+    })
     .await;
 }
 
@@ -188,16 +186,9 @@ fn a_pending_job_shows_its_reason_in_the_event_view_and_can_be_stopped() {
         let w = World::start().await;
         w.sign_in().await;
         let id = submit_api(&w, PENDING_SPEC).await;
-        let path = format!("/console/jobs/{id}");
-        eventually(
-            "a pending reason",
-            120,
-            Duration::from_millis(500),
-            || async {
-                w.open(&path).await;
-                !w.texts(".pending").await.is_empty()
-            },
-        )
+        reload_job_page_until(&w, &id, "a pending reason", || async {
+            !w.texts(".pending").await.is_empty()
+        })
         .await;
         // The reason the API reports, in plain words beside the reconciler's message, and as an
         // entry of the event view.
@@ -240,7 +231,10 @@ fn a_pending_job_shows_its_reason_in_the_event_view_and_can_be_stopped() {
         w.client.accept_alert().await.expect("confirmation dialog");
         w.wait_for_path("the stop notice", |p| p.contains("notice=stop-requested"))
             .await;
-        wait_for_status(&w, &id, &["STOPPED"], 120).await;
+        reload_job_page_until(&w, &id, "the job STOPPED", || async {
+            w.job_status().await.as_deref() == Some("STOPPED")
+        })
+        .await;
         w.screenshots("job-stopped").await;
         w.finish().await;
     });
@@ -452,20 +446,13 @@ fn a_running_job_page_shows_its_live_output_and_stays_compact_on_a_phone() {
         let w = World::start().await;
         w.sign_in().await;
         let id = submit_api(&w, TICKER_SPEC).await;
-        let path = format!("/console/jobs/{id}");
         // Opening the page marks the job followed; its output appears while it runs.
-        eventually(
-            "live output on the job page",
-            120,
-            Duration::from_millis(500),
-            || async {
-                w.open(&path).await;
-                w.texts("details.live pre.log")
-                    .await
-                    .join("\n")
-                    .contains("tick ")
-            },
-        )
+        reload_job_page_until(&w, &id, "live output on the job page", || async {
+            w.texts("details.live pre.log")
+                .await
+                .join("\n")
+                .contains("tick ")
+        })
         .await;
         assert_eq!(w.job_status().await.as_deref(), Some("RUNNING"));
         // The page refreshes itself: later lines arrive without a reload.
