@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tuneplane_core::job::{JobState, PendingReason};
+use tuneplane_core::job::{JobRecord, JobState, PendingReason};
 use tuneplane_core::store::{
     ApiKeyRecord, CreateOutcome, EventQuery, Idempotency, JobQuery, JobStore, NewJob,
     PlaygroundRecord, PlaygroundState, PlaygroundStatus, ScheduleRecord, StoreError, hash_api_key,
@@ -40,6 +40,11 @@ async fn create_keyed(
     store
         .create_job(&job(id, tenant, submitted, 0), Some(&key))
         .await
+}
+
+/// The ids of `jobs`, in order.
+fn ids(jobs: &[JobRecord]) -> Vec<&str> {
+    jobs.iter().map(|j| j.id.as_str()).collect()
 }
 
 pub async fn create_then_get_returns_version_one(store: Store) {
@@ -253,10 +258,8 @@ pub async fn active_index_is_in_admission_order_and_drops_terminal_jobs(store: S
     create(&store, "j-low-late", "acme", 200, 0).await;
     create(&store, "j-negative", "acme", 50, -5).await;
     let mut done = create(&store, "j-done", "acme", 10, 0).await;
-    let ids = |jobs: Vec<tuneplane_core::job::JobRecord>| {
-        jobs.into_iter().map(|j| j.id).collect::<Vec<_>>()
-    };
-    let order = ids(ok(store.list_active().await, "list active"));
+    let active = ok(store.list_active().await, "list active");
+    let order = ids(&active);
     assert_eq!(
         order,
         [
@@ -275,13 +278,15 @@ pub async fn active_index_is_in_admission_order_and_drops_terminal_jobs(store: S
         since_ms: 20,
     });
     let mut done = ok(store.update_job(&done).await, "admit write");
-    let order = ids(ok(store.list_active().await, "list active"));
+    let active = ok(store.list_active().await, "list active");
+    let order = ids(&active);
     assert_eq!(order.len(), 5, "admitted jobs stay active: {order:?}");
     ok(done.transition(JobState::Running, 30), "run");
     let mut done = ok(store.update_job(&done).await, "run write");
     ok(done.transition(JobState::Succeeded, 40), "succeed");
     ok(store.update_job(&done).await, "succeed write");
-    let order = ids(ok(store.list_active().await, "list active"));
+    let active = ok(store.list_active().await, "list active");
+    let order = ids(&active);
     assert_eq!(
         order,
         ["j-high-late", "j-low-early", "j-low-late", "j-negative"]
@@ -342,27 +347,13 @@ pub async fn tenant_listing_pages_newest_first_with_state_filter(store: Store) {
         cursor: None,
     };
     let first = ok(store.list_jobs("acme", &query).await, "filtered");
-    assert_eq!(
-        first
-            .items
-            .iter()
-            .map(|j| j.id.as_str())
-            .collect::<Vec<_>>(),
-        ["j-4"]
-    );
+    assert_eq!(ids(&first.items), ["j-4"]);
     let query = JobQuery {
         cursor: first.next,
         ..query
     };
     let second = ok(store.list_jobs("acme", &query).await, "filtered page 2");
-    assert_eq!(
-        second
-            .items
-            .iter()
-            .map(|j| j.id.as_str())
-            .collect::<Vec<_>>(),
-        ["j-2"]
-    );
+    assert_eq!(ids(&second.items), ["j-2"]);
     assert_eq!(second.next, None);
 
     let bad = JobQuery {
