@@ -74,12 +74,7 @@ async fn aws_harness(config: tuneplane_kubesim::SimConfig) -> Harness {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
-    let h = aws_harness(sim_config(
-        FLEET,
-        Duration::from_millis(500),
-        Some(Duration::from_millis(500)),
-    ))
-    .await;
+    let h = aws_harness(running_for(Duration::from_millis(500))).await;
     let (_task, _ctx) = h.reconciler(test_config("aws")).await;
     let multi = vec![
         pool("main", Some("h200"), 2, 8),
@@ -88,12 +83,7 @@ async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
     h.submit(&job("multi", multi, "ghcr.io/acme/train:1", 60))
         .await;
     h.submit(&cpu_job("cpu")).await;
-    let mut stop = job(
-        "stopme",
-        vec![pool("main", Some("h200"), 1, 8)],
-        "ghcr.io/acme/train:1",
-        60,
-    );
+    let mut stop = gpu_job("stopme", "h200", 1, 8);
     stop.spec.priority = -1;
     h.submit(&stop).await;
 
@@ -102,14 +92,7 @@ async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
         assert_logs_archived(&h, &done).await;
     }
     // The low-priority job waited for the gang job; stop it wherever it is now.
-    let mut s = h.job("stopme").await;
-    s.stop_requested = true;
-    if h.jobs.update_job(&s).await.is_err() {
-        // It moved meanwhile: request the stop on the fresh record.
-        let mut fresh = h.job("stopme").await;
-        fresh.stop_requested = true;
-        let _ = h.jobs.update_job(&fresh).await;
-    }
+    h.request_stop("stopme").await;
     let stopped = h
         .wait_job(30, "stopme", "terminal", |j| j.is_terminal())
         .await;
@@ -120,13 +103,7 @@ async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
         );
     }
     assert_logs_archived(&h, &stopped).await;
-    let capacity = h
-        .jobs
-        .get_capacity()
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let capacity = h.capacity().await;
     assert_eq!(capacity["series"]["h200"]["nodes"], 2);
     assert!(h.jobs.list_active().await.unwrap().is_empty());
 }

@@ -47,7 +47,7 @@ use tuneplane_reconciler::kube_io::Kube;
 use tuneplane_reconciler::leader::Leadership;
 use tuneplane_reconciler::metrics::Metrics;
 use tuneplane_reconciler::pass::pass;
-use tuneplane_reconciler::rayjob::{self, RayJob};
+use tuneplane_reconciler::rayjob::RayJob;
 use tuneplane_stores::aws::{dynamodb_client, retry_config, s3_client};
 use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore, S3BlobStore};
 
@@ -62,9 +62,8 @@ struct Workloads {
 impl Workloads {
     fn watch(h: &Harness) -> Workloads {
         let uids: Uids = Arc::default();
-        let rayjobs: Api<RayJob> =
-            Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
-        let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+        let rayjobs = h.rayjobs();
+        let pods = h.pods();
         let tasks = vec![
             track_uids(
                 rayjobs.clone(),
@@ -202,11 +201,7 @@ fn embedded_stores(dir: &tempfile::TempDir) -> (Arc<dyn JobStore>, Arc<dyn BlobS
 }
 
 fn fast_sim() -> tuneplane_kubesim::SimConfig {
-    sim_config(
-        FLEET,
-        Duration::from_millis(300),
-        Some(Duration::from_millis(300)),
-    )
+    running_for(Duration::from_millis(300))
 }
 
 /// Seed of the embedded fault draws.
@@ -260,12 +255,7 @@ async fn an_admission_whose_record_write_fails_counts_as_an_error_not_an_admissi
     let dir = tempfile::tempdir().unwrap();
     let (jobs, blobs) = embedded_stores(&dir);
     let h = with_stores(fast_sim(), jobs, blobs, dir).await;
-    let queued = job(
-        "adm01",
-        vec![pool("main", Some("h200"), 1, 4)],
-        "ghcr.io/acme/train:1",
-        120,
-    );
+    let queued = pre_running(gpu_job("adm01", "h200", 1, 4), 120);
     h.submit(&queued).await;
     let faults = Faults::scripted(vec![Rule {
         method: "update_job",
@@ -318,15 +308,7 @@ async fn writes_that_applied_but_answered_an_error_are_picked_up_without_a_secon
     let (jobs, blobs) = embedded_stores(&dir);
     let h = with_stores(fast_sim(), jobs, blobs, dir).await;
     let watch = Workloads::watch(&h);
-    let all = vec![
-        job(
-            "lg",
-            vec![pool("main", Some("h200"), 1, 8)],
-            "ghcr.io/acme/train:1",
-            120,
-        ),
-        cpu_job("lc"),
-    ];
+    let all = vec![pre_running(gpu_job("lg", "h200", 1, 8), 120), cpu_job("lc")];
     let mut rules = Vec::new();
     for j in &all {
         let rule = |method, key: String, nth, kind| Rule {
@@ -379,17 +361,7 @@ async fn a_store_outage_fails_passes_that_back_off_and_every_job_finishes_after_
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let (jobs, blobs) = embedded_stores(&dir);
-    let h = with_stores(
-        sim_config(
-            FLEET,
-            Duration::from_millis(1500),
-            Some(Duration::from_millis(1500)),
-        ),
-        jobs,
-        blobs,
-        dir,
-    )
-    .await;
+    let h = with_stores(running_for(Duration::from_millis(1500)), jobs, blobs, dir).await;
     let watch = Workloads::watch(&h);
     let faults = Faults::new(1, 0.0, 0.0);
     let (_task, ctx) = reconciler_over(

@@ -12,14 +12,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tuneplane_core::fleet::Fleet;
-use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::job::{JobRecord, JobState, PendingReason};
 use tuneplane_core::spec::JobSpec;
 use tuneplane_core::store::{BlobStore, JobStore};
 use tuneplane_kubesim::{KubeSim, SimConfig};
 use tuneplane_reconciler::metrics::Metrics;
+use tuneplane_reconciler::rayjob::{self, RayJob};
 use tuneplane_reconciler::{Config, Ctx, Reconciler};
 use tuneplane_stores::{EmbeddedJobStore, FsBlobStore};
 
@@ -36,6 +39,14 @@ node_groups:
   - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
 ";
 
+/// One h200 node that also carries a `maintenance` taint TunePlane's pods do not tolerate, and one
+/// CPU node.
+pub const TAINTED_H200: &str = "\
+node_groups:
+  - {name: h200, series: h200, count: 1, gpus: 8, cpus: 96, memory_gb: 1024, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}, {key: maintenance, value: 'true', effect: NoSchedule}]}
+  - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
+";
+
 /// A fast simulator over `fleet` (RayJobs run `rayjob_run`, CPU pods `pod_run`).
 pub fn sim_config(fleet: &str, rayjob_run: Duration, pod_run: Option<Duration>) -> SimConfig {
     let mut config = SimConfig {
@@ -47,6 +58,11 @@ pub fn sim_config(fleet: &str, rayjob_run: Duration, pod_run: Option<Duration>) 
     config.scenario.rayjob_run = rayjob_run;
     config.scenario.pod_run = pod_run;
     config
+}
+
+/// A fast simulator over [`FLEET`] where RayJobs and CPU pods both run for `run`.
+pub fn running_for(run: Duration) -> SimConfig {
+    sim_config(FLEET, run, Some(run))
 }
 
 /// The cluster of a scenario.
@@ -236,6 +252,70 @@ impl Harness {
         self.wait_job(secs, id, state.as_str(), |j| j.state == state)
             .await
     }
+
+    /// Waits until job `id` is pending for `reason`.
+    pub async fn wait_pending(&self, secs: u64, id: &str, reason: PendingReason) -> JobRecord {
+        self.wait_job(secs, id, &format!("pending {reason:?}"), |j| {
+            j.pending.as_ref().is_some_and(|p| p.reason == reason)
+        })
+        .await
+    }
+
+    /// Requests that job `id` stop, as the API does (re-reading the record when a concurrent
+    /// reconciler write moved its version).
+    pub async fn request_stop(&self, id: &str) {
+        for _ in 0..5 {
+            let mut job = self.job(id).await;
+            job.stop_requested = true;
+            if self.jobs.update_job(&job).await.is_ok() {
+                return;
+            }
+        }
+        panic!("the stop request of job {id} kept meeting version conflicts");
+    }
+
+    /// The capacity snapshot the reconciler publishes (`null` before the first).
+    pub async fn capacity(&self) -> serde_json::Value {
+        self.jobs
+            .get_capacity()
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// The RayJobs of the jobs' namespace.
+    pub fn rayjobs(&self) -> Api<RayJob> {
+        Api::namespaced_with(self.client.clone(), "tuneplane-jobs", &rayjob::resource())
+    }
+
+    /// The pods of the jobs' namespace.
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), "tuneplane-jobs")
+    }
+
+    /// The pods labelled with job `id`.
+    pub async fn job_pods(&self, id: &str) -> Vec<Pod> {
+        self.pods()
+            .list(&ListParams::default().labels(&format!("tuneplane.io/job-id={id}")))
+            .await
+            .expect("list pods")
+            .items
+    }
+
+    /// Waits until the RayJob `name` is gone.
+    pub async fn wait_rayjob_gone(&self, secs: u64, name: &str) {
+        let api = self.rayjobs();
+        wait_for(secs, &format!("{name} deleted"), || async {
+            api.get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
 }
 
 /// A pool as JSON.
@@ -258,6 +338,23 @@ pub fn job(
     }))
     .expect("spec");
     JobRecord::new_queued(id, "acme", spec, SHA, tuneplane_core::clock::now_ms())
+}
+
+/// A queued job on one pool `main` of `nodes` × `gpus` of `series`, with the train image and a
+/// 60 s pre-running deadline.
+pub fn gpu_job(id: &str, series: &str, nodes: u32, gpus: u32) -> JobRecord {
+    job(
+        id,
+        vec![pool("main", Some(series), nodes, gpus)],
+        "ghcr.io/acme/train:1",
+        60,
+    )
+}
+
+/// `job` with a pre-running deadline of `secs`.
+pub fn pre_running(mut job: JobRecord, secs: u64) -> JobRecord {
+    job.spec.deadlines.pre_running_seconds = secs;
+    job
 }
 
 /// The state a GPU job that runs to its end reaches: SUCCEEDED on kubesim; on the real control
