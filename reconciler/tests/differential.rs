@@ -251,14 +251,6 @@ fn capsule() -> CapsuleRef {
     }
 }
 
-fn pods(h: &Harness) -> Api<Pod> {
-    Api::namespaced(h.client.clone(), NS)
-}
-
-fn rayjobs(h: &Harness) -> Api<RayJob> {
-    Api::namespaced_with(h.client.clone(), NS, &rayjob::resource())
-}
-
 fn rayclusters(client: &Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("ray.io", "v1", "RayCluster");
     Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&gvk))
@@ -287,7 +279,7 @@ fn record_pod(h: &Harness, name: &str) -> (Arc<Mutex<Vec<Pod>>>, tokio::task::Jo
     let seen: Arc<Mutex<Vec<Pod>>> = Arc::default();
     let sink = seen.clone();
     let config = kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let api = pods(h);
+    let api = h.pods();
     let task = tokio::spawn(async move {
         let mut stream = kube::runtime::watcher(api, config)
             .default_backoff()
@@ -343,7 +335,6 @@ fn conditions(p: &Pod) -> Value {
     json!(list)
 }
 
-/// The events about the object `name` (this incarnation of it: events outlive their objects).
 /// The pod with its events once the scheduler has refused it: a `FailedScheduling` event and the
 /// `PodScheduled` condition both written; `None` before.
 async fn refused(h: &Harness, name: &str, pod: Pod) -> Option<(Pod, Vec<Event>)> {
@@ -359,6 +350,19 @@ async fn refused(h: &Harness, name: &str, pod: Pod) -> Option<(Pod, Vec<Event>)>
     (failed && marked).then_some((pod, events))
 }
 
+/// The pod's `PodScheduled` conditions (status, reason, message).
+fn pod_scheduled(p: &Pod) -> Vec<Value> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| c.type_ == "PodScheduled")
+        .map(|c| json!({"status": c.status, "reason": c.reason, "message": c.message}))
+        .collect()
+}
+
+/// The events about the object `name` (this incarnation of it: events outlive their objects).
 async fn events_of(h: &Harness, name: &str) -> Vec<Event> {
     let uid = match Api::<DynamicObject>::namespaced_with(h.client.clone(), NS, &event_target(name))
         .get(name)
@@ -425,6 +429,11 @@ fn sorted_events(events: &[Event], keep: impl Fn(&Event) -> bool) -> Value {
     list.sort_by_key(Value::to_string);
     list.dedup();
     json!(list)
+}
+
+/// The `FailedScheduling` events, sorted.
+fn failed_scheduling(events: &[Event]) -> Value {
+    sorted_events(events, |e| e.reason.as_deref() == Some("FailedScheduling"))
 }
 
 async fn names(api: &Api<Pod>, lp: &ListParams) -> Value {
@@ -502,7 +511,7 @@ async fn step_fleet(h: &Harness) -> Value {
 }
 
 async fn step_cpu_pod(h: &Harness, r: &mut Redactor, created_rv: &mut String) -> Value {
-    let api = pods(h);
+    let api = h.pods();
     let (versions, watcher) = record_pod(h, "tp-c1");
     let created = api
         .create(
@@ -581,7 +590,7 @@ async fn step_cpu_pod(h: &Harness, r: &mut Redactor, created_rv: &mut String) ->
 }
 
 async fn step_api_errors(h: &Harness, r: &mut Redactor) -> Value {
-    let api = pods(h);
+    let api = h.pods();
     let again = outcome(
         api.create(&create_params(), &cpu_pod("c1", "python:3.12-slim", None))
             .await,
@@ -721,7 +730,7 @@ fn gpu_pod(name: &str, gpus: u32, selector: Option<&str>, tolerate: bool) -> Pod
 }
 
 async fn step_unschedulable(h: &Harness) -> Value {
-    let api = pods(h);
+    let api = h.pods();
     let cases = [
         (
             "tp-u-too-big",
@@ -746,15 +755,7 @@ async fn step_unschedulable(h: &Harness) -> Value {
             refused(h, name, pod).await
         })
         .await;
-        let scheduled: Vec<Value> = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default()
-            .iter()
-            .filter(|c| c.type_ == "PodScheduled")
-            .map(|c| json!({"status": c.status, "reason": c.reason, "message": c.message}))
-            .collect();
+        let scheduled = pod_scheduled(&pod);
         let message = scheduled
             .first()
             .and_then(|c| c["message"].as_str())
@@ -767,7 +768,7 @@ async fn step_unschedulable(h: &Harness) -> Value {
             json!({
                 "phase": phase(&pod),
                 "PodScheduled": scheduled,
-                "events": sorted_events(&events, |e| e.reason.as_deref() == Some("FailedScheduling")),
+                "events": failed_scheduling(&events),
                 "scheduling_reason": format!("{:?}", status::scheduling_reason(&message)),
                 "pending_from_pods": {"reason": format!("{reason:?}"), "message": pending},
                 "assess_pod": observed(&status::assess_pod(&pod)),
@@ -791,7 +792,7 @@ async fn step_unschedulable(h: &Harness) -> Value {
 }
 
 async fn step_image_pull(h: &Harness, r: &mut Redactor) -> Value {
-    let api = pods(h);
+    let api = h.pods();
     let (versions, watcher) = record_pod(h, "tp-i1");
     let created = api
         .create(&create_params(), &cpu_pod("i1", BAD_IMAGE, None))
@@ -880,7 +881,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     );
     let value = render_rayjob(&job, &capsule(), &RenderSettings::default()).expect("render");
     let typed: RayJob = serde_json::from_value(value).expect("rayjob");
-    let api = rayjobs(h);
+    let api = h.rayjobs();
     let statuses: Arc<Mutex<Vec<RayJob>>> = Arc::default();
     let sink = statuses.clone();
     let watch_api = api.clone();
@@ -898,7 +899,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     });
     let created = api.create(&create_params(), &typed).await.expect("create");
     r.object(&created.metadata);
-    let pod_api = pods(h);
+    let pod_api = h.pods();
     let assessed: Mutex<Vec<Value>> = Mutex::default();
     let (assessed_ref, api_ref, pod_ref) = (&assessed, &api, &pod_api);
     let running = wait_for(60, "tp-g1 Running with its pods", || async move {
@@ -1093,7 +1094,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
 }
 
 async fn step_watch(h: &Harness, created_rv: &str) -> Value {
-    let api = pods(h);
+    let api = h.pods();
     let mut out = serde_json::Map::new();
     // From "0": the current objects as ADDED (served from the watch cache), then live changes.
     // From the pod's creation: its history after that revision, replayed. (The 410 Gone of a
@@ -1280,7 +1281,7 @@ async fn step_pod_affinity(h: &Harness) -> Value {
             ),
         ),
     ];
-    let api = pods(h);
+    let api = h.pods();
     let series = node_series(h).await;
     let mut out = serde_json::Map::new();
     let mut nodes = BTreeMap::new();
@@ -1306,21 +1307,13 @@ async fn step_pod_affinity(h: &Harness) -> Value {
         if let Some(n) = &node {
             nodes.insert(*name, n.clone());
         }
-        let scheduled: Vec<Value> = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default()
-            .iter()
-            .filter(|c| c.type_ == "PodScheduled")
-            .map(|c| json!({"status": c.status, "reason": c.reason, "message": c.message}))
-            .collect();
+        let scheduled = pod_scheduled(&pod);
         out.insert(
             (*name).to_owned(),
             json!({
                 "node_series": node.as_ref().map(|n| series.get(n).cloned().unwrap_or_default()),
                 "PodScheduled": scheduled,
-                "events": sorted_events(&events, |e| e.reason.as_deref() == Some("FailedScheduling")),
+                "events": failed_scheduling(&events),
             }),
         );
     }
