@@ -13,8 +13,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use aws_config::{BehaviorVersion, Region};
-use aws_sdk_dynamodb::config::Credentials;
 use common::*;
 use tuneplane_core::job::{FailureReason, JobState};
 use tuneplane_stores::aws::{dynamodb_client, s3_client};
@@ -43,18 +41,7 @@ fn unique(prefix: &str) -> String {
 }
 
 async fn aws_harness(config: tuneplane_kubesim::SimConfig) -> Harness {
-    let sdk = aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(local_endpoint())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new(
-            "testing",
-            "testing",
-            None,
-            None,
-            "tuneplane-tests",
-        ))
-        .load()
-        .await;
+    let sdk = moto_sdk(&local_endpoint()).load().await;
     let dynamo = dynamodb_client(&sdk, None);
     let table = unique("tp-recon");
     tuneplane_stores::dynamo::table::create_table(&dynamo, &table)

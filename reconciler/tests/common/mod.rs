@@ -318,6 +318,21 @@ impl Harness {
     }
 }
 
+/// The AWS SDK settings of the tests against the local moto `endpoint`: explicit test credentials
+/// and region, so the SDK never probes the instance metadata service.
+pub fn moto_sdk(endpoint: &str) -> aws_config::ConfigLoader {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "tuneplane-tests",
+        ))
+}
+
 /// A pool as JSON.
 pub fn pool(name: &str, series: Option<&str>, nodes: u32, gpus: u32) -> serde_json::Value {
     json!({"name": name, "series": series, "nodes": nodes, "gpus_per_node": gpus, "cpus": 8.0, "memory_gb": 32.0})
