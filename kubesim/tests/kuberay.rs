@@ -50,6 +50,14 @@ async fn wait_deployment(api: &Api<RayJob>, name: &str, want: &str) -> RayJob {
     .await
 }
 
+/// Creates `rj` to run for a minute and waits until it is Running.
+async fn create_running(api: &Api<RayJob>, rj: RayJob) -> RayJob {
+    let name = rj.metadata.name.clone().unwrap_or_default();
+    let rj = with_annotations(rj, &[(annotations::RUN_SECONDS, "60")]);
+    api.create(&PostParams::default(), &rj).await.unwrap();
+    wait_deployment(api, &name, "Running").await
+}
+
 #[tokio::test]
 async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_after_ttl() {
     let (_sim, client) = start(fast_config()).await;
@@ -154,12 +162,7 @@ async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_af
 async fn raycluster_pods_carry_ray_labels_owner_selector_and_resources() {
     let (_sim, client) = start(fast_config()).await;
     let rayjobs = rayjobs(&client);
-    let rj = with_annotations(
-        rayjob("tp-pods", "l40s", 4, 1),
-        &[(annotations::RUN_SECONDS, "60")],
-    );
-    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
-    let running = wait_deployment(&rayjobs, "tp-pods", "Running").await;
+    let running = create_running(&rayjobs, rayjob("tp-pods", "l40s", 4, 1)).await;
     let cluster = running
         .status
         .and_then(|s| s.ray_cluster_name)
@@ -242,7 +245,7 @@ async fn rayjob_waits_in_initializing_while_a_pod_cannot_be_scheduled() {
 #[tokio::test]
 async fn failing_entrypoint_fails_the_rayjob_with_failed_job_status() {
     let (_sim, client) = start(fast_config()).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client, "default", &rayjob_resource());
+    let rayjobs = rayjobs(&client);
     let rj = with_annotations(
         rayjob("tp-fail", "h200", 8, 0),
         &[
@@ -261,7 +264,7 @@ async fn failing_entrypoint_fails_the_rayjob_with_failed_job_status() {
 #[tokio::test]
 async fn active_deadline_fails_the_rayjob_with_deadline_exceeded() {
     let (_sim, client) = start(fast_config()).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client, "default", &rayjob_resource());
+    let rayjobs = rayjobs(&client);
     let mut rj = with_annotations(
         rayjob("tp-late", "h200", 8, 0),
         &[(annotations::RUN_SECONDS, "60")],
@@ -318,12 +321,7 @@ async fn invalid_rayjob_gets_only_a_warning_event_and_an_empty_status() {
 async fn deleting_a_rayjob_removes_its_finalizer_cluster_job_and_pods() {
     let (_sim, client) = start(fast_config()).await;
     let rayjobs = rayjobs(&client);
-    let rj = with_annotations(
-        rayjob("tp-del", "h200", 8, 0),
-        &[(annotations::RUN_SECONDS, "60")],
-    );
-    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
-    let running = wait_deployment(&rayjobs, "tp-del", "Running").await;
+    let running = create_running(&rayjobs, rayjob("tp-del", "h200", 8, 0)).await;
     assert!(
         running
             .metadata
