@@ -274,12 +274,20 @@ fn cpu_pod(id: &str, image: &str, run_seconds: Option<&str>) -> Pod {
     serde_json::from_value(value).expect("pod")
 }
 
-/// Pod versions seen by a watcher on one pod name.
-fn record_pod(h: &Harness, name: &str) -> (Arc<Mutex<Vec<Pod>>>, tokio::task::JoinHandle<()>) {
-    let seen: Arc<Mutex<Vec<Pod>>> = Arc::default();
+/// The versions of the object `name` a watcher on `api` sees, from now on.
+fn record<K>(api: Api<K>, name: &str) -> (Arc<Mutex<Vec<K>>>, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let seen: Arc<Mutex<Vec<K>>> = Arc::default();
     let sink = seen.clone();
     let config = kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let api = h.pods();
     let task = tokio::spawn(async move {
         let mut stream = kube::runtime::watcher(api, config)
             .default_backoff()
@@ -294,7 +302,7 @@ fn record_pod(h: &Harness, name: &str) -> (Arc<Mutex<Vec<Pod>>>, tokio::task::Jo
     (seen, task)
 }
 
-fn seen(list: &Arc<Mutex<Vec<Pod>>>) -> Vec<Pod> {
+fn seen<K: Clone>(list: &Arc<Mutex<Vec<K>>>) -> Vec<K> {
     list.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
@@ -512,7 +520,7 @@ async fn step_fleet(h: &Harness) -> Value {
 
 async fn step_cpu_pod(h: &Harness, r: &mut Redactor, created_rv: &mut String) -> Value {
     let api = h.pods();
-    let (versions, watcher) = record_pod(h, "tp-c1");
+    let (versions, watcher) = record(h.pods(), "tp-c1");
     let created = api
         .create(
             &create_params(),
@@ -793,7 +801,7 @@ async fn step_unschedulable(h: &Harness) -> Value {
 
 async fn step_image_pull(h: &Harness, r: &mut Redactor) -> Value {
     let api = h.pods();
-    let (versions, watcher) = record_pod(h, "tp-i1");
+    let (versions, watcher) = record(h.pods(), "tp-i1");
     let created = api
         .create(&create_params(), &cpu_pod("i1", BAD_IMAGE, None))
         .await
@@ -882,21 +890,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     let value = render_rayjob(&job, &capsule(), &RenderSettings::default()).expect("render");
     let typed: RayJob = serde_json::from_value(value).expect("rayjob");
     let api = h.rayjobs();
-    let statuses: Arc<Mutex<Vec<RayJob>>> = Arc::default();
-    let sink = statuses.clone();
-    let watch_api = api.clone();
-    let watcher = tokio::spawn(async move {
-        let config = kube::runtime::watcher::Config::default().fields("metadata.name=tp-g1");
-        let mut stream = kube::runtime::watcher(watch_api, config)
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(item) = stream.next().await {
-            if let Ok(rj) = item {
-                sink.lock().unwrap_or_else(|p| p.into_inner()).push(rj);
-            }
-        }
-    });
+    let (statuses, watcher) = record(api.clone(), "tp-g1");
     let created = api.create(&create_params(), &typed).await.expect("create");
     r.object(&created.metadata);
     let pod_api = h.pods();
@@ -1038,7 +1032,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     // Deletion as the reconciler does it (background propagation).
     // The progression starts from the create response: the watcher may open after the operator
     // has already written its first status, and then it never sees the status-less object.
-    let versions: Vec<RayJob> = statuses.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let versions = seen(&statuses);
     let progression = dedup(
         std::iter::once(&created)
             .chain(versions.iter())
