@@ -100,11 +100,15 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
     })
     .await;
     wait_for(20, "playground reclaimed", || async {
-        let gone = pods.get_opt("pg-pg1").await.ok().flatten().is_none();
-        let record = h.jobs.get_playground("pg1").await.ok().flatten();
-        (gone && record.is_none()).then_some(())
+        reclaimed(&h, "pg1", "pg-pg1").await.then_some(())
     })
     .await;
+}
+
+/// Whether playground `id` is reclaimed: its pod `pod` and its record are gone.
+async fn reclaimed(h: &Harness, id: &str, pod: &str) -> bool {
+    let gone = h.pods().get_opt(pod).await.ok().flatten().is_none();
+    gone && h.jobs.get_playground(id).await.ok().flatten().is_none()
 }
 
 /// A playground on `series` with `gpus`, living `ttl_ms`.
@@ -226,9 +230,7 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
     })
     .await;
     wait_for(30, "pg-hold reclaimed", || async {
-        let gone = pods.get_opt("pg-hold").await.ok().flatten().is_none();
-        let record = h.jobs.get_playground("pg-hold").await.ok().flatten();
-        (gone && record.is_none()).then_some(())
+        reclaimed(&h, "pg-hold", "pg-hold").await.then_some(())
     })
     .await;
 }
@@ -275,10 +277,7 @@ async fn a_playground_of_the_old_naming_is_followed_and_reclaimed_not_duplicated
     }
     wait_for(30, "old playgrounds reclaimed", || async {
         for id in ["pg-old1", "pg-old2"] {
-            let old_pod = format!("pg-{id}");
-            if pods.get_opt(&old_pod).await.ok().flatten().is_some()
-                || h.jobs.get_playground(id).await.ok().flatten().is_some()
-            {
+            if !reclaimed(&h, id, &format!("pg-{id}")).await {
                 return None;
             }
         }
