@@ -73,7 +73,6 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, LogParams, Patch,
     PatchParams, PostParams, Preconditions, WatchEvent, WatchParams,
 };
-use kube::runtime::WatchStreamExt;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tuneplane_core::capacity_compute::compute_capacity;
@@ -275,29 +274,15 @@ fn cpu_pod(id: &str, image: &str, run_seconds: Option<&str>) -> Pod {
 }
 
 /// The versions of the object `name` a watcher on `api` sees, from now on.
-fn record<K>(api: Api<K>, name: &str) -> (Arc<Mutex<Vec<K>>>, tokio::task::JoinHandle<()>)
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
+fn record<K: Watched>(
+    api: Api<K>,
+    name: &str,
+) -> (Arc<Mutex<Vec<K>>>, tokio::task::JoinHandle<()>) {
     let seen: Arc<Mutex<Vec<K>>> = Arc::default();
     let sink = seen.clone();
     let config = kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let task = tokio::spawn(async move {
-        let mut stream = kube::runtime::watcher(api, config)
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(item) = stream.next().await {
-            if let Ok(p) = item {
-                sink.lock().unwrap_or_else(|p| p.into_inner()).push(p);
-            }
-        }
+    let task = watch_applied(api, config, move |obj| {
+        sink.lock().unwrap_or_else(|p| p.into_inner()).push(obj);
     });
     (seen, task)
 }

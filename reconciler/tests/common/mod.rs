@@ -467,25 +467,31 @@ pub type Uids = std::sync::Arc<
     std::sync::Mutex<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>,
 >;
 
-/// Watches `api` with `config` and records into `uids` every uid each object name accepted by
-/// `keep` ever had. The task runs until aborted or dropped with the runtime.
-pub fn track_uids<K>(
-    api: kube::Api<K>,
-    config: kube::runtime::watcher::Config,
-    keep: impl Fn(&str) -> bool + Send + 'static,
-    uids: Uids,
-) -> JoinHandle<()>
-where
+/// What the tests' watchers can watch.
+pub trait Watched:
+    kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
     K: kube::Resource
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
+}
+
+/// Watches `api` with `config` and hands every applied object to `seen`. The task runs until
+/// aborted or dropped with the runtime.
+pub fn watch_applied<K: Watched>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    mut seen: impl FnMut(K) + Send + 'static,
+) -> JoinHandle<()> {
     use futures_util::StreamExt;
-    use kube::ResourceExt;
     use kube::runtime::WatchStreamExt;
     tokio::spawn(async move {
         let mut stream = kube::runtime::watcher(api, config)
@@ -493,14 +499,28 @@ where
             .applied_objects()
             .boxed();
         while let Some(item) = stream.next().await {
-            if let Ok(obj) = item
-                && keep(&obj.name_any())
-            {
-                let mut map = uids.lock().unwrap_or_else(|p| p.into_inner());
-                map.entry(obj.name_any())
-                    .or_default()
-                    .insert(obj.uid().unwrap_or_default());
+            if let Ok(obj) = item {
+                seen(obj);
             }
+        }
+    })
+}
+
+/// Watches `api` with `config` and records into `uids` every uid each object name accepted by
+/// `keep` ever had. The task runs until aborted or dropped with the runtime.
+pub fn track_uids<K: Watched>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    keep: impl Fn(&str) -> bool + Send + 'static,
+    uids: Uids,
+) -> JoinHandle<()> {
+    use kube::ResourceExt;
+    watch_applied(api, config, move |obj| {
+        if keep(&obj.name_any()) {
+            let mut map = uids.lock().unwrap_or_else(|p| p.into_inner());
+            map.entry(obj.name_any())
+                .or_default()
+                .insert(obj.uid().unwrap_or_default());
         }
     })
 }
