@@ -32,9 +32,20 @@ fn capsule(files: &[(&str, &str)]) -> Vec<u8> {
     w.finish().map(|c| c.into_inner()).unwrap()
 }
 
-/// Waits until RayJob `name` is Complete or Failed: its deployment status and job status.
-async fn finished(rayjobs: &Api<RayJob>, name: &str) -> (String, Option<String>) {
-    let done = wait_for(30, "RayJob to finish", || async move {
+/// Creates an h200 RayJob `name` running `entrypoint` with `runtime_env` (YAML) and waits until
+/// it is Complete or Failed: its deployment status and job status.
+async fn run_rayjob(
+    client: &kube::Client,
+    name: &str,
+    entrypoint: &str,
+    runtime_env: String,
+) -> (String, Option<String>) {
+    let rayjobs = rayjobs(client);
+    let mut rj = rayjob(name, "h200", 8, 0);
+    rj.spec.entrypoint = entrypoint.into();
+    rj.spec.runtime_env_yaml = Some(runtime_env);
+    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
+    let done = wait_for(30, "RayJob to finish", || async {
         let rj = rayjobs.get(name).await.ok()?;
         matches!(deployment(&rj).as_str(), "Complete" | "Failed").then_some(rj)
     })
@@ -127,16 +138,12 @@ async fn rayjob_entrypoint_runs_in_its_unpacked_file_working_dir() {
     )
     .unwrap();
     let (_sim, client) = start(exec_config(data.path())).await;
-    let rayjobs = rayjobs(&client);
-    let mut rj = rayjob("tp-exec", "h200", 8, 0);
-    rj.spec.entrypoint = "bash run.sh".into();
-    rj.spec.runtime_env_yaml = Some(format!(
+    let runtime_env = format!(
         "working_dir: file://{}\nenv_vars:\n  TUNEPLANE_JOB_ID: j-123\n",
         zip_path.display()
-    ));
-    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
+    );
     assert_eq!(
-        finished(&rayjobs, "tp-exec").await,
+        run_rayjob(&client, "tp-exec", "bash run.sh", runtime_env).await,
         ("Complete".into(), Some("SUCCEEDED".into()))
     );
     let pods: Api<Pod> = Api::namespaced(client, "default");
@@ -164,17 +171,13 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
         let _ = axum::serve(listener, app).await;
     });
     let (_sim, client) = start(exec_config(data.path())).await;
-    let rayjobs = rayjobs(&client);
-    let mut rj = rayjob("tp-http", "h200", 8, 0);
-    // The archive's single top-level folder is stripped, as Ray does.
-    rj.spec.entrypoint = "bash fail.sh".into();
-    rj.spec.runtime_env_yaml = Some(format!(
+    let runtime_env = format!(
         "working_dir: http://{addr}/caps/capsule.zip?X-Amz-Signature=abc\nenv_vars:\n  RUNS: {}\n",
         runs.display()
-    ));
-    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
+    );
+    // The archive's single top-level folder is stripped, as Ray does.
     assert_eq!(
-        finished(&rayjobs, "tp-http").await,
+        run_rayjob(&client, "tp-http", "bash fail.sh", runtime_env).await,
         ("Failed".into(), Some("FAILED".into()))
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
