@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::{exit_code, phase, waiting_reason};
 use futures_util::FutureExt;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use kube::Api;
@@ -79,27 +80,6 @@ async fn create_pod(pods: &Api<Pod>, pod: &Pod) -> Pod {
     .await
 }
 
-fn phase(p: &Pod) -> &str {
-    p.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default()
-}
-
-fn waiting_reason(p: &Pod) -> Option<String> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()?
-        .reason
-        .clone()
-}
-
 async fn exercise(
     client: &kube::Client,
     handle: &AgentHandle,
@@ -159,12 +139,7 @@ async fn exercise(
             .as_deref()
             .is_some_and(|ip| ip.starts_with("10.244."))
     );
-    let terminated = st.container_statuses.unwrap_or_default()[0]
-        .state
-        .clone()
-        .and_then(|s| s.terminated)
-        .expect("container not terminated");
-    assert_eq!(terminated.exit_code, 0);
+    assert_eq!(exit_code(&done), Some(0), "{:?}", done.status);
     if logs_expected {
         let log = pods
             .logs("ok", &LogParams::default())

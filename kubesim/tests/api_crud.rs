@@ -276,26 +276,18 @@ async fn leases_reject_stale_resource_versions() {
 async fn label_and_field_selectors_filter_lists() {
     let (_sim, client) = start(fast_config()).await;
     let nodes: Api<Node> = Api::all(client.clone());
-    let h200 = nodes
-        .list(&ListParams::default().labels("tuneplane/gpu-series=h200"))
-        .await
-        .unwrap();
-    assert_eq!(h200.items.len(), 2);
-    let gpu = nodes
-        .list(&ListParams::default().labels("tuneplane/gpu-series in (h200,l40s),kubernetes.io/os"))
-        .await
-        .unwrap();
-    assert_eq!(gpu.items.len(), 5);
-    let not_gpu = nodes
-        .list(&ListParams::default().labels("!tuneplane/gpu-series"))
-        .await
-        .unwrap();
-    assert_eq!(not_gpu.items.len(), 1);
-    let not_l40s = nodes
-        .list(&ListParams::default().labels("tuneplane/gpu-series notin (l40s)"))
-        .await
-        .unwrap();
-    assert_eq!(not_l40s.items.len(), 3);
+    for (selector, count) in [
+        ("tuneplane/gpu-series=h200", 2),
+        ("tuneplane/gpu-series in (h200,l40s),kubernetes.io/os", 5),
+        ("!tuneplane/gpu-series", 1),
+        ("tuneplane/gpu-series notin (l40s)", 3),
+    ] {
+        let listed = nodes
+            .list(&ListParams::default().labels(selector))
+            .await
+            .unwrap();
+        assert_eq!(listed.items.len(), count, "{selector}");
+    }
     let paged = nodes.list(&ListParams::default().limit(2)).await.unwrap();
     assert_eq!(paged.items.len(), 2);
     assert!(paged.metadata.continue_.is_some());

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, LogParams, PostParams};
+use kube::api::{Api, LogParams, PostParams};
 use serde_json::json;
 
 fn exec_config(dir: &Path) -> tuneplane_kubesim::SimConfig {
@@ -32,18 +32,35 @@ fn capsule(files: &[(&str, &str)]) -> Vec<u8> {
     w.finish().map(|c| c.into_inner()).unwrap()
 }
 
+/// Creates an h200 RayJob `name` running `entrypoint` with `runtime_env` (YAML) and waits until
+/// it is Complete or Failed: its deployment status and job status.
+async fn run_rayjob(
+    client: &kube::Client,
+    name: &str,
+    entrypoint: &str,
+    runtime_env: String,
+) -> (String, Option<String>) {
+    let rayjobs = rayjobs(client);
+    let mut rj = rayjob(name, "h200", 8, 0);
+    rj.spec.entrypoint = entrypoint.into();
+    rj.spec.runtime_env_yaml = Some(runtime_env);
+    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
+    let done = wait_for(30, "RayJob to finish", || async {
+        let rj = rayjobs.get(name).await.ok()?;
+        matches!(deployment(&rj).as_str(), "Complete" | "Failed").then_some(rj)
+    })
+    .await;
+    let status = done.status.unwrap_or_default();
+    (
+        status.job_deployment_status.unwrap_or_default(),
+        status.job_status,
+    )
+}
+
 async fn wait_phase(pods: &Api<Pod>, name: &str) -> Pod {
-    wait_for(20, "pod to finish", || {
-        let pods = pods.clone();
-        let name = name.to_string();
-        async move {
-            let p = pods.get(&name).await.ok()?;
-            matches!(
-                p.status.as_ref()?.phase.as_deref(),
-                Some("Succeeded" | "Failed")
-            )
-            .then_some(p)
-        }
+    wait_for(20, "pod to finish", || async move {
+        let p = pods.get(name).await.ok()?;
+        matches!(phase(&p), "Succeeded" | "Failed").then_some(p)
     })
     .await
 }
@@ -77,17 +94,8 @@ async fn cpu_pod_command_runs_in_bash_with_env_workdir_and_mounts_inside_the_dat
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let done = wait_phase(&pods, "cpu-job").await;
-    assert_eq!(
-        done.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Failed")
-    );
-    let term = done
-        .status
-        .and_then(|s| s.container_statuses)
-        .and_then(|c| c.into_iter().next())
-        .and_then(|c| c.state)
-        .and_then(|s| s.terminated);
-    assert_eq!(term.map(|t| t.exit_code), Some(3));
+    assert_eq!(phase(&done), "Failed");
+    assert_eq!(exit_code(&done), Some(3));
     let logs = pods.logs("cpu-job", &LogParams::default()).await.unwrap();
     let mut lines = logs.lines();
     assert_eq!(lines.next(), Some("hi from cpu-job"));
@@ -130,43 +138,19 @@ async fn rayjob_entrypoint_runs_in_its_unpacked_file_working_dir() {
     )
     .unwrap();
     let (_sim, client) = start(exec_config(data.path())).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client.clone(), "default", &rayjob_resource());
-    let mut rj = rayjob("tp-exec", "h200", 8, 0);
-    rj.spec.entrypoint = "bash run.sh".into();
-    rj.spec.runtime_env_yaml = Some(format!(
+    let runtime_env = format!(
         "working_dir: file://{}\nenv_vars:\n  TUNEPLANE_JOB_ID: j-123\n",
         zip_path.display()
-    ));
-    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
-    let done = wait_for(30, "RayJob to finish", || {
-        let rayjobs = rayjobs.clone();
-        async move {
-            let rj = rayjobs.get("tp-exec").await.ok()?;
-            let d = rj.status.as_ref()?.job_deployment_status.clone()?;
-            matches!(d.as_str(), "Complete" | "Failed").then_some(rj)
-        }
-    })
-    .await;
-    let status = done.status.unwrap_or_default();
+    );
     assert_eq!(
-        (
-            status.job_deployment_status.as_deref(),
-            status.job_status.as_deref()
-        ),
-        (Some("Complete"), Some("SUCCEEDED"))
+        run_rayjob(&client, "tp-exec", "bash run.sh", runtime_env).await,
+        ("Complete".into(), Some("SUCCEEDED".into()))
     );
     let pods: Api<Pod> = Api::namespaced(client, "default");
-    let submitter = pods
-        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-exec"))
-        .await
-        .unwrap();
-    let name = submitter
-        .items
-        .first()
-        .and_then(|p| p.metadata.name.clone())
-        .unwrap_or_default();
-    let logs = pods.logs(&name, &LogParams::default()).await.unwrap();
-    assert_eq!(logs, "job j-123 in working_dir\n{\"name\":\"demo\"}");
+    assert_eq!(
+        submitter_log(&pods, "tp-exec").await,
+        "job j-123 in working_dir\n{\"name\":\"demo\"}"
+    );
 }
 
 #[tokio::test]
@@ -187,40 +171,19 @@ async fn rayjob_working_dir_is_downloaded_over_http_and_a_failing_entrypoint_fai
         let _ = axum::serve(listener, app).await;
     });
     let (_sim, client) = start(exec_config(data.path())).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client.clone(), "default", &rayjob_resource());
-    let mut rj = rayjob("tp-http", "h200", 8, 0);
-    // The archive's single top-level folder is stripped, as Ray does.
-    rj.spec.entrypoint = "bash fail.sh".into();
-    rj.spec.runtime_env_yaml = Some(format!(
+    let runtime_env = format!(
         "working_dir: http://{addr}/caps/capsule.zip?X-Amz-Signature=abc\nenv_vars:\n  RUNS: {}\n",
         runs.display()
-    ));
-    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
-    let done = wait_for(30, "RayJob to finish", || {
-        let rayjobs = rayjobs.clone();
-        async move {
-            let rj = rayjobs.get("tp-http").await.ok()?;
-            let d = rj.status.as_ref()?.job_deployment_status.clone()?;
-            matches!(d.as_str(), "Complete" | "Failed").then_some(rj)
-        }
-    })
-    .await;
-    let status = done.status.unwrap_or_default();
+    );
+    // The archive's single top-level folder is stripped, as Ray does.
     assert_eq!(
-        (
-            status.job_deployment_status.as_deref(),
-            status.job_status.as_deref()
-        ),
-        (Some("Failed"), Some("FAILED"))
+        run_rayjob(&client, "tp-http", "bash fail.sh", runtime_env).await,
+        ("Failed".into(), Some("FAILED".into()))
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let submitter = pods
-        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-http"))
-        .await
-        .unwrap();
     // Retried submitter pods may exist too: the first run's pod holds the driver output.
     let mut outputs = Vec::new();
-    for p in &submitter.items {
+    for p in &submitter_pods(&pods, "tp-http").await {
         let name = p.metadata.name.clone().unwrap_or_default();
         if let Ok(text) = pods.logs(&name, &LogParams::default()).await {
             outputs.push(text);

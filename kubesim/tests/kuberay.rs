@@ -25,13 +25,6 @@ fn raycluster_resource() -> ApiResource {
     )
 }
 
-fn deployment(rj: &RayJob) -> String {
-    rj.status
-        .as_ref()
-        .and_then(|s| s.job_deployment_status.clone())
-        .unwrap_or_default()
-}
-
 fn with_annotations(mut rj: RayJob, pairs: &[(&str, &str)]) -> RayJob {
     rj.metadata.annotations = Some(
         pairs
@@ -57,10 +50,18 @@ async fn wait_deployment(api: &Api<RayJob>, name: &str, want: &str) -> RayJob {
     .await
 }
 
+/// Creates `rj` to run for a minute and waits until it is Running.
+async fn create_running(api: &Api<RayJob>, rj: RayJob) -> RayJob {
+    let name = rj.metadata.name.clone().unwrap_or_default();
+    let rj = with_annotations(rj, &[(annotations::RUN_SECONDS, "60")]);
+    api.create(&PostParams::default(), &rj).await.unwrap();
+    wait_deployment(api, &name, "Running").await
+}
+
 #[tokio::test]
 async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_after_ttl() {
     let (_sim, client) = start(fast_config()).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client.clone(), "default", &rayjob_resource());
+    let rayjobs = rayjobs(&client);
     let mut stream = rayjobs
         .watch(&WatchParams::default().timeout(30), "0")
         .await
@@ -119,17 +120,7 @@ async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_af
         Some("RayJob")
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let submitter = pods
-        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=tp-abc123"))
-        .await
-        .unwrap();
-    let sub_name = submitter
-        .items
-        .first()
-        .and_then(|p| p.metadata.name.clone())
-        .unwrap_or_default();
-    let log = pods.logs(&sub_name, &Default::default()).await.unwrap();
-    assert_eq!(log, "epoch 1 done\n");
+    assert_eq!(submitter_log(&pods, "tp-abc123").await, "epoch 1 done\n");
 
     // TTL 1s: the RayCluster and its pods go, the RayJob stays.
     let clusters: Api<DynamicObject> =
@@ -170,13 +161,8 @@ async fn rayjob_goes_initializing_running_complete_and_its_cluster_is_deleted_af
 #[tokio::test]
 async fn raycluster_pods_carry_ray_labels_owner_selector_and_resources() {
     let (_sim, client) = start(fast_config()).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client.clone(), "default", &rayjob_resource());
-    let rj = with_annotations(
-        rayjob("tp-pods", "l40s", 4, 1),
-        &[(annotations::RUN_SECONDS, "60")],
-    );
-    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
-    let running = wait_deployment(&rayjobs, "tp-pods", "Running").await;
+    let rayjobs = rayjobs(&client);
+    let running = create_running(&rayjobs, rayjob("tp-pods", "l40s", 4, 1)).await;
     let cluster = running
         .status
         .and_then(|s| s.ray_cluster_name)
@@ -221,17 +207,14 @@ async fn raycluster_pods_carry_ray_labels_owner_selector_and_resources() {
             owner.first().map(|o| (o.kind.as_str(), o.name.as_str())),
             Some(("RayCluster", cluster.as_str()))
         );
-        assert_eq!(
-            p.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Running")
-        );
+        assert_eq!(phase(p), "Running");
     }
 }
 
 #[tokio::test]
 async fn rayjob_waits_in_initializing_while_a_pod_cannot_be_scheduled() {
     let (_sim, client) = start(fast_config()).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client.clone(), "default", &rayjob_resource());
+    let rayjobs = rayjobs(&client);
     // Two workers + head need 3 free h200 nodes; the fleet has 2.
     rayjobs
         .create(&PostParams::default(), &rayjob("tp-wait", "h200", 8, 2))
@@ -262,7 +245,7 @@ async fn rayjob_waits_in_initializing_while_a_pod_cannot_be_scheduled() {
 #[tokio::test]
 async fn failing_entrypoint_fails_the_rayjob_with_failed_job_status() {
     let (_sim, client) = start(fast_config()).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client, "default", &rayjob_resource());
+    let rayjobs = rayjobs(&client);
     let rj = with_annotations(
         rayjob("tp-fail", "h200", 8, 0),
         &[
@@ -281,7 +264,7 @@ async fn failing_entrypoint_fails_the_rayjob_with_failed_job_status() {
 #[tokio::test]
 async fn active_deadline_fails_the_rayjob_with_deadline_exceeded() {
     let (_sim, client) = start(fast_config()).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client, "default", &rayjob_resource());
+    let rayjobs = rayjobs(&client);
     let mut rj = with_annotations(
         rayjob("tp-late", "h200", 8, 0),
         &[(annotations::RUN_SECONDS, "60")],
@@ -302,7 +285,7 @@ async fn active_deadline_fails_the_rayjob_with_deadline_exceeded() {
 #[tokio::test]
 async fn invalid_rayjob_gets_only_a_warning_event_and_an_empty_status() {
     let (_sim, client) = start(fast_config()).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client.clone(), "default", &rayjob_resource());
+    let rayjobs = rayjobs(&client);
     let mut rj = rayjob("tp-invalid", "h200", 8, 0);
     rj.spec.active_deadline_seconds = Some(0);
     rayjobs.create(&PostParams::default(), &rj).await.unwrap();
@@ -337,13 +320,8 @@ async fn invalid_rayjob_gets_only_a_warning_event_and_an_empty_status() {
 #[tokio::test]
 async fn deleting_a_rayjob_removes_its_finalizer_cluster_job_and_pods() {
     let (_sim, client) = start(fast_config()).await;
-    let rayjobs: Api<RayJob> = Api::namespaced_with(client.clone(), "default", &rayjob_resource());
-    let rj = with_annotations(
-        rayjob("tp-del", "h200", 8, 0),
-        &[(annotations::RUN_SECONDS, "60")],
-    );
-    rayjobs.create(&PostParams::default(), &rj).await.unwrap();
-    let running = wait_deployment(&rayjobs, "tp-del", "Running").await;
+    let rayjobs = rayjobs(&client);
+    let running = create_running(&rayjobs, rayjob("tp-del", "h200", 8, 0)).await;
     assert!(
         running
             .metadata

@@ -23,16 +23,11 @@ async fn events_for(client: &kube::Client, name: &str) -> Vec<Event> {
         .unwrap_or_default()
 }
 
-async fn wait_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Pod {
-    let what = format!("pod {name} in phase {phase}");
-    wait_for(15, &what, || {
-        let pods = pods.clone();
-        let (name, phase) = (name.to_string(), phase.to_string());
-        async move {
-            let p = pods.get(&name).await.ok()?;
-            (p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase.as_str()))
-                .then_some(p)
-        }
+async fn wait_phase(pods: &Api<Pod>, name: &str, want: &str) -> Pod {
+    let what = format!("pod {name} in phase {want}");
+    wait_for(15, &what, || async move {
+        let p = pods.get(name).await.ok()?;
+        (phase(&p) == want).then_some(p)
     })
     .await
 }
@@ -135,23 +130,11 @@ async fn bad_image_gets_image_pull_events_and_backoff() {
         let pods = pods.clone();
         async move {
             let p = pods.get("pull").await.ok()?;
-            let waiting = p
-                .status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .first()?
-                .state
-                .as_ref()?
-                .waiting
-                .as_ref()?
-                .reason
-                .clone()?;
-            (waiting == "ImagePullBackOff").then_some(p)
+            (waiting_reason(&p)? == "ImagePullBackOff").then_some(p)
         }
     })
     .await;
-    assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
+    assert_eq!(phase(&p), "Pending");
     let events = events_for(&client, "pull").await;
     let has = |reason: &str, text: &str| {
         events.iter().any(|e| {
@@ -181,13 +164,7 @@ async fn crashing_pods_fail_or_loop_by_restart_policy() {
         .await
         .unwrap();
     let failed = wait_phase(&pods, "once", "Failed").await;
-    let term = failed
-        .status
-        .and_then(|s| s.container_statuses)
-        .and_then(|c| c.into_iter().next())
-        .and_then(|c| c.state)
-        .and_then(|s| s.terminated);
-    assert_eq!(term.map(|t| t.exit_code), Some(1));
+    assert_eq!(exit_code(&failed), Some(1));
 
     let mut looping = pod("loop", "crash:1", 0, None);
     if let Some(s) = looping.spec.as_mut() {

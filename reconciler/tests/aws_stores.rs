@@ -13,8 +13,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use aws_config::{BehaviorVersion, Region};
-use aws_sdk_dynamodb::config::Credentials;
 use common::*;
 use tuneplane_core::job::{FailureReason, JobState};
 use tuneplane_stores::aws::{dynamodb_client, s3_client};
@@ -43,18 +41,7 @@ fn unique(prefix: &str) -> String {
 }
 
 async fn aws_harness(config: tuneplane_kubesim::SimConfig) -> Harness {
-    let sdk = aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(local_endpoint())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new(
-            "testing",
-            "testing",
-            None,
-            None,
-            "tuneplane-tests",
-        ))
-        .load()
-        .await;
+    let sdk = moto_sdk(&local_endpoint()).load().await;
     let dynamo = dynamodb_client(&sdk, None);
     let table = unique("tp-recon");
     tuneplane_stores::dynamo::table::create_table(&dynamo, &table)
@@ -74,12 +61,7 @@ async fn aws_harness(config: tuneplane_kubesim::SimConfig) -> Harness {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
-    let h = aws_harness(sim_config(
-        FLEET,
-        Duration::from_millis(500),
-        Some(Duration::from_millis(500)),
-    ))
-    .await;
+    let h = aws_harness(running_for(Duration::from_millis(500))).await;
     let (_task, _ctx) = h.reconciler(test_config("aws")).await;
     let multi = vec![
         pool("main", Some("h200"), 2, 8),
@@ -88,12 +70,7 @@ async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
     h.submit(&job("multi", multi, "ghcr.io/acme/train:1", 60))
         .await;
     h.submit(&cpu_job("cpu")).await;
-    let mut stop = job(
-        "stopme",
-        vec![pool("main", Some("h200"), 1, 8)],
-        "ghcr.io/acme/train:1",
-        60,
-    );
+    let mut stop = gpu_job("stopme", "h200", 1, 8);
     stop.spec.priority = -1;
     h.submit(&stop).await;
 
@@ -102,14 +79,7 @@ async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
         assert_logs_archived(&h, &done).await;
     }
     // The low-priority job waited for the gang job; stop it wherever it is now.
-    let mut s = h.job("stopme").await;
-    s.stop_requested = true;
-    if h.jobs.update_job(&s).await.is_err() {
-        // It moved meanwhile: request the stop on the fresh record.
-        let mut fresh = h.job("stopme").await;
-        fresh.stop_requested = true;
-        let _ = h.jobs.update_job(&fresh).await;
-    }
+    h.request_stop("stopme").await;
     let stopped = h
         .wait_job(30, "stopme", "terminal", |j| j.is_terminal())
         .await;
@@ -120,13 +90,7 @@ async fn jobs_run_to_the_end_with_dynamodb_records_and_s3_log_archives() {
         );
     }
     assert_logs_archived(&h, &stopped).await;
-    let capacity = h
-        .jobs
-        .get_capacity()
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let capacity = h.capacity().await;
     assert_eq!(capacity["series"]["h200"]["nodes"], 2);
     assert!(h.jobs.list_active().await.unwrap().is_empty());
 }

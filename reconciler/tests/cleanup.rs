@@ -11,34 +11,29 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
 use tuneplane_core::render::{CapsuleRef, RenderSettings, render_rayjob};
 use tuneplane_core::store::{PlaygroundRecord, PlaygroundState};
 use tuneplane_reconciler::metrics::Metrics;
-use tuneplane_reconciler::rayjob::{self, RayJob};
+use tuneplane_reconciler::rayjob::RayJob;
 use tuneplane_reconciler::{Error, Reconciler};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workload_without_a_live_job_record_is_archived_and_deleted() {
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
     // A RayJob TunePlane created for a job whose record no longer exists (e.g. a restored table).
-    let ghost = job(
-        "ghost",
-        vec![pool("main", Some("l40s"), 1, 4)],
-        "ghcr.io/acme/train:1",
-        60,
-    );
+    let ghost = gpu_job("ghost", "l40s", 1, 4);
     let capsule = CapsuleRef {
         sha256: SHA.into(),
         url: format!("https://x.example/c/{SHA}/capsule.zip"),
     };
     let value = render_rayjob(&ghost, &capsule, &RenderSettings::default()).unwrap();
     let rj: RayJob = serde_json::from_value(value).unwrap();
-    let api: Api<RayJob> =
-        Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
+    let api = h.rayjobs();
     api.create(&PostParams::default(), &rj).await.unwrap();
     wait_for(20, "ghost pods running", || async {
-        let pods = Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
+        let pods = h
+            .pods()
             .list(&kube::api::ListParams::default().labels("tuneplane.io/job-id=ghost"))
             .await
             .ok()?;
@@ -50,15 +45,7 @@ async fn workload_without_a_live_job_record_is_archived_and_deleted() {
     .await;
 
     let (_task, ctx) = h.reconciler(test_config("r1")).await;
-    wait_for(20, "orphan deleted", || async {
-        api.get_opt("tp-ghost")
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    h.wait_rayjob_gone(20, "tp-ghost").await;
     let archive = h
         .blobs
         .get("logs/ghost/logs.tar.gz")
@@ -97,7 +84,7 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
     };
     h.jobs.put_playground(&pg).await.unwrap();
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
-    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+    let pods = h.pods();
     let pod = wait_for(20, "playground pod", || async {
         pods.get_opt("pg-pg1").await.ok().flatten()
     })
@@ -113,11 +100,15 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
     })
     .await;
     wait_for(20, "playground reclaimed", || async {
-        let gone = pods.get_opt("pg-pg1").await.ok().flatten().is_none();
-        let record = h.jobs.get_playground("pg1").await.ok().flatten();
-        (gone && record.is_none()).then_some(())
+        reclaimed(&h, "pg1", "pg-pg1").await.then_some(())
     })
     .await;
+}
+
+/// Whether playground `id` is reclaimed: its pod `pod` and its record are gone.
+async fn reclaimed(h: &Harness, id: &str, pod: &str) -> bool {
+    let gone = h.pods().get_opt(pod).await.ok().flatten().is_none();
+    gone && h.jobs.get_playground(id).await.ok().flatten().is_none()
 }
 
 /// A playground on `series` with `gpus`, living `ttl_ms`.
@@ -209,7 +200,7 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
         status.message
     );
     // The pod exists and is not running.
-    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+    let pods = h.pods();
     let pod = pods
         .get_opt("pg-wait")
         .await
@@ -239,9 +230,7 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
     })
     .await;
     wait_for(30, "pg-hold reclaimed", || async {
-        let gone = pods.get_opt("pg-hold").await.ok().flatten().is_none();
-        let record = h.jobs.get_playground("pg-hold").await.ok().flatten();
-        (gone && record.is_none()).then_some(())
+        reclaimed(&h, "pg-hold", "pg-hold").await.then_some(())
     })
     .await;
 }
@@ -249,7 +238,7 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_playground_of_the_old_naming_is_followed_and_reclaimed_not_duplicated() {
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
-    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+    let pods = h.pods();
     // Two records as the previous version left them: one whose `pg-pg-` pod it recorded, one
     // whose pod it created but never recorded (a crash between the create and the write).
     let settings = RenderSettings::default();
@@ -288,10 +277,7 @@ async fn a_playground_of_the_old_naming_is_followed_and_reclaimed_not_duplicated
     }
     wait_for(30, "old playgrounds reclaimed", || async {
         for id in ["pg-old1", "pg-old2"] {
-            let old_pod = format!("pg-{id}");
-            if pods.get_opt(&old_pod).await.ok().flatten().is_some()
-                || h.jobs.get_playground(id).await.ok().flatten().is_some()
-            {
+            if !reclaimed(&h, id, &format!("pg-{id}")).await {
                 return None;
             }
         }

@@ -13,11 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
 use kube::runtime::watcher;
 use tuneplane_core::job::JobState;
-use tuneplane_reconciler::rayjob::{self, RayJob};
 
 /// A fingerprint of everything a step can change: record versions, archives, workloads.
 async fn fingerprint(h: &Harness, ids: &[&str], uids: &Uids) -> String {
@@ -49,49 +46,28 @@ async fn fingerprint(h: &Harness, ids: &[&str], uids: &Uids) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_the_reconciler_after_every_step_loses_no_job_and_creates_no_workload_twice() {
-    let h = start(sim_config(
-        FLEET,
-        Duration::from_millis(600),
-        Some(Duration::from_millis(600)),
-    ))
-    .await;
+    let h = start(running_for(Duration::from_millis(600))).await;
     let uids: Uids = Arc::default();
-    let rayjobs: Api<RayJob> =
-        Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
+    let rayjobs = h.rayjobs();
     let _t1 = track_uids(
         rayjobs.clone(),
         watcher::Config::default(),
         |_| true,
         uids.clone(),
     );
-    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+    let pods = h.pods();
     let cpu_pods = watcher::Config::default().fields("metadata.name=tp-c1");
     let _t2 = track_uids(pods.clone(), cpu_pods, |_| true, uids.clone());
 
     let ids = ["g1", "g2", "c1", "g3"];
-    h.submit(&finishing(job(
-        "g1",
-        vec![pool("main", Some("h200"), 1, 8)],
-        "ghcr.io/acme/train:1",
-        120,
-    )))
-    .await;
-    h.submit(&finishing(job(
-        "g2",
-        vec![pool("main", Some("l40s"), 1, 4)],
-        "ghcr.io/acme/train:1",
-        120,
-    )))
-    .await;
+    h.submit(&finishing(pre_running(gpu_job("g1", "h200", 1, 8), 120)))
+        .await;
+    h.submit(&finishing(pre_running(gpu_job("g2", "l40s", 1, 4), 120)))
+        .await;
     h.submit(&cpu_job("c1")).await;
     // Needs both h200 nodes: waits for g1, then runs.
-    h.submit(&finishing(job(
-        "g3",
-        vec![pool("main", Some("h200"), 2, 8)],
-        "ghcr.io/acme/train:1",
-        120,
-    )))
-    .await;
+    h.submit(&finishing(pre_running(gpu_job("g3", "h200", 2, 8), 120)))
+        .await;
 
     let mut kills = 0;
     for _ in 0..80 {

@@ -21,8 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
-use scale::{Kind, Rng, Tracker};
-use tokio::time::Instant;
+use scale::{Kind, Rng, Run};
 
 const JOBS: usize = 200;
 const WAVES: usize = 4;
@@ -41,14 +40,8 @@ async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
     let seed = scale::seed(0x7E57_C0DE);
     println!("crash_scale: seed {seed} (TUNEPLANE_CRASH_SEED={seed} replays the kill schedule)");
     let mut rng = Rng::new(seed);
-    let h = start(scale::config()).await;
-    let jobs = scale::mix("s", JOBS);
-    let tracker = Tracker::start(&h, &jobs);
-    let stopper = scale::stopper(&h, &jobs);
-    let started = Instant::now();
-
-    let per_wave = JOBS.div_ceil(WAVES);
-    let mut waves = jobs.chunks(per_wave).enumerate().peekable();
+    let mut run = Run::start("s", JOBS, WAVES, WAVE_GAP).await;
+    let started = run.started;
     let mut kills = 0usize;
     let mut identities = 1usize;
     let mut lifetimes_ms = 0u64;
@@ -62,16 +55,8 @@ async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
         errors += kube + store + other;
     };
     loop {
-        // The next wave is due every WAVE_GAP.
-        while let Some((i, _)) = waves.peek()
-            && started.elapsed() >= WAVE_GAP * u32::try_from(*i).unwrap_or(u32::MAX)
-        {
-            let (_, wave) = waves.next().unwrap_or_else(|| unreachable!());
-            for (id, kind) in wave {
-                h.submit(&scale::record(id, *kind)).await;
-            }
-        }
-        let done = waves.peek().is_none() && scale::active(&h).await == 0;
+        run.submit_due_waves().await;
+        let done = run.all_submitted() && run.active().await == 0;
         if done || kills >= MAX_KILLS || started.elapsed() >= KILL_PHASE {
             break;
         }
@@ -80,7 +65,7 @@ async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
             identities += 1;
         }
         let identity = format!("crashy-{identities}");
-        let (task, ctx) = h.reconciler(test_config(&identity)).await;
+        let (task, ctx) = run.h.reconciler(test_config(&identity)).await;
         tokio::time::sleep(Duration::from_millis(lifetime)).await;
         task.abort();
         let _ = task.await;
@@ -89,10 +74,10 @@ async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
         lifetimes_ms += lifetime;
     }
     let killed_at = started.elapsed();
-    let left_after_kills = scale::active(&h).await;
+    let left_after_kills = run.active().await;
     // Every wave was submitted while reconcilers were being killed.
     assert!(
-        waves.peek().is_none(),
+        run.all_submitted(),
         "the kill phase ended before every wave was submitted"
     );
     assert!(
@@ -101,16 +86,16 @@ async fn two_hundred_jobs_survive_a_reconciler_killed_at_random_points() {
     );
 
     // One last reconciler runs undisturbed and finishes whatever is left.
-    let (task, ctx) = h
+    let (task, ctx) = run
+        .h
         .reconciler(test_config(&format!("crashy-{identities}")))
         .await;
-    let outcome = scale::check(&h, &jobs, &tracker).await;
+    let outcome = run.check().await;
     task.abort();
     let _ = task.await;
     tally(&ctx);
-    stopper.abort();
 
-    let kinds: BTreeMap<Kind, usize> = jobs.iter().fold(BTreeMap::new(), |mut m, (_, k)| {
+    let kinds: BTreeMap<Kind, usize> = run.jobs.iter().fold(BTreeMap::new(), |mut m, (_, k)| {
         *m.entry(*k).or_insert(0) += 1;
         m
     });

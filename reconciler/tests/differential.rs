@@ -73,7 +73,6 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, LogParams, Patch,
     PatchParams, PostParams, Preconditions, WatchEvent, WatchParams,
 };
-use kube::runtime::WatchStreamExt;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tuneplane_core::capacity_compute::compute_capacity;
@@ -251,14 +250,6 @@ fn capsule() -> CapsuleRef {
     }
 }
 
-fn pods(h: &Harness) -> Api<Pod> {
-    Api::namespaced(h.client.clone(), NS)
-}
-
-fn rayjobs(h: &Harness) -> Api<RayJob> {
-    Api::namespaced_with(h.client.clone(), NS, &rayjob::resource())
-}
-
 fn rayclusters(client: &Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("ray.io", "v1", "RayCluster");
     Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&gvk))
@@ -282,27 +273,21 @@ fn cpu_pod(id: &str, image: &str, run_seconds: Option<&str>) -> Pod {
     serde_json::from_value(value).expect("pod")
 }
 
-/// Pod versions seen by a watcher on one pod name.
-fn record_pod(h: &Harness, name: &str) -> (Arc<Mutex<Vec<Pod>>>, tokio::task::JoinHandle<()>) {
-    let seen: Arc<Mutex<Vec<Pod>>> = Arc::default();
+/// The versions of the object `name` a watcher on `api` sees, from now on.
+fn record<K: Watched>(
+    api: Api<K>,
+    name: &str,
+) -> (Arc<Mutex<Vec<K>>>, tokio::task::JoinHandle<()>) {
+    let seen: Arc<Mutex<Vec<K>>> = Arc::default();
     let sink = seen.clone();
     let config = kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let api = pods(h);
-    let task = tokio::spawn(async move {
-        let mut stream = kube::runtime::watcher(api, config)
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(item) = stream.next().await {
-            if let Ok(p) = item {
-                sink.lock().unwrap_or_else(|p| p.into_inner()).push(p);
-            }
-        }
+    let task = watch_applied(api, config, move |obj| {
+        sink.lock().unwrap_or_else(|p| p.into_inner()).push(obj);
     });
     (seen, task)
 }
 
-fn seen(list: &Arc<Mutex<Vec<Pod>>>) -> Vec<Pod> {
+fn seen<K: Clone>(list: &Arc<Mutex<Vec<K>>>) -> Vec<K> {
     list.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
@@ -343,7 +328,6 @@ fn conditions(p: &Pod) -> Value {
     json!(list)
 }
 
-/// The events about the object `name` (this incarnation of it: events outlive their objects).
 /// The pod with its events once the scheduler has refused it: a `FailedScheduling` event and the
 /// `PodScheduled` condition both written; `None` before.
 async fn refused(h: &Harness, name: &str, pod: Pod) -> Option<(Pod, Vec<Event>)> {
@@ -359,6 +343,19 @@ async fn refused(h: &Harness, name: &str, pod: Pod) -> Option<(Pod, Vec<Event>)>
     (failed && marked).then_some((pod, events))
 }
 
+/// The pod's `PodScheduled` conditions (status, reason, message).
+fn pod_scheduled(p: &Pod) -> Vec<Value> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| c.type_ == "PodScheduled")
+        .map(|c| json!({"status": c.status, "reason": c.reason, "message": c.message}))
+        .collect()
+}
+
+/// The events about the object `name` (this incarnation of it: events outlive their objects).
 async fn events_of(h: &Harness, name: &str) -> Vec<Event> {
     let uid = match Api::<DynamicObject>::namespaced_with(h.client.clone(), NS, &event_target(name))
         .get(name)
@@ -425,6 +422,11 @@ fn sorted_events(events: &[Event], keep: impl Fn(&Event) -> bool) -> Value {
     list.sort_by_key(Value::to_string);
     list.dedup();
     json!(list)
+}
+
+/// The `FailedScheduling` events, sorted.
+fn failed_scheduling(events: &[Event]) -> Value {
+    sorted_events(events, |e| e.reason.as_deref() == Some("FailedScheduling"))
 }
 
 async fn names(api: &Api<Pod>, lp: &ListParams) -> Value {
@@ -502,8 +504,8 @@ async fn step_fleet(h: &Harness) -> Value {
 }
 
 async fn step_cpu_pod(h: &Harness, r: &mut Redactor, created_rv: &mut String) -> Value {
-    let api = pods(h);
-    let (versions, watcher) = record_pod(h, "tp-c1");
+    let api = h.pods();
+    let (versions, watcher) = record(h.pods(), "tp-c1");
     let created = api
         .create(
             &create_params(),
@@ -581,7 +583,7 @@ async fn step_cpu_pod(h: &Harness, r: &mut Redactor, created_rv: &mut String) ->
 }
 
 async fn step_api_errors(h: &Harness, r: &mut Redactor) -> Value {
-    let api = pods(h);
+    let api = h.pods();
     let again = outcome(
         api.create(&create_params(), &cpu_pod("c1", "python:3.12-slim", None))
             .await,
@@ -721,7 +723,7 @@ fn gpu_pod(name: &str, gpus: u32, selector: Option<&str>, tolerate: bool) -> Pod
 }
 
 async fn step_unschedulable(h: &Harness) -> Value {
-    let api = pods(h);
+    let api = h.pods();
     let cases = [
         (
             "tp-u-too-big",
@@ -746,15 +748,7 @@ async fn step_unschedulable(h: &Harness) -> Value {
             refused(h, name, pod).await
         })
         .await;
-        let scheduled: Vec<Value> = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default()
-            .iter()
-            .filter(|c| c.type_ == "PodScheduled")
-            .map(|c| json!({"status": c.status, "reason": c.reason, "message": c.message}))
-            .collect();
+        let scheduled = pod_scheduled(&pod);
         let message = scheduled
             .first()
             .and_then(|c| c["message"].as_str())
@@ -767,7 +761,7 @@ async fn step_unschedulable(h: &Harness) -> Value {
             json!({
                 "phase": phase(&pod),
                 "PodScheduled": scheduled,
-                "events": sorted_events(&events, |e| e.reason.as_deref() == Some("FailedScheduling")),
+                "events": failed_scheduling(&events),
                 "scheduling_reason": format!("{:?}", status::scheduling_reason(&message)),
                 "pending_from_pods": {"reason": format!("{reason:?}"), "message": pending},
                 "assess_pod": observed(&status::assess_pod(&pod)),
@@ -791,8 +785,8 @@ async fn step_unschedulable(h: &Harness) -> Value {
 }
 
 async fn step_image_pull(h: &Harness, r: &mut Redactor) -> Value {
-    let api = pods(h);
-    let (versions, watcher) = record_pod(h, "tp-i1");
+    let api = h.pods();
+    let (versions, watcher) = record(h.pods(), "tp-i1");
     let created = api
         .create(&create_params(), &cpu_pod("i1", BAD_IMAGE, None))
         .await
@@ -880,25 +874,11 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     );
     let value = render_rayjob(&job, &capsule(), &RenderSettings::default()).expect("render");
     let typed: RayJob = serde_json::from_value(value).expect("rayjob");
-    let api = rayjobs(h);
-    let statuses: Arc<Mutex<Vec<RayJob>>> = Arc::default();
-    let sink = statuses.clone();
-    let watch_api = api.clone();
-    let watcher = tokio::spawn(async move {
-        let config = kube::runtime::watcher::Config::default().fields("metadata.name=tp-g1");
-        let mut stream = kube::runtime::watcher(watch_api, config)
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(item) = stream.next().await {
-            if let Ok(rj) = item {
-                sink.lock().unwrap_or_else(|p| p.into_inner()).push(rj);
-            }
-        }
-    });
+    let api = h.rayjobs();
+    let (statuses, watcher) = record(api.clone(), "tp-g1");
     let created = api.create(&create_params(), &typed).await.expect("create");
     r.object(&created.metadata);
-    let pod_api = pods(h);
+    let pod_api = h.pods();
     let assessed: Mutex<Vec<Value>> = Mutex::default();
     let (assessed_ref, api_ref, pod_ref) = (&assessed, &api, &pod_api);
     let running = wait_for(60, "tp-g1 Running with its pods", || async move {
@@ -1037,7 +1017,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
     // Deletion as the reconciler does it (background propagation).
     // The progression starts from the create response: the watcher may open after the operator
     // has already written its first status, and then it never sees the status-less object.
-    let versions: Vec<RayJob> = statuses.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let versions = seen(&statuses);
     let progression = dedup(
         std::iter::once(&created)
             .chain(versions.iter())
@@ -1093,7 +1073,7 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
 }
 
 async fn step_watch(h: &Harness, created_rv: &str) -> Value {
-    let api = pods(h);
+    let api = h.pods();
     let mut out = serde_json::Map::new();
     // From "0": the current objects as ADDED (served from the watch cache), then live changes.
     // From the pod's creation: its history after that revision, replayed. (The 410 Gone of a
@@ -1280,7 +1260,7 @@ async fn step_pod_affinity(h: &Harness) -> Value {
             ),
         ),
     ];
-    let api = pods(h);
+    let api = h.pods();
     let series = node_series(h).await;
     let mut out = serde_json::Map::new();
     let mut nodes = BTreeMap::new();
@@ -1306,21 +1286,13 @@ async fn step_pod_affinity(h: &Harness) -> Value {
         if let Some(n) = &node {
             nodes.insert(*name, n.clone());
         }
-        let scheduled: Vec<Value> = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default()
-            .iter()
-            .filter(|c| c.type_ == "PodScheduled")
-            .map(|c| json!({"status": c.status, "reason": c.reason, "message": c.message}))
-            .collect();
+        let scheduled = pod_scheduled(&pod);
         out.insert(
             (*name).to_owned(),
             json!({
                 "node_series": node.as_ref().map(|n| series.get(n).cloned().unwrap_or_default()),
                 "PodScheduled": scheduled,
-                "events": sorted_events(&events, |e| e.reason.as_deref() == Some("FailedScheduling")),
+                "events": failed_scheduling(&events),
             }),
         );
     }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use scale::{Rng, Tracker};
+use scale::{Rng, Run};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tuneplane_reconciler::Ctx;
@@ -64,16 +64,11 @@ async fn leader_failover_under_load_keeps_one_leader_and_every_job_whole() {
     let seed = scale::seed(0xFA11_0FE5);
     println!("failover_load: seed {seed} (TUNEPLANE_CRASH_SEED={seed} replays the kill schedule)");
     let mut rng = Rng::new(seed);
-    let h = start(scale::config()).await;
-    let jobs = scale::mix("f", JOBS);
-    let tracker = Tracker::start(&h, &jobs);
-    let stopper = scale::stopper(&h, &jobs);
-    let started = Instant::now();
+    let mut run = Run::start("f", JOBS, WAVES, WAVE_GAP).await;
+    let started = run.started;
 
-    let mut replicas = vec![replica(&h, 0).await, replica(&h, 1).await];
+    let mut replicas = vec![replica(&run.h, 0).await, replica(&run.h, 1).await];
     let mut next_replica = 2;
-    let per_wave = JOBS.div_ceil(WAVES);
-    let mut waves = jobs.chunks(per_wave).enumerate().peekable();
     let mut samples = 0u64;
     let mut gaps: Vec<Duration> = Vec::new();
     let mut lease_gaps: Vec<Duration> = Vec::new();
@@ -84,14 +79,7 @@ async fn leader_failover_under_load_keeps_one_leader_and_every_job_whole() {
     let mut admissions = 0u64;
     let mut under_load = 0usize;
     loop {
-        while let Some((i, _)) = waves.peek()
-            && started.elapsed() >= WAVE_GAP * u32::try_from(*i).unwrap_or(u32::MAX)
-        {
-            let (_, wave) = waves.next().unwrap_or_else(|| unreachable!());
-            for (id, kind) in wave {
-                h.submit(&scale::record(id, *kind)).await;
-            }
-        }
+        run.submit_due_waves().await;
 
         // Never two live replicas that believe they lead.
         let leading: Vec<&Replica> = replicas
@@ -129,14 +117,14 @@ async fn leader_failover_under_load_keeps_one_leader_and_every_job_whole() {
             _ => {}
         }
 
-        let done = waves.peek().is_none() && scale::active(&h).await == 0;
+        let done = run.all_submitted() && run.active().await == 0;
         if done && gaps.len() >= MIN_FAILOVERS && pending.is_none() {
             break;
         }
         assert!(
             started.elapsed() < LOOP_BOUND,
             "after {LOOP_BOUND:?}: {} jobs active, {} failovers, takeover pending: {}",
-            scale::active(&h).await,
+            run.active().await,
             gaps.len(),
             pending.is_some()
         );
@@ -148,13 +136,13 @@ async fn leader_failover_under_load_keeps_one_leader_and_every_job_whole() {
             && since.elapsed() >= *length
             && let Some(pos) = replicas.iter().position(|r| &r.name == name)
         {
-            under_load += usize::from(waves.peek().is_some() || scale::active(&h).await > 0);
+            under_load += usize::from(!run.all_submitted() || run.active().await > 0);
             let dead = replicas.swap_remove(pos);
             dead.task.abort();
             let _ = dead.task.await;
             let at = Instant::now();
             admissions += dead.ctx.metrics.admissions();
-            replicas.push(replica(&h, next_replica).await);
+            replicas.push(replica(&run.h, next_replica).await);
             next_replica += 1;
             pending = Some(Takeover {
                 at,
@@ -170,12 +158,11 @@ async fn leader_failover_under_load_keeps_one_leader_and_every_job_whole() {
     }
     let loop_time = started.elapsed();
 
-    let outcome = scale::check(&h, &jobs, &tracker).await;
+    let outcome = run.check().await;
     for r in &replicas {
         r.task.abort();
         admissions += r.ctx.metrics.admissions();
     }
-    stopper.abort();
 
     assert!(gaps.len() >= MIN_FAILOVERS, "{} failovers", gaps.len());
     assert!(

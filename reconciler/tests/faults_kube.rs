@@ -70,13 +70,9 @@ async fn reconciler(h: &Harness, config: Config) -> (tokio::task::JoinHandle<()>
     spawn_reconciler(config, client, h.jobs.clone(), h.blobs.clone()).await
 }
 
+/// A GPU job that may wait its turn through the faults (a 600 s pre-running deadline).
 fn gpu_job(id: &str, series: &str, nodes: u32, gpus: u32) -> JobRecord {
-    job(
-        id,
-        vec![pool("main", Some(series), nodes, gpus)],
-        "ghcr.io/acme/train:1",
-        600,
-    )
+    pre_running(common::gpu_job(id, series, nodes, gpus), 600)
 }
 
 /// One value of the metrics exposition.
@@ -156,12 +152,7 @@ async fn assert_workloads_once(h: &Harness, uids: &Uids, expected: usize, cpu: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_requests() {
-    let h = start(sim_config(
-        FLEET,
-        Duration::from_millis(600),
-        Some(Duration::from_millis(600)),
-    ))
-    .await;
+    let h = start(running_for(Duration::from_millis(600))).await;
     // 12 GPU RayJobs that queue behind each other (two h200 nodes, one l40s node; two jobs need
     // both h200 nodes) and 24 CPU pods (8 fit the CPU node at once).
     let mut jobs: Vec<JobRecord> = Vec::new();
@@ -283,12 +274,7 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_outage_backs_off_then_every_job_finishes_once() {
-    let h = start(sim_config(
-        FLEET,
-        Duration::from_millis(600),
-        Some(Duration::from_millis(600)),
-    ))
-    .await;
+    let h = start(running_for(Duration::from_millis(600))).await;
     let first: Vec<JobRecord> = vec![
         gpu_job("a0", "h200", 1, 8),
         gpu_job("a1", "l40s", 1, 4),
@@ -366,12 +352,7 @@ async fn a_full_outage_backs_off_then_every_job_finishes_once() {
 async fn a_log_the_api_server_never_serves_delays_the_end_a_bounded_number_of_passes() {
     use tuneplane_reconciler::kube_io::MAX_ATTEMPTS;
     use tuneplane_reconciler::logs::STRICT_ARCHIVE_ATTEMPTS;
-    let h = start(sim_config(
-        FLEET,
-        Duration::from_millis(600),
-        Some(Duration::from_millis(600)),
-    ))
-    .await;
+    let h = start(running_for(Duration::from_millis(600))).await;
     let (_task, _ctx) = reconciler(&h, test_config("logs")).await;
     // Every log read answers 500 (as for a pod whose node is unreachable); nothing else fails.
     h.sim().set_fault_plan(Some(FaultPlan {

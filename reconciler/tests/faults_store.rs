@@ -27,8 +27,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_config::{BehaviorVersion, Region};
-use aws_sdk_dynamodb::config::Credentials;
 use common::*;
 use fault_proxy::{FaultProxy, ProxyFault, ProxyPlan};
 use faulty::{FaultKind, Faults, FaultyBlobStore, FaultyJobStore, Rule};
@@ -47,9 +45,9 @@ use tuneplane_reconciler::kube_io::Kube;
 use tuneplane_reconciler::leader::Leadership;
 use tuneplane_reconciler::metrics::Metrics;
 use tuneplane_reconciler::pass::pass;
-use tuneplane_reconciler::rayjob::{self, RayJob};
+use tuneplane_reconciler::rayjob::RayJob;
 use tuneplane_stores::aws::{dynamodb_client, retry_config, s3_client};
-use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore, S3BlobStore};
+use tuneplane_stores::{DynamoJobStore, S3BlobStore};
 
 /// Workload watches of the job namespace.
 struct Workloads {
@@ -62,9 +60,8 @@ struct Workloads {
 impl Workloads {
     fn watch(h: &Harness) -> Workloads {
         let uids: Uids = Arc::default();
-        let rayjobs: Api<RayJob> =
-            Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
-        let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+        let rayjobs = h.rayjobs();
+        let pods = h.pods();
         let tasks = vec![
             track_uids(
                 rayjobs.clone(),
@@ -118,16 +115,27 @@ async fn reconciler_over(
     spawn_reconciler(test_config("faulty"), h.client.clone(), jobs, blobs).await
 }
 
+/// Starts a reconciler over the harness's stores behind `faults`.
+async fn faulty_reconciler(
+    h: &Harness,
+    faults: &Arc<Faults>,
+) -> (tokio::task::JoinHandle<()>, Arc<Ctx>) {
+    reconciler_over(
+        h,
+        FaultyJobStore::new(h.jobs.clone(), faults.clone()),
+        FaultyBlobStore::new(h.blobs.clone(), faults.clone()),
+    )
+    .await
+}
+
 /// A mix of `gpu` h200 jobs, `small` l40s jobs and `cpu` CPU jobs.
 fn mix(gpu: usize, small: usize, cpu: usize) -> Vec<JobRecord> {
     let mut out = Vec::new();
     for i in 0..gpu {
-        let pools = vec![pool("main", Some("h200"), 1, 4)];
-        out.push(job(&format!("g{i:02}"), pools, "ghcr.io/acme/train:1", 120));
+        out.push(pre_running(gpu_job(&format!("g{i:02}"), "h200", 1, 4), 120));
     }
     for i in 0..small {
-        let pools = vec![pool("main", Some("l40s"), 1, 2)];
-        out.push(job(&format!("s{i:02}"), pools, "ghcr.io/acme/train:1", 120));
+        out.push(pre_running(gpu_job(&format!("s{i:02}"), "l40s", 1, 2), 120));
     }
     for i in 0..cpu {
         out.push(cpu_job(&format!("c{i:02}")));
@@ -190,23 +198,8 @@ fn metric(ctx: &Ctx, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no metric {name}"))
 }
 
-fn embedded_stores(dir: &tempfile::TempDir) -> (Arc<dyn JobStore>, Arc<dyn BlobStore>) {
-    let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
-    let blobs = FsBlobStore::open(
-        dir.path().join("blobs"),
-        b"test-secret".to_vec(),
-        "http://127.0.0.1:9/blobs",
-    )
-    .unwrap();
-    (Arc::new(jobs), Arc::new(blobs))
-}
-
 fn fast_sim() -> tuneplane_kubesim::SimConfig {
-    sim_config(
-        FLEET,
-        Duration::from_millis(300),
-        Some(Duration::from_millis(300)),
-    )
+    running_for(Duration::from_millis(300))
 }
 
 /// Seed of the embedded fault draws.
@@ -215,18 +208,11 @@ const EMBEDDED_SEED: u64 = 0x7e57_0008;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_end_once_with_their_logs_when_store_calls_fail_before_or_after_writing() {
     let started = std::time::Instant::now();
-    let dir = tempfile::tempdir().unwrap();
-    let (jobs, blobs) = embedded_stores(&dir);
-    let h = with_stores(fast_sim(), jobs, blobs, dir).await;
+    let h = start(fast_sim()).await;
     let watch = Workloads::watch(&h);
     // 8% of calls fail before the store sees them, 8% after the store applied them.
     let faults = Faults::new(EMBEDDED_SEED, 0.08, 0.08);
-    let (_task, ctx) = reconciler_over(
-        &h,
-        FaultyJobStore::new(h.jobs.clone(), faults.clone()),
-        FaultyBlobStore::new(h.blobs.clone(), faults.clone()),
-    )
-    .await;
+    let (_task, ctx) = faulty_reconciler(&h, &faults).await;
     let all = mix(10, 6, 14);
     for j in &all {
         h.submit(j).await;
@@ -257,15 +243,8 @@ async fn jobs_end_once_with_their_logs_when_store_calls_fail_before_or_after_wri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admission_whose_record_write_fails_counts_as_an_error_not_an_admission() {
-    let dir = tempfile::tempdir().unwrap();
-    let (jobs, blobs) = embedded_stores(&dir);
-    let h = with_stores(fast_sim(), jobs, blobs, dir).await;
-    let queued = job(
-        "adm01",
-        vec![pool("main", Some("h200"), 1, 4)],
-        "ghcr.io/acme/train:1",
-        120,
-    );
+    let h = start(fast_sim()).await;
+    let queued = pre_running(gpu_job("adm01", "h200", 1, 4), 120);
     h.submit(&queued).await;
     let faults = Faults::scripted(vec![Rule {
         method: "update_job",
@@ -314,19 +293,9 @@ async fn an_admission_whose_record_write_fails_counts_as_an_error_not_an_admissi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_that_applied_but_answered_an_error_are_picked_up_without_a_second_workload() {
-    let dir = tempfile::tempdir().unwrap();
-    let (jobs, blobs) = embedded_stores(&dir);
-    let h = with_stores(fast_sim(), jobs, blobs, dir).await;
+    let h = start(fast_sim()).await;
     let watch = Workloads::watch(&h);
-    let all = vec![
-        job(
-            "lg",
-            vec![pool("main", Some("h200"), 1, 8)],
-            "ghcr.io/acme/train:1",
-            120,
-        ),
-        cpu_job("lc"),
-    ];
+    let all = vec![pre_running(gpu_job("lg", "h200", 1, 8), 120), cpu_job("lc")];
     let mut rules = Vec::new();
     for j in &all {
         let rule = |method, key: String, nth, kind| Rule {
@@ -351,12 +320,7 @@ async fn writes_that_applied_but_answered_an_error_are_picked_up_without_a_secon
     }
     let expected = rules.len() as u64;
     let faults = Faults::scripted(rules);
-    let (_task, ctx) = reconciler_over(
-        &h,
-        FaultyJobStore::new(h.jobs.clone(), faults.clone()),
-        FaultyBlobStore::new(h.blobs.clone(), faults.clone()),
-    )
-    .await;
+    let (_task, ctx) = faulty_reconciler(&h, &faults).await;
     for j in &all {
         h.submit(j).await;
     }
@@ -377,27 +341,10 @@ async fn writes_that_applied_but_answered_an_error_are_picked_up_without_a_secon
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_outage_fails_passes_that_back_off_and_every_job_finishes_after_it() {
     let started = std::time::Instant::now();
-    let dir = tempfile::tempdir().unwrap();
-    let (jobs, blobs) = embedded_stores(&dir);
-    let h = with_stores(
-        sim_config(
-            FLEET,
-            Duration::from_millis(1500),
-            Some(Duration::from_millis(1500)),
-        ),
-        jobs,
-        blobs,
-        dir,
-    )
-    .await;
+    let h = start(running_for(Duration::from_millis(1500))).await;
     let watch = Workloads::watch(&h);
     let faults = Faults::new(1, 0.0, 0.0);
-    let (_task, ctx) = reconciler_over(
-        &h,
-        FaultyJobStore::new(h.jobs.clone(), faults.clone()),
-        FaultyBlobStore::new(h.blobs.clone(), faults.clone()),
-    )
-    .await;
+    let (_task, ctx) = faulty_reconciler(&h, &faults).await;
     let all = mix(3, 1, 3);
     for j in &all {
         h.submit(j).await;
@@ -462,16 +409,7 @@ fn moto_endpoint() -> (String, SocketAddr) {
 }
 
 async fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new(
-            "testing",
-            "testing",
-            None,
-            None,
-            "tuneplane-tests",
-        ))
+    moto_sdk(endpoint)
         // The production retry policy (bounded attempts, standard mode).
         .retry_config(retry_config())
         .load()

@@ -14,12 +14,7 @@ use tuneplane_core::job::JobState;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn only_one_of_two_reconcilers_acts_and_the_standby_takes_over_when_the_leader_dies() {
-    let h = start(sim_config(
-        FLEET,
-        Duration::from_millis(300),
-        Some(Duration::from_millis(300)),
-    ))
-    .await;
+    let h = start(running_for(Duration::from_millis(300))).await;
     let (task_a, a) = h.reconciler(test_config("replica-a")).await;
     let (task_b, b) = h.reconciler(test_config("replica-b")).await;
     wait_for(10, "a leader", || async {
@@ -28,13 +23,8 @@ async fn only_one_of_two_reconcilers_acts_and_the_standby_takes_over_when_the_le
     .await;
 
     for i in 0..4 {
-        h.submit(&finishing(job(
-            &format!("j{i}"),
-            vec![pool("main", Some("l40s"), 1, 4)],
-            "ghcr.io/acme/train:1",
-            60,
-        )))
-        .await;
+        h.submit(&finishing(gpu_job(&format!("j{i}"), "l40s", 1, 4)))
+            .await;
     }
     // Sample leadership while the jobs run through: never both at once.
     for _ in 0..100 {

@@ -10,16 +10,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 use serde_json::Value;
 use tuneplane_core::job::{FailureReason, JobState, PendingReason};
 use tuneplane_core::store::EventQuery;
-use tuneplane_reconciler::rayjob::{self, RayJob};
-
-fn rayjobs(h: &Harness) -> Api<RayJob> {
-    Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource())
-}
 
 /// Waits until the workload `name` is gone, checking that at that moment the logs archive exists.
 async fn gone_after_archive(h: &Harness, id: &str, name: &str, pod: bool) {
@@ -29,14 +22,9 @@ async fn gone_after_archive(h: &Harness, id: &str, name: &str, pod: bool) {
     let seen = &seen;
     wait_for(20, &format!("{name} deleted"), || async move {
         let exists = if pod {
-            Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .is_some()
+            h.pods().get_opt(name).await.ok().flatten().is_some()
         } else {
-            rayjobs(h).get_opt(name).await.ok().flatten().is_some()
+            h.rayjobs().get_opt(name).await.ok().flatten().is_some()
         };
         if exists {
             seen.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -66,13 +54,7 @@ async fn gone_after_archive(h: &Harness, id: &str, name: &str, pod: bool) {
 async fn multi_pool_job_is_admitted_only_when_every_pool_fits_and_a_stopped_job_frees_its_nodes() {
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
-    h.submit(&job(
-        "hold",
-        vec![pool("main", Some("h200"), 1, 8)],
-        "ghcr.io/acme/train:1",
-        60,
-    ))
-    .await;
+    h.submit(&gpu_job("hold", "h200", 1, 8)).await;
     h.wait_state(20, "hold", JobState::Running).await;
 
     let multi = vec![
@@ -82,27 +64,16 @@ async fn multi_pool_job_is_admitted_only_when_every_pool_fits_and_a_stopped_job_
     h.submit(&job("multi", multi, "ghcr.io/acme/train:1", 60))
         .await;
     let waiting = h
-        .wait_job(20, "multi", "pending InsufficientGpu", |j| {
-            j.pending
-                .as_ref()
-                .is_some_and(|p| p.reason == PendingReason::InsufficientGpu)
-        })
+        .wait_pending(20, "multi", PendingReason::InsufficientGpu)
         .await;
     assert_eq!(waiting.state, JobState::Queued);
     assert!(
-        rayjobs(&h)
-            .get_opt("tp-multi")
-            .await
-            .ok()
-            .flatten()
-            .is_none(),
+        h.rayjobs().get_opt("tp-multi").await.unwrap().is_none(),
         "no partial admission"
     );
 
     // Stop the running job: it ends STOPPED with logs, and the gang job then fits.
-    let mut hold = h.job("hold").await;
-    hold.stop_requested = true;
-    h.jobs.update_job(&hold).await.unwrap();
+    h.request_stop("hold").await;
     let stopped = h.wait_state(20, "hold", JobState::Stopped).await;
     assert_eq!(
         stopped.failure.map(|f| f.reason),
@@ -112,7 +83,7 @@ async fn multi_pool_job_is_admitted_only_when_every_pool_fits_and_a_stopped_job_
     assert_logs_archived(&h, &h.job("hold").await).await;
 
     h.wait_state(20, "multi", JobState::Running).await;
-    let rj = rayjobs(&h).get("tp-multi").await.unwrap();
+    let rj = h.rayjobs().get("tp-multi").await.unwrap();
     let cluster = rj.spec.ray_cluster_spec.clone().unwrap_or_default();
     let head = &cluster["headGroupSpec"]["template"]["spec"];
     assert_eq!(head["nodeSelector"]["tuneplane/gpu-series"], "h200");
@@ -144,12 +115,9 @@ async fn multi_pool_job_is_admitted_only_when_every_pool_fits_and_a_stopped_job_
         ]
     );
     // Three Ray pods, each on its own node of the right series.
-    let pods = Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
-        .list(&ListParams::default().labels("tuneplane.io/job-id=multi"))
+    let mut nodes: Vec<String> = h
+        .job_pods("multi")
         .await
-        .unwrap();
-    let mut nodes: Vec<String> = pods
-        .items
         .iter()
         .filter_map(|p| p.spec.as_ref()?.node_name.clone())
         .collect();
@@ -168,11 +136,7 @@ async fn cpu_only_job_becomes_a_pod_and_succeeds_with_its_logs_archived_before_d
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
     h.submit(&cpu_job("cpu1")).await;
     let pod = wait_for(20, "pod tp-cpu1", || async {
-        Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
-            .get_opt("tp-cpu1")
-            .await
-            .ok()
-            .flatten()
+        h.pods().get_opt("tp-cpu1").await.ok().flatten()
     })
     .await;
     let spec = pod.spec.clone().unwrap_or_default();
@@ -180,12 +144,7 @@ async fn cpu_only_job_becomes_a_pod_and_succeeds_with_its_logs_archived_before_d
     let resources = serde_json::to_value(&spec.containers[0].resources).unwrap_or_default();
     assert_eq!(resources["requests"], resources["limits"]);
     assert!(
-        rayjobs(&h)
-            .get_opt("tp-cpu1")
-            .await
-            .ok()
-            .flatten()
-            .is_none(),
+        h.rayjobs().get_opt("tp-cpu1").await.unwrap().is_none(),
         "not a RayJob"
     );
 
@@ -216,13 +175,7 @@ async fn gpu_job_succeeds_and_its_rayjob_is_deleted_after_submitter_and_ray_logs
     );
     let h = start(sim_config(FLEET, Duration::from_millis(500), None)).await;
     let (_task, ctx) = h.reconciler(test_config("r1")).await;
-    h.submit(&job(
-        "ok",
-        vec![pool("main", Some("l40s"), 1, 4)],
-        "ghcr.io/acme/train:1",
-        60,
-    ))
-    .await;
+    h.submit(&gpu_job("ok", "l40s", 1, 4)).await;
     gone_after_archive(&h, "ok", "tp-ok", false).await;
     let done = h.wait_state(20, "ok", JobState::Succeeded).await;
     let entries = assert_logs_archived(&h, &done).await;
@@ -243,13 +196,7 @@ async fn gpu_job_succeeds_and_its_rayjob_is_deleted_after_submitter_and_ray_logs
             .any(|p| p.starts_with("tp-ok-") && !p.ends_with("-head")),
         "submitter logs: {pods:?}"
     );
-    let capacity = h
-        .jobs
-        .get_capacity()
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let capacity = h.capacity().await;
     assert_eq!(
         capacity["series"]["l40s"]["total_gpus"], 4,
         "capacity published"
@@ -261,34 +208,12 @@ async fn gpu_job_succeeds_and_its_rayjob_is_deleted_after_submitter_and_ray_logs
 async fn job_behind_a_bigger_job_of_another_series_is_not_blocked() {
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
-    h.submit(&job(
-        "hold",
-        vec![pool("main", Some("h200"), 2, 8)],
-        "ghcr.io/acme/train:1",
-        60,
-    ))
-    .await;
+    h.submit(&gpu_job("hold", "h200", 2, 8)).await;
     h.wait_state(20, "hold", JobState::Running).await;
-    h.submit(&job(
-        "big",
-        vec![pool("main", Some("h200"), 1, 8)],
-        "ghcr.io/acme/train:1",
-        60,
-    ))
-    .await;
-    h.wait_job(20, "big", "waiting for GPUs", |j| {
-        j.pending
-            .as_ref()
-            .is_some_and(|p| p.reason == PendingReason::InsufficientGpu)
-    })
-    .await;
-    h.submit(&job(
-        "small",
-        vec![pool("main", Some("l40s"), 1, 4)],
-        "ghcr.io/acme/train:1",
-        60,
-    ))
-    .await;
+    h.submit(&gpu_job("big", "h200", 1, 8)).await;
+    h.wait_pending(20, "big", PendingReason::InsufficientGpu)
+        .await;
+    h.submit(&gpu_job("small", "l40s", 1, 4)).await;
     h.wait_state(20, "small", JobState::Running).await;
     assert_eq!(h.job("big").await.state, JobState::Queued);
 }
@@ -299,19 +224,10 @@ async fn without_gpu_passthrough_pods_request_no_gpus_and_admission_still_never_
     let mut config = test_config("r1");
     config.render.gpu_passthrough = false;
     let (_task, _ctx) = h.reconciler(config).await;
-    h.submit(&job(
-        "first",
-        vec![pool("main", Some("l40s"), 1, 4)],
-        "ghcr.io/acme/train:1",
-        60,
-    ))
-    .await;
+    h.submit(&gpu_job("first", "l40s", 1, 4)).await;
     h.wait_state(20, "first", JobState::Running).await;
-    let pods = Api::<Pod>::namespaced(h.client.clone(), "tuneplane-jobs")
-        .list(&ListParams::default().labels("tuneplane.io/job-id=first"))
-        .await
-        .unwrap();
-    let head = pods.items.first().expect("no pods");
+    let pods = h.job_pods("first").await;
+    let head = pods.first().expect("no pods");
     let limits = serde_json::to_value(
         head.spec
             .as_ref()
@@ -320,27 +236,11 @@ async fn without_gpu_passthrough_pods_request_no_gpus_and_admission_still_never_
     .unwrap_or_default();
     assert!(limits["limits"].get("nvidia.com/gpu").is_none(), "{limits}");
 
-    h.submit(&job(
-        "second",
-        vec![pool("main", Some("l40s"), 1, 4)],
-        "ghcr.io/acme/train:1",
-        60,
-    ))
-    .await;
+    h.submit(&gpu_job("second", "l40s", 1, 4)).await;
     let waiting = h
-        .wait_job(20, "second", "InsufficientGpu", |j| {
-            j.pending
-                .as_ref()
-                .is_some_and(|p| p.reason == PendingReason::InsufficientGpu)
-        })
+        .wait_pending(20, "second", PendingReason::InsufficientGpu)
         .await;
     assert_eq!(waiting.state, JobState::Queued);
-    let capacity = h
-        .jobs
-        .get_capacity()
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let capacity = h.capacity().await;
     assert_eq!(capacity["series"]["l40s"]["free_gpus"], 0, "{capacity}");
 }

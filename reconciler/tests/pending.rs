@@ -15,32 +15,11 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tuneplane_core::job::{EventSource, FailureReason, JobState, PendingReason};
 use tuneplane_core::store::EventQuery;
-use tuneplane_reconciler::rayjob::{self, RayJob};
-
-const ONE_NODE: &str = "\
-node_groups:
-  - {name: h200, series: h200, count: 1, gpus: 8, cpus: 96, memory_gb: 1024, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}, {key: maintenance, value: 'true', effect: NoSchedule}]}
-  - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
-";
-
-async fn rayjob_gone(h: &Harness, name: &str) {
-    let api: Api<RayJob> =
-        Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
-    wait_for(20, &format!("{name} deleted"), || async {
-        api.get_opt(name)
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
-    .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the_kubernetes_message_then_fail_at_the_deadline()
  {
-    let h = start(sim_config(ONE_NODE, Duration::from_secs(600), None)).await;
+    let h = start(sim_config(TAINTED_H200, Duration::from_secs(600), None)).await;
     // Someone else's GPU pod waits for the same node; it is older than ours, so it is bound first.
     let other: Pod = serde_json::from_value(json!({
         "metadata": {"name": "other-team"},
@@ -54,20 +33,11 @@ async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the
         .await
         .unwrap();
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
-    h.submit(&job(
-        "stuck",
-        vec![pool("main", Some("h200"), 1, 8)],
-        "ghcr.io/acme/train:1",
-        6,
-    ))
-    .await;
+    h.submit(&pre_running(gpu_job("stuck", "h200", 1, 8), 6))
+        .await;
 
     let tainted = h
-        .wait_job(20, "stuck", "NoMatchingNode", |j| {
-            j.pending
-                .as_ref()
-                .is_some_and(|p| p.reason == PendingReason::NoMatchingNode)
-        })
+        .wait_pending(20, "stuck", PendingReason::NoMatchingNode)
         .await;
     assert_eq!(tainted.state, JobState::Admitted);
     let message = tainted.pending.map(|p| p.message).unwrap_or_default();
@@ -87,11 +57,7 @@ async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the
         .await
         .unwrap();
     let short = h
-        .wait_job(20, "stuck", "InsufficientGpu", |j| {
-            j.pending
-                .as_ref()
-                .is_some_and(|p| p.reason == PendingReason::InsufficientGpu)
-        })
+        .wait_pending(20, "stuck", PendingReason::InsufficientGpu)
         .await;
     let message = short.pending.map(|p| p.message).unwrap_or_default();
     assert!(message.contains("Insufficient nvidia.com/gpu"), "{message}");
@@ -105,7 +71,7 @@ async fn unschedulable_pods_show_no_matching_node_then_insufficient_gpu_with_the
         failure.message
     );
     assert_logs_archived(&h, &failed).await;
-    rayjob_gone(&h, "tp-stuck").await;
+    h.wait_rayjob_gone(20, "tp-stuck").await;
     let events = h
         .jobs
         .list_events("stuck", &EventQuery::first(200))
@@ -134,13 +100,7 @@ async fn bad_image_shows_image_pull_then_fails_at_the_pre_running_deadline() {
         3,
     ))
     .await;
-    let pulling = h
-        .wait_job(20, "badimg", "ImagePull", |j| {
-            j.pending
-                .as_ref()
-                .is_some_and(|p| p.reason == PendingReason::ImagePull)
-        })
-        .await;
+    let pulling = h.wait_pending(20, "badimg", PendingReason::ImagePull).await;
     let message = pulling.pending.map(|p| p.message).unwrap_or_default();
     assert!(
         message.contains("ErrImagePull") || message.contains("ImagePullBackOff"),
@@ -151,5 +111,5 @@ async fn bad_image_shows_image_pull_then_fails_at_the_pre_running_deadline() {
     assert_eq!(failure.reason, FailureReason::PreRunningDeadlineExceeded);
     assert!(failure.message.contains("ImagePull"), "{}", failure.message);
     assert_logs_archived(&h, &failed).await;
-    rayjob_gone(&h, "tp-badimg").await;
+    h.wait_rayjob_gone(20, "tp-badimg").await;
 }

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tuneplane_core::job::{JobRecord, JobState, PendingReason};
@@ -43,7 +43,7 @@ fn full_h200(id: &str) -> JobRecord {
 
 /// The nodes the job's pods are bound to, once `count` of them are bound.
 async fn bound_nodes(h: &Harness, job: &JobRecord, count: usize) -> Vec<String> {
-    let api: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+    let api = h.pods();
     let selector = format!("tuneplane.io/job-id={}", job.id);
     wait_for(
         30,
@@ -71,6 +71,14 @@ async fn bound_nodes(h: &Harness, job: &JobRecord, count: usize) -> Vec<String> 
     .await
 }
 
+/// Waits until job `id` is admitted (or already running).
+async fn wait_admitted(h: &Harness, secs: u64, id: &str) -> JobRecord {
+    h.wait_job(secs, id, "admitted", |r| {
+        matches!(r.state, JobState::Admitted | JobState::Running)
+    })
+    .await
+}
+
 fn planned(job: &JobRecord) -> Vec<String> {
     job.placements
         .iter()
@@ -92,11 +100,7 @@ async fn cpu_jobs_use_cpu_nodes_first_every_pod_binds_to_its_planned_node_and_a_
         h.submit(j).await;
     }
     for j in &jobs {
-        let admitted = h
-            .wait_job(60, &j.id, "admitted", |r| {
-                matches!(r.state, JobState::Admitted | JobState::Running)
-            })
-            .await;
+        let admitted = wait_admitted(&h, 60, &j.id).await;
         let plan = planned(&admitted);
         assert_eq!(plan.len(), 1, "{}: {plan:?}", j.id);
         let on = bound_nodes(&h, j, 1).await;
@@ -112,11 +116,7 @@ async fn cpu_jobs_use_cpu_nodes_first_every_pod_binds_to_its_planned_node_and_a_
     // The CPU jobs left every h200 GPU usable: the full-node job is admitted at once.
     let gpu = full_h200("h200-3x8");
     h.submit(&gpu).await;
-    let admitted = h
-        .wait_job(30, &gpu.id, "admitted", |r| {
-            matches!(r.state, JobState::Admitted | JobState::Running)
-        })
-        .await;
+    let admitted = wait_admitted(&h, 30, &gpu.id).await;
     let plan: BTreeSet<String> = planned(&admitted).into_iter().collect();
     assert_eq!(
         plan,
@@ -146,11 +146,7 @@ async fn cpu_jobs_spilled_onto_gpu_nodes_leave_the_gpus_their_share() {
     }
     let mut spilled = 0;
     for j in &jobs {
-        let r = h
-            .wait_job(60, &j.id, "admitted", |r| {
-                matches!(r.state, JobState::Admitted | JobState::Running)
-            })
-            .await;
+        let r = wait_admitted(&h, 60, &j.id).await;
         let on = bound_nodes(&h, j, 1).await;
         assert_eq!(on, planned(&r));
         spilled += usize::from(!on[0].starts_with("cpu-"));
@@ -158,40 +154,21 @@ async fn cpu_jobs_spilled_onto_gpu_nodes_leave_the_gpus_their_share() {
     assert_eq!(spilled, 10);
     let gpu = full_h200("after-spill");
     h.submit(&gpu).await;
-    let admitted = h
-        .wait_job(30, &gpu.id, "admitted", |r| {
-            matches!(r.state, JobState::Admitted | JobState::Running)
-        })
-        .await;
+    let admitted = wait_admitted(&h, 30, &gpu.id).await;
     let on: BTreeSet<String> = bound_nodes(&h, &gpu, 3).await.into_iter().collect();
     assert_eq!(on, planned(&admitted).into_iter().collect::<BTreeSet<_>>());
 }
 
-/// One h200 node with a taint TunePlane's pods do not tolerate: admission plans the node (it
-/// plans on capacity), the scheduler cannot bind, and then the node is cordoned.
-const TAINTED: &str = "\
-node_groups:
-  - {name: h200, series: h200, count: 1, gpus: 8, cpus: 96, memory_gb: 1024, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}, {key: maintenance, value: 'true', effect: NoSchedule}]}
-  - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
-";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planned_node_cordoned_before_its_pod_binds_is_named_and_the_deadline_applies() {
-    let h = start(sim_config(TAINTED, Duration::from_secs(600), None)).await;
+    // Admission plans the tainted node (it plans on capacity), the scheduler cannot bind, and then
+    // the node is cordoned.
+    let h = start(sim_config(TAINTED_H200, Duration::from_secs(600), None)).await;
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
-    h.submit(&job(
-        "pinned",
-        vec![pool("main", Some("h200"), 1, 8)],
-        "ghcr.io/acme/train:1",
-        15,
-    ))
-    .await;
+    h.submit(&pre_running(gpu_job("pinned", "h200", 1, 8), 15))
+        .await;
     let waiting = h
-        .wait_job(20, "pinned", "unschedulable", |j| {
-            j.pending
-                .as_ref()
-                .is_some_and(|p| p.reason == PendingReason::NoMatchingNode)
-        })
+        .wait_pending(20, "pinned", PendingReason::NoMatchingNode)
         .await;
     assert_eq!(waiting.state, JobState::Admitted);
     assert_eq!(planned(&waiting), ["h200-0"]);

@@ -24,12 +24,7 @@ node_groups:
 
 /// A one-node, 8-GPU h200 job of `tenant`, submitted now.
 fn h200(tenant: &str, id: &str) -> JobRecord {
-    let mut j = finishing(job(
-        id,
-        vec![pool("main", Some("h200"), 1, 8)],
-        "ghcr.io/acme/train:1",
-        600,
-    ));
+    let mut j = finishing(pre_running(gpu_job(id, "h200", 1, 8), 600));
     j.tenant = tenant.into();
     j
 }

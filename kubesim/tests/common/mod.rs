@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, LogParams};
 use kube::core::{ApiResource, GroupVersionKind, Object};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -96,6 +97,35 @@ pub fn idle_pod(name: &str) -> Pod {
     p
 }
 
+/// The pod's phase (empty before its first status).
+pub fn phase(p: &Pod) -> &str {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default()
+}
+
+/// Why the pod's first container waits (`ImagePullBackOff`, ...), if it does.
+pub fn waiting_reason(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+/// The exit code of the pod's first container, once it terminated.
+pub fn exit_code(p: &Pod) -> Option<i32> {
+    let status = p.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    Some(status.state.as_ref()?.terminated.as_ref()?.exit_code)
+}
+
 /// The part of the RayJob spec the tests use.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -155,6 +185,39 @@ pub type RayJob = Object<RayJobSpec, RayJobStatus>;
 /// The RayJob API resource.
 pub fn rayjob_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("ray.io", "v1", "RayJob"), "rayjobs")
+}
+
+/// The RayJobs of the `default` namespace.
+pub fn rayjobs(client: &kube::Client) -> Api<RayJob> {
+    Api::namespaced_with(client.clone(), "default", &rayjob_resource())
+}
+
+/// The RayJob's `jobDeploymentStatus` (empty before the first status).
+pub fn deployment(rj: &RayJob) -> String {
+    rj.status
+        .as_ref()
+        .and_then(|s| s.job_deployment_status.clone())
+        .unwrap_or_default()
+}
+
+/// The pods of RayJob `name`'s submitter Job.
+pub async fn submitter_pods(pods: &Api<Pod>, name: &str) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")))
+        .await
+        .expect("list submitter pods")
+        .items
+}
+
+/// The log of the first pod of RayJob `name`'s submitter Job.
+pub async fn submitter_log(pods: &Api<Pod>, name: &str) -> String {
+    let pod = submitter_pods(pods, name)
+        .await
+        .first()
+        .and_then(|p| p.metadata.name.clone())
+        .unwrap_or_default();
+    pods.logs(&pod, &LogParams::default())
+        .await
+        .expect("submitter log")
 }
 
 /// A RayJob like TunePlane renders: head + one worker group on `series` with `gpus` per node.

@@ -12,14 +12,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tuneplane_core::fleet::Fleet;
-use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::job::{JobRecord, JobState, PendingReason};
 use tuneplane_core::spec::JobSpec;
 use tuneplane_core::store::{BlobStore, JobStore};
 use tuneplane_kubesim::{KubeSim, SimConfig};
 use tuneplane_reconciler::metrics::Metrics;
+use tuneplane_reconciler::rayjob::{self, RayJob};
 use tuneplane_reconciler::{Config, Ctx, Reconciler};
 use tuneplane_stores::{EmbeddedJobStore, FsBlobStore};
 
@@ -36,6 +39,14 @@ node_groups:
   - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
 ";
 
+/// One h200 node that also carries a `maintenance` taint TunePlane's pods do not tolerate, and one
+/// CPU node.
+pub const TAINTED_H200: &str = "\
+node_groups:
+  - {name: h200, series: h200, count: 1, gpus: 8, cpus: 96, memory_gb: 1024, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}, {key: maintenance, value: 'true', effect: NoSchedule}]}
+  - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
+";
+
 /// A fast simulator over `fleet` (RayJobs run `rayjob_run`, CPU pods `pod_run`).
 pub fn sim_config(fleet: &str, rayjob_run: Duration, pod_run: Option<Duration>) -> SimConfig {
     let mut config = SimConfig {
@@ -47,6 +58,11 @@ pub fn sim_config(fleet: &str, rayjob_run: Duration, pod_run: Option<Duration>) 
     config.scenario.rayjob_run = rayjob_run;
     config.scenario.pod_run = pod_run;
     config
+}
+
+/// A fast simulator over [`FLEET`] where RayJobs and CPU pods both run for `run`.
+pub fn running_for(run: Duration) -> SimConfig {
+    sim_config(FLEET, run, Some(run))
 }
 
 /// The cluster of a scenario.
@@ -236,6 +252,85 @@ impl Harness {
         self.wait_job(secs, id, state.as_str(), |j| j.state == state)
             .await
     }
+
+    /// Waits until job `id` is pending for `reason`.
+    pub async fn wait_pending(&self, secs: u64, id: &str, reason: PendingReason) -> JobRecord {
+        self.wait_job(secs, id, &format!("pending {reason:?}"), |j| {
+            j.pending.as_ref().is_some_and(|p| p.reason == reason)
+        })
+        .await
+    }
+
+    /// Requests that job `id` stop, as the API does (re-reading the record when a concurrent
+    /// reconciler write moved its version).
+    pub async fn request_stop(&self, id: &str) {
+        for _ in 0..5 {
+            let mut job = self.job(id).await;
+            job.stop_requested = true;
+            if self.jobs.update_job(&job).await.is_ok() {
+                return;
+            }
+        }
+        panic!("the stop request of job {id} kept meeting version conflicts");
+    }
+
+    /// The capacity snapshot the reconciler publishes (`null` before the first).
+    pub async fn capacity(&self) -> serde_json::Value {
+        self.jobs
+            .get_capacity()
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// The RayJobs of the jobs' namespace.
+    pub fn rayjobs(&self) -> Api<RayJob> {
+        Api::namespaced_with(self.client.clone(), "tuneplane-jobs", &rayjob::resource())
+    }
+
+    /// The pods of the jobs' namespace.
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), "tuneplane-jobs")
+    }
+
+    /// The pods labelled with job `id`.
+    pub async fn job_pods(&self, id: &str) -> Vec<Pod> {
+        self.pods()
+            .list(&ListParams::default().labels(&format!("tuneplane.io/job-id={id}")))
+            .await
+            .expect("list pods")
+            .items
+    }
+
+    /// Waits until the RayJob `name` is gone.
+    pub async fn wait_rayjob_gone(&self, secs: u64, name: &str) {
+        let api = self.rayjobs();
+        wait_for(secs, &format!("{name} deleted"), || async {
+            api.get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+/// The AWS SDK settings of the tests against the local moto `endpoint`: explicit test credentials
+/// and region, so the SDK never probes the instance metadata service.
+pub fn moto_sdk(endpoint: &str) -> aws_config::ConfigLoader {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "tuneplane-tests",
+        ))
 }
 
 /// A pool as JSON.
@@ -258,6 +353,23 @@ pub fn job(
     }))
     .expect("spec");
     JobRecord::new_queued(id, "acme", spec, SHA, tuneplane_core::clock::now_ms())
+}
+
+/// A queued job on one pool `main` of `nodes` × `gpus` of `series`, with the train image and a
+/// 60 s pre-running deadline.
+pub fn gpu_job(id: &str, series: &str, nodes: u32, gpus: u32) -> JobRecord {
+    job(
+        id,
+        vec![pool("main", Some(series), nodes, gpus)],
+        "ghcr.io/acme/train:1",
+        60,
+    )
+}
+
+/// `job` with a pre-running deadline of `secs`.
+pub fn pre_running(mut job: JobRecord, secs: u64) -> JobRecord {
+    job.spec.deadlines.pre_running_seconds = secs;
+    job
 }
 
 /// The state a GPU job that runs to its end reaches: SUCCEEDED on kubesim; on the real control
@@ -355,25 +467,31 @@ pub type Uids = std::sync::Arc<
     std::sync::Mutex<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>,
 >;
 
-/// Watches `api` with `config` and records into `uids` every uid each object name accepted by
-/// `keep` ever had. The task runs until aborted or dropped with the runtime.
-pub fn track_uids<K>(
-    api: kube::Api<K>,
-    config: kube::runtime::watcher::Config,
-    keep: impl Fn(&str) -> bool + Send + 'static,
-    uids: Uids,
-) -> JoinHandle<()>
-where
+/// What the tests' watchers can watch.
+pub trait Watched:
+    kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
     K: kube::Resource
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
+}
+
+/// Watches `api` with `config` and hands every applied object to `seen`. The task runs until
+/// aborted or dropped with the runtime.
+pub fn watch_applied<K: Watched>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    mut seen: impl FnMut(K) + Send + 'static,
+) -> JoinHandle<()> {
     use futures_util::StreamExt;
-    use kube::ResourceExt;
     use kube::runtime::WatchStreamExt;
     tokio::spawn(async move {
         let mut stream = kube::runtime::watcher(api, config)
@@ -381,14 +499,28 @@ where
             .applied_objects()
             .boxed();
         while let Some(item) = stream.next().await {
-            if let Ok(obj) = item
-                && keep(&obj.name_any())
-            {
-                let mut map = uids.lock().unwrap_or_else(|p| p.into_inner());
-                map.entry(obj.name_any())
-                    .or_default()
-                    .insert(obj.uid().unwrap_or_default());
+            if let Ok(obj) = item {
+                seen(obj);
             }
+        }
+    })
+}
+
+/// Watches `api` with `config` and records into `uids` every uid each object name accepted by
+/// `keep` ever had. The task runs until aborted or dropped with the runtime.
+pub fn track_uids<K: Watched>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    keep: impl Fn(&str) -> bool + Send + 'static,
+    uids: Uids,
+) -> JoinHandle<()> {
+    use kube::ResourceExt;
+    watch_applied(api, config, move |obj| {
+        if keep(&obj.name_any()) {
+            let mut map = uids.lock().unwrap_or_else(|p| p.into_inner());
+            map.entry(obj.name_any())
+                .or_default()
+                .insert(obj.uid().unwrap_or_default());
         }
     })
 }

@@ -9,18 +9,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::watcher;
 use serde_json::json;
 use tuneplane_core::job::{FailureReason, JobRecord, JobState};
 use tuneplane_core::render::workload_name;
 use tuneplane_core::store::EventQuery;
 use tuneplane_kubesim::SimConfig;
-use tuneplane_reconciler::rayjob::{self, RayJob};
 
-use crate::common::{Harness, job, pool, sim_config, wait_for};
+use crate::common::{Harness, job, pool, sim_config, start, wait_for};
 
 /// Image that runs and exits 0.
 pub const TRAIN: &str = "ghcr.io/acme/train:1";
@@ -194,9 +191,7 @@ impl Tracker {
                 .map(|(id, _)| workload_name(id))
                 .collect::<BTreeSet<_>>()
         };
-        let rayjobs: Api<RayJob> =
-            Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
-        let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+        let (rayjobs, pods) = (h.rayjobs(), h.pods());
         let (rayjob_names, pod_names) = (names(false), names(true));
         let tasks = vec![
             track_uids(
@@ -269,6 +264,81 @@ pub fn stopper(h: &Harness, jobs: &[(String, Kind)]) -> tokio::task::JoinHandle<
     })
 }
 
+/// A scale run under way: kubesim with [`config`], the job mix, its [`Tracker`] and [`stopper`],
+/// and the submissions, in waves due one `gap` apart from the start.
+pub struct Run {
+    /// The cluster and stores.
+    pub h: Harness,
+    /// The job mix.
+    pub jobs: Vec<(String, Kind)>,
+    /// The workloads' uids.
+    pub tracker: Tracker,
+    /// When the run started (wave 0 is due then).
+    pub started: tokio::time::Instant,
+    stopper: tokio::task::JoinHandle<()>,
+    per_wave: usize,
+    gap: Duration,
+    submitted: usize,
+}
+
+impl Run {
+    /// Starts the cluster, the mix of `n` jobs named `prefix-…` in `waves` waves `gap` apart, the
+    /// tracker and the stopper; submits nothing yet.
+    pub async fn start(prefix: &str, n: usize, waves: usize, gap: Duration) -> Run {
+        let h = start(config()).await;
+        let jobs = mix(prefix, n);
+        let tracker = Tracker::start(&h, &jobs);
+        let stopper = stopper(&h, &jobs);
+        Run {
+            h,
+            per_wave: n.div_ceil(waves),
+            jobs,
+            tracker,
+            started: tokio::time::Instant::now(),
+            stopper,
+            gap,
+            submitted: 0,
+        }
+    }
+
+    /// Submits every wave that is due.
+    pub async fn submit_due_waves(&mut self) {
+        loop {
+            let from = self.submitted * self.per_wave;
+            let due = self.gap * u32::try_from(self.submitted).unwrap_or(u32::MAX);
+            if from >= self.jobs.len() || self.started.elapsed() < due {
+                return;
+            }
+            let to = (from + self.per_wave).min(self.jobs.len());
+            for (id, kind) in &self.jobs[from..to] {
+                self.h.submit(&record(id, *kind)).await;
+            }
+            self.submitted += 1;
+        }
+    }
+
+    /// Whether every wave was submitted.
+    pub fn all_submitted(&self) -> bool {
+        self.submitted * self.per_wave >= self.jobs.len()
+    }
+
+    /// Jobs not terminal yet.
+    pub async fn active(&self) -> usize {
+        active(&self.h).await
+    }
+
+    /// Waits for the end and asserts the invariants (see [`check`]).
+    pub async fn check(&self) -> Outcome {
+        check(&self.h, &self.jobs, &self.tracker).await
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.stopper.abort();
+    }
+}
+
 /// Jobs not terminal yet.
 pub async fn active(h: &Harness) -> usize {
     h.jobs.list_active().await.map_or(usize::MAX, |a| a.len())
@@ -322,9 +392,7 @@ pub async fn check(h: &Harness, jobs: &[(String, Kind)], tracker: &Tracker) -> O
         (active(h).await == 0).then_some(())
     })
     .await;
-    let rayjobs: Api<RayJob> =
-        Api::namespaced_with(h.client.clone(), "tuneplane-jobs", &rayjob::resource());
-    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "tuneplane-jobs");
+    let (rayjobs, pods) = (h.rayjobs(), h.pods());
     let cpu_workloads: BTreeSet<String> = jobs
         .iter()
         .filter(|(_, k)| k.is_pod())
