@@ -23,7 +23,8 @@ use crate::cluster::SUBMITTER_LABEL;
 use crate::error::{Error, Result};
 use crate::kube_io::Kube;
 
-/// Most bytes kept per container log (the tail beyond is dropped and said so in the index).
+/// Most bytes kept per container log: the API server stops there (`limitBytes`), so an index entry
+/// of exactly this length marks a log that may have been cut.
 pub const MAX_LOG_BYTES: i64 = 32 * 1024 * 1024;
 
 /// Longest a log read may take per attempt (other calls get `kube_io::ATTEMPT_TIMEOUT`): a log of

@@ -1,8 +1,8 @@
 //! The simulated kubelet: moves bound pods through ContainerCreating → Running → Succeeded/Failed,
 //! writes the kubelet's events, honours `activeDeadlineSeconds` and `restartPolicy`, and injects
 //! faults (image pull failures, crashing images). The steps and their status and events come from
-//! [`lifecycle`](super::lifecycle), shared with the node agent. In execution mode eligible pods
-//! really run through the [`Executor`](crate::exec::Executor); otherwise annotations and the
+//! [`lifecycle`], shared with the node agent. In execution mode eligible pods
+//! really run through the [`Executor`]; otherwise annotations and the
 //! scenario decide.
 
 use std::sync::Arc;
