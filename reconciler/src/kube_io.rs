@@ -184,6 +184,24 @@ impl Kube {
     }
 }
 
+/// What kube-rs's watcher and reflector need of a watched resource type; every Kubernetes type
+/// the reconciler watches is one.
+pub trait Watched:
+    kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

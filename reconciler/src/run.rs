@@ -47,13 +47,7 @@ impl Watches {
         writer: reflector::store::Writer<K>,
     ) -> impl Future<Output = ()> + use<K>
     where
-        K: kube::Resource
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        K: crate::kube_io::Watched,
         K::DynamicType: Eq + std::hash::Hash + Clone,
     {
         let (notify, metrics) = (self.notify.clone(), self.metrics.clone());

@@ -467,22 +467,8 @@ pub type Uids = std::sync::Arc<
     std::sync::Mutex<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>>,
 >;
 
-/// What the tests' watchers can watch.
-pub trait Watched:
-    kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
-{
-}
-
-impl<K> Watched for K where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
+/// What the tests' watchers can watch: the reconciler's own bound.
+pub use tuneplane_reconciler::kube_io::Watched;
 
 /// Watches `api` with `config` and hands every applied object to `seen`. The task runs until
 /// aborted or dropped with the runtime.
