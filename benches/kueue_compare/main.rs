@@ -211,7 +211,7 @@ fn cluster_up(o: &Options, fleet: &Path) -> anyhow::Result<PathBuf> {
         .args(["--port", &o.port.to_string()])
         .env("TUNEPLANE_K8S_AGENT_BIN", &o.agent)
         // Pods run until deleted: the runs measure admission and binding, not completion.
-        .env("TUNEPLANE_K8S_AGENT_ARGS", "--start-seconds 0.2")
+        .env("TUNEPLANE_K8S_AGENT_ARGS", "--simulate --start-seconds 0.2")
         .env("TUNEPLANE_K8S_KCM_ARGS", KCM_ARGS)
         .stderr(std::process::Stdio::inherit())
         .output()

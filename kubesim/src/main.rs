@@ -98,6 +98,18 @@ struct AgentArgs {
     /// Seconds between a pod being bound and its containers running.
     #[arg(long, default_value_t = 0.2)]
     start_seconds: f64,
+    /// Pretend to run pods (timings and outcomes from the options above and the pods'
+    /// annotations; no process runs and pods get no IP), as for the 1,000-node comparison runs.
+    /// Without it pods really run, which needs root and --images.
+    #[arg(long)]
+    simulate: bool,
+    /// The image map: which runtime on this machine plays each container image (real
+    /// execution; testenv/images.yaml in the TunePlane checkout).
+    #[arg(long, required_unless_present_any = ["simulate", "list_nodes"])]
+    images: Option<PathBuf>,
+    /// Folder of the real pods' files (volumes, home, tmp), the hosts file and the resolver file.
+    #[arg(long, default_value = ".tuneplane-agent")]
+    data_dir: PathBuf,
 }
 
 #[tokio::main]
@@ -162,6 +174,25 @@ async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    let execution = match (&args.images, args.simulate) {
+        (_, true) => None,
+        (None, false) => anyhow::bail!(
+            "real execution needs --images FILE (the image map, testenv/images.yaml in the TunePlane checkout); pass --simulate to pretend instead"
+        ),
+        (Some(map), false) => {
+            let images =
+                tuneplane_kubesim::agent::real::ImageMap::load(map).map_err(anyhow::Error::msg)?;
+            if !tuneplane_kubesim::agent::real::net::is_root() {
+                anyhow::bail!(
+                    "real execution needs root (network namespaces, veth pairs and mounts for every pod); run as root, or pass --simulate to pretend"
+                );
+            }
+            Some(tuneplane_kubesim::agent::RealConfig {
+                data_dir: args.data_dir.clone(),
+                images,
+            })
+        }
+    };
     let path = args
         .kubeconfig
         .as_deref()
@@ -188,6 +219,7 @@ async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         .pod_seconds
         .map(|s| Duration::from_secs_f64(s.max(0.0)));
     config.scenario.start_delay = Duration::from_secs_f64(args.start_seconds.max(0.0));
+    config.execution = execution;
     let agent = tuneplane_kubesim::agent::start(client, config)
         .await
         .context("starting the node agent")?;

@@ -19,6 +19,7 @@
 mod logs;
 mod nodes;
 mod pods;
+pub mod real;
 mod recorder;
 mod retry;
 mod server;
@@ -35,6 +36,7 @@ use tuneplane_core::fleet::Fleet;
 use crate::config::Scenario;
 
 pub use logs::{AgentLogs, LogLookupError};
+pub use real::RealConfig;
 
 /// The address the fake nodes report and pods get as `hostIP`.
 pub const NODE_IP: &str = "127.0.0.1";
@@ -53,6 +55,9 @@ pub enum AgentError {
         /// The client error.
         source: kube::Error,
     },
+    /// The real execution mode could not start (not root, no `ip`, a bad image map).
+    #[error("real execution: {0}")]
+    Real(String),
     /// The kubelet endpoint's certificate or key could not be loaded.
     #[error("kubelet TLS: {0}")]
     Tls(String),
@@ -117,6 +122,9 @@ pub struct AgentConfig {
     pub heartbeat_interval: Duration,
     /// How long the logs of a deleted pod stay readable.
     pub log_retention: Duration,
+    /// Run pods for real (their processes, in network namespaces of their own); `None`
+    /// simulates them (the scenario's timings and outcomes, and no pod IP).
+    pub execution: Option<RealConfig>,
 }
 
 impl AgentConfig {
@@ -134,6 +142,7 @@ impl AgentConfig {
             lease_interval: Duration::from_secs(10),
             heartbeat_interval: Duration::from_secs(30),
             log_retention: Duration::from_secs(300),
+            execution: None,
         }
     }
 }
@@ -184,7 +193,20 @@ pub async fn start(client: kube::Client, config: AgentConfig) -> Result<AgentHan
     handle.tasks.push(tokio::spawn(
         async move { n.run(lease, heartbeat, stop).await },
     ));
-    let worker = pods::PodWorker::new(client, nodes.names(), &config, recorder, logs);
+    let real = match config.execution.clone() {
+        Some(real) => {
+            let (runtime, hosts) = real::Runtime::start(real, logs.clone())
+                .await
+                .map_err(AgentError::Real)?;
+            let (c, stop) = (client.clone(), stop_rx.clone());
+            handle
+                .tasks
+                .push(tokio::spawn(async move { hosts.follow(c, stop).await }));
+            Some(runtime)
+        }
+        None => None,
+    };
+    let worker = pods::PodWorker::new(client, nodes.names(), &config, recorder, logs, real);
     handle
         .tasks
         .push(tokio::spawn(async move { worker.run(stop_rx).await }));

@@ -17,6 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::real::{Phase, Runtime};
 use super::recorder::Recorder;
 use super::retry::{self, status_code};
 use super::{AgentConfig, AgentLogs, NODE_IP};
@@ -54,6 +55,10 @@ pub(crate) struct PodWorker {
     tracked: HashMap<String, Tracked>,
     /// Uids listed since the watcher's last (re)start, until the list is done.
     relisting: Option<HashSet<String>>,
+    /// Pods really run here (real execution mode); `None` simulates them.
+    real: Option<Runtime>,
+    /// Pods whose sandbox failure was reported (once).
+    sandbox_reported: HashSet<String>,
 }
 
 /// A resourceVersion as a number, to tell an older copy from a newer one (the API server's are
@@ -113,8 +118,11 @@ impl PodWorker {
         config: &AgentConfig,
         recorder: Arc<Recorder>,
         logs: Arc<AgentLogs>,
+        real: Option<Runtime>,
     ) -> Self {
         Self {
+            real,
+            sandbox_reported: HashSet::new(),
             pods: Api::all(client.clone()),
             client,
             nodes: nodes.into_iter().collect(),
@@ -138,7 +146,12 @@ impl PodWorker {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = stop.changed() => return,
+                _ = stop.changed() => {
+                    if let Some(rt) = self.real.as_mut() {
+                        rt.stop_all();
+                    }
+                    return;
+                }
                 event = stream.next() => match event {
                     Some(Ok(e)) => self.on_event(e),
                     Some(Err(e)) => tracing::warn!(error = %e, "pod watch failed; retrying"),
@@ -241,6 +254,10 @@ impl PodWorker {
         if self.tracked.remove(uid).is_some() {
             self.logs.pod_deleted(uid);
         }
+        self.sandbox_reported.remove(uid);
+        if let Some(rt) = self.real.as_mut() {
+            rt.forget(uid);
+        }
     }
 
     /// One pass over every tracked pod.
@@ -262,11 +279,22 @@ impl PodWorker {
         }
         if json::at(&t.pod, "/metadata/deletionTimestamp").is_some() {
             if !t.delete_sent {
+                // A kubelet deletes the pod once its containers stopped.
+                if let Some(rt) = self.real.as_ref()
+                    && !rt.is_gone(uid)
+                {
+                    rt.stop(uid);
+                    return;
+                }
                 self.finish_deletion(uid).await;
             }
             return;
         }
         if !lifecycle::is_active(&t.pod) {
+            // Ended: nothing of it keeps running.
+            if let Some(rt) = self.real.as_ref() {
+                rt.stop(uid);
+            }
             return;
         }
         let bound_for = match lifecycle::condition_time(&t.pod, "PodScheduled") {
@@ -274,12 +302,119 @@ impl PodWorker {
             None => t.seen.elapsed().as_secs_f64(),
         };
         let pod = t.pod.clone();
-        let step = lifecycle::next_step(&pod, &self.scenario, bound_for, || {
-            lifecycle::simulated_exit(&pod, &self.scenario)
+        let Some(rt) = self.real.as_mut() else {
+            let step = lifecycle::next_step(&pod, &self.scenario, bound_for, || {
+                lifecycle::simulated_exit(&pod, &self.scenario)
+            });
+            if let Some(step) = step {
+                self.write_step(uid, &pod, &step).await;
+            }
+            return;
+        };
+        // Real execution: images no runtime plays fail to pull; the processes say when the
+        // containers start, are ready and exit.
+        let mut scenario = self.scenario.clone();
+        scenario
+            .image_pull_failures
+            .extend(rt.unmapped_images(&pod));
+        let state = rt.state(uid);
+        let step = lifecycle::next_step(&pod, &scenario, bound_for, || match &state {
+            Some(s) => match s.phase {
+                Phase::Exited(code) => Some(lifecycle::Exit { code }),
+                _ => None,
+            },
+            None => None,
         });
-        if let Some(step) = step {
-            self.write_step(uid, &pod, &step).await;
+        let pending = json::str_at(&pod, "/status/phase") == Some("Pending");
+        match step {
+            Some(Step::Start) if pending => {
+                rt.ensure_started(uid, &pod);
+                match rt.state(uid).map(|s| s.phase) {
+                    Some(Phase::Running | Phase::Exited(_)) => {
+                        self.write_step(uid, &pod, &Step::Start).await;
+                    }
+                    Some(Phase::InitFailed { container, code }) => {
+                        self.write_init_failed(uid, &pod, &container, code).await;
+                    }
+                    Some(Phase::SandboxFailed(message)) => {
+                        if self.sandbox_reported.insert(uid.to_string()) {
+                            let node = json::str_at(&pod, "/spec/nodeName")
+                                .unwrap_or_default()
+                                .to_string();
+                            let message = format!("Failed to create pod sandbox: {message}");
+                            self.recorder
+                                .record(
+                                    &pod,
+                                    "Warning",
+                                    "FailedCreatePodSandBox",
+                                    &message,
+                                    &node,
+                                    None,
+                                )
+                                .await;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Some(Step::Start) => {
+                // A restart after a crash back-off.
+                rt.restart(uid);
+                self.write_step(uid, &pod, &Step::Start).await;
+            }
+            Some(step) => {
+                if matches!(step, Step::DeadlineExceeded) {
+                    rt.stop(uid);
+                }
+                self.write_step(uid, &pod, &step).await;
+            }
+            None => {
+                if let Some(s) = state.filter(|s| s.phase == Phase::Running)
+                    && !pending
+                    && lifecycle::readiness(&pod) != s.ready
+                {
+                    self.write_readiness(uid, &pod, &s.ready).await;
+                }
+            }
         }
+    }
+
+    /// Writes a status patch computed from the pod; `what` names it in errors.
+    async fn write_status(&mut self, uid: &str, pod: &Value, next: Value, what: &str) -> bool {
+        let (ns, name) = (json::namespace(pod), json::name(pod));
+        let patch = json!({"status": next["status"]});
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(p) => {
+                let updated = serde_json::to_value(&p).unwrap_or(next);
+                self.logs.observe(uid, &updated);
+                if let Some(t) = self.tracked.get_mut(uid) {
+                    t.pod = updated;
+                    t.failures = 0;
+                    t.retry_at = None;
+                }
+                true
+            }
+            Err(e) => {
+                self.failed(uid, name, what, &e);
+                false
+            }
+        }
+    }
+
+    async fn write_readiness(&mut self, uid: &str, pod: &Value, ready: &[bool]) {
+        let mut next = pod.clone();
+        lifecycle::set_readiness(&mut next, ready);
+        self.write_status(uid, pod, next, "readiness").await;
+    }
+
+    async fn write_init_failed(&mut self, uid: &str, pod: &Value, container: &str, code: i32) {
+        let mut next = pod.clone();
+        lifecycle::set_init_failed(&mut next, container, code);
+        self.write_status(uid, pod, next, "init failure").await;
     }
 
     /// Writes a step's status, then its events and log lines.
@@ -290,6 +425,19 @@ impl PodWorker {
             .to_string();
         let mut next = pod.clone();
         lifecycle::apply(step, &mut next, NODE_IP);
+        if *step == Step::Start && json::str_at(pod, "/status/phase") == Some("Pending") {
+            // A real pod's address is its namespace's; a simulated pod has none (nothing may
+            // dial an address that belongs to nothing).
+            let state = self.real.as_ref().and_then(|rt| rt.state(uid));
+            lifecycle::set_pod_ip(&mut next, state.as_ref().and_then(|s| s.ip.as_deref()));
+            if let Some(s) = &state {
+                lifecycle::set_readiness(&mut next, &s.ready);
+            }
+        } else if *step == Step::Start
+            && let Some(s) = self.real.as_ref().and_then(|rt| rt.state(uid))
+        {
+            lifecycle::set_readiness(&mut next, &s.ready);
+        }
         let patch = json!({"status": next["status"]});
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let written = api
@@ -325,8 +473,11 @@ impl PodWorker {
                 )
                 .await;
         }
-        for (container, text) in log_lines(step, pod, &node) {
-            self.logs.append(uid, &container, &text);
+        // A real pod's log is what its processes print.
+        if self.real.is_none() {
+            for (container, text) in log_lines(step, pod, &node) {
+                self.logs.append(uid, &container, &text);
+            }
         }
     }
 

@@ -468,6 +468,100 @@ fn set_running(p: &mut Value, host_ip: &str) {
     }
 }
 
+/// Sets the pod's IP (`None`: the pod has none, as a pod nothing may dial).
+pub fn set_pod_ip(p: &mut Value, ip: Option<&str>) {
+    let Some(status) = p.get_mut("status").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match ip {
+        Some(ip) => {
+            status.insert("podIP".into(), json!(ip));
+            status.insert("podIPs".into(), json!([{"ip": ip}]));
+        }
+        None => {
+            status.remove("podIP");
+            status.remove("podIPs");
+        }
+    }
+}
+
+/// Whether each container (in spec order) is reported ready.
+pub fn readiness(p: &Value) -> Vec<bool> {
+    let statuses = json::at(p, "/status/containerStatuses")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    containers(p, "containers")
+        .iter()
+        .map(|(c, _)| {
+            statuses
+                .iter()
+                .find(|s| s.get("name").and_then(Value::as_str) == Some(c.as_str()))
+                .and_then(|s| s.get("ready"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Reports each running container (in spec order) ready or not, and the pod's `ContainersReady`
+/// and `Ready` conditions from them.
+pub fn set_readiness(p: &mut Value, ready: &[bool]) {
+    let names: Vec<String> = containers(p, "containers")
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    if let Some(list) = p
+        .pointer_mut("/status/containerStatuses")
+        .and_then(Value::as_array_mut)
+    {
+        for s in list {
+            let name = s.get("name").and_then(Value::as_str).unwrap_or_default();
+            if let Some(i) = names.iter().position(|n| n == name) {
+                s["ready"] = json!(ready.get(i).copied().unwrap_or(false));
+            }
+        }
+    }
+    if ready.iter().all(|r| *r) {
+        set_condition(p, "ContainersReady", "True", None, None);
+        set_condition(p, "Ready", "True", None, None);
+    } else {
+        set_not_ready(
+            p,
+            "ContainersNotReady",
+            Some("containers with unready status"),
+            true,
+        );
+    }
+}
+
+/// Ends a pod whose init container `container` exited with `code`: the pod `Failed`, that init
+/// container terminated (`Error`), the containers never started.
+pub fn set_init_failed(p: &mut Value, container: &str, code: i32) {
+    let now = json::now_rfc3339();
+    let init: Vec<Value> = containers(p, "initContainers")
+        .into_iter()
+        .map(|(c, image)| {
+            let state = if c == container {
+                json!({"terminated": {"exitCode": code, "reason": "Error", "startedAt": now, "finishedAt": now}})
+            } else {
+                json!({"waiting": {"reason": "PodInitializing"}})
+            };
+            container_status(&c, &image, state)
+        })
+        .collect();
+    p["status"]["initContainerStatuses"] = json!(init);
+    p["status"]["phase"] = json!("Failed");
+    set_condition(
+        p,
+        "Initialized",
+        "False",
+        Some("ContainersNotInitialized"),
+        Some(&format!("containers with incomplete status: [{container}]")),
+    );
+    set_not_ready(p, "PodFailed", None, true);
+}
+
 /// Every container back in `CrashLoopBackOff` after exiting with `code` (restart count + 1).
 fn set_crash_loop(p: &mut Value, code: i32) {
     let now = json::now_rfc3339();

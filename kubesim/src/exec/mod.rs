@@ -10,8 +10,10 @@
 
 mod prepare;
 mod process;
+pub mod sandbox;
 
-pub use process::kill_all;
+pub(crate) use process::Job;
+pub use process::{LogSink, kill_all};
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -97,7 +99,8 @@ impl Executor {
                 let mut code = 0;
                 // Init containers run in order; a failing or killed step ends the pod.
                 for step in &steps {
-                    let (c, killed) = step.run(&store, &mut kill_rx).await;
+                    let sink = step.store_sink(&store);
+                    let (c, killed) = step.run(&sink, None, &mut kill_rx).await;
                     code = c;
                     if c != 0 || killed {
                         break;

@@ -10,13 +10,17 @@ use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::sync::oneshot;
 
+use super::sandbox::Sandbox;
 use super::{RAYJOB_ENTRYPOINT, RAYJOB_RUNTIME_ENV, prepare};
 use crate::json::{self, str_at};
 use crate::store::Store;
 
+/// Where a container's output goes, as it comes.
+pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// What runs for a pod.
 #[derive(Debug, Clone)]
-pub(super) struct Job {
+pub(crate) struct Job {
     ns: String,
     pod: String,
     container: String,
@@ -28,12 +32,13 @@ pub(super) struct Job {
 
 #[derive(Debug, Clone)]
 enum Kind {
-    /// A pod's container: argv, env, working directory (already mapped to host paths).
+    /// A pod's container: argv, env and working directory as the pod spec says (paths inside the
+    /// pod), and its volume mounts (path inside the pod → host folder, longest path first).
     Container {
         argv: Vec<String>,
         env: Vec<(String, String)>,
-        workdir: PathBuf,
-        dirs: Vec<PathBuf>,
+        workdir: String,
+        mounts: Vec<(String, PathBuf)>,
     },
     /// A RayJob entrypoint with its runtime env YAML.
     RayJob {
@@ -82,10 +87,30 @@ fn rewrite(text: &str, mounts: &[(String, PathBuf)]) -> String {
     out
 }
 
+/// The value of a `fieldRef` into the pod's labels or annotations
+/// (`metadata.labels['ray.io/group']`).
+fn field_ref_map(pod: &Value, path: &str) -> Option<String> {
+    let (map, rest) = path
+        .strip_prefix("metadata.labels['")
+        .map(|r| ("labels", r))
+        .or_else(|| {
+            path.strip_prefix("metadata.annotations['")
+                .map(|r| ("annotations", r))
+        })?;
+    let key = rest.strip_suffix("']")?;
+    Some(
+        pod.pointer(&format!("/metadata/{map}"))
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
 impl Job {
     /// What to run for a pod, in order: its init containers then its first container, or the
     /// RayJob entrypoint for a submitter pod.
-    pub(super) fn steps(pod: &Value, data_dir: &Path) -> Vec<Self> {
+    pub(crate) fn steps(pod: &Value, data_dir: &Path) -> Vec<Self> {
         let main = pod
             .pointer("/spec/containers/0")
             .cloned()
@@ -105,7 +130,7 @@ impl Job {
     }
 
     /// Reads what to run for one container of a pod (or the RayJob annotations).
-    fn from_container(pod: &Value, c: &Value, data_dir: &Path) -> Self {
+    pub(crate) fn from_container(pod: &Value, c: &Value, data_dir: &Path) -> Self {
         let (ns, name) = (
             json::namespace(pod).to_string(),
             json::name(pod).to_string(),
@@ -156,9 +181,8 @@ impl Job {
             .collect();
         // Longest mount first so nested mounts win.
         mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
-        let strings = |k: &str| -> Vec<String> {
-            json::strs(c.get(k)).map(|s| rewrite(s, &mounts)).collect()
-        };
+        let strings =
+            |k: &str| -> Vec<String> { json::strs(c.get(k)).map(str::to_string).collect() };
         let argv: Vec<String> = strings("command")
             .into_iter()
             .chain(strings("args"))
@@ -182,15 +206,16 @@ impl Job {
                         "status.podIP" => {
                             str_at(pod, "/status/podIP").unwrap_or_default().to_string()
                         }
-                        _ => return None,
+                        "status.hostIP" => str_at(pod, "/status/hostIP")
+                            .unwrap_or_default()
+                            .to_string(),
+                        other => field_ref_map(pod, other)?,
                     },
                 };
-                Some((key, rewrite(&value, &mounts)))
+                Some((key, value))
             })
             .collect();
-        let workdir = map_path(str_at(c, "/workingDir").unwrap_or("/"), &mounts, &root);
-        let mut dirs: Vec<PathBuf> = mounts.iter().map(|(_, h)| h.clone()).collect();
-        dirs.push(workdir.clone());
+        let workdir = str_at(c, "/workingDir").unwrap_or("/").to_string();
         Self {
             ns,
             pod: name,
@@ -201,33 +226,46 @@ impl Job {
                 argv,
                 env,
                 workdir,
-                dirs,
+                mounts,
             },
         }
     }
 
-    fn log(&self, store: &Store, text: &str) {
-        store
-            .logs
-            .append(&self.ns, &self.pod, &self.container, text);
+    /// The container's name.
+    pub(crate) fn container(&self) -> &str {
+        &self.container
     }
 
-    /// Runs to completion (or until killed); returns the exit code and whether it was killed.
-    pub(super) async fn run(
+    /// A sink writing into kubesim's log store under this job's pod and container.
+    pub(super) fn store_sink(&self, store: &Arc<Store>) -> LogSink {
+        let (store, ns, pod, container) = (
+            store.clone(),
+            self.ns.clone(),
+            self.pod.clone(),
+            self.container.clone(),
+        );
+        Arc::new(move |text: &str| store.logs.append(&ns, &pod, &container, text))
+    }
+
+    /// Runs to completion (or until killed), with output into `sink`; returns the exit code and
+    /// whether it was killed. Without a sandbox, mount paths are rewritten to the pod's folders;
+    /// with one, the container runs in the sandbox's namespaces with its volumes really mounted.
+    pub(crate) async fn run(
         &self,
-        store: &Arc<Store>,
+        sink: &LogSink,
+        sandbox: Option<&Sandbox>,
         kill: &mut oneshot::Receiver<()>,
     ) -> (i32, bool) {
-        match self.command().await {
-            Ok(cmd) => self.spawn(store, cmd, kill).await,
+        match self.command(sandbox).await {
+            Ok(cmd) => self.spawn(sink, cmd, kill).await,
             Err(message) => {
-                self.log(store, &format!("kubesim: {message}\n"));
+                sink(&format!("kubesim: {message}\n"));
                 (127, false)
             }
         }
     }
 
-    async fn command(&self) -> Result<tokio::process::Command, String> {
+    async fn command(&self, sandbox: Option<&Sandbox>) -> Result<tokio::process::Command, String> {
         let home = self.root.join("home");
         let tmp = self.root.join("tmp");
         for d in [&home, &tmp] {
@@ -248,24 +286,47 @@ impl Job {
                 argv,
                 env,
                 workdir,
-                dirs,
+                mounts,
             } => {
-                for d in dirs {
-                    std::fs::create_dir_all(d)
-                        .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
-                }
                 if argv.is_empty() {
                     return Err(
                         "the container has no command; execution mode needs an explicit command"
                             .into(),
                     );
                 }
-                cmd.arg("-c")
-                    .arg("exec \"$@\"")
-                    .arg("bash")
-                    .args(argv)
-                    .current_dir(workdir);
-                cmd.envs(env.iter().map(|(k, v)| (k, v)));
+                for (_, host) in mounts {
+                    std::fs::create_dir_all(host)
+                        .map_err(|e| format!("cannot create {}: {e}", host.display()))?;
+                }
+                match sandbox {
+                    None => {
+                        let workdir = map_path(workdir, mounts, &self.root);
+                        std::fs::create_dir_all(&workdir)
+                            .map_err(|e| format!("cannot create {}: {e}", workdir.display()))?;
+                        cmd.arg("-c")
+                            .arg("exec \"$@\"")
+                            .arg("bash")
+                            .args(argv.iter().map(|a| rewrite(a, mounts)))
+                            .current_dir(workdir);
+                        cmd.envs(env.iter().map(|(k, v)| (k, rewrite(v, mounts))));
+                    }
+                    Some(sb) => {
+                        let mut real = tokio::process::Command::new("ip");
+                        real.env_clear()
+                            .env("PATH", sb.path_env())
+                            .env("HOME", sb.inside(&home)?)
+                            .env("TMPDIR", "/tmp")
+                            .env("HOSTNAME", &self.pod);
+                        real.envs(sb.env.iter().map(|(k, v)| (k, v)));
+                        real.envs(env.iter().map(|(k, v)| (k, v)));
+                        real.args(["netns", "exec", &sb.netns, "bash", "-c"])
+                            .arg(sb.prelude(&self.root, mounts, workdir)?)
+                            .arg("bash")
+                            .args(argv)
+                            .current_dir(&self.root);
+                        return Ok(real);
+                    }
+                }
             }
             Kind::RayJob {
                 entrypoint,
@@ -282,7 +343,7 @@ impl Job {
 
     async fn spawn(
         &self,
-        store: &Arc<Store>,
+        sink: &LogSink,
         mut cmd: tokio::process::Command,
         kill: &mut oneshot::Receiver<()>,
     ) -> (i32, bool) {
@@ -296,13 +357,13 @@ impl Job {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                self.log(store, &format!("kubesim: cannot start bash: {e}\n"));
+                sink(&format!("kubesim: cannot start the container: {e}\n"));
                 return (127, false);
             }
         };
         let group = child.id().map(|pid| Group::register(pid, &self.root));
         let pump = |reader: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>| {
-            let (store, job) = (store.clone(), self.clone());
+            let sink = sink.clone();
             tokio::spawn(async move {
                 let Some(mut reader) = reader else { return };
                 let mut buf = vec![0u8; 8192];
@@ -310,7 +371,7 @@ impl Job {
                     if n == 0 {
                         break;
                     }
-                    job.log(&store, &String::from_utf8_lossy(&buf[..n]));
+                    sink(&String::from_utf8_lossy(&buf[..n]));
                 }
             })
         };
