@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stops the control plane that scripts/k8s-up.sh started (node agent, KubeRay operator, scheduler,
-# controller manager, API server, etcd, in that order) and keeps its logs.
+# controller manager, API server, etcd, in that order) and keeps its logs. What the node agent's real
+# pods left running goes with their network namespaces (tp-*), and the pods' bridge with them.
 #   scripts/k8s-down.sh [--dir DIR] [--quiet]
 set -euo pipefail
 
@@ -29,4 +30,13 @@ for name in node-agent kuberay-operator kube-scheduler kube-controller-manager k
   fi
   rm -f "$pidfile"
 done
+# The real pods: every process in a pod namespace, then the namespaces and the bridge.
+if [[ -d /var/run/netns ]] && command -v ip >/dev/null 2>&1; then
+  for ns in $(ls /var/run/netns 2>/dev/null | grep '^tp-' || true); do
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    [[ -n "$pids" ]] && kill -KILL $pids 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip link del tp-pods0 2>/dev/null || true
+fi
 ((QUIET)) || echo "[k8s-down] stopped $stopped component(s); logs kept in $DIR/logs" >&2

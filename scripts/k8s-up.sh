@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Brings up a real Kubernetes control plane on 127.0.0.1 for TunePlane: etcd, kube-apiserver (RBAC,
 # service-account token signing, locally generated certificates), kube-controller-manager,
-# kube-scheduler, the KubeRay CRDs and operator, and fake GPU nodes played by `kubesim agent` (the
-# fleet file's nodes with nvidia.com/gpu capacity, tuneplane/gpu-series labels, cordons).
+# kube-scheduler, the KubeRay CRDs and operator, and the fleet file's nodes played by `kubesim agent`
+# (nvidia.com/gpu capacity, tuneplane/gpu-series labels, cordons).
 #
-#   scripts/k8s-up.sh [--fleet FILE | --no-fleet] [--dir DIR] [--port PORT]
+#   scripts/k8s-up.sh [--fleet FILE | --no-fleet] [--simulate] [--dir DIR] [--port PORT]
 #
-# The agent's pods that are meant to end (CPU jobs, submitters) run 3 s and exit 0, and the
-# bad-image example's image cannot be pulled; TUNEPLANE_K8S_AGENT_ARGS replaces those agent options
+# The agent runs the pods for real (needs root): each pod a network namespace with its own IP, its
+# containers processes with the runtime testenv/images.yaml gives their image (pinned virtualenvs,
+# Ray among them, built once per machine by scripts/testenv-runtimes.sh); an image the map does not
+# know fails to pull. --simulate pretends instead: pods meant to end run 3 s and exit 0, and the
+# bad-image example's image cannot be pulled. TUNEPLANE_K8S_AGENT_ARGS replaces the agent's options
 # (see `kubesim agent --help`). TUNEPLANE_K8S_AGENT_BIN runs a prebuilt node agent instead of building
 # the debug one; TUNEPLANE_K8S_KCM_ARGS adds options to kube-controller-manager (e.g. its API QPS).
 # Components are built once per machine from the Go modules pinned in testenv/ (scripts/testenv-build.sh).
@@ -20,13 +23,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${TUNEPLANE_K8S_DIR:-$ROOT/.tuneplane-k8s}"
 PORT="${TUNEPLANE_K8S_PORT:-6443}"
 FLEET="$ROOT/examples/fleet.yaml"
+SIMULATE=""
 while (($#)); do
   case "$1" in
+    --simulate) SIMULATE=1; shift ;;
     --fleet) FLEET="$2"; shift 2 ;;
     --no-fleet) FLEET=""; shift ;;
     --dir) DIR="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "k8s-up: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -208,11 +213,20 @@ if [[ -n "$FLEET" ]]; then
     AGENT="$ROOT/target/debug/kubesim"
   fi
   [[ -x "$AGENT" ]] || die "the node agent $AGENT is not an executable (TUNEPLANE_K8S_AGENT_BIN)"
-  say "starting fake nodes from $FLEET"
+  if [[ -n "$SIMULATE" ]]; then
+    MODE_ARGS="--simulate --pod-seconds 3 --fail-image registry.invalid/tuneplane/does-not-exist:0.0"
+  else
+    [[ $(id -u) -eq 0 ]] || die "the node agent runs pods for real, which needs root (network namespaces, mounts); run as root or pass --simulate"
+    command -v ip >/dev/null 2>&1 || die "the node agent needs ip (apt-get install iproute2), or pass --simulate"
+    TUNEPLANE_RUNTIMES="$("$ROOT/scripts/testenv-runtimes.sh" | tail -n 1)"
+    export TUNEPLANE_RUNTIMES
+    MODE_ARGS="--images $ROOT/testenv/images.yaml --data-dir $DIR/node-agent"
+  fi
+  say "starting the fleet's nodes from $FLEET${SIMULATE:+ (simulated pods)}"
   start node-agent "$AGENT" agent --kubeconfig "$DIR/run/node-agent.kubeconfig" \
     --fleet "$FLEET" --kubelet-port "$KUBELET_PORT" \
     --tls-cert "$PKI/kubelet.crt" --tls-key "$PKI/kubelet.key" --ready-file "$DIR/run/nodes-ready" \
-    ${TUNEPLANE_K8S_AGENT_ARGS:---pod-seconds 3 --fail-image registry.invalid/tuneplane/does-not-exist:0.0}
+    ${TUNEPLANE_K8S_AGENT_ARGS:-$MODE_ARGS}
   wait_until node-agent 60 test -f "$DIR/run/nodes-ready"
 fi
 
