@@ -5,7 +5,8 @@
 # Steps: system tools (zip, unzip, openssl, curl, ...) via apt-get when missing -> the repo's Python
 # venv (moto_server and friends) -> a real Kubernetes control plane on 127.0.0.1 (etcd,
 # kube-apiserver, controller manager, scheduler, KubeRay operator; built from the Go modules pinned
-# in testenv/ once per machine, cached in ~/.cache/tuneplane-testenv) -> cargo fmt --check -> cargo
+# in testenv/ once per machine, cached in ~/.cache/tuneplane-testenv) and the runtimes its node agent
+# runs real pods with (pinned virtualenvs, Ray among them; same cache) -> cargo fmt --check -> cargo
 # clippy -D warnings -> cargo test (all crates, with a private moto_server on 127.0.0.1 for the AWS
 # adapters) -> the scenario suite again on the real control plane, then the RBAC audit.
 set -euo pipefail
@@ -16,7 +17,7 @@ cd "$ROOT"
 step() { printf '\n==> %s\n' "$*" >&2; }
 
 need_apt=()
-for tool in zip unzip openssl curl; do
+for tool in zip unzip openssl curl wget; do
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
 done
 # kubectl drives kubesim and renders infra/ with kustomize. Machines of this kind ship it; if one
@@ -24,6 +25,8 @@ done
 if ! command -v kubectl >/dev/null 2>&1; then
   need_apt+=(kubernetes-client)
 fi
+# The real tier's node agent makes pods' network namespaces with ip (iproute2).
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 # The console's browser tests drive Debian's headless Chromium through chromedriver.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
@@ -63,6 +66,12 @@ K8S_DIR="$ROOT/target/k8s-test"
 K8S_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 trap 'scripts/k8s-down.sh --dir "$K8S_DIR" --quiet || true' EXIT
 REAL_KUBECONFIG=$(scripts/k8s-up.sh --no-fleet --dir "$K8S_DIR" --port "$K8S_PORT" | tail -n 1)
+# The real tier's node agent runs pods for real (as root: network namespaces, mounts) with the
+# runtimes of testenv/images.yaml.
+[[ $(id -u) -eq 0 ]] || { echo "test.sh: the real tier runs pods in network namespaces of their own, which needs root (CI and the sessions run as root)" >&2; exit 1; }
+step "runtimes of the real tier's pods (scripts/testenv-runtimes.sh; built once per machine)"
+TUNEPLANE_RUNTIMES=$(scripts/testenv-runtimes.sh | tail -n 1)
+export TUNEPLANE_RUNTIMES
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -1,18 +1,20 @@
 //! `tuneplane dev --kubeconfig` on a real control plane (`TUNEPLANE_TEST_K8S=real`, the admin
 //! kubeconfig in `TUNEPLANE_TEST_KUBECONFIG`; `scripts/test.sh` brings the cluster up): the
-//! examples' fleet on fake nodes (`kubesim agent`), the one-machine stack whose reconciler works
-//! against the real API server, scheduler and KubeRay operator as its ServiceAccount, and the
-//! examples submitted through the HTTP API as a user would:
-//! - `hello-cpu` ends SUCCEEDED (a Pod; the fake kubelet runs it for 2 s) with its logs archived
-//!   through the API server from the node;
+//! examples' fleet played by the node agent running pods for real (as root: each pod a network
+//! namespace with its own IP, its containers processes with the runtime `testenv/images.yaml`
+//! gives their image, `TUNEPLANE_RUNTIMES` from `scripts/testenv-runtimes.sh`), the one-machine
+//! stack whose reconciler works against the real API server, scheduler and KubeRay operator as its
+//! ServiceAccount, and the examples submitted through the HTTP API as a user would:
+//! - `hello-cpu` ends SUCCEEDED and its archived log holds what hello.py printed;
 //! - `ray-multipool` gets a RayCluster from the real operator whose pods the real scheduler bound
-//!   to the nodes admission planned: head and main worker on two distinct h200 nodes, the eval
-//!   worker on an l40s node; it reaches RUNNING (fake nodes run no Ray dashboard, so KubeRay never
-//!   learns the job's end) and is stopped;
-//! - `queued-behind` waits with `InsufficientGpu` while `ray-multipool` holds the h200 nodes, then
-//!   is admitted once it is stopped;
-//! - `bad-image` fails at its 15 s pre-running deadline with the kubelet's `Failed to pull image`
-//!   Warning copied from the API server;
+//!   to the nodes admission planned (head and main worker on two distinct h200 nodes, the eval
+//!   worker on an l40s node); real Ray runs on the pod IPs, the operator follows the job through
+//!   the API server's service proxy to its dashboard, and the job ends SUCCEEDED with each pool's
+//!   task run on a pod of that pool;
+//! - a sleeping RayJob holds the h200 nodes while `queued-behind` waits with `InsufficientGpu`;
+//!   stopped, it ends STOPPED with no process of it left; `queued-behind` then runs to SUCCEEDED;
+//! - `bad-image` (an image the map does not know) fails at its 15 s pre-running deadline with the
+//!   kubelet's `Failed to pull image` Warning copied from the API server;
 //! - `too-big` is refused at submit.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
@@ -26,14 +28,16 @@ use kube::ResourceExt;
 use kube::api::{Api as KubeApi, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::Value;
 use stack_support::{
-    api_client, archived_logs, events, example_fleet, examples, post_job, stop, submit_example,
-    wait_until,
+    api_client, archived_logs, events, example_fleet, examples, post_job, stop, submit_dir,
+    submit_example, wait_until,
 };
 use tuneplane::client::Api;
 use tuneplane::dev::{Backend, ClusterChoice, Stack, StackOptions, UNPULLABLE_IMAGE};
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::{FailureReason, JobState, PendingReason};
 use tuneplane_kubesim::Scenario;
+use tuneplane_kubesim::agent::RealConfig;
+use tuneplane_kubesim::agent::real::ImageMap;
 use tuneplane_kubesim::testbed::Testbed;
 
 mod stack_support;
@@ -43,6 +47,71 @@ async fn submit(api: &Api, name: &str) -> Result<(u16, Value), String> {
     let dir = examples().join(name);
     let spec = std::fs::read_to_string(dir.join("tuneplane.yaml")).unwrap();
     post_job(api, &dir, &spec).await
+}
+
+/// The agent's real execution: the repository's image map with the runtimes `scripts/test.sh`
+/// built (`TUNEPLANE_RUNTIMES`), pod folders under `data`.
+fn real_execution(data: &std::path::Path) -> RealConfig {
+    assert!(
+        std::env::var_os("TUNEPLANE_RUNTIMES").is_some(),
+        "TUNEPLANE_RUNTIMES is not set: scripts/testenv-runtimes.sh prints the runtimes folder (scripts/test.sh sets it)"
+    );
+    let map = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testenv/images.yaml");
+    RealConfig {
+        data_dir: data.to_path_buf(),
+        images: ImageMap::load(&map).unwrap(),
+    }
+}
+
+/// Processes on this machine whose environment names job `id` (`TUNEPLANE_JOB_ID`).
+fn processes_of_job(id: &str) -> Vec<String> {
+    let needle = format!("TUNEPLANE_JOB_ID={id}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter_map(|e| {
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            env.split(|b| *b == 0)
+                .any(|v| v == needle.as_bytes())
+                .then(|| e.file_name().to_string_lossy().to_string())
+        })
+        .collect()
+}
+
+/// The pods of the RayCluster of job `id` once every one has an IP: `(ray.io/group, pod IP, uid)`.
+async fn ray_pods_with_ips(
+    pods: &KubeApi<Pod>,
+    id: &str,
+    want: usize,
+) -> Vec<(String, String, String)> {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let found: Vec<(String, String, String)> = pods
+            .list(
+                &ListParams::default()
+                    .labels(&format!("ray.io/is-ray-node=yes,tuneplane.io/job-id={id}")),
+            )
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| {
+                let ip = p.status.as_ref()?.pod_ip.clone()?;
+                Some((p.labels().get("ray.io/group")?.clone(), ip, p.uid()?))
+            })
+            .collect();
+        if found.len() == want {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "Ray pods without IPs: {found:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Submits `examples/<name>`; the id of the job created.
@@ -58,14 +127,16 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
     }
     let kubeconfig = PathBuf::from(std::env::var("TUNEPLANE_TEST_KUBECONFIG").unwrap());
     let fleet = example_fleet();
-    let scenario = Scenario {
-        image_pull_failures: vec![UNPULLABLE_IMAGE.into()],
-        // Pods meant to end (the CPU job, submitters) run 2 s; Ray's servers run until deleted.
-        pod_run: Some(Duration::from_secs(2)),
-        ..Scenario::default()
-    };
-    let bed = Testbed::start(&kubeconfig, fleet, scenario).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
+    let agent_dir = tempfile::tempdir().unwrap();
+    let bed = Testbed::start_with(
+        &kubeconfig,
+        fleet,
+        Scenario::default(),
+        Some(real_execution(agent_dir.path())),
+    )
+    .await
+    .unwrap();
     let stack = Stack::start(StackOptions {
         data_dir: dir.path().to_path_buf(),
         port: 0,
@@ -137,12 +208,15 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
     assert_eq!(done.state, JobState::Succeeded, "{done:?}");
     let logs = archived_logs(&api, &hello).await;
     assert!(
-        logs.iter()
-            .any(|(p, text)| p.ends_with(".log") && text.contains("kubesim agent")),
-        "hello-cpu's log came through the API server from the node: {logs:?}"
+        logs.iter().any(|(p, text)| p.ends_with(".log")
+            && text.contains("*** hello from TunePlane ***")
+            && text.contains("countdown 1")
+            && !text.contains("kubesim agent")),
+        "hello-cpu's own output came through the API server from the node: {logs:?}"
     );
 
     // ray-multipool: the real operator's RayCluster, its pods where admission planned.
+    let started = Instant::now();
     let multi = submitted(&api, "ray-multipool").await;
     let running = wait_until(&api, &multi, 120, "RUNNING", |j| {
         j.state == JobState::Running
@@ -166,6 +240,7 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
                 || c.owner_references().iter().any(|o| o.kind == "RayJob")
         })
         .expect("no RayCluster from the operator");
+    let with_ips = ray_pods_with_ips(&pods, &multi, 3).await;
     let ray_pods = pods
         .list(&ListParams::default().labels(&format!("ray.io/cluster={}", rc.name_any())))
         .await
@@ -232,7 +307,73 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
         );
     }
 
-    // queued-behind waits for the h200 nodes ray-multipool holds (3 schedulable, 2 taken).
+    // Real Ray ran the driver to its end; each pool's task ran on a pod of that pool.
+    let done = wait_until(&api, &multi, 300, "SUCCEEDED", |j| j.state.is_terminal()).await;
+    assert_eq!(done.state, JobState::Succeeded, "{done:?}");
+    eprintln!(
+        "ray-multipool SUCCEEDED {:.0} s after submission",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(started.elapsed() < Duration::from_secs(300));
+    let ips = |groups: &[&str]| -> Vec<String> {
+        with_ips
+            .iter()
+            .filter(|(g, _, _)| groups.contains(&g.as_str()))
+            .map(|(_, ip, _)| ip.clone())
+            .collect()
+    };
+    let (main_ips, eval_ips) = (ips(&["headgroup", "main"]), ips(&["eval"]));
+    assert!(
+        with_ips.iter().all(|(_, ip, _)| ip.starts_with("10.244.")),
+        "pod IPs are the agent's namespaces': {with_ips:?}"
+    );
+    let logs = archived_logs(&api, &multi).await;
+    let all: String = logs.iter().map(|(_, t)| t.as_str()).collect();
+    let ran_on = |prefix: &str| -> Vec<String> {
+        all.lines()
+            .filter_map(|l| l.split_once(prefix).map(|(_, ip)| ip.trim().to_string()))
+            .collect()
+    };
+    let main_ran = ran_on("pool main ran epoch 0 on node ");
+    let eval_ran = ran_on("pool eval ran on node ");
+    assert!(
+        !main_ran.is_empty() && main_ran.iter().all(|ip| main_ips.contains(ip)),
+        "main's task ran on a pod of pool main {main_ips:?}: {main_ran:?}\n{all}"
+    );
+    assert!(
+        !eval_ran.is_empty() && eval_ran.iter().all(|ip| eval_ips.contains(ip)),
+        "eval's task ran on a pod of pool eval {eval_ips:?}: {eval_ran:?}"
+    );
+    assert!(all.contains("eval score 0.750"), "{all}");
+
+    // A sleeping RayJob on two h200 nodes: queued-behind waits for them.
+    let sleep_spec = std::fs::read_to_string(examples().join("ray-multipool/tuneplane.yaml"))
+        .unwrap()
+        .replace("name: ray-multipool", "name: ray-sleep")
+        .replace(
+            "entrypoint: python3 train.py",
+            "entrypoint: python3 -c \"import time; print('sleeping', flush=True); time.sleep(900)\"",
+        )
+        .replace("  - {name: eval, series: l40s, nodes: 1, gpus_per_node: 4}\n", "");
+    let sleeper = submit_dir(&api, &examples().join("ray-multipool"), &sleep_spec)
+        .await
+        .id;
+    wait_until(&api, &sleeper, 180, "RUNNING", |j| {
+        j.state == JobState::Running
+    })
+    .await;
+    let sleeper_pods = ray_pods_with_ips(&pods, &sleeper, 2).await;
+    // The driver runs: its process carries the job's id.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while processes_of_job(&sleeper).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the sleeping driver never started"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // queued-behind waits for the h200 nodes the sleeper holds (3 schedulable, 2 taken).
     let behind = submitted(&api, "queued-behind").await;
     let waiting = wait_until(&api, &behind, 60, "pending InsufficientGpu", |j| {
         j.pending
@@ -258,15 +399,37 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
         "{copied:?}"
     );
 
-    // Stopping ray-multipool frees its nodes; queued-behind is admitted.
-    stop(&api, &multi).await;
-    let stopped = wait_until(&api, &multi, 90, "STOPPED", |j| j.state.is_terminal()).await;
-    assert_eq!(stopped.state, JobState::Stopped);
-    wait_until(&api, &behind, 90, "admitted", |j| {
-        matches!(j.state, JobState::Admitted | JobState::Running)
-    })
-    .await;
-    stop(&api, &behind).await;
-    wait_until(&api, &behind, 90, "STOPPED", |j| j.state.is_terminal()).await;
+    // Stopping the sleeper ends it STOPPED with nothing of it left running; its nodes go to
+    // queued-behind, which runs to its end.
+    stop(&api, &sleeper).await;
+    let stopped = wait_until(&api, &sleeper, 120, "STOPPED", |j| j.state.is_terminal()).await;
+    assert_eq!(stopped.state, JobState::Stopped, "{stopped:?}");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let left = processes_of_job(&sleeper);
+        let namespaces: Vec<String> = sleeper_pods
+            .iter()
+            .map(|(_, _, uid)| {
+                format!(
+                    "/var/run/netns/tp-{}",
+                    uid.chars()
+                        .filter(char::is_ascii_alphanumeric)
+                        .take(12)
+                        .collect::<String>()
+                )
+            })
+            .filter(|p| std::path::Path::new(p).exists())
+            .collect();
+        if left.is_empty() && namespaces.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped job left processes {left:?} and namespaces {namespaces:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let ran = wait_until(&api, &behind, 300, "SUCCEEDED", |j| j.state.is_terminal()).await;
+    assert_eq!(ran.state, JobState::Succeeded, "{ran:?}");
     stack.shutdown().await;
 }

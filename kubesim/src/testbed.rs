@@ -185,6 +185,17 @@ impl Testbed {
         fleet: Fleet,
         scenario: Scenario,
     ) -> Result<Testbed, TestbedError> {
+        Self::start_with(kubeconfig, fleet, scenario, None).await
+    }
+
+    /// [`Testbed::start`] with the agent running pods for real when `execution` says how
+    /// (needs root; see [`crate::agent::real`]).
+    pub async fn start_with(
+        kubeconfig: &Path,
+        fleet: Fleet,
+        scenario: Scenario,
+        execution: Option<crate::agent::RealConfig>,
+    ) -> Result<Testbed, TestbedError> {
         let admin_config = admin_config(kubeconfig).await?;
         let admin = Client::try_from(admin_config.clone()).map_err(|source| TestbedError::Api {
             what: "building a client".into(),
@@ -195,6 +206,7 @@ impl Testbed {
         let mut config = AgentConfig::new(fleet);
         config.scenario = scenario;
         config.tls = kubelet_tls(kubeconfig);
+        config.execution = execution;
         let agent = crate::agent::start(admin.clone(), config).await?;
         let nodes: Api<Node> = Api::all(admin.clone());
         wait(60, "the fleet's nodes", || async {
