@@ -144,6 +144,7 @@ fn main() {
             backend: Backend::Embedded,
             cluster: tuneplane::dev::ClusterChoice::Simulated,
             webhooks: None,
+            capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
         })
         .await
         .unwrap();

@@ -32,6 +32,7 @@ fn options(dir: &Path, webhooks: Option<&Path>) -> StackOptions {
         backend: Backend::Embedded,
         cluster: ClusterChoice::Simulated,
         webhooks: webhook_sources(webhooks, None).unwrap(),
+        capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
     }
 }
 

@@ -43,6 +43,7 @@ async fn playground_create_refuses_what_the_fleet_cannot_host_and_list_explains_
         backend: Backend::Embedded,
         cluster: ClusterChoice::Simulated,
         webhooks: None,
+        capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
     })
     .await;
 

@@ -151,6 +151,7 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
             kubeconfig: kubeconfig.clone(),
         },
         webhooks: None,
+        capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
     })
     .await
     .unwrap();

@@ -50,6 +50,7 @@ pub fn serve(args: &[String]) -> anyhow::Result<()> {
                 kubeconfig: kubeconfig.into(),
             },
             webhooks: None,
+            capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
         };
         let stack = tuneplane::dev::Stack::start(opts).await?;
         let mut random = [0u8; 20];

@@ -99,6 +99,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         no_exec: false,
         kubeconfig: args.kubeconfig.clone(),
         webhooks: None,
+        capsule_delivery: "presigned".into(),
     };
     let opts = dev.options()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

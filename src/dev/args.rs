@@ -38,6 +38,11 @@ pub struct DevArgs {
     /// is read when set.
     #[arg(long, value_name = "FILE")]
     pub webhooks: Option<PathBuf>,
+    /// How Ray pods get the capsule: `presigned` (Ray downloads the presigned URL as its
+    /// `working_dir`) or `init-container` (an init container downloads and verifies it onto a
+    /// shared volume; `working_dir` is then a `file://` path).
+    #[arg(long, env = "TUNEPLANE_CAPSULE_DELIVERY", default_value = "presigned", value_name = "MODE")]
+    pub capsule_delivery: String,
 }
 
 /// The webhook sources of `--webhooks FILE`, else of `TUNEPLANE_WEBHOOKS` (`env`), else none.
@@ -97,6 +102,13 @@ impl DevArgs {
                 self.webhooks.as_deref(),
                 std::env::var(tuneplane_functions::config::ENV_WEBHOOKS).ok(),
             )?,
+            capsule_delivery: tuneplane_core::render::CapsuleDelivery::parse(&self.capsule_delivery)
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--capsule-delivery (TUNEPLANE_CAPSULE_DELIVERY): {:?}: use presigned or init-container",
+                        self.capsule_delivery
+                    )
+                })?,
             cluster: match &self.kubeconfig {
                 Some(path) => super::ClusterChoice::Real {
                     kubeconfig: path.clone(),

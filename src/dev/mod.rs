@@ -62,6 +62,8 @@ pub struct StackOptions {
     /// Webhook sources as the JSON of `TUNEPLANE_WEBHOOKS` (`--webhooks FILE`), with where it
     /// came from for error messages; `None` serves no webhook sources.
     pub webhooks: Option<WebhookSources>,
+    /// How Ray pods get the capsule (presigned URL, or an init container onto a shared volume).
+    pub capsule_delivery: CapsuleDelivery,
 }
 
 /// The webhook configuration of the stack: the JSON of `TUNEPLANE_WEBHOOKS` and its origin.
@@ -245,7 +247,7 @@ impl Stack {
         let client =
             kube::Client::try_from(tuneplane_reconciler::kube_io::client_config(kube_config))?;
         rc.render.gpu_passthrough = true;
-        rc.render.delivery = CapsuleDelivery::Presigned;
+        rc.render.delivery = opts.capsule_delivery;
         rc.identity = format!("dev-{}", std::process::id());
         rc.metrics_addr = SocketAddr::from(([127, 0, 0, 1], 0));
         let metrics = Arc::new(tuneplane_reconciler::metrics::Metrics::default());

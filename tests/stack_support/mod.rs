@@ -48,6 +48,7 @@ pub async fn start(backend: Backend, data_dir: &Path) -> (Stack, Api) {
         backend,
         cluster: tuneplane::dev::ClusterChoice::Simulated,
         webhooks: None,
+        capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
     })
     .await
 }
