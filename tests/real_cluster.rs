@@ -35,6 +35,7 @@ use tuneplane::client::Api;
 use tuneplane::dev::{Backend, ClusterChoice, Stack, StackOptions, UNPULLABLE_IMAGE};
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::{FailureReason, JobState, PendingReason};
+use tuneplane_core::render::CapsuleDelivery;
 use tuneplane_kubesim::Scenario;
 use tuneplane_kubesim::agent::RealConfig;
 use tuneplane_kubesim::agent::real::ImageMap;
@@ -114,6 +115,59 @@ async fn ray_pods_with_ips(
     }
 }
 
+/// The examples' fleet on the real control plane with the agent running pods for real, and the
+/// dev stack whose reconciler works against it (delivering capsules to Ray pods as `delivery`).
+struct RealTier {
+    bed: Testbed,
+    stack: Stack,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl RealTier {
+    async fn start(delivery: CapsuleDelivery) -> RealTier {
+        let kubeconfig = PathBuf::from(std::env::var("TUNEPLANE_TEST_KUBECONFIG").unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let agent_dir = tempfile::tempdir().unwrap();
+        let bed = Testbed::start_with(
+            &kubeconfig,
+            example_fleet(),
+            Scenario::default(),
+            Some(real_execution(agent_dir.path())),
+        )
+        .await
+        .unwrap();
+        let stack = Stack::start(StackOptions {
+            data_dir: dir.path().to_path_buf(),
+            port: 0,
+            fleet: Fleet {
+                node_groups: Vec::new(),
+            },
+            execute: false,
+            unpullable_images: Vec::new(),
+            pass_interval: Duration::from_millis(300),
+            backend: Backend::Embedded,
+            cluster: ClusterChoice::Real { kubeconfig },
+            webhooks: None,
+            capsule_delivery: delivery,
+        })
+        .await
+        .unwrap();
+        RealTier {
+            bed,
+            stack,
+            _dirs: (dir, agent_dir),
+        }
+    }
+}
+
+fn real_tier_wanted() -> bool {
+    let wanted = std::env::var("TUNEPLANE_TEST_K8S").as_deref() == Ok("real");
+    if !wanted {
+        eprintln!("skipped: needs TUNEPLANE_TEST_K8S=real and TUNEPLANE_TEST_KUBECONFIG");
+    }
+    wanted
+}
+
 /// Submits `examples/<name>`; the id of the job created.
 async fn submitted(api: &Api, name: &str) -> String {
     submit_example(api, name).await.id
@@ -121,42 +175,13 @@ async fn submitted(api: &Api, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
-    if std::env::var("TUNEPLANE_TEST_K8S").as_deref() != Ok("real") {
-        eprintln!("skipped: needs TUNEPLANE_TEST_K8S=real and TUNEPLANE_TEST_KUBECONFIG");
+    if !real_tier_wanted() {
         return;
     }
-    let kubeconfig = PathBuf::from(std::env::var("TUNEPLANE_TEST_KUBECONFIG").unwrap());
-    let fleet = example_fleet();
-    let dir = tempfile::tempdir().unwrap();
-    let agent_dir = tempfile::tempdir().unwrap();
-    let bed = Testbed::start_with(
-        &kubeconfig,
-        fleet,
-        Scenario::default(),
-        Some(real_execution(agent_dir.path())),
-    )
-    .await
-    .unwrap();
-    let stack = Stack::start(StackOptions {
-        data_dir: dir.path().to_path_buf(),
-        port: 0,
-        fleet: Fleet {
-            node_groups: Vec::new(),
-        },
-        execute: false,
-        unpullable_images: Vec::new(),
-        pass_interval: Duration::from_millis(300),
-        backend: Backend::Embedded,
-        cluster: ClusterChoice::Real {
-            kubeconfig: kubeconfig.clone(),
-        },
-        webhooks: None,
-        capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
-    })
-    .await
-    .unwrap();
+    let real = RealTier::start(CapsuleDelivery::Presigned).await;
+    let (bed, stack) = (&real.bed, &real.stack);
     assert!(stack.sim.is_none());
-    let api = api_client(&stack);
+    let api = api_client(stack);
     // The capacity view is what the reconciler reads off the real nodes.
     let deadline = Instant::now() + Duration::from_secs(60);
     let capacity = loop {
@@ -432,5 +457,42 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
     }
     let ran = wait_until(&api, &behind, 300, "SUCCEEDED", |j| j.state.is_terminal()).await;
     assert_eq!(ran.state, JobState::Succeeded, "{ran:?}");
-    stack.shutdown().await;
+    real.stack.shutdown().await;
+}
+
+/// The HTTP-only capsule path on the real tier: every Ray pod's init container downloads the
+/// capsule through the pod's relay to the dev blob server, verifies its SHA-256 onto the shared
+/// volume, and Ray runs the job from `file:///tuneplane/capsule/<sha>/capsule.zip` to SUCCEEDED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn init_container_delivery_runs_a_rayjob_from_the_verified_capsule() {
+    if !real_tier_wanted() {
+        return;
+    }
+    let real = RealTier::start(CapsuleDelivery::InitContainer).await;
+    let api = api_client(&real.stack);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let cap: Value = api.get("/capacity").await.unwrap();
+        if cap["snapshot"]["series"]["h200"]["total_gpus"].as_u64() == Some(32) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no capacity snapshot: {cap}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let job = submit_example(&api, "ray-multipool").await;
+    let done = wait_until(&api, &job.id, 300, "SUCCEEDED", |j| j.state.is_terminal()).await;
+    assert_eq!(done.state, JobState::Succeeded, "{done:?}");
+    let logs = archived_logs(&api, &job.id).await;
+    let verified = logs
+        .iter()
+        .filter(|(p, t)| {
+            p.contains("fetch-capsule")
+                && t.contains("tuneplane: capsule ")
+                && t.contains(" verified")
+        })
+        .count();
+    assert_eq!(verified, 3, "each Ray pod verified the capsule: {logs:?}");
+    let all: String = logs.iter().map(|(_, t)| t.as_str()).collect();
+    assert!(all.contains("eval score 0.750"), "{all}");
+    real.stack.shutdown().await;
 }

@@ -6,9 +6,9 @@
 //! logs. It exits 0 only if every example ended as it is meant to.
 //!
 //! With `--kubeconfig` the reconciler works against that cluster (`scripts/k8s-up.sh`'s real
-//! control plane with its fake nodes): there a RayJob goes as far as RUNNING — KubeRay learns a
-//! Ray job's end from the Ray head's dashboard, which fake nodes do not run — so the demo stops
-//! `ray-multipool` and `queued-behind` once they run and expects them STOPPED.
+//! control plane, whose node agent runs the pods for real): every example ends as on the embedded
+//! stack, the RayJobs through real Ray and the real KubeRay operator. (On a cluster whose nodes only
+//! pretend, `kubesim agent --simulate`, a RayJob never learns its end and the demo times out.)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,32 +48,16 @@ enum Expect {
     Failed(&'static str),
     /// Refused at submit with a message containing this.
     Rejected(&'static str),
-    /// Reaches RUNNING, is then stopped by the demo, and ends STOPPED.
-    StoppedWhenRunning,
-    /// A RayJob: succeeds on the simulated cluster; on a real cluster with fake nodes, where a
-    /// RayJob cannot finish by itself, it is [`Expect::StoppedWhenRunning`].
-    RaySucceeded,
 }
 
 /// The examples in submission order.
 const EXAMPLES: &[(&str, Expect)] = &[
     ("hello-cpu", Expect::Succeeded),
-    ("ray-multipool", Expect::RaySucceeded),
-    ("queued-behind", Expect::RaySucceeded),
+    ("ray-multipool", Expect::Succeeded),
+    ("queued-behind", Expect::Succeeded),
     ("bad-image", Expect::Failed("PreRunningDeadlineExceeded")),
     ("too-big", Expect::Rejected("largest h200 node has 8")),
 ];
-
-impl Expect {
-    /// The expectation on the cluster the demo runs on (`real`: a real cluster with fake nodes).
-    fn on(self, real: bool) -> Expect {
-        match self {
-            Expect::RaySucceeded if real => Expect::StoppedWhenRunning,
-            Expect::RaySucceeded => Expect::Succeeded,
-            other => other,
-        }
-    }
-}
 
 struct Tracked {
     example: &'static str,
@@ -112,15 +96,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
         let stack = Stack::start(opts).await?;
         println!("API {} — data in {}\n", stack.api_url, data_dir.display());
-        let real = args.kubeconfig.is_some();
-        let examples: Vec<(&str, Expect)> = EXAMPLES
-            .iter()
-            .map(|&(name, expect)| (name, expect.on(real)))
-            .collect();
         let outcome = demo(
             &stack,
             &examples_dir,
-            &examples,
+            EXAMPLES,
             Duration::from_secs(args.timeout_seconds),
         )
         .await;
@@ -286,22 +265,6 @@ async fn follow(
                 }
                 _ => job.state.to_string(),
             };
-            if matches!(t.expect, Expect::StoppedWhenRunning)
-                && job.state == JobState::Running
-                && !job.stop_requested
-            {
-                api.post::<Value>(
-                    &format!("/jobs/{}/stop", job.id),
-                    &serde_json::json!({}),
-                    &[],
-                )
-                .await?;
-                println!(
-                    "[{:>5.1}s] {:<14} RUNNING on the real cluster: stopping it (fake nodes run no Ray dashboard)",
-                    started.elapsed().as_secs_f64(),
-                    t.example
-                );
-            }
             if line != t.last_line {
                 println!(
                     "[{:>5.1}s] {:<14} {line}",
@@ -335,9 +298,6 @@ fn as_expected(t: &Tracked) -> bool {
                     .is_some_and(|f| format!("{:?}", f.reason) == reason)
         }
         (Expect::Rejected(needle), None, Some(msg)) => msg.contains(needle),
-        (Expect::StoppedWhenRunning, Some(j), _) => {
-            j.state == JobState::Stopped && j.running_at_ms.is_some()
-        }
         _ => false,
     }
 }

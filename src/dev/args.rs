@@ -41,7 +41,12 @@ pub struct DevArgs {
     /// How Ray pods get the capsule: `presigned` (Ray downloads the presigned URL as its
     /// `working_dir`) or `init-container` (an init container downloads and verifies it onto a
     /// shared volume; `working_dir` is then a `file://` path).
-    #[arg(long, env = "TUNEPLANE_CAPSULE_DELIVERY", default_value = "presigned", value_name = "MODE")]
+    #[arg(
+        long,
+        env = "TUNEPLANE_CAPSULE_DELIVERY",
+        default_value = "presigned",
+        value_name = "MODE"
+    )]
     pub capsule_delivery: String,
 }
 
