@@ -336,23 +336,24 @@ impl PodWorker {
                     Some(Phase::InitFailed { container, code }) => {
                         self.write_init_failed(uid, &pod, &container, code).await;
                     }
-                    Some(Phase::SandboxFailed(message)) => {
-                        if self.sandbox_reported.insert(uid.to_string()) {
-                            let node = json::str_at(&pod, "/spec/nodeName")
-                                .unwrap_or_default()
-                                .to_string();
-                            let message = format!("Failed to create pod sandbox: {message}");
-                            self.recorder
-                                .record(
-                                    &pod,
-                                    "Warning",
-                                    "FailedCreatePodSandBox",
-                                    &message,
-                                    &node,
-                                    None,
-                                )
-                                .await;
-                        }
+                    // Reported once a pod.
+                    Some(Phase::SandboxFailed(message))
+                        if self.sandbox_reported.insert(uid.to_string()) =>
+                    {
+                        let node = json::str_at(&pod, "/spec/nodeName")
+                            .unwrap_or_default()
+                            .to_string();
+                        let message = format!("Failed to create pod sandbox: {message}");
+                        self.recorder
+                            .record(
+                                &pod,
+                                "Warning",
+                                "FailedCreatePodSandBox",
+                                &message,
+                                &node,
+                                None,
+                            )
+                            .await;
                     }
                     _ => {}
                 }

@@ -110,14 +110,16 @@ impl HostsFile {
         let api: Api<EndpointSlice> = Api::all(client);
         let stream = watcher(api, watcher::Config::default()).default_backoff();
         let mut stream = std::pin::pin!(stream);
-        let mut listing: Option<BTreeMap<String, (String, String, Vec<String>)>> = None;
+        // While the watcher relists, the file waits for the whole list.
+        let mut relisting = false;
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
                 event = stream.next() => {
                     let changed = match event {
                         Some(Ok(watcher::Event::Init)) => {
-                            listing = Some(std::mem::take(&mut self.slices));
+                            self.slices.clear();
+                            relisting = true;
                             false
                         }
                         Some(Ok(watcher::Event::InitApply(s))) => {
@@ -125,16 +127,16 @@ impl HostsFile {
                             false
                         }
                         Some(Ok(watcher::Event::InitDone)) => {
-                            listing = None;
+                            relisting = false;
                             true
                         }
                         Some(Ok(watcher::Event::Apply(s))) => {
                             self.apply(&s);
-                            listing.is_none()
+                            !relisting
                         }
                         Some(Ok(watcher::Event::Delete(s))) => {
                             self.remove(&s);
-                            listing.is_none()
+                            !relisting
                         }
                         Some(Err(e)) => {
                             tracing::warn!(error = %e, "endpointslice watch failed; retrying");
