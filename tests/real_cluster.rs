@@ -496,3 +496,69 @@ async fn init_container_delivery_runs_a_rayjob_from_the_verified_capsule() {
     assert!(all.contains("eval score 0.750"), "{all}");
     real.stack.shutdown().await;
 }
+
+/// A playground on the real tier: its pod runs the vLLM image's stand-in (an OpenAI-compatible
+/// server on CPU, `testenv/playground/server.py`), becomes Ready when its HTTP readiness probe
+/// passes, answers `GET .../pods/<name>:8000/proxy/v1/models` through the real API server with
+/// the model asked for, and is deleted when its TTL expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_playground_answers_through_the_api_server_proxy_and_is_reclaimed_at_its_ttl() {
+    if !real_tier_wanted() {
+        return;
+    }
+    let real = RealTier::start(CapsuleDelivery::Presigned).await;
+    let api = api_client(&real.stack);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let cap: Value = api.get("/capacity").await.unwrap();
+        if cap["snapshot"]["series"]["l40s"]["total_gpus"].as_u64() == Some(8) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no capacity snapshot: {cap}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let body = serde_json::json!({"model": "Qwen/Qwen3-0.6B", "series": "l40s", "gpus": 2, "ttl_seconds": 60});
+    let (status, made): (_, Value) = api.post("/playgrounds", &body, &[]).await.unwrap();
+    assert_eq!(status.as_u16(), 201, "{made}");
+    let created = Instant::now();
+    let id = made["playground"]["id"]
+        .as_str()
+        .or_else(|| made["id"].as_str())
+        .unwrap_or_else(|| panic!("no id in {made}"))
+        .to_string();
+    let pods: KubeApi<Pod> = KubeApi::namespaced(real.bed.admin.clone(), "tuneplane-jobs");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pod = loop {
+        let ready = pods.get_opt(&id).await.unwrap().filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        if let Some(p) = ready {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "playground pod {id} never Ready");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    assert!(ip.starts_with("10.244."), "{ip}");
+    let request = http::Request::get(format!(
+        "/api/v1/namespaces/tuneplane-jobs/pods/{id}:8000/proxy/v1/models"
+    ))
+    .body(Vec::new())
+    .unwrap();
+    let models = real.bed.admin.request_text(request).await.unwrap();
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["data"][0]["id"], "Qwen/Qwen3-0.6B", "{models}");
+    // The TTL: the reconciler deletes the pod (and the agent its namespace).
+    let deadline = created + Duration::from_secs(150);
+    while pods.get_opt(&id).await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "playground {id} outlived its TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    real.stack.shutdown().await;
+}
