@@ -168,6 +168,19 @@ fn real_tier_wanted() -> bool {
     wanted
 }
 
+/// The capacity view once the reconciler has read the real nodes' `series` with `gpus` GPUs.
+async fn capacity_with(api: &Api, series: &str, gpus: u64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let cap: Value = api.get("/capacity").await.unwrap();
+        if cap["snapshot"]["series"][series]["total_gpus"].as_u64() == Some(gpus) {
+            return cap;
+        }
+        assert!(Instant::now() < deadline, "no capacity snapshot: {cap}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Submits `examples/<name>`; the id of the job created.
 async fn submitted(api: &Api, name: &str) -> String {
     submit_example(api, name).await.id
@@ -183,15 +196,7 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
     assert!(stack.sim.is_none());
     let api = api_client(stack);
     // The capacity view is what the reconciler reads off the real nodes.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let capacity = loop {
-        let cap: Value = api.get("/capacity").await.unwrap();
-        if cap["snapshot"]["series"]["h200"]["total_gpus"].as_u64() == Some(32) {
-            break cap;
-        }
-        assert!(Instant::now() < deadline, "no capacity snapshot: {cap}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let capacity = capacity_with(&api, "h200", 32).await;
     assert_eq!(
         capacity["snapshot"]["series"]["l40s"]["total_gpus"], 8,
         "{capacity}"
@@ -470,15 +475,7 @@ async fn init_container_delivery_runs_a_rayjob_from_the_verified_capsule() {
     }
     let real = RealTier::start(CapsuleDelivery::InitContainer).await;
     let api = api_client(&real.stack);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let cap: Value = api.get("/capacity").await.unwrap();
-        if cap["snapshot"]["series"]["h200"]["total_gpus"].as_u64() == Some(32) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no capacity snapshot: {cap}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    capacity_with(&api, "h200", 32).await;
     let job = submit_example(&api, "ray-multipool").await;
     let done = wait_until(&api, &job.id, 300, "SUCCEEDED", |j| j.state.is_terminal()).await;
     assert_eq!(done.state, JobState::Succeeded, "{done:?}");
@@ -508,15 +505,7 @@ async fn a_playground_answers_through_the_api_server_proxy_and_is_reclaimed_at_i
     }
     let real = RealTier::start(CapsuleDelivery::Presigned).await;
     let api = api_client(&real.stack);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let cap: Value = api.get("/capacity").await.unwrap();
-        if cap["snapshot"]["series"]["l40s"]["total_gpus"].as_u64() == Some(8) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no capacity snapshot: {cap}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    capacity_with(&api, "l40s", 8).await;
     let body = serde_json::json!({"model": "Qwen/Qwen3-0.6B", "series": "l40s", "gpus": 2, "ttl_seconds": 60});
     let (status, made): (_, Value) = api.post("/playgrounds", &body, &[]).await.unwrap();
     assert_eq!(status.as_u16(), 201, "{made}");
