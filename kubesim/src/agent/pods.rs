@@ -426,18 +426,17 @@ impl PodWorker {
             .to_string();
         let mut next = pod.clone();
         lifecycle::apply(step, &mut next, NODE_IP);
-        if *step == Step::Start && json::str_at(pod, "/status/phase") == Some("Pending") {
-            // A real pod's address is its namespace's; a simulated pod has none (nothing may
-            // dial an address that belongs to nothing).
+        if *step == Step::Start {
             let state = self.real.as_ref().and_then(|rt| rt.state(uid));
-            lifecycle::set_pod_ip(&mut next, state.as_ref().and_then(|s| s.ip.as_deref()));
+            if json::str_at(pod, "/status/phase") == Some("Pending") {
+                // A real pod's address is its namespace's; a simulated pod has none (nothing
+                // may dial an address that belongs to nothing).
+                lifecycle::set_pod_ip(&mut next, state.as_ref().and_then(|s| s.ip.as_deref()));
+            }
+            // Real containers are ready when their probes say so.
             if let Some(s) = &state {
                 lifecycle::set_readiness(&mut next, &s.ready);
             }
-        } else if *step == Step::Start
-            && let Some(s) = self.real.as_ref().and_then(|rt| rt.state(uid))
-        {
-            lifecycle::set_readiness(&mut next, &s.ready);
         }
         let patch = json!({"status": next["status"]});
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);

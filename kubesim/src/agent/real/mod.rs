@@ -15,7 +15,7 @@ pub mod images;
 pub mod net;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -221,18 +221,10 @@ fn set_phase(state: &Mutex<RunState>, phase: Phase) {
 fn own_ports(pod: &Value) -> Vec<u16> {
     ["initContainers", "containers"]
         .into_iter()
-        .flat_map(|l| {
-            json::at(pod, &format!("/spec/{l}"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        })
-        .flat_map(|c| {
-            c.get("ports")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        })
+        .filter_map(|l| json::at(pod, &format!("/spec/{l}")).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|c| c.get("ports").and_then(Value::as_array))
+        .flatten()
         .filter_map(|p| p.get("containerPort").and_then(Value::as_u64))
         .filter_map(|p| u16::try_from(p).ok())
         .collect()
@@ -354,17 +346,16 @@ async fn run_pod(
                 .iter()
                 .enumerate()
                 .map(|(i, c)| {
-                    let (ctx, pod, c, state, netns, uid) = (
+                    let (ctx, pod, c, state, netns) = (
                         ctx.clone(),
                         pod.clone(),
                         c.clone(),
                         state.clone(),
                         podnet.netns.clone(),
-                        uid.clone(),
                     );
-                    tokio::spawn(async move {
-                        probe_readiness(&ctx, &uid, &pod, &c, &netns, i, &state).await
-                    })
+                    tokio::spawn(
+                        async move { probe_readiness(&ctx, &pod, &c, &netns, i, &state).await },
+                    )
                 })
                 .collect();
             let (kills, dones): (Vec<_>, Vec<_>) =
@@ -419,7 +410,6 @@ fn probe_secs(probe: &Value, field: &str, default: u64) -> u64 {
 /// up to date; a container without one is ready once it runs.
 async fn probe_readiness(
     ctx: &Ctx,
-    uid: &str,
     pod: &Value,
     c: &Value,
     netns: &str,
@@ -444,16 +434,7 @@ async fn probe_readiness(
     let mut failures = 0;
     let mut ready = false;
     loop {
-        let ok = probe_once(
-            ctx,
-            uid,
-            pod,
-            c,
-            &probe,
-            netns,
-            Duration::from_secs(timeout),
-        )
-        .await;
+        let ok = probe_once(ctx, pod, c, &probe, netns, Duration::from_secs(timeout)).await;
         if ok {
             failures = 0;
             if !ready {
@@ -473,7 +454,6 @@ async fn probe_readiness(
 
 async fn probe_once(
     ctx: &Ctx,
-    uid: &str,
     pod: &Value,
     c: &Value,
     probe: &Value,
@@ -518,7 +498,6 @@ async fn probe_once(
             }
         };
     }
-    let _ = uid;
     if let Some(port) = port_of(probe.pointer("/tcpSocket/port")) {
         return tokio::time::timeout(timeout, tokio::net::TcpStream::connect((ip.as_str(), port)))
             .await
@@ -542,9 +521,4 @@ async fn probe_once(
     }
     // A probe of a kind the agent does not know passes, as no probe would.
     true
-}
-
-/// The folder of pod files under the agent's data folder (for tests and messages).
-pub fn pods_dir(data_dir: &Path) -> PathBuf {
-    data_dir.join("pods")
 }
