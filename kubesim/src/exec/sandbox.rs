@@ -7,12 +7,15 @@
 //!
 //! Host folders reach the container through one bind mount of the agent's data folder at
 //! [`STAGE`], made before anything else is mounted: a pod folder under the host's `/tmp` stays
-//! reachable after `/tmp` itself is replaced.
+//! reachable after `/tmp` itself is replaced. The runtime's own folders ([`Sandbox::keep`]) that
+//! lie under the host's `/tmp` are mounted back at their paths from [`HOST_TMP`] after that.
 
 use std::path::{Path, PathBuf};
 
 /// Where the agent's data folder appears inside every container.
 pub const STAGE: &str = "/run/tuneplane-agent";
+/// Where the host's `/tmp` appears inside a container that needs folders under it.
+pub const HOST_TMP: &str = "/run/tuneplane-host-tmp";
 
 /// How a container of a real pod runs.
 #[derive(Debug, Clone)]
@@ -29,6 +32,9 @@ pub struct Sandbox {
     pub bin: Vec<PathBuf>,
     /// The image runtime's environment (before the container's own).
     pub env: Vec<(String, String)>,
+    /// Host folders the runtime needs at their own paths (its virtualenv, its entrypoint's
+    /// folder), also when they lie under the `/tmp` the container gets a private one of.
+    pub keep: Vec<PathBuf>,
 }
 
 /// `text` quoted for bash (single quotes).
@@ -68,6 +74,12 @@ impl Sandbox {
         let tmp = root.join("tmp");
         std::fs::create_dir_all(&tmp)
             .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+        let under_tmp: Vec<&Path> = self
+            .keep
+            .iter()
+            .filter_map(|k| k.strip_prefix("/tmp").ok())
+            .filter(|rel| !rel.as_os_str().is_empty())
+            .collect();
         let mut lines = vec![
             "set -e".to_string(),
             "mount --make-rprivate /".to_string(),
@@ -76,16 +88,29 @@ impl Sandbox {
                 "mount --bind {} {STAGE}",
                 quote(&self.stage.display().to_string())
             ),
-            format!("mount --bind {} /tmp", quote(&self.inside(&tmp)?)),
-            format!(
-                "mount --bind {} /etc/hosts",
-                quote(&self.inside(&self.hosts)?)
-            ),
-            format!(
-                "mount --bind {} /etc/resolv.conf",
-                quote(&self.inside(&self.resolv)?)
-            ),
         ];
+        if !under_tmp.is_empty() {
+            lines.push(format!("mkdir -p {HOST_TMP}"));
+            lines.push(format!("mount --bind /tmp {HOST_TMP}"));
+        }
+        lines.push(format!("mount --bind {} /tmp", quote(&self.inside(&tmp)?)));
+        for rel in under_tmp {
+            let (host, path) = (Path::new(HOST_TMP).join(rel), Path::new("/tmp").join(rel));
+            let path = quote(&path.display().to_string());
+            lines.push(format!("mkdir -p {path}"));
+            lines.push(format!(
+                "mount --bind {} {path}",
+                quote(&host.display().to_string())
+            ));
+        }
+        lines.push(format!(
+            "mount --bind {} /etc/hosts",
+            quote(&self.inside(&self.hosts)?)
+        ));
+        lines.push(format!(
+            "mount --bind {} /etc/resolv.conf",
+            quote(&self.inside(&self.resolv)?)
+        ));
         // Parents before children.
         let mut ordered: Vec<&(String, PathBuf)> = mounts.iter().collect();
         ordered.sort_by_key(|(p, _)| p.len());
@@ -118,6 +143,7 @@ mod tests {
             resolv: PathBuf::from("/data/agent/resolv.conf"),
             bin: vec![PathBuf::from("/rt/ray/bin")],
             env: Vec::new(),
+            keep: Vec::new(),
         }
     }
 
@@ -158,5 +184,37 @@ mod tests {
         assert!(script.contains("mount --bind '/run/tuneplane-agent/pods/p/tmp' /tmp"));
         assert!(script.ends_with("cd '/tuneplane/capsule'\nset +e\nexec \"$@\""));
         assert_eq!(sb.path_env().split(':').next(), Some("/rt/ray/bin"));
+        assert!(
+            !script.contains(HOST_TMP),
+            "nothing to keep under /tmp: {script}"
+        );
+    }
+
+    #[test]
+    fn runtime_folders_under_tmp_are_mounted_back_after_the_private_tmp() {
+        let dir = tempfile::tempdir().unwrap();
+        let sb = Sandbox {
+            stage: dir.path().to_path_buf(),
+            hosts: dir.path().join("hosts"),
+            resolv: dir.path().join("resolv.conf"),
+            keep: vec![
+                PathBuf::from("/tmp/checkout/testenv/playground"),
+                PathBuf::from("/opt/rt"),
+            ],
+            ..sandbox()
+        };
+        let script = sb.prelude(&dir.path().join("pods/p"), &[], "/").unwrap();
+        let host = script
+            .find("mount --bind /tmp /run/tuneplane-host-tmp")
+            .unwrap();
+        let private = script.find("/pods/p/tmp' /tmp").unwrap();
+        let back = script
+            .find("mount --bind '/run/tuneplane-host-tmp/checkout/testenv/playground' '/tmp/checkout/testenv/playground'")
+            .unwrap();
+        assert!(host < private && private < back, "{script}");
+        assert!(
+            !script.contains("/opt/rt"),
+            "only folders under /tmp are mounted back: {script}"
+        );
     }
 }

@@ -230,6 +230,27 @@ fn own_ports(pod: &Value) -> Vec<u16> {
         .collect()
 }
 
+/// The host folders a runtime needs at their paths: each `PATH` folder's parent (a virtualenv's
+/// root, whose `lib` its Python reads) and the folder of each absolute path in its entrypoint.
+fn runtime_folders(runtime: &images::Runtime) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = runtime
+        .path
+        .iter()
+        .map(|p| p.parent().unwrap_or(p).to_path_buf())
+        .chain(
+            runtime
+                .entrypoint
+                .iter()
+                .map(std::path::Path::new)
+                .filter(|p| p.is_absolute())
+                .filter_map(|p| p.parent().map(std::path::Path::to_path_buf)),
+        )
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 impl Ctx {
     fn sandbox(&self, netns: &str, image: &str) -> Sandbox {
         let runtime = self.images.runtime(image);
@@ -240,6 +261,7 @@ impl Ctx {
             resolv: self.data_dir.join("resolv.conf"),
             bin: runtime.map(|r| r.path.clone()).unwrap_or_default(),
             env: runtime.map(|r| r.env.clone()).unwrap_or_default(),
+            keep: runtime.map(runtime_folders).unwrap_or_default(),
         }
     }
 
