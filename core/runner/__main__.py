@@ -1,11 +1,14 @@
 """TunePlane runner: the entry point of every capsule (`python .tuneplane/runner.pex`).
 
-Reads the authoritative JobSpec that sits next to it, sets up the job's environment and runs the
+Checks every file of the capsule against `.tuneplane/manifest.json` (size and SHA-256) and refuses
+to run anything when one differs or is missing (exit status 86, like the capsule fetch), then reads
+the authoritative JobSpec that sits next to it, sets up the job's environment and runs the
 entrypoint through bash in the capsule root. SIGTERM and SIGINT are forwarded to the entrypoint's
 process group, and the runner exits with the entrypoint's status (128 + signal if it was killed).
 Standard library only: it must work with whatever Python the job's image has.
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -24,8 +27,40 @@ def log(message):
     sys.stderr.flush()
 
 
+# Exit status of a capsule that does not match its manifest (the fetch scripts' status too).
+MISMATCH_EXIT = 86
+
+
+def verify(root):
+    """The first file of `root` that differs from the manifest, as a message; None when all match."""
+    manifest_path = os.path.join(root, ".tuneplane", "manifest.json")
+    try:
+        with open(manifest_path, "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return "cannot read %s: %s" % (manifest_path, e)
+    for entry in files:
+        path = os.path.join(root, entry["path"])
+        h, size = hashlib.sha256(), 0
+        try:
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+                    size += len(chunk)
+        except OSError as e:
+            return "%s: %s" % (entry["path"], e.strerror or e)
+        if size != entry["size"] or h.hexdigest() != entry["sha256"]:
+            return "%s: sha256 %s, the manifest says %s" % (entry["path"], h.hexdigest(), entry["sha256"])
+    return None
+
+
 def main():
     root = capsule_root()
+    problem = verify(root)
+    if problem is not None:
+        log("capsule checksum mismatch: %s; nothing was executed" % problem)
+        return MISMATCH_EXIT
     spec_path = os.path.join(root, ".tuneplane", "jobspec.json")
     try:
         with open(spec_path, "rb") as f:

@@ -144,6 +144,9 @@ pub enum FailureReason {
     WorkloadLost,
     /// Stopped at a user's request.
     StopRequested,
+    /// The capsule a pod received did not match its SHA-256 (or a file its manifest): nothing of
+    /// the user's ran.
+    CapsuleMismatch,
 }
 
 /// Terminal outcome details of a failed or stopped job.

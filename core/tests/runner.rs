@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tuneplane_core::capsule::{Limits, build_from_source, build_runner_pex, runner_pex};
+use tuneplane_core::render::bootstrap::MISMATCH_EXIT;
 use tuneplane_core::spec::{Defaults, validate};
 
 /// Builds a capsule of `files` with `entrypoint` and extracts it into `dest`.
@@ -113,14 +114,52 @@ fn runner_forwards_sigterm_to_the_entrypoint() {
 }
 
 #[test]
-fn runner_fails_clearly_without_a_jobspec() {
+fn runner_refuses_a_capsule_without_its_manifest() {
     let t = tempfile::tempdir().unwrap();
     let pex = t.path().join(".tuneplane/runner.pex");
     fs::create_dir_all(pex.parent().unwrap()).unwrap();
     fs::write(&pex, runner_pex()).unwrap();
     let out = Command::new("python3").arg(&pex).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+    assert_eq!(out.status.code(), Some(MISMATCH_EXIT));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("capsule checksum mismatch: cannot read") && stderr.contains("manifest.json"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn runner_refuses_a_file_changed_after_the_capsule_was_built_and_runs_nothing() {
+    for (change, expect) in [
+        ("changed", "main.py: sha256 "),
+        ("removed", "main.py: No such file"),
+    ] {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("capsule");
+        extracted(
+            &[("main.py", "open('ran', 'w').write('user code ran')\n")],
+            "python3 main.py",
+            &root,
+        );
+        if change == "changed" {
+            fs::write(root.join("main.py"), "print('tampered')\n").unwrap();
+        } else {
+            fs::remove_file(root.join("main.py")).unwrap();
+        }
+        let out = Command::new("python3")
+            .arg(root.join(".tuneplane/runner.pex"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(MISMATCH_EXIT), "{change}: {stderr}");
+        assert!(
+            stderr.contains("capsule checksum mismatch: ")
+                && stderr.contains(expect)
+                && stderr.contains("nothing was executed"),
+            "{change}: {stderr}"
+        );
+        assert!(!root.join("ran").exists(), "{change}: user code ran");
+    }
 }
 
 #[test]

@@ -8,6 +8,7 @@
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use tuneplane_core::job::{FailureReason, PendingReason};
+use tuneplane_core::render::bootstrap::{FETCH_CONTAINER, MISMATCH_EXIT, MISMATCH_TEXT};
 
 use crate::rayjob::RayJob;
 
@@ -114,6 +115,39 @@ pub fn pending_from_pods(pods: &[&Pod]) -> (PendingReason, String) {
     (PendingReason::Starting, message)
 }
 
+/// A Ray pod whose capsule-fetching init container refused the capsule (its checksum exit
+/// status, now or before a restart): the failure's message.
+fn capsule_refused(pod: &Pod) -> Option<String> {
+    let fetch = pod
+        .status
+        .as_ref()?
+        .init_container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == FETCH_CONTAINER)?;
+    let refused = [fetch.state.as_ref(), fetch.last_state.as_ref()]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.terminated.as_ref())
+        .any(|t| t.exit_code == MISMATCH_EXIT);
+    refused.then(|| {
+        format!(
+            "pod {}: {MISMATCH_TEXT}: init container {FETCH_CONTAINER} downloaded a capsule whose SHA-256 is not the one submitted (exit status {MISMATCH_EXIT}; its log has both digests); nothing was executed",
+            pod.name_any()
+        )
+    })
+}
+
+/// The failure reason of a Ray job that ended badly with `message`: the runner's refusal of a
+/// capsule that does not match its manifest, or the entrypoint's own failure.
+fn ray_failure(message: &str) -> FailureReason {
+    if message.contains(MISMATCH_TEXT) {
+        FailureReason::CapsuleMismatch
+    } else {
+        FailureReason::EntrypointFailed
+    }
+}
+
 /// Assesses a RayJob with its pods and the warning events about it.
 pub fn assess_rayjob(rj: &RayJob, pods: &[&Pod], warnings: &[&Event]) -> Observed {
     let status = rj.status.clone().unwrap_or_default();
@@ -124,7 +158,7 @@ pub fn assess_rayjob(rj: &RayJob, pods: &[&Pod], warnings: &[&Event]) -> Observe
         "Complete" if job_status == "SUCCEEDED" => return Observed::Succeeded,
         "Complete" => {
             return Observed::Failed {
-                reason: FailureReason::EntrypointFailed,
+                reason: ray_failure(&message),
                 message: format!("Ray job ended {job_status}: {message}"),
             };
         }
@@ -132,7 +166,7 @@ pub fn assess_rayjob(rj: &RayJob, pods: &[&Pod], warnings: &[&Event]) -> Observe
             let reason = if status.reason.as_deref() == Some("DeadlineExceeded") {
                 FailureReason::RunDeadlineExceeded
             } else {
-                FailureReason::EntrypointFailed
+                ray_failure(&message)
             };
             return Observed::Failed {
                 reason,
@@ -141,6 +175,14 @@ pub fn assess_rayjob(rj: &RayJob, pods: &[&Pod], warnings: &[&Event]) -> Observe
         }
         "Running" => return Observed::Running,
         _ => {}
+    }
+    // A tampered capsule ends the job at once: waiting would only restart the refusal until the
+    // pre-running deadline.
+    if let Some(message) = pods.iter().find_map(|p| capsule_refused(p)) {
+        return Observed::Failed {
+            reason: FailureReason::CapsuleMismatch,
+            message,
+        };
     }
     if deployment.is_empty()
         && let Some(e) = warnings.iter().find(|e| {
@@ -276,6 +318,58 @@ mod tests {
             starting,
             Observed::Pending {
                 reason: PendingReason::Starting,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_refused_capsule_fails_the_job_at_once_and_only_the_fetch_status_counts() {
+        let fetch = |name: &str, code: i32, last: bool| {
+            let terminated = serde_json::json!({"terminated": {"exitCode": code, "reason": "Error"}});
+            let mut status = serde_json::json!({"name": name, "image": "i", "imageID": "",
+                "ready": false, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}});
+            if last {
+                status["lastState"] = terminated;
+            } else {
+                status["state"] = terminated;
+            }
+            pod(serde_json::json!({"phase": "Pending", "initContainerStatuses": [status]}))
+        };
+        for last in [false, true] {
+            let refused = assess_rayjob(
+                &rayjob("Initializing", ""),
+                &[&fetch(FETCH_CONTAINER, MISMATCH_EXIT, last)],
+                &[],
+            );
+            let Observed::Failed { reason, message } = refused else {
+                panic!("{refused:?}");
+            };
+            assert_eq!(reason, FailureReason::CapsuleMismatch);
+            assert!(
+                message.contains(MISMATCH_TEXT) && message.contains("nothing was executed"),
+                "{message}"
+            );
+        }
+        // Another exit of the fetch, or status 86 of another init container, waits as before.
+        for other in [
+            fetch(FETCH_CONTAINER, 1, false),
+            fetch("wait-gcs-ready", MISMATCH_EXIT, false),
+        ] {
+            assert!(matches!(
+                assess_rayjob(&rayjob("Initializing", ""), &[&other], &[]),
+                Observed::Pending { .. }
+            ));
+        }
+        // The runner's refusal, in the message Ray gives for the failed entrypoint.
+        let mut rj = rayjob("Failed", "FAILED");
+        rj.status.as_mut().unwrap().message = Some(format!(
+            "Job entrypoint command failed with exit code 86, last available logs: [tuneplane-runner] {MISMATCH_TEXT}: train.py: sha256 ab, the manifest says cd; nothing was executed"
+        ));
+        assert!(matches!(
+            assess_rayjob(&rj, &[], &[]),
+            Observed::Failed {
+                reason: FailureReason::CapsuleMismatch,
                 ..
             }
         ));

@@ -11,6 +11,10 @@ pub const URL_ENV: &str = "TUNEPLANE_CAPSULE_URL";
 pub const SHA_ENV: &str = "TUNEPLANE_CAPSULE_SHA256";
 /// Exit status when the capsule does not match its hash.
 pub const MISMATCH_EXIT: i32 = 86;
+/// Name of the Ray pods' init container that fetches and verifies the capsule.
+pub const FETCH_CONTAINER: &str = "fetch-capsule";
+/// What the fetch scripts and the runner print when a capsule does not match.
+pub const MISMATCH_TEXT: &str = "capsule checksum mismatch";
 /// Shared folder of Ray pods' capsules (init-container delivery).
 pub const RAY_CAPSULE_DIR: &str = "/tuneplane/capsule";
 /// Working folder of CPU Pods.

@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-use super::bootstrap::{RAY_CAPSULE_DIR, SHA_ENV, URL_ENV, ray_fetch_script};
+use super::bootstrap::{FETCH_CONTAINER, RAY_CAPSULE_DIR, SHA_ENV, URL_ENV, ray_fetch_script};
 use super::{
     CapsuleDelivery, CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity,
     job_annotations, job_env, job_labels, memory_quantity, placement_affinity, tolerations,
@@ -95,7 +95,7 @@ fn group_template(
     if settings.delivery == CapsuleDelivery::InitContainer {
         spec["volumes"] = json!([{"name": "tuneplane-capsule", "emptyDir": {}}]);
         spec["initContainers"] = json!([{
-            "name": "fetch-capsule",
+            "name": FETCH_CONTAINER,
             "image": job.spec.image,
             "command": ["bash", "-c", ray_fetch_script(&capsule.sha256)],
             "env": [{"name": URL_ENV, "value": capsule.url}, {"name": SHA_ENV, "value": capsule.sha256}],

@@ -104,6 +104,9 @@ pub fn failure_words(reason: FailureReason) -> &'static str {
         FailureReason::InvalidWorkload => "Kubernetes rejected the workload.",
         FailureReason::WorkloadLost => "The workload disappeared without a final status.",
         FailureReason::StopRequested => "Stopped at a user's request.",
+        FailureReason::CapsuleMismatch => {
+            "The code a pod received did not match its checksum; nothing of it ran."
+        }
     }
 }
 
