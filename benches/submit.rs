@@ -145,6 +145,7 @@ fn main() {
             cluster: tuneplane::dev::ClusterChoice::Simulated,
             webhooks: None,
             capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
+            blob_tls: None,
         })
         .await
         .unwrap();

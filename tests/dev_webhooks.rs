@@ -33,6 +33,7 @@ fn options(dir: &Path, webhooks: Option<&Path>) -> StackOptions {
         cluster: ClusterChoice::Simulated,
         webhooks: webhook_sources(webhooks, None).unwrap(),
         capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
+        blob_tls: None,
     }
 }
 

@@ -61,6 +61,7 @@ fn real_execution(data: &std::path::Path) -> RealConfig {
     RealConfig {
         data_dir: data.to_path_buf(),
         images: ImageMap::load(&map).unwrap(),
+        trust_ca: None,
     }
 }
 
@@ -149,6 +150,7 @@ impl RealTier {
             cluster: ClusterChoice::Real { kubeconfig },
             webhooks: None,
             capsule_delivery: delivery,
+            blob_tls: None,
         })
         .await
         .unwrap();

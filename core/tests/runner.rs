@@ -123,7 +123,8 @@ fn runner_refuses_a_capsule_without_its_manifest() {
     assert_eq!(out.status.code(), Some(MISMATCH_EXIT));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("capsule checksum mismatch: cannot read") && stderr.contains("manifest.json"),
+        stderr.contains("capsule checksum mismatch: cannot read")
+            && stderr.contains("manifest.json"),
         "{stderr}"
     );
 }

@@ -110,6 +110,12 @@ struct AgentArgs {
     /// Folder of the real pods' files (volumes, home, tmp), the hosts file and the resolver file.
     #[arg(long, default_value = ".tuneplane-agent")]
     data_dir: PathBuf,
+    /// A CA certificate (PEM) the pods trust besides the machine's, as a node image with an
+    /// organisation's CA installed would: `SSL_CERT_FILE` and `REQUESTS_CA_BUNDLE` of every
+    /// container name a bundle of both (real execution; `scripts/k8s-up.sh` passes the CA of the
+    /// dev blob server's HTTPS certificate).
+    #[arg(long)]
+    trust_ca: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -190,6 +196,7 @@ async fn agent(args: AgentArgs) -> anyhow::Result<()> {
             Some(tuneplane_kubesim::agent::RealConfig {
                 data_dir: args.data_dir.clone(),
                 images,
+                trust_ca: args.trust_ca.clone(),
             })
         }
     };

@@ -326,7 +326,8 @@ mod tests {
     #[test]
     fn a_refused_capsule_fails_the_job_at_once_and_only_the_fetch_status_counts() {
         let fetch = |name: &str, code: i32, last: bool| {
-            let terminated = serde_json::json!({"terminated": {"exitCode": code, "reason": "Error"}});
+            let terminated =
+                serde_json::json!({"terminated": {"exitCode": code, "reason": "Error"}});
             let mut status = serde_json::json!({"name": name, "image": "i", "imageID": "",
                 "ready": false, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}});
             if last {

@@ -84,6 +84,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         kubeconfig: args.kubeconfig.clone(),
         webhooks: None,
         capsule_delivery: "presigned".into(),
+        blob_tls_cert: None,
+        blob_tls_key: None,
     };
     let opts = dev.options()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -48,6 +48,24 @@ pub struct DevArgs {
         value_name = "MODE"
     )]
     pub capsule_delivery: String,
+    /// Serve presigned blob URLs for pods over HTTPS with this certificate (PEM, for IP
+    /// 127.0.0.1, from a CA the pods trust: `scripts/k8s-up.sh` makes one and the node agent
+    /// trusts its CA). The API, and uploads through it, stay on HTTP. Needs --blob-tls-key.
+    #[arg(
+        long,
+        env = "TUNEPLANE_BLOB_TLS_CERT",
+        value_name = "PEM",
+        requires = "blob_tls_key"
+    )]
+    pub blob_tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --blob-tls-cert.
+    #[arg(
+        long,
+        env = "TUNEPLANE_BLOB_TLS_KEY",
+        value_name = "PEM",
+        requires = "blob_tls_cert"
+    )]
+    pub blob_tls_key: Option<PathBuf>,
 }
 
 /// The webhook sources of `--webhooks FILE`, else of `TUNEPLANE_WEBHOOKS` (`env`), else none.
@@ -114,6 +132,13 @@ impl DevArgs {
                         self.capsule_delivery
                     )
                 })?,
+            blob_tls: match (&self.blob_tls_cert, &self.blob_tls_key) {
+                (Some(cert), Some(key)) => Some(super::BlobTls {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                _ => None,
+            },
             cluster: match &self.kubeconfig {
                 Some(path) => super::ClusterChoice::Real {
                     kubeconfig: path.clone(),
@@ -147,6 +172,9 @@ pub fn run(args: &DevArgs) -> anyhow::Result<ExitCode> {
         println!("  API key:    {}   (tenant default)", stack.api_key);
         for source in &stack.webhook_sources {
             println!("  webhook:    {}/v1/webhooks/{source}", stack.api_url);
+        }
+        if let Some(url) = &stack.pod_blob_url {
+            println!("  pods fetch: {url}/...   (HTTPS, presigned)");
         }
         println!("  kubeconfig: {}", stack.kubeconfig.display());
         if stack.sim.is_none() {

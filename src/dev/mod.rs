@@ -64,6 +64,17 @@ pub struct StackOptions {
     pub webhooks: Option<WebhookSources>,
     /// How Ray pods get the capsule (presigned URL, or an init container onto a shared volume).
     pub capsule_delivery: CapsuleDelivery,
+    /// Serve the blob URLs pods fetch over HTTPS with this certificate (embedded backend only).
+    pub blob_tls: Option<BlobTls>,
+}
+
+/// The certificate of the HTTPS blob endpoint (PEM files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobTls {
+    /// Certificate chain for IP 127.0.0.1.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
 }
 
 /// The webhook configuration of the stack: the JSON of `TUNEPLANE_WEBHOOKS` and its origin.
@@ -121,6 +132,8 @@ pub struct Stack {
     pub webhook_sources: Vec<String>,
     /// Kubeconfig for kubectl against the cluster (the simulated one's, or the one given).
     pub kubeconfig: PathBuf,
+    /// Base of the presigned blob URLs pods get, when they differ from the API's (HTTPS).
+    pub pod_blob_url: Option<String>,
     /// The job store (shared with the API and the reconciler).
     pub jobs: Arc<dyn JobStore>,
     /// The blob store.
@@ -176,6 +189,25 @@ impl Stack {
 
         let (secret, _) = persisted(&dir.join("blob-secret"), || Ok(hex(&random::<32>()?)))?;
         let (jobs, blobs, fs_blobs) = stores(&opts.backend, &dir, &secret, &api_url).await?;
+        // The blob store the reconciler signs pods' URLs with: the HTTPS endpoint's, if any.
+        let (pod_blobs, tls_blobs) = match (&opts.blob_tls, &fs_blobs) {
+            (None, _) => (blobs.clone(), None),
+            (Some(_), None) => bail!(
+                "--blob-tls-cert serves the embedded blob store; with S3 the pods fetch from S3 itself"
+            ),
+            (Some(tls), Some(_)) => {
+                let config = tuneplane_stores::blob_tls::server_config(&tls.cert, &tls.key)
+                    .map_err(|e| anyhow::anyhow!("--blob-tls-cert: {e}"))?;
+                let tcp = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+                    .await
+                    .context("cannot listen for the HTTPS blob endpoint on 127.0.0.1")?;
+                let base = format!("https://{}/blobs", tcp.local_addr()?);
+                let store = FsBlobStore::open(dir.join("blobs"), secret.as_bytes(), base.clone())?;
+                let listener = tuneplane_stores::blob_tls::TlsListener::new(tcp, config)?;
+                let pod_blobs: Arc<dyn BlobStore> = Arc::new(store.clone());
+                (pod_blobs, Some((listener, store, base)))
+            }
+        };
         let api_key = default_key(&dir, jobs.as_ref()).await?;
         // Parsed before anything starts, so a bad webhooks file fails startup cleanly.
         let fn_config = functions_config(&dir, &secret, &api_url, opts.webhooks.as_ref())?;
@@ -242,6 +274,28 @@ impl Stack {
                 tracing::error!(error = %e, "API server stopped");
             }
         }));
+        let pod_blob_url = match tls_blobs {
+            Some((listener, store, base)) => {
+                let app = axum::Router::new().nest(
+                    "/blobs",
+                    tuneplane_stores::blob_server::router(store, MAX_UPLOAD_BYTES),
+                );
+                let mut s = stopped.clone();
+                tasks.push(tokio::spawn(async move {
+                    let shutdown = async move {
+                        let _ = s.wait_for(|v| *v).await;
+                    };
+                    if let Err(e) = axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                    {
+                        tracing::error!(error = %e, "HTTPS blob endpoint stopped");
+                    }
+                }));
+                Some(base)
+            }
+            None => None,
+        };
 
         // The reconciler, through a real kube client over HTTP.
         let client =
@@ -252,7 +306,7 @@ impl Stack {
         rc.metrics_addr = SocketAddr::from(([127, 0, 0, 1], 0));
         let metrics = Arc::new(tuneplane_reconciler::metrics::Metrics::default());
         let reconciler =
-            tuneplane_reconciler::Reconciler::new(rc, client, jobs.clone(), blobs.clone(), metrics)
+            tuneplane_reconciler::Reconciler::new(rc, client, jobs.clone(), pod_blobs, metrics)
                 .await
                 .context("cannot start the reconciler")?;
         let mut s = stopped.clone();
@@ -270,6 +324,7 @@ impl Stack {
             api_key,
             webhook_sources,
             kubeconfig,
+            pod_blob_url,
             jobs,
             blobs,
             sim,

@@ -10,6 +10,7 @@
 
 pub mod aws;
 pub mod blob_server;
+pub mod blob_tls;
 pub mod dynamo;
 pub mod embedded;
 pub mod fs_blob;

@@ -163,3 +163,120 @@ async fn upload_over_the_limit_is_refused_and_leaves_nothing() {
     let staged = ok(std::fs::read_dir(store.root().join("tmp")), "tmp dir").count();
     assert_eq!(staged, 0, "no staging files are left behind");
 }
+
+/// A CA and a certificate it signed for IP 127.0.0.1 (`openssl`, as `scripts/k8s-up.sh` makes
+/// them): `(ca.pem, cert.pem, key.pem)` in `dir`.
+fn local_ca(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
+    let [ca, ca_key, cert, key, csr, ext] = [
+        "ca.pem", "ca.key", "cert.pem", "key.pem", "c.csr", "ext.cnf",
+    ]
+    .map(|n| dir.join(n));
+    std::fs::write(&ext, "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let run = |args: Vec<&std::ffi::OsStr>| {
+        let out = std::process::Command::new("openssl")
+            .args(&args)
+            .output()
+            .expect("openssl is needed (scripts/test.sh installs it)");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    run(vec![
+        os("req"),
+        os("-x509"),
+        os("-newkey"),
+        os("rsa:2048"),
+        os("-nodes"),
+        os("-days"),
+        os("2"),
+        os("-subj"),
+        os("/CN=blob-test-ca"),
+        os("-keyout"),
+        ca_key.as_os_str(),
+        os("-out"),
+        ca.as_os_str(),
+    ]);
+    run(vec![
+        os("req"),
+        os("-newkey"),
+        os("rsa:2048"),
+        os("-nodes"),
+        os("-subj"),
+        os("/CN=127.0.0.1"),
+        os("-keyout"),
+        key.as_os_str(),
+        os("-out"),
+        csr.as_os_str(),
+    ]);
+    run(vec![
+        os("x509"),
+        os("-req"),
+        os("-in"),
+        csr.as_os_str(),
+        os("-CA"),
+        ca.as_os_str(),
+        os("-CAkey"),
+        ca_key.as_os_str(),
+        os("-CAcreateserial"),
+        os("-days"),
+        os("2"),
+        os("-extfile"),
+        ext.as_os_str(),
+        os("-out"),
+        cert.as_os_str(),
+    ]);
+    [ca, cert, key]
+}
+
+#[tokio::test]
+async fn presigned_urls_are_served_over_https_to_clients_that_trust_the_ca_only() {
+    use tuneplane_stores::blob_tls::{TlsListener, server_config};
+    let dir = tempfile::tempdir().unwrap();
+    let [ca, cert, key] = local_ca(dir.path());
+    // Clear errors for unusable files.
+    let wrong = server_config(&ca, &dir.path().join("missing.pem")).unwrap_err();
+    assert!(wrong.contains("missing.pem"), "{wrong}");
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let store = FsBlobStore::open(
+        dir.path().join("blobs"),
+        b"test-secret".to_vec(),
+        format!("https://{addr}/blobs"),
+    )
+    .unwrap();
+    store
+        .put("capsules/x.zip", b"zip bytes".to_vec())
+        .await
+        .unwrap();
+    let app = axum::Router::new().nest("/blobs", router(store.clone(), DEFAULT_MAX_UPLOAD_BYTES));
+    let listener = TlsListener::new(tcp, server_config(&cert, &key).unwrap()).unwrap();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let url = store
+        .presign(
+            PresignMethod::Get,
+            "capsules/x.zip",
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap()
+        .url;
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+
+    // A client without the CA refuses the certificate; it does not hold up the next client.
+    let stranger = reqwest::Client::builder().build().unwrap();
+    let refused = stranger.get(&url).send().await.unwrap_err();
+    assert!(refused.is_connect() || refused.is_request(), "{refused:?}");
+    let pem = std::fs::read(&ca).unwrap();
+    let trusting = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
+        .build()
+        .unwrap();
+    let got = trusting.get(&url).send().await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().await.unwrap().as_ref(), b"zip bytes");
+    // The signature still rules over TLS.
+    let forged = replace_param(&url, "tp-signature", &"0".repeat(64));
+    assert_eq!(trusting.get(&forged).send().await.unwrap().status(), 403);
+    server.abort();
+}

@@ -49,6 +49,7 @@ pub async fn start(backend: Backend, data_dir: &Path) -> (Stack, Api) {
         cluster: tuneplane::dev::ClusterChoice::Simulated,
         webhooks: None,
         capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
+        blob_tls: None,
     })
     .await
 }

@@ -15,7 +15,7 @@ pub mod images;
 pub mod net;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::AgentLogs;
-use crate::exec::sandbox::Sandbox;
+use crate::exec::sandbox::{STAGE, Sandbox};
 use crate::exec::{Job, LogSink};
 use crate::json;
 
@@ -36,6 +36,32 @@ pub struct RealConfig {
     pub data_dir: PathBuf,
     /// Which runtime plays each image.
     pub images: ImageMap,
+    /// A CA certificate (PEM) pods trust besides the machine's bundle.
+    pub trust_ca: Option<PathBuf>,
+}
+
+/// The machine's CA bundle (Debian's `ca-certificates`), the base of the pods' bundle.
+const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Name of the pods' CA bundle in the agent's data folder.
+const POD_BUNDLE: &str = "ca-bundle.pem";
+
+/// Writes the pods' CA bundle (the machine's bundle, when there is one, and `ca`) into `data_dir`.
+fn write_bundle(data_dir: &Path, ca: &Path) -> Result<(), String> {
+    let extra =
+        std::fs::read_to_string(ca).map_err(|e| format!("--trust-ca {}: {e}", ca.display()))?;
+    if !extra.contains("-----BEGIN CERTIFICATE-----") {
+        return Err(format!(
+            "--trust-ca {}: no PEM certificate in it (expected -----BEGIN CERTIFICATE-----)",
+            ca.display()
+        ));
+    }
+    let mut bundle = std::fs::read_to_string(SYSTEM_BUNDLE).unwrap_or_default();
+    if !bundle.is_empty() && !bundle.ends_with('\n') {
+        bundle.push('\n');
+    }
+    bundle.push_str(&extra);
+    let path = data_dir.join(POD_BUNDLE);
+    std::fs::write(&path, bundle).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// Where a pod's processes are.
@@ -88,6 +114,8 @@ struct Ctx {
     images: ImageMap,
     net: Arc<net::Network>,
     logs: Arc<AgentLogs>,
+    /// Whether the data folder holds the pods' CA bundle (with `--trust-ca`).
+    bundle: bool,
 }
 
 /// The pods that run for real on this agent.
@@ -116,6 +144,10 @@ impl Runtime {
         )
         .map_err(|e| format!("cannot write the pods' resolv.conf: {e}"))?;
         let hosts = hosts::HostsFile::create(&data_dir.join("hosts"))?;
+        if let Some(ca) = &config.trust_ca {
+            write_bundle(&data_dir, ca)?;
+        }
+        let bundle = config.trust_ca.is_some();
         for (runtime, path) in config.images.missing() {
             tracing::warn!(runtime, path = %path.display(), "runtime folder missing: its images will fail to start");
         }
@@ -124,6 +156,7 @@ impl Runtime {
             images: config.images,
             net: Arc::new(net),
             logs,
+            bundle,
         };
         Ok((
             Self {
@@ -254,13 +287,22 @@ fn runtime_folders(runtime: &images::Runtime) -> Vec<PathBuf> {
 impl Ctx {
     fn sandbox(&self, netns: &str, image: &str) -> Sandbox {
         let runtime = self.images.runtime(image);
+        let mut env = runtime.map(|r| r.env.clone()).unwrap_or_default();
+        // Python's ssl (urllib) reads SSL_CERT_FILE, requests (Ray's downloads) REQUESTS_CA_BUNDLE;
+        // the container's own env still wins.
+        if self.bundle {
+            // The data folder is the container's STAGE.
+            let sandbox_path = Path::new(STAGE).join(POD_BUNDLE).display().to_string();
+            env.push(("SSL_CERT_FILE".into(), sandbox_path.clone()));
+            env.push(("REQUESTS_CA_BUNDLE".into(), sandbox_path));
+        }
         Sandbox {
             netns: netns.to_string(),
             stage: self.data_dir.clone(),
             hosts: self.data_dir.join("hosts"),
             resolv: self.data_dir.join("resolv.conf"),
             bin: runtime.map(|r| r.path.clone()).unwrap_or_default(),
-            env: runtime.map(|r| r.env.clone()).unwrap_or_default(),
+            env,
             keep: runtime.map(runtime_folders).unwrap_or_default(),
         }
     }
