@@ -9,7 +9,8 @@
 # The agent runs the pods for real (needs root): each pod a network namespace with its own IP, its
 # containers processes with the runtime testenv/images.yaml gives their image (pinned virtualenvs,
 # Ray among them, built once per machine by scripts/testenv-runtimes.sh); an image the map does not
-# know fails to pull. --simulate pretends instead: pods meant to end run 3 s and exit 0, and the
+# know fails to pull. Pods trust the cluster's test CA, which also signs blob-store.crt for the dev
+# stack's HTTPS blob endpoint (`tuneplane dev --blob-tls-cert`). --simulate pretends instead: pods meant to end run 3 s and exit 0, and the
 # bad-image example's image cannot be pulled. TUNEPLANE_K8S_AGENT_ARGS replaces the agent's options
 # (see `kubesim agent --help`). TUNEPLANE_K8S_AGENT_BIN runs a prebuilt node agent instead of building
 # the debug one; TUNEPLANE_K8S_KCM_ARGS adds options to kube-controller-manager (e.g. its API QPS).
@@ -87,6 +88,8 @@ cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-clien
 cert kuberay-operator "/O=system:masters/CN=kuberay-operator"
 cert node-agent "/O=system:masters/CN=tuneplane-node-agent"
 cert kubelet "/CN=tuneplane-fake-kubelet" "IP:127.0.0.1,DNS:localhost"
+# The dev stack's HTTPS blob endpoint (tuneplane dev --blob-tls-cert): pods trust this CA.
+cert blob-store "/CN=tuneplane-dev-blob-store" "IP:127.0.0.1,DNS:localhost"
 openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
 openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 
@@ -220,7 +223,7 @@ if [[ -n "$FLEET" ]]; then
     command -v ip >/dev/null 2>&1 || die "the node agent needs ip (apt-get install iproute2), or pass --simulate"
     TUNEPLANE_RUNTIMES="$("$ROOT/scripts/testenv-runtimes.sh" | tail -n 1)"
     export TUNEPLANE_RUNTIMES
-    MODE_ARGS="--images $ROOT/testenv/images.yaml --data-dir $DIR/node-agent"
+    MODE_ARGS="--images $ROOT/testenv/images.yaml --data-dir $DIR/node-agent --trust-ca $PKI/ca.crt"
   fi
   say "starting the fleet's nodes from $FLEET${SIMULATE:+ (simulated pods)}"
   start node-agent "$AGENT" agent --kubeconfig "$DIR/run/node-agent.kubeconfig" \
@@ -235,4 +238,5 @@ export KUBECONFIG=$DIR/admin.kubeconfig
 ENV
 say "control plane up: kube-apiserver https://127.0.0.1:$PORT, logs in $DIR/logs"
 say "try: kubectl --kubeconfig $DIR/admin.kubeconfig get nodes -L tuneplane/gpu-series"
+[[ -n "$FLEET" && -z "$SIMULATE" ]] && say "capsules over HTTPS (pods trust $PKI/ca.crt): tuneplane dev --kubeconfig $DIR/admin.kubeconfig --blob-tls-cert $PKI/blob-store.crt --blob-tls-key $PKI/blob-store.key"
 echo "$DIR/admin.kubeconfig"

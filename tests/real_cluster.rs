@@ -32,7 +32,7 @@ use stack_support::{
     submit_example, wait_until,
 };
 use tuneplane::client::Api;
-use tuneplane::dev::{Backend, ClusterChoice, Stack, StackOptions, UNPULLABLE_IMAGE};
+use tuneplane::dev::{Backend, BlobTls, ClusterChoice, Stack, StackOptions, UNPULLABLE_IMAGE};
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::{FailureReason, JobState, PendingReason};
 use tuneplane_core::render::CapsuleDelivery;
@@ -124,16 +124,39 @@ struct RealTier {
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
+/// How pods reach the dev blob server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Http,
+    /// HTTPS with the certificate `scripts/k8s-up.sh` made (`pki/blob-store.crt` beside the
+    /// kubeconfig), whose CA the agent's pods trust.
+    Https,
+}
+
 impl RealTier {
-    async fn start(delivery: CapsuleDelivery) -> RealTier {
+    async fn start(delivery: CapsuleDelivery, transport: Transport) -> RealTier {
         let kubeconfig = PathBuf::from(std::env::var("TUNEPLANE_TEST_KUBECONFIG").unwrap());
         let dir = tempfile::tempdir().unwrap();
         let agent_dir = tempfile::tempdir().unwrap();
+        let mut execution = real_execution(agent_dir.path());
+        let mut blob_tls = None;
+        if transport == Transport::Https {
+            let pki = kubeconfig.parent().unwrap().join("pki");
+            let [ca, cert, key] =
+                ["ca.crt", "blob-store.crt", "blob-store.key"].map(|f| pki.join(f));
+            assert!(
+                cert.is_file(),
+                "{} is missing: bring the cluster up again with scripts/k8s-up.sh, which makes it",
+                cert.display()
+            );
+            execution.trust_ca = Some(ca);
+            blob_tls = Some(BlobTls { cert, key });
+        }
         let bed = Testbed::start_with(
             &kubeconfig,
             example_fleet(),
             Scenario::default(),
-            Some(real_execution(agent_dir.path())),
+            Some(execution),
         )
         .await
         .unwrap();
@@ -150,7 +173,7 @@ impl RealTier {
             cluster: ClusterChoice::Real { kubeconfig },
             webhooks: None,
             capsule_delivery: delivery,
-            blob_tls: None,
+            blob_tls,
         })
         .await
         .unwrap();
@@ -193,8 +216,10 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
     if !real_tier_wanted() {
         return;
     }
-    let real = RealTier::start(CapsuleDelivery::Presigned).await;
+    let real = RealTier::start(CapsuleDelivery::Presigned, Transport::Https).await;
     let (bed, stack) = (&real.bed, &real.stack);
+    let pod_blobs = stack.pod_blob_url.clone().expect("an HTTPS blob endpoint");
+    assert!(pod_blobs.starts_with("https://127.0.0.1:"), "{pod_blobs}");
     assert!(stack.sim.is_none());
     let api = api_client(stack);
     // The capacity view is what the reconciler reads off the real nodes.
@@ -250,7 +275,8 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
 
     // ray-multipool: the real operator's RayCluster, its pods where admission planned.
     let started = Instant::now();
-    let multi = submitted(&api, "ray-multipool").await;
+    let multi_job = submit_example(&api, "ray-multipool").await;
+    let (multi, multi_capsule) = (multi_job.id.clone(), multi_job.capsule_sha256.clone());
     let running = wait_until(&api, &multi, 120, "RUNNING", |j| {
         j.state == JobState::Running
     })
@@ -261,6 +287,27 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
         bed.admin.clone(),
         "tuneplane-jobs",
         &ApiResource::from_gvk(&gvk),
+    );
+    // Ray's runtime-env agent downloads the capsule itself, over HTTPS from a CA the pods trust.
+    let rayjobs: KubeApi<DynamicObject> = KubeApi::namespaced_with(
+        bed.admin.clone(),
+        "tuneplane-jobs",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("ray.io", "v1", "RayJob")),
+    );
+    let rayjob = rayjobs
+        .list(&ListParams::default().labels(&format!("tuneplane.io/job-id={multi}")))
+        .await
+        .unwrap()
+        .items
+        .pop()
+        .expect("the job's RayJob");
+    let runtime_env = rayjob.data["spec"]["runtimeEnvYAML"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        runtime_env.contains(&format!("working_dir: {pod_blobs}/capsules/sha256/")),
+        "{runtime_env}"
     );
     let rc = clusters
         .list(&ListParams::default())
@@ -464,7 +511,80 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
     }
     let ran = wait_until(&api, &behind, 300, "SUCCEEDED", |j| j.state.is_terminal()).await;
     assert_eq!(ran.state, JobState::Succeeded, "{ran:?}");
+
+    // The capsule of ray-multipool altered in storage (a file changed, the manifest kept): Ray
+    // downloads and unpacks it, the runner refuses it before the driver's code runs.
+    real.tamper(&multi_capsule);
+    tampered_capsule_fails_before_user_code(&api, "the runner").await;
     real.stack.shutdown().await;
+}
+
+/// Submits ray-multipool again (the same capsule, now altered in storage): the job fails as
+/// `CapsuleMismatch` with the checksum message in its events (`refuser` says who refused it),
+/// and nothing of the altered code ran.
+async fn tampered_capsule_fails_before_user_code(api: &Api, refuser: &str) {
+    let started = Instant::now();
+    let job = submit_example(api, "ray-multipool").await;
+    let failed = wait_until(api, &job.id, 240, "FAILED", |j| j.state.is_terminal()).await;
+    assert_eq!(failed.state, JobState::Failed, "{failed:?}");
+    let failure = failed.failure.clone().unwrap();
+    assert_eq!(
+        failure.reason,
+        FailureReason::CapsuleMismatch,
+        "{failure:?}"
+    );
+    eprintln!(
+        "tampered capsule refused by {refuser} {:.0} s after submission",
+        started.elapsed().as_secs_f64()
+    );
+    let copied = events(api, &job.id).await;
+    assert!(
+        copied.iter().any(|e| e.kind == "Warning"
+            && e.message.contains("CapsuleMismatch")
+            && e.message.contains("capsule checksum mismatch")),
+        "{copied:?}"
+    );
+    let logs = archived_logs(api, &job.id).await;
+    let all: String = logs.iter().map(|(_, t)| t.as_str()).collect();
+    assert!(all.contains("capsule checksum mismatch"), "{all}");
+    assert!(
+        !all.contains(TAMPERED_OUTPUT) && !all.contains("epoch"),
+        "user code ran: {all}"
+    );
+}
+
+/// What the altered capsule's code would print.
+const TAMPERED_OUTPUT: &str = "altered code ran";
+
+impl RealTier {
+    /// Rewrites the stored capsule `sha` (the dev blob store's file) with `train.py` changed and
+    /// everything else, the manifest included, as it was.
+    fn tamper(&self, sha: &str) {
+        let zip = self
+            ._dirs
+            .0
+            .path()
+            .join(format!("blobs/data/capsules/sha256/{sha}/capsule.zip"));
+        assert!(zip.is_file(), "{}", zip.display());
+        let script = format!(
+            "import shutil, sys, zipfile\n\
+             src = sys.argv[1]; tmp = src + '.t'\n\
+             with zipfile.ZipFile(src) as a, zipfile.ZipFile(tmp, 'w', zipfile.ZIP_DEFLATED) as b:\n\
+             \x20   for i in a.infolist():\n\
+             \x20       data = a.read(i.filename)\n\
+             \x20       if i.filename == 'train.py':\n\
+             \x20           data = b\"print('{TAMPERED_OUTPUT}')\\n\"\n\
+             \x20       b.writestr(i, data)\n\
+             shutil.move(tmp, src)\n"
+        );
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(&script)
+            .arg(&zip)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
 }
 
 /// The HTTP-only capsule path on the real tier: every Ray pod's init container downloads the
@@ -475,7 +595,7 @@ async fn init_container_delivery_runs_a_rayjob_from_the_verified_capsule() {
     if !real_tier_wanted() {
         return;
     }
-    let real = RealTier::start(CapsuleDelivery::InitContainer).await;
+    let real = RealTier::start(CapsuleDelivery::InitContainer, Transport::Http).await;
     let api = api_client(&real.stack);
     capacity_with(&api, "h200", 32).await;
     let job = submit_example(&api, "ray-multipool").await;
@@ -493,6 +613,11 @@ async fn init_container_delivery_runs_a_rayjob_from_the_verified_capsule() {
     assert_eq!(verified, 3, "each Ray pod verified the capsule: {logs:?}");
     let all: String = logs.iter().map(|(_, t)| t.as_str()).collect();
     assert!(all.contains("eval score 0.750"), "{all}");
+
+    // The same capsule altered in storage: every pod's fetch refuses it, and the job fails at
+    // once instead of waiting for its pre-running deadline.
+    real.tamper(&job.capsule_sha256);
+    tampered_capsule_fails_before_user_code(&api, "fetch-capsule").await;
     real.stack.shutdown().await;
 }
 
@@ -505,7 +630,7 @@ async fn a_playground_answers_through_the_api_server_proxy_and_is_reclaimed_at_i
     if !real_tier_wanted() {
         return;
     }
-    let real = RealTier::start(CapsuleDelivery::Presigned).await;
+    let real = RealTier::start(CapsuleDelivery::Presigned, Transport::Http).await;
     let api = api_client(&real.stack);
     capacity_with(&api, "l40s", 8).await;
     let body = serde_json::json!({"model": "Qwen/Qwen3-0.6B", "series": "l40s", "gpus": 2, "ttl_seconds": 60});

@@ -336,6 +336,28 @@ impl PodWorker {
                     Some(Phase::InitFailed { container, code }) => {
                         self.write_init_failed(uid, &pod, &container, code).await;
                     }
+                    // Written once per restart, with the kubelet's BackOff warning.
+                    Some(Phase::InitBackOff {
+                        container,
+                        code,
+                        restarts,
+                    }) if init_restarts(&pod, &container) < restarts => {
+                        let mut next = pod.clone();
+                        lifecycle::set_init_back_off(&mut next, &container, code, restarts);
+                        if self.write_status(uid, &pod, next, "init back-off").await {
+                            let node = json::str_at(&pod, "/spec/nodeName")
+                                .unwrap_or_default()
+                                .to_string();
+                            let message = format!(
+                                "Back-off restarting failed container {container} in pod {}",
+                                json::name(&pod)
+                            );
+                            let field = format!("spec.initContainers{{{container}}}");
+                            self.recorder
+                                .record(&pod, "Warning", "BackOff", &message, &node, Some(&field))
+                                .await;
+                        }
+                    }
                     // Reported once a pod.
                     Some(Phase::SandboxFailed(message))
                         if self.sandbox_reported.insert(uid.to_string()) =>
@@ -580,4 +602,17 @@ mod tests {
         assert!(revision(&rv("10")) > revision(&rv("9")));
         assert_eq!(revision(&rv("opaque")), None);
     }
+}
+
+/// The restart count the pod's status shows for init container `container`.
+fn init_restarts(pod: &Value, container: &str) -> u32 {
+    json::at(pod, "/status/initContainerStatuses")
+        .and_then(Value::as_array)
+        .and_then(|list| {
+            list.iter()
+                .find(|s| json::str_at(s, "/name") == Some(container))
+        })
+        .and_then(|s| s.get("restartCount").and_then(Value::as_u64))
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0)
 }

@@ -562,6 +562,38 @@ pub fn set_init_failed(p: &mut Value, container: &str, code: i32) {
     set_not_ready(p, "PodFailed", None, true);
 }
 
+/// Init container `container` exited with `code` in a pod that restarts it (`restartPolicy`
+/// `Always` or `OnFailure`): it waits in `CrashLoopBackOff` with its last exit and `restarts`
+/// restarts, the pod stays `Pending` and not initialised.
+pub fn set_init_back_off(p: &mut Value, container: &str, code: i32, restarts: u32) {
+    let now = json::now_rfc3339();
+    let init: Vec<Value> = containers(p, "initContainers")
+        .into_iter()
+        .map(|(c, image)| {
+            if c != container {
+                return container_status(&c, &image, json!({"waiting": {"reason": "PodInitializing"}}));
+            }
+            let mut s = container_status(
+                &c,
+                &image,
+                json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!("back-off restarting failed container {c}")}}),
+            );
+            s["restartCount"] = json!(restarts);
+            s["lastState"] = json!({"terminated": {"exitCode": code, "reason": "Error", "startedAt": now, "finishedAt": now}});
+            s
+        })
+        .collect();
+    p["status"]["initContainerStatuses"] = json!(init);
+    p["status"]["phase"] = json!("Pending");
+    set_condition(
+        p,
+        "Initialized",
+        "False",
+        Some("ContainersNotInitialized"),
+        Some(&format!("containers with incomplete status: [{container}]")),
+    );
+}
+
 /// Every container back in `CrashLoopBackOff` after exiting with `code` (restart count + 1).
 fn set_crash_loop(p: &mut Value, code: i32) {
     let now = json::now_rfc3339();
@@ -654,6 +686,25 @@ mod tests {
 
     fn step(p: &Value, bound_for: f64) -> Option<Step> {
         next_step(p, &scenario(), bound_for, || simulated_exit(p, &scenario()))
+    }
+
+    #[test]
+    fn a_failed_init_container_of_a_restarting_pod_backs_off_and_the_pod_stays_pending() {
+        let mut p = pod("good:1");
+        p["spec"]["restartPolicy"] = json!("Always");
+        set_init_back_off(&mut p, "init", 86, 2);
+        let s = &p["status"]["initContainerStatuses"][0];
+        assert_eq!(s["restartCount"], 2);
+        assert_eq!(s["lastState"]["terminated"]["exitCode"], 86);
+        assert_eq!(s["state"]["waiting"]["reason"], "CrashLoopBackOff");
+        assert_eq!(p["status"]["phase"], "Pending");
+        let initialized = p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Initialized")
+            .unwrap();
+        assert_eq!(initialized["status"], "False");
     }
 
     #[test]

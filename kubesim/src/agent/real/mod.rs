@@ -71,7 +71,17 @@ pub enum Phase {
     Preparing,
     /// The namespace could not be made.
     SandboxFailed(String),
-    /// An init container exited non-zero: the pod fails.
+    /// An init container exited non-zero in a pod that restarts it: it runs again after a
+    /// back-off (10 s, doubling, at most 5 min, as the kubelet's).
+    InitBackOff {
+        /// The init container.
+        container: String,
+        /// Its last exit code.
+        code: i32,
+        /// How often it has been restarted (this back-off's restart included).
+        restarts: u32,
+    },
+    /// An init container exited non-zero in a pod of `restartPolicy: Never`: the pod fails.
     InitFailed {
         /// The init container.
         container: String,
@@ -370,29 +380,50 @@ async fn run_pod(
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
+        let restarts_inits = json::str_at(&pod, "/spec/restartPolicy") != Some("Never");
         for c in &inits {
-            let started = start_container(&ctx, &uid, &pod, c, &podnet.netns);
-            let Started { kill, mut done } = started;
-            let code = tokio::select! {
-                code = &mut done => code.unwrap_or(137),
-                msg = control.recv() => {
-                    if matches!(msg, Some(Control::Stop) | None) {
-                        let _ = kill.send(());
-                        let _ = done.await;
-                        break 'run true;
+            let mut restarts = 0u32;
+            loop {
+                let started = start_container(&ctx, &uid, &pod, c, &podnet.netns);
+                let Started { kill, mut done } = started;
+                let code = tokio::select! {
+                    code = &mut done => code.unwrap_or(137),
+                    msg = control.recv() => {
+                        if matches!(msg, Some(Control::Stop) | None) {
+                            let _ = kill.send(());
+                            let _ = done.await;
+                            break 'run true;
+                        }
+                        done.await.unwrap_or(137)
                     }
-                    done.await.unwrap_or(137)
+                };
+                if code == 0 {
+                    break;
                 }
-            };
-            if code != 0 {
+                let container = json::string(c, "name");
+                if !restarts_inits {
+                    set_phase(&state, Phase::InitFailed { container, code });
+                    break 'run false;
+                }
+                restarts += 1;
                 set_phase(
                     &state,
-                    Phase::InitFailed {
-                        container: json::string(c, "name"),
+                    Phase::InitBackOff {
+                        container,
                         code,
+                        restarts,
                     },
                 );
-                break 'run false;
+                let back_off = Duration::from_secs(10u64 << (restarts - 1).min(5))
+                    .min(Duration::from_secs(300));
+                tokio::select! {
+                    () = tokio::time::sleep(back_off) => {}
+                    msg = control.recv() => {
+                        if matches!(msg, Some(Control::Stop) | None) {
+                            break 'run true;
+                        }
+                    }
+                }
             }
         }
         // Containers, together; again on each restart.
