@@ -83,21 +83,32 @@ fn strip_resources(c: &mut Container) {
 }
 
 fn strip_container_status(cs: &mut ContainerStatus) {
+    let terminated = |t: ContainerStateTerminated| ContainerStateTerminated {
+        exit_code: t.exit_code,
+        reason: t.reason,
+        ..ContainerStateTerminated::default()
+    };
     let state = cs.state.take().map(|s| ContainerState {
         waiting: s.waiting.map(|w| ContainerStateWaiting {
             reason: w.reason,
             message: w.message,
         }),
         running: s.running.map(|_| ContainerStateRunning::default()),
-        terminated: s.terminated.map(|t| ContainerStateTerminated {
-            exit_code: t.exit_code,
-            reason: t.reason,
-            ..ContainerStateTerminated::default()
-        }),
+        terminated: s.terminated.map(terminated),
     });
+    // The exit before a restart: a capsule refused by an init container that now backs off.
+    let last_state = cs
+        .last_state
+        .take()
+        .and_then(|s| s.terminated)
+        .map(|t| ContainerState {
+            terminated: Some(terminated(t)),
+            ..ContainerState::default()
+        });
     *cs = ContainerStatus {
         name: std::mem::take(&mut cs.name),
         state,
+        last_state,
         ..ContainerStatus::default()
     };
 }
@@ -225,7 +236,8 @@ mod tests {
 
     use super::*;
     use crate::cluster::{event_key, managed, node_info, ns_name, pod_info};
-    use crate::status::{assess_pod, pending_from_pods};
+    use crate::status::{assess_pod, assess_rayjob, pending_from_pods};
+    use tuneplane_core::render::bootstrap::{FETCH_CONTAINER, MISMATCH_EXIT};
 
     /// A pod as the API server returns it: managedFields, env, volumes, probes, statuses.
     fn full_pod(phase: &str, status: serde_json::Value) -> Pod {
@@ -313,9 +325,27 @@ mod tests {
                     "message": "a long termination message", "finishedAt": "2026-01-01T00:00:00Z"}}}]}),
             ),
             full_pod("Succeeded", serde_json::json!({})),
+            // A capsule refused before a restart: only the last state has the exit.
+            full_pod(
+                "Pending",
+                serde_json::json!({"initContainerStatuses": [{"name": FETCH_CONTAINER,
+                "image": "i", "imageID": "", "ready": false, "restartCount": 2,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                "lastState": {"terminated": {"exitCode": MISMATCH_EXIT, "reason": "Error",
+                    "finishedAt": "2026-01-01T00:00:00Z"}}}]}),
+            ),
         ];
+        let rayjob = crate::rayjob::RayJob::new(
+            "tp-j",
+            &crate::rayjob::resource(),
+            crate::rayjob::RayJobSpec::default(),
+        );
         for full in &cases {
             let small = stripped(full);
+            assert_eq!(
+                assess_rayjob(&rayjob, &[&small], &[]),
+                assess_rayjob(&rayjob, &[full], &[])
+            );
             assert_eq!(pod_info(&small), pod_info(full));
             assert_eq!(assess_pod(&small), assess_pod(full));
             assert_eq!(pending_from_pods(&[&small]), pending_from_pods(&[full]));
