@@ -32,9 +32,8 @@
 //!    status progression up to `Running` with `assess_rayjob` along the way, the RayCluster the
 //!    operator creates, its pods (names, labels, nodeSelector, tolerations, containers, resources,
 //!    bound to distinct nodes of the right series), the submitter Job and its pod; then the
-//!    RayJob's deletion and what garbage collection removes. (On the real tier a RayJob cannot
-//!    reach SUCCEEDED: KubeRay reads the job's end from the Ray dashboard, which fake nodes do not
-//!    run, so the comparison stops at Running.)
+//!    RayJob's deletion and what garbage collection removes. (Here the agent pretends, so the
+//!    comparison stops at Running; the end is the next test's.)
 //! 7. `watch`: a watch from resourceVersion "0" (the current objects as ADDED) and one from the
 //!    CPU pod's creation (its later history replayed). The 410 Gone of a compacted resourceVersion is not
 //!    compared: on the real tier it depends on etcd's compaction clock (kubesim's own tests cover
@@ -46,6 +45,13 @@
 //!    (`In`, `NotIn`, `Exists`, `DoesNotExist`), a `gpu-series` topology domain, `namespaces`,
 //!    and pod affinity (to nobody, to itself, to the workers' series): the node it got (by
 //!    series), the PodScheduled condition and the `FailedScheduling` events.
+//!
+//!
+//! A second test, `a_rayjob_run_to_success_matches_the_real_control_plane`, with its own golden
+//! file `tests/differential/real_success.json`: on the real tier the agent runs pods for real, so
+//! real Ray runs a real capsule's driver (served by a blob server on 127.0.0.1) and the operator
+//! follows it to `Complete`/`SUCCEEDED`; recorded: the deployment statuses, `assess_rayjob`
+//! along the way, the end status, the submitter pod's end, and the cleanup after deletion.
 //!
 //! Normalization (the one place where the backends are allowed to differ; see [`Redactor`] and
 //! [`backend_specific`]): uids, resourceVersions, timestamps, IPs and ports are never recorded;
@@ -85,6 +91,8 @@ use tuneplane_reconciler::status::{self, Observed};
 
 const NS: &str = "tuneplane-jobs";
 const GOLDEN: &str = "tests/differential/real.json";
+/// The golden transcript of a RayJob run to SUCCEEDED (real Ray on the real tier).
+const GOLDEN_SUCCESS: &str = "tests/differential/real_success.json";
 /// The image whose pull fails on both backends (the Scenario's `image_pull_failures`).
 const BAD_IMAGE: &str = "registry.invalid/acme/missing:1";
 const UPDATE_VAR: &str = "TUNEPLANE_UPDATE_GOLDEN";
@@ -1334,8 +1342,13 @@ fn diff_paths(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
 }
 
 fn compare(transcript: &[(String, Value)]) {
+    compare_with(GOLDEN, transcript);
+}
+
+/// Compares `transcript` with the golden file `golden` (or rewrites it on the real backend).
+fn compare_with(golden_file: &str, transcript: &[(String, Value)]) {
     let real = real::is_real();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(GOLDEN);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(golden_file);
     let entries: Vec<Value> = transcript
         .iter()
         .map(|(step, obs)| json!({"step": step, "observation": obs}))
@@ -1383,7 +1396,7 @@ fn compare(transcript: &[(String, Value)]) {
     }
     assert!(
         failures.is_empty(),
-        "{backend} differs from {GOLDEN}:\n{}\n\n{backend} transcript:\n{}",
+        "{backend} differs from {golden_file}:\n{}\n\n{backend} transcript:\n{}",
         failures.join("\n"),
         serde_json::to_string_pretty(&entries).unwrap_or_default()
     );
@@ -1419,4 +1432,174 @@ async fn kubesim_matches_the_real_control_plane() {
     let obs = step_pod_affinity(&h).await;
     record("pod_affinity", obs, &r);
     compare(&transcript);
+}
+
+/// A real capsule (`main.py` printing, then sleeping `run_seconds`) served by a blob server on
+/// 127.0.0.1 (the pods reach it through the agent's relay): the job and its capsule reference.
+async fn served_capsule(
+    dir: &std::path::Path,
+    run_seconds: u32,
+) -> (JobRecord, CapsuleRef, tokio::task::JoinHandle<()>) {
+    let mut job = job(
+        "s1",
+        vec![pool("main", Some("h200"), 1, 8)],
+        "rayproject/ray:2.60.0",
+        120,
+    );
+    job.spec.entrypoint = "python3 main.py".into();
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(
+        src.join("main.py"),
+        format!(
+            "import time\nprint('differential job ran', flush=True)\ntime.sleep({run_seconds})\n"
+        ),
+    )
+    .unwrap();
+    let (bytes, built) = tuneplane_core::capsule::build_from_source(
+        &src,
+        &job.spec,
+        &tuneplane_core::capsule::Limits::default(),
+        dir,
+        Vec::new(),
+    )
+    .expect("capsule");
+    job.capsule_sha256 = built.sha256.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/blobs", listener.local_addr().unwrap());
+    let store =
+        tuneplane_stores::FsBlobStore::open(dir.join("blobs"), b"diff".to_vec(), base).unwrap();
+    let key = tuneplane_core::capsule::storage_key(&built.sha256);
+    use tuneplane_core::store::BlobStore;
+    store.put(&key, bytes).await.unwrap();
+    let url = store
+        .presign(
+            tuneplane_core::store::PresignMethod::Get,
+            &key,
+            Duration::from_secs(3600),
+        )
+        .await
+        .unwrap()
+        .url;
+    let app = axum::Router::new().nest(
+        "/blobs",
+        tuneplane_stores::blob_server::router(store, 1 << 20),
+    );
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (
+        job,
+        CapsuleRef {
+            sha256: built.sha256,
+            url,
+        },
+        server,
+    )
+}
+
+/// A RayJob run to its end: on the real tier real Ray runs the capsule's driver on the agent's
+/// pods and the real operator follows it through its dashboard to `Complete`/`SUCCEEDED`; kubesim
+/// must show the same progression, assessments and submitter end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rayjob_run_to_success_matches_the_real_control_plane() {
+    let run_seconds = 4;
+    let h = start_executing(sim_config(
+        FLEET,
+        Duration::from_secs(run_seconds.into()),
+        None,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (job, capsule, server) = served_capsule(dir.path(), run_seconds).await;
+    let mut r = Redactor::default();
+    let value = render_rayjob(&job, &capsule, &RenderSettings::default()).expect("render");
+    let typed: RayJob = serde_json::from_value(value).expect("rayjob");
+    let api = h.rayjobs();
+    let (statuses, watcher) = record(api.clone(), "tp-s1");
+    let created = api.create(&create_params(), &typed).await.expect("create");
+    r.object(&created.metadata);
+    let pod_api = h.pods();
+    let assessed: Mutex<Vec<Value>> = Mutex::default();
+    let (assessed_ref, api_ref, pod_ref) = (&assessed, &api, &pod_api);
+    let ended = wait_for(180, "tp-s1 to end", || async move {
+        let rj = api_ref.get("tp-s1").await.ok()?;
+        let all = pod_ref
+            .list(&ListParams::default().labels("tuneplane.io/job-id=s1"))
+            .await
+            .ok()?
+            .items;
+        let refs: Vec<&Pod> = all.iter().collect();
+        let o = status::assess_rayjob(&rj, &refs, &[]);
+        let state = observed(&o);
+        assessed_ref
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(json!({"state": state["state"], "reason": state["reason"]}));
+        matches!(o, Observed::Succeeded | Observed::Failed { .. }).then_some(rj)
+    })
+    .await;
+    let status = ended.status.clone().unwrap_or_default();
+    // The submitter's pod has ended too (`ray job logs --follow` returns after the job).
+    let submitter_pod = wait_for(60, "the submitter's pod to end", || async {
+        let list = pod_api
+            .list(&ListParams::default().labels("job-name=tp-s1"))
+            .await
+            .ok()?
+            .items;
+        list.into_iter()
+            .find(|p| matches!(phase(p).as_str(), "Succeeded" | "Failed"))
+    })
+    .await;
+    let exit = submitter_pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.state.as_ref()?.terminated.as_ref())
+        .map(|t| t.exit_code);
+    let versions = seen(&statuses);
+    let progression = dedup(
+        std::iter::once(&created)
+            .chain(versions.iter())
+            .map(|rj| {
+                json!(
+                    rj.status
+                        .as_ref()
+                        .and_then(|s| s.job_deployment_status.clone())
+                )
+            })
+            .collect(),
+    );
+    api.delete("tp-s1", &DeleteParams::background())
+        .await
+        .expect("delete");
+    let gone = wait_for(60, "the RayJob and its pods to be gone", || async {
+        let rj = api.get_opt("tp-s1").await.ok()?;
+        let left = pod_api
+            .list(&ListParams::default().labels("tuneplane.io/job-id=s1"))
+            .await
+            .ok()?
+            .items
+            .len();
+        (rj.is_none() && left == 0).then_some(true)
+    })
+    .await;
+    watcher.abort();
+    server.abort();
+    let mut obs = json!({
+        // Deployment statuses only: the dashboard's intermediate job statuses depend on when the
+        // operator polls (the end is compared below).
+        "deployment_progression": progression,
+        "assess_rayjob": dedup(assessed.into_inner().unwrap_or_else(|p| p.into_inner())),
+        "end": {
+            "jobDeploymentStatus": status.job_deployment_status,
+            "jobStatus": status.job_status,
+            "reason": status.reason,
+        },
+        "submitter_pod": {"phase": phase(&submitter_pod), "exit_code": exit},
+        "deleted_everything": gone,
+    });
+    r.apply(&mut obs);
+    compare_with(GOLDEN_SUCCESS, &[("rayjob_success".to_owned(), obs)]);
 }

@@ -113,6 +113,33 @@ pub async fn start(config: SimConfig) -> Harness {
     with_stores(config, Arc::new(jobs), Arc::new(blobs), dir).await
 }
 
+/// [`start`], with pods run for real on the real control plane (real Ray through the real
+/// operator); kubesim keeps its model.
+pub async fn start_executing(config: SimConfig) -> Harness {
+    if !real::is_real() {
+        return start(config).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
+    let blobs = FsBlobStore::open(
+        dir.path().join("blobs"),
+        b"test-secret".to_vec(),
+        "http://127.0.0.1:9/blobs",
+    )
+    .unwrap();
+    let execution = real::execution(&dir.path().join("agent"));
+    let (client, reconciler_client, cluster) =
+        real::start_with(&config, dir.path(), Some(execution)).await;
+    Harness {
+        cluster: Cluster::Real(Box::new(cluster)),
+        client,
+        reconciler_client,
+        jobs: Arc::new(jobs),
+        blobs: Arc::new(blobs),
+        _dir: dir,
+    }
+}
+
 /// Starts kubesim with `config` and the given stores.
 pub async fn with_stores(
     config: SimConfig,

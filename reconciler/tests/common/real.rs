@@ -9,6 +9,8 @@
 
 use kube::Client;
 use tuneplane_kubesim::SimConfig;
+use tuneplane_kubesim::agent::RealConfig;
+use tuneplane_kubesim::agent::real::ImageMap;
 use tuneplane_kubesim::testbed::Testbed;
 use tuneplane_reconciler::access::{self, TokenRefresher};
 
@@ -42,11 +44,20 @@ pub struct Real {
 /// scenario, and the reconciler's access granted. Returns the admin client (for the test's own
 /// checks), the reconciler's client (its ServiceAccount) and the parts to keep alive.
 pub async fn start(config: &SimConfig, dir: &std::path::Path) -> (Client, Client, Real) {
+    start_with(config, dir, None).await
+}
+
+/// [`start`] with the agent running pods for real (`execution`) instead of pretending.
+pub async fn start_with(
+    config: &SimConfig,
+    dir: &std::path::Path,
+    execution: Option<RealConfig>,
+) -> (Client, Client, Real) {
     let fleet = config
         .fleet
         .clone()
         .expect("a real-cluster scenario needs a fleet");
-    let testbed = Testbed::start(&kubeconfig(), fleet, config.scenario.clone())
+    let testbed = Testbed::start_with(&kubeconfig(), fleet, config.scenario.clone(), execution)
         .await
         .expect("real cluster");
     let (sa_config, token) =
@@ -63,4 +74,20 @@ pub async fn start(config: &SimConfig, dir: &std::path::Path) -> (Client, Client
             _token: token,
         },
     )
+}
+
+/// The agent's real execution for a test: the repository's image map with the runtimes
+/// `scripts/testenv-runtimes.sh` built (`TUNEPLANE_RUNTIMES`, set by `scripts/test.sh`), pod
+/// folders under `data`.
+pub fn execution(data: &std::path::Path) -> RealConfig {
+    assert!(
+        std::env::var_os("TUNEPLANE_RUNTIMES").is_some(),
+        "TUNEPLANE_RUNTIMES is not set: scripts/testenv-runtimes.sh prints the runtimes folder (scripts/test.sh sets it)"
+    );
+    let map = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testenv/images.yaml");
+    RealConfig {
+        data_dir: data.to_path_buf(),
+        images: ImageMap::load(&map).expect("testenv/images.yaml"),
+        trust_ca: None,
+    }
 }
