@@ -15,6 +15,32 @@ pub const TENANT_LABEL: &str = "tuneplane.io/tenant";
 /// Label prefix reserved for the platform; user labels may not use it.
 pub const RESERVED_LABEL_PREFIX: &str = "tuneplane.io/";
 
+/// Why a user label key is reserved (the platform, Kubernetes or KubeRay select pods by it, so a
+/// job that set it could pass for another's pods), or `None` when a job may set it.
+pub fn reserved_label(key: &str) -> Option<String> {
+    // Unprefixed keys Kubernetes' controllers set on the pods they make.
+    const CONTROLLER_KEYS: [&str; 3] = ["job-name", "controller-uid", "pod-template-hash"];
+    if CONTROLLER_KEYS.contains(&key) {
+        return Some(format!(
+            "{key:?} is reserved: Kubernetes' controllers set it on the pods they make; use a key of your own (e.g. example.com/{key})"
+        ));
+    }
+    let (prefix, _) = key.split_once('/')?;
+    let owner = |domain: &str| prefix == domain || prefix.ends_with(&format!(".{domain}"));
+    let who = if owner("tuneplane.io") {
+        "TunePlane"
+    } else if owner("ray.io") {
+        "Ray and KubeRay"
+    } else if owner("kubernetes.io") || owner("k8s.io") {
+        "Kubernetes"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "keys under {prefix}/ are reserved for {who}; use a prefix of your own (e.g. example.com/)"
+    ))
+}
+
 /// Environment variable prefix reserved for the platform; user env may not use it.
 pub const RESERVED_ENV_PREFIX: &str = "TUNEPLANE_";
 

@@ -4,6 +4,7 @@
 //! [`JobSpec`] with every default filled in, or every problem with its field path. Nothing
 //! downstream re-reads the user's text: the authoritative spec goes into the capsule and the record.
 
+mod strict;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -524,6 +525,14 @@ priority: high
     }
 
     #[test]
+    fn a_key_written_twice_is_refused_with_both_lines() {
+        has(
+            &errors(&format!("{CPU_JOB}labels: {{team: a}}\nlabels: {{team: b}}\n")),
+            &["labels is written twice", "merge the two"],
+        );
+    }
+
+    #[test]
     fn label_rules() {
         ok(&format!(
             "{CPU_JOB}labels: {{team: nlp, example.com/owner: ana}}\n"
@@ -532,6 +541,24 @@ priority: high
             &errors(&format!("{CPU_JOB}labels: {{tuneplane.io/job-id: x}}\n")),
             &["labels.tuneplane.io/job-id", "reserved"],
         );
+        // Keys Kubernetes, KubeRay or TunePlane select pods by: a job setting them could pass for
+        // another job's pods (its logs, its Service).
+        for key in [
+            "job-name",
+            "controller-uid",
+            "batch.kubernetes.io/job-name",
+            "app.kubernetes.io/name",
+            "ray.io/cluster",
+            "kueue.x-k8s.io/queue-name",
+        ] {
+            has(
+                &errors(&format!("{CPU_JOB}labels: {{{key}: tp-j-other}}\n")),
+                &[&format!("labels.{key}"), "reserved", "of your own"],
+            );
+        }
+        ok(&format!(
+            "{CPU_JOB}labels: {{notkubernetes.io/x: y, example.com/job-name: y}}\n"
+        ));
         has(
             &errors(&format!("{CPU_JOB}labels: {{team: 'has space'}}\n")),
             &["labels.team", "label value"],

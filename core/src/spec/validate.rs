@@ -11,7 +11,6 @@ use serde_json::{Map, Value};
 use super::{Deadlines, JobSpec, Pool, is_dns_label};
 use crate::constants::{
     DEFAULT_NAMESPACE, KNOWN_PLUGINS, PLATFORM_VERSION, PLUGIN_CUSTOM, RESERVED_ENV_PREFIX,
-    RESERVED_LABEL_PREFIX,
 };
 use crate::fleet::FleetShape;
 
@@ -179,12 +178,7 @@ fn parse(text: &str) -> Result<Value, String> {
     if text.trim().is_empty() {
         return Err("spec is empty; write a YAML or JSON document with at least name, image, entrypoint and pools".into());
     }
-    let trimmed = text.trim_start();
-    let value: Value = if trimmed.starts_with('{') {
-        serde_json::from_str(text).map_err(|e| format!("spec is not valid JSON: {e}"))?
-    } else {
-        yaml_serde::from_str(text).map_err(|e| format!("spec is not valid YAML: {e}"))?
-    };
+    let value = super::strict::parse_strict(text, text.trim_start().starts_with('{'))?;
     if !value.is_object() {
         return Err(
             "spec must be a mapping of fields (name, image, entrypoint, pools, ...)".into(),
@@ -532,13 +526,8 @@ impl Checker {
         }
         for (k, v) in labels {
             let path = format!("labels.{k}");
-            if k.starts_with(RESERVED_LABEL_PREFIX) {
-                self.err(
-                    &path,
-                    format!(
-                        "keys starting with {RESERVED_LABEL_PREFIX} are reserved for the platform"
-                    ),
-                );
+            if let Some(why) = crate::constants::reserved_label(k) {
+                self.err(&path, why);
             } else if !is_label_key(k) {
                 self.err(&path, "is not a valid Kubernetes label key ([prefix/]name, name of at most 63 characters)");
             }
