@@ -527,7 +527,9 @@ priority: high
     #[test]
     fn a_key_written_twice_is_refused_with_both_lines() {
         has(
-            &errors(&format!("{CPU_JOB}labels: {{team: a}}\nlabels: {{team: b}}\n")),
+            &errors(&format!(
+                "{CPU_JOB}labels: {{team: a}}\nlabels: {{team: b}}\n"
+            )),
             &["labels is written twice", "merge the two"],
         );
     }

@@ -138,10 +138,14 @@ fn duplicate_message(text: &str, path: &str) -> String {
             rest = r.trim_start();
             col += r.len() - rest.len();
         }
-        [format!("{key}:"), format!("\"{key}\":"), format!("'{key}':")]
-            .iter()
-            .any(|p| rest.starts_with(p.as_str()))
-            .then_some(col)
+        [
+            format!("{key}:"),
+            format!("\"{key}\":"),
+            format!("'{key}':"),
+        ]
+        .iter()
+        .any(|p| rest.starts_with(p.as_str()))
+        .then_some(col)
     };
     let lines: Vec<&str> = text.lines().collect();
     let indent = |l: &str| l.len() - l.trim_start().len();
@@ -153,7 +157,10 @@ fn duplicate_message(text: &str, path: &str) -> String {
     let same_block = |a: usize, b: usize, col: usize| {
         lines[a + 1..b].iter().all(|l| {
             let t = l.trim_start();
-            t.is_empty() || t.starts_with('#') || indent(l) > col || (indent(l) == col && !t.starts_with("- "))
+            t.is_empty()
+                || t.starts_with('#')
+                || indent(l) > col
+                || (indent(l) == col && !t.starts_with("- "))
         })
     };
     let pair = candidates.iter().enumerate().find_map(|(n, &(a, col))| {
@@ -179,16 +186,28 @@ mod tests {
     fn a_repeated_key_names_the_path_and_both_lines() {
         let yaml = "name: a\nlabels: {team: x}\nimage: i\nlabels:\n  owner: y\n";
         let e = parse_strict(yaml, false).unwrap_err();
-        assert!(e.starts_with("labels is written twice (lines 2 and 4)"), "{e}");
+        assert!(
+            e.starts_with("labels is written twice (lines 2 and 4)"),
+            "{e}"
+        );
         let nested = "name: a\nenv:\n  EPOCHS: '1'\n  LR: '0.1'\n  EPOCHS: '2'\n";
         let e = parse_strict(nested, false).unwrap_err();
-        assert!(e.starts_with("env.EPOCHS is written twice (lines 3 and 5)"), "{e}");
+        assert!(
+            e.starts_with("env.EPOCHS is written twice (lines 3 and 5)"),
+            "{e}"
+        );
         let in_list = "pools:\n  - name: a\n    nodes: 1\n    nodes: 2\n";
         let e = parse_strict(in_list, false).unwrap_err();
-        assert!(e.starts_with("pools[0].nodes is written twice (lines 3 and 4)"), "{e}");
+        assert!(
+            e.starts_with("pools[0].nodes is written twice (lines 3 and 4)"),
+            "{e}"
+        );
         let json = "{\"name\": \"a\",\n \"name\": \"b\"}";
         let e = parse_strict(json, true).unwrap_err();
-        assert!(e.starts_with("name is written twice (lines 1 and 2)"), "{e}");
+        assert!(
+            e.starts_with("name is written twice (lines 1 and 2)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -558,6 +558,19 @@ impl PodWorker {
     }
 }
 
+/// The restart count the pod's status shows for init container `container`.
+fn init_restarts(pod: &Value, container: &str) -> u32 {
+    json::at(pod, "/status/initContainerStatuses")
+        .and_then(Value::as_array)
+        .and_then(|list| {
+            list.iter()
+                .find(|s| json::str_at(s, "/name") == Some(container))
+        })
+        .and_then(|s| s.get("restartCount").and_then(Value::as_u64))
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -602,17 +615,4 @@ mod tests {
         assert!(revision(&rv("10")) > revision(&rv("9")));
         assert_eq!(revision(&rv("opaque")), None);
     }
-}
-
-/// The restart count the pod's status shows for init container `container`.
-fn init_restarts(pod: &Value, container: &str) -> u32 {
-    json::at(pod, "/status/initContainerStatuses")
-        .and_then(Value::as_array)
-        .and_then(|list| {
-            list.iter()
-                .find(|s| json::str_at(s, "/name") == Some(container))
-        })
-        .and_then(|s| s.get("restartCount").and_then(Value::as_u64))
-        .and_then(|n| u32::try_from(n).ok())
-        .unwrap_or(0)
 }
