@@ -31,7 +31,7 @@ pub fn reserved_label(key: &str) -> Option<String> {
         "TunePlane"
     } else if owner("ray.io") {
         "Ray and KubeRay"
-    } else if owner("kubernetes.io") || owner("k8s.io") {
+    } else if owner("kubernetes.io") || owner("k8s.io") || owner("x-k8s.io") {
         "Kubernetes"
     } else {
         return None;
