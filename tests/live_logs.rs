@@ -1,63 +1,26 @@
 //! Live logs end to end: the `tuneplane` binary follows a job that prints a line a second on the
 //! whole stack (API, embedded stores, kubesim in execution mode, reconciler): its lines appear
-//! while the job is RUNNING, and once it ended the output is whole, in order, each line once.
+//! while the job is RUNNING, and once it ended the output is whole, in order, each line once; a
+//! plain `tuneplane logs` (and `status`) of a running job shows its output up to now.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod live_support;
 mod stack_support;
 
+use live_support::{cli, expected, job_dir, ticks_of};
 use serde_json::{Value, json};
 use stack_support::{examples, submit_folder, wait_until};
-use tuneplane::dev::{Backend, Stack};
+use tuneplane::dev::Backend;
 use tuneplane_core::job::{JobRecord, JobState};
 
 const TICKS: usize = 25;
-
-fn job_dir(dir: &Path, ticks: usize) -> PathBuf {
-    let job = dir.join(format!("ticker-{ticks}"));
-    std::fs::create_dir_all(&job).unwrap();
-    std::fs::write(
-        job.join("tuneplane.yaml"),
-        "name: ticker\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 tick.py\n\
-         pools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n\
-         deadlines: {pre_running_seconds: 120, run_seconds: 300}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        job.join("tick.py"),
-        format!(
-            "import time\nfor i in range(1, {}):\n    print('tick', i, flush=True)\n    time.sleep(1)\n",
-            ticks + 1
-        ),
-    )
-    .unwrap();
-    job
-}
-
-fn cli(stack: &Stack) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tuneplane"));
-    c.env("TUNEPLANE_API", &stack.api_url)
-        .env("TUNEPLANE_API_KEY", &stack.api_key)
-        .env("NO_COLOR", "1");
-    c
-}
-
-fn ticks_of(text: &str) -> Vec<String> {
-    text.lines()
-        .filter(|l| l.starts_with("tick "))
-        .map(str::to_owned)
-        .collect()
-}
-
-fn expected(n: usize) -> Vec<String> {
-    (1..=n).map(|i| format!("tick {i}")).collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn logs_follow_shows_running_output_then_all_of_it_once() {
@@ -323,6 +286,18 @@ async fn submit_wait_streams_the_main_output_and_dry_run_sends_nothing() {
         "{text}"
     );
     assert_eq!(count(api.get("/jobs?limit=1000").await.unwrap()), before);
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plain_look_at_a_running_job_shows_its_output_up_to_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = stack_support::start(Backend::Embedded, &dir.path().join("data")).await;
+    let config = tuneplane_kubesim::testbed::admin_config(&stack.kubeconfig)
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    live_support::plain_looks_show_the_output_up_to_now(&stack, &api, &client, dir.path()).await;
     stack.shutdown().await;
 }
 
