@@ -301,6 +301,59 @@ async fn a_plain_look_at_a_running_job_shows_its_output_up_to_now() {
     stack.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plain_look_at_a_silent_running_job_is_answered_with_nothing_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = stack_support::start(Backend::Embedded, &dir.path().join("data")).await;
+    let job_dir = dir.path().join("quiet");
+    std::fs::create_dir_all(&job_dir).unwrap();
+    std::fs::write(
+        job_dir.join("tuneplane.yaml"),
+        std::fs::read_to_string(live_support::job_dir(dir.path(), 1).join("tuneplane.yaml"))
+            .unwrap()
+            .replace("python3 tick.py", "python3 quiet.py"),
+    )
+    .unwrap();
+    std::fs::write(
+        job_dir.join("quiet.py"),
+        "import time\nprint('ready', flush=True)\ntime.sleep(120)\n",
+    )
+    .unwrap();
+    let job = submit_folder(&api, &job_dir).await;
+    let running = wait_until(&api, &job.id, 120, "RUNNING", |j| {
+        j.state == JobState::Running
+    })
+    .await;
+    let config = tuneplane_kubesim::testbed::admin_config(&stack.kubeconfig)
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let started = Instant::now();
+    while !live_support::log_of(&client, &running.spec.namespace, &job.id)
+        .await
+        .contains("ready")
+    {
+        assert!(started.elapsed() < Duration::from_secs(60), "never ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The first look ships "ready"; the second finds nothing new, and is answered all the same
+    // (the reconciler writes the answer to the segment list), not left to the API's wait.
+    for look in 1..=2 {
+        let (stdout, stderr, _) = live_support::run(&stack, &["logs", &job.id]).await;
+        assert!(stderr.contains("up to now"), "look {look}: {stderr}");
+        assert_eq!(
+            stdout.lines().filter(|l| *l == "ready").count(),
+            1,
+            "look {look}: {stdout}"
+        );
+        // Past the second in which looks share one want.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+    }
+    stack_support::stop(&api, &job.id).await;
+    wait_until(&api, &job.id, 120, "terminal", |j| j.state.is_terminal()).await;
+    stack.shutdown().await;
+}
+
 /// Every file under `dir` (none when it does not exist).
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -67,8 +67,9 @@ pub fn expected(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("tick {i}")).collect()
 }
 
-/// The newest tick job `id`'s pod has printed, read from the API server (the kubelet's log).
-pub async fn newest_tick(client: &Client, namespace: &str, id: &str) -> usize {
+/// The last lines of job `id`'s pod's `job` container, read from the API server (the
+/// kubelet's log).
+pub async fn log_of(client: &Client, namespace: &str, id: &str) -> String {
     let pods: KubeApi<Pod> = KubeApi::namespaced(client.clone(), namespace);
     let list = pods
         .list(&ListParams::default().labels(&format!("tuneplane.io/job-id={id}")))
@@ -80,8 +81,15 @@ pub async fn newest_tick(client: &Client, namespace: &str, id: &str) -> usize {
         tail_lines: Some(3),
         ..LogParams::default()
     };
-    let log = pods.logs(&pod.name_any(), &params).await.unwrap();
-    numbers_of(&log).into_iter().max().unwrap_or(0)
+    pods.logs(&pod.name_any(), &params).await.unwrap()
+}
+
+/// The newest tick job `id`'s pod has printed.
+pub async fn newest_tick(client: &Client, namespace: &str, id: &str) -> usize {
+    numbers_of(&log_of(client, namespace, id).await)
+        .into_iter()
+        .max()
+        .unwrap_or(0)
 }
 
 /// Runs `tuneplane <args>` (off the async runtime); stdout, stderr and how long it took.
