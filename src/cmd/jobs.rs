@@ -320,6 +320,10 @@ async fn last_lines(api: &Api, id: &str, no_wait: bool) -> anyhow::Result<()> {
     };
     let mut f = super::logs::Follower::new(&args, Output::Table, true).capturing();
     let look = f.look(api, !no_wait).await?;
+    if look.archived {
+        println!("output    it ended meanwhile: tuneplane logs {id}");
+        return Ok(());
+    }
     let when = if look.up_to_date {
         "up to now"
     } else {
@@ -330,7 +334,8 @@ async fn last_lines(api: &Api, id: &str, no_wait: bool) -> anyhow::Result<()> {
         println!("output    nothing yet ({when}; tuneplane logs -f {id} follows it)");
         return Ok(());
     }
-    println!("output    last {STATUS_LINES} lines, {when} (tuneplane logs -f {id} follows it):");
+    let lines = text.lines().count();
+    println!("output    last {lines} lines, {when} (tuneplane logs -f {id} follows it):");
     let mut stdout = std::io::stdout().lock();
     for line in text.lines() {
         super::output::written(writeln!(stdout, "  {line}"));
