@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use reqwest::Method;
 use serde_json::{Value, json};
-use tuneplane_core::job::JobRecord;
+use tuneplane_core::job::{JobRecord, JobState};
 
 use super::jobs::{exit_for, read_logs_archive};
 use super::output::written;
@@ -381,6 +381,11 @@ pub fn look_note(id: &str, look: &Look, waited: bool) -> String {
             "job {id} is RUNNING: this is the output shipped so far (without --no-wait, the output \
              up to now; tuneplane logs -f {id} prints it as it comes)"
         )
+    } else if JobState::parse(&look.state).is_some_and(JobState::is_terminal) {
+        format!(
+            "job {id} is {}: its logs are being archived (tuneplane logs {id} prints them in a moment)",
+            look.state
+        )
     } else {
         format!(
             "job {id} is {}: it prints nothing before it runs (tuneplane logs -f {id} waits for its output)",
@@ -457,6 +462,24 @@ mod tests {
             ),
             "container \"main\" in pod \"p\" is waiting to start: image can't be pulled"
         );
+    }
+
+    #[test]
+    fn a_look_says_how_current_its_output_is() {
+        let look = |up_to_date: bool, state: &str| Look {
+            up_to_date,
+            state: state.into(),
+            archived: false,
+        };
+        assert!(look_note("j", &look(true, "RUNNING"), true).contains("up to now"));
+        let late = look_note("j", &look(false, "RUNNING"), true);
+        assert!(late.contains("shipped so far") && late.contains("not shipped within"));
+        let instant = look_note("j", &look(false, "RUNNING"), false);
+        assert!(instant.contains("shipped so far") && instant.contains("--no-wait"));
+        assert!(look_note("j", &look(false, "QUEUED"), true).contains("nothing before it runs"));
+        assert!(look_note("j", &look(false, "STOPPED"), true).contains("being archived"));
+        assert_eq!(query_safe("tp-j-1.main_0"), Some("tp-j-1.main_0"));
+        assert_eq!(query_safe("a&after=9"), None);
     }
 
     #[test]
