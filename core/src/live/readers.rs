@@ -9,8 +9,8 @@
 //! answers it. The reconciler reads a job with an unanswered want at its next pass, ahead of
 //! every other (within the read budget), and writes the want it answered in the segment list
 //! ([`Manifest::answered_ms`](super::Manifest::answered_ms)), even when the read found nothing
-//! new. Only times the API wrote are compared, so the API's and the reconciler's clocks need not
-//! agree.
+//! new. The answer compares only times the API wrote, so the API's and the reconciler's clocks
+//! need not agree for it; the reconciler's own clock only ends a want's [`READER_FOLLOW_MS`].
 
 use super::FOLLOW_TTL_MS;
 
