@@ -90,7 +90,7 @@ step "scenario suite on the real control plane (TUNEPLANE_TEST_K8S=real)"
 export TUNEPLANE_TEST_KUBECONFIG="$REAL_KUBECONFIG"
 TUNEPLANE_TEST_K8S=real cargo test --workspace --locked \
   --test lifecycle --test pending --test placement --test sharing --test cleanup --test leader --test crash \
-  --test differential --test rbac_real --test agent_cluster --test real_cluster -- --test-threads=1
+  --test differential --test rbac_real --test agent_cluster --test real_cluster --test real_logs -- --test-threads=1
 
 step "the reconciler's requests in the API server's audit log match infra/kustomize's RBAC"
 TUNEPLANE_TEST_K8S=real TUNEPLANE_TEST_AUDIT_LOG="$K8S_DIR/logs/audit.log" \

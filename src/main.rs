@@ -55,12 +55,17 @@ enum Command {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Show one job: state, pending reason, clocks, workload, logs.
+    /// Show one job: state, pending reason, clocks, workload, logs; a running job's last lines
+    /// of output up to now.
     Status {
         #[command(flatten)]
         client: client::ClientArgs,
         /// Job id.
         id: String,
+        /// A running job's last lines as shipped so far, at once (by default the API waits a
+        /// few seconds for its output up to now).
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Follow a job until it ends (exit 0 if it succeeded, 3 if it failed, 4 if stopped).
     Watch {
@@ -79,8 +84,8 @@ enum Command {
         /// Job id.
         id: String,
     },
-    /// Print a job's output: shipped so far while it runs, archived once it ended; -f follows it
-    /// to the end.
+    /// Print a job's output: up to now while it runs (the API waits a few seconds for it;
+    /// --no-wait: shipped so far), archived once it ended; -f follows it to the end.
     Logs {
         #[command(flatten)]
         client: client::ClientArgs,
@@ -181,7 +186,13 @@ fn main() -> ExitCode {
         } => client_command(&client, (), async |api, out, ()| {
             cmd::jobs::list(api, out, status.as_deref(), limit, cursor.as_deref()).await
         }),
-        Command::Status { client, id } => client_command(&client, &*id, cmd::jobs::status),
+        Command::Status {
+            client,
+            id,
+            no_wait,
+        } => client_command(&client, &*id, async |api, out, id| {
+            cmd::jobs::status(api, out, id, no_wait).await
+        }),
         Command::Watch {
             client,
             id,

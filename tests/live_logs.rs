@@ -1,63 +1,26 @@
 //! Live logs end to end: the `tuneplane` binary follows a job that prints a line a second on the
 //! whole stack (API, embedded stores, kubesim in execution mode, reconciler): its lines appear
-//! while the job is RUNNING, and once it ended the output is whole, in order, each line once.
+//! while the job is RUNNING, and once it ended the output is whole, in order, each line once; a
+//! plain `tuneplane logs` (and `status`) of a running job shows its output up to now.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod live_support;
 mod stack_support;
 
+use live_support::{cli, expected, job_dir, ticks_of};
 use serde_json::{Value, json};
 use stack_support::{examples, submit_folder, wait_until};
-use tuneplane::dev::{Backend, Stack};
+use tuneplane::dev::Backend;
 use tuneplane_core::job::{JobRecord, JobState};
 
 const TICKS: usize = 25;
-
-fn job_dir(dir: &Path, ticks: usize) -> PathBuf {
-    let job = dir.join(format!("ticker-{ticks}"));
-    std::fs::create_dir_all(&job).unwrap();
-    std::fs::write(
-        job.join("tuneplane.yaml"),
-        "name: ticker\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 tick.py\n\
-         pools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n\
-         deadlines: {pre_running_seconds: 120, run_seconds: 300}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        job.join("tick.py"),
-        format!(
-            "import time\nfor i in range(1, {}):\n    print('tick', i, flush=True)\n    time.sleep(1)\n",
-            ticks + 1
-        ),
-    )
-    .unwrap();
-    job
-}
-
-fn cli(stack: &Stack) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tuneplane"));
-    c.env("TUNEPLANE_API", &stack.api_url)
-        .env("TUNEPLANE_API_KEY", &stack.api_key)
-        .env("NO_COLOR", "1");
-    c
-}
-
-fn ticks_of(text: &str) -> Vec<String> {
-    text.lines()
-        .filter(|l| l.starts_with("tick "))
-        .map(str::to_owned)
-        .collect()
-}
-
-fn expected(n: usize) -> Vec<String> {
-    (1..=n).map(|i| format!("tick {i}")).collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn logs_follow_shows_running_output_then_all_of_it_once() {
@@ -323,6 +286,71 @@ async fn submit_wait_streams_the_main_output_and_dry_run_sends_nothing() {
         "{text}"
     );
     assert_eq!(count(api.get("/jobs?limit=1000").await.unwrap()), before);
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plain_look_at_a_running_job_shows_its_output_up_to_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = stack_support::start(Backend::Embedded, &dir.path().join("data")).await;
+    let config = tuneplane_kubesim::testbed::admin_config(&stack.kubeconfig)
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    live_support::plain_looks_show_the_output_up_to_now(&stack, &api, &client, dir.path()).await;
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plain_look_at_a_silent_running_job_is_answered_with_nothing_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = stack_support::start(Backend::Embedded, &dir.path().join("data")).await;
+    let job_dir = dir.path().join("quiet");
+    std::fs::create_dir_all(&job_dir).unwrap();
+    std::fs::write(
+        job_dir.join("tuneplane.yaml"),
+        std::fs::read_to_string(live_support::job_dir(dir.path(), 1).join("tuneplane.yaml"))
+            .unwrap()
+            .replace("python3 tick.py", "python3 quiet.py"),
+    )
+    .unwrap();
+    std::fs::write(
+        job_dir.join("quiet.py"),
+        "import time\nprint('ready', flush=True)\ntime.sleep(120)\n",
+    )
+    .unwrap();
+    let job = submit_folder(&api, &job_dir).await;
+    let running = wait_until(&api, &job.id, 120, "RUNNING", |j| {
+        j.state == JobState::Running
+    })
+    .await;
+    let config = tuneplane_kubesim::testbed::admin_config(&stack.kubeconfig)
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let started = Instant::now();
+    while !live_support::log_of(&client, &running.spec.namespace, &job.id)
+        .await
+        .contains("ready")
+    {
+        assert!(started.elapsed() < Duration::from_secs(60), "never ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The first look ships "ready"; the second finds nothing new, and is answered all the same
+    // (the reconciler writes the answer to the segment list), not left to the API's wait.
+    for look in 1..=2 {
+        let (stdout, stderr, _) = live_support::run(&stack, &["logs", &job.id]).await;
+        assert!(stderr.contains("up to now"), "look {look}: {stderr}");
+        assert_eq!(
+            stdout.lines().filter(|l| *l == "ready").count(),
+            1,
+            "look {look}: {stdout}"
+        );
+        // Past the second in which looks share one want.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+    }
+    stack_support::stop(&api, &job.id).await;
+    wait_until(&api, &job.id, 120, "terminal", |j| j.state.is_terminal()).await;
     stack.shutdown().await;
 }
 

@@ -205,6 +205,11 @@ pub struct JobRecord {
     /// passes (rarely otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logs_followed_until_ms: Option<i64>,
+    /// A one-off reader (a plain `tuneplane logs` or `status`) waits for the job's output as it
+    /// was then (Unix ms, the API's clock): the reconciler reads the job at its next pass and
+    /// notes the want it answered in the segment list (`tuneplane_core::live::readers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs_wanted_at_ms: Option<i64>,
 }
 
 /// A transition the lifecycle does not allow.
@@ -246,6 +251,7 @@ impl JobRecord {
             logs_key: None,
             placements: Vec::new(),
             logs_followed_until_ms: None,
+            logs_wanted_at_ms: None,
         }
     }
 

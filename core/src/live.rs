@@ -10,11 +10,15 @@
 //! and the lines already shipped within that second skipped ([`take_new`]). A server that sends
 //! no timestamps is read from the start and cut at the byte offset instead.
 //!
-//! How often a job is read: every [`LiveSettings::followed_interval_ms`] while someone follows
-//! it (`logs_followed_until_ms`), every [`LiveSettings::background_interval_ms`] otherwise, and
-//! never more than [`LiveSettings::reads_per_second`] log reads per second in all ([`plan_reads`]).
+//! How often a job is read: at the next pass when a one-off reader waits for it
+//! (`logs_wanted_at_ms`, [`readers`]), every [`LiveSettings::followed_interval_ms`] while someone
+//! follows it (`logs_followed_until_ms`), every [`LiveSettings::background_interval_ms`]
+//! otherwise, and never more than [`LiveSettings::reads_per_second`] log reads per second in all
+//! ([`plan_reads`]).
 
 use serde::{Deserialize, Serialize};
+
+pub mod readers;
 
 /// How live logs are shipped.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -84,6 +88,10 @@ pub struct Manifest {
     pub job_id: String,
     /// Segments in shipping order.
     pub segments: Vec<Segment>,
+    /// The latest one-off reader's want (`logs_wanted_at_ms`, the API's clock) a read answered:
+    /// the segments hold the output the job wrote before it ([`readers`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_ms: Option<i64>,
 }
 
 impl Manifest {
@@ -313,15 +321,17 @@ pub struct Candidate<'a> {
     pub job_id: &'a str,
     /// Someone follows it now.
     pub followed: bool,
+    /// A one-off reader waits for its output up to now: it is due whenever it was last read.
+    pub waited: bool,
     /// When it was last read (or began running), Unix ms.
     pub last_read_ms: i64,
     /// Log reads one round of it takes (its readable containers).
     pub reads: u32,
 }
 
-/// The jobs to read now within `tokens` log reads: followed jobs whose interval passed first,
-/// then the others whose interval passed, each group longest-waiting first. Returns the chosen
-/// jobs and the reads they take.
+/// The jobs to read now within `tokens` log reads: jobs a one-off reader waits for first, then
+/// followed jobs whose interval passed, then the others whose interval passed, each group
+/// longest-waiting first. Returns the chosen jobs and the reads they take.
 pub fn plan_reads<'a>(
     candidates: &[Candidate<'a>],
     now_ms: i64,
@@ -336,16 +346,16 @@ pub fn plan_reads<'a>(
             } else {
                 settings.background_interval_ms
             };
-            c.reads > 0 && now_ms - c.last_read_ms >= every
+            c.reads > 0 && (c.waited || now_ms - c.last_read_ms >= every)
         })
         .collect();
-    due.sort_by_key(|c| (!c.followed, c.last_read_ms));
+    due.sort_by_key(|c| (!c.waited, !c.followed, c.last_read_ms));
     let mut left = tokens;
     let mut used = 0;
     let mut chosen = Vec::new();
     for c in due {
         if f64::from(c.reads) > left {
-            // Followed jobs keep their place: nothing behind them jumps the queue.
+            // Waited-for and followed jobs keep their place: nothing behind them jumps the queue.
             break;
         }
         left -= f64::from(c.reads);
@@ -443,6 +453,7 @@ mod tests {
         let c = |id: &'static str, followed: bool, last: i64, reads: u32| Candidate {
             job_id: id,
             followed,
+            waited: false,
             last_read_ms: last,
             reads,
         };
@@ -464,10 +475,59 @@ mod tests {
     }
 
     #[test]
+    fn a_job_a_reader_waits_for_is_read_first_however_recently_it_was_read() {
+        let s = LiveSettings::default();
+        let now = 1_000_000;
+        let c = |id: &'static str, followed: bool, waited: bool, last: i64| Candidate {
+            job_id: id,
+            followed,
+            waited,
+            last_read_ms: last,
+            reads: 1,
+        };
+        let list = [
+            c("f-due", true, false, now - 9_000),
+            c("bg-due", false, false, now - 400_000),
+            c("waited-just-read", false, true, now - 500),
+            c("waited-followed", true, true, now - 1_000),
+        ];
+        let (chosen, used) = plan_reads(&list, now, &s, 10.0);
+        assert_eq!(
+            chosen,
+            vec!["waited-followed", "waited-just-read", "f-due", "bg-due"]
+        );
+        assert_eq!(used, 4);
+        // Within a tight budget, the waited-for jobs go first.
+        let (chosen, _) = plan_reads(&list, now, &s, 2.0);
+        assert_eq!(chosen, vec!["waited-followed", "waited-just-read"]);
+        // A job with nothing readable is never chosen, waited for or not.
+        let none = [Candidate {
+            reads: 0,
+            ..c("empty", false, true, now)
+        }];
+        assert!(plan_reads(&none, now, &s, 10.0).0.is_empty());
+    }
+
+    #[test]
+    fn a_segment_list_without_an_answer_reads_as_none_and_round_trips_one() {
+        let old: Manifest =
+            serde_json::from_str(r#"{"job_id":"j","segments":[]}"#).unwrap_or_default();
+        assert_eq!(old.answered_ms, None);
+        let with = Manifest {
+            answered_ms: Some(42),
+            ..old
+        };
+        let json = serde_json::to_string(&with).unwrap_or_default();
+        assert!(json.contains(r#""answered_ms":42"#), "{json}");
+        let back: Manifest = serde_json::from_str(&json).unwrap_or_default();
+        assert_eq!(back, with);
+    }
+
+    #[test]
     fn old_segments_merge_into_one_at_the_first_key_with_the_last_seq() {
         let mut m = Manifest {
             job_id: "j".into(),
-            segments: Vec::new(),
+            ..Manifest::default()
         };
         let mut seq = 0;
         for i in 0..(MERGE_ABOVE as u64 + 1) {
@@ -535,6 +595,7 @@ mod tests {
                 seg(2, "init", 0, 3),
                 seg(3, "job", 10, 5),
             ],
+            answered_ms: None,
         };
         assert_eq!(m.shipped("p", "job"), 15);
         assert_eq!(m.shipped("p", "init"), 3);

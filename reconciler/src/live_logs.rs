@@ -1,9 +1,11 @@
 //! Live logs (docs/design.md §8): at the end of each pass, the new output of running jobs' pods
 //! is read within the log-read budget and written to the blob store as segments, with the job's
-//! segment list (`tuneplane_core::live`). Followed jobs are read often, the others rarely.
+//! segment list (`tuneplane_core::live`). Jobs a one-off reader waits for are read at once,
+//! followed jobs often, the others rarely.
 //!
 //! Per job this costs one log read per readable container and, when there is new output, one
-//! blob write per container with new output plus one for the segment list. The reading state
+//! blob write per container with new output plus one for the segment list (written also when
+//! the read answers a waiting reader's want and found nothing new). The reading state
 //! lives in this process; after a restart (or a change of leader) the first read of a job starts
 //! from its segment list, so nothing is shipped twice.
 
@@ -17,6 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, LogParams};
 use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::live::readers::owed;
 use tuneplane_core::live::{
     Budget, Candidate, Cursor, LiveSettings, Manifest, READ_LIMIT_BYTES, Segment, manifest_key,
     plan_reads, segment_key, take_new,
@@ -233,8 +236,15 @@ async fn read_one(
     Some((new.text, new.cursor))
 }
 
-/// Reads one job's containers and stores what is new.
-async fn ship_job(ctx: &Ctx, job: &JobRecord, pods: Vec<PodContainers>, now: i64) -> Result<()> {
+/// Reads one job's containers and stores what is new; a read of every container answers
+/// `want` (a waiting reader's `logs_wanted_at_ms`) in the segment list.
+async fn ship_job(
+    ctx: &Ctx,
+    job: &JobRecord,
+    pods: Vec<PodContainers>,
+    want: Option<i64>,
+    now: i64,
+) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), &job.spec.namespace);
     // The segment list: from memory, else from the store (a restarted reconciler), else new.
     let known = ctx
@@ -283,8 +293,12 @@ async fn ship_job(ctx: &Ctx, job: &JobRecord, pods: Vec<PodContainers>, now: i64
     .await;
     let mut cursors = BTreeMap::new();
     let mut wrote = false;
+    // Every container read (or already shipped up to the archive's limit): the list holds the
+    // output up to this read.
+    let mut whole_read = true;
     for (key, before, out) in results {
         let Some((text, after)) = out else {
+            whole_read &= before.bytes >= MAX_LOG_BYTES as u64;
             cursors.insert(key, before);
             continue;
         };
@@ -324,7 +338,11 @@ async fn ship_job(ctx: &Ctx, job: &JobRecord, pods: Vec<PodContainers>, now: i64
             merged_away = batch[1..].iter().map(|s| s.key.clone()).collect();
         }
     }
-    if wrote {
+    let answered = want.filter(|w| whole_read && manifest.answered_ms.is_none_or(|a| a < *w));
+    if let Some(w) = answered {
+        manifest.answered_ms = Some(w);
+    }
+    if wrote || answered.is_some() {
         let json = serde_json::to_vec(&manifest).unwrap_or_default();
         ctx.blobs.put(&manifest_key(&job.id), json).await?;
         ctx.live.blob_writes.fetch_add(1, Ordering::Relaxed);
@@ -359,24 +377,30 @@ pub async fn ship(
         let ids: HashSet<&str> = running.iter().map(|j| j.id.as_str()).collect();
         ctx.live.jobs().retain(|id, _| ids.contains(id.as_str()));
     }
-    let last_read: HashMap<String, i64> = ctx
+    // When each job was last read, and the latest want a read of it answered.
+    let last_read: HashMap<String, (i64, Option<i64>)> = ctx
         .live
         .jobs()
         .iter()
-        .map(|(id, j)| (id.clone(), j.last_read_ms))
+        .map(|(id, j)| {
+            let answered = j.manifest.as_ref().and_then(|m| m.answered_ms);
+            (id.clone(), (j.last_read_ms, answered))
+        })
         .collect();
     // Containers are counted only for jobs that could be due (a cheap test first).
     let settings = ctx.live.settings;
     let mut pods_of: HashMap<&str, Vec<PodContainers>> = HashMap::new();
+    let mut wants: HashMap<&str, i64> = HashMap::new();
     let mut candidates = Vec::new();
     for job in &running {
         let followed = job.logs_followed_until_ms.is_some_and(|t| t > now);
-        let last = last_read
-            .get(&job.id)
-            .copied()
-            .unwrap_or(job.running_at_ms.unwrap_or(now));
+        let known = last_read.get(&job.id).copied();
+        // Not read since this process started: the segment list (read by `ship_job`) tells
+        // whether the want was answered before; reading once more is the safe side.
+        let want = owed(job.logs_wanted_at_ms, known.and_then(|k| k.1), now);
+        let last = known.map_or(job.running_at_ms.unwrap_or(now), |k| k.0);
         // A followed job that was never read is read at once.
-        let last = if followed && !last_read.contains_key(&job.id) {
+        let last = if followed && known.is_none() {
             i64::MIN / 2
         } else {
             last
@@ -386,8 +410,11 @@ pub async fn ship(
         } else {
             settings.background_interval_ms
         };
-        if now - last < every {
+        if want.is_none() && now - last < every {
             continue;
+        }
+        if let Some(w) = want {
+            wants.insert(job.id.as_str(), w);
         }
         let pods = readable(cluster, job);
         let reads = pods.iter().map(|(_, c)| c.len() as u32).sum();
@@ -395,6 +422,7 @@ pub async fn ship(
         candidates.push(Candidate {
             job_id: job.id.as_str(),
             followed,
+            waited: want.is_some(),
             last_read_ms: last,
             reads,
         });
@@ -420,7 +448,8 @@ pub async fn ship(
         .filter_map(|id| {
             let job = *by_id.get(id)?;
             let pods = pods_of.remove(id).unwrap_or_default();
-            Some(async move { (job.id.clone(), ship_job(ctx, job, pods, now).await) })
+            let want = wants.get(id).copied();
+            Some(async move { (job.id.clone(), ship_job(ctx, job, pods, want, now).await) })
         })
         .collect();
     let outcomes: Vec<_> = futures_util::stream::iter(work)

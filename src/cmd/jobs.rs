@@ -262,8 +262,12 @@ fn status_of(j: &JobRecord) -> String {
     }
 }
 
-/// `status ID`.
-pub async fn status(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode> {
+/// Lines of a running job's main output `status` shows.
+pub const STATUS_LINES: usize = 5;
+
+/// `status ID [--no-wait]`: the job, and a running job's last lines of output, up to now (the
+/// API waits a few seconds for them) or, with `no_wait`, as shipped so far.
+pub async fn status(api: &Api, out: Output, id: &str, no_wait: bool) -> anyhow::Result<ExitCode> {
     let Some(job) = api.get_or_print(&format!("/jobs/{id}"), out).await? else {
         return Ok(ExitCode::SUCCESS);
     };
@@ -300,7 +304,43 @@ pub async fn status(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode
     if j.logs_key.is_some() {
         println!("logs      tuneplane logs {}", j.id);
     }
+    if j.state == JobState::Running && !j.stop_requested {
+        last_lines(api, &j.id, no_wait).await?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the last [`STATUS_LINES`] lines of a running job's main output.
+async fn last_lines(api: &Api, id: &str, no_wait: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    let args = super::logs::LogsArgs {
+        id: id.to_owned(),
+        tail: Some(STATUS_LINES),
+        ..Default::default()
+    };
+    let mut f = super::logs::Follower::new(&args, Output::Table, true).capturing();
+    let look = f.look(api, !no_wait).await?;
+    if look.archived {
+        println!("output    it ended meanwhile: tuneplane logs {id}");
+        return Ok(());
+    }
+    let when = if look.up_to_date {
+        "up to now"
+    } else {
+        "as shipped so far"
+    };
+    let text = f.take_captured();
+    if text.is_empty() {
+        println!("output    nothing yet ({when}; tuneplane logs -f {id} follows it)");
+        return Ok(());
+    }
+    let lines = text.lines().count();
+    println!("output    last {lines} lines, {when} (tuneplane logs -f {id} follows it):");
+    let mut stdout = std::io::stdout().lock();
+    for line in text.lines() {
+        super::output::written(writeln!(stdout, "  {line}"));
+    }
+    Ok(())
 }
 
 /// Exit code for a finished job.

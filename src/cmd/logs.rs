@@ -1,28 +1,28 @@
 //! `logs`: a job's output, while it runs (the live segments the reconciler ships) and after it
 //! ended (the archive), for every pod and container or the ones asked for.
 //!
-//! Every container's output is counted in bytes as it is printed; the archive continues each
-//! container at the byte where its live output stopped, so a followed job's output is printed
-//! whole, in order, each line once.
+//! A plain look at a running job asks the API for the output up to now: the API marks the job
+//! wanted and waits a few seconds for the reconciler's read that answers it (`--no-wait`: what
+//! was shipped so far, at once). Every container's output is counted in bytes as it is printed;
+//! the archive continues each container at the byte where its live output stopped, so a
+//! followed job's output is printed whole, in order, each line once.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use reqwest::Method;
 use serde_json::{Value, json};
-use tuneplane_core::job::JobRecord;
+use tuneplane_core::job::{JobRecord, JobState};
 
 use super::jobs::{exit_for, read_logs_archive};
 use super::output::written;
 use crate::client::{Api, Output};
 
-/// How often a follower asks for new output.
+/// How often a follower asks for new output (each ask keeps its mark of interest alive).
 const POLL: Duration = Duration::from_secs(2);
-/// How often a follower marks its interest again (the mark lasts a minute).
-const MARK_EVERY: Duration = Duration::from_secs(20);
 
 /// Arguments of `logs`.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -41,6 +41,29 @@ pub struct LogsArgs {
     /// Only this container's output.
     #[arg(long)]
     pub container: Option<String>,
+    /// A running job's output shipped so far, at once (by default the API waits a few seconds
+    /// for the output up to now).
+    #[arg(long, conflicts_with = "follow")]
+    pub no_wait: bool,
+}
+
+/// How one ask for a running job's output went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Look {
+    /// The answer holds the output up to the ask (a read of the job answered it).
+    pub up_to_date: bool,
+    /// The job's state then.
+    pub state: String,
+    /// Its archive is written (it ended).
+    pub archived: bool,
+}
+
+/// `value` when it can go into a query string as it is (pod and container names can).
+fn query_safe(value: &str) -> Option<&str> {
+    value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        .then_some(value)
 }
 
 /// Prints a job's output as it arrives: live segments, then the archive's remainder.
@@ -55,7 +78,8 @@ pub struct Follower {
     after: u64,
     printed: HashMap<(String, String), u64>,
     current: Option<(String, String)>,
-    marked: Option<Instant>,
+    /// Output kept here instead of printed ([`Follower::capturing`]).
+    captured: Option<String>,
 }
 
 /// The last `n` lines of `text`.
@@ -83,8 +107,23 @@ impl Follower {
             after: 0,
             printed: HashMap::new(),
             current: None,
-            marked: None,
+            captured: None,
         }
+    }
+
+    /// The same follower keeping its output for [`Follower::take_captured`] instead of
+    /// printing it.
+    pub fn capturing(mut self) -> Follower {
+        self.captured = Some(String::new());
+        self
+    }
+
+    /// The output kept so far (emptied).
+    pub fn take_captured(&mut self) -> String {
+        self.captured
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn wanted(&self, pod: &str, container: &str) -> bool {
@@ -107,6 +146,11 @@ impl Follower {
             // --tail applies to what there is the first time a container is seen.
             new = last_lines(new, n);
         }
+        if let Some(kept) = self.captured.as_mut() {
+            kept.push_str(new);
+            self.current = Some(key);
+            return;
+        }
         let mut stdout = std::io::stdout().lock();
         if self.json {
             written(writeln!(
@@ -124,20 +168,52 @@ impl Follower {
         self.current = Some(key);
     }
 
-    /// Marks interest when due (so the reconciler ships often) and prints new live output.
+    /// Prints new live output, keeping the job marked followed (so the reconciler ships it
+    /// every few seconds).
     pub async fn poll(&mut self, api: &Api) -> anyhow::Result<()> {
-        if self.marked.is_none_or(|t| t.elapsed() >= MARK_EVERY) {
-            let _: Value = api
-                .post(&format!("/jobs/{}/logs/follow", self.id), &json!({}), &[])
-                .await?
-                .1;
-            self.marked = Some(Instant::now());
-        }
+        self.pages(api, "follow=true", "follow=true").await?;
+        Ok(())
+    }
+
+    /// A one-off look: prints the output up to now, which the API waits a few seconds for
+    /// (`wait`), or what was shipped so far (`!wait`).
+    pub async fn look(&mut self, api: &Api, wait: bool) -> anyhow::Result<Look> {
+        let first = if wait { "wait=true" } else { "wait=false" };
+        let page = self.pages(api, first, "wait=false").await?;
+        Ok(Look {
+            up_to_date: page["up_to_date"] == Value::Bool(true),
+            state: page["state"].as_str().unwrap_or_default().to_owned(),
+            archived: page["archived"] == Value::Bool(true),
+        })
+    }
+
+    /// Asks for the live segments after the last one printed (`first` in the first ask's query,
+    /// `next` in the asks for more) and prints them; returns the first answer.
+    async fn pages(&mut self, api: &Api, first: &str, next: &str) -> anyhow::Result<Value> {
+        let mut answer = Value::Null;
         // Bounded: a long backlog continues at the next poll.
-        for _ in 0..64 {
-            let mut path = format!("/jobs/{}/logs/live?after={}", self.id, self.after);
+        for round in 0..64 {
+            let mut path = format!(
+                "/jobs/{}/logs/live?after={}&{}",
+                self.id,
+                self.after,
+                if round == 0 { first } else { next }
+            );
             if self.main_only {
                 path.push_str("&main=true");
+            }
+            if let Some(p) = self.pod.as_deref().and_then(query_safe) {
+                path.push_str(&format!("&pod={p}"));
+            }
+            if let Some(c) = self.container.as_deref().and_then(query_safe) {
+                path.push_str(&format!("&container={c}"));
+            }
+            if let Some(n) = self
+                .tail
+                .filter(|_| self.printed.is_empty() && self.after == 0)
+            {
+                // Nothing printed yet: the API sends only each container's last lines.
+                path.push_str(&format!("&tail={n}"));
             }
             let page: Value = api.get(&path).await?;
             for seg in page["segments"].as_array().into_iter().flatten() {
@@ -156,11 +232,15 @@ impl Follower {
                 }
             }
             self.after = page["last_seq"].as_u64().unwrap_or(self.after);
-            if page["more"] != Value::Bool(true) {
-                return Ok(());
+            let more = page["more"] == Value::Bool(true);
+            if round == 0 {
+                answer = page;
+            }
+            if !more {
+                break;
             }
         }
-        Ok(())
+        Ok(answer)
     }
 
     /// Prints what the archive holds beyond what was printed, and per-container problems.
@@ -249,13 +329,13 @@ pub async fn logs(api: &Api, out: Output, a: &LogsArgs) -> anyhow::Result<ExitCo
     let mut f = Follower::new(a, out, false);
     if !job.state.is_terminal() {
         if !a.follow {
-            f.marked = Some(Instant::now()); // a one-off look marks no interest
-            f.poll(api).await?;
-            eprintln!(
-                "job {} is {}: this is the output shipped so far (a running job's output is \
-                 shipped every few minutes, every few seconds while followed: tuneplane logs -f {})",
-                a.id, job.state, a.id
-            );
+            let look = f.look(api, !a.no_wait).await?;
+            if look.archived {
+                // It ended while the API waited: the rest is in the archive.
+                f.finish(api).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            eprintln!("{}", look_note(&a.id, &look, !a.no_wait));
             return Ok(ExitCode::SUCCESS);
         }
         loop {
@@ -282,6 +362,36 @@ pub async fn logs(api: &Api, out: Output, a: &LogsArgs) -> anyhow::Result<ExitCo
         "job {} ended but its logs were not archived within a minute",
         a.id
     )
+}
+
+/// What a one-off look at job `id` printed, for stderr.
+pub fn look_note(id: &str, look: &Look, waited: bool) -> String {
+    if look.up_to_date {
+        format!(
+            "job {id} is {}: this is its output up to now (to keep printing it as it comes: tuneplane logs -f {id})",
+            look.state
+        )
+    } else if waited && look.state == "RUNNING" {
+        format!(
+            "job {id} is RUNNING: this is the output shipped so far; its newer output was not \
+             shipped within a few seconds (tuneplane logs -f {id} prints it as it comes)"
+        )
+    } else if look.state == "RUNNING" {
+        format!(
+            "job {id} is RUNNING: this is the output shipped so far (without --no-wait, the output \
+             up to now; tuneplane logs -f {id} prints it as it comes)"
+        )
+    } else if JobState::parse(&look.state).is_some_and(JobState::is_terminal) {
+        format!(
+            "job {id} is {}: its logs are being archived (tuneplane logs {id} prints them in a moment)",
+            look.state
+        )
+    } else {
+        format!(
+            "job {id} is {}: it prints nothing before it runs (tuneplane logs -f {id} waits for its output)",
+            look.state
+        )
+    }
 }
 
 /// The archive of an ended job: each container (filtered, `--tail`), `index.json` only as JSON.
@@ -352,6 +462,24 @@ mod tests {
             ),
             "container \"main\" in pod \"p\" is waiting to start: image can't be pulled"
         );
+    }
+
+    #[test]
+    fn a_look_says_how_current_its_output_is() {
+        let look = |up_to_date: bool, state: &str| Look {
+            up_to_date,
+            state: state.into(),
+            archived: false,
+        };
+        assert!(look_note("j", &look(true, "RUNNING"), true).contains("up to now"));
+        let late = look_note("j", &look(false, "RUNNING"), true);
+        assert!(late.contains("shipped so far") && late.contains("not shipped within"));
+        let instant = look_note("j", &look(false, "RUNNING"), false);
+        assert!(instant.contains("shipped so far") && instant.contains("--no-wait"));
+        assert!(look_note("j", &look(false, "QUEUED"), true).contains("nothing before it runs"));
+        assert!(look_note("j", &look(false, "STOPPED"), true).contains("being archived"));
+        assert_eq!(query_safe("tp-j-1.main_0"), Some("tp-j-1.main_0"));
+        assert_eq!(query_safe("a&after=9"), None);
     }
 
     #[test]

@@ -193,7 +193,7 @@ pub async fn detail(
     // A running job's page follows its output: the mark makes the reconciler ship it every few
     // seconds while the page (which refreshes itself) stays open.
     let live = if job.state == JobState::Running && job.logs_key.is_none() {
-        if let Err(e) = crate::routes::jobs::mark_followed(&state, job.clone()).await {
+        if let Err(e) = crate::routes::live::mark_followed(&state, job.clone()).await {
             tracing::info!(job_id = %job.id, error = ?e, "could not mark the job followed");
         }
         Some(logs::live_tails(state.submit.blobs().as_ref(), &job.id).await)

@@ -1,4 +1,4 @@
-//! `/v1/jobs`: submit, list, read, events, logs, stop.
+//! `/v1/jobs`: submit, list, read, events, archived logs, stop (live logs: [`super::live`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tuneplane_core::control::Stop;
 use tuneplane_core::job::{JobRecord, JobState};
-use tuneplane_core::store::{EventQuery, JobQuery, PresignMethod, StoreError};
+use tuneplane_core::store::{EventQuery, JobQuery, PresignMethod};
 use tuneplane_core::submit::{Origin, Principal, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, Submitted};
 
 use super::submission::parse_body;
@@ -215,138 +215,6 @@ pub async fn logs(
         .presign(PresignMethod::Get, key, LOGS_URL_TTL)
         .await?;
     Ok(Json(json!({"url": url.url, "expires_at": url.expires_at})))
-}
-
-/// Read-modify-write rounds a follow mark tries against concurrent writers of the record.
-const FOLLOW_ATTEMPTS: usize = 5;
-
-/// Most segment bytes one live-logs answer carries (`more` tells the reader to ask again).
-pub const LIVE_PAGE_BYTES: u64 = 1024 * 1024;
-
-/// Marks that someone follows `job`'s output (the reconciler then ships its live logs every few
-/// seconds) until [`FOLLOW_TTL_MS`](tuneplane_core::live::FOLLOW_TTL_MS) from now; returns the
-/// expiry. A mark that still has more than half its time left is not written again.
-pub async fn mark_followed(state: &AppState, job: JobRecord) -> Result<Option<i64>, ApiError> {
-    use tuneplane_core::live::FOLLOW_TTL_MS;
-    let mut job = job;
-    for _ in 0..FOLLOW_ATTEMPTS {
-        if job.is_terminal() {
-            return Ok(None);
-        }
-        let now = crate::runtime::now_ms();
-        if let Some(until) = job.logs_followed_until_ms
-            && until - now > FOLLOW_TTL_MS / 2
-        {
-            return Ok(Some(until));
-        }
-        job.logs_followed_until_ms = Some(now + FOLLOW_TTL_MS);
-        match state.submit.jobs().update_job(&job).await {
-            Ok(stored) => return Ok(stored.logs_followed_until_ms),
-            // The reconciler wrote in between: read again and retry.
-            Err(StoreError::Conflict { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-        job = match state.submit.jobs().get_job(&job.id).await? {
-            Some(j) => j,
-            None => return Ok(None),
-        };
-    }
-    // Another writer kept winning: the mark is best effort, the next one will land.
-    Ok(job.logs_followed_until_ms)
-}
-
-/// `POST /v1/jobs/{id}/logs/follow`: marks interest in the job's live output.
-pub async fn follow_logs(
-    State(state): State<Arc<AppState>>,
-    ReadableJob(job, ()): ReadableJob,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let (id, state_now) = (job.id.clone(), job.state);
-    let until = mark_followed(&state, job).await?;
-    Ok(Json(
-        json!({"job_id": id, "state": state_now, "followed_until_ms": until}),
-    ))
-}
-
-/// Query of `GET /v1/jobs/{id}/logs/live`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LiveQuery {
-    /// Only segments shipped after this one (`seq` of the last segment read; default 0).
-    pub after: Option<u64>,
-    /// Only this pod's.
-    pub pod: Option<String>,
-    /// Only this container's.
-    pub container: Option<String>,
-    /// Only the main output (`true`): the CPU pod's or the RayJob submitter's.
-    pub main: Option<bool>,
-}
-
-/// Live segments of `job` after `q.after` (with their text), at most [`LIVE_PAGE_BYTES`] of
-/// text: `{"segments": [...], "last_seq", "more", "archived"}`.
-pub async fn live_page(
-    state: &AppState,
-    job: &JobRecord,
-    q: &LiveQuery,
-) -> Result<serde_json::Value, ApiError> {
-    use tuneplane_core::live::{Manifest, manifest_key};
-    let blobs = state.submit.blobs();
-    let manifest: Manifest = match blobs.get(&manifest_key(&job.id)).await? {
-        Some(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
-        None => Manifest::default(),
-    };
-    let after = q.after.unwrap_or(0);
-    let wanted = |s: &&tuneplane_core::live::Segment| {
-        s.seq > after
-            && q.pod.as_deref().is_none_or(|p| p == s.pod)
-            && q.container.as_deref().is_none_or(|c| c == s.container)
-            && (q.main != Some(true) || s.main)
-    };
-    let mut out = Vec::new();
-    let mut size = 0;
-    let mut last_seq = after;
-    let mut more = false;
-    for seg in manifest.segments.iter().filter(wanted) {
-        if size > 0 && size + seg.bytes > LIVE_PAGE_BYTES {
-            more = true;
-            break;
-        }
-        let Some(text) = blobs.get(&seg.key).await? else {
-            // Merged into an earlier segment since the list was read: the reader asks again
-            // after the last segment it got, and the new list has the merged one.
-            more = true;
-            break;
-        };
-        size += seg.bytes;
-        last_seq = seg.seq;
-        out.push(json!({
-            "seq": seg.seq,
-            "pod": seg.pod,
-            "container": seg.container,
-            "offset": seg.offset,
-            "bytes": seg.bytes,
-            "main": seg.main,
-            "at_ms": seg.at_ms,
-            "text": String::from_utf8_lossy(&text),
-        }));
-    }
-    Ok(json!({
-        "job_id": job.id,
-        "state": job.state,
-        "segments": out,
-        // Without `more`, every wanted segment was sent: the reader continues after the last one
-        // shipped, whichever container it belonged to.
-        "last_seq": if more { last_seq } else { last_seq.max(manifest.last_seq()) },
-        "more": more,
-        "archived": job.logs_key.is_some(),
-    }))
-}
-
-/// `GET /v1/jobs/{id}/logs/live`: the output shipped while the job runs.
-pub async fn live_logs(
-    State(state): State<Arc<AppState>>,
-    ReadableJob(job, ApiQuery(q)): ReadableJob<ApiQuery<LiveQuery>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(live_page(&state, &job, &q).await?))
 }
 
 /// `POST /v1/jobs/{id}/stop`: asks the reconciler to stop the job (202); a finished job is

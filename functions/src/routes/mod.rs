@@ -1,6 +1,7 @@
 //! Handlers of the `/v1` routes, one module per resource.
 
 pub mod jobs;
+pub mod live;
 pub mod misc;
 pub mod playgrounds;
 pub mod quota;

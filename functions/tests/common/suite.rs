@@ -49,6 +49,12 @@ macro_rules! api_suite {
             forged_submission_events_are_refused,
             inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note,
         );
+        $crate::api_suite!(@cases $make; live;
+            a_one_off_read_of_a_running_job_waits_for_the_shipment_that_answers_it,
+            a_read_without_wait_or_of_a_follower_answers_at_once,
+            a_one_off_read_nobody_answers_gets_what_was_shipped,
+            tail_sends_each_containers_last_lines_with_their_offset,
+        );
         $crate::api_suite!(@cases $make; security;
             a_webhook_signed_in_the_other_scheme_is_refused_and_stores_nothing,
             webhook_idempotency_comes_from_signed_data_not_the_delivery_header,

@@ -172,6 +172,7 @@ impl From<&JobRecord> for JobItem {
         put_opt("pending", job.pending.as_ref().map(|p| s(to_json(p))));
         put_opt("failure", job.failure.as_ref().map(|f| s(to_json(f))));
         put_opt("logs_followed_until", job.logs_followed_until_ms.map(n));
+        put_opt("logs_wanted_at", job.logs_wanted_at_ms.map(n));
         put_opt(
             "placements",
             (!job.placements.is_empty()).then(|| s(to_json(&job.placements))),
@@ -222,6 +223,7 @@ impl TryFrom<Stored<'_>> for JobRecord {
             logs_key: stored.opt_s("logs_key")?.map(str::to_owned),
             placements: stored.opt_json("placements")?.unwrap_or_default(),
             logs_followed_until_ms: stored.opt_i64("logs_followed_until")?,
+            logs_wanted_at_ms: stored.opt_i64("logs_wanted_at")?,
         })
     }
 }

@@ -53,13 +53,18 @@ pub async fn create_then_get_returns_version_one(store: Store) {
     assert_eq!(created.version, 1);
     assert_eq!(read, Some(created.clone()));
     assert_eq!(ok(store.get_job("absent").await, "get absent"), None);
-    // The mark of a follower of the job's logs round trips.
+    // The marks of a follower and of a one-off reader of the job's logs round trip.
     let mut followed = created;
     followed.logs_followed_until_ms = Some(61_000);
+    followed.logs_wanted_at_ms = Some(51_000);
     let stored = ok(store.update_job(&followed).await, "follow write");
     let read = ok(store.get_job("j-1").await, "get followed");
-    assert_eq!(read.and_then(|j| j.logs_followed_until_ms), Some(61_000));
+    assert_eq!(
+        read.map(|j| (j.logs_followed_until_ms, j.logs_wanted_at_ms)),
+        Some((Some(61_000), Some(51_000)))
+    );
     assert_eq!(stored.logs_followed_until_ms, Some(61_000));
+    assert_eq!(stored.logs_wanted_at_ms, Some(51_000));
 }
 
 pub async fn same_idempotency_key_and_request_returns_the_first_job(store: Store) {
