@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod job;
 pub mod live;
 pub mod playground;
+pub mod privacy;
 pub mod quantity;
 pub mod quota;
 pub mod quota_view;

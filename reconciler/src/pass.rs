@@ -5,12 +5,15 @@
 //! gated by a global quantity — free GPUs per node per series — that every queued job competes for
 //! in priority order: deciding one job at a time on its own watch event would admit out of order.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use futures_util::StreamExt;
 use tuneplane_core::admission::{PoolPlacement, Reservation, Waiting, plan_admissions};
 use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::privacy::redact_job_ids;
 use tuneplane_core::quota::tenant_usage;
 use tuneplane_core::render::{label_value, workload_name};
 
@@ -291,10 +294,15 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         report.admitted += usize::from(outcome.is_ok());
         note(ctx, &mut report, "admit", &id, outcome);
     }
-    for w in plan.waiting {
+    for mut w in plan.waiting {
         let Some(&job) = by_id.get(w.job_id) else {
             continue;
         };
+        // A waiting job's reason names only its own tenant's jobs.
+        let tenant_of = |id: &str| by_id.get(id).map(|j| j.tenant.as_str());
+        if let Cow::Owned(text) = redact_job_ids(&w.message, &job.tenant, tenant_of) {
+            w.message = Arc::from(text);
+        }
         report.waiting += 1;
         let outcome = set_queued_pending(ctx, job, w, now).await;
         note(ctx, &mut report, "pending", &job.id, outcome);

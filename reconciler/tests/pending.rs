@@ -113,3 +113,52 @@ async fn bad_image_shows_image_pull_then_fails_at_the_pre_running_deadline() {
     assert_logs_archived(&h, &failed).await;
     h.wait_rayjob_gone(20, "tp-badimg").await;
 }
+
+/// A job waiting for nodes another tenant's job holds is told "another tenant's job", never that
+/// job's id; a job of the holder's own tenant waiting for the same nodes sees the id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_job_never_reads_another_tenants_job_id() {
+    let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
+    let (_task, _ctx) = h.reconciler(test_config("r1")).await;
+    // Ids as the API mints them (`j-` + 20 hex), which is what the messages carry.
+    let holder_id = "j-00000000000000000001";
+    let mut holder = gpu_job(holder_id, "h200", 2, 8);
+    holder.tenant = "globex".into();
+    h.submit(&holder).await;
+    h.wait_state(20, holder_id, JobState::Running).await;
+
+    let ours = "j-00000000000000000002";
+    h.submit(&gpu_job(ours, "h200", 1, 8)).await;
+    let mut theirs = gpu_job("j-00000000000000000003", "h200", 1, 8);
+    theirs.tenant = "globex".into();
+    h.submit(&theirs).await;
+    let waiting = |j: &tuneplane_core::job::JobRecord| {
+        j.pending
+            .as_ref()
+            .is_some_and(|p| p.message.contains("held by"))
+    };
+    let acme = h
+        .wait_job(20, ours, "told who holds the nodes", waiting)
+        .await;
+    let message = acme.pending.map(|p| p.message).unwrap_or_default();
+    assert!(
+        message.contains("another tenant's job") && !message.contains(holder_id),
+        "{message}"
+    );
+    let globex = h
+        .wait_job(20, &theirs.id, "told who holds the nodes", waiting)
+        .await;
+    let message = globex.pending.map(|p| p.message).unwrap_or_default();
+    assert!(message.contains(holder_id), "{message}");
+    // Nor do the events (a pending reason is also an event).
+    let events = h
+        .jobs
+        .list_events(ours, &EventQuery::first(200))
+        .await
+        .unwrap();
+    assert!(
+        events.items.iter().all(|e| !e.message.contains(holder_id)),
+        "{:?}",
+        events.items
+    );
+}
