@@ -213,7 +213,7 @@ if [[ -n "$FLEET" ]]; then
     say "building the node agent (cargo build --workspace --bin kubesim)"
     cargo build --quiet --locked --workspace --bin kubesim --manifest-path "$ROOT/Cargo.toml" \
       || die "cargo build of the node agent failed"
-    AGENT="$ROOT/target/debug/kubesim"
+    AGENT="${CARGO_TARGET_DIR:-$ROOT/target}/debug/kubesim"
   fi
   [[ -x "$AGENT" ]] || die "the node agent $AGENT is not an executable (TUNEPLANE_K8S_AGENT_BIN)"
   if [[ -n "$SIMULATE" ]]; then
