@@ -28,8 +28,8 @@ use kube::ResourceExt;
 use kube::api::{Api as KubeApi, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::Value;
 use stack_support::{
-    api_client, archived_logs, events, example_fleet, examples, post_job, stop, submit_dir,
-    submit_example, wait_until,
+    api_client, archived_logs, events, example_fleet, examples, post_job, real_execution,
+    real_tier_wanted, stop, submit_dir, submit_example, wait_until,
 };
 use tuneplane::client::Api;
 use tuneplane::dev::{Backend, BlobTls, ClusterChoice, Stack, StackOptions, UNPULLABLE_IMAGE};
@@ -37,8 +37,6 @@ use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::{FailureReason, JobState, PendingReason};
 use tuneplane_core::render::CapsuleDelivery;
 use tuneplane_kubesim::Scenario;
-use tuneplane_kubesim::agent::RealConfig;
-use tuneplane_kubesim::agent::real::ImageMap;
 use tuneplane_kubesim::testbed::Testbed;
 
 mod stack_support;
@@ -48,21 +46,6 @@ async fn submit(api: &Api, name: &str) -> Result<(u16, Value), String> {
     let dir = examples().join(name);
     let spec = std::fs::read_to_string(dir.join("tuneplane.yaml")).unwrap();
     post_job(api, &dir, &spec).await
-}
-
-/// The agent's real execution: the repository's image map with the runtimes `scripts/test.sh`
-/// built (`TUNEPLANE_RUNTIMES`), pod folders under `data`.
-fn real_execution(data: &std::path::Path) -> RealConfig {
-    assert!(
-        std::env::var_os("TUNEPLANE_RUNTIMES").is_some(),
-        "TUNEPLANE_RUNTIMES is not set: scripts/testenv-runtimes.sh prints the runtimes folder (scripts/test.sh sets it)"
-    );
-    let map = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testenv/images.yaml");
-    RealConfig {
-        data_dir: data.to_path_buf(),
-        images: ImageMap::load(&map).unwrap(),
-        trust_ca: None,
-    }
 }
 
 /// Processes on this machine whose environment names job `id` (`TUNEPLANE_JOB_ID`).
@@ -183,14 +166,6 @@ impl RealTier {
             _dirs: (dir, agent_dir),
         }
     }
-}
-
-fn real_tier_wanted() -> bool {
-    let wanted = std::env::var("TUNEPLANE_TEST_K8S").as_deref() == Ok("real");
-    if !wanted {
-        eprintln!("skipped: needs TUNEPLANE_TEST_K8S=real and TUNEPLANE_TEST_KUBECONFIG");
-    }
-    wanted
 }
 
 /// The capacity view once the reconciler has read the real nodes' `series` with `gpus` GPUs.

@@ -12,40 +12,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use stack_support::{api_client, example_fleet};
+use stack_support::{api_client, example_fleet, real_execution, real_tier_wanted};
 use tuneplane::dev::{Backend, ClusterChoice, Stack, StackOptions};
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::render::CapsuleDelivery;
 use tuneplane_kubesim::Scenario;
-use tuneplane_kubesim::agent::RealConfig;
-use tuneplane_kubesim::agent::real::ImageMap;
 use tuneplane_kubesim::testbed::Testbed;
 
 mod live_support;
 mod stack_support;
-
-fn real_tier_wanted() -> bool {
-    let wanted = std::env::var("TUNEPLANE_TEST_K8S").as_deref() == Ok("real");
-    if !wanted {
-        eprintln!("skipped: needs TUNEPLANE_TEST_K8S=real and TUNEPLANE_TEST_KUBECONFIG");
-    }
-    wanted
-}
-
-/// The agent's real execution: the repository's image map with the runtimes `scripts/test.sh`
-/// built (`TUNEPLANE_RUNTIMES`), pod folders under `data`.
-fn real_execution(data: &std::path::Path) -> RealConfig {
-    assert!(
-        std::env::var_os("TUNEPLANE_RUNTIMES").is_some(),
-        "TUNEPLANE_RUNTIMES is not set: scripts/testenv-runtimes.sh prints the runtimes folder (scripts/test.sh sets it)"
-    );
-    let map = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testenv/images.yaml");
-    RealConfig {
-        data_dir: data.to_path_buf(),
-        images: ImageMap::load(&map).unwrap(),
-        trust_ca: None,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_plain_look_at_a_running_job_shows_its_output_up_to_now_on_a_real_control_plane() {

@@ -26,6 +26,9 @@ pub const ENV_BLOB_URL: &str = "TUNEPLANE_BLOB_URL";
 pub const ENV_WEBHOOKS: &str = "TUNEPLANE_WEBHOOKS";
 /// Namespace filled into specs that name none.
 pub const ENV_NAMESPACE: &str = "TUNEPLANE_NAMESPACE";
+/// Tenants with a namespace of their own, as JSON: `{"acme": "ml-acme"}`; others use
+/// `TUNEPLANE_NAMESPACE`. A spec naming any namespace but its tenant's is refused.
+pub const ENV_TENANT_NAMESPACES: &str = "TUNEPLANE_TENANT_NAMESPACES";
 /// Default pre-running deadline, seconds.
 pub const ENV_PRE_RUNNING: &str = "TUNEPLANE_PRE_RUNNING_DEADLINE_SECONDS";
 /// Default run deadline, seconds.
@@ -141,7 +144,14 @@ impl Config {
         let defaults = Defaults {
             pre_running_seconds: number(ENV_PRE_RUNNING, base.pre_running_seconds)?,
             run_seconds: number(ENV_RUN, base.run_seconds)?,
-            namespace: non_empty(ENV_NAMESPACE).unwrap_or(base.namespace),
+            namespace: match non_empty(ENV_NAMESPACE) {
+                None => base.namespace,
+                Some(ns) => namespace_value(ENV_NAMESPACE, ns)?,
+            },
+            tenant_namespaces: match non_empty(ENV_TENANT_NAMESPACES) {
+                None => BTreeMap::new(),
+                Some(json) => parse_tenant_namespaces(&json)?,
+            },
         };
         let webhooks = match non_empty(ENV_WEBHOOKS) {
             None => BTreeMap::new(),
@@ -175,6 +185,41 @@ fn parse_webhooks(json: &str) -> Result<BTreeMap<String, WebhookSource>, ConfigE
         var: ENV_WEBHOOKS,
         message,
     })
+}
+
+fn namespace_value(var: &'static str, ns: String) -> Result<String, ConfigError> {
+    if tuneplane_core::spec::is_dns_label(&ns, 63) {
+        Ok(ns)
+    } else {
+        Err(ConfigError {
+            var,
+            message: format!(
+                "namespace {ns:?} must be a DNS label of at most 63 characters (lowercase letters, digits, '-')"
+            ),
+        })
+    }
+}
+
+fn parse_tenant_namespaces(json: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let fail = |message: String| ConfigError {
+        var: ENV_TENANT_NAMESPACES,
+        message,
+    };
+    let map: BTreeMap<String, String> = serde_json::from_str(json).map_err(|e| {
+        fail(format!(
+            "expected a JSON object of tenant to namespace, e.g. {{\"acme\": \"ml-acme\"}}: {e}"
+        ))
+    })?;
+    for (tenant, ns) in &map {
+        if !tuneplane_core::quota::valid_tenant(tenant) {
+            return Err(fail(format!(
+                "tenant {tenant:?} must be 1-40 lowercase letters, digits or '-'"
+            )));
+        }
+        namespace_value(ENV_TENANT_NAMESPACES, ns.clone())
+            .map_err(|e| fail(format!("tenant {tenant}: {}", e.message)))?;
+    }
+    Ok(map)
 }
 
 fn parse_event_senders(json: &str) -> Result<BTreeMap<String, String>, ConfigError> {
@@ -269,6 +314,40 @@ mod tests {
             let message = err.map(|e| e.message).unwrap_or_default();
             assert!(message.contains(needle), "{bad}: {message}");
         }
+    }
+
+    #[test]
+    fn tenant_namespaces_parse_and_bad_entries_name_the_fix() {
+        let base = [(ENV_TABLE, "t"), (ENV_BUCKET, "b")];
+        let mut vars = base.to_vec();
+        vars.push((ENV_TENANT_NAMESPACES, r#"{"acme": "ml-acme"}"#));
+        vars.push((ENV_NAMESPACE, "shared-jobs"));
+        let config = parse(&vars).unwrap();
+        let defaults = &config.submit.defaults;
+        assert_eq!(defaults.namespace_for("acme"), "ml-acme");
+        assert_eq!(defaults.namespace_for("other"), "shared-jobs");
+        for (bad, needle) in [
+            (
+                r#"{"acme": "ML_Acme"}"#,
+                "tenant acme: namespace \"ML_Acme\" must be a DNS label",
+            ),
+            (r#"{"Acme": "ml"}"#, "lowercase"),
+            (r#"["acme"]"#, "tenant to namespace"),
+        ] {
+            let mut vars = base.to_vec();
+            vars.push((ENV_TENANT_NAMESPACES, bad));
+            let err = parse(&vars).err();
+            assert_eq!(
+                err.as_ref().map(|e| e.var),
+                Some(ENV_TENANT_NAMESPACES),
+                "{bad}"
+            );
+            let message = err.map(|e| e.message).unwrap_or_default();
+            assert!(message.contains(needle), "{bad}: {message}");
+        }
+        let mut vars = base.to_vec();
+        vars.push((ENV_NAMESPACE, "Jobs!"));
+        assert_eq!(parse(&vars).err().map(|e| e.var), Some(ENV_NAMESPACE));
     }
 
     const BLOB_SECRET: &str = "BLOBSECRET-aaaaaaaaaaaaaaaa";

@@ -110,6 +110,8 @@ pub const REQUIRED: &[Access] = &[
     within(JOBS, "ray.io", "rayjobs", "delete"),
     within(JOBS, "", "pods", "create"),
     within(JOBS, "", "pods", "delete"),
+    within(JOBS, "", "secrets", "create"),
+    within(JOBS, "", "secrets", "delete"),
     within(SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "get"),
     within(SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "create"),
     within(SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "update"),

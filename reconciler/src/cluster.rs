@@ -21,6 +21,34 @@ use crate::rayjob::RayJob;
 /// Label KubeRay (and the Job controller) put on the submitter's pods.
 pub const SUBMITTER_LABEL: &str = "job-name";
 
+/// Whether `pod` is a pod of the job `job_id` whose workload is `workload`, judged by who made
+/// it, not by labels alone (a label is only as good as whoever wrote it):
+/// - the CPU job's own pod: named `workload`, made by TunePlane (no controller), carrying the
+///   platform's job label;
+/// - a Ray pod: controlled by the RayCluster KubeRay made for the RayJob (`<workload>-…`), with the
+///   platform's job label (copied from the rendered template);
+/// - KubeRay's submitter: controlled by the Job named `workload`.
+pub fn belongs_to(pod: &Pod, job_id: &str, workload: &str) -> bool {
+    let controller = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    let labelled = pod.labels().get(JOB_ID_LABEL).map(String::as_str)
+        == Some(tuneplane_core::render::label_value(job_id).as_str());
+    match controller {
+        None => labelled && pod.metadata.name.as_deref() == Some(workload),
+        Some(o) if o.kind == "RayCluster" => {
+            labelled
+                && o.name
+                    .strip_prefix(workload)
+                    .is_some_and(|rest| rest.starts_with('-'))
+        }
+        Some(o) => o.kind == "Job" && o.name == workload,
+    }
+}
+
 /// What the reflectors held at the start of a pass, with lookup indexes built once so a pass
 /// costs O(objects + jobs), not O(objects × jobs).
 #[derive(Debug, Clone, Default)]
@@ -264,7 +292,21 @@ impl Cluster {
         found.first().map(|&i| self.pods[i as usize].as_ref())
     }
 
-    /// Pods carrying the job-id label value `label` in `namespace` (Ray pods, the CPU pod).
+    /// The pods of `job`: those with its label that [`belongs_to`] its workload.
+    pub fn pods_of(&self, job: &tuneplane_core::job::JobRecord) -> Vec<&Pod> {
+        let workload = job
+            .workload_name
+            .clone()
+            .unwrap_or_else(|| tuneplane_core::render::workload_name(&job.id));
+        let label = tuneplane_core::render::label_value(&job.id);
+        self.job_pods(&job.spec.namespace, &label)
+            .into_iter()
+            .filter(|p| belongs_to(p, &job.id, &workload))
+            .collect()
+    }
+
+    /// Pods carrying the job-id label value `label` in `namespace` (candidates: see
+    /// [`Cluster::pods_of`]).
     pub fn job_pods(&self, namespace: &str, label: &str) -> Vec<&Pod> {
         lookup(&self.pods_by_job, (namespace, label), |i| {
             ns_job(&self.pods[i])
@@ -297,7 +339,83 @@ impl Cluster {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
     use super::*;
+
+    fn pod_made_by(name: &str, labels: Value, controller: Option<(&str, &str)>) -> Pod {
+        let owners: Vec<Value> = controller
+            .into_iter()
+            .map(|(kind, name)| json!({"apiVersion": "v1", "kind": kind, "name": name, "uid": "u", "controller": true}))
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels, "ownerReferences": owners},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_belongs_to_a_job_by_who_made_it_not_by_its_labels_alone() {
+        let own = json!({JOB_ID_LABEL: "j-1"});
+        let cases = [
+            // TunePlane's CPU pod, a Ray pod of the job's cluster, the job's submitter.
+            (pod_made_by("tp-j-1", own.clone(), None), true),
+            (
+                pod_made_by(
+                    "tp-j-1-head",
+                    own.clone(),
+                    Some(("RayCluster", "tp-j-1-x7k2p")),
+                ),
+                true,
+            ),
+            (
+                pod_made_by(
+                    "tp-j-1-abcde",
+                    json!({SUBMITTER_LABEL: "tp-j-1"}),
+                    Some(("Job", "tp-j-1")),
+                ),
+                true,
+            ),
+            // The job's labels on pods somebody else made.
+            (
+                pod_made_by("tp-j-1", own.clone(), Some(("ReplicaSet", "tp-j-1"))),
+                false,
+            ),
+            (pod_made_by("other", own.clone(), None), false),
+            (
+                pod_made_by(
+                    "tp-j-1-head",
+                    own.clone(),
+                    Some(("RayCluster", "tp-j-10-x7k2p")),
+                ),
+                false,
+            ),
+            (
+                pod_made_by(
+                    "spoof",
+                    json!({SUBMITTER_LABEL: "tp-j-1"}),
+                    Some(("Job", "tp-j-2")),
+                ),
+                false,
+            ),
+            (
+                pod_made_by(
+                    "tp-j-1-head",
+                    json!({}),
+                    Some(("RayCluster", "tp-j-1-x7k2p")),
+                ),
+                false,
+            ),
+        ];
+        for (pod, want) in &cases {
+            assert_eq!(
+                belongs_to(pod, "j-1", "tp-j-1"),
+                *want,
+                "{:?}",
+                pod.metadata
+            );
+        }
+    }
 
     fn event(ns: &str, name: &str, kind: &str) -> Arc<Event> {
         let e: Event = serde_json::from_value(serde_json::json!({

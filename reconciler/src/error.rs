@@ -53,6 +53,14 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// The operating system gave no randomness for a job's Ray token.
+    #[error("job {job_id}: no randomness from the operating system for its Ray token: {message}")]
+    Randomness {
+        /// Job whose workload was being created.
+        job_id: String,
+        /// The OS's error.
+        message: String,
+    },
     /// One of the reconciler's endless loops (watches, lease, passes) ended: the process stops with
     /// an error so that it is restarted.
     #[error("{0} ended; stopping so that the reconciler is restarted")]

@@ -24,10 +24,9 @@ use tuneplane_core::live::{
     Budget, Candidate, Cursor, LiveSettings, Manifest, READ_LIMIT_BYTES, Segment, manifest_key,
     plan_reads, segment_key, take_new,
 };
-use tuneplane_core::render::label_value;
 
 use crate::Ctx;
-use crate::cluster::{Cluster, SUBMITTER_LABEL};
+use crate::cluster::{Cluster, SUBMITTER_LABEL, belongs_to};
 use crate::error::Result;
 use crate::kube_io::Kube;
 use crate::logs::MAX_LOG_BYTES;
@@ -132,15 +131,20 @@ type PodContainers = (String, Vec<(String, bool)>);
 fn readable(cluster: &Cluster, job: &JobRecord) -> Vec<PodContainers> {
     let ns = job.spec.namespace.as_str();
     let cpu = job.spec.is_cpu_only();
+    let Some(workload) = job.workload_name.as_deref() else {
+        return Vec::new();
+    };
+    // Labels find candidates; who made each pod decides (`belongs_to`).
     let mut pods: BTreeMap<String, (&Pod, bool)> = cluster
-        .job_pods(ns, &label_value(&job.id))
+        .pods_of(job)
         .into_iter()
         .map(|p| (p.name_any(), (p, cpu)))
         .collect();
-    if let Some(workload) = job.workload_name.as_ref().filter(|_| !cpu) {
+    if !cpu {
         for p in cluster.pods.iter().filter(|p| {
             p.metadata.namespace.as_deref() == Some(ns)
-                && p.labels().get(SUBMITTER_LABEL) == Some(workload)
+                && p.labels().get(SUBMITTER_LABEL).map(String::as_str) == Some(workload)
+                && belongs_to(p, &job.id, workload)
         }) {
             pods.insert(p.name_any(), (p, true));
         }

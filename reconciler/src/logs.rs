@@ -98,8 +98,11 @@ pub async fn archive(
     let own = format!("{JOB_ID_LABEL}={}", label_value(job_id));
     let submitter = format!("{SUBMITTER_LABEL}={workload}");
     for selector in [own, submitter] {
+        // Labels find candidates; who made each pod decides (`belongs_to`).
         for p in list(kube, &api, &selector).await? {
-            pods.insert(p.name_any(), p);
+            if crate::cluster::belongs_to(&p, job_id, workload) {
+                pods.insert(p.name_any(), p);
+            }
         }
     }
     let reader = kube.clone().with_attempt_timeout(LOG_READ_TIMEOUT);

@@ -15,7 +15,7 @@ use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::privacy::redact_job_ids;
 use tuneplane_core::quota::tenant_usage;
-use tuneplane_core::render::{label_value, workload_name};
+use tuneplane_core::render::workload_name;
 
 use crate::cluster::{Cluster, pod_info};
 use crate::decide::next_pending;
@@ -44,7 +44,7 @@ pub struct PassReport {
 pub fn reservations(cluster: &Cluster, jobs: &[JobRecord]) -> Vec<Reservation> {
     let mut out = Vec::new();
     for job in jobs.iter().filter(|j| j.state == JobState::Admitted) {
-        let pods = cluster.job_pods(&job.spec.namespace, &label_value(&job.id));
+        let pods = cluster.pods_of(job);
         for pool in &job.spec.pools {
             let bound_on: Vec<String> = pods
                 .iter()

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
     ContainerStateWaiting, ContainerStatus, Event, Node, NodeCondition, NodeSpec, NodeStatus,
     ObjectReference, Pod, PodCondition, PodSpec, PodStatus, ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tuneplane_core::capacity_compute::ADMITTED_GPUS_ANNOTATION;
 use tuneplane_core::constants::{
     GPU_RESOURCE, JOB_ID_LABEL, MANAGED_BY_LABEL, POOL_LABEL, SERIES_LABEL,
@@ -19,8 +20,14 @@ use tuneplane_core::constants::{
 
 use crate::rayjob::{RayJob, RayJobSpec};
 
-/// Pod labels a pass reads.
-const POD_LABELS: [&str; 3] = [JOB_ID_LABEL, POOL_LABEL, MANAGED_BY_LABEL];
+/// Pod labels a pass reads (the submitter's `job-name` finds KubeRay's submitter pod, whose
+/// controller [`crate::cluster::belongs_to`] then checks).
+const POD_LABELS: [&str; 4] = [
+    JOB_ID_LABEL,
+    POOL_LABEL,
+    MANAGED_BY_LABEL,
+    crate::cluster::SUBMITTER_LABEL,
+];
 /// Resource names `pod_info` and `node_info` read.
 const RESOURCES: [&str; 3] = [GPU_RESOURCE, "cpu", "memory"];
 
@@ -41,10 +48,24 @@ fn keep_conditions<C>(
     conditions.map(|v| v.into_iter().filter_map(keep).collect())
 }
 
-/// Object metadata reduced to name, namespace, uid, deletion and creation timestamps, and the
-/// given labels and annotations.
+/// Object metadata reduced to name, namespace, uid, deletion and creation timestamps, the
+/// controller among the owners (kind and name: who made the object), and the given labels and
+/// annotations.
 fn strip_meta(meta: &mut kube::core::ObjectMeta, labels: &[&str], annotations: &[&str]) {
+    let controller = meta
+        .owner_references
+        .take()
+        .into_iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| OwnerReference {
+            kind: o.kind,
+            name: o.name,
+            controller: Some(true),
+            ..OwnerReference::default()
+        });
     let mut kept = kube::core::ObjectMeta {
+        owner_references: controller.map(|o| vec![o]),
         name: meta.name.take(),
         namespace: meta.namespace.take(),
         uid: meta.uid.take(),
@@ -363,6 +384,12 @@ mod tests {
             let spec = small.spec.as_ref().expect("spec");
             assert!(spec.volumes.is_none() && spec.containers[0].env.is_none());
             assert!(small.labels().get("team").is_none());
+            for (job, workload) in [("j1", "tp-j1"), ("j2", "tp-j1"), ("j1", "tp-j2")] {
+                assert_eq!(
+                    crate::cluster::belongs_to(&small, job, workload),
+                    crate::cluster::belongs_to(full, job, workload)
+                );
+            }
         }
         let running = stripped(&cases[0]);
         let status = running.status.as_ref().expect("status");

@@ -16,7 +16,7 @@ use tuneplane_core::constants::JOB_ID_LABEL;
 use tuneplane_core::job::{
     EventSource, FailureReason, JobEvent, JobRecord, JobState, Pending, PendingReason,
 };
-use tuneplane_core::render::{label_value, workload_name};
+use tuneplane_core::render::workload_name;
 use tuneplane_core::spec::WorkloadKind;
 
 use crate::cluster::{Cluster, managed};
@@ -139,7 +139,7 @@ fn lost_planned_node(cluster: &Cluster, job: &JobRecord) -> Option<String> {
     if job.placements.is_empty() {
         return None;
     }
-    let pods = cluster.job_pods(&job.spec.namespace, &label_value(&job.id));
+    let pods = cluster.pods_of(job);
     let bound: Vec<&str> = pods
         .iter()
         .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
@@ -166,7 +166,7 @@ fn observe_workload(cluster: &Cluster, job: &JobRecord) -> Observed {
     match job.spec.kind() {
         WorkloadKind::RayJob => match cluster.rayjob(ns, &name) {
             Some(rj) => {
-                let pods = cluster.job_pods(ns, &label_value(&job.id));
+                let pods = cluster.pods_of(job);
                 assess_rayjob(rj, &pods, &cluster.warnings_for(ns, &name))
             }
             None => Observed::Missing,

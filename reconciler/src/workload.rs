@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 use tuneplane_core::capsule::storage_key;
 use tuneplane_core::constants::FIELD_MANAGER;
 use tuneplane_core::job::JobRecord;
+use tuneplane_core::render::rayjob::{auth_secret_name, render_auth_secret};
 use tuneplane_core::render::{CapsuleRef, render_pod, render_rayjob, workload_name};
 use tuneplane_core::spec::WorkloadKind;
 use tuneplane_core::store::PresignMethod;
@@ -67,7 +68,40 @@ pub async fn render(ctx: &Ctx, job: &JobRecord) -> Result<serde_json::Value> {
     })
 }
 
-/// Creates the job's RayJob or Pod unless it exists; returns its name.
+/// A new Ray token: 32 bytes from the operating system, as hex. No fallback: without the OS's
+/// randomness the workload is not created (the pass fails and is retried).
+fn new_token(job_id: &str) -> Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| Error::Randomness {
+        job_id: job_id.to_owned(),
+        message: e.to_string(),
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Creates the Secret holding the job's Ray token unless it exists (then its token stands: the
+/// RayJob's pods read whichever token the Secret holds).
+async fn create_auth_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
+    let ns = job.spec.namespace.as_str();
+    let value = render_auth_secret(job, &new_token(&job.id)?);
+    let typed: Secret = serde_json::from_value(value).map_err(|source| Error::Convert {
+        job_id: job.id.clone(),
+        kind: "Secret",
+        source,
+    })?;
+    let name = auth_secret_name(&workload_name(&job.id));
+    let object = format!("{ns}/{name}");
+    let api: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), ns);
+    let params = post_params();
+    created(
+        ctx.kube
+            .call("create secret", &object, || api.create(&params, &typed))
+            .await,
+    )
+}
+
+/// Creates the job's RayJob or Pod unless it exists; returns its name. A RayJob's token Secret
+/// is created first, so no Ray pod ever starts without it.
 pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
     let name = workload_name(&job.id);
     let ns = job.spec.namespace.as_str();
@@ -76,6 +110,7 @@ pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
     let params = post_params();
     match job.spec.kind() {
         WorkloadKind::RayJob => {
+            create_auth_secret(ctx, job).await?;
             let typed: RayJob = serde_json::from_value(value).map_err(|source| Error::Convert {
                 job_id: job.id.clone(),
                 kind: "RayJob",
@@ -107,7 +142,7 @@ pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
     Ok(name)
 }
 
-/// Deletes a workload of `kind` (no error if it is gone).
+/// Deletes a workload of `kind` (no error if it is gone); a RayJob's token Secret goes with it.
 pub async fn delete(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) -> Result<()> {
     let params = DeleteParams::background();
     let object = format!("{namespace}/{name}");
@@ -115,8 +150,21 @@ pub async fn delete(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) 
         WorkloadKind::RayJob => {
             let api: Api<RayJob> =
                 Api::namespaced_with(ctx.kube.client.clone(), namespace, &rayjob::resource());
-            ctx.kube
+            let deleted = ctx
+                .kube
                 .call("delete rayjob", &object, || api.delete(name, &params))
+                .await
+                .map(|_| ());
+            match deleted {
+                Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
+                other => other,
+            }?;
+            let secret = auth_secret_name(name);
+            let secrets: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), namespace);
+            ctx.kube
+                .call("delete secret", &format!("{namespace}/{secret}"), || {
+                    secrets.delete(&secret, &params)
+                })
                 .await
                 .map(|_| ())
         }

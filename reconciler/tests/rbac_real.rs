@@ -252,3 +252,128 @@ async fn the_audit_log_shows_every_grant_used_and_no_request_refused() {
         "granted but never used in the suite: {unused:?}"
     );
 }
+
+/// Every pod the platform renders, as a Pod object in `namespace`: a CPU job's pod, a playground
+/// and each group of a multi-pool RayJob (the operator makes its pods from these templates).
+fn rendered_pods(namespace: &str) -> Vec<(String, serde_json::Value)> {
+    use tuneplane_core::render::{CapsuleRef, RenderSettings, render_playground};
+    use tuneplane_core::render::{render_pod, render_rayjob};
+    let spec_of = |text: &str| {
+        tuneplane_core::spec::validate(text, None, &Default::default())
+            .unwrap()
+            .spec
+    };
+    let cpu = spec_of(
+        "name: cpu\nimage: python:3.12\nentrypoint: python hello.py\npools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]\n",
+    );
+    let gpu = spec_of(
+        "name: gpu\nimage: rayproject/ray:2.60.0\nentrypoint: python train.py\npools:\n  - {name: main, series: h200, nodes: 2, gpus_per_node: 8}\n  - {name: eval, series: l40s, nodes: 1, gpus_per_node: 1}\n",
+    );
+    let capsule = CapsuleRef {
+        sha256: "ab".repeat(32),
+        url: "http://127.0.0.1:9/blobs/capsule.zip".into(),
+    };
+    let record = |id: &str, spec| {
+        tuneplane_core::job::JobRecord::new_queued(id, "acme", spec, &capsule.sha256, 1)
+    };
+    let mut pods = Vec::new();
+    for delivery in [
+        tuneplane_core::render::CapsuleDelivery::Presigned,
+        tuneplane_core::render::CapsuleDelivery::InitContainer,
+    ] {
+        let settings = RenderSettings {
+            delivery,
+            ..RenderSettings::default()
+        };
+        let pod = render_pod(&record("j-cpu", cpu.clone()), &capsule, &settings).unwrap();
+        pods.push(("the pod of a CPU job".to_owned(), pod));
+        let rj = render_rayjob(&record("j-gpu", gpu.clone()), &capsule, &settings).unwrap();
+        let cluster = &rj["spec"]["rayClusterSpec"];
+        let mut templates = vec![(
+            "head".to_owned(),
+            cluster["headGroupSpec"]["template"].clone(),
+        )];
+        for group in cluster["workerGroupSpecs"].as_array().unwrap() {
+            templates.push((
+                format!("group {}", group["groupName"]),
+                group["template"].clone(),
+            ));
+        }
+        for (n, (group, template)) in templates.into_iter().enumerate() {
+            let mut pod =
+                serde_json::json!({"apiVersion": "v1", "kind": "Pod", "spec": template["spec"]});
+            pod["metadata"] = template["metadata"].clone();
+            pod["metadata"]["name"] = format!("tp-psa-{n}").into();
+            pods.push((format!("the RayJob's {group} ({delivery:?})"), pod));
+        }
+    }
+    let playground = tuneplane_core::store::PlaygroundRecord {
+        id: "pg-psa".into(),
+        tenant: "acme".into(),
+        model: "Qwen/Qwen3-0.6B".into(),
+        series: "l40s".into(),
+        gpus: 1,
+        pod_name: None,
+        created_at_ms: 0,
+        expires_at_ms: 3_600_000,
+        version: 0,
+        pod_namespace: None,
+        status: None,
+    };
+    let pod = render_playground(&playground, namespace, &RenderSettings::default());
+    pods.push(("a playground".to_owned(), pod));
+    for (_, pod) in &mut pods {
+        pod["metadata"]["namespace"] = namespace.into();
+    }
+    pods
+}
+
+/// The jobs namespace enforces Pod Security `baseline`, and the real API server's admission
+/// accepts every pod the platform renders there (a server-side dry run runs admission without
+/// creating anything); a privileged pod in the same namespace is refused, so the check is live.
+#[tokio::test]
+async fn every_rendered_pod_passes_pod_security_admission_on_the_real_api_server() {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    let Some(client) = admin().await else { return };
+    let jobs = tuneplane_core::constants::DEFAULT_NAMESPACE;
+    let ns = Api::<Namespace>::all(client.clone())
+        .get(jobs)
+        .await
+        .unwrap();
+    let labels = ns.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str),
+        Some("baseline"),
+        "{labels:?}"
+    );
+    let pods: Api<Pod> = Api::namespaced(client, jobs);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let rendered = rendered_pods(jobs);
+    assert!(rendered.len() >= 8, "{} pods", rendered.len());
+    let mut refused = Vec::new();
+    for (what, pod) in &rendered {
+        let typed: Pod = serde_json::from_value(pod.clone()).unwrap();
+        if let Err(e) = pods.create(&dry_run, &typed).await {
+            refused.push(format!("{what}: {e}"));
+        }
+    }
+    assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
+
+    let (_, first) = &rendered[0];
+    let mut privileged: Pod = serde_json::from_value(first.clone()).unwrap();
+    if let Some(spec) = privileged.spec.as_mut() {
+        spec.host_network = Some(true);
+        spec.containers[0].security_context = Some(Default::default());
+        if let Some(sc) = spec.containers[0].security_context.as_mut() {
+            sc.privileged = Some(true);
+        }
+    }
+    let err = pods.create(&dry_run, &privileged).await.err();
+    let message = err.map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("violates PodSecurity"), "{message:?}");
+}

@@ -262,36 +262,15 @@ impl Stack {
                 tuneplane_stores::blob_server::router(fs_blobs, MAX_UPLOAD_BYTES),
             );
         }
-        let mut s = stopped.clone();
-        tasks.push(tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = s.wait_for(|v| *v).await;
-            };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "API server stopped");
-            }
-        }));
+        tasks.push(serve_until(listener, app, stopped.clone(), "API server"));
         let pod_blob_url = match tls_blobs {
             Some((listener, store, base)) => {
                 let app = axum::Router::new().nest(
                     "/blobs",
                     tuneplane_stores::blob_server::router(store, MAX_UPLOAD_BYTES),
                 );
-                let mut s = stopped.clone();
-                tasks.push(tokio::spawn(async move {
-                    let shutdown = async move {
-                        let _ = s.wait_for(|v| *v).await;
-                    };
-                    if let Err(e) = axum::serve(listener, app)
-                        .with_graceful_shutdown(shutdown)
-                        .await
-                    {
-                        tracing::error!(error = %e, "HTTPS blob endpoint stopped");
-                    }
-                }));
+                let what = "HTTPS blob endpoint";
+                tasks.push(serve_until(listener, app, stopped.clone(), what));
                 Some(base)
             }
             None => None,
@@ -362,6 +341,30 @@ impl Stack {
             tuneplane_kubesim::exec::kill_all(dir);
         }
     }
+}
+
+/// Serves `app` on `listener` until `stopped` turns true (open requests finish first).
+fn serve_until<L>(
+    listener: L,
+    app: axum::Router,
+    mut stopped: watch::Receiver<bool>,
+    what: &'static str,
+) -> JoinHandle<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|v| *v).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "{what} stopped");
+        }
+    })
 }
 
 /// kubesim over the options' fleet, in execution mode unless turned off.

@@ -152,3 +152,27 @@ pub async fn stop(api: &Api, id: &str) {
         .unwrap();
     assert_eq!(status.as_u16(), 202, "{v}");
 }
+
+/// Whether this run is on the real tier (`TUNEPLANE_TEST_K8S=real`); says so when it skips.
+pub fn real_tier_wanted() -> bool {
+    let wanted = std::env::var("TUNEPLANE_TEST_K8S").as_deref() == Ok("real");
+    if !wanted {
+        eprintln!("skipped: needs TUNEPLANE_TEST_K8S=real and TUNEPLANE_TEST_KUBECONFIG");
+    }
+    wanted
+}
+
+/// The node agent's real execution: the repository's image map with the runtimes
+/// `scripts/test.sh` built (`TUNEPLANE_RUNTIMES`), pod folders under `data`.
+pub fn real_execution(data: &Path) -> tuneplane_kubesim::agent::RealConfig {
+    assert!(
+        std::env::var_os("TUNEPLANE_RUNTIMES").is_some(),
+        "TUNEPLANE_RUNTIMES is not set: scripts/testenv-runtimes.sh prints the runtimes folder (scripts/test.sh sets it)"
+    );
+    let map = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testenv/images.yaml");
+    tuneplane_kubesim::agent::RealConfig {
+        data_dir: data.to_path_buf(),
+        images: tuneplane_kubesim::agent::real::ImageMap::load(&map).unwrap(),
+        trust_ca: None,
+    }
+}

@@ -241,6 +241,31 @@ fn tolerations(settings: &RenderSettings) -> Value {
     json!(settings.tolerations)
 }
 
+/// Hardens a pod spec the platform renders (docs/design.md §5): no ServiceAccount token in the
+/// pod, the runtime's default seccomp profile, and in every container and init container no
+/// privilege escalation and no Linux capabilities. Within Pod Security `baseline` (the jobs
+/// namespace enforces it) and, but for running as root, `restricted`.
+pub fn harden(pod_spec: &mut Value) {
+    pod_spec["automountServiceAccountToken"] = json!(false);
+    pod_spec["securityContext"] = json!({"seccompProfile": {"type": "RuntimeDefault"}});
+    for list in ["initContainers", "containers"] {
+        if let Some(containers) = pod_spec.get_mut(list).and_then(Value::as_array_mut) {
+            for c in containers {
+                c["securityContext"] = container_security();
+            }
+        }
+    }
+}
+
+/// The securityContext of every container the platform renders.
+pub fn container_security() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "privileged": false,
+        "capabilities": {"drop": ["ALL"]},
+    })
+}
+
 /// Node label the planned nodes are matched by.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
@@ -363,8 +388,65 @@ mod tests {
             at(head, "/rayStartParams/resources"),
             "'{\"tuneplane.pool.main\": 1}'"
         );
-        let ports = at(head, "/template/spec/containers/0/ports").to_string();
-        assert!(ports.contains("\"dashboard\"") && ports.contains("8265"));
+        // The head Service's `dashboard` port is the gate's; Ray's own dashboard stays on 8265.
+        let ports = at(head, "/template/spec/containers/0/ports");
+        let dashboard = ports
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == "dashboard");
+        assert_eq!(
+            dashboard.map(|p| p["containerPort"].clone()),
+            Some(json!(rayjob::GATE_PORT))
+        );
+        assert_eq!(at(head, "/rayStartParams/dashboard-port"), "8265");
+        assert_eq!(
+            at(head, "/template/spec/containers/1/name"),
+            rayjob::GATE_CONTAINER
+        );
+        // Every Ray container, the gate and the submitter take the job's token from its Secret.
+        let secret = rayjob::auth_secret_name("tp-j-01abc");
+        let token_refs = |c: &Value| -> Vec<String> {
+            c["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| {
+                    e.pointer("/valueFrom/secretKeyRef/name")?
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .collect()
+        };
+        let mut containers = vec![
+            at(head, "/template/spec/containers/0").clone(),
+            at(head, "/template/spec/containers/1").clone(),
+            at(spec, "/submitterPodTemplate/spec/containers/0").clone(),
+        ];
+        for w in at(spec, "/rayClusterSpec/workerGroupSpecs")
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            containers.push(w["template"]["spec"]["containers"][0].clone());
+        }
+        for c in &containers {
+            assert_eq!(token_refs(c), std::slice::from_ref(&secret), "{c}");
+            let mode = c["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|e| e["name"] == "RAY_AUTH_MODE");
+            assert_eq!(
+                mode.map(|e| e["value"].clone()),
+                Some(json!("token")),
+                "{c}"
+            );
+        }
+        assert_eq!(at(spec, "/jobId"), "tp-j-01abc");
+        let secret_object = rayjob::render_auth_secret(&gpu_job(), "t0k3n");
+        assert_eq!(secret_object["metadata"]["name"], json!(secret));
+        assert_eq!(secret_object["data"][rayjob::AUTH_SECRET_KEY], "dDBrM24=");
 
         let workers = at(spec, "/rayClusterSpec/workerGroupSpecs")
             .as_array()
@@ -720,6 +802,76 @@ mod tests {
             &back, value,
             "{what} lost or changed fields in a round trip"
         );
+    }
+
+    /// Every pod spec the renderers produce, with what it is.
+    fn every_rendered_pod_spec() -> Vec<(String, Value)> {
+        let mut specs = Vec::new();
+        for settings in &settings_variants() {
+            for j in [cpu_job(), placed(cpu_job())] {
+                let pod = render_pod(&j, &capsule(), settings).unwrap();
+                specs.push(("a job pod".to_owned(), pod["spec"].clone()));
+            }
+            let pod = render_playground(&playground(), "tuneplane-jobs", settings);
+            specs.push(("a playground pod".to_owned(), pod["spec"].clone()));
+            for j in [gpu_job(), placed(gpu_job())] {
+                let rj = render_rayjob(&j, &capsule(), settings).unwrap();
+                let cluster = &rj["spec"]["rayClusterSpec"];
+                specs.push((
+                    "a RayJob head".to_owned(),
+                    cluster["headGroupSpec"]["template"]["spec"].clone(),
+                ));
+                for w in cluster["workerGroupSpecs"].as_array().into_iter().flatten() {
+                    specs.push((
+                        format!("RayJob group {}", w["groupName"]),
+                        w["template"]["spec"].clone(),
+                    ));
+                }
+            }
+        }
+        specs
+    }
+
+    /// What keeps `spec` from being hardened as [`harden`] promises.
+    fn hardening_gaps(spec: &Value) -> Vec<String> {
+        let mut gaps = Vec::new();
+        if spec["automountServiceAccountToken"] != json!(false) {
+            gaps.push("the ServiceAccount token is mounted".to_owned());
+        }
+        if spec.pointer("/securityContext/seccompProfile/type") != Some(&json!("RuntimeDefault")) {
+            gaps.push("no RuntimeDefault seccomp profile".to_owned());
+        }
+        let containers = ["initContainers", "containers"]
+            .iter()
+            .flat_map(|list| spec[*list].as_array().cloned().unwrap_or_default());
+        for c in containers {
+            let sc = &c["securityContext"];
+            if sc["allowPrivilegeEscalation"] != json!(false) {
+                gaps.push(format!("{} may escalate privileges", c["name"]));
+            }
+            if sc.pointer("/capabilities/drop") != Some(&json!(["ALL"])) {
+                gaps.push(format!("{} keeps capabilities", c["name"]));
+            }
+            if sc.pointer("/capabilities/add").is_some() || sc["privileged"] == json!(true) {
+                gaps.push(format!("{} is privileged", c["name"]));
+            }
+        }
+        gaps
+    }
+
+    #[test]
+    fn every_rendered_pod_is_hardened() {
+        let specs = every_rendered_pod_spec();
+        assert!(specs.len() >= 15, "{} pod specs", specs.len());
+        for (what, spec) in &specs {
+            assert_eq!(hardening_gaps(spec), Vec::<String>::new(), "{what}: {spec}");
+        }
+        // The check is not vacuous: a mounted token and a container that keeps its
+        // capabilities are both caught.
+        let mut soft = specs[0].1.clone();
+        soft["automountServiceAccountToken"] = json!(true);
+        soft["containers"][0]["securityContext"] = json!({});
+        assert_eq!(hardening_gaps(&soft).len(), 3, "{soft}");
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub fn render_playground(
         limits[GPU_RESOURCE] = json!(playground.gpus.to_string());
     }
     let ttl_seconds = (playground.expires_at_ms - playground.created_at_ms).max(1000) / 1000;
-    json!({
+    let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -105,5 +105,7 @@ pub fn render_playground(
                 },
             }],
         },
-    })
+    });
+    super::harden(&mut pod["spec"]);
+    pod
 }

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use super::bootstrap::{POD_WORK_DIR, SHA_ENV, URL_ENV, pod_bootstrap_script};
 use super::{
-    CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, job_annotations, job_env,
-    job_labels, memory_quantity, placement_affinity, tolerations, workload_name,
+    CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, harden, job_annotations,
+    job_env, job_labels, memory_quantity, placement_affinity, tolerations, workload_name,
 };
 use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
 use crate::constants::POOL_LABEL;
@@ -74,5 +74,6 @@ pub fn render_pod(
     if let Some(affinity) = placement_affinity(job, pool) {
         pod["spec"]["affinity"] = affinity;
     }
+    harden(&mut pod["spec"]);
     Ok(pod)
 }

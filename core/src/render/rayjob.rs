@@ -6,12 +6,18 @@
 //! single-quoted JSON form KubeRay pastes into `ray start`, and `num-gpus` is always explicit.
 //! Every group's pods are pinned to the nodes admission planned for the pool (the head shares the
 //! primary pool's nodes with its workers), one pod per node.
+//!
+//! Ray runs with token authentication: every Ray container, KubeRay's submitter and the head's
+//! dashboard gate get `RAY_AUTH_MODE=token` and the job's token from the Secret the reconciler
+//! creates beside the RayJob ([`auth_secret_name`]); the head Service's `dashboard` port is the
+//! gate (`ray_gate.py`), which lets the operator read the job's status and nothing else without
+//! the token (KubeRay v1.4 cannot send one).
 
 use serde_json::{Value, json};
 
 use super::bootstrap::{FETCH_CONTAINER, RAY_CAPSULE_DIR, SHA_ENV, URL_ENV, ray_fetch_script};
 use super::{
-    CapsuleDelivery, CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity,
+    CapsuleDelivery, CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, harden,
     job_annotations, job_env, job_labels, memory_quantity, placement_affinity, tolerations,
     workload_name,
 };
@@ -22,6 +28,86 @@ use crate::spec::{Pool, WorkloadKind};
 
 /// The entrypoint every RayJob runs (in the capsule root, which Ray makes the working directory).
 pub const ENTRYPOINT: &str = "python .tuneplane/runner.pex";
+
+/// Key of the token in the job's Ray auth Secret.
+pub const AUTH_SECRET_KEY: &str = "token";
+/// Port of the dashboard gate: the head Service's `dashboard` port.
+pub const GATE_PORT: u16 = 8270;
+/// Port of Ray's own dashboard (token required; KubeRay's probes read its exempt health paths).
+pub const RAY_DASHBOARD_PORT: u16 = 8265;
+/// Name of the head pod's gate container.
+pub const GATE_CONTAINER: &str = "ray-auth-gate";
+/// The gate's program (Python standard library only).
+pub const GATE_SCRIPT: &str = include_str!("ray_gate.py");
+
+/// Name of the Secret holding the Ray token of the job whose workload is `workload`.
+pub fn auth_secret_name(workload: &str) -> String {
+    format!("{workload}-ray-auth")
+}
+
+/// The Secret holding `token`, the Ray token of `job` (the reconciler creates it before the
+/// RayJob and deletes it with the workload).
+pub fn render_auth_secret(job: &JobRecord, token: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": auth_secret_name(&workload_name(&job.id)),
+            "namespace": job.spec.namespace,
+            "labels": job_labels(job),
+        },
+        "type": "Opaque",
+        // `data`, base64: what the API server stores (it turns `stringData` into this).
+        "data": { AUTH_SECRET_KEY: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, token) },
+    })
+}
+
+/// The environment that puts Ray in token mode with the job's token.
+fn auth_env(job: &JobRecord) -> Vec<Value> {
+    let secret = auth_secret_name(&workload_name(&job.id));
+    vec![
+        json!({"name": "RAY_AUTH_MODE", "value": "token"}),
+        json!({"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret, "key": AUTH_SECRET_KEY}}}),
+    ]
+}
+
+/// The head pod's gate in front of Ray's dashboard (see the module docs). It requests nothing:
+/// the pod's requests stay those admission planned.
+fn gate_container(job: &JobRecord) -> Value {
+    let mut env = auth_env(job);
+    env.extend([
+        json!({"name": "TUNEPLANE_GATE_SUBMISSION_ID", "value": workload_name(&job.id)}),
+        json!({"name": "TUNEPLANE_GATE_PORT", "value": GATE_PORT.to_string()}),
+        json!({"name": "TUNEPLANE_GATE_UPSTREAM_PORT", "value": RAY_DASHBOARD_PORT.to_string()}),
+        json!({"name": "PYTHONUNBUFFERED", "value": "1"}),
+    ]);
+    json!({
+        "name": GATE_CONTAINER,
+        "image": job.spec.image,
+        "command": ["python", "-c", GATE_SCRIPT],
+        "env": env,
+        "ports": [{"name": "gate", "containerPort": GATE_PORT}],
+    })
+}
+
+/// KubeRay's submitter pod: the job's image (which has Ray's CLI), the token, and KubeRay's
+/// default command (`ray job submit` through the gate, with the token).
+fn submitter_template(job: &JobRecord, settings: &RenderSettings) -> Value {
+    let mut spec = json!({
+        "restartPolicy": "Never",
+        "tolerations": tolerations(settings),
+        "containers": [{
+            "name": "ray-job-submitter",
+            "image": job.spec.image,
+            "env": auth_env(job),
+            "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        }],
+    });
+    harden(&mut spec);
+    // No platform labels: the submitter is found through its Job (`job-name`, its controller),
+    // as with KubeRay's default template, and is not one of the job's Ray pods.
+    json!({"spec": spec})
+}
 
 /// Name of the Ray custom resource that pins work to a pool.
 pub fn pool_resource(pool: &str) -> String {
@@ -58,12 +144,14 @@ fn container(job: &JobRecord, pool: &Pool, head: bool, settings: &RenderSettings
     let mut c = json!({
         "name": if head { "ray-head" } else { "ray-worker" },
         "image": job.spec.image,
+        "env": auth_env(job),
         "resources": {"requests": {"cpu": cpu, "memory": mem}, "limits": limits},
     });
     if head {
+        // KubeRay makes the head Service's ports from these: `dashboard` is the gate's.
         c["ports"] = json!([
             {"name": "gcs-server", "containerPort": 6379},
-            {"name": "dashboard", "containerPort": 8265},
+            {"name": "dashboard", "containerPort": GATE_PORT},
             {"name": "client", "containerPort": 10001},
         ]);
     }
@@ -82,8 +170,12 @@ fn group_template(
 ) -> Value {
     let mut labels = job_labels(job);
     labels.insert(POOL_LABEL.into(), json!(pool.name));
+    let mut containers = vec![container(job, pool, head, settings)];
+    if head {
+        containers.push(gate_container(job));
+    }
     let mut spec = json!({
-        "containers": [container(job, pool, head, settings)],
+        "containers": containers,
         "tolerations": tolerations(settings),
     });
     if let Some(series) = &pool.series {
@@ -103,6 +195,7 @@ fn group_template(
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
         }]);
     }
+    harden(&mut spec);
     json!({
         "metadata": {
             "labels": labels,
@@ -121,6 +214,7 @@ fn start_params(pool: &Pool, head: bool) -> Value {
     });
     if head {
         p["dashboard-host"] = json!("0.0.0.0");
+        p["dashboard-port"] = json!(RAY_DASHBOARD_PORT.to_string());
     }
     p
 }
@@ -188,7 +282,10 @@ pub fn render_rayjob(
             "activeDeadlineSeconds": job.spec.deadlines.run_seconds.min(i32::MAX as u64),
             "backoffLimit": 0,
             "submissionMode": "K8sJobMode",
+            // The gate answers the operator for this submission id only.
+            "jobId": workload_name(&job.id),
             "submitterConfig": {"backoffLimit": 0},
+            "submitterPodTemplate": submitter_template(job, settings),
             "rayClusterSpec": {
                 "headGroupSpec": {
                     "rayStartParams": start_params(primary, true),

@@ -225,6 +225,7 @@ pools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]
             pre_running_seconds: 60,
             run_seconds: 120,
             namespace: "ml".into(),
+            ..Defaults::default()
         };
         let spec = validate(CPU_JOB, None, &custom).unwrap().spec;
         assert_eq!(

@@ -71,8 +71,11 @@ pub struct Defaults {
     pub pre_running_seconds: u64,
     /// Run deadline when the spec names none.
     pub run_seconds: u64,
-    /// Namespace when the spec names none.
+    /// Namespace when the spec names none (and the tenant has no namespace of its own).
     pub namespace: String,
+    /// The operator's mapping of tenants to namespaces; a tenant not named here uses
+    /// `namespace`. A submission may only name its tenant's namespace.
+    pub tenant_namespaces: BTreeMap<String, String>,
 }
 
 impl Default for Defaults {
@@ -81,7 +84,40 @@ impl Default for Defaults {
             pre_running_seconds: 1800,
             run_seconds: 86_400,
             namespace: DEFAULT_NAMESPACE.into(),
+            tenant_namespaces: Default::default(),
         }
+    }
+}
+
+impl Defaults {
+    /// The namespace `tenant`'s workloads run in.
+    pub fn namespace_for(&self, tenant: &str) -> &str {
+        self.tenant_namespaces
+            .get(tenant)
+            .map_or(self.namespace.as_str(), String::as_str)
+    }
+
+    /// These defaults as seen by `tenant`: its own namespace is the default one.
+    pub fn for_tenant(&self, tenant: &str) -> Defaults {
+        Defaults {
+            namespace: self.namespace_for(tenant).to_owned(),
+            ..self.clone()
+        }
+    }
+
+    /// Refuses `spec` when it names a namespace other than `tenant`'s.
+    pub fn check_namespace(&self, tenant: &str, spec: &JobSpec) -> Result<(), SpecErrors> {
+        let own = self.namespace_for(tenant);
+        if spec.namespace == own {
+            return Ok(());
+        }
+        Err(SpecErrors(vec![FieldError {
+            path: "namespace".into(),
+            message: format!(
+                "{:?} is not this tenant's namespace: its jobs run in {own:?} (set by the platform's operator); remove `namespace:` from the spec or set it to {own:?}",
+                spec.namespace
+            ),
+        }]))
     }
 }
 

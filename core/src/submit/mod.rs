@@ -272,17 +272,21 @@ impl SubmitService {
             }
             (spec, Code::Archive(bytes)) => {
                 let archive = code::ArchiveSource::Bytes(bytes);
-                self.build(spec, archive, shape.as_ref(), scratch.path())
+                self.build(&tenant, spec, archive, shape.as_ref(), scratch.path())
                     .await?
             }
             (spec, Code::Blob { key }) => {
                 let path = scratch.path().join("code.archive");
                 self.fetch_blob(&key, &path).await?;
                 let archive = code::ArchiveSource::File(path);
-                self.build(spec, archive, shape.as_ref(), scratch.path())
+                self.build(&tenant, spec, archive, shape.as_ref(), scratch.path())
                     .await?
             }
         };
+        // Workloads run only in the namespace the operator gave the tenant.
+        self.config
+            .defaults
+            .check_namespace(&tenant, &prepared.spec)?;
 
         // Before the first write: a job that alone is above a hard limit of its tenant's quota
         // would wait forever, so it is refused now. A tenant without a quota is unlimited.
@@ -343,6 +347,7 @@ impl SubmitService {
     /// Stages and builds on the offload (CPU work), inside the request's scratch folder.
     async fn build(
         &self,
+        tenant: &str,
         spec: SpecInput,
         archive: code::ArchiveSource,
         shape: Option<&FleetShape>,
@@ -352,7 +357,16 @@ impl SubmitService {
             SpecInput::Text(t) => Some(t),
             SpecInput::InArchive | SpecInput::Authoritative(_) => None,
         };
-        let (config, shape, dir) = (Arc::clone(&self.config), shape.cloned(), dir.to_path_buf());
+        // The tenant's own namespace is the default one of its specs.
+        let config = if self.config.defaults.tenant_namespaces.contains_key(tenant) {
+            Arc::new(SubmitConfig {
+                defaults: self.config.defaults.for_tenant(tenant),
+                ..SubmitConfig::clone(&self.config)
+            })
+        } else {
+            Arc::clone(&self.config)
+        };
+        let (shape, dir) = (shape.cloned(), dir.to_path_buf());
         let task: BlockingTask =
             Box::new(move || prepare(spec_text.as_deref(), archive, shape.as_ref(), &config, &dir));
         self.offload.run(task).await

@@ -30,6 +30,8 @@ use tuneplane_functions::{AppState, router, runtime};
 pub const TENANT_A: &str = "acme";
 /// Tenant of the second key.
 pub const TENANT_B: &str = "globex";
+/// The namespace the operator gave tenant B.
+pub const TENANT_B_NAMESPACE: &str = "ml-globex";
 /// Secret of the `git` (Hub scheme) and `ci` (TunePlane scheme) webhook sources.
 pub const WEBHOOK_SECRET: &str = "s3cr3t-webhook-key-0123456789";
 
@@ -86,10 +88,15 @@ fn config(dir: &std::path::Path) -> Config {
             },
         );
     }
-    let submit = tuneplane_core::submit::SubmitConfig {
+    let mut submit = tuneplane_core::submit::SubmitConfig {
         scratch_dir: dir.join("scratch"),
         ..Default::default()
     };
+    // Tenant B has a namespace of its own; A uses the shared default.
+    submit
+        .defaults
+        .tenant_namespaces
+        .insert(TENANT_B.into(), TENANT_B_NAMESPACE.into());
     std::fs::create_dir_all(&submit.scratch_dir).expect("scratch");
     Config {
         backend: Backend::Local {

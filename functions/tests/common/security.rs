@@ -8,7 +8,10 @@ use super::archives::{SPEC, body, code};
 use super::triggers::deliver;
 use tuneplane_core::clock::now_secs;
 
-use super::{Harness, TENANT_A, WEBHOOK_SECRET, hub_signature, tuneplane_signature};
+use super::{
+    Harness, TENANT_A, TENANT_B, TENANT_B_NAMESPACE, WEBHOOK_SECRET, hub_signature,
+    tuneplane_signature,
+};
 
 pub async fn a_webhook_signed_in_the_other_scheme_is_refused_and_stores_nothing(h: &Harness) {
     let payload = serde_json::to_vec(&body(SPEC, &code())).unwrap_or_default();
@@ -133,4 +136,69 @@ pub async fn a_text_plain_submission_is_415_and_stores_nothing(h: &Harness) {
         "{}",
         reply.json
     );
+}
+
+/// Namespaces come from the operator's tenant mapping: a spec naming none gets its tenant's, a
+/// spec naming another tenant's (or the shared one, for a mapped tenant) is refused, and the
+/// refusal stores nothing.
+pub async fn a_spec_may_name_only_its_tenants_namespace(h: &Harness) {
+    let a = h.submit(&body(SPEC, &code()), None).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.json);
+    assert_eq!(
+        namespace_of(h, &a).await,
+        tuneplane_core::constants::DEFAULT_NAMESPACE
+    );
+    let b = as_b(h, SPEC).await;
+    assert_eq!(b.status, StatusCode::CREATED, "{}", b.json);
+    assert_eq!(namespace_of(h, &b).await, TENANT_B_NAMESPACE);
+    let named = as_b(h, &format!("{SPEC}namespace: {TENANT_B_NAMESPACE}\n")).await;
+    assert_eq!(named.status, StatusCode::CREATED, "{}", named.json);
+
+    let spoofs = [
+        (TENANT_A, format!("{SPEC}namespace: {TENANT_B_NAMESPACE}\n")),
+        (TENANT_B, format!("{SPEC}namespace: tuneplane-jobs\n")),
+        (TENANT_B, format!("{SPEC}namespace: kube-system\n")),
+    ];
+    for (tenant, spec) in spoofs {
+        let (reply, own) = if tenant == TENANT_A {
+            let reply = h.submit(&body(&spec, &code()), None).await;
+            (reply, tuneplane_core::constants::DEFAULT_NAMESPACE)
+        } else {
+            (as_b(h, &spec).await, TENANT_B_NAMESPACE)
+        };
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{tenant}: {}",
+            reply.json
+        );
+        assert_eq!(reply.json["error"]["code"], "invalid_spec");
+        let field = &reply.json["error"]["details"]["fields"][0];
+        assert_eq!(field["path"], "namespace", "{}", reply.json);
+        let message = field["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("run in {own:?}")), "{message}");
+    }
+    assert_eq!(h.job_count(TENANT_A).await, 1);
+    assert_eq!(h.job_count(TENANT_B).await, 2);
+}
+
+/// The namespace in the stored record of the job `reply` created.
+async fn namespace_of(h: &Harness, reply: &super::Reply) -> String {
+    let id = reply.json["job_id"].as_str().unwrap_or_default();
+    let record = h.jobs().get_job(id).await.ok().flatten();
+    record.map(|r| r.spec.namespace).unwrap_or_default()
+}
+
+/// `POST /v1/jobs` of `spec` with the usual code, as tenant B.
+async fn as_b(h: &Harness, spec: &str) -> super::Reply {
+    let bytes = serde_json::to_vec(&body(spec, &code())).unwrap_or_default();
+    let key = h.key_b.clone();
+    h.call(
+        Method::POST,
+        "/v1/jobs",
+        Some(&key),
+        &[("content-type", "application/json")],
+        bytes,
+    )
+    .await
 }

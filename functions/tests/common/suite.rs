@@ -60,6 +60,7 @@ macro_rules! api_suite {
             webhook_idempotency_comes_from_signed_data_not_the_delivery_header,
             a_signature_header_with_ten_thousand_values_is_refused_as_malformed,
             a_text_plain_submission_is_415_and_stores_nothing,
+            a_spec_may_name_only_its_tenants_namespace,
         );
     };
     (@cases $make:path; $module:ident; $($case:ident),* $(,)?) => {

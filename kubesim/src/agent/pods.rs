@@ -328,7 +328,17 @@ impl PodWorker {
         let pending = json::str_at(&pod, "/status/phase") == Some("Pending");
         match step {
             Some(Step::Start) if pending => {
-                rt.ensure_started(uid, &pod);
+                if rt.state(uid).is_none() {
+                    // As the kubelet does: env from Secrets is read when the containers start;
+                    // a missing Secret or key holds the pod (retried next step).
+                    match with_secrets(&self.client, &pod).await {
+                        Ok(resolved) => rt.ensure_started(uid, &resolved),
+                        Err(e) => {
+                            tracing::warn!(pod = %json::name(&pod), error = %e, "container config not ready");
+                            return;
+                        }
+                    }
+                }
                 match rt.state(uid).map(|s| s.phase) {
                     Some(Phase::Running | Phase::Exited(_)) => {
                         self.write_step(uid, &pod, &Step::Start).await;
@@ -559,6 +569,59 @@ impl PodWorker {
 }
 
 /// The restart count the pod's status shows for init container `container`.
+/// `pod` with every container's `env[].valueFrom.secretKeyRef` replaced by the Secret's value
+/// (read from the API server, as the kubelet does); the copy is only run, never written back.
+/// A missing Secret or key is an error unless the reference is optional.
+async fn with_secrets(client: &kube::Client, pod: &Value) -> Result<Value, String> {
+    use k8s_openapi::api::core::v1::Secret;
+    let ns = json::namespace(pod).to_string();
+    let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let mut secrets: HashMap<String, Option<Secret>> = HashMap::new();
+    let mut out = pod.clone();
+    for list in ["initContainers", "containers"] {
+        let Some(containers) = out
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for c in containers {
+            let Some(env) = c.get_mut("env").and_then(Value::as_array_mut) else {
+                continue;
+            };
+            for e in env {
+                let Some(r) = e.pointer("/valueFrom/secretKeyRef").cloned() else {
+                    continue;
+                };
+                let name = json::string(&r, "name");
+                let key = json::string(&r, "key");
+                let optional = r.get("optional").and_then(Value::as_bool) == Some(true);
+                if !secrets.contains_key(&name) {
+                    let got = api
+                        .get_opt(&name)
+                        .await
+                        .map_err(|e| format!("cannot read secret {ns}/{name}: {e}"))?;
+                    secrets.insert(name.clone(), got);
+                }
+                let value = secrets[&name]
+                    .as_ref()
+                    .and_then(|s| s.data.as_ref()?.get(&key))
+                    .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+                match value {
+                    Some(v) => *e = json!({"name": e["name"].clone(), "value": v}),
+                    None if optional => *e = json!({"name": e["name"].clone(), "value": ""}),
+                    None => {
+                        return Err(format!(
+                            "secret {ns}/{name} (key {key:?}) not found: the pod waits for it"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn init_restarts(pod: &Value, container: &str) -> u32 {
     json::at(pod, "/status/initContainerStatuses")
         .and_then(Value::as_array)

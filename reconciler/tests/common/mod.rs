@@ -103,14 +103,20 @@ pub struct Harness {
 /// Starts kubesim with `config` and embedded stores.
 pub async fn start(config: SimConfig) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
+    let (jobs, blobs) = embedded_stores(dir.path());
+    with_stores(config, jobs, blobs, dir).await
+}
+
+/// The embedded job store and a filesystem blob store in `dir`.
+fn embedded_stores(dir: &std::path::Path) -> (Arc<dyn JobStore>, Arc<dyn BlobStore>) {
+    let jobs = EmbeddedJobStore::open(dir.join("jobs")).unwrap();
     let blobs = FsBlobStore::open(
-        dir.path().join("blobs"),
+        dir.join("blobs"),
         b"test-secret".to_vec(),
         "http://127.0.0.1:9/blobs",
     )
     .unwrap();
-    with_stores(config, Arc::new(jobs), Arc::new(blobs), dir).await
+    (Arc::new(jobs), Arc::new(blobs))
 }
 
 /// [`start`], with pods run for real on the real control plane (real Ray through the real
@@ -120,13 +126,7 @@ pub async fn start_executing(config: SimConfig) -> Harness {
         return start(config).await;
     }
     let dir = tempfile::tempdir().unwrap();
-    let jobs = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
-    let blobs = FsBlobStore::open(
-        dir.path().join("blobs"),
-        b"test-secret".to_vec(),
-        "http://127.0.0.1:9/blobs",
-    )
-    .unwrap();
+    let (jobs, blobs) = embedded_stores(dir.path());
     let execution = real::execution(&dir.path().join("agent"));
     let (client, reconciler_client, cluster) =
         real::start_with(&config, dir.path(), Some(execution)).await;
@@ -134,8 +134,8 @@ pub async fn start_executing(config: SimConfig) -> Harness {
         cluster: Cluster::Real(Box::new(cluster)),
         client,
         reconciler_client,
-        jobs: Arc::new(jobs),
-        blobs: Arc::new(blobs),
+        jobs,
+        blobs,
         _dir: dir,
     }
 }

@@ -28,8 +28,9 @@ pub const POD_NET: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 0);
 /// Prefix of the network namespaces the agent makes (one per pod).
 pub const NETNS_PREFIX: &str = "tp-";
 
-/// Ports Ray listens on at fixed numbers inside a pod: never relayed to the host.
-const RAY_PORTS: [u16; 6] = [6379, 8000, 8080, 8265, 10001, 52365];
+/// Ports Ray (and TunePlane's dashboard gate, 8270) listen on at fixed numbers inside a pod:
+/// never relayed to the host.
+const RAY_PORTS: [u16; 7] = [6379, 8000, 8080, 8265, 8270, 10001, 52365];
 
 /// Runs `ip` with `args`; an error carries its stderr.
 async fn ip(args: &[&str]) -> Result<(), String> {

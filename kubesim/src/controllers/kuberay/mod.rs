@@ -133,6 +133,10 @@ impl KubeRay {
             .map(str::to_string)
             .unwrap_or_else(|| format!("{name}-{}", json::random_suffix(5)));
         let cluster = format!("{name}-{}", json::random_suffix(5));
+        let dashboard_port = raycluster::head_port(
+            rj.pointer("/spec/rayClusterSpec").unwrap_or(&Value::Null),
+            "dashboard",
+        );
         let now = json::now_rfc3339();
         let with_finalizer: Vec<String> = finalizers
             .iter()
@@ -149,7 +153,7 @@ impl KubeRay {
                     "jobDeploymentStatus": "Initializing",
                     "jobId": job_id,
                     "rayClusterName": cluster,
-                    "dashboardURL": format!("{cluster}-head-svc.{ns}.svc.cluster.local:8265"),
+                    "dashboardURL": format!("{cluster}-head-svc.{ns}.svc.cluster.local:{dashboard_port}"),
                     "startTime": now,
                     "observedGeneration": cur.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
                     "succeeded": 0,

@@ -20,6 +20,50 @@ pub const GROUP_LABEL: &str = "ray.io/group";
 /// Label `head` / `worker`.
 pub const NODE_TYPE_LABEL: &str = "ray.io/node-type";
 
+/// The head Service's ports as KubeRay v1.4 makes them: the named ports of the head's Ray
+/// container (`containers[0]`, an unnamed one as `<n>-port`), or KubeRay's defaults when it names
+/// none, and `metrics` always.
+pub(super) fn head_ports(cluster_spec: &Value) -> Vec<(String, i64)> {
+    let declared = cluster_spec
+        .pointer("/headGroupSpec/template/spec/containers/0/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut ports: Vec<(String, i64)> = declared
+        .iter()
+        .filter_map(|p| {
+            let port = p.get("containerPort")?.as_i64()?;
+            let name = p
+                .get("name")
+                .and_then(Value::as_str)
+                .map_or_else(|| format!("{port}-port"), str::to_string);
+            Some((name, port))
+        })
+        .collect();
+    if ports.is_empty() {
+        ports = [
+            ("client", 10001),
+            ("gcs-server", 6379),
+            ("dashboard", 8265),
+            ("serve", 8000),
+        ]
+        .map(|(n, p)| (n.to_string(), p))
+        .to_vec();
+    }
+    if !ports.iter().any(|(n, _)| n == "metrics") {
+        ports.push(("metrics".to_string(), 8080));
+    }
+    ports
+}
+
+/// The head Service's port named `name` (KubeRay's dashboard URL uses `dashboard`'s).
+pub(super) fn head_port(cluster_spec: &Value, name: &str) -> i64 {
+    head_ports(cluster_spec)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map_or(8265, |(_, p)| p)
+}
+
 fn owner_ref(cluster: &Value) -> Value {
     json!({"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": json::name(cluster), "uid": json::uid(cluster), "controller": true, "blockOwnerDeletion": true})
 }
@@ -241,9 +285,15 @@ pub fn reconcile(
         }
     }
     let svc_name = format!("{cname}-head-svc");
+    let spec = cluster.get("spec").cloned().unwrap_or_default();
+    let ports = head_ports(&spec);
     if store.try_get(&SERVICES, ns, &svc_name).is_none() {
+        let service_ports: Vec<Value> = ports
+            .iter()
+            .map(|(name, port)| json!({"name": name, "port": port}))
+            .collect();
         let svc = json!({"metadata": {"name": svc_name, "ownerReferences": [owner_ref(cluster)], "labels": {CLUSTER_LABEL: cname}},
-            "spec": {"selector": {CLUSTER_LABEL: cname, NODE_TYPE_LABEL: "head"}, "ports": [{"name": "dashboard", "port": 8265}, {"name": "gcs-server", "port": 6379}, {"name": "client", "port": 10001}]}});
+            "spec": {"selector": {CLUSTER_LABEL: cname, NODE_TYPE_LABEL: "head"}, "ports": service_ports}});
         store.create(&SERVICES, ns, svc)?;
         let message = format!("Created service {ns}/{svc_name}");
         rec.record(cluster, NORMAL, "CreatedService", &message, OPERATOR);
@@ -268,7 +318,7 @@ pub fn reconcile(
             "readyWorkerReplicas": ready_workers,
             "minWorkerReplicas": groups.iter().map(|g| g.get("minReplicas").and_then(Value::as_i64).unwrap_or(0)).sum::<i64>(),
             "maxWorkerReplicas": groups.iter().map(|g| g.get("maxReplicas").and_then(Value::as_i64).unwrap_or(0)).sum::<i64>(),
-            "endpoints": {"client": "10001", "dashboard": "8265", "gcs-server": "6379", "metrics": "8080"},
+            "endpoints": ports.iter().map(|(n, p)| (n.clone(), json!(p.to_string()))).collect::<Map<String, Value>>(),
             "head": {
                 "podName": head_pod.map(|p| json::name(p)).unwrap_or_default(),
                 "podIP": head_pod.and_then(|p| str_at(p, "/status/podIP")).unwrap_or_default(),

@@ -14,8 +14,10 @@ pub(super) fn job(rj: &Value, cluster: &Value, scenario: &Scenario, exec: bool) 
     let ns = json::namespace(rj);
     let job_id = str_at(rj, "/status/jobId").unwrap_or(name);
     let entrypoint = str_at(rj, "/spec/entrypoint").unwrap_or_default();
+    let port =
+        super::raycluster::head_port(cluster.get("spec").unwrap_or(&Value::Null), "dashboard");
     let address = format!(
-        "http://{}-head-svc.{ns}.svc.cluster.local:8265",
+        "http://{}-head-svc.{ns}.svc.cluster.local:{port}",
         json::name(cluster)
     );
     let image = cluster

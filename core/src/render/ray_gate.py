@@ -1,0 +1,151 @@
+"""TunePlane's gate in front of a job's Ray dashboard (a container of the head pod).
+
+Ray runs with token authentication (RAY_AUTH_MODE=token, the job's own token from its Secret),
+so its dashboard, GCS and client server answer only holders of the token. KubeRay v1.4 follows a
+RayJob by asking the dashboard for the job's status through the API server's service proxy, and
+can send no token (the proxy drops credentials anyway). So the head Service's `dashboard` port is
+this gate, not Ray's:
+- a request carrying credentials (an Authorization or X-Ray-Authorization header, Ray's cookie) is
+  passed to Ray's dashboard unchanged, and Ray checks them (a wrong token is refused by Ray);
+- the one request the operator makes without, GET /api/jobs/<this job's submission id>, is
+  forwarded with the token and answered with the status fields only (no entrypoint, runtime
+  environment or metadata);
+- anything else is refused with 401.
+Only the Python standard library is used, so any image with Python 3 can run it.
+"""
+
+import http.client
+import json
+import os
+import socket
+import sys
+import threading
+
+TOKEN = os.environ["RAY_AUTH_TOKEN"]
+SUBMISSION = os.environ["TUNEPLANE_GATE_SUBMISSION_ID"]
+PORT = int(os.environ.get("TUNEPLANE_GATE_PORT", "8270"))
+UPSTREAM = ("127.0.0.1", int(os.environ.get("TUNEPLANE_GATE_UPSTREAM_PORT", "8265")))
+STATUS_FIELDS = (
+    "type", "job_id", "submission_id", "status", "message", "error_type",
+    "start_time", "end_time", "driver_exit_code",
+)
+CREDENTIALS = {"authorization", "x-ray-authorization"}
+MAX_HEAD = 64 * 1024
+SLOTS = threading.BoundedSemaphore(128)
+
+
+def read_head(conn):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk or len(data) + len(chunk) > MAX_HEAD:
+            return None, b""
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    return head, rest
+
+
+def reply(conn, status, reason, body, ctype="text/plain; charset=utf-8"):
+    head = (
+        "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+        % (status, reason, ctype, len(body))
+    )
+    conn.sendall(head.encode("latin-1") + body)
+
+
+def pipe(src, dst):
+    try:
+        while True:
+            chunk = src.recv(65536)
+            if not chunk:
+                break
+            dst.sendall(chunk)
+    except OSError:
+        pass
+    try:
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+def carries_credentials(lines):
+    for line in lines:
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name in CREDENTIALS:
+            return True
+        if name == "cookie" and "ray-authentication-token=" in value:
+            return True
+    return False
+
+
+def passthrough(conn, head, rest):
+    up = socket.create_connection(UPSTREAM, timeout=30)
+    with up:
+        up.settimeout(None)
+        conn.settimeout(None)
+        up.sendall(head + b"\r\n\r\n" + rest)
+        back = threading.Thread(target=pipe, args=(up, conn), daemon=True)
+        back.start()
+        pipe(conn, up)
+        back.join()
+
+
+def job_status(conn):
+    up = http.client.HTTPConnection(*UPSTREAM, timeout=30)
+    try:
+        up.request("GET", "/api/jobs/" + SUBMISSION, headers={"X-Ray-Authorization": "Bearer " + TOKEN})
+        r = up.getresponse()
+        body = r.read()
+        ctype = r.getheader("Content-Type", "application/json")
+        if r.status == 200:
+            info = json.loads(body)
+            body = json.dumps({k: info[k] for k in STATUS_FIELDS if k in info}).encode()
+            ctype = "application/json"
+        reply(conn, r.status, r.reason, body, ctype)
+    finally:
+        up.close()
+
+
+def handle(conn):
+    with conn:
+        try:
+            conn.settimeout(30)
+            head, rest = read_head(conn)
+            if head is None:
+                return
+            lines = head.decode("latin-1").split("\r\n")
+            parts = lines[0].split(" ")
+            if len(parts) != 3:
+                reply(conn, 400, "Bad Request", b"malformed request line\n")
+                return
+            method, target = parts[0], parts[1]
+            if carries_credentials(lines[1:]):
+                passthrough(conn, head, rest)
+                return
+            path = target.split("?", 1)[0].rstrip("/")
+            if method == "GET" and path == "/api/jobs/" + SUBMISSION:
+                job_status(conn)
+                return
+            reply(
+                conn, 401, "Unauthorized",
+                b"this Ray cluster answers only its own job: send the job's token "
+                b"(Authorization: Bearer <token>)\n",
+            )
+        except (OSError, ValueError) as e:
+            sys.stderr.write("ray-auth-gate: %s\n" % e)
+        finally:
+            SLOTS.release()
+
+
+def main():
+    server = socket.create_server(("0.0.0.0", PORT), backlog=128)
+    print("ray-auth-gate: listening on :%d for submission %s" % (PORT, SUBMISSION), flush=True)
+    while True:
+        conn, _ = server.accept()
+        SLOTS.acquire()
+        threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()
