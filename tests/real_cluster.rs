@@ -653,3 +653,118 @@ async fn a_playground_answers_through_the_api_server_proxy_and_is_reclaimed_at_i
     }
     real.stack.shutdown().await;
 }
+
+/// Ray token authentication on the real tier with real Ray and the real KubeRay operator: while
+/// a job runs, its Ray dashboard (8265) refuses a request without the job's token (401) and a
+/// request with another token (403) — so another tenant's job, which holds only its own token,
+/// cannot submit to it — and the head's gate (the head Service's `dashboard` port, 8270) refuses
+/// everything without the token but the job's own status, which it answers without the job's
+/// entrypoint or runtime environment (what the operator reads to follow the job). The job's
+/// token works; nothing the refused requests asked for ran; the token's Secret is deleted with
+/// the workload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_jobs_ray_cluster_answers_only_its_own_token() {
+    use k8s_openapi::api::core::v1::Secret;
+    use tuneplane_core::render::rayjob::{AUTH_SECRET_KEY, GATE_PORT, auth_secret_name};
+    use tuneplane_core::render::workload_name;
+    if !real_tier_wanted() {
+        return;
+    }
+    let real = RealTier::start(CapsuleDelivery::Presigned, Transport::Http).await;
+    let api = api_client(&real.stack);
+    capacity_with(&api, "h200", 32).await;
+    let spec = std::fs::read_to_string(examples().join("ray-multipool/tuneplane.yaml"))
+        .unwrap()
+        .replace("name: ray-multipool", "name: ray-guarded")
+        .replace(
+            "entrypoint: python3 train.py",
+            "entrypoint: python3 -c \"import time; print('guarded', flush=True); time.sleep(600)\"",
+        )
+        .replace("  - {name: eval, series: l40s, nodes: 1, gpus_per_node: 4}\n", "");
+    let id = submit_dir(&api, &examples().join("ray-multipool"), &spec)
+        .await
+        .id;
+    wait_until(&api, &id, 180, "RUNNING", |j| j.state == JobState::Running).await;
+    let pods: KubeApi<Pod> = KubeApi::namespaced(real.bed.admin.clone(), "tuneplane-jobs");
+    let ray_pods = ray_pods_with_ips(&pods, &id, 2).await;
+    let head_ip = ray_pods
+        .iter()
+        .find(|(group, _, _)| group == "headgroup")
+        .map(|(_, ip, _)| ip.clone())
+        .unwrap_or_else(|| panic!("no head pod in {ray_pods:?}"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while processes_of_job(&id).is_empty() {
+        assert!(Instant::now() < deadline, "the driver never started");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let workload = workload_name(&id);
+    let secrets: KubeApi<Secret> = KubeApi::namespaced(real.bed.admin.clone(), "tuneplane-jobs");
+    let secret_name = auth_secret_name(&workload);
+    let secret = secrets.get(&secret_name).await.unwrap();
+    let token = String::from_utf8(secret.data.unwrap()[AUTH_SECRET_KEY].0.clone()).unwrap();
+    assert_eq!(token.len(), 64, "a 32-byte token as hex");
+
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let dashboard = format!("http://{head_ip}:8265");
+    let gate = format!("http://{head_ip}:{GATE_PORT}");
+    let evil = serde_json::json!({"entrypoint": "echo pwned > /tmp/pwned", "submission_id": "evil"});
+    let other_tenants_token = "f".repeat(64);
+    for base in [&dashboard, &gate] {
+        let anonymous = http.post(format!("{base}/api/jobs/")).json(&evil).send().await.unwrap();
+        assert_eq!(anonymous.status().as_u16(), 401, "{base}: no token");
+        let wrong = http
+            .post(format!("{base}/api/jobs/"))
+            .bearer_auth(&other_tenants_token)
+            .json(&evil)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status().as_u16(), 403, "{base}: another token");
+        let listing = http.get(format!("{base}/api/jobs/")).send().await.unwrap();
+        assert_eq!(listing.status().as_u16(), 401, "{base}: listing without a token");
+    }
+    // Ray's own status route needs the token; the gate answers the job's status alone.
+    let direct = http.get(format!("{dashboard}/api/jobs/{workload}")).send().await.unwrap();
+    assert_eq!(direct.status().as_u16(), 401);
+    let status: Value = http
+        .get(format!("{gate}/api/jobs/{workload}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "RUNNING", "{status}");
+    assert!(status.get("entrypoint").is_none() && status.get("runtime_env").is_none(), "{status}");
+
+    // The job's own token is the key: it lists the jobs, and only the job's own submission ran.
+    let jobs: Value = http
+        .get(format!("{gate}/api/jobs/"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|j| j["submission_id"].as_str())
+        .collect();
+    assert_eq!(ids, [workload.as_str()], "{jobs}");
+
+    stop(&api, &id).await;
+    wait_until(&api, &id, 120, "STOPPED", |j| j.state.is_terminal()).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while secrets.get_opt(&secret_name).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "the token's Secret outlived the workload");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    real.stack.shutdown().await;
+}
