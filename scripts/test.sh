@@ -72,6 +72,9 @@ REAL_KUBECONFIG=$(scripts/k8s-up.sh --no-fleet --dir "$K8S_DIR" --port "$K8S_POR
 step "runtimes of the real tier's pods (scripts/testenv-runtimes.sh; built once per machine)"
 TUNEPLANE_RUNTIMES=$(scripts/testenv-runtimes.sh | tail -n 1)
 export TUNEPLANE_RUNTIMES
+step "NetworkPolicy evaluator (scripts/testenv-netpol.sh; built once per machine)"
+TUNEPLANE_NETPOL_EVAL=$(scripts/testenv-netpol.sh | tail -n 1)
+export TUNEPLANE_NETPOL_EVAL
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -680,7 +680,10 @@ async fn a_jobs_ray_cluster_answers_only_its_own_token() {
             "entrypoint: python3 train.py",
             "entrypoint: python3 -c \"import time; print('guarded', flush=True); time.sleep(600)\"",
         )
-        .replace("  - {name: eval, series: l40s, nodes: 1, gpus_per_node: 4}\n", "");
+        .replace(
+            "  - {name: eval, series: l40s, nodes: 1, gpus_per_node: 4}\n",
+            "",
+        );
     let id = submit_dir(&api, &examples().join("ray-multipool"), &spec)
         .await
         .id;
@@ -711,35 +714,57 @@ async fn a_jobs_ray_cluster_answers_only_its_own_token() {
         .unwrap();
     let dashboard = format!("http://{head_ip}:8265");
     let gate = format!("http://{head_ip}:{GATE_PORT}");
-    let evil = serde_json::json!({"entrypoint": "echo pwned > /tmp/pwned", "submission_id": "evil"});
+    let evil = serde_json::to_vec(
+        &serde_json::json!({"entrypoint": "echo pwned > /tmp/pwned", "submission_id": "evil"}),
+    )
+    .unwrap();
     let other_tenants_token = "f".repeat(64);
     for base in [&dashboard, &gate] {
-        let anonymous = http.post(format!("{base}/api/jobs/")).json(&evil).send().await.unwrap();
+        let anonymous = http
+            .post(format!("{base}/api/jobs/"))
+            .header("content-type", "application/json")
+            .body(evil.clone())
+            .send()
+            .await
+            .unwrap();
         assert_eq!(anonymous.status().as_u16(), 401, "{base}: no token");
         let wrong = http
             .post(format!("{base}/api/jobs/"))
             .bearer_auth(&other_tenants_token)
-            .json(&evil)
+            .header("content-type", "application/json")
+            .body(evil.clone())
             .send()
             .await
             .unwrap();
         assert_eq!(wrong.status().as_u16(), 403, "{base}: another token");
         let listing = http.get(format!("{base}/api/jobs/")).send().await.unwrap();
-        assert_eq!(listing.status().as_u16(), 401, "{base}: listing without a token");
+        assert_eq!(
+            listing.status().as_u16(),
+            401,
+            "{base}: listing without a token"
+        );
     }
     // Ray's own status route needs the token; the gate answers the job's status alone.
-    let direct = http.get(format!("{dashboard}/api/jobs/{workload}")).send().await.unwrap();
+    let direct = http
+        .get(format!("{dashboard}/api/jobs/{workload}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(direct.status().as_u16(), 401);
-    let status: Value = http
+    let answer = http
         .get(format!("{gate}/api/jobs/{workload}"))
         .send()
         .await
-        .unwrap()
-        .json()
-        .await
         .unwrap();
+    let code = answer.status();
+    let text = answer.text().await.unwrap();
+    let status: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("the gate's status answer ({code}) is not JSON: {e}: {text:?}"));
     assert_eq!(status["status"], "RUNNING", "{status}");
-    assert!(status.get("entrypoint").is_none() && status.get("runtime_env").is_none(), "{status}");
+    assert!(
+        status.get("entrypoint").is_none() && status.get("runtime_env").is_none(),
+        "{status}"
+    );
 
     // The job's own token is the key: it lists the jobs, and only the job's own submission ran.
     let jobs: Value = http
@@ -748,8 +773,9 @@ async fn a_jobs_ray_cluster_answers_only_its_own_token() {
         .send()
         .await
         .unwrap()
-        .json()
+        .text()
         .await
+        .map(|t| serde_json::from_str(&t).unwrap())
         .unwrap();
     let ids: Vec<&str> = jobs
         .as_array()
@@ -763,7 +789,10 @@ async fn a_jobs_ray_cluster_answers_only_its_own_token() {
     wait_until(&api, &id, 120, "STOPPED", |j| j.state.is_terminal()).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while secrets.get_opt(&secret_name).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "the token's Secret outlived the workload");
+        assert!(
+            Instant::now() < deadline,
+            "the token's Secret outlived the workload"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     real.stack.shutdown().await;

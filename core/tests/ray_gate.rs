@@ -181,7 +181,7 @@ fn the_gate_lets_the_operator_read_its_jobs_status_and_nothing_else_without_the_
     // the right one answers.
     let post = |auth: &str| {
         format!(
-            "POST /api/jobs/ HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST /api/jobs/ HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n{body}",
             body.len()
         )
     };
@@ -193,5 +193,14 @@ fn the_gate_lets_the_operator_read_its_jobs_status_and_nothing_else_without_the_
     assert_eq!(seen.len(), 3);
     let wrong = seen[1].1.iter().find(|(k, _)| k == "authorization");
     assert_eq!(wrong.map(|(_, v)| v.as_str()), Some("Bearer not-the-token"));
+    // Passed requests end their connection: a client's next request comes through the gate.
+    for (_, headers) in &seen[1..] {
+        let connection: Vec<&str> = headers
+            .iter()
+            .filter(|(k, _)| k == "connection")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(connection, ["close"], "{headers:?}");
+    }
     assert!(seen[1].0.starts_with("POST /api/jobs/"), "{:?}", seen[1]);
 }

@@ -136,6 +136,19 @@ pub static LEASES: ResourceType = rt(
     true,
     false,
 );
+/// NetworkPolicies (`networking.k8s.io/v1`): stored and served; nothing enforces them, as on
+/// a cluster whose network plugin does not.
+pub static NETWORK_POLICIES: ResourceType = ResourceType {
+    short_names: &["netpol"],
+    ..rt(
+        "networking.k8s.io",
+        "networkpolicies",
+        "networkpolicy",
+        "NetworkPolicy",
+        true,
+        false,
+    )
+};
 /// batch/v1 Jobs.
 pub static JOBS: ResourceType = ResourceType {
     fields: &["status.successful"],
@@ -184,6 +197,7 @@ pub static ALL: &[&ResourceType] = &[
     &SECRETS,
     &SERVICES,
     &LEASES,
+    &NETWORK_POLICIES,
     &JOBS,
     &RAYJOBS,
     &RAYCLUSTERS,

@@ -40,12 +40,25 @@ pub const ENV_TTL_AFTER_FINISHED: &str = "TUNEPLANE_TTL_AFTER_FINISHED_SECONDS";
 pub const ENV_PLAYGROUND_NAMESPACE: &str = "TUNEPLANE_PLAYGROUND_NAMESPACE";
 /// Image of playground pods (default: core's `RenderSettings`, a vLLM OpenAI server).
 pub const ENV_PLAYGROUND_IMAGE: &str = "TUNEPLANE_PLAYGROUND_IMAGE";
+/// Namespace of the KubeRay operator, whose pods may reach jobs' dashboard gates (default
+/// `kuberay-system`).
+pub const ENV_OPERATOR_NAMESPACE: &str = "TUNEPLANE_OPERATOR_NAMESPACE";
+/// Comma-separated IPv4 CIDRs the API server's proxy traffic comes from, allowed to jobs'
+/// dashboard gates (default none).
+pub const ENV_API_SERVER_CIDRS: &str = "TUNEPLANE_API_SERVER_CIDRS";
 /// Longest validity of a presigned capsule URL, seconds (default 604800, S3's limit).
 pub const ENV_MAX_URL_SECONDS: &str = "TUNEPLANE_MAX_PRESIGN_SECONDS";
 /// CPU cores each free GPU keeps for GPU jobs: CPU-only jobs may not use them (default 4).
 pub const ENV_GPU_SHARE_CPUS: &str = "TUNEPLANE_GPU_SHARE_CPUS";
 /// Memory each free GPU keeps for GPU jobs, GiB (default 32).
 pub const ENV_GPU_SHARE_MEMORY_GB: &str = "TUNEPLANE_GPU_SHARE_MEMORY_GB";
+
+/// Whether `cidr` is `a.b.c.d/n` with `n` at most 32.
+fn valid_cidr(cidr: &str) -> bool {
+    cidr.split_once('/').is_some_and(|(ip, bits)| {
+        ip.parse::<std::net::Ipv4Addr>().is_ok() && bits.parse::<u8>().is_ok_and(|b| b <= 32)
+    })
+}
 
 /// The reconciler's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -195,6 +208,30 @@ impl Config {
         if let Some(v) = get(ENV_PLAYGROUND_IMAGE) {
             c.render.playground_image = v;
         }
+        if let Some(v) = get(ENV_OPERATOR_NAMESPACE) {
+            if !tuneplane_core::spec::is_dns_label(v.trim(), 63) {
+                return Err(Error::Config {
+                    var: ENV_OPERATOR_NAMESPACE,
+                    message: format!("{v:?} is not a namespace name (a DNS label)"),
+                });
+            }
+            c.render.network.operator_namespace = v.trim().to_owned();
+        }
+        if let Some(v) = get(ENV_API_SERVER_CIDRS) {
+            c.render.network.api_server_cidrs = v
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(|cidr| {
+                    valid_cidr(cidr)
+                        .then(|| cidr.to_owned())
+                        .ok_or_else(|| Error::Config {
+                            var: ENV_API_SERVER_CIDRS,
+                            message: format!("{cidr:?} is not an IPv4 CIDR such as 192.0.2.10/32"),
+                        })
+                })
+                .collect::<Result<_>>()?;
+        }
         if let Some(v) = get(ENV_MAX_URL_SECONDS) {
             let secs: u64 = number(ENV_MAX_URL_SECONDS, &v, "a number of seconds")?;
             c.max_presign = Duration::from_secs(secs.max(60));
@@ -271,6 +308,28 @@ mod tests {
             .err()
             .map(|e| e.to_string());
         assert!(err.unwrap_or_default().contains(ENV_KUBE_QPS));
+    }
+
+    #[test]
+    fn network_policy_peers_are_parsed_and_bad_ones_name_their_variable() {
+        let c = parse(&[
+            (ENV_OPERATOR_NAMESPACE, "ray-system"),
+            (ENV_API_SERVER_CIDRS, "192.0.2.10/32, 198.51.100.0/24"),
+        ])
+        .unwrap();
+        assert_eq!(c.render.network.operator_namespace, "ray-system");
+        assert_eq!(
+            c.render.network.api_server_cidrs,
+            ["192.0.2.10/32", "198.51.100.0/24"]
+        );
+        for (var, bad) in [
+            (ENV_API_SERVER_CIDRS, "192.0.2.10"),
+            (ENV_API_SERVER_CIDRS, "192.0.2.10/33"),
+            (ENV_OPERATOR_NAMESPACE, "Ray_System"),
+        ] {
+            let err = parse(&[(var, bad)]).err().map(|e| e.to_string());
+            assert!(err.unwrap_or_default().contains(var), "{var}={bad}");
+        }
     }
 
     #[test]

@@ -5,10 +5,12 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, PostParams};
 use tuneplane_core::capsule::storage_key;
 use tuneplane_core::constants::FIELD_MANAGER;
 use tuneplane_core::job::JobRecord;
+use tuneplane_core::render::network::{network_policy_name, render_network_policy};
 use tuneplane_core::render::rayjob::{auth_secret_name, render_auth_secret};
 use tuneplane_core::render::{CapsuleRef, render_pod, render_rayjob, workload_name};
 use tuneplane_core::spec::WorkloadKind;
@@ -100,14 +102,37 @@ async fn create_auth_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     )
 }
 
-/// Creates the job's RayJob or Pod unless it exists; returns its name. A RayJob's token Secret
-/// is created first, so no Ray pod ever starts without it.
+/// Creates the job's NetworkPolicy unless it exists.
+async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
+    let ns = job.spec.namespace.as_str();
+    let value = render_network_policy(job, &ctx.config.render.network);
+    let typed: NetworkPolicy = serde_json::from_value(value).map_err(|source| Error::Convert {
+        job_id: job.id.clone(),
+        kind: "NetworkPolicy",
+        source,
+    })?;
+    let object = format!("{ns}/{}", network_policy_name(&job.id));
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), ns);
+    let params = post_params();
+    created(
+        ctx.kube
+            .call("create networkpolicy", &object, || {
+                api.create(&params, &typed)
+            })
+            .await,
+    )
+}
+
+/// Creates the job's RayJob or Pod unless it exists; returns its name. The job's NetworkPolicy
+/// and (for a RayJob) its token Secret are created first, so no pod of it ever starts unguarded
+/// or without its token.
 pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
     let name = workload_name(&job.id);
     let ns = job.spec.namespace.as_str();
     let value = render(ctx, job).await?;
     let object = format!("{ns}/{name}");
     let params = post_params();
+    create_network_policy(ctx, job).await?;
     match job.spec.kind() {
         WorkloadKind::RayJob => {
             create_auth_secret(ctx, job).await?;
@@ -179,5 +204,17 @@ pub async fn delete(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) 
     match outcome {
         Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
         other => other,
+    }?;
+    // The NetworkPolicy is named like the workload; it goes last, once no pod needs it.
+    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), namespace);
+    let gone = ctx
+        .kube
+        .call("delete networkpolicy", &object, || {
+            policies.delete(name, &params)
+        })
+        .await;
+    match gone {
+        Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
+        other => other.map(|_| ()),
     }
 }

@@ -9,6 +9,7 @@
 //! Everything that varies by installation is in [`RenderSettings`], parsed once by the binaries.
 
 pub mod bootstrap;
+pub mod network;
 pub mod playground;
 pub mod pod;
 pub mod rayjob;
@@ -82,6 +83,8 @@ pub struct RenderSettings {
     pub ttl_after_finished_seconds: u32,
     /// Image of playground pods.
     pub playground_image: String,
+    /// Who may reach a job's dashboard gate besides its own pods (its NetworkPolicy).
+    pub network: network::NetworkSettings,
 }
 
 impl Default for RenderSettings {
@@ -97,6 +100,7 @@ impl Default for RenderSettings {
             }],
             ttl_after_finished_seconds: 3600,
             playground_image: "vllm/vllm-openai:v0.11.0".to_owned(),
+            network: network::NetworkSettings::default(),
         }
     }
 }

@@ -6,7 +6,8 @@ RayJob by asking the dashboard for the job's status through the API server's ser
 can send no token (the proxy drops credentials anyway). So the head Service's `dashboard` port is
 this gate, not Ray's:
 - a request carrying credentials (an Authorization or X-Ray-Authorization header, Ray's cookie) is
-  passed to Ray's dashboard unchanged, and Ray checks them (a wrong token is refused by Ray);
+  passed to Ray's dashboard, and Ray checks them (a wrong token is refused by Ray); it is marked
+  `Connection: close`, so a client's next request on a kept-alive connection cannot skip the gate;
 - the one request the operator makes without, GET /api/jobs/<this job's submission id>, is
   forwarded with the token and answered with the status fields only (no entrypoint, runtime
   environment or metadata);
@@ -79,12 +80,26 @@ def carries_credentials(lines):
     return False
 
 
+def one_request(head):
+    """The request head with `Connection: close`, so that Ray ends the connection after its
+    answer and the client's next request comes through the gate again (a WebSocket upgrade,
+    as `ray job logs --follow` makes, stays one connection: Ray judged its credentials)."""
+    lines = head.split(b"\r\n")
+    names = [line.split(b":", 1)[0].strip().lower() for line in lines[1:]]
+    if b"upgrade" in names:
+        return head
+    kept = [lines[0]] + [
+        line for line, name in zip(lines[1:], names) if name not in (b"connection", b"keep-alive")
+    ]
+    return b"\r\n".join(kept + [b"Connection: close"])
+
+
 def passthrough(conn, head, rest):
     up = socket.create_connection(UPSTREAM, timeout=30)
     with up:
         up.settimeout(None)
         conn.settimeout(None)
-        up.sendall(head + b"\r\n\r\n" + rest)
+        up.sendall(one_request(head) + b"\r\n\r\n" + rest)
         back = threading.Thread(target=pipe, args=(up, conn), daemon=True)
         back.start()
         pipe(conn, up)

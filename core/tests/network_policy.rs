@@ -1,0 +1,143 @@
+//! The meaning of the NetworkPolicies TunePlane renders, judged by an independent evaluator
+//! (cyclonus's policy matcher, built by `scripts/testenv-netpol.sh`; its path in
+//! `TUNEPLANE_NETPOL_EVAL`, which the test command sets): fake nodes enforce no policy, so the
+//! YAML alone proves nothing. The truth table: traffic to a job's pods is allowed from the job's
+//! own pods and its submitter on every port, from the operator, the reconciler and the API server
+//! on the dashboard gate only, and from nothing else — another tenant's job least of all.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use tuneplane_core::constants::JOB_ID_LABEL;
+use tuneplane_core::job::JobRecord;
+use tuneplane_core::render::network::{JOB_NAME_LABEL, NetworkSettings, render_network_policy};
+use tuneplane_core::render::rayjob::{GATE_PORT, RAY_DASHBOARD_PORT};
+use tuneplane_core::render::workload_name;
+use tuneplane_core::spec::{Defaults, validate};
+
+const JOBS: &str = "tuneplane-jobs";
+const API_SERVER: &str = "192.0.2.10";
+
+fn job(id: &str, tenant: &str) -> JobRecord {
+    let text = "name: t\nimage: rayproject/ray:2.60.0\nentrypoint: python train.py\npools: [{name: main, series: h200, nodes: 2, gpus_per_node: 8}]\n";
+    let spec = validate(text, None, &Defaults::default()).unwrap().spec;
+    JobRecord::new_queued(id, tenant, spec, "ab".repeat(32), 1)
+}
+
+/// A pod of job `id` in the jobs namespace (a Ray pod carries the platform's job label).
+fn ray_pod(id: &str, kind: &str) -> Value {
+    json!({"namespace": JOBS, "pod_labels": {JOB_ID_LABEL: id, "ray.io/node-type": kind}, "ip": "10.244.0.9"})
+}
+
+/// KubeRay's submitter of job `id` (the Job controller's label).
+fn submitter(id: &str) -> Value {
+    json!({"namespace": JOBS, "pod_labels": {JOB_NAME_LABEL: workload_name(id), "job-name": workload_name(id)}, "ip": "10.244.0.10"})
+}
+
+fn named(namespace: &str, name: &str) -> Value {
+    json!({"namespace": namespace, "pod_labels": {"app.kubernetes.io/name": name}, "ip": "10.244.0.11"})
+}
+
+/// Verdicts of the evaluator for `cases` under `policies`, by case name.
+fn evaluate(policies: &[Value], cases: &[Value]) -> Vec<(String, bool)> {
+    let Ok(eval) = std::env::var("TUNEPLANE_NETPOL_EVAL") else {
+        panic!(
+            "TUNEPLANE_NETPOL_EVAL is not set: run scripts/test.sh, or point it at the output of scripts/testenv-netpol.sh"
+        );
+    };
+    let mut child = Command::new(&eval)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{eval}: {e}"));
+    let input = json!({"policies": policies, "cases": cases});
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let verdicts: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    verdicts
+        .iter()
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap().to_owned(),
+                v["allowed"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn only_the_jobs_own_pods_and_the_platform_reach_a_jobs_pods() {
+    let settings = NetworkSettings {
+        api_server_cidrs: vec![format!("{API_SERVER}/32")],
+        ..NetworkSettings::default()
+    };
+    let (a, b) = (job("j-a", "acme"), job("j-b", "globex"));
+    let policies = [
+        render_network_policy(&a, &settings),
+        render_network_policy(&b, &settings),
+    ];
+    let sources = [
+        ("A's worker", ray_pod("j-a", "worker")),
+        ("A's submitter", submitter("j-a")),
+        ("B's head", ray_pod("j-b", "head")),
+        ("B's submitter", submitter("j-b")),
+        (
+            "the operator",
+            named(&settings.operator_namespace, "kuberay-operator"),
+        ),
+        (
+            "the reconciler",
+            named("tuneplane-system", "tuneplane-reconciler"),
+        ),
+        ("the API server", json!({"ip": API_SERVER})),
+        ("an outside address", json!({"ip": "198.51.100.7"})),
+        (
+            "another pod of the jobs namespace",
+            json!({"namespace": JOBS, "pod_labels": {"app": "x"}, "ip": "10.244.0.12"}),
+        ),
+        (
+            "a pod labelled like the operator elsewhere",
+            named("default", "kuberay-operator"),
+        ),
+    ];
+    let ports = [
+        ("gate", GATE_PORT),
+        ("dashboard", RAY_DASHBOARD_PORT),
+        ("gcs", 6379),
+        ("client", 10001),
+    ];
+    let mut cases = Vec::new();
+    let mut expected = Vec::new();
+    for (source, peer) in &sources {
+        for (port_name, port) in ports {
+            let name = format!("{source} -> A's head:{port_name}");
+            cases.push(json!({"name": name, "port": port, "protocol": "TCP", "source": peer, "destination": ray_pod("j-a", "head")}));
+            let allowed = match *source {
+                "A's worker" | "A's submitter" => true,
+                "the operator" | "the reconciler" | "the API server" => port == GATE_PORT,
+                _ => false,
+            };
+            expected.push((name, allowed));
+        }
+    }
+    let verdicts = evaluate(&policies, &cases);
+    let table: String = verdicts
+        .iter()
+        .map(|(n, a)| format!("{n}: {}\n", if *a { "allowed" } else { "denied" }))
+        .collect();
+    println!("{table}");
+    assert_eq!(verdicts, expected, "truth table:\n{table}");
+
+    // The evaluator is not vacuous: without the policies, everything is allowed.
+    let open = evaluate(&[], &cases);
+    assert!(open.iter().all(|(_, allowed)| *allowed), "{open:?}");
+}
