@@ -760,7 +760,11 @@ async fn a_jobs_ray_cluster_answers_only_its_own_token() {
     let text = answer.text().await.unwrap();
     let status: Value = serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("the gate's status answer ({code}) is not JSON: {e}: {text:?}"));
-    assert_eq!(status["status"], "RUNNING", "{status}");
+    assert_eq!(status["submission_id"], workload.as_str(), "{status}");
+    assert!(
+        ["PENDING", "RUNNING"].contains(&status["status"].as_str().unwrap_or_default()),
+        "{status}"
+    );
     assert!(
         status.get("entrypoint").is_none() && status.get("runtime_env").is_none(),
         "{status}"

@@ -447,6 +447,28 @@ pub trait BlobStore: Send + Sync {
     /// Streams an object into the file at `path`; [`StoreError::BlobNotFound`] if absent.
     async fn get_to_file(&self, key: &str, path: &Path) -> Result<BlobMeta>;
 
+    /// [`BlobStore::get_to_file`] of an object of at most `max_bytes`: `Ok(None)` (and no file)
+    /// when it is larger. This default asks for the size first and checks what arrived; stores
+    /// that stream (S3) also stop reading at the limit, so a swapped object cannot fill the disk.
+    async fn get_to_file_within(
+        &self,
+        key: &str,
+        path: &Path,
+        max_bytes: u64,
+    ) -> Result<Option<BlobMeta>> {
+        if let Some(meta) = self.head(key).await?
+            && meta.size > max_bytes
+        {
+            return Ok(None);
+        }
+        let meta = self.get_to_file(key, path).await?;
+        if meta.size > max_bytes {
+            let _ = std::fs::remove_file(path);
+            return Ok(None);
+        }
+        Ok(Some(meta))
+    }
+
     /// Size and checksum; `None` if absent.
     async fn head(&self, key: &str) -> Result<Option<BlobMeta>>;
 

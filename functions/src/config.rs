@@ -47,8 +47,6 @@ pub const ENV_EVENT_SENDERS: &str = "TUNEPLANE_EVENT_SENDERS";
 pub const MAX_INLINE_CODE_BYTES: usize = 4 * 1024 * 1024;
 /// Largest request body (base64 of the inline limit plus the spec), bytes; Lambda allows 6 MB.
 pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
-/// Largest presigned upload, bytes.
-pub const MAX_UPLOAD_BYTES: u64 = 1 << 30;
 
 /// A configuration problem, naming the variable.
 #[derive(Debug, thiserror::Error)]

@@ -194,6 +194,11 @@ async fn inbox_object(
         None => Err(SubmitError::InvalidRequest(
             "put console archives under inbox/<tenant>/ (e.g. inbox/acme/job.zip)".into(),
         )),
+        Some(tenant) if !tenant_exists(state, tenant).await? => {
+            Err(SubmitError::InvalidRequest(format!(
+                "there is no tenant {tenant:?} (no API key names it): put archives under inbox/<your tenant>/, or ask an admin to create the tenant (tuneplane admin keys create --tenant {tenant} ...)"
+            )))
+        }
         Some(tenant) => {
             let request = SubmitRequest {
                 tenant: tenant.to_owned(),
@@ -209,6 +214,16 @@ async fn inbox_object(
         Err(e) if e.is_client_error() => reject_archive(state, &key, &key, e).await,
         other => finish(other),
     }
+}
+
+/// Whether `tenant` exists: some API key that is not revoked names it. The inbox takes the
+/// tenant from the object's key, so an archive for a tenant nobody created is refused rather than
+/// run without a key, a quota or an owner.
+async fn tenant_exists(state: &AppState, tenant: &str) -> Result<bool, SubmitError> {
+    let keys = state.submit.jobs().list_api_keys().await?;
+    Ok(keys
+        .iter()
+        .any(|k| k.tenant == tenant && k.revoked_at_ms.is_none()))
 }
 
 /// Writes `<note_base>.error.json` explaining why the archive at `key` was refused.

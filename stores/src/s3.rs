@@ -46,6 +46,38 @@ pub struct S3BlobStore {
 }
 
 impl S3BlobStore {
+    /// Streams `key` into `path` (beside it first, then renamed: a reader never sees a partial
+    /// file), stopping with `None` and no file once it is larger than `max_bytes`.
+    async fn download(&self, key: &str, path: &Path, max_bytes: u64) -> Result<Option<BlobMeta>> {
+        let Some(mut out) = self.get_object(key).await? else {
+            return Err(StoreError::BlobNotFound {
+                bucket: self.bucket.clone(),
+                key: key.to_owned(),
+            });
+        };
+        let declared = out.content_length.and_then(|n| u64::try_from(n).ok());
+        if declared.is_some_and(|n| n > max_bytes) {
+            return Ok(None);
+        }
+        let sha256 = out.metadata.as_ref().and_then(|m| m.get("sha256")).cloned();
+        let partial = path.with_extension("partial");
+        let io = |e: std::io::Error| self.backend("write download", key, e);
+        let mut file = tokio::fs::File::create(&partial).await.map_err(io)?;
+        let mut size = 0u64;
+        while let Some(chunk) = out.body.next().await {
+            let chunk = chunk.map_err(|e| self.backend("GetObject", key, e))?;
+            size += chunk.len() as u64;
+            if size > max_bytes {
+                drop(file);
+                let _ = tokio::fs::remove_file(&partial).await;
+                return Ok(None);
+            }
+            file.write_all(&chunk).await.map_err(io)?;
+        }
+        file.sync_all().await.map_err(io)?;
+        tokio::fs::rename(&partial, path).await.map_err(io)?;
+        Ok(Some(BlobMeta { size, sha256 }))
+    }
     /// A store on `bucket`; files above 64 MiB upload in 16 MiB parts.
     pub fn new(client: Client, bucket: impl Into<String>) -> S3BlobStore {
         S3BlobStore {
@@ -327,26 +359,19 @@ impl BlobStore for S3BlobStore {
 
     #[tracing::instrument(skip_all, fields(bucket = %self.bucket, key), err)]
     async fn get_to_file(&self, key: &str, path: &Path) -> Result<BlobMeta> {
-        let Some(mut out) = self.get_object(key).await? else {
-            return Err(StoreError::BlobNotFound {
-                bucket: self.bucket.clone(),
-                key: key.to_owned(),
-            });
-        };
-        let sha256 = out.metadata.as_ref().and_then(|m| m.get("sha256")).cloned();
-        // Write beside the destination, then rename: a reader never sees a partial file.
-        let partial = path.with_extension("partial");
-        let io = |e: std::io::Error| self.backend("write download", key, e);
-        let mut file = tokio::fs::File::create(&partial).await.map_err(io)?;
-        let mut size = 0u64;
-        while let Some(chunk) = out.body.next().await {
-            let chunk = chunk.map_err(|e| self.backend("GetObject", key, e))?;
-            size += chunk.len() as u64;
-            file.write_all(&chunk).await.map_err(io)?;
-        }
-        file.sync_all().await.map_err(io)?;
-        tokio::fs::rename(&partial, path).await.map_err(io)?;
-        Ok(BlobMeta { size, sha256 })
+        let meta = self.download(key, path, u64::MAX).await?;
+        // Nothing is larger than u64::MAX bytes.
+        meta.ok_or_else(|| self.backend("GetObject", key, "object larger than 2^64 bytes"))
+    }
+
+    #[tracing::instrument(skip_all, fields(bucket = %self.bucket, key, max_bytes), err)]
+    async fn get_to_file_within(
+        &self,
+        key: &str,
+        path: &Path,
+        max_bytes: u64,
+    ) -> Result<Option<BlobMeta>> {
+        self.download(key, path, max_bytes).await
     }
 
     async fn head(&self, key: &str) -> Result<Option<BlobMeta>> {

@@ -51,6 +51,9 @@ pub struct Limits {
     pub max_ratio: u64,
     /// Unpacked size below which the ratio is not judged (small files compress extremely well).
     pub ratio_floor_bytes: u64,
+    /// Largest uploaded code archive (`POST /v1/uploads` advertises it): a larger upload is
+    /// refused before it is downloaded, and a download stops there.
+    pub max_archive_bytes: u64,
 }
 
 impl Default for Limits {
@@ -60,6 +63,7 @@ impl Default for Limits {
             max_total_bytes: 2 << 30,
             max_ratio: 200,
             ratio_floor_bytes: 1 << 20,
+            max_archive_bytes: 1 << 30,
         }
     }
 }

@@ -389,8 +389,14 @@ impl SubmitService {
     }
 
     async fn fetch_blob(&self, key: &str, path: &std::path::Path) -> Result<()> {
-        match self.blobs.get_to_file(key, path).await {
-            Ok(_) => Ok(()),
+        let max = self.config.limits.max_archive_bytes;
+        match self.blobs.get_to_file_within(key, path, max).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(SubmitError::InvalidCode(
+                crate::capsule::CapsuleError::RejectedSource(format!(
+                    "the uploaded archive is larger than {max} bytes, the upload limit: keep data and checkpoints out of the code archive (read them from object storage in the job) and upload again"
+                )),
+            )),
             Err(crate::store::StoreError::BlobNotFound { .. }) => Err(SubmitError::NotFound(
                 format!("code at {key} (upload it first, then submit)"),
             )),

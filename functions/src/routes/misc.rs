@@ -12,7 +12,6 @@ use tuneplane_core::store::PresignMethod;
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 
 use super::submission::upload_key;
-use crate::config::MAX_UPLOAD_BYTES;
 use crate::error::ApiError;
 use crate::state::{AppState, Auth};
 
@@ -57,7 +56,8 @@ pub async fn create_upload(
         "url": presigned.url,
         "headers": headers,
         "expires_at": presigned.expires_at,
-        "max_bytes": MAX_UPLOAD_BYTES,
+        // Enforced when the upload is read at submit (`Limits::max_archive_bytes`).
+        "max_bytes": state.submit.config().limits.max_archive_bytes,
     });
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }

@@ -45,6 +45,7 @@ macro_rules! api_suite {
             scheduled_event_delivered_twice_creates_one_job,
             inbox_archive_becomes_a_job,
             bad_inbox_archive_gets_an_error_file_only,
+            an_inbox_archive_of_an_unknown_tenant_is_refused_with_a_note,
             submission_event_becomes_a_job,
             forged_submission_events_are_refused,
             inbox_keys_with_spaces_and_plus_are_found_and_bad_names_get_a_note,

@@ -297,6 +297,31 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
     );
 }
 
+/// The inbox takes the tenant from the object's key: an archive under a tenant nobody created
+/// runs nothing and gets a note saying so.
+pub async fn an_inbox_archive_of_an_unknown_tenant_is_refused_with_a_note(h: &Harness) {
+    use tuneplane_functions::triggers::{Outcome, handle_inbox};
+    let key = "inbox/nobody/run-1.zip";
+    put_inbox_zip(h, key).await;
+    let outcomes = handle_inbox(&h.state, &s3_created(key, "abcd"))
+        .await
+        .unwrap();
+    let [
+        Outcome::Rejected {
+            note_key: Some(note_key),
+            ..
+        },
+    ] = outcomes.as_slice()
+    else {
+        panic!("expected a rejection note: {outcomes:?}");
+    };
+    let note = note_at(h, note_key).await;
+    let message = note["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no tenant \"nobody\""), "{note}");
+    assert_eq!(h.object_count("capsules/").await, 0);
+    assert_eq!(h.job_count("nobody").await, 0);
+}
+
 pub async fn submission_event_becomes_a_job(h: &Harness) {
     let event = submission_event(super::SENDER_ACCOUNT);
     assert_inbox_submits_once(h, &event).await;

@@ -139,6 +139,30 @@ pub async fn large_file_streams_in_and_out(store: Store) {
     assert_eq!(head.and_then(|m| m.sha256), Some(sha(&content)));
 }
 
+/// A download bounded by a size stops at the limit: an object one byte too large is not written
+/// (and nothing is left behind); one exactly at the limit arrives whole.
+pub async fn a_bounded_download_refuses_an_object_above_its_limit(store: Store) {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let content = vec![7u8; 300_000];
+    let key = "uploads/u-big/code.tar.gz";
+    ok(store.put(key, content.clone()).await, "put");
+    let out = dir.path().join("code.archive");
+    let refused = ok(
+        store.get_to_file_within(key, &out, 299_999).await,
+        "bounded download",
+    );
+    assert!(refused.is_none(), "{refused:?}");
+    assert!(!out.exists(), "a refused download left a file");
+    let leftovers = ok(std::fs::read_dir(dir.path()), "list").count();
+    assert_eq!(leftovers, 0);
+    let meta = ok(
+        store.get_to_file_within(key, &out, 300_000).await,
+        "download at the limit",
+    );
+    assert_eq!(meta.map(|m| m.size), Some(300_000));
+    assert_eq!(ok(std::fs::read(&out), "read").len(), 300_000);
+}
+
 pub async fn presigned_put_then_get_round_trips_over_plain_http(store: Store) {
     let key = "uploads/u-1/code.tar.gz";
     let put = ok(
