@@ -164,6 +164,64 @@ impl TenantQuota {
     }
 }
 
+/// The quota of tenants without a record of their own (`TUNEPLANE_DEFAULT_QUOTA`, the same
+/// JSON as a quota without `tenant`); without one such tenants are unlimited.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DefaultQuota(pub Option<TenantQuota>);
+
+impl DefaultQuota {
+    /// Parses the configuration value: a quota's JSON without `tenant`, validated.
+    pub fn parse(json: &str) -> Result<DefaultQuota, String> {
+        let mut value: serde_json::Value = serde_json::from_str(json).map_err(|e| {
+            format!(
+                "expected a quota as JSON, e.g. {{\"series\": {{\"h200\": {{\"gpus\": 8, \"borrow\": true}}}}}}: {e}"
+            )
+        })?;
+        let Some(map) = value.as_object_mut() else {
+            return Err("expected a JSON object (a quota without \"tenant\")".into());
+        };
+        if map.contains_key("tenant") {
+            return Err(
+                "leave out \"tenant\": the default applies to every tenant without a quota".into(),
+            );
+        }
+        map.insert("tenant".into(), "default".into());
+        let quota: TenantQuota = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        quota.validate().map_err(|e| e.to_string())?;
+        Ok(DefaultQuota(Some(quota)))
+    }
+
+    /// The quota that applies to `tenant`, whose own record is `stored`.
+    pub fn effective(&self, tenant: &str, stored: Option<TenantQuota>) -> Option<TenantQuota> {
+        stored.or_else(|| {
+            self.0.as_ref().map(|d| TenantQuota {
+                tenant: tenant.to_owned(),
+                ..d.clone()
+            })
+        })
+    }
+
+    /// `stored` plus the default's copy for each of `tenants` without a record.
+    pub fn complete<'a>(
+        &self,
+        mut stored: Vec<TenantQuota>,
+        tenants: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<TenantQuota> {
+        if self.0.is_some() {
+            let mut missing: Vec<&str> = tenants
+                .into_iter()
+                .filter(|t| !stored.iter().any(|q| q.tenant == *t))
+                .collect();
+            missing.sort_unstable();
+            missing.dedup();
+            for t in missing {
+                stored.extend(self.effective(t, None));
+            }
+        }
+        stored
+    }
+}
+
 /// True for tenant names: 1-40 of `a-z`, `0-9` and `-`.
 pub fn valid_tenant(t: &str) -> bool {
     !t.is_empty()
@@ -552,6 +610,29 @@ pub fn never_within(quota: &TenantQuota, demand: &Demand) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_default_quota_applies_to_tenants_without_their_own() {
+        let d =
+            DefaultQuota::parse(r#"{"series": {"h200": {"gpus": 8, "borrow": false}}}"#).unwrap();
+        let own = TenantQuota::unlimited("rich");
+        let q = d.effective("new", None).unwrap();
+        assert_eq!((q.tenant.as_str(), q.series["h200"].gpus), ("new", 8));
+        assert_eq!(d.effective("rich", Some(own.clone())), Some(own.clone()));
+        let all = d.complete(vec![own], ["new", "rich", "new"]);
+        let names: Vec<&str> = all.iter().map(|q| q.tenant.as_str()).collect();
+        assert_eq!(names, ["rich", "new"]);
+        assert_eq!(DefaultQuota::default().effective("new", None), None);
+        for (bad, needle) in [
+            (r#"{"tenant": "x"}"#, "leave out"),
+            (r#"{"weight": 0}"#, "weight"),
+            ("[1]", "JSON object"),
+            ("nope", "expected a quota"),
+        ] {
+            let err = DefaultQuota::parse(bad).unwrap_err();
+            assert!(err.contains(needle), "{bad}: {err}");
+        }
+    }
 
     fn quota() -> TenantQuota {
         let mut q = TenantQuota::unlimited("team-a");

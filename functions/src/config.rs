@@ -29,6 +29,9 @@ pub const ENV_NAMESPACE: &str = "TUNEPLANE_NAMESPACE";
 /// Tenants with a namespace of their own, as JSON: `{"acme": "ml-acme"}`; others use
 /// `TUNEPLANE_NAMESPACE`. A spec naming any namespace but its tenant's is refused.
 pub const ENV_TENANT_NAMESPACES: &str = "TUNEPLANE_TENANT_NAMESPACES";
+/// The quota of tenants without their own, as a quota's JSON without `tenant` (set the same value
+/// on the reconciler); unset: such tenants are unlimited.
+pub const ENV_DEFAULT_QUOTA: &str = "TUNEPLANE_DEFAULT_QUOTA";
 /// Default pre-running deadline, seconds.
 pub const ENV_PRE_RUNNING: &str = "TUNEPLANE_PRE_RUNNING_DEADLINE_SECONDS";
 /// Default run deadline, seconds.
@@ -166,6 +169,17 @@ impl Config {
                 .map(PathBuf::from)
                 .unwrap_or_else(std::env::temp_dir),
             idempotency_ttl_seconds: 24 * 3600,
+            default_quota: match non_empty(ENV_DEFAULT_QUOTA) {
+                None => Default::default(),
+                Some(json) => {
+                    tuneplane_core::quota::DefaultQuota::parse(&json).map_err(|message| {
+                        ConfigError {
+                            var: ENV_DEFAULT_QUOTA,
+                            message,
+                        }
+                    })?
+                }
+            },
         };
         Ok(Config {
             backend,

@@ -90,6 +90,8 @@ fn transformed_template_matches_what_the_code_expects() {
         config::ENV_SCRATCH,
         config::ENV_LOG_FORMAT,
         config::ENV_EVENT_SENDERS,
+        config::ENV_TENANT_NAMESPACES,
+        config::ENV_DEFAULT_QUOTA,
         tuneplane_functions::console::session::ENV_CONSOLE_SECRET,
     ];
     let mut functions = 0;

@@ -46,6 +46,9 @@ pub const ENV_OPERATOR_NAMESPACE: &str = "TUNEPLANE_OPERATOR_NAMESPACE";
 /// Comma-separated IPv4 CIDRs the API server's proxy traffic comes from, allowed to jobs'
 /// dashboard gates (default none).
 pub const ENV_API_SERVER_CIDRS: &str = "TUNEPLANE_API_SERVER_CIDRS";
+/// The quota of tenants without their own (a quota's JSON without `tenant`; the functions read
+/// the same variable); unset: such tenants are unlimited.
+pub const ENV_DEFAULT_QUOTA: &str = "TUNEPLANE_DEFAULT_QUOTA";
 /// Longest validity of a presigned capsule URL, seconds (default 604800, S3's limit).
 pub const ENV_MAX_URL_SECONDS: &str = "TUNEPLANE_MAX_PRESIGN_SECONDS";
 /// CPU cores each free GPU keeps for GPU jobs: CPU-only jobs may not use them (default 4).
@@ -86,6 +89,8 @@ pub struct Config {
     pub kube_burst: u32,
     /// Namespace of playground pods (default `tuneplane-jobs`, where jobs run).
     pub playground_namespace: String,
+    /// The quota of tenants without their own.
+    pub default_quota: tuneplane_core::quota::DefaultQuota,
     /// Longest presigned URL validity.
     pub max_presign: Duration,
     /// What each free GPU keeps of its node for GPU jobs.
@@ -106,6 +111,7 @@ impl Default for Config {
             kube_qps: 20,
             kube_burst: 40,
             playground_namespace: tuneplane_core::constants::DEFAULT_NAMESPACE.into(),
+            default_quota: Default::default(),
             max_presign: Duration::from_secs(604_800),
             gpu_share: GpuShare::default(),
         }
@@ -207,6 +213,15 @@ impl Config {
         }
         if let Some(v) = get(ENV_PLAYGROUND_IMAGE) {
             c.render.playground_image = v;
+        }
+        if let Some(v) = get(ENV_DEFAULT_QUOTA) {
+            c.default_quota =
+                tuneplane_core::quota::DefaultQuota::parse(&v).map_err(|message| {
+                    Error::Config {
+                        var: ENV_DEFAULT_QUOTA,
+                        message,
+                    }
+                })?;
         }
         if let Some(v) = get(ENV_OPERATOR_NAMESPACE) {
             if !tuneplane_core::spec::is_dns_label(v.trim(), 63) {

@@ -247,7 +247,11 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     // Quotas are read every pass (one small query), so a change applies at the next pass. A pass
     // that cannot read them admits nothing rather than admit past a limit.
     let quotas = match ctx.jobs.list_quotas().await {
-        Ok(q) => q,
+        // Tenants without a record get the configured default (if any).
+        Ok(q) => ctx
+            .config
+            .default_quota
+            .complete(q, active.iter().map(|j| j.tenant.as_str())),
         Err(e) => {
             note(ctx, &mut report, "quota read", "", Err(e.into()));
             crate::playground::pass(ctx, cluster, now, &mut report).await;

@@ -115,6 +115,43 @@ async fn a_late_tenant_gets_the_next_opening_not_a_place_behind_another_tenants_
     );
 }
 
+/// A tenant with no quota of its own gets the configured default: with a default of 8 h200
+/// GPUs, a new tenant's second 8-GPU job waits with the quota reason while a node stays idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_without_a_quota_gets_the_default_one() {
+    let h = start(sim_config(H200_X3, Duration::from_secs(30), None)).await;
+    let default = tuneplane_core::quota::DefaultQuota::parse(
+        r#"{"series": {"h200": {"gpus": 8, "borrow": false}}}"#,
+    )
+    .expect("default quota");
+    let config = tuneplane_reconciler::Config {
+        default_quota: default,
+        ..test_config("r1")
+    };
+    let (_task, _ctx) = h.reconciler(config).await;
+    let ids = ["new-0".to_owned(), "new-1".to_owned()];
+    for id in &ids {
+        h.submit(&h200("newcomer", id)).await;
+    }
+    let waiting = wait_for(30, "the second job held by the default quota", || async {
+        let jobs = all(&h, &ids).await;
+        let holding = jobs.iter().filter(|j| holds(j)).count();
+        let held: Vec<String> = jobs
+            .iter()
+            .filter_map(|j| {
+                let p = j.pending.as_ref()?;
+                (p.reason == PendingReason::QuotaExceeded).then(|| p.message.clone())
+            })
+            .collect();
+        (holding == 1 && held.len() == 1).then_some(held)
+    })
+    .await;
+    assert_eq!(
+        waiting[0],
+        "tenant newcomer uses 8 of 8 h200 GPUs; this job needs 8"
+    );
+}
+
 /// A quota of 16 h200 GPUs without borrowing: a never holds more than 16, its other jobs wait
 /// with `QuotaExceeded` though a node is idle. With `borrow: true` a takes the idle node, and
 /// the next opening goes to tenant b, which is within its quota, before a's further jobs.

@@ -137,6 +137,8 @@ pub struct SubmitConfig {
     pub scratch_dir: PathBuf,
     /// How long idempotency keys are remembered.
     pub idempotency_ttl_seconds: u64,
+    /// The quota of tenants without their own.
+    pub default_quota: crate::quota::DefaultQuota,
 }
 
 impl Default for SubmitConfig {
@@ -146,6 +148,7 @@ impl Default for SubmitConfig {
             limits: Limits::default(),
             scratch_dir: std::env::temp_dir(),
             idempotency_ttl_seconds: 24 * 3600,
+            default_quota: Default::default(),
         }
     }
 }
@@ -289,8 +292,10 @@ impl SubmitService {
             .check_namespace(&tenant, &prepared.spec)?;
 
         // Before the first write: a job that alone is above a hard limit of its tenant's quota
-        // would wait forever, so it is refused now. A tenant without a quota is unlimited.
-        let quota = self.jobs.get_quota(&tenant).await?;
+        // would wait forever, so it is refused now. A tenant without a quota has the default one
+        // (unlimited when none is configured).
+        let stored = self.jobs.get_quota(&tenant).await?;
+        let quota = self.config.default_quota.effective(&tenant, stored);
         check_quota(quota.as_ref(), &prepared.spec)?;
 
         if let Some(file) = &prepared.capsule_file {

@@ -90,7 +90,8 @@ fn team(view: &QuotaView) -> Markup {
 /// The body of the capacity page for `tenant`.
 pub async fn body(state: &AppState, tenant: &str) -> Result<Markup, ConsoleError> {
     let snap = snapshot(state).await?;
-    let quota = state.submit.jobs().get_quota(tenant).await?;
+    let own = state.submit.jobs().get_quota(tenant).await?;
+    let quota = state.submit.config().default_quota.effective(tenant, own);
     let view = quota_view(tenant, quota.as_ref(), snap.as_ref());
     let now = (state.clock)();
     Ok(html! {

@@ -19,7 +19,12 @@ pub async fn get_quota(
 ) -> Result<Json<QuotaView>, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
     let jobs = state.submit.jobs();
-    let quota = jobs.get_quota(&principal.tenant).await?;
+    let own = jobs.get_quota(&principal.tenant).await?;
+    let quota = state
+        .submit
+        .config()
+        .default_quota
+        .effective(&principal.tenant, own);
     let stored = jobs.get_capacity().await?;
     let (snapshot, problem) = match stored {
         None => (None, None),
