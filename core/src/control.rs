@@ -33,6 +33,18 @@ pub enum ControlError {
     /// The playground request breaks rules; every problem is listed.
     #[error("the playground request is invalid")]
     InvalidPlayground(Vec<FieldError>),
+    /// The tenant already has as many live playgrounds as it may.
+    #[error(
+        "tenant {tenant} already has {active} live playgrounds, the most a tenant may have ({limit}): delete one (tuneplane playground delete ID) or wait for one to expire"
+    )]
+    PlaygroundLimit {
+        /// The tenant.
+        tenant: String,
+        /// Its live playgrounds.
+        active: usize,
+        /// The limit (`TUNEPLANE_PLAYGROUND_LIMIT`).
+        limit: u32,
+    },
     /// Storage failed.
     #[error("storage failed: {0}")]
     Store(#[from] StoreError),
@@ -121,6 +133,23 @@ impl ControlService {
         let shape = self.submit.stored_fleet_shape().await?;
         let notes = playground::validate(request, shape.as_ref())
             .map_err(ControlError::InvalidPlayground)?;
+        // A tenant may keep only a few at once (a loop of creates cannot take the fleet).
+        let limit = self.submit.config().playground_limit;
+        let active = self
+            .submit
+            .jobs()
+            .list_playgrounds()
+            .await?
+            .iter()
+            .filter(|p| p.tenant == tenant && p.expires_at_ms > now_ms)
+            .count();
+        if active >= limit as usize {
+            return Err(ControlError::PlaygroundLimit {
+                tenant: tenant.to_owned(),
+                active,
+                limit,
+            });
+        }
         let ttl_ms = i64::try_from(request.ttl_seconds)
             .unwrap_or(i64::MAX)
             .saturating_mul(1000);

@@ -32,6 +32,8 @@ pub const ENV_TENANT_NAMESPACES: &str = "TUNEPLANE_TENANT_NAMESPACES";
 /// The quota of tenants without their own, as a quota's JSON without `tenant` (set the same value
 /// on the reconciler); unset: such tenants are unlimited.
 pub const ENV_DEFAULT_QUOTA: &str = "TUNEPLANE_DEFAULT_QUOTA";
+/// Most live playgrounds a tenant may have at once (default 2).
+pub const ENV_PLAYGROUND_LIMIT: &str = "TUNEPLANE_PLAYGROUND_LIMIT";
 /// Default pre-running deadline, seconds.
 pub const ENV_PRE_RUNNING: &str = "TUNEPLANE_PRE_RUNNING_DEADLINE_SECONDS";
 /// Default run deadline, seconds.
@@ -169,6 +171,18 @@ impl Config {
                 .map(PathBuf::from)
                 .unwrap_or_else(std::env::temp_dir),
             idempotency_ttl_seconds: 24 * 3600,
+            playground_limit: match non_empty(ENV_PLAYGROUND_LIMIT) {
+                None => 2,
+                Some(v) => v
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=100).contains(n))
+                    .ok_or_else(|| ConfigError {
+                        var: ENV_PLAYGROUND_LIMIT,
+                        message: format!("{v:?} is not a whole number from 1 to 100"),
+                    })?,
+            },
             default_quota: match non_empty(ENV_DEFAULT_QUOTA) {
                 None => Default::default(),
                 Some(json) => {

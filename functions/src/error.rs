@@ -86,6 +86,10 @@ impl From<ControlError> for ApiError {
                 subject: "playground request",
                 fields,
             },
+            e @ ControlError::PlaygroundLimit { .. } => ApiError::Conflict {
+                code: "playground_limit",
+                message: e.to_string(),
+            },
             ControlError::Store(e) => ApiError::Store(e),
         }
     }

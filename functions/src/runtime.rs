@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use tuneplane_core::store::{BlobStore, JobStore};
 use tuneplane_core::submit::{BlockingFuture, BlockingTask, Offload, SubmitError, SubmitService};
 use tuneplane_stores::{DynamoJobStore, EmbeddedJobStore, FsBlobStore, S3BlobStore, aws};
@@ -34,23 +33,14 @@ pub fn new_job_id() -> String {
     random_id("j")
 }
 
-/// Random bytes from the operating system; should that ever fail, a hash of time, process and
-/// a counter (unique, though predictable: ids are not secrets, key secrets use the OS only).
+/// Random bytes from the operating system, or a hard error: ids and secrets (API keys, console
+/// sessions) are never made from anything guessable. Without the OS's randomness nothing can be
+/// minted safely, so this panics (the request fails; a Lambda invocation reports the error)
+/// rather than fall back to time or process ids.
 pub fn random_bytes<const N: usize>() -> [u8; N] {
     let mut out = [0u8; N];
-    if getrandom::fill(&mut out).is_err() {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let seed = format!(
-            "{}-{}-{}",
-            now_ms(),
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let digest = Sha256::digest(seed.as_bytes());
-        for (o, d) in out.iter_mut().zip(digest.iter().cycle()) {
-            *o = *d;
-        }
+    if let Err(e) = getrandom::fill(&mut out) {
+        panic!("no randomness from the operating system ({e}): refusing to mint ids or secrets");
     }
     out
 }

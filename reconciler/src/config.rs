@@ -49,6 +49,9 @@ pub const ENV_API_SERVER_CIDRS: &str = "TUNEPLANE_API_SERVER_CIDRS";
 /// The quota of tenants without their own (a quota's JSON without `tenant`; the functions read
 /// the same variable); unset: such tenants are unlimited.
 pub const ENV_DEFAULT_QUOTA: &str = "TUNEPLANE_DEFAULT_QUOTA";
+/// Bearer token a scrape sends to see the per-tenant metrics (`tuneplane_tenant_*`); without it
+/// (or when unset) `/metrics` leaves them out.
+pub const ENV_METRICS_TOKEN: &str = "TUNEPLANE_METRICS_TOKEN";
 /// Longest validity of a presigned capsule URL, seconds (default 604800, S3's limit).
 pub const ENV_MAX_URL_SECONDS: &str = "TUNEPLANE_MAX_PRESIGN_SECONDS";
 /// CPU cores each free GPU keeps for GPU jobs: CPU-only jobs may not use them (default 4).
@@ -91,6 +94,8 @@ pub struct Config {
     pub playground_namespace: String,
     /// The quota of tenants without their own.
     pub default_quota: tuneplane_core::quota::DefaultQuota,
+    /// Token that unlocks the per-tenant metrics on `/metrics`.
+    pub metrics_token: Option<String>,
     /// Longest presigned URL validity.
     pub max_presign: Duration,
     /// What each free GPU keeps of its node for GPU jobs.
@@ -112,6 +117,7 @@ impl Default for Config {
             kube_burst: 40,
             playground_namespace: tuneplane_core::constants::DEFAULT_NAMESPACE.into(),
             default_quota: Default::default(),
+            metrics_token: None,
             max_presign: Duration::from_secs(604_800),
             gpu_share: GpuShare::default(),
         }
@@ -213,6 +219,15 @@ impl Config {
         }
         if let Some(v) = get(ENV_PLAYGROUND_IMAGE) {
             c.render.playground_image = v;
+        }
+        if let Some(v) = get(ENV_METRICS_TOKEN) {
+            if v.trim().len() < 16 {
+                return Err(Error::Config {
+                    var: ENV_METRICS_TOKEN,
+                    message: "use at least 16 characters (e.g. openssl rand -hex 16)".into(),
+                });
+            }
+            c.metrics_token = Some(v.trim().to_owned());
         }
         if let Some(v) = get(ENV_DEFAULT_QUOTA) {
             c.default_quota =

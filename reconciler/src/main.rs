@@ -82,6 +82,7 @@ async fn main() -> anyhow::Result<()> {
     let server = tokio::spawn(tuneplane_reconciler::metrics::serve(
         config.metrics_addr,
         metrics,
+        config.metrics_token.clone(),
     ));
     let shutdown = async {
         let mut term =

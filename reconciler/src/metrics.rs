@@ -376,17 +376,68 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// [`Metrics::render`] without the per-tenant families (`tuneplane_tenant_*`): what an
+    /// unauthenticated scrape gets, so tenant names and usage are not published to whoever can
+    /// reach the port.
+    pub fn render_public(&self) -> String {
+        let mut out = String::new();
+        for line in self.render().lines() {
+            let name = line
+                .strip_prefix("# HELP ")
+                .or_else(|| line.strip_prefix("# TYPE "))
+                .or_else(|| line.strip_prefix("# UNIT "))
+                .unwrap_or(line);
+            if !name.starts_with(TENANT_PREFIX) {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// Prefix of the per-tenant metric families.
+const TENANT_PREFIX: &str = "tuneplane_tenant_";
+
 /// Content type of [`Metrics::render`]'s output.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-async fn exposition(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+/// What the server shares: the metrics and the scrape token that unlocks tenant series.
+#[derive(Clone)]
+struct Served {
+    metrics: Arc<Metrics>,
+    token: Option<Arc<str>>,
+}
+
+/// Whether the request carries `Authorization: Bearer <token>` (compared in constant time).
+fn authorized(headers: &axum::http::HeaderMap, token: &str) -> bool {
+    let Some(sent) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (sent.as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn exposition(State(s): State<Served>, headers: axum::http::HeaderMap) -> impl IntoResponse {
+    let full = s.token.as_deref().is_some_and(|t| authorized(&headers, t));
+    let body = if full {
+        s.metrics.render()
+    } else {
+        s.metrics.render_public()
+    };
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],
-        m.render(),
+        body,
     )
 }
 
-async fn healthz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
+async fn healthz(State(s): State<Served>) -> (StatusCode, &'static str) {
+    let m = s.metrics;
     // Alive when the main loop ticked within the last two minutes (it ticks every few seconds).
     let age = tuneplane_core::clock::now_ms() - m.heartbeat_ms.load(Relaxed);
     if age < 120_000 {
@@ -397,22 +448,25 @@ async fn healthz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
 }
 
 /// The `/metrics` and `/healthz` router.
-pub fn router(metrics: Arc<Metrics>) -> Router {
+pub fn router(metrics: Arc<Metrics>, token: Option<&str>) -> Router {
     Router::new()
         .route("/metrics", get(exposition))
         .route("/healthz", get(healthz))
-        .with_state(metrics)
+        .with_state(Served {
+            metrics,
+            token: token.filter(|t| !t.is_empty()).map(Arc::from),
+        })
 }
 
 /// Binds `addr` and serves the router until the task is dropped.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<()> {
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, token: Option<String>) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Bind {
             addr: addr.to_string(),
             source,
         })?;
-    axum::serve(listener, router(metrics))
+    axum::serve(listener, router(metrics, token.as_deref()))
         .await
         .map_err(|source| Error::Bind {
             addr: addr.to_string(),

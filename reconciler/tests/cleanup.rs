@@ -314,7 +314,7 @@ async fn metrics_and_healthz_are_served() {
     metrics.observe_pass(Duration::from_secs(2), true);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = tuneplane_reconciler::metrics::router(metrics);
+    let router = tuneplane_reconciler::metrics::router(metrics, None);
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
     let client = reqwest::Client::new();
     let body = client
@@ -361,5 +361,44 @@ async fn metrics_and_healthz_are_served() {
         .await
         .unwrap();
     assert_eq!(health.status().as_u16(), 200);
+    server.abort();
+}
+
+/// Per-tenant metrics name tenants and their usage: an unauthenticated scrape (or one with
+/// another token) gets every other family but none of `tuneplane_tenant_*`; a scrape with the
+/// configured token gets them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_metrics_need_the_scrape_token() {
+    let metrics = std::sync::Arc::new(Metrics::default());
+    metrics.heartbeat(tuneplane_core::clock::now_ms());
+    let usage = tuneplane_core::quota::TenantUsage {
+        queued_jobs: 3,
+        ..Default::default()
+    };
+    metrics.set_tenants(&[("team-secret".to_owned(), usage)].into());
+    let token = "0123456789abcdef0123";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = tuneplane_reconciler::metrics::router(metrics, Some(token));
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let scrape = |auth: Option<&str>| {
+        let mut req = client.get(format!("http://{addr}/metrics"));
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        async move { req.send().await.unwrap().text().await.unwrap() }
+    };
+    for auth in [None, Some("Bearer wrong-token-wrong-token")] {
+        let text = scrape(auth).await;
+        assert!(text.contains("tuneplane_queue_depth"), "{text}");
+        assert!(!text.contains("team-secret"), "{auth:?}: {text}");
+        assert!(!text.contains("tuneplane_tenant_"), "{auth:?}: {text}");
+    }
+    let full = scrape(Some(&format!("Bearer {token}"))).await;
+    assert!(
+        full.contains("tuneplane_tenant_queued_jobs{tenant=\"team-secret\"} 3"),
+        "{full}"
+    );
     server.abort();
 }

@@ -139,6 +139,8 @@ pub struct SubmitConfig {
     pub idempotency_ttl_seconds: u64,
     /// The quota of tenants without their own.
     pub default_quota: crate::quota::DefaultQuota,
+    /// Most live playgrounds a tenant may have at once.
+    pub playground_limit: u32,
 }
 
 impl Default for SubmitConfig {
@@ -149,6 +151,7 @@ impl Default for SubmitConfig {
             scratch_dir: std::env::temp_dir(),
             idempotency_ttl_seconds: 24 * 3600,
             default_quota: Default::default(),
+            playground_limit: 2,
         }
     }
 }

@@ -36,6 +36,7 @@ macro_rules! api_suite {
             playgrounds_are_created_listed_and_expired_per_tenant,
             playground_that_cannot_fit_the_published_capacity_is_refused_naming_the_field,
             playground_list_shows_state_reason_and_the_proxy_url,
+            a_tenant_over_its_playground_limit_gets_a_clear_409,
         );
         $crate::api_suite!(@cases $make; triggers;
             signed_webhook_submits_once_and_a_replay_is_401,
@@ -821,4 +822,51 @@ pub async fn playground_list_shows_state_reason_and_the_proxy_url(h: &Harness) {
     );
     let one = h.get(&format!("/v1/playgrounds/{id}")).await;
     assert_eq!(one.json["reason"], "InsufficientGpu");
+}
+
+/// A tenant may keep two live playgrounds (the default limit): the third is a 409 naming the
+/// limit and the way out, stores nothing, and another tenant is not affected; deleting one frees
+/// a place.
+pub async fn a_tenant_over_its_playground_limit_gets_a_clear_409(h: &Harness) {
+    let body = serde_json::to_vec(
+        &json!({"model": "qwen2.5-7b", "series": "l40s", "gpus": 1, "ttl_seconds": 600}),
+    )
+    .unwrap_or_default();
+    let create = |key: String| {
+        let body = body.clone();
+        async move {
+            h.call(Method::POST, "/v1/playgrounds", Some(&key), &[], body)
+                .await
+        }
+    };
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let made = create(h.key_a.clone()).await;
+        assert_eq!(made.status, StatusCode::CREATED, "{}", made.json);
+        ids.push(made.json["id"].as_str().unwrap_or_default().to_owned());
+    }
+    let third = create(h.key_a.clone()).await;
+    assert_eq!(third.status, StatusCode::CONFLICT, "{}", third.json);
+    assert_eq!(third.json["error"]["code"], "playground_limit");
+    let message = third.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("2 live playgrounds") && message.contains("delete one"),
+        "{message}"
+    );
+    let listed = h.get("/v1/playgrounds").await;
+    assert_eq!(listed.json["playgrounds"].as_array().map(Vec::len), Some(2));
+    let other = create(h.key_b.clone()).await;
+    assert_eq!(other.status, StatusCode::CREATED, "{}", other.json);
+    let deleted = h
+        .call(
+            Method::DELETE,
+            &format!("/v1/playgrounds/{}", ids[0]),
+            Some(&h.key_a.clone()),
+            &[],
+            Vec::new(),
+        )
+        .await;
+    assert!(deleted.status.is_success(), "{}", deleted.json);
+    let again = create(h.key_a.clone()).await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.json);
 }
