@@ -153,19 +153,15 @@ impl ControlService {
         let ttl_ms = i64::try_from(request.ttl_seconds)
             .unwrap_or(i64::MAX)
             .saturating_mul(1000);
-        let record = PlaygroundRecord {
+        let record = PlaygroundRecord::requested(
             id,
-            tenant: tenant.to_owned(),
-            model: request.model.to_owned(),
-            series: request.series.to_owned(),
-            gpus: request.gpus,
-            pod_name: None,
-            created_at_ms: now_ms,
-            expires_at_ms: now_ms.saturating_add(ttl_ms),
-            version: 0,
-            pod_namespace: None,
-            status: None,
-        };
+            tenant,
+            request.model,
+            request.series,
+            request.gpus,
+            now_ms,
+            now_ms.saturating_add(ttl_ms),
+        );
         let record = self.submit.jobs().put_playground(&record).await?;
         Ok(CreatedPlayground { record, notes })
     }

@@ -307,19 +307,15 @@ fn rendered_pods(namespace: &str) -> Vec<(String, serde_json::Value)> {
             pods.push((format!("the RayJob's {group} ({delivery:?})"), pod));
         }
     }
-    let playground = tuneplane_core::store::PlaygroundRecord {
-        id: "pg-psa".into(),
-        tenant: "acme".into(),
-        model: "Qwen/Qwen3-0.6B".into(),
-        series: "l40s".into(),
-        gpus: 1,
-        pod_name: None,
-        created_at_ms: 0,
-        expires_at_ms: 3_600_000,
-        version: 0,
-        pod_namespace: None,
-        status: None,
-    };
+    let playground = tuneplane_core::store::PlaygroundRecord::requested(
+        "pg-psa",
+        "acme",
+        "Qwen/Qwen3-0.6B",
+        "l40s",
+        1,
+        0,
+        3_600_000,
+    );
     let pod = render_playground(&playground, namespace, &RenderSettings::default());
     pods.push(("a playground".to_owned(), pod));
     for (_, pod) in &mut pods {

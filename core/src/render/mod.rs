@@ -606,19 +606,7 @@ mod tests {
 
     /// A one-GPU l40s playground of an hour, created at 0.
     fn playground() -> PlaygroundRecord {
-        PlaygroundRecord {
-            id: "PG_1".into(),
-            tenant: "acme".into(),
-            model: "Qwen/Qwen3-0.6B".into(),
-            series: "l40s".into(),
-            gpus: 1,
-            pod_name: None,
-            created_at_ms: 0,
-            expires_at_ms: 3_600_000,
-            version: 0,
-            pod_namespace: None,
-            status: None,
-        }
+        PlaygroundRecord::requested("PG_1", "acme", "Qwen/Qwen3-0.6B", "l40s", 1, 0, 3_600_000)
     }
 
     #[test]

@@ -151,6 +151,34 @@ pub struct PlaygroundRecord {
     pub status: Option<PlaygroundStatus>,
 }
 
+impl PlaygroundRecord {
+    /// A new playground as asked (no pod yet, version 0): `gpus` of `series` serving `model`
+    /// for `tenant`, from `created_at_ms` until `expires_at_ms`.
+    pub fn requested(
+        id: impl Into<String>,
+        tenant: impl Into<String>,
+        model: impl Into<String>,
+        series: impl Into<String>,
+        gpus: u32,
+        created_at_ms: i64,
+        expires_at_ms: i64,
+    ) -> PlaygroundRecord {
+        PlaygroundRecord {
+            id: id.into(),
+            tenant: tenant.into(),
+            model: model.into(),
+            series: series.into(),
+            gpus,
+            pod_name: None,
+            created_at_ms,
+            expires_at_ms,
+            version: 0,
+            pod_namespace: None,
+            status: None,
+        }
+    }
+}
+
 /// State of a playground's pod as the reconciler saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PlaygroundState {

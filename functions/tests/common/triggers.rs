@@ -257,12 +257,11 @@ pub async fn inbox_archive_becomes_a_job(h: &Harness) {
     );
 }
 
-pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
+/// Delivers the creation of the inbox object `key` (event tag `tag`); the key of the one
+/// rejection note it must produce.
+async fn rejected_with_note(h: &Harness, key: &str, tag: &str) -> String {
     use tuneplane_functions::triggers::{Outcome, handle_inbox};
-    let key = "inbox/acme/evil.tar";
-    assert!(h.blobs().put(key, hostile_tar()).await.is_ok());
-    let event = s3_created(key, "ffff");
-    let outcomes = handle_inbox(&h.state, &event).await.unwrap();
+    let outcomes = handle_inbox(&h.state, &s3_created(key, tag)).await.unwrap();
     let [
         Outcome::Rejected {
             note_key: Some(note_key),
@@ -272,6 +271,14 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
     else {
         panic!("expected a rejection note: {outcomes:?}");
     };
+    note_key.clone()
+}
+
+pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
+    use tuneplane_functions::triggers::{Outcome, handle_inbox};
+    let key = "inbox/acme/evil.tar";
+    assert!(h.blobs().put(key, hostile_tar()).await.is_ok());
+    let note_key = &rejected_with_note(h, key, "ffff").await;
     assert_eq!(note_key, "inbox/acme/evil.tar.error.json");
     let note = note_at(h, note_key).await;
     assert_eq!(note["error"]["code"], "invalid_code", "{note}");
@@ -300,22 +307,10 @@ pub async fn bad_inbox_archive_gets_an_error_file_only(h: &Harness) {
 /// The inbox takes the tenant from the object's key: an archive under a tenant nobody created
 /// runs nothing and gets a note saying so.
 pub async fn an_inbox_archive_of_an_unknown_tenant_is_refused_with_a_note(h: &Harness) {
-    use tuneplane_functions::triggers::{Outcome, handle_inbox};
     let key = "inbox/nobody/run-1.zip";
     put_inbox_zip(h, key).await;
-    let outcomes = handle_inbox(&h.state, &s3_created(key, "abcd"))
-        .await
-        .unwrap();
-    let [
-        Outcome::Rejected {
-            note_key: Some(note_key),
-            ..
-        },
-    ] = outcomes.as_slice()
-    else {
-        panic!("expected a rejection note: {outcomes:?}");
-    };
-    let note = note_at(h, note_key).await;
+    let note_key = rejected_with_note(h, key, "abcd").await;
+    let note = note_at(h, &note_key).await;
     let message = note["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("no tenant \"nobody\""), "{note}");
     assert_eq!(h.object_count("capsules/").await, 0);
