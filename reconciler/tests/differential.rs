@@ -1515,6 +1515,15 @@ async fn a_rayjob_run_to_success_matches_the_real_control_plane() {
     let mut r = Redactor::default();
     let value = render_rayjob(&job, &capsule, &RenderSettings::default()).expect("render");
     let typed: RayJob = serde_json::from_value(value).expect("rayjob");
+    // The job's Ray token first, as the reconciler creates it: its pods read it from the Secret.
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
+        tuneplane_core::render::rayjob::render_auth_secret(&job, &"ab".repeat(32)),
+    )
+    .expect("secret");
+    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(h.client.clone(), "tuneplane-jobs")
+        .create(&create_params(), &secret)
+        .await
+        .expect("create the token's secret");
     let api = h.rayjobs();
     let (statuses, watcher) = record(api.clone(), "tp-s1");
     let created = api.create(&create_params(), &typed).await.expect("create");
