@@ -294,14 +294,20 @@ impl Cluster {
 
     /// The pods of `job`: those with its label that [`belongs_to`] its workload.
     pub fn pods_of(&self, job: &tuneplane_core::job::JobRecord) -> Vec<&Pod> {
-        let workload = job
-            .workload_name
-            .clone()
-            .unwrap_or_else(|| tuneplane_core::render::workload_name(&job.id));
+        // Every pass asks this of every active job: name the workload without a copy when the
+        // record has it.
+        let computed;
+        let workload = match job.workload_name.as_deref() {
+            Some(w) => w,
+            None => {
+                computed = tuneplane_core::render::workload_name(&job.id);
+                computed.as_str()
+            }
+        };
         let label = tuneplane_core::render::label_value(&job.id);
         self.job_pods(&job.spec.namespace, &label)
             .into_iter()
-            .filter(|p| belongs_to(p, &job.id, &workload))
+            .filter(|p| belongs_to(p, &job.id, workload))
             .collect()
     }
 
