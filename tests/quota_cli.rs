@@ -208,6 +208,7 @@ async fn serve_api(dir: &Path) -> (String, String, Arc<dyn JobStore>) {
         event_senders: Default::default(),
         json_logs: false,
         listen: None,
+        playground_pod_networks: Vec::new(),
     };
     let (jobs, blobs) = tuneplane_functions::runtime::stores(&config).await.unwrap();
     let (secret, record) = new_api_key(

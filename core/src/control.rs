@@ -122,17 +122,38 @@ impl ControlService {
     }
 
     /// Validates `request` (against the fleet shape of the latest capacity snapshot when there
-    /// is one) and stores it as playground `id` of `tenant`, created at `now_ms`.
+    /// is one, and against the tenant's quota) and stores it as playground `id` of `tenant`,
+    /// created at `now_ms`, its server guarded by `server_key` (random, from the caller). It
+    /// waits for admission like a job; the reconciler creates its pod once admitted.
     pub async fn create_playground(
         &self,
         tenant: &str,
         request: &PlaygroundRequest<'_>,
         id: String,
+        server_key: String,
         now_ms: i64,
     ) -> Result<CreatedPlayground> {
         let shape = self.submit.stored_fleet_shape().await?;
         let notes = playground::validate(request, shape.as_ref())
             .map_err(ControlError::InvalidPlayground)?;
+        // Admitted like a job, so refused like one when its tenant's quota could never hold it.
+        let quota = self.submit.jobs().get_quota(tenant).await?;
+        let quota = self.submit.config().default_quota.effective(tenant, quota);
+        if let Some(quota) = &quota {
+            let need = crate::quota::Demand {
+                gpus: [(request.series.to_owned(), request.gpus)].into(),
+                ..crate::quota::Demand::default()
+            };
+            if let Some(why) = crate::quota::never_within(quota, &need) {
+                return Err(ControlError::InvalidPlayground(vec![FieldError {
+                    path: "gpus".into(),
+                    message: format!(
+                        "{}; ask for fewer GPUs or have an admin raise the quota (tuneplane admin quota set)",
+                        why.replace("this job needs", "this playground needs")
+                    ),
+                }]));
+            }
+        }
         // A tenant may keep only a few at once (a loop of creates cannot take the fleet).
         let limit = self.submit.config().playground_limit;
         let active = self
@@ -153,7 +174,7 @@ impl ControlService {
         let ttl_ms = i64::try_from(request.ttl_seconds)
             .unwrap_or(i64::MAX)
             .saturating_mul(1000);
-        let record = PlaygroundRecord::requested(
+        let mut record = PlaygroundRecord::requested(
             id,
             tenant,
             request.model,
@@ -162,6 +183,7 @@ impl ControlService {
             now_ms,
             now_ms.saturating_add(ttl_ms),
         );
+        record.server_key = Some(server_key);
         let record = self.submit.jobs().put_playground(&record).await?;
         Ok(CreatedPlayground { record, notes })
     }

@@ -5,11 +5,14 @@
 //! The Pod itself is rendered by [`crate::render::playground`]; the reconciler records what the
 //! pod shows in [`PlaygroundRecord::status`].
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::fleet::FleetShape;
-use crate::render::playground::{REQUEST_CPUS, REQUEST_MEMORY_GB, proxy_path};
-use crate::spec::{FieldError, is_dns_label};
+use crate::job::{JobRecord, JobState};
+use crate::render::playground::{REQUEST_CPUS, REQUEST_MEMORY_GB};
+use crate::spec::{Deadlines, FieldError, JobSpec, Pool, is_dns_label};
 use crate::store::{PlaygroundRecord, PlaygroundState};
 
 /// Lifetime of a playground when the request names none, seconds.
@@ -154,7 +157,10 @@ pub fn validate(
 /// The state a listing shows: the reconciler's observation, or what the record alone says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum ShownState {
-    /// Accepted; the reconciler has not created the pod yet.
+    /// Accepted and waiting for admission: its tenant's quota or the fleet is full (the reason
+    /// says which). No pod exists and it holds nothing.
+    Queued,
+    /// Admitted to a node; the reconciler has not created the pod yet.
     Creating,
     /// The pod exists but does not run (see the reason).
     Pending,
@@ -167,9 +173,10 @@ pub enum ShownState {
 }
 
 impl ShownState {
-    /// Its name in the API (`Creating`, `Pending`, ...).
+    /// Its name in the API (`Queued`, `Creating`, `Pending`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
+            ShownState::Queued => "Queued",
             ShownState::Creating => "Creating",
             ShownState::Pending => "Pending",
             ShownState::Running => "Running",
@@ -179,54 +186,76 @@ impl ShownState {
     }
 }
 
-/// A playground as the API and the console show it: the record plus its state, reason, message
-/// and API-proxy path.
+/// The path of TunePlane's proxy to playground `id`'s server, under the API's base URL: the API
+/// checks the caller's key, adds the server's own key and forwards to the pod.
+pub fn api_proxy_path(id: &str) -> String {
+    format!("/v1/playgrounds/{id}/proxy/")
+}
+
+/// A playground as the API and the console show it: the record (without its server key) plus its
+/// state, reason, message and proxy path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlaygroundView {
-    /// The stored record.
+    /// The stored record, `server_key` removed.
     #[serde(flatten)]
     pub record: PlaygroundRecord,
     /// Shown state.
     pub state: ShownState,
-    /// Machine-readable reason (`InsufficientGpu`, `ImagePull`, ...), none while running.
+    /// Machine-readable reason (`QuotaExceeded`, `InsufficientGpu`, `ImagePull`, ...), none
+    /// while running.
     pub reason: Option<String>,
     /// What a person should know, verbatim from Kubernetes where it came from there.
     pub message: Option<String>,
-    /// The Kubernetes API-proxy path of the server once the pod exists.
+    /// TunePlane's proxy path to the server ([`api_proxy_path`]) once the pod exists.
     pub proxy_path: Option<String>,
 }
 
 impl PlaygroundView {
-    /// The view of `record` at `now_ms`; pods are in `default_namespace` unless the record says.
-    pub fn of(record: PlaygroundRecord, now_ms: i64, default_namespace: &str) -> PlaygroundView {
-        let proxy = record.pod_name.as_deref().map(|pod| {
-            let ns = record.pod_namespace.as_deref().unwrap_or(default_namespace);
-            proxy_path(ns, pod)
-        });
+    /// The view of `record` at `now_ms`.
+    pub fn of(mut record: PlaygroundRecord, now_ms: i64) -> PlaygroundView {
+        record.server_key = None;
+        let proxy = record.pod_name.as_ref().map(|_| api_proxy_path(&record.id));
+        let from_status = |s: &crate::store::PlaygroundStatus| {
+            (
+                match s.state {
+                    PlaygroundState::Queued => ShownState::Queued,
+                    PlaygroundState::Pending => ShownState::Pending,
+                    PlaygroundState::Running => ShownState::Running,
+                    PlaygroundState::Failed => ShownState::Failed,
+                },
+                s.reason.clone(),
+                (!s.message.is_empty()).then(|| s.message.clone()),
+            )
+        };
         let (state, reason, message) = if record.expires_at_ms <= now_ms {
             (
                 ShownState::Deleting,
                 None,
                 Some("deleted or past its TTL; the pod is being removed".to_owned()),
             )
+        } else if !record.is_admitted() {
+            match &record.status {
+                Some(s) => from_status(s),
+                None => (
+                    ShownState::Queued,
+                    None,
+                    Some("waiting for the reconciler to admit it".to_owned()),
+                ),
+            }
         } else if record.pod_name.is_none() {
             (
                 ShownState::Creating,
                 None,
-                Some("waiting for the reconciler to create the pod".to_owned()),
+                Some(format!(
+                    "admitted to node {}; waiting for the reconciler to create the pod",
+                    record.node.as_deref().unwrap_or("?")
+                )),
             )
         } else {
             match &record.status {
-                Some(s) => (
-                    match s.state {
-                        PlaygroundState::Pending => ShownState::Pending,
-                        PlaygroundState::Running => ShownState::Running,
-                        PlaygroundState::Failed => ShownState::Failed,
-                    },
-                    s.reason.clone(),
-                    (!s.message.is_empty()).then(|| s.message.clone()),
-                ),
-                None => (
+                // A Queued status left from before admission: the pod exists now.
+                Some(s) if s.state != PlaygroundState::Queued => from_status(s),
+                _ => (
                     ShownState::Pending,
                     None,
                     Some("pod created; waiting for the reconciler to see it".to_owned()),
@@ -246,6 +275,54 @@ impl PlaygroundView {
     pub fn is_deleting(&self) -> bool {
         self.state == ShownState::Deleting
     }
+}
+
+/// Name of the single pool of a playground's [`admission_stand_in`].
+pub const STAND_IN_POOL: &str = "server";
+
+/// The job admission plans in a playground's place: one machine of `gpus` GPUs of its series
+/// with the pod's CPU and memory, queued since its creation, at default priority; admitted (with
+/// its node as the pool's placement) once [`PlaygroundRecord::is_admitted`]. With it a
+/// playground counts against its tenant's quota and fair share, waits with a reason, and never
+/// lands on nodes planned for jobs: the same planner decides both.
+pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
+    let spec = JobSpec {
+        name: "playground".into(),
+        plugin: "playground/vllm".into(),
+        image: String::new(),
+        entrypoint: String::new(),
+        env: BTreeMap::new(),
+        pools: vec![Pool {
+            name: STAND_IN_POOL.into(),
+            series: Some(pg.series.clone()),
+            nodes: 1,
+            gpus_per_node: pg.gpus,
+            cpus: f64::from(REQUEST_CPUS),
+            memory_gb: f64::from(REQUEST_MEMORY_GB),
+        }],
+        deadlines: Deadlines {
+            pre_running_seconds: 0,
+            run_seconds: 0,
+        },
+        priority: 0,
+        labels: BTreeMap::new(),
+        namespace: namespace.into(),
+        platform_version: crate::constants::PLATFORM_VERSION.into(),
+    };
+    let mut job = JobRecord::new_queued(&pg.id, &pg.tenant, spec, "", pg.created_at_ms);
+    if pg.is_admitted() {
+        job.state = JobState::Admitted;
+        job.admitted_at_ms = Some(pg.created_at_ms);
+        job.placements = pg
+            .node
+            .iter()
+            .map(|n| crate::admission::PoolPlacement {
+                pool: STAND_IN_POOL.into(),
+                nodes: vec![n.clone()],
+            })
+            .collect();
+    }
+    job
 }
 
 #[cfg(test)]
@@ -372,59 +449,97 @@ mod tests {
     }
 
     fn record() -> PlaygroundRecord {
-        PlaygroundRecord {
-            id: "pg-1".into(),
-            tenant: "acme".into(),
-            model: "m".into(),
-            series: "l40s".into(),
-            gpus: 1,
-            pod_name: None,
-            created_at_ms: 0,
-            expires_at_ms: 1_000,
-            version: 1,
-            pod_namespace: None,
-            status: None,
-        }
+        let mut r = PlaygroundRecord::requested("pg-1", "acme", "m", "l40s", 1, 0, 1_000);
+        r.version = 1;
+        r.server_key = Some("secret-key".into());
+        r
+    }
+
+    fn status(state: PlaygroundState, reason: &str, message: &str) -> Option<PlaygroundStatus> {
+        Some(PlaygroundStatus {
+            state,
+            reason: Some(reason.into()),
+            message: message.into(),
+            since_ms: 5,
+            updated_ms: 5,
+        })
     }
 
     #[test]
     fn the_shown_state_follows_the_record() {
-        let v = PlaygroundView::of(record(), 10, "ns");
+        // Not admitted: queued, with the planner's reason once the reconciler wrote it.
+        let v = PlaygroundView::of(record(), 10);
         assert_eq!(
             (v.state, v.proxy_path.clone()),
-            (ShownState::Creating, None)
+            (ShownState::Queued, None)
         );
         let mut r = record();
-        r.pod_name = Some("pg-1".into());
-        let v = PlaygroundView::of(r.clone(), 10, "ns");
-        assert_eq!(v.state, ShownState::Pending);
-        assert_eq!(
-            v.proxy_path.as_deref(),
-            Some("/api/v1/namespaces/ns/pods/pg-1:8000/proxy/")
+        r.status = status(
+            PlaygroundState::Queued,
+            "QuotaExceeded",
+            "tenant acme's quota is 8 l40s GPUs",
         );
-        r.pod_namespace = Some("play".into());
-        r.status = Some(PlaygroundStatus {
-            state: PlaygroundState::Pending,
-            reason: Some("InsufficientGpu".into()),
-            message: "0/3 nodes are available".into(),
-            since_ms: 5,
-            updated_ms: 5,
-        });
-        let v = PlaygroundView::of(r.clone(), 10, "ns");
+        let v = PlaygroundView::of(r.clone(), 10);
+        assert_eq!(
+            (v.state, v.reason.as_deref()),
+            (ShownState::Queued, Some("QuotaExceeded"))
+        );
+        // Admitted to a node, no pod yet.
+        r.node = Some("l40s-0".into());
+        let v = PlaygroundView::of(r.clone(), 10);
+        assert_eq!(v.state, ShownState::Creating);
+        assert!(v.message.unwrap_or_default().contains("node l40s-0"));
+        // The pod exists: the queued status left over reads as pending.
+        r.pod_name = Some("pg-1".into());
+        let v = PlaygroundView::of(r.clone(), 10);
+        assert_eq!(v.state, ShownState::Pending);
+        assert_eq!(v.proxy_path.as_deref(), Some("/v1/playgrounds/pg-1/proxy/"));
+        r.status = status(
+            PlaygroundState::Pending,
+            "InsufficientGpu",
+            "0/3 nodes are available",
+        );
+        let v = PlaygroundView::of(r.clone(), 10);
         assert_eq!(v.state, ShownState::Pending);
         assert_eq!(v.reason.as_deref(), Some("InsufficientGpu"));
         assert_eq!(v.message.as_deref(), Some("0/3 nodes are available"));
-        assert!(
-            v.proxy_path
-                .unwrap_or_default()
-                .starts_with("/api/v1/namespaces/play/")
-        );
-        let json =
-            serde_json::to_value(PlaygroundView::of(r.clone(), 10, "ns")).unwrap_or_default();
+        let json = serde_json::to_value(PlaygroundView::of(r.clone(), 10)).unwrap_or_default();
         assert_eq!(json["id"], "pg-1");
         assert_eq!(json["state"], "Pending");
         assert_eq!(json["status"]["reason"], "InsufficientGpu");
-        let v = PlaygroundView::of(r, 1_000, "ns");
+        // The server's key never leaves in a view.
+        assert!(json.get("server_key").is_none(), "{json}");
+        assert!(!json.to_string().contains("secret-key"));
+        let v = PlaygroundView::of(r, 1_000);
         assert!(v.is_deleting());
+    }
+
+    #[test]
+    fn a_playground_stands_in_for_a_one_machine_job_queued_until_admitted() {
+        let mut r = record();
+        r.gpus = 4;
+        let job = admission_stand_in(&r, "ns");
+        assert_eq!((job.id.as_str(), job.tenant.as_str()), ("pg-1", "acme"));
+        assert_eq!(job.state, JobState::Queued);
+        assert_eq!(job.submitted_at_ms, 0);
+        let pool = &job.spec.pools[0];
+        assert_eq!(
+            (pool.series.as_deref(), pool.nodes, pool.gpus_per_node),
+            (Some("l40s"), 1, 4)
+        );
+        assert_eq!(
+            (pool.cpus, pool.memory_gb),
+            (f64::from(REQUEST_CPUS), f64::from(REQUEST_MEMORY_GB))
+        );
+        r.node = Some("l40s-1".into());
+        let job = admission_stand_in(&r, "ns");
+        assert_eq!(job.state, JobState::Admitted);
+        assert_eq!(job.placements[0].nodes, ["l40s-1"]);
+        // An older version's playground with a pod but no plan is admitted, unplanned.
+        r.node = None;
+        r.pod_name = Some("pg-pg-1".into());
+        let job = admission_stand_in(&r, "ns");
+        assert_eq!(job.state, JobState::Admitted);
+        assert!(job.placements.is_empty());
     }
 }

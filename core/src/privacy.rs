@@ -10,12 +10,16 @@ use std::borrow::Cow;
 
 /// What a job id of another tenant reads as.
 pub const OTHER_TENANT_JOB: &str = "another tenant's job";
+/// What a playground id of another tenant reads as (playgrounds are admitted like jobs, so
+/// reasons may name them).
+pub const OTHER_TENANT_PLAYGROUND: &str = "another tenant's playground";
 
 /// Length of the hex part of a job id (`j-` + 20 hex, as the functions mint them).
 const ID_HEX: usize = 20;
 
 /// `message` for a job of tenant `reader`: job ids of other tenants (`tenant_of` gives a job's
-/// tenant; `None` for jobs it does not know) replaced by [`OTHER_TENANT_JOB`], "job <id>" included.
+/// tenant; `None` for jobs it does not know) replaced by [`OTHER_TENANT_JOB`], "job <id>" included;
+/// playground ids (`pg-` + 20 hex) likewise by [`OTHER_TENANT_PLAYGROUND`].
 pub fn redact_job_ids<'a, 'm>(
     message: &'m str,
     reader: &str,
@@ -25,28 +29,33 @@ pub fn redact_job_ids<'a, 'm>(
     let mut out = String::new();
     let mut copied = 0;
     let mut i = 0;
-    while let Some(at) = message[i..].find("j-").map(|p| p + i) {
-        let end = at + 2 + ID_HEX;
+    while let Some((at, prefix)) = next_id_prefix(message, i) {
+        let end = at + prefix.len() + ID_HEX;
         let is_id = end <= bytes.len()
-            && bytes[at + 2..end]
+            && bytes[at + prefix.len()..end]
                 .iter()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
             && (at == 0 || !is_word(bytes[at - 1]))
             && (end == bytes.len() || !is_word(bytes[end]));
         if !is_id {
-            i = at + 2;
+            i = at + prefix.len();
             continue;
         }
         let id = &message[at..end];
         if tenant_of(id) != Some(reader) {
+            let (noun, other) = if prefix == "pg-" {
+                ("playground ", OTHER_TENANT_PLAYGROUND)
+            } else {
+                ("job ", OTHER_TENANT_JOB)
+            };
             // "job j-…" reads "another tenant's job", not "job another tenant's job".
-            let start = if message[..at].ends_with("job ") {
-                at - 4
+            let start = if message[..at].ends_with(noun) {
+                at - noun.len()
             } else {
                 at
             };
             out.push_str(&message[copied..start]);
-            out.push_str(OTHER_TENANT_JOB);
+            out.push_str(other);
             copied = end;
         }
         i = end;
@@ -56,6 +65,16 @@ pub fn redact_job_ids<'a, 'm>(
     }
     out.push_str(&message[copied..]);
     Cow::Owned(out)
+}
+
+/// The next `j-` or `pg-` at or after byte `from`, with which it is.
+fn next_id_prefix(message: &str, from: usize) -> Option<(usize, &'static str)> {
+    let job = message[from..].find("j-").map(|p| (p + from, "j-"));
+    let playground = message[from..].find("pg-").map(|p| (p + from, "pg-"));
+    match (job, playground) {
+        (Some(j), Some(p)) => Some(if p.0 < j.0 { p } else { j }),
+        (j, p) => j.or(p),
+    }
 }
 
 fn is_word(b: u8) -> bool {
@@ -102,12 +121,25 @@ mod tests {
     }
 
     #[test]
+    fn other_tenants_playgrounds_lose_their_ids_too() {
+        let pg = "pg-0123456789abcdef0123";
+        let mine = |id: &str| (id == pg).then_some("acme");
+        let held = format!("h200 GPUs held by {pg} (8 GPUs); waiting behind playground {pg}");
+        assert_eq!(
+            redact_job_ids(&held, "globex", mine),
+            "h200 GPUs held by another tenant's playground (8 GPUs); waiting behind another tenant's playground"
+        );
+        assert_eq!(redact_job_ids(&held, "acme", mine), held);
+    }
+
+    #[test]
     fn text_without_ids_is_borrowed_unchanged() {
         for text in [
             "waiting behind earlier jobs",
             "pool j-main: no node",
             "j-0123 is short",
             "xj-0123456789abcdef0123 is inside a word",
+            "pg-0123 is short, xpg-0123456789abcdef0123 inside a word",
         ] {
             assert!(matches!(
                 redact_job_ids(text, "acme", tenant),

@@ -61,6 +61,7 @@ async fn main() {
         event_senders: Default::default(),
         json_logs: false,
         listen: None,
+        playground_pod_networks: Vec::new(),
     };
     let Ok((jobs, blobs)) = runtime::stores(&config).await else {
         eprintln!("cannot open the stores");

@@ -37,6 +37,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/playgrounds"),
     ("get", "/v1/playgrounds/{id}"),
     ("delete", "/v1/playgrounds/{id}"),
+    ("get", "/v1/playgrounds/{id}/proxy/{path}"),
+    ("post", "/v1/playgrounds/{id}/proxy/{path}"),
     ("post", "/v1/webhooks/{source}"),
 ];
 
@@ -67,6 +69,10 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .route(
             "/playgrounds/{id}",
             get(routes::playgrounds::get_one).delete(routes::playgrounds::delete),
+        )
+        .route(
+            "/playgrounds/{id}/proxy/{*path}",
+            get(routes::playground_proxy::forward).post(routes::playground_proxy::forward),
         )
         .route("/webhooks/{source}", post(crate::webhooks::receive));
     Router::new()

@@ -34,6 +34,9 @@ pub const ENV_TENANT_NAMESPACES: &str = "TUNEPLANE_TENANT_NAMESPACES";
 pub const ENV_DEFAULT_QUOTA: &str = "TUNEPLANE_DEFAULT_QUOTA";
 /// Most live playgrounds a tenant may have at once (default 2).
 pub const ENV_PLAYGROUND_LIMIT: &str = "TUNEPLANE_PLAYGROUND_LIMIT";
+/// Pod networks the API's playground proxy may forward to, comma-separated CIDRs
+/// (`10.244.0.0/16`); unset: the proxy answers 503.
+pub const ENV_PLAYGROUND_POD_CIDRS: &str = "TUNEPLANE_PLAYGROUND_POD_CIDRS";
 /// Default pre-running deadline, seconds.
 pub const ENV_PRE_RUNNING: &str = "TUNEPLANE_PRE_RUNNING_DEADLINE_SECONDS";
 /// Default run deadline, seconds.
@@ -100,6 +103,8 @@ pub struct Config {
     pub json_logs: bool,
     /// Plain-HTTP listen address (API binary outside Lambda).
     pub listen: Option<String>,
+    /// Pod networks the playground proxy may forward to ([`ENV_PLAYGROUND_POD_CIDRS`]).
+    pub playground_pod_networks: Vec<crate::routes::playground_proxy::Cidr>,
 }
 
 impl Config {
@@ -202,6 +207,15 @@ impl Config {
             event_senders,
             json_logs: non_empty(ENV_LOG_FORMAT).is_some_and(|v| v.eq_ignore_ascii_case("json")),
             listen: non_empty(ENV_LISTEN),
+            playground_pod_networks: match non_empty(ENV_PLAYGROUND_POD_CIDRS) {
+                None => Vec::new(),
+                Some(v) => crate::routes::playground_proxy::parse_networks(&v).map_err(
+                    |message| ConfigError {
+                        var: ENV_PLAYGROUND_POD_CIDRS,
+                        message,
+                    },
+                )?,
+            },
         })
     }
 }

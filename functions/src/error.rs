@@ -71,6 +71,16 @@ pub enum ApiError {
     /// Storage failed outside the submission service.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A server the API forwards to (a playground's) is unreachable or answered badly.
+    #[error("{message}")]
+    Upstream {
+        /// 502 or 503.
+        status: StatusCode,
+        /// The body's `error.code` (`proxy_unavailable`, `upstream_failed`).
+        code: &'static str,
+        /// What happened and what to do.
+        message: String,
+    },
 }
 
 impl From<ControlError> for ApiError {
@@ -154,6 +164,7 @@ impl ApiError {
                 (StatusCode::BAD_REQUEST, "invalid_cursor", Value::Null)
             }
             ApiError::Store(_) => internal(),
+            ApiError::Upstream { status, code, .. } => (*status, code, Value::Null),
         }
     }
 }
@@ -180,7 +191,9 @@ impl ApiError {
     /// Status and JSON body (`{"error": {...}}`); internal details never reach the body.
     pub fn to_body(&self, request_id: &str) -> (StatusCode, Value) {
         let (status, code, details) = self.parts();
-        let message = if status.is_server_error() {
+        // A 5xx hides its details, except an upstream's: what the API could not reach is the
+        // caller's to know (its message names no internals).
+        let message = if status.is_server_error() && !matches!(self, ApiError::Upstream { .. }) {
             format!("internal error; quote request id {request_id} when reporting it")
         } else {
             self.to_string()

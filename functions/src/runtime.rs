@@ -47,6 +47,11 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
 
 pub use tuneplane_core::control::valid_id;
 
+/// A new playground server key: 32 random bytes as hex.
+pub fn new_server_key() -> String {
+    hex::encode(random_bytes::<32>())
+}
+
 /// Runs capsule builds on tokio's blocking pool.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TokioOffload;
@@ -132,6 +137,9 @@ pub fn state_with(
         event_senders: config.event_senders.clone(),
         clock: now_ms,
         new_id: random_id,
+        playground_proxy: crate::routes::playground_proxy::PlaygroundProxy::new(
+            config.playground_pod_networks.clone(),
+        ),
     })
 }
 

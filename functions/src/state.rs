@@ -27,6 +27,8 @@ pub struct AppState {
     pub clock: fn() -> i64,
     /// Random id generator for uploads and playgrounds.
     pub new_id: fn(&str) -> String,
+    /// Where and how the playground proxy may forward.
+    pub playground_proxy: crate::routes::playground_proxy::PlaygroundProxy,
 }
 
 /// The raw request body, with the API's error format when it is over the size limit.

@@ -1,4 +1,5 @@
-//! One reconcile pass (docs/design.md §8): capacity → sync active jobs → orphans → admission → playgrounds.
+//! One reconcile pass (docs/design.md §8): capacity → sync active jobs → orphans → admission (jobs
+//! and playgrounds, one queue) → playgrounds.
 //!
 //! The pass reads the reflector stores once (a [`Cluster`]) and the active index once, then acts.
 //! It is a periodic pass over all jobs rather than a per-object reconcile, because admission is
@@ -13,6 +14,7 @@ use futures_util::StreamExt;
 use tuneplane_core::admission::{PoolPlacement, Reservation, Waiting, plan_admissions};
 use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::playground::admission_stand_in;
 use tuneplane_core::privacy::redact_job_ids;
 use tuneplane_core::quota::tenant_usage;
 use tuneplane_core::render::workload_name;
@@ -205,25 +207,62 @@ fn note(ctx: &Ctx, report: &mut PassReport, what: &str, job_id: &str, outcome: R
     }
 }
 
+/// The playground step: reclaim, create pods of admitted ones, record why the others wait
+/// (`waits`: reason and message by playground id, from this pass's plan).
+async fn playgrounds_step(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    now: i64,
+    playgrounds: Option<Vec<tuneplane_core::store::PlaygroundRecord>>,
+    waits: &HashMap<String, (String, String)>,
+    report: &mut PassReport,
+) {
+    if let Some(all) = playgrounds {
+        crate::playground::pass(ctx, cluster, &all, waits, now, report).await;
+    }
+}
+
 /// Runs one pass over `cluster` at `now`.
 #[tracing::instrument(name = "pass", skip(ctx, cluster), err)]
 pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> {
     let mut report = PassReport::default();
-    let active = ctx.jobs.list_active().await?;
+    let mut active = ctx.jobs.list_active().await?;
+    // Playgrounds are admitted like jobs: each live one stands in the queue as a one-machine job
+    // (appended after the jobs, so `active[..jobs]` are the jobs). A pass that cannot read them
+    // admits nothing: a running playground's GPUs would be missing from its tenant's quota.
+    let mut playgrounds = match ctx.jobs.list_playgrounds().await {
+        Ok(all) => Some(all),
+        Err(e) => {
+            note(ctx, &mut report, "playground read", "", Err(e.into()));
+            None
+        }
+    };
+    let jobs = active.len();
+    let playground_ns = &ctx.config.playground_namespace;
+    if let Some(all) = &playgrounds {
+        active.extend(
+            all.iter()
+                .filter(|pg| crate::playground::holds_or_wants(pg, now))
+                .map(|pg| {
+                    let ns = pg.pod_namespace.as_deref().unwrap_or(playground_ns);
+                    admission_stand_in(pg, ns)
+                }),
+        );
+    }
     let mut capacity = cluster.capacity(now, ctx.config.gpu_share);
     // What each tenant holds and waits for, beside the fleet (the API shows a tenant its own).
     capacity.tenants = tenant_usage(&active);
     ctx.metrics.set_tenants(&capacity.tenants);
     ctx.publish_capacity(&capacity).await?;
-    let queued = active
+    let queued = active[..jobs]
         .iter()
         .filter(|j| j.state == JobState::Queued)
         .count();
-    ctx.metrics.set_jobs(queued, active.len());
+    ctx.metrics.set_jobs(queued, jobs);
     // Jobs are independent: sync them (and below, admit them) a few at a time, so a pass with
     // many changes is not a queue of store round trips.
     // Futures are collected first: a stream over a borrowing closure would not be `Send`.
-    let syncs: Vec<_> = active
+    let syncs: Vec<_> = active[..jobs]
         .iter()
         .map(|job| sync_one(ctx, cluster, job, now))
         .collect();
@@ -233,7 +272,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }
-    let ids: BTreeSet<String> = active.iter().map(|j| j.id.clone()).collect();
+    let ids: BTreeSet<String> = active[..jobs].iter().map(|j| j.id.clone()).collect();
     note(
         ctx,
         &mut report,
@@ -254,11 +293,22 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             .complete(q, active.iter().map(|j| j.tenant.as_str())),
         Err(e) => {
             note(ctx, &mut report, "quota read", "", Err(e.into()));
-            crate::playground::pass(ctx, cluster, now, &mut report).await;
+            playgrounds_step(ctx, cluster, now, playgrounds, &HashMap::new(), &mut report).await;
             return Ok(report);
         }
     };
-    let mut plan = plan_admissions(&active, &capacity, &reservations(cluster, &active), &quotas);
+    let Some(pgs) = playgrounds.as_mut() else {
+        // Without the playgrounds nothing is admitted (see above); jobs were synced.
+        return Ok(report);
+    };
+    let mut held = reservations(cluster, &active[..jobs]);
+    held.extend(crate::playground::reservations(
+        cluster,
+        pgs,
+        playground_ns,
+        now,
+    ));
+    let mut plan = plan_admissions(&active, &capacity, &held, &quotas);
     // The plan lists admissions in fair-share order. A pass creates the workloads of what it
     // admits within the client's rate limit, so it admits about one pass interval's worth: a
     // job that arrives meanwhile — another tenant's first among them — is planned at the next
@@ -272,8 +322,19 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     // Plans name jobs by id: look them up once each (10,000 queued jobs made a scan per job
     // quadratic).
     let by_id: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.id.as_str(), j)).collect();
-    let admissions: Vec<(&JobRecord, Vec<PoolPlacement>, String)> = plan
+    let playground_ids: BTreeSet<&str> = active[jobs..].iter().map(|j| j.id.as_str()).collect();
+    let (playground_admits, job_admits): (Vec<_>, Vec<_>) = plan
         .admit
+        .into_iter()
+        .partition(|a| playground_ids.contains(a.job_id.as_str()));
+    for a in playground_admits {
+        let node = a.placements.first().and_then(|p| p.nodes.first()).cloned();
+        let Some(node) = node else { continue };
+        let outcome = crate::playground::admit(ctx, pgs, &a.job_id, node, now).await;
+        report.admitted += usize::from(outcome.is_ok());
+        note(ctx, &mut report, "admit playground", &a.job_id, outcome);
+    }
+    let admissions: Vec<(&JobRecord, Vec<PoolPlacement>, String)> = job_admits
         .into_iter()
         .filter_map(|a| {
             let job = *by_id.get(a.job_id.as_str())?;
@@ -298,22 +359,30 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         report.admitted += usize::from(outcome.is_ok());
         note(ctx, &mut report, "admit", &id, outcome);
     }
+    let mut playground_waits: HashMap<String, (String, String)> = HashMap::new();
     for mut w in plan.waiting {
         let Some(&job) = by_id.get(w.job_id) else {
             continue;
         };
-        // A waiting job's reason names only its own tenant's jobs.
+        // A waiting job's reason names only its own tenant's jobs and playgrounds.
         let tenant_of = |id: &str| by_id.get(id).map(|j| j.tenant.as_str());
         if let Cow::Owned(text) = redact_job_ids(&w.message, &job.tenant, tenant_of) {
             w.message = Arc::from(text);
         }
         report.waiting += 1;
+        if playground_ids.contains(w.job_id) {
+            playground_waits.insert(
+                w.job_id.to_owned(),
+                (format!("{:?}", w.reason), w.message.to_string()),
+            );
+            continue;
+        }
         let outcome = set_queued_pending(ctx, job, w, now).await;
         note(ctx, &mut report, "pending", &job.id, outcome);
     }
-    crate::playground::pass(ctx, cluster, now, &mut report).await;
+    playgrounds_step(ctx, cluster, now, playgrounds, &playground_waits, &mut report).await;
     if ctx.leadership.is_leader() {
-        for (id, e) in crate::live_logs::ship(ctx, cluster, &active, now).await {
+        for (id, e) in crate::live_logs::ship(ctx, cluster, &active[..jobs], now).await {
             note(ctx, &mut report, "live logs", &id, Err(e));
         }
     }

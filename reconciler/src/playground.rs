@@ -12,15 +12,21 @@
 //! their `pg-pg-<id>` pod in `pod_name`, which stays authoritative, and a `pg-pg-<id>` pod that an
 //! older version created but never recorded is adopted rather than duplicated.
 
-use k8s_openapi::api::core::v1::Pod;
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
+use tuneplane_core::admission::Reservation;
 use tuneplane_core::constants::FIELD_MANAGER;
-use tuneplane_core::render::playground::{legacy_playground_name, playground_name};
+use tuneplane_core::render::playground::{
+    REQUEST_CPUS, REQUEST_MEMORY_GB, key_secret_name, legacy_playground_name, playground_name,
+    pod_name_of, render_key_secret,
+};
 use tuneplane_core::render::render_playground;
 use tuneplane_core::store::{PlaygroundRecord, PlaygroundState, PlaygroundStatus};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, pod_info};
 use crate::decide::MESSAGE_REFRESH_MS;
 use crate::error::{Error, Result};
 use crate::kube_io::{is_conflict, is_not_found};
@@ -119,24 +125,125 @@ pub fn next_status(
     }
 }
 
-/// Runs the playground step of a pass; each playground's failure is counted in `report` (and the
+/// Runs the playground step of a pass over `all` (read at the start of the pass, admissions of
+/// this pass already applied); `waits` holds, for each playground the plan left queued, the
+/// reason and message to show. Each playground's failure is counted in `report` (and the
 /// metrics) and retried next pass, without holding up the others.
-pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64, report: &mut PassReport) {
-    let all = match ctx.jobs.list_playgrounds().await {
-        Ok(all) => all,
-        Err(e) => return failed(ctx, report, "", &e.into()),
-    };
-    for pg in &all {
-        if let Err(e) = reconcile(ctx, cluster, pg, now).await {
+pub async fn pass(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    all: &[PlaygroundRecord],
+    waits: &HashMap<String, (String, String)>,
+    now: i64,
+    report: &mut PassReport,
+) {
+    for pg in all {
+        if let Err(e) = reconcile(ctx, cluster, pg, waits.get(&pg.id), now).await {
             failed(ctx, report, &pg.id, &e);
         }
     }
+}
+
+/// Whether `pg` takes part in admission: alive (before its TTL) and not ended (a `Failed` pod
+/// holds nothing; its playground only waits to be deleted).
+pub fn holds_or_wants(pg: &PlaygroundRecord, now: i64) -> bool {
+    now < pg.expires_at_ms
+        && !(pg.pod_name.is_some()
+            && pg
+                .status
+                .as_ref()
+                .is_some_and(|s| s.state == PlaygroundState::Failed))
+}
+
+/// What admitted playgrounds whose pod is not bound yet keep: their planned node (as a job's
+/// unbound machines do). A bound pod's requests are in the capacity snapshot already.
+pub fn reservations(
+    cluster: &Cluster,
+    all: &[PlaygroundRecord],
+    default_namespace: &str,
+    now: i64,
+) -> Vec<Reservation> {
+    all.iter()
+        .filter(|pg| holds_or_wants(pg, now))
+        .filter_map(|pg| {
+            let node = pg.node.clone()?;
+            let ns = pg.pod_namespace.as_deref().unwrap_or(default_namespace);
+            let bound = cluster
+                .pod(ns, &pod_name_of(pg))
+                .map(pod_info)
+                .is_some_and(|i| !i.terminal && i.node_name.is_some());
+            (!bound).then(|| Reservation {
+                job_id: pg.id.clone(),
+                series: Some(pg.series.clone()),
+                gpus: pg.gpus,
+                cpus: f64::from(REQUEST_CPUS),
+                memory_gb: f64::from(REQUEST_MEMORY_GB),
+                machines: 1,
+                nodes: vec![node],
+            })
+        })
+        .collect()
+}
+
+/// Admits playground `id` of `all` to `node`: the record names the node first (the pod, created
+/// in the same pass's playground step or after a crash by a later one, is pinned to it). `all`
+/// gets the stored record, so the playground step goes on from it.
+pub async fn admit(
+    ctx: &Ctx,
+    all: &mut [PlaygroundRecord],
+    id: &str,
+    node: String,
+    now: i64,
+) -> Result<()> {
+    let Some(pg) = all.iter_mut().find(|p| p.id == id) else {
+        return Ok(());
+    };
+    let mut next = pg.clone();
+    next.status = Some(PlaygroundStatus {
+        state: PlaygroundState::Pending,
+        reason: Some("Admitted".into()),
+        message: format!("admitted to node {node}; creating the pod"),
+        since_ms: now,
+        updated_ms: now,
+    });
+    next.node = Some(node);
+    *pg = ctx.jobs.put_playground(&next).await?;
+    tracing::info!(playground = %pg.id, node = ?pg.node, "playground admitted");
+    Ok(())
 }
 
 fn failed(ctx: &Ctx, report: &mut PassReport, playground: &str, e: &Error) {
     report.errors += 1;
     ctx.metrics.inc_step_error(e);
     tracing::warn!(playground, error = %e, "playgrounds failed; retrying next pass");
+}
+
+/// Creates the Secret holding `pg`'s server key unless it exists (records of older versions have
+/// no key and no Secret).
+async fn create_key_secret(ctx: &Ctx, pg: &PlaygroundRecord, ns: &str) -> Result<()> {
+    let Some(value) = render_key_secret(pg, ns) else {
+        return Ok(());
+    };
+    let typed: Secret = serde_json::from_value(value).map_err(|source| Error::Convert {
+        job_id: pg.id.clone(),
+        kind: "Secret",
+        source,
+    })?;
+    let api: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), ns);
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    let name = key_secret_name(&pod_name_of(pg));
+    match ctx
+        .kube
+        .call("create secret", &name, || api.create(&params, &typed))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(Error::Kube { source, .. }) if is_conflict(&source) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Pod names that may belong to `pg`, most authoritative first: the recorded one, the current
@@ -151,11 +258,14 @@ fn candidates(pg: &PlaygroundRecord) -> Vec<String> {
     names
 }
 
-/// One playground: reclaim it when expired, else create its pod or record what the pod shows.
+/// One playground: reclaim it when expired; while it waits for admission record why (`wait`,
+/// from this pass's plan); once admitted create its key Secret and pod, or record what the pod
+/// shows.
 pub async fn reconcile(
     ctx: &Ctx,
     cluster: &Cluster,
     pg: &PlaygroundRecord,
+    wait: Option<&(String, String)>,
     now: i64,
 ) -> Result<()> {
     let ns = pg
@@ -177,6 +287,7 @@ pub async fn reconcile(
         if doomed.is_empty() {
             doomed.push(playground_name(&pg.id));
         }
+        let secrets: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), &ns);
         for name in &doomed {
             let params = DeleteParams::background();
             match ctx
@@ -188,9 +299,32 @@ pub async fn reconcile(
                 Err(Error::Kube { source, .. }) if is_not_found(&source) => {}
                 Err(e) => return Err(e),
             }
+            // The key's Secret goes with the pod (also when a crash left one without a pod).
+            let secret = key_secret_name(name);
+            match ctx
+                .kube
+                .call("delete secret", &secret, || secrets.delete(&secret, &params))
+                .await
+            {
+                Ok(_) => {}
+                Err(Error::Kube { source, .. }) if is_not_found(&source) => {}
+                Err(e) => return Err(e),
+            }
         }
         ctx.jobs.delete_playground(&pg.id).await?;
         tracing::info!(playground = %pg.id, pods = ?doomed, "playground reclaimed");
+        return Ok(());
+    }
+    // Waiting for admission (no pod of an older version to adopt): say why, nothing else.
+    if !pg.is_admitted() && present.is_empty() {
+        if let Some((reason, message)) = wait {
+            let observed = (PlaygroundState::Queued, Some(reason.clone()), message.clone());
+            if let Some(status) = next_status(pg.status.as_ref(), &observed, now) {
+                let mut next = pg.clone();
+                next.status = Some(status);
+                ctx.jobs.put_playground(&next).await?;
+            }
+        }
         return Ok(());
     }
     // The recorded pod when there is one; else one an earlier pass (or version) created but did
@@ -210,11 +344,18 @@ pub async fn reconcile(
             if let Some(status) = next_status(pg.status.as_ref(), &observe(pod), now) {
                 next.status = Some(status);
             }
+            // Where the API's proxy reaches the server.
+            let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+            if ip.is_some() {
+                next.pod_ip = ip;
+            }
         }
         None => {
             // Not in the reflector: new, or gone (deleted outside TunePlane, its node removed).
             // Creating is idempotent (an existing pod answers 409), so a lagging reflector costs
             // one refused create, and a lost pod comes back.
+            // The key's Secret first: the pod's server reads its key from it.
+            create_key_secret(ctx, &next, &ns).await?;
             let value = render_playground(&next, &ns, &ctx.config.render);
             let pod: Pod = serde_json::from_value(value).map_err(|source| Error::Convert {
                 job_id: pg.id.clone(),
@@ -397,6 +538,9 @@ mod tests {
             version: 1,
             pod_namespace: None,
             status: None,
+            node: None,
+            pod_ip: None,
+            server_key: None,
         };
         assert_eq!(candidates(&pg), ["pg-ab", "pg-pg-ab"]);
         pg.pod_name = Some("pg-pg-ab".into());

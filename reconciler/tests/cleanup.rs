@@ -81,6 +81,9 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
         version: 0,
         pod_namespace: None,
         status: None,
+        node: None,
+        pod_ip: None,
+        server_key: None,
     };
     h.jobs.put_playground(&pg).await.unwrap();
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
@@ -126,6 +129,9 @@ fn playground(id: &str, series: &str, gpus: u32, ttl_ms: i64) -> PlaygroundRecor
         version: 0,
         pod_namespace: None,
         status: None,
+        node: None,
+        pod_ip: None,
+        server_key: None,
     }
 }
 

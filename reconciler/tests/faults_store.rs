@@ -499,6 +499,9 @@ async fn a_dynamodb_write_whose_answer_was_lost_is_not_a_conflict_when_the_sdk_r
         version: 0,
         pod_namespace: None,
         status: None,
+        node: None,
+        pod_ip: None,
+        server_key: None,
     };
     proxy.fail_next(ProxyFault::DropAfter, 1);
     let pg = proxied

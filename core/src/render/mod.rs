@@ -626,10 +626,26 @@ mod tests {
         );
         assert_eq!(at(&pod, "/spec/containers/0/ports/0/name"), "http");
         assert_eq!(at(&pod, "/spec/activeDeadlineSeconds"), 3600);
+        // Without a plan or a key (an older version's record): neither affinity nor key.
+        assert!(pod["spec"].get("affinity").is_none());
+        assert!(pod["spec"]["containers"][0].get("env").is_none());
+        assert!(playground::render_key_secret(&pg, "tuneplane-jobs").is_none());
+        let mut planned = pg.clone();
+        planned.node = Some("l40s-3".into());
+        planned.server_key = Some("k3y".into());
+        let pod = render_playground(&planned, "tuneplane-jobs", &RenderSettings::default());
+        let terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions/0";
+        assert_eq!(at(&pod, &format!("{terms}/key")), HOSTNAME_LABEL);
+        assert_eq!(pod.pointer(&format!("{terms}/values")), Some(&json!(["l40s-3"])));
+        let env = "/spec/containers/0/env/0";
+        assert_eq!(at(&pod, &format!("{env}/name")), "VLLM_API_KEY");
         assert_eq!(
-            playground::proxy_path("ns", "pg-1"),
-            "/api/v1/namespaces/ns/pods/pg-1:8000/proxy/"
+            at(&pod, &format!("{env}/valueFrom/secretKeyRef/name")),
+            "pg-1-api-key"
         );
+        let secret = playground::render_key_secret(&planned, "tuneplane-jobs").unwrap_or_default();
+        assert_eq!(at(&secret, "/metadata/name"), "pg-1-api-key");
+        assert_eq!(at(&secret, "/data/api-key"), "azN5");
         // A record of an older version keeps the pod name it recorded.
         let old = PlaygroundRecord {
             pod_name: Some("pg-pg-1".into()),

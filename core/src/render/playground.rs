@@ -1,5 +1,6 @@
 //! The vLLM playground Pod (docs/design.md §5): a standalone OpenAI-compatible server on one GPU node of a
-//! series, reached through the Kubernetes API proxy and reclaimed by the reconciler at its TTL.
+//! series, pinned to the node admission planned for it, reached through TunePlane's proxy (which adds
+//! the server's key) and reclaimed by the reconciler at its TTL.
 
 use serde_json::{Value, json};
 
@@ -56,10 +57,38 @@ pub fn pod_name_of(playground: &PlaygroundRecord) -> String {
         .unwrap_or_else(|| playground_name(&playground.id))
 }
 
-/// The Kubernetes API-proxy path that reaches the server of pod `pod_name` in `namespace`
-/// (relative to the cluster's API server: `kubectl get --raw <path>v1/models`).
-pub fn proxy_path(namespace: &str, pod_name: &str) -> String {
-    format!("/api/v1/namespaces/{namespace}/pods/{pod_name}:{PORT}/proxy/")
+/// Key of the server's API key in the playground's Secret.
+pub const KEY_SECRET_KEY: &str = "api-key";
+
+/// Name of the Secret holding the server key of the playground whose pod is `pod_name`.
+pub fn key_secret_name(pod_name: &str) -> String {
+    format!("{pod_name}-api-key")
+}
+
+/// The Secret holding `playground`'s server key (the reconciler creates it before the pod and
+/// deletes it with the pod); `None` for records of older versions, which have no key.
+pub fn render_key_secret(playground: &PlaygroundRecord, namespace: &str) -> Option<Value> {
+    use base64::Engine as _;
+    let key = playground.server_key.as_deref()?;
+    Some(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": key_secret_name(&pod_name_of(playground)),
+            "namespace": namespace,
+            "labels": labels(playground),
+        },
+        "type": "Opaque",
+        "data": { KEY_SECRET_KEY: base64::engine::general_purpose::STANDARD.encode(key) },
+    }))
+}
+
+fn labels(playground: &PlaygroundRecord) -> Value {
+    json!({
+        PLAYGROUND_LABEL: label_value(&playground.id),
+        TENANT_LABEL: label_value(&playground.tenant),
+        MANAGED_BY_LABEL: MANAGED_BY,
+    })
 }
 
 /// Renders the Pod of `playground` in `namespace`.
@@ -79,11 +108,7 @@ pub fn render_playground(
         "metadata": {
             "name": pod_name_of(playground),
             "namespace": namespace,
-            "labels": {
-                PLAYGROUND_LABEL: label_value(&playground.id),
-                TENANT_LABEL: label_value(&playground.tenant),
-                MANAGED_BY_LABEL: MANAGED_BY,
-            },
+            "labels": labels(playground),
             "annotations": { ADMITTED_GPUS_ANNOTATION: playground.gpus.to_string() },
         },
         "spec": {
@@ -106,6 +131,25 @@ pub fn render_playground(
             }],
         },
     });
+    // Pinned to the node admission planned, as a job's pods are.
+    if let Some(node) = &playground.node {
+        pod["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": super::HOSTNAME_LABEL, "operator": "In", "values": [node]}
+            ]}]
+        }}});
+    }
+    // vLLM refuses requests without `Authorization: Bearer <key>` when `VLLM_API_KEY` is set;
+    // only TunePlane's proxy (which adds it) and operators who read the Secret have it.
+    if playground.server_key.is_some() {
+        pod["spec"]["containers"][0]["env"] = json!([{
+            "name": "VLLM_API_KEY",
+            "valueFrom": {"secretKeyRef": {
+                "name": key_secret_name(&pod_name_of(playground)),
+                "key": KEY_SECRET_KEY,
+            }},
+        }]);
+    }
     super::harden(&mut pod["spec"]);
     pod
 }

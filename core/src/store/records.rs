@@ -149,6 +149,17 @@ pub struct PlaygroundRecord {
     /// changes. Absent before the pod exists and on records of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PlaygroundStatus>,
+    /// The node admission planned for the pod (it is pinned there); absent while the playground
+    /// waits for quota or capacity, and on records of older versions (admitted unplanned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The pod's IP once it runs: where the API's proxy sends requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_ip: Option<String>,
+    /// The vLLM server's API key (`--api-key`), made at creation. The API's proxy adds it; it
+    /// is never shown (views drop it) and reaches the pod through a Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_key: Option<String>,
 }
 
 impl PlaygroundRecord {
@@ -175,13 +186,24 @@ impl PlaygroundRecord {
             version: 0,
             pod_namespace: None,
             status: None,
+            node: None,
+            pod_ip: None,
+            server_key: None,
         }
+    }
+
+    /// True once admission gave it a node (or an older version created its pod unplanned).
+    pub fn is_admitted(&self) -> bool {
+        self.node.is_some() || self.pod_name.is_some()
     }
 }
 
 /// State of a playground's pod as the reconciler saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PlaygroundState {
+    /// Not admitted yet: it waits for its tenant's quota or for capacity (the reason says which);
+    /// no pod exists.
+    Queued,
     /// The pod exists but does not run yet (unschedulable, pulling, starting).
     Pending,
     /// The pod runs (vLLM may still be loading the model).
@@ -194,6 +216,7 @@ impl PlaygroundState {
     /// The name used in records and the API (`Pending`, `Running`, `Failed`).
     pub fn as_str(self) -> &'static str {
         match self {
+            PlaygroundState::Queued => "Queued",
             PlaygroundState::Pending => "Pending",
             PlaygroundState::Running => "Running",
             PlaygroundState::Failed => "Failed",

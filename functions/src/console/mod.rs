@@ -215,6 +215,7 @@ mod tests {
             event_senders: Default::default(),
             json_logs: false,
             listen: None,
+            playground_pod_networks: Vec::new(),
         };
         let (jobs, blobs) = crate::runtime::stores(&config).await.unwrap();
         let state = crate::runtime::state_with(&config, jobs, blobs);

@@ -189,6 +189,7 @@ pub async fn create(
             &viewer.principal.tenant,
             &request,
             (state.new_id)("pg"),
+            crate::runtime::new_server_key(),
             (state.clock)(),
         )
         .await;

@@ -35,11 +35,7 @@ pub struct CreatePlayground {
 
 /// The API's view of `record` now.
 fn view(state: &AppState, record: PlaygroundRecord) -> PlaygroundView {
-    PlaygroundView::of(
-        record,
-        (state.clock)(),
-        &state.submit.config().defaults.namespace,
-    )
+    PlaygroundView::of(record, (state.clock)())
 }
 
 /// `POST /v1/playgrounds`: validated like a job submission — against the fleet shape of the
@@ -70,6 +66,7 @@ pub async fn create(
             &principal.tenant,
             &request,
             (state.new_id)("pg"),
+            crate::runtime::new_server_key(),
             (state.clock)(),
         )
         .await?;

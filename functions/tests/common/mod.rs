@@ -109,6 +109,11 @@ fn config(dir: &std::path::Path) -> Config {
         event_senders: [(SENDER_ACCOUNT.to_owned(), TENANT_A.to_owned())].into(),
         json_logs: false,
         listen: None,
+        // Fake playground servers listen on loopback addresses of their own.
+        playground_pod_networks: tuneplane_functions::routes::playground_proxy::parse_networks(
+            "127.0.0.0/8",
+        )
+        .expect("loopback network"),
     }
 }
 

@@ -600,6 +600,9 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
         version: 0,
         pod_namespace: None,
         status: None,
+        node: None,
+        pod_ip: None,
+        server_key: None,
     };
     let pg = ok(store.put_playground(&pg).await, "create playground");
     let pg2 = ok(
@@ -633,6 +636,9 @@ pub async fn playground_pod_and_status_round_trip_and_updates_are_versioned(stor
         version: 0,
         pod_namespace: None,
         status: None,
+        node: None,
+        pod_ip: None,
+        server_key: None,
     };
     let created = ok(store.put_playground(&pg).await, "create playground");
     assert_eq!(created.version, 1);
