@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use tuneplane_core::admission::{PoolPlacement, Reservation, Waiting, plan_admissions};
 use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::{JobRecord, JobState};
-use tuneplane_core::playground::admission_stand_in;
+use tuneplane_core::playground::{STAND_IN_POOL, admission_stand_in};
 use tuneplane_core::privacy::redact_job_ids;
 use tuneplane_core::quota::tenant_usage;
 use tuneplane_core::render::workload_name;
@@ -371,10 +371,11 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         }
         report.waiting += 1;
         if playground_ids.contains(w.job_id) {
-            playground_waits.insert(
-                w.job_id.to_owned(),
-                (format!("{:?}", w.reason), w.message.to_string()),
-            );
+            // The stand-in job's one pool is no name a user gave: leave it out.
+            let prefix = format!("pool {STAND_IN_POOL}: ");
+            let message = w.message.strip_prefix(&prefix).unwrap_or(&w.message);
+            let message = message.replace("this job needs", "this playground needs");
+            playground_waits.insert(w.job_id.to_owned(), (format!("{:?}", w.reason), message));
             continue;
         }
         let outcome = set_queued_pending(ctx, job, w, now).await;

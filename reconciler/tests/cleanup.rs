@@ -177,7 +177,7 @@ fn state_reason(p: &PlaygroundRecord) -> (Option<PlaygroundState>, Option<String
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_record_says_why() {
+async fn a_playground_that_does_not_fit_waits_queued_with_the_planners_reason_and_no_pod() {
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
     // The one l40s node has 4 GPUs: the first playground takes them all.
     let hold = playground("pg-hold", "l40s", 4, 600_000);
@@ -188,32 +188,28 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
         state_reason(p).0 == Some(PlaygroundState::Running)
     })
     .await;
-    // Ids carry the prefix: the pod is named like the id, not pg-pg-hold.
+    // Ids carry the prefix: the pod is named like the id, not pg-pg-hold; admission planned
+    // its node and the pod runs there.
     assert_eq!(running.pod_name.as_deref(), Some("pg-hold"));
+    assert_eq!(running.node.as_deref(), Some("l40s-0"));
+    let pod = h.pods().get("pg-hold").await.unwrap();
+    assert_eq!(
+        pod.spec.and_then(|s| s.node_name).as_deref(),
+        Some("l40s-0")
+    );
     h.jobs.put_playground(&wait).await.unwrap();
-    let pending = wait_playground(&h, "pg-wait", "pending for GPUs", |p| {
-        state_reason(p)
-            == (
-                Some(PlaygroundState::Pending),
-                Some("InsufficientGpu".into()),
-            )
+    let queued = wait_playground(&h, "pg-wait", "queued for GPUs", |p| {
+        state_reason(p) == (Some(PlaygroundState::Queued), Some("InsufficientGpu".into()))
     })
     .await;
-    let status = pending.status.clone().expect("no status");
-    assert!(
-        status.message.contains("Insufficient nvidia.com/gpu"),
-        "the scheduler's message is kept: {}",
-        status.message
+    let status = queued.status.clone().expect("no status");
+    assert_eq!(
+        status.message, "needs 1 node(s) with 1 free l40s GPUs, 0 available",
+        "the planner's reason, without the stand-in job's pool name"
     );
-    // The pod exists and is not running.
-    let pods = h.pods();
-    let pod = pods
-        .get_opt("pg-wait")
-        .await
-        .ok()
-        .flatten()
-        .expect("pod pg-wait missing");
-    assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
+    // Queued holds nothing: no pod, no node.
+    assert!(h.pods().get_opt("pg-wait").await.unwrap().is_none());
+    assert_eq!(queued.node, None);
     // Passes that see the same reason write nothing.
     let passes = ctx.metrics.passes();
     wait_for(30, "three more passes", || async {
@@ -227,9 +223,9 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
         .ok()
         .flatten()
         .expect("pg-wait missing");
-    assert_eq!(again.version, pending.version, "rewritten without a change");
-    assert_eq!(again.status, pending.status);
-    // Freeing the GPUs (deleting the first playground) lets it run; the record follows.
+    assert_eq!(again.version, queued.version, "rewritten without a change");
+    assert_eq!(again.status, queued.status);
+    // Freeing the GPUs (deleting the first playground) admits it and it runs; the record follows.
     expire_now(&h, "pg-hold").await;
     wait_playground(&h, "pg-wait", "running once GPUs are free", |p| {
         state_reason(p) == (Some(PlaygroundState::Running), None)
@@ -239,6 +235,71 @@ async fn playground_asking_for_more_gpus_than_are_free_stays_pending_and_its_rec
         reclaimed(&h, "pg-hold", "pg-hold").await.then_some(())
     })
     .await;
+}
+
+/// The case: tenant acme's quota is 8 h200 GPUs. Three 8-GPU playgrounds: one runs, the
+/// others wait with `QuotaExceeded`; an 8-GPU job waits too while the playground holds the
+/// quota, though the second h200 node is idle; another tenant's job takes that node. Deleting the
+/// running playground lets the next in line (the older playground) run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn playgrounds_count_against_the_quota_and_wait_like_jobs() {
+    use tuneplane_core::job::{JobState, PendingReason};
+    use tuneplane_core::quota::TenantQuota;
+    let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
+    let mut quota = TenantQuota::unlimited("acme");
+    quota.set_gpu_limit("h200", 8, false);
+    h.jobs.put_quota(&quota).await.unwrap();
+    let ids = ["pg-q1", "pg-q2", "pg-q3"];
+    for (i, id) in ids.iter().enumerate() {
+        let mut pg = playground(id, "h200", 8, 600_000);
+        pg.created_at_ms += i as i64; // a definite order
+        h.jobs.put_playground(&pg).await.unwrap();
+    }
+    let (_task, _ctx) = h.reconciler(test_config("r1")).await;
+    wait_playground(&h, "pg-q1", "running", |p| {
+        state_reason(p).0 == Some(PlaygroundState::Running)
+    })
+    .await;
+    for id in &ids[1..] {
+        let waiting = wait_playground(&h, id, "queued by the quota", |p| {
+            state_reason(p) == (Some(PlaygroundState::Queued), Some("QuotaExceeded".into()))
+        })
+        .await;
+        let message = waiting.status.map(|s| s.message).unwrap_or_default();
+        assert_eq!(
+            message, "tenant acme uses 8 of 8 h200 GPUs; this playground needs 8",
+            "{id}"
+        );
+        assert!(h.pods().get_opt(id).await.unwrap().is_none(), "{id} has a pod");
+    }
+    // A job of the same tenant waits behind the quota the playground holds ...
+    let mut mine = finishing(pre_running(gpu_job("j-acme", "h200", 1, 8), 600));
+    mine.tenant = "acme".into();
+    h.submit(&mine).await;
+    // ... while another tenant's job takes the idle h200 node.
+    let mut theirs = finishing(pre_running(gpu_job("j-other", "h200", 1, 8), 600));
+    theirs.tenant = "globex".into();
+    h.submit(&theirs).await;
+    wait_for(30, "acme's job held by its quota, globex's admitted", || async {
+        let mine = h.job("j-acme").await;
+        let theirs = h.job("j-other").await;
+        let held = mine.state == JobState::Queued
+            && mine
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.reason == PendingReason::QuotaExceeded);
+        (held && theirs.state != JobState::Queued).then_some(())
+    })
+    .await;
+    // Deleting the running playground frees the quota: the oldest waiting one (pg-q2) is next.
+    expire_now(&h, "pg-q1").await;
+    wait_playground(&h, "pg-q2", "admitted once the quota frees", |p| {
+        p.node.is_some()
+    })
+    .await;
+    let q3 = h.jobs.get_playground("pg-q3").await.unwrap().unwrap();
+    assert_eq!(q3.node, None, "only one 8-GPU playground fits the quota");
+    assert_eq!(h.job("j-acme").await.state, JobState::Queued);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

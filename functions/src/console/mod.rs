@@ -801,7 +801,7 @@ mod tests {
         let listed = s.get("/console/playgrounds", Some(&session)).await;
         assert!(listed.body.contains("tiny-model") && listed.body.contains("data-countdown-to"));
         assert!(
-            listed.body.contains("data-state=\"Creating\""),
+            listed.body.contains("data-state=\"Queued\""),
             "state shown"
         );
         // The reconciler's reason is shown with the scheduler's message and plain words.
@@ -828,10 +828,7 @@ mod tests {
                 .contains("0/3 nodes are available: 3 Insufficient nvidia.com/gpu")
         );
         assert!(listed.body.contains("Waiting for GPUs"));
-        let url = format!(
-            "/api/v1/namespaces/tuneplane-jobs/pods/{}:8000/proxy/",
-            pg.id
-        );
+        let url = format!("/v1/playgrounds/{}/proxy/", pg.id);
         assert!(listed.body.contains(&url), "{url} not shown");
         let del = s
             .post_form(

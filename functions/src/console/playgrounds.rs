@@ -1,5 +1,5 @@
 //! The playgrounds page: the tenant's vLLM playgrounds with their state and why (the reason the
-//! reconciler recorded from the pod), a TTL countdown and the Kubernetes API-proxy URL, a create
+//! reconciler recorded from the pod), a TTL countdown and TunePlane's proxy URL, a create
 //! form and delete buttons. Create and delete go through core's `ControlService` and listing
 //! through the API's own function, so the console and `/v1/playgrounds` apply the same rules.
 
@@ -45,7 +45,7 @@ fn reason_words(reason: &str) -> Option<&'static str> {
 }
 
 /// `GET /console/playgrounds`: the tenant's live playgrounds (deleted ones leave the list at
-/// once, as in `GET /v1/playgrounds`) with state, reason, TTL countdown and API-proxy URL.
+/// once, as in `GET /v1/playgrounds`) with state, reason, TTL countdown and proxy URL.
 pub async fn list(
     State(state): State<Arc<AppState>>,
     viewer: Viewer,
@@ -59,7 +59,7 @@ pub async fn list(
     let now = (state.clock)();
     let body = html! {
         h1 { "Playgrounds" }
-        p { "A playground serves a model with vLLM on a GPU series until its time runs out. Reach it through the Kubernetes API proxy URL (with your cluster credentials, e.g. " code { "kubectl get --raw <url>v1/models" } ")." }
+        p { "A playground serves a model with vLLM on a GPU series until its time runs out. It waits its turn like a job when your quota or the fleet is full. Reach it through TunePlane's proxy URL with your API key, e.g. " code { "curl -H 'Authorization: Bearer $TUNEPLANE_API_KEY' $TUNEPLANE_API<url>v1/models" } "." }
         div data-refresh="10" id="playgrounds-region" {
             @if mine.is_empty() {
                 p.empty { "No playgrounds." }
@@ -68,7 +68,7 @@ pub async fn list(
                     caption.visually-hidden { "Your playgrounds, newest first" }
                     thead { tr {
                         th scope="col" { "Model" } th scope="col" { "GPUs" } th scope="col" { "State" } th scope="col" { "Time left" }
-                        th scope="col" { "API-proxy URL" } th scope="col" { "Created" } th scope="col" { span.visually-hidden { "Actions" } }
+                        th scope="col" { "Proxy URL" } th scope="col" { "Created" } th scope="col" { span.visually-hidden { "Actions" } }
                     } }
                     tbody {
                         @for v in &mine {
@@ -89,10 +89,10 @@ pub async fn list(
                                 td data-label="Time left" {
                                     span data-countdown-to=(p.expires_at_ms) { (view::duration(p.expires_at_ms - now)) }
                                 }
-                                td data-label="API-proxy URL" {
+                                td data-label="Proxy URL" {
                                     @match &v.proxy_path {
                                         Some(url) => code.url { (url) },
-                                        None => span.muted { "starting (pod not created yet)" },
+                                        None => span.muted { "once the pod exists" },
                                     }
                                 }
                                 td data-label="Created" { (time(p.created_at_ms, true)) }

@@ -1,6 +1,8 @@
 //! The API behaviour every store implementation must show; `api_suite!` instantiates each case
 //! as a test for one harness constructor.
 
+use std::sync::Arc;
+
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -37,6 +39,7 @@ macro_rules! api_suite {
             playground_that_cannot_fit_the_published_capacity_is_refused_naming_the_field,
             playground_list_shows_state_reason_and_the_proxy_url,
             a_tenant_over_its_playground_limit_gets_a_clear_409,
+            a_playground_is_reached_through_the_api_which_adds_the_servers_key,
         );
         $crate::api_suite!(@cases $make; triggers;
             signed_webhook_submits_once_and_a_replay_is_401,
@@ -644,10 +647,13 @@ pub async fn playgrounds_are_created_listed_and_expired_per_tenant(h: &Harness) 
         "{}",
         made.json
     );
-    assert_eq!(made.json["state"], "Creating");
+    // Accepted, waiting for admission; the server's key is never shown.
+    assert_eq!(made.json["state"], "Queued");
+    assert!(made.json.get("server_key").is_none(), "{}", made.json);
     let list = h.get("/v1/playgrounds").await;
     assert_eq!(list.json["playgrounds"].as_array().map(Vec::len), Some(1));
-    assert_eq!(list.json["playgrounds"][0]["state"], "Creating");
+    assert_eq!(list.json["playgrounds"][0]["state"], "Queued");
+    assert!(list.json["playgrounds"][0].get("server_key").is_none());
     assert!(list.json["playgrounds"][0]["proxy_path"].is_null());
     let path = format!("/v1/playgrounds/{id}");
     let theirs = h.call(Method::GET, &path, Some(&b), &[], Vec::new()).await;
@@ -815,10 +821,10 @@ pub async fn playground_list_shows_state_reason_and_the_proxy_url(h: &Harness) {
         row["message"],
         "0/3 nodes are available: 1 Insufficient nvidia.com/gpu"
     );
-    // The pod carries the `pg-` prefix once, and the proxy path names that pod.
+    // Once the pod exists the playground is reached through TunePlane's own proxy.
     assert_eq!(
         row["proxy_path"],
-        format!("/api/v1/namespaces/play/pods/{id}:8000/proxy/").as_str()
+        format!("/v1/playgrounds/{id}/proxy/").as_str()
     );
     let one = h.get(&format!("/v1/playgrounds/{id}")).await;
     assert_eq!(one.json["reason"], "InsufficientGpu");
@@ -869,4 +875,142 @@ pub async fn a_tenant_over_its_playground_limit_gets_a_clear_409(h: &Harness) {
     assert!(deleted.status.is_success(), "{}", deleted.json);
     let again = create(h.key_a.clone()).await;
     assert_eq!(again.status, StatusCode::CREATED, "{}", again.json);
+}
+
+/// A stand-in for a playground's vLLM server on a loopback address of its own, port 8000: it
+/// answers `GET /v1/models` and echoes `POST /v1/chat/completions` only with `Bearer <key>`
+/// (as vLLM with `--api-key` does), and records every `Authorization` it was sent.
+async fn fake_vllm(key: String) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::routing::get;
+    let seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let check = {
+        let seen = seen.clone();
+        move |headers: axum::http::HeaderMap| {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            seen.lock().unwrap_or_else(|p| p.into_inner()).push(auth.clone());
+            auth == format!("Bearer {key}")
+        }
+    };
+    let (models, chat) = (check.clone(), check);
+    let app = axum::Router::new()
+        .route(
+            "/v1/models",
+            get(move |headers: axum::http::HeaderMap| async move {
+                if models(headers) {
+                    (StatusCode::OK, axum::Json(json!({"data": [{"id": "tiny-model"}]})))
+                } else {
+                    (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "Unauthorized"})))
+                }
+            }),
+        )
+        .route(
+            "/v1/chat/completions",
+            axum::routing::post(move |headers: axum::http::HeaderMap, body: String| async move {
+                if chat(headers) {
+                    (StatusCode::OK, axum::Json(json!({"echo": body})))
+                } else {
+                    (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "Unauthorized"})))
+                }
+            }),
+        );
+    // A loopback address of this test's own (any 127/8 address is local on Linux).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    for attempt in 0..20u32 {
+        let n = nanos.wrapping_add(attempt.wrapping_mul(7919)) ^ std::process::id();
+        let ip = format!("127.{}.{}.{}", 1 + n % 250, (n >> 8) % 250, 1 + (n >> 16) % 250);
+        if let Ok(listener) = tokio::net::TcpListener::bind((ip.as_str(), 8000)).await {
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            return (ip, seen);
+        }
+    }
+    panic!("no free loopback address for the fake vLLM server");
+}
+
+/// A tenant reaches its running playground through `/v1/playgrounds/{id}/proxy/...` with its own
+/// key: the API forwards to the pod's IP with the server's key (never the tenant's), both GET and
+/// POST; another tenant gets 404, a playground not running yet a 409 naming its state, and a
+/// pod address outside the configured pod networks is never dialled (502).
+pub async fn a_playground_is_reached_through_the_api_which_adds_the_servers_key(h: &Harness) {
+    use tuneplane_core::store::{PlaygroundState, PlaygroundStatus};
+    let body = serde_json::to_vec(
+        &json!({"model": "tiny-model", "series": "l40s", "gpus": 1, "ttl_seconds": 600}),
+    )
+    .unwrap_or_default();
+    let made = h
+        .call(Method::POST, "/v1/playgrounds", Some(&h.key_a.clone()), &[], body)
+        .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.json);
+    let id = made.json["id"].as_str().unwrap_or_default().to_owned();
+    let proxy = format!("/v1/playgrounds/{id}/proxy/v1/models");
+    // Queued: nothing to reach yet, and the answer says why.
+    let early = h.get(&proxy).await;
+    assert_eq!(early.status, StatusCode::CONFLICT, "{}", early.json);
+    assert_eq!(early.json["error"]["code"], "playground_not_running");
+    assert!(
+        early.json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is Queued")),
+        "{}",
+        early.json
+    );
+    // What the reconciler records once the pod runs.
+    let mut pg = h.jobs().get_playground(&id).await.ok().flatten().expect("record");
+    let key = pg.server_key.clone().expect("a server key was made");
+    assert_eq!(key.len(), 64, "32 random bytes as hex");
+    let (ip, seen) = fake_vllm(key.clone()).await;
+    pg.pod_name = Some(id.clone());
+    pg.node = Some("l40s-0".into());
+    pg.pod_ip = Some(ip);
+    pg.status = Some(PlaygroundStatus {
+        state: PlaygroundState::Running,
+        reason: None,
+        message: "runs".into(),
+        since_ms: 1,
+        updated_ms: 1,
+    });
+    let stored = h.jobs().put_playground(&pg).await.unwrap();
+    let models = h.get(&proxy).await;
+    assert_eq!(models.status, StatusCode::OK, "{}", models.json);
+    assert_eq!(models.json["data"][0]["id"], "tiny-model");
+    let chat = h
+        .call(
+            Method::POST,
+            &format!("/v1/playgrounds/{id}/proxy/v1/chat/completions"),
+            Some(&h.key_a.clone()),
+            &[("content-type", "application/json")],
+            br#"{"messages":[{"role":"user","content":"hi"}]}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(chat.status, StatusCode::OK, "{}", chat.json);
+    assert!(chat.json["echo"].as_str().is_some_and(|b| b.contains("\"hi\"")));
+    // The server saw its own key only, never tenant A's.
+    let auths = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(auths, vec![format!("Bearer {key}"); 2]);
+    assert!(!auths.iter().any(|a| a.contains(&h.key_a)));
+    // Another tenant: as if it did not exist.
+    let theirs = h
+        .call(Method::GET, &proxy, Some(&h.key_b.clone()), &[], Vec::new())
+        .await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND, "{}", theirs.json);
+    // A pod address outside the pod networks (127.0.0.0/8 here) is refused before any dial.
+    let mut outside = stored.clone();
+    outside.pod_ip = Some("192.0.2.10".into());
+    h.jobs().put_playground(&outside).await.unwrap();
+    let refused = h.get(&proxy).await;
+    assert_eq!(refused.status, StatusCode::BAD_GATEWAY, "{}", refused.json);
+    assert!(
+        refused.json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("outside the pod networks")),
+        "{}",
+        refused.json
+    );
+    assert_eq!(seen.lock().unwrap_or_else(|p| p.into_inner()).len(), 2);
 }
