@@ -596,12 +596,15 @@ async fn init_container_delivery_runs_a_rayjob_from_the_verified_capsule() {
     real.stack.shutdown().await;
 }
 
-/// A playground on the real tier: its pod runs the vLLM image's stand-in (an OpenAI-compatible
-/// server on CPU, `testenv/playground/server.py`), becomes Ready when its HTTP readiness probe
-/// passes, answers `GET .../pods/<name>:8000/proxy/v1/models` through the real API server with
-/// the model asked for, and is deleted when its TTL expires.
+/// A playground on the real tier: admitted to a planned node, its pod runs the vLLM image's
+/// stand-in (an OpenAI-compatible server on CPU, `testenv/playground/server.py`) with the
+/// playground's key from its Secret, becomes Ready when its HTTP readiness probe passes, answers
+/// through TunePlane's proxy (`/v1/playgrounds/<id>/proxy/v1/models` and a chat completion, with
+/// the tenant's API key only), refuses the same request without the key through the Kubernetes
+/// API server's proxy (an operator route that cannot carry the key), and is deleted with its
+/// Secret when its TTL expires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_playground_answers_through_the_api_server_proxy_and_is_reclaimed_at_its_ttl() {
+async fn a_playground_answers_through_tuneplanes_proxy_only_with_its_key_and_is_reclaimed() {
     if !real_tier_wanted() {
         return;
     }
@@ -634,20 +637,63 @@ async fn a_playground_answers_through_the_api_server_proxy_and_is_reclaimed_at_i
     };
     let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
     assert!(ip.starts_with("10.244."), "{ip}");
+    // Pinned to the node admission planned.
+    let shown: Value = api.get(&format!("/playgrounds/{id}")).await.unwrap();
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    assert_eq!(shown["node"].as_str(), node.as_deref(), "{shown}");
+    // Without the key the server refuses, also through the API server's proxy, which drops any
+    // Authorization header it authenticated: an operator route (port-forward plus the Secret's
+    // key), not a tenant's.
     let request = http::Request::get(format!(
         "/api/v1/namespaces/tuneplane-jobs/pods/{id}:8000/proxy/v1/models"
     ))
     .body(Vec::new())
     .unwrap();
-    let models = real.bed.admin.request_text(request).await.unwrap();
-    let models: Value = serde_json::from_str(&models).unwrap();
+    let refused = real.bed.admin.request_text(request).await;
+    assert!(
+        format!("{refused:?}").contains("401"),
+        "the server answered without its key: {refused:?}"
+    );
+    // Through TunePlane's proxy with the tenant's own key: once the record shows it Running
+    // (with the pod's address).
+    let proxy = format!("/playgrounds/{id}/proxy/v1/models");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let models: Value = loop {
+        match api.get::<Value>(&proxy).await {
+            Ok(v) => break v,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "proxy never answered: {e:#}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
     assert_eq!(models["data"][0]["id"], "Qwen/Qwen3-0.6B", "{models}");
-    // The TTL: the reconciler deletes the pod (and the agent its namespace).
+    let chat = serde_json::json!({"messages": [{"role": "user", "content": "hello tuneplane"}]});
+    let (status, answer): (_, Value) = api
+        .post(
+            &format!("/playgrounds/{id}/proxy/v1/chat/completions"),
+            &chat,
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status.as_u16(), 200, "{answer}");
+    assert!(
+        answer.to_string().contains("hello tuneplane"),
+        "{answer}"
+    );
+    let secrets: KubeApi<k8s_openapi::api::core::v1::Secret> =
+        KubeApi::namespaced(real.bed.admin.clone(), "tuneplane-jobs");
+    let secret = format!("{id}-api-key");
+    assert!(secrets.get_opt(&secret).await.unwrap().is_some());
+    // The TTL: the reconciler deletes the pod (and the agent its namespace) and the Secret.
     let deadline = created + Duration::from_secs(150);
-    while pods.get_opt(&id).await.unwrap().is_some() {
+    while pods.get_opt(&id).await.unwrap().is_some()
+        || secrets.get_opt(&secret).await.unwrap().is_some()
+    {
         assert!(
             Instant::now() < deadline,
-            "playground {id} outlived its TTL"
+            "playground {id} or its key outlived its TTL"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

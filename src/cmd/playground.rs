@@ -1,7 +1,9 @@
-//! `playground create|list|delete`: short-lived vLLM pods reached through the Kubernetes API proxy.
+//! `playground create|list|chat|delete`: short-lived vLLM servers, admitted like jobs and reached
+//! through TunePlane's own proxy with the user's API key.
 //!
-//! `list` shows each live playground's state with the reason the reconciler recorded (and the
-//! Kubernetes message under the table) and its API-proxy URL; deleted playgrounds leave it at once.
+//! `list` shows each live playground's state with the reason recorded (the quota or capacity it
+//! waits for, or the Kubernetes message, under the table) and its proxy path; deleted
+//! playgrounds leave it at once. `chat` sends one message through the proxy.
 
 use std::process::ExitCode;
 
@@ -27,8 +29,16 @@ pub enum Command {
         #[arg(long)]
         ttl_seconds: Option<u64>,
     },
-    /// List your playgrounds: state and reason, time left, API-proxy URL.
+    /// List your playgrounds: state and reason, time left, proxy path.
     List,
+    /// Send one chat message to a running playground (through the API's proxy) and print the
+    /// answer.
+    Chat {
+        /// Playground id.
+        id: String,
+        /// The message.
+        message: String,
+    },
     /// Delete a playground now (it leaves the list at once; its pod goes within a pass).
     Delete {
         /// Playground id.
@@ -75,6 +85,16 @@ pub async fn run(api: &Api, out: Output, cmd: Command) -> anyhow::Result<ExitCod
                 }
             }
         }
+        Command::Chat { id, message } => {
+            let body = json!({"messages": [{"role": "user", "content": message}]});
+            let path = format!("/playgrounds/{id}/proxy/v1/chat/completions");
+            let answer: Value = api.post(&path, &body, &[]).await?.1;
+            if out == Output::Json {
+                println!("{answer}");
+            } else {
+                println!("{}", answer_text(&answer));
+            }
+        }
         Command::Delete { id } => {
             let deleted: Value = api.delete(&format!("/playgrounds/{id}")).await?;
             if out == Output::Json {
@@ -97,7 +117,7 @@ pub const HEADERS: [&str; 7] = [
     "GPUS",
     "STATE",
     "TTL LEFT",
-    "PROXY URL",
+    "PROXY PATH",
     "CREATED",
 ];
 
@@ -127,7 +147,7 @@ pub fn rows(items: &[Value], now: i64) -> Vec<Vec<String>> {
                 p["expires_at_ms"]
                     .as_i64()
                     .map_or("-".into(), |e| duration(e - now)),
-                text(p, "proxy_path", "(no pod yet)").into(),
+                text(p, "proxy_path", "(not running yet)").into(),
                 p["created_at_ms"].as_i64().map_or("-".into(), age),
             ]
         })
@@ -150,6 +170,14 @@ pub fn reason_lines(items: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// The text of a chat completion's first choice, or the whole answer when it has none.
+pub fn answer_text(answer: &Value) -> String {
+    match answer["choices"][0]["message"]["content"].as_str() {
+        Some(text) => text.to_owned(),
+        None => answer.to_string(),
+    }
+}
+
 /// What `playground create` prints: the id, what was asked, and any note.
 pub fn created_lines(p: &Value) -> Vec<String> {
     let id = text(p, "id", "-");
@@ -166,7 +194,9 @@ pub fn created_lines(p: &Value) -> Vec<String> {
     for note in p["notes"].as_array().into_iter().flatten() {
         lines.push(format!("note: {}", note.as_str().unwrap_or_default()));
     }
-    lines.push("follow it with `tuneplane playground list` (state, reason, proxy URL)".into());
+    lines.push(
+        "follow it with `tuneplane playground list` (state, reason, proxy path); once Running, `tuneplane playground chat ID \"hello\"`".into(),
+    );
     lines
 }
 
@@ -180,14 +210,15 @@ mod tests {
             json!({"id": "pg-1", "model": "qwen", "series": "h200", "gpus": 2,
                    "state": "Pending", "reason": "InsufficientGpu",
                    "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu",
-                   "proxy_path": "/api/v1/namespaces/ns/pods/pg-1:8000/proxy/",
+                   "proxy_path": "/v1/playgrounds/pg-1/proxy/",
                    "expires_at_ms": 600_000, "created_at_ms": 0}),
             json!({"id": "pg-2", "model": "llama", "series": "l40s", "gpus": 1,
                    "state": "Running", "reason": null, "message": "pod pg-2 runs on node l40s-0",
-                   "proxy_path": "/api/v1/namespaces/ns/pods/pg-2:8000/proxy/",
+                   "proxy_path": "/v1/playgrounds/pg-2/proxy/",
                    "expires_at_ms": 60_000, "created_at_ms": 0}),
             json!({"id": "pg-3", "model": "m", "series": "l40s", "gpus": 1,
-                   "state": "Creating", "message": "waiting for the reconciler to create the pod",
+                   "state": "Queued", "reason": "QuotaExceeded",
+                   "message": "tenant acme uses 8 of 8 h200 GPUs; this playground needs 8",
                    "proxy_path": null, "expires_at_ms": 60_000, "created_at_ms": 0}),
         ];
         let rows = rows(&items, 0);
@@ -201,16 +232,25 @@ mod tests {
                 "10m00s"
             ]
         );
-        assert_eq!(rows[0][5], "/api/v1/namespaces/ns/pods/pg-1:8000/proxy/");
+        assert_eq!(rows[0][5], "/v1/playgrounds/pg-1/proxy/");
         assert_eq!(rows[1][3], "Running");
-        assert_eq!(rows[2][5], "(no pod yet)");
+        assert_eq!(rows[2][3], "Queued (QuotaExceeded)");
+        assert_eq!(rows[2][5], "(not running yet)");
         assert_eq!(
             reason_lines(&items),
             [
                 "pg-1: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu",
-                "pg-3: waiting for the reconciler to create the pod"
+                "pg-3: tenant acme uses 8 of 8 h200 GPUs; this playground needs 8"
             ]
         );
+    }
+
+    #[test]
+    fn chat_prints_the_first_choice_or_the_whole_answer() {
+        let answer = json!({"choices": [{"message": {"role": "assistant", "content": "hi there"}}]});
+        assert_eq!(answer_text(&answer), "hi there");
+        let odd = json!({"object": "error"});
+        assert_eq!(answer_text(&odd), odd.to_string());
     }
 
     #[test]

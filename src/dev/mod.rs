@@ -210,7 +210,19 @@ impl Stack {
         };
         let api_key = default_key(&dir, jobs.as_ref()).await?;
         // Parsed before anything starts, so a bad webhooks file fails startup cleanly.
-        let fn_config = functions_config(&dir, &secret, &api_url, opts.webhooks.as_ref())?;
+        // Against the real test tier the API reaches playground pods on the node agent's pod
+        // network (network namespaces on this machine's bridge); kubesim's pods are no hosts.
+        let pod_networks = match &opts.cluster {
+            ClusterChoice::Real { .. } => Some(TEST_TIER_POD_NETWORK),
+            ClusterChoice::Simulated => None,
+        };
+        let fn_config = functions_config(
+            &dir,
+            &secret,
+            &api_url,
+            opts.webhooks.as_ref(),
+            pod_networks,
+        )?;
         let webhook_sources: Vec<String> = fn_config.webhooks.keys().cloned().collect();
 
         // The API rate limit is the one reconciler setting the stack takes from the environment
@@ -499,6 +511,10 @@ async fn default_key(dir: &Path, jobs: &dyn JobStore) -> anyhow::Result<String> 
     Ok(secret)
 }
 
+/// The pod network of the real test tier's node agent (`tuneplane-kubesim agent`: one network
+/// namespace per pod on the `tp-pods0` bridge, 10.244.0.0/16).
+pub const TEST_TIER_POD_NETWORK: &str = "10.244.0.0/16";
+
 /// The functions' configuration for the dev stack, from the same variables Lambda reads
 /// (`TUNEPLANE_WEBHOOKS` from `webhooks`).
 fn functions_config(
@@ -506,9 +522,11 @@ fn functions_config(
     secret: &str,
     api_url: &str,
     webhooks: Option<&WebhookSources>,
+    pod_networks: Option<&str>,
 ) -> anyhow::Result<tuneplane_functions::config::Config> {
     use tuneplane_functions::config::{
-        ENV_BLOB_SECRET, ENV_BLOB_URL, ENV_DATA_DIR, ENV_SCRATCH, ENV_WEBHOOKS,
+        ENV_BLOB_SECRET, ENV_BLOB_URL, ENV_DATA_DIR, ENV_PLAYGROUND_POD_CIDRS, ENV_SCRATCH,
+        ENV_WEBHOOKS,
     };
     let scratch = dir.join("scratch");
     std::fs::create_dir_all(&scratch)?;
@@ -520,6 +538,9 @@ fn functions_config(
     ];
     if let Some(w) = webhooks {
         vars.push((ENV_WEBHOOKS, w.json.clone()));
+    }
+    if let Some(networks) = pod_networks {
+        vars.push((ENV_PLAYGROUND_POD_CIDRS, networks.to_owned()));
     }
     tuneplane_functions::config::Config::from_lookup(|k| {
         vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())

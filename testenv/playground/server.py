@@ -1,7 +1,7 @@
 """A stand-in for the vLLM OpenAI-compatible server on the real test tier.
 
 It takes vLLM's command-line arguments (--model, --port, --host, --tensor-parallel-size,
---api-key, and ignores the rest), answers /health, /v1/models, /v1/completions and
+--api-key or VLLM_API_KEY, and ignores the rest), answers /health, /v1/models, /v1/completions and
 /v1/chat/completions in the OpenAI shapes, and runs on CPU with no model: the completion text is
 made from the prompt. With --api-key every /v1 route needs `Authorization: Bearer <key>`.
 Standard library only.
@@ -9,6 +9,7 @@ Standard library only.
 
 import argparse
 import json
+import os
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,7 +20,8 @@ def parse_args(argv):
     p.add_argument("--model", required=True)
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--api-key", default=None)
+    # Like vLLM: the key comes from --api-key or, failing that, the VLLM_API_KEY variable.
+    p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY") or None)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
     args, _unknown = p.parse_known_args(argv)
     return args
