@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tuneplane_core::capacity_compute::ADMITTED_GPUS_ANNOTATION;
 use tuneplane_core::constants::{
-    GPU_RESOURCE, JOB_ID_LABEL, MANAGED_BY_LABEL, POOL_LABEL, SERIES_LABEL,
+    GPU_RESOURCE, JOB_ID_LABEL, MANAGED_BY_LABEL, PLAYGROUND_LABEL, POOL_LABEL, SERIES_LABEL,
 };
 
 use crate::rayjob::{RayJob, RayJobSpec};
@@ -139,6 +139,13 @@ fn strip_container_status(cs: &mut ContainerStatus) {
 /// (or limits) of its (init) containers; phase, reason, the `PodScheduled` condition, and the
 /// waiting reason/message and exit code of its container statuses.
 pub fn strip_pod(pod: &mut Pod) {
+    // A playground's pod keeps its IP: the API's proxy reaches the server there (the reconciler
+    // records it). Job pods, the many, do not need theirs.
+    let playground = pod
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(PLAYGROUND_LABEL));
     strip_meta(&mut pod.metadata, &POD_LABELS, &[ADMITTED_GPUS_ANNOTATION]);
     if let Some(spec) = pod.spec.take() {
         let mut containers = spec.containers;
@@ -181,6 +188,7 @@ pub fn strip_pod(pod: &mut Pod) {
         pod.status = Some(PodStatus {
             phase: status.phase,
             reason: status.reason,
+            pod_ip: status.pod_ip.filter(|_| playground),
             conditions,
             container_statuses: statuses(status.container_statuses),
             init_container_statuses: statuses(status.init_container_statuses),
@@ -305,6 +313,19 @@ mod tests {
         let mut p = pod.clone();
         strip_pod(&mut p);
         p
+    }
+
+    #[test]
+    fn only_a_playgrounds_pod_keeps_its_ip() {
+        let mut pod = Pod::default();
+        pod.status = Some(PodStatus {
+            pod_ip: Some("10.244.1.9".into()),
+            ..PodStatus::default()
+        });
+        let ip = |p: &Pod| p.status.as_ref().and_then(|s| s.pod_ip.clone());
+        assert_eq!(ip(&stripped(&pod)), None);
+        pod.metadata.labels = Some([(PLAYGROUND_LABEL.to_owned(), "pg-1".to_owned())].into());
+        assert_eq!(ip(&stripped(&pod)).as_deref(), Some("10.244.1.9"));
     }
 
     #[test]
