@@ -209,6 +209,8 @@ async fn serve_api(dir: &Path) -> (String, String, Arc<dyn JobStore>) {
         json_logs: false,
         listen: None,
         playground_pod_networks: Vec::new(),
+        rate_per_key: None,
+        rate_per_source: None,
     };
     let (jobs, blobs) = tuneplane_functions::runtime::stores(&config).await.unwrap();
     let (secret, record) = new_api_key(

@@ -62,6 +62,8 @@ async fn main() {
         json_logs: false,
         listen: None,
         playground_pod_networks: Vec::new(),
+        rate_per_key: None,
+        rate_per_source: None,
     };
     let Ok((jobs, blobs)) = runtime::stores(&config).await else {
         eprintln!("cannot open the stores");

@@ -37,6 +37,10 @@ pub const ENV_PLAYGROUND_LIMIT: &str = "TUNEPLANE_PLAYGROUND_LIMIT";
 /// Pod networks the API's playground proxy may forward to, comma-separated CIDRs
 /// (`10.244.0.0/16`); unset: the proxy answers 503.
 pub const ENV_PLAYGROUND_POD_CIDRS: &str = "TUNEPLANE_PLAYGROUND_POD_CIDRS";
+/// Rate limit per API key, `RATE/BURST` requests per second (default `20/40`) or `off`.
+pub const ENV_RATE_LIMIT_PER_KEY: &str = "TUNEPLANE_RATE_LIMIT_PER_KEY";
+/// Rate limit per source address, `RATE/BURST` (default `50/100`) or `off`.
+pub const ENV_RATE_LIMIT_PER_SOURCE: &str = "TUNEPLANE_RATE_LIMIT_PER_SOURCE";
 /// Default pre-running deadline, seconds.
 pub const ENV_PRE_RUNNING: &str = "TUNEPLANE_PRE_RUNNING_DEADLINE_SECONDS";
 /// Default run deadline, seconds.
@@ -105,6 +109,20 @@ pub struct Config {
     pub listen: Option<String>,
     /// Pod networks the playground proxy may forward to ([`ENV_PLAYGROUND_POD_CIDRS`]).
     pub playground_pod_networks: Vec<crate::routes::playground_proxy::Cidr>,
+    /// Limit per API key ([`ENV_RATE_LIMIT_PER_KEY`]); `None`: off.
+    pub rate_per_key: Option<crate::rate::Rate>,
+    /// Limit per source address ([`ENV_RATE_LIMIT_PER_SOURCE`]); `None`: off.
+    pub rate_per_source: Option<crate::rate::Rate>,
+}
+
+/// Parses a rate variable, `default` when unset.
+fn rate_value(
+    var: &'static str,
+    value: Option<String>,
+    default: &str,
+) -> Result<Option<crate::rate::Rate>, ConfigError> {
+    crate::rate::Rate::parse(value.as_deref().unwrap_or(default))
+        .map_err(|message| ConfigError { var, message })
 }
 
 impl Config {
@@ -207,6 +225,16 @@ impl Config {
             event_senders,
             json_logs: non_empty(ENV_LOG_FORMAT).is_some_and(|v| v.eq_ignore_ascii_case("json")),
             listen: non_empty(ENV_LISTEN),
+            rate_per_key: rate_value(
+                ENV_RATE_LIMIT_PER_KEY,
+                non_empty(ENV_RATE_LIMIT_PER_KEY),
+                "20/40",
+            )?,
+            rate_per_source: rate_value(
+                ENV_RATE_LIMIT_PER_SOURCE,
+                non_empty(ENV_RATE_LIMIT_PER_SOURCE),
+                "50/100",
+            )?,
             playground_pod_networks: match non_empty(ENV_PLAYGROUND_POD_CIDRS) {
                 None => Vec::new(),
                 Some(v) => crate::routes::playground_proxy::parse_networks(&v).map_err(

@@ -71,6 +71,9 @@ pub enum ApiError {
     /// Storage failed outside the submission service.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Over a rate limit of the key or the source address (`crate::rate`); 429.
+    #[error("{0}")]
+    RateLimited(String),
     /// A server the API forwards to (a playground's) is unreachable or answered badly.
     #[error("{message}")]
     Upstream {
@@ -165,6 +168,7 @@ impl ApiError {
             }
             ApiError::Store(_) => internal(),
             ApiError::Upstream { status, code, .. } => (*status, code, Value::Null),
+            ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited", Value::Null),
         }
     }
 }

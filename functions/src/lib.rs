@@ -16,6 +16,7 @@ pub mod config;
 pub mod console;
 pub mod error;
 pub mod lambda;
+pub mod rate;
 pub mod routes;
 pub mod runtime;
 pub mod secret;

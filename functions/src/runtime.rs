@@ -140,6 +140,10 @@ pub fn state_with(
         playground_proxy: crate::routes::playground_proxy::PlaygroundProxy::new(
             config.playground_pod_networks.clone(),
         ),
+        rate_limits: Arc::new(crate::rate::RateLimits::new(
+            config.rate_per_key,
+            config.rate_per_source,
+        )),
     })
 }
 

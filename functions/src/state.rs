@@ -15,7 +15,7 @@ use crate::config::{MAX_BODY_BYTES, WebhookSource};
 use crate::error::ApiError;
 
 /// Everything a handler needs; built once per process.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AppState {
     /// The submission service (and through it the stores).
     pub submit: SubmitService,
@@ -29,6 +29,8 @@ pub struct AppState {
     pub new_id: fn(&str) -> String,
     /// Where and how the playground proxy may forward.
     pub playground_proxy: crate::routes::playground_proxy::PlaygroundProxy,
+    /// Rate limits per key and per source, with their buckets.
+    pub rate_limits: Arc<crate::rate::RateLimits>,
 }
 
 /// The raw request body, with the API's error format when it is over the size limit.

@@ -525,8 +525,8 @@ fn functions_config(
     pod_networks: Option<&str>,
 ) -> anyhow::Result<tuneplane_functions::config::Config> {
     use tuneplane_functions::config::{
-        ENV_BLOB_SECRET, ENV_BLOB_URL, ENV_DATA_DIR, ENV_PLAYGROUND_POD_CIDRS, ENV_SCRATCH,
-        ENV_WEBHOOKS,
+        ENV_BLOB_SECRET, ENV_BLOB_URL, ENV_DATA_DIR, ENV_PLAYGROUND_POD_CIDRS,
+        ENV_RATE_LIMIT_PER_KEY, ENV_RATE_LIMIT_PER_SOURCE, ENV_SCRATCH, ENV_WEBHOOKS,
     };
     let scratch = dir.join("scratch");
     std::fs::create_dir_all(&scratch)?;
@@ -542,6 +542,9 @@ fn functions_config(
     if let Some(networks) = pod_networks {
         vars.push((ENV_PLAYGROUND_POD_CIDRS, networks.to_owned()));
     }
+    // One local user, every request from 127.0.0.1: the API's rate limits stay off in dev.
+    vars.push((ENV_RATE_LIMIT_PER_KEY, "off".to_owned()));
+    vars.push((ENV_RATE_LIMIT_PER_SOURCE, "off".to_owned()));
     tuneplane_functions::config::Config::from_lookup(|k| {
         vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
     })

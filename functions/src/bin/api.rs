@@ -16,6 +16,8 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding {addr}"))?;
             tracing::info!(addr = %addr, "serving the API on plain HTTP");
+            // The peer's address is the source the per-source rate limit counts.
+            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
             axum::serve(listener, app).await.context("serving HTTP")
         }
         None => lambda::run(app)

@@ -216,6 +216,8 @@ mod tests {
             json_logs: false,
             listen: None,
             playground_pod_networks: Vec::new(),
+            rate_per_key: None,
+            rate_per_source: None,
         };
         let (jobs, blobs) = crate::runtime::stores(&config).await.unwrap();
         let state = crate::runtime::state_with(&config, jobs, blobs);

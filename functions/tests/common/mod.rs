@@ -114,6 +114,9 @@ fn config(dir: &std::path::Path) -> Config {
             "127.0.0.0/8",
         )
         .expect("loopback network"),
+        // The suites fire bursts on purpose; `rate_limits.rs` tests the limits.
+        rate_per_key: None,
+        rate_per_source: None,
     }
 }
 
