@@ -21,15 +21,19 @@ use crate::error::{Error, Result};
 use crate::kube_io::{is_conflict, is_not_found};
 use crate::rayjob::{self, RayJob};
 
-/// Validity of the capsule URL: the pre-running plus the run deadline plus an hour, capped by
-/// what the credentials allow (`TUNEPLANE_MAX_PRESIGN_SECONDS`). Each Ray node downloads for
-/// itself, so the URL must outlive the latest node to join.
+/// Slack on the capsule URL beyond the job's deadlines (clock skew, the pass that notices the end).
+pub const URL_SLACK_SECONDS: u64 = 600;
+
+/// Validity of the capsule URL, from the workload's creation: no longer than the job may still
+/// start a pod — its pre-running deadline plus its run deadline (a Ray worker replaced while the
+/// job runs downloads again) plus [`URL_SLACK_SECONDS`] — and capped by what the credentials
+/// allow (`TUNEPLANE_MAX_PRESIGN_SECONDS`). Past it the job has ended by its own deadlines.
 pub fn url_validity(job: &JobRecord, max: Duration) -> Duration {
     let d = &job.spec.deadlines;
     let secs = d
         .pre_running_seconds
         .saturating_add(d.run_seconds)
-        .saturating_add(3600);
+        .saturating_add(URL_SLACK_SECONDS);
     Duration::from_secs(secs).min(max)
 }
 
@@ -216,5 +220,27 @@ pub async fn delete(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) 
     match gone {
         Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
         other => other.map(|_| ()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_capsule_url_lives_only_as_long_as_the_job_may_start_a_pod() {
+        let spec: tuneplane_core::spec::JobSpec = serde_json::from_value(serde_json::json!({
+            "name": "j", "plugin": "custom/custom", "image": "python:3.11", "entrypoint": "true",
+            "env": {}, "pools": [{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0,
+            "cpus": 1.0, "memory_gb": 1.0}],
+            "deadlines": {"pre_running_seconds": 900, "run_seconds": 3600},
+            "priority": 0, "labels": {}, "namespace": "ns", "platform_version": "0"
+        }))
+        .expect("spec");
+        let job = JobRecord::new_queued("j-1", "t", spec, "00", 0);
+        let week = Duration::from_secs(604_800);
+        assert_eq!(url_validity(&job, week), Duration::from_secs(900 + 3600 + 600));
+        // Capped by what the credentials allow.
+        assert_eq!(url_validity(&job, Duration::from_secs(3600)), Duration::from_secs(3600));
     }
 }
