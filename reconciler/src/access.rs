@@ -93,19 +93,20 @@ const fn within(
 
 const JOBS: &str = tuneplane_core::constants::DEFAULT_NAMESPACE;
 
-/// Every request the reconciler makes (reflectors list and watch cluster-wide, nothing is read
-/// one by one; log reads `get` `pods/log`; workloads are created and deleted in the jobs namespace; the Lease lives in the
-/// reconciler's own namespace).
+/// Every request the reconciler makes: nodes and pods are listed and watched cluster-wide
+/// (capacity needs every pod on every node); Events and RayJobs are listed and watched, and logs
+/// read (`get` `pods/log`), only in the jobs namespace; nothing is read one by one; workloads are
+/// created and deleted in the jobs namespace; the Lease lives in the reconciler's own namespace.
 pub const REQUIRED: &[Access] = &[
     cluster("", "nodes", "list"),
     cluster("", "nodes", "watch"),
     cluster("", "pods", "list"),
     cluster("", "pods", "watch"),
-    cluster("", "events", "list"),
-    cluster("", "events", "watch"),
-    cluster("", "pods/log", "get"),
-    cluster("ray.io", "rayjobs", "list"),
-    cluster("ray.io", "rayjobs", "watch"),
+    within(JOBS, "", "events", "list"),
+    within(JOBS, "", "events", "watch"),
+    within(JOBS, "", "pods/log", "get"),
+    within(JOBS, "ray.io", "rayjobs", "list"),
+    within(JOBS, "ray.io", "rayjobs", "watch"),
     within(JOBS, "ray.io", "rayjobs", "create"),
     within(JOBS, "ray.io", "rayjobs", "delete"),
     within(JOBS, "", "pods", "create"),

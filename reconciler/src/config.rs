@@ -38,6 +38,10 @@ pub const ENV_KUBE_BURST: &str = "TUNEPLANE_KUBE_BURST";
 pub const ENV_TTL_AFTER_FINISHED: &str = "TUNEPLANE_TTL_AFTER_FINISHED_SECONDS";
 /// Namespace of playground pods (default `tuneplane-jobs`).
 pub const ENV_PLAYGROUND_NAMESPACE: &str = "TUNEPLANE_PLAYGROUND_NAMESPACE";
+/// Comma-separated namespaces jobs run in (every tenant namespace of the functions'
+/// `TUNEPLANE_TENANT_NAMESPACES` and their default namespace; default `tuneplane-jobs`): the
+/// reconciler watches Events and RayJobs and reads logs there only, as its RBAC allows.
+pub const ENV_JOB_NAMESPACES: &str = "TUNEPLANE_JOB_NAMESPACES";
 /// Image of playground pods (default: core's `RenderSettings`, a vLLM OpenAI server).
 pub const ENV_PLAYGROUND_IMAGE: &str = "TUNEPLANE_PLAYGROUND_IMAGE";
 /// Namespace of the KubeRay operator, whose pods may reach jobs' dashboard gates (default
@@ -58,6 +62,18 @@ pub const ENV_MAX_URL_SECONDS: &str = "TUNEPLANE_MAX_PRESIGN_SECONDS";
 pub const ENV_GPU_SHARE_CPUS: &str = "TUNEPLANE_GPU_SHARE_CPUS";
 /// Memory each free GPU keeps for GPU jobs, GiB (default 32).
 pub const ENV_GPU_SHARE_MEMORY_GB: &str = "TUNEPLANE_GPU_SHARE_MEMORY_GB";
+
+impl Config {
+    /// The namespaces the reconciler reads Events, RayJobs and logs in: the job namespaces and
+    /// the playground namespace, each once, sorted.
+    pub fn watched_namespaces(&self) -> Vec<String> {
+        let mut all: Vec<String> = self.job_namespaces.clone();
+        all.push(self.playground_namespace.clone());
+        all.sort();
+        all.dedup();
+        all
+    }
+}
 
 /// Whether `cidr` is `a.b.c.d/n` with `n` at most 32.
 fn valid_cidr(cidr: &str) -> bool {
@@ -92,6 +108,8 @@ pub struct Config {
     pub kube_burst: u32,
     /// Namespace of playground pods (default `tuneplane-jobs`, where jobs run).
     pub playground_namespace: String,
+    /// Namespaces jobs run in ([`ENV_JOB_NAMESPACES`]).
+    pub job_namespaces: Vec<String>,
     /// The quota of tenants without their own.
     pub default_quota: tuneplane_core::quota::DefaultQuota,
     /// Token that unlocks the per-tenant metrics on `/metrics`.
@@ -116,6 +134,7 @@ impl Default for Config {
             kube_qps: 20,
             kube_burst: 40,
             playground_namespace: tuneplane_core::constants::DEFAULT_NAMESPACE.into(),
+            job_namespaces: vec![tuneplane_core::constants::DEFAULT_NAMESPACE.into()],
             default_quota: Default::default(),
             metrics_token: None,
             max_presign: Duration::from_secs(604_800),
@@ -216,6 +235,29 @@ impl Config {
         }
         if let Some(v) = get(ENV_PLAYGROUND_NAMESPACE) {
             c.playground_namespace = v;
+        }
+        if let Some(v) = get(ENV_JOB_NAMESPACES) {
+            let names: Vec<String> = v
+                .split(',')
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect();
+            if let Some(bad) = names
+                .iter()
+                .find(|n| !tuneplane_core::spec::is_dns_label(n, 63))
+            {
+                return Err(Error::Config {
+                    var: ENV_JOB_NAMESPACES,
+                    message: format!("{bad:?} is not a namespace name (a DNS label)"),
+                });
+            }
+            if names.is_empty() {
+                return Err(Error::Config {
+                    var: ENV_JOB_NAMESPACES,
+                    message: "name at least one namespace, e.g. tuneplane-jobs".into(),
+                });
+            }
+            c.job_namespaces = names;
         }
         if let Some(v) = get(ENV_PLAYGROUND_IMAGE) {
             c.render.playground_image = v;

@@ -82,7 +82,9 @@ impl Reconciler {
             config.kube_burst,
             metrics.clone(),
         );
-        let api: Api<RayJob> = Api::all_with(client, &rayjob::resource());
+        // RayJobs are read only in the job namespaces (as the RBAC allows).
+        let first = config.watched_namespaces().into_iter().next().unwrap_or_default();
+        let api: Api<RayJob> = Api::namespaced_with(client, &first, &rayjob::resource());
         match api.list(&ListParams::default().limit(1)).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => return Err(Error::MissingCrd(e)),
@@ -113,23 +115,31 @@ impl Reconciler {
         let notify = Arc::new(Notify::new());
         let (nodes, nodes_w) = reflector::store::<Node>();
         let (pods, pods_w) = reflector::store::<Pod>();
-        let (events, events_w) = reflector::store::<Event>();
-        let rayjobs_w = reflector::store::Writer::<RayJob>::new(rayjob::resource());
-        let rayjobs = rayjobs_w.as_reader();
         let all = watcher::Config::default;
-        let warnings = all().fields("type=Warning");
-        let managed = all().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-        let rayjobs_api = Api::all_with(client.clone(), &rayjob::resource());
         let w = Watches {
             notify: notify.clone(),
             metrics: self.ctx.metrics.clone(),
         };
-        let watches = futures_util::future::join4(
-            w.reflect(Api::all(client.clone()), all(), strip::strip_node, nodes_w),
-            w.reflect(Api::all(client.clone()), all(), strip::strip_pod, pods_w),
-            w.reflect(Api::all(client), warnings, strip::strip_event, events_w),
-            w.reflect(rayjobs_api, managed, strip::strip_rayjob, rayjobs_w),
-        );
+        // Nodes and pods cluster-wide (capacity needs every pod on every node); Events and
+        // RayJobs only in the namespaces jobs and playgrounds run in, one watch each.
+        let mut watches: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
+            Box::pin(w.reflect(Api::all(client.clone()), all(), strip::strip_node, nodes_w)),
+            Box::pin(w.reflect(Api::all(client.clone()), all(), strip::strip_pod, pods_w)),
+        ];
+        let (mut events, mut rayjobs) = (Vec::new(), Vec::new());
+        for ns in self.ctx.config.watched_namespaces() {
+            let (store, writer) = reflector::store::<Event>();
+            let warnings = all().fields("type=Warning");
+            let api = Api::namespaced(client.clone(), &ns);
+            watches.push(Box::pin(w.reflect(api, warnings, strip::strip_event, writer)));
+            events.push(store);
+            let writer = reflector::store::Writer::<RayJob>::new(rayjob::resource());
+            rayjobs.push(writer.as_reader());
+            let managed = all().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+            let api = Api::namespaced_with(client.clone(), &ns, &rayjob::resource());
+            watches.push(Box::pin(w.reflect(api, managed, strip::strip_rayjob, writer)));
+        }
+        let watches = futures_util::future::join_all(watches);
         let stores = Stores {
             nodes,
             pods,
@@ -174,24 +184,38 @@ async fn supervise(
 struct Stores {
     nodes: Store<Node>,
     pods: Store<Pod>,
-    events: Store<Event>,
-    rayjobs: Store<RayJob>,
+    /// One per watched namespace.
+    events: Vec<Store<Event>>,
+    /// One per watched namespace.
+    rayjobs: Vec<Store<RayJob>>,
 }
 
 impl Stores {
     async fn ready(&self) -> bool {
-        self.nodes.wait_until_ready().await.is_ok()
-            && self.pods.wait_until_ready().await.is_ok()
-            && self.events.wait_until_ready().await.is_ok()
-            && self.rayjobs.wait_until_ready().await.is_ok()
+        if self.nodes.wait_until_ready().await.is_err()
+            || self.pods.wait_until_ready().await.is_err()
+        {
+            return false;
+        }
+        for s in &self.events {
+            if s.wait_until_ready().await.is_err() {
+                return false;
+            }
+        }
+        for s in &self.rayjobs {
+            if s.wait_until_ready().await.is_err() {
+                return false;
+            }
+        }
+        true
     }
 
     fn snapshot(&self) -> Cluster {
         Cluster::new(
             self.nodes.state(),
             self.pods.state(),
-            self.rayjobs.state(),
-            self.events.state(),
+            self.rayjobs.iter().flat_map(Store::state).collect(),
+            self.events.iter().flat_map(Store::state).collect(),
         )
     }
 }
