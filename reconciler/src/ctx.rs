@@ -27,7 +27,8 @@ pub struct Ctx {
     pub seen_events: Mutex<HashMap<String, HashSet<String>>>,
     /// When this process last wrote each queued job's pending reason.
     pub pending_written: Mutex<HashMap<String, i64>>,
-    /// Log archives of a job that failed on API server errors so far, in this process.
+    /// Log archives of a job that failed on API server errors so far, as this process counted
+    /// them (jobs with an active record also count them on it: `JobRecord::archive_failures`).
     pub archive_failures: Mutex<HashMap<String, u32>>,
     /// Live log shipping (its state, budget and counters).
     pub live: crate::live_logs::LiveLogs,

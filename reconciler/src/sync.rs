@@ -309,15 +309,27 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
 }
 
 /// Archives the job's logs: strictly (API server errors fail the step) for the first
-/// [`logs::STRICT_ARCHIVE_ATTEMPTS`] failed attempts in this process, then with errors in the index.
-async fn archive_logs(ctx: &Ctx, job_id: &str, namespace: &str, workload: &str) -> Result<String> {
-    let failed = ctx
+/// [`logs::STRICT_ARCHIVE_ATTEMPTS`] failed attempts, then with errors in the index.
+///
+/// Failed attempts are counted on the job's record (`archive_failures`), so a restarted
+/// reconciler goes on from there instead of starting over; `job` is `None` for a workload whose
+/// record is terminal or gone (an orphan), counted by this process only. A count that cannot be
+/// written (another writer moved the record) is kept in memory meanwhile.
+async fn archive_logs(
+    ctx: &Ctx,
+    job: Option<&JobRecord>,
+    job_id: &str,
+    namespace: &str,
+    workload: &str,
+) -> Result<String> {
+    let remembered = ctx
         .archive_failures
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get(job_id)
         .copied()
         .unwrap_or(0);
+    let failed = remembered.max(job.map_or(0, |j| j.archive_failures));
     let strict = failed < logs::STRICT_ARCHIVE_ATTEMPTS;
     let outcome = logs::archive(
         &ctx.kube,
@@ -326,16 +338,27 @@ async fn archive_logs(ctx: &Ctx, job_id: &str, namespace: &str, workload: &str) 
         namespace,
         workload,
         strict,
+        ctx.config.log_archive_max_bytes,
     )
     .await;
-    let mut failures = ctx
-        .archive_failures
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
     if outcome.is_ok() {
-        failures.remove(job_id);
-    } else {
-        *failures.entry(job_id.to_owned()).or_default() += 1;
+        ctx.archive_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(job_id);
+        return outcome;
+    }
+    let failed = failed.saturating_add(1);
+    ctx.archive_failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(job_id.to_owned(), failed);
+    if let Some(job) = job {
+        let mut next = job.clone();
+        next.archive_failures = failed;
+        if let Err(e) = ctx.jobs.update_job(&next).await {
+            tracing::warn!(job_id, failed, error = %e, "failed archive attempt not counted on the record; counted in memory");
+        }
     }
     outcome
 }
@@ -366,7 +389,7 @@ pub async fn finish(
 ) -> Result<()> {
     let ns = job.spec.namespace.as_str();
     let name = workload_of(job);
-    let key = archive_logs(ctx, &job.id, ns, &name).await?;
+    let key = archive_logs(ctx, Some(job), &job.id, ns, &name).await?;
     let mut next = job.clone();
     match &failure {
         Some((reason, message)) => {
@@ -458,7 +481,7 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
         // logs of pods that are already gone.
         let archived = ctx.blobs.head(&logs::logs_key(&id)).await?.is_some();
         if !finished && !archived {
-            archive_logs(ctx, &id, &ns, &name).await?;
+            archive_logs(ctx, None, &id, &ns, &name).await?;
         }
         workload::delete(ctx, kind, &ns, &name).await?;
         // Counted once the workload is gone, before the live segments are tidied away.
