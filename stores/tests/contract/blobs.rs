@@ -155,7 +155,10 @@ pub async fn put_file_replaces_an_object_from_a_file_large_or_small(store: Store
     let out = dir.path().join("out");
     let meta = ok(store.get_to_file(key, &out).await, "download");
     assert_eq!(meta.size, large.len() as u64);
-    assert!(ok(std::fs::read(&out), "read") == large, "stored bytes differ");
+    assert!(
+        ok(std::fs::read(&out), "read") == large,
+        "stored bytes differ"
+    );
     let head = ok(store.head(key).await, "head");
     assert_eq!(head.and_then(|m| m.sha256), Some(sha(&large)));
     let small = dir.path().join("small.tar.gz");
@@ -172,7 +175,10 @@ pub async fn put_file_replaces_an_object_from_a_file_large_or_small(store: Store
     );
     // A bad key is refused before anything is read.
     let err = store.put_file("../escape", &small).await.err();
-    assert!(matches!(err, Some(StoreError::InvalidKey { .. })), "{err:?}");
+    assert!(
+        matches!(err, Some(StoreError::InvalidKey { .. })),
+        "{err:?}"
+    );
 }
 
 /// A download bounded by a size stops at the limit: an object one byte too large is not written
