@@ -210,6 +210,16 @@ pub struct JobRecord {
     /// notes the want it answered in the segment list (`tuneplane_core::live::readers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logs_wanted_at_ms: Option<i64>,
+    /// Attempts to archive the job's logs that failed so far (the API server failing to serve a
+    /// log). Kept on the record, so a restarted reconciler goes on counting toward the attempts
+    /// after which an archive is written with the errors in its index instead of failing again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub archive_failures: u32,
+}
+
+/// `serde`'s test for a count left out while it is 0.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A transition the lifecycle does not allow.
@@ -252,6 +262,7 @@ impl JobRecord {
             placements: Vec::new(),
             logs_followed_until_ms: None,
             logs_wanted_at_ms: None,
+            archive_failures: 0,
         }
     }
 

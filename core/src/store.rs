@@ -441,6 +441,10 @@ pub trait BlobStore: Send + Sync {
     /// Writes `bytes` at `key`, replacing any object (log archives, snapshots).
     async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()>;
 
+    /// Streams the file at `path` to `key`, replacing any object (log archives), with memory
+    /// bounded whatever the file's size (multipart when large); stores its SHA-256 like `put`.
+    async fn put_file(&self, key: &str, path: &Path) -> Result<()>;
+
     /// Reads a whole object; `None` if absent.
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
 

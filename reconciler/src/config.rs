@@ -62,6 +62,30 @@ pub const ENV_MAX_URL_SECONDS: &str = "TUNEPLANE_MAX_PRESIGN_SECONDS";
 pub const ENV_GPU_SHARE_CPUS: &str = "TUNEPLANE_GPU_SHARE_CPUS";
 /// Memory each free GPU keeps for GPU jobs, GiB (default 32).
 pub const ENV_GPU_SHARE_MEMORY_GB: &str = "TUNEPLANE_GPU_SHARE_MEMORY_GB";
+/// Most bytes of a job's logs its archive keeps, shared by its containers; a longer log keeps its
+/// end (default 256 MiB; bytes, or with a `Ki`, `Mi` or `Gi` suffix).
+pub const ENV_LOG_ARCHIVE_MAX_BYTES: &str = "TUNEPLANE_LOG_ARCHIVE_MAX_BYTES";
+
+/// Smallest accepted [`ENV_LOG_ARCHIVE_MAX_BYTES`]: 1 MiB.
+pub const MIN_LOG_ARCHIVE_BYTES: u64 = 1 << 20;
+/// Largest accepted [`ENV_LOG_ARCHIVE_MAX_BYTES`]: 64 GiB.
+pub const MAX_LOG_ARCHIVE_BYTES: u64 = 64 << 30;
+
+/// A size in bytes: a whole number, optionally with a binary suffix (`Ki`, `Mi`, `Gi`).
+fn parse_bytes(raw: &str) -> Option<u64> {
+    let raw = raw.trim();
+    let (digits, unit) = match raw
+        .len()
+        .checked_sub(2)
+        .and_then(|i| raw.get(i..).map(|u| (i, u)))
+    {
+        Some((i, "Ki")) => (&raw[..i], 1u64 << 10),
+        Some((i, "Mi")) => (&raw[..i], 1 << 20),
+        Some((i, "Gi")) => (&raw[..i], 1 << 30),
+        _ => (raw, 1),
+    };
+    digits.trim().parse::<u64>().ok()?.checked_mul(unit)
+}
 
 impl Config {
     /// The namespaces the reconciler reads Events, RayJobs and logs in: the job namespaces and
@@ -118,6 +142,8 @@ pub struct Config {
     pub max_presign: Duration,
     /// What each free GPU keeps of its node for GPU jobs.
     pub gpu_share: GpuShare,
+    /// Most bytes of a job's logs its archive keeps (`logs::Budget` shares them).
+    pub log_archive_max_bytes: u64,
 }
 
 impl Default for Config {
@@ -139,6 +165,7 @@ impl Default for Config {
             metrics_token: None,
             max_presign: Duration::from_secs(604_800),
             gpu_share: GpuShare::default(),
+            log_archive_max_bytes: crate::logs::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -323,6 +350,17 @@ impl Config {
                 *field = n;
             }
         }
+        if let Some(v) = get(ENV_LOG_ARCHIVE_MAX_BYTES) {
+            let range = MIN_LOG_ARCHIVE_BYTES..=MAX_LOG_ARCHIVE_BYTES;
+            c.log_archive_max_bytes = parse_bytes(&v).filter(|n| range.contains(n)).ok_or_else(|| {
+                bad(
+                    ENV_LOG_ARCHIVE_MAX_BYTES,
+                    format!(
+                        "{v:?} is not a size between 1Mi and 64Gi (bytes, or a number with Ki, Mi or Gi, e.g. 256Mi)"
+                    ),
+                )
+            })?;
+        }
         Ok(c)
     }
 }
@@ -401,6 +439,38 @@ mod tests {
         ] {
             let err = parse(&[(var, bad)]).err().map(|e| e.to_string());
             assert!(err.unwrap_or_default().contains(var), "{var}={bad}");
+        }
+    }
+
+    #[test]
+    fn the_log_archive_cap_takes_sizes_and_names_its_variable_when_wrong() {
+        assert_eq!(parse(&[]).unwrap().log_archive_max_bytes, 256 << 20);
+        for (raw, bytes) in [
+            ("1048576", 1u64 << 20),
+            ("512Mi", 512 << 20),
+            (" 2Gi ", 2 << 30),
+            ("4096Ki", 4 << 20),
+            ("64Gi", 64 << 30),
+        ] {
+            let c = parse(&[(ENV_LOG_ARCHIVE_MAX_BYTES, raw)]).unwrap();
+            assert_eq!(c.log_archive_max_bytes, bytes, "{raw}");
+        }
+        for raw in [
+            "",
+            "lots",
+            "-1",
+            "1000",
+            "1Ti",
+            "65Gi",
+            "256MB",
+            "99999999999999999999Gi",
+        ] {
+            let err = parse(&[(ENV_LOG_ARCHIVE_MAX_BYTES, raw)])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains(ENV_LOG_ARCHIVE_MAX_BYTES), "{raw:?}: {err}");
+            assert!(err.contains("between 1Mi and 64Gi"), "{raw:?}: {err}");
         }
     }
 

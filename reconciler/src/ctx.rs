@@ -27,10 +27,15 @@ pub struct Ctx {
     pub seen_events: Mutex<HashMap<String, HashSet<String>>>,
     /// When this process last wrote each queued job's pending reason.
     pub pending_written: Mutex<HashMap<String, i64>>,
-    /// Log archives of a job that failed on API server errors so far, in this process.
+    /// Log archives of a job that failed on API server errors so far, as this process counted
+    /// them (jobs with an active record also count them on it: `JobRecord::archive_failures`).
     pub archive_failures: Mutex<HashMap<String, u32>>,
     /// Live log shipping (its state, budget and counters).
     pub live: crate::live_logs::LiveLogs,
+    /// Log archives being written beside the passes, and their outcomes.
+    pub archives: crate::archives::Archives,
+    /// Wakes the pass loop (watch events; an archive that ended).
+    pub wake: Arc<tokio::sync::Notify>,
     /// The last published capacity (without its timestamp) and when it was published.
     published: Mutex<Option<(CapacitySnapshot, i64)>>,
 }
@@ -53,8 +58,11 @@ impl Ctx {
             kube.client.clone(),
             metrics.clone(),
         );
+        let wake = Arc::new(tokio::sync::Notify::new());
         Ctx {
             live,
+            archives: crate::archives::Archives::new(wake.clone()),
+            wake,
             config,
             kube,
             jobs,

@@ -7,6 +7,7 @@
 //! this crate fetches, calls them and writes.
 
 pub mod access;
+pub mod archives;
 pub mod cluster;
 pub mod config;
 mod ctx;

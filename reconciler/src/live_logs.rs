@@ -29,8 +29,11 @@ use crate::Ctx;
 use crate::cluster::{Cluster, SUBMITTER_LABEL, belongs_to};
 use crate::error::Result;
 use crate::kube_io::Kube;
-use crate::logs::MAX_LOG_BYTES;
 use crate::metrics::Metrics;
+
+/// Most bytes of one container's output shipped live; its segments stop there (the archive at the
+/// end keeps the log's end, within the job's cap).
+pub const MAX_LOG_BYTES: i64 = 32 * 1024 * 1024;
 
 /// Log reads of live shipping run this many at a time.
 pub const CONCURRENCY: usize = 8;
@@ -196,7 +199,7 @@ async fn read_one(
     cursor: Cursor,
 ) -> Option<(String, Cursor)> {
     if cursor.bytes >= MAX_LOG_BYTES as u64 {
-        // The archive keeps this much of a log; live segments stop there too.
+        // Live segments stop here; the archive has the rest's end.
         return None;
     }
     let since_time = cursor

@@ -2,19 +2,33 @@
 //! workers, the submitter, or the CPU Pod — in `logs/<job id>/logs.tar.gz` with an `index.json`.
 //!
 //! The archive is written before the terminal record, and the workload deleted only after that, so
-//! logs survive the pods. Writing is a replace (`put`): a pass that crashed after archiving simply
-//! archives again.
+//! logs survive the pods. Writing is a replace (`put_file`): a pass that crashed after archiving
+//! simply archives again.
+//!
+//! Memory stays bounded whatever the logs' size: each log streams from the API server into a
+//! temporary file that keeps only its last bytes ([`Tail`], a ring), the `.tar.gz` is written to a
+//! temporary file beside them, and the blob store uploads it from there (in parts on S3 when
+//! large). A job's logs together keep at most a configured number of bytes
+//! (`TUNEPLANE_LOG_ARCHIVE_MAX_BYTES`, [`DEFAULT_MAX_BYTES`]), shared by its containers
+//! ([`Budget`]); a longer log keeps its end (where the error is), its stored file starts with a
+//! one-line marker saying how many leading bytes were left out, and its `index.json` entry says
+//! the same (`truncated_bytes` of `original_bytes`).
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufWriter, Read, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
+use futures_util::io::AsyncBufReadExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams};
 use serde::Serialize;
+use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use tuneplane_core::constants::JOB_ID_LABEL;
 use tuneplane_core::render::label_value;
 use tuneplane_core::store::BlobStore;
@@ -23,13 +37,18 @@ use crate::cluster::SUBMITTER_LABEL;
 use crate::error::{Error, Result};
 use crate::kube_io::Kube;
 
-/// Most bytes kept per container log: the API server stops there (`limitBytes`), so an index entry
-/// of exactly this length marks a log that may have been cut.
-pub const MAX_LOG_BYTES: i64 = 32 * 1024 * 1024;
+/// Most bytes of a job's logs its archive keeps unless configured otherwise
+/// (`TUNEPLANE_LOG_ARCHIVE_MAX_BYTES`): 256 MiB, shared by the job's containers.
+pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
-/// Longest a log read may take per attempt (other calls get `kube_io::ATTEMPT_TIMEOUT`): a log of
-/// up to [`MAX_LOG_BYTES`] streamed through the API server from the kubelet can be slow.
+/// Longest one attempt at reading one container's log may take (other calls get
+/// `kube_io::ATTEMPT_TIMEOUT`): the whole log streams through the API server from the kubelet,
+/// which can be slow.
 pub const LOG_READ_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Prefix of the temporary directories archives are written in (in the system's temporary
+/// directory, `TMPDIR`); the binary removes any left by an earlier process at startup.
+pub const SCRATCH_PREFIX: &str = "tuneplane-archive-";
 
 /// The blob key of a job's log archive.
 pub fn logs_key(job_id: &str) -> String {
@@ -47,8 +66,14 @@ pub struct IndexEntry {
     pub init: bool,
     /// Path of the log inside the archive (absent when it could not be read).
     pub path: Option<String>,
-    /// Length of the stored log, at most [`MAX_LOG_BYTES`]; 0 when it could not be read.
-    pub bytes: usize,
+    /// Length of the stored file (a cut log's marker line included); 0 when it could not be read.
+    pub bytes: u64,
+    /// Length of the log as the API server served it.
+    pub original_bytes: u64,
+    /// Leading bytes of the log left out to keep the job's archive within its cap; 0 when the
+    /// whole log is stored. When not 0, the stored file is a one-line marker saying so followed
+    /// by the log from this byte on (its last `original_bytes - truncated_bytes` bytes).
+    pub truncated_bytes: u64,
     /// Why the log could not be read (a container that never started).
     pub error: Option<String>,
 }
@@ -62,8 +87,228 @@ pub struct Index {
     pub workload: String,
     /// When archived, Unix milliseconds.
     pub archived_at_ms: i64,
+    /// Most bytes of logs the archive keeps (`TUNEPLANE_LOG_ARCHIVE_MAX_BYTES`), shared by the
+    /// containers ([`Budget`]).
+    pub max_bytes: u64,
     /// One entry per container.
     pub entries: Vec<IndexEntry>,
+}
+
+/// How a job's cap is shared by its containers, whose logs are read one after another: each may
+/// keep what is left of the cap divided by the containers not read yet. Logs longer than their
+/// share all get equal shares; a shorter log leaves what it did not use to the containers read
+/// after it (init containers, usually short, are read first). No log is ever kept shorter than
+/// the cap divided by the number of containers (or whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    left: u64,
+    containers: u64,
+}
+
+impl Budget {
+    /// A cap of `max_bytes` shared by `containers`.
+    pub fn new(max_bytes: u64, containers: usize) -> Budget {
+        Budget {
+            left: max_bytes,
+            containers: u64::try_from(containers).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The most the next container's stored log may take.
+    pub fn share(&self) -> u64 {
+        self.left / self.containers.max(1)
+    }
+
+    /// Notes that the next container's log took `stored` bytes.
+    pub fn spend(&mut self, stored: u64) {
+        self.left = self.left.saturating_sub(stored);
+        self.containers = self.containers.saturating_sub(1);
+    }
+}
+
+/// The last `capacity` bytes of a log, written as it streams into a file used as a ring: byte `i`
+/// of the log is at `i % capacity`. Memory holds no more than the chunk being written.
+pub struct Tail {
+    file: tokio::fs::File,
+    capacity: u64,
+    written: u64,
+    /// The file's position (writes are sequential until the ring wraps).
+    position: u64,
+}
+
+impl Tail {
+    /// An empty tail in `file` (a fresh temporary file) keeping `capacity` bytes.
+    pub fn new(file: File, capacity: u64) -> Tail {
+        Tail {
+            file: tokio::fs::File::from_std(file),
+            capacity,
+            written: 0,
+            position: 0,
+        }
+    }
+
+    /// Appends the next bytes of the log.
+    pub async fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        let total = self.written + data.len() as u64;
+        if self.capacity > 0 {
+            // Only the last `capacity` bytes of the chunk can survive it.
+            let skip = data
+                .len()
+                .saturating_sub(usize::try_from(self.capacity).unwrap_or(usize::MAX));
+            let mut data = &data[skip..];
+            let mut at = (total - data.len() as u64) % self.capacity;
+            while !data.is_empty() {
+                let room = usize::try_from(self.capacity - at).unwrap_or(usize::MAX);
+                let n = room.min(data.len());
+                if at != self.position {
+                    self.file.seek(SeekFrom::Start(at)).await?;
+                }
+                self.file.write_all(&data[..n]).await?;
+                self.position = at + n as u64;
+                data = &data[n..];
+                at = self.position % self.capacity;
+            }
+        }
+        self.written = total;
+        Ok(())
+    }
+
+    /// Bytes of the log written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The log as far as it was written, for reading back.
+    pub async fn finish(mut self) -> std::io::Result<Kept> {
+        self.file.flush().await?;
+        Ok(Kept {
+            file: self.file.into_std().await,
+            capacity: self.capacity,
+            written: self.written,
+        })
+    }
+}
+
+/// A log that was read: its [`Tail`]'s file, and how much of it there was.
+pub struct Kept {
+    file: File,
+    capacity: u64,
+    written: u64,
+}
+
+impl Kept {
+    /// Length of the log as served.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The oldest byte of the log the ring still holds.
+    fn oldest(&self) -> u64 {
+        self.written.saturating_sub(self.capacity)
+    }
+
+    /// Byte `offset` of the log (one the ring still holds).
+    fn byte_at(&self, offset: u64) -> std::io::Result<u8> {
+        let mut b = [0u8; 1];
+        self.file
+            .read_exact_at(&mut b, offset % self.capacity.max(1))?;
+        Ok(b[0])
+    }
+
+    /// What is stored of this log in an archive whose cap is `max_bytes`: from which byte on,
+    /// after which marker line (`None` when the whole log is kept). Stored file (marker
+    /// included) stays within the ring's capacity; the kept part starts at a character boundary
+    /// (UTF-8), so a reader of text does not meet half a character.
+    pub fn cut(&self, max_bytes: u64) -> std::io::Result<(u64, Option<String>)> {
+        if self.written <= self.capacity {
+            return Ok((0, None));
+        }
+        let oldest = self.oldest();
+        let mut from = oldest;
+        // The marker names `from`, and its length moves `from`: a few rounds settle it (its
+        // length only grows with `from`).
+        for _ in 0..8 {
+            let marker = marker_line(from, self.written, max_bytes);
+            let mut start = oldest.saturating_add(marker.len() as u64).min(self.written);
+            let mut skipped = 0;
+            while start < self.written && skipped < 3 && is_continuation(self.byte_at(start)?) {
+                start += 1;
+                skipped += 1;
+            }
+            if start == from {
+                return Ok((from, Some(marker)));
+            }
+            from = start;
+        }
+        Ok((from, Some(marker_line(from, self.written, max_bytes))))
+    }
+
+    /// A reader of bytes `from..` of the log (which the ring must still hold).
+    fn reader(&self, from: u64) -> RingReader<'_> {
+        RingReader {
+            kept: self,
+            next: from,
+        }
+    }
+}
+
+/// True for a byte inside a UTF-8 character (not its first).
+fn is_continuation(b: u8) -> bool {
+    b & 0b1100_0000 == 0b1000_0000
+}
+
+/// The first line of a cut log's stored file.
+pub fn marker_line(truncated: u64, original: u64, max_bytes: u64) -> String {
+    format!(
+        "[tuneplane: the first {truncated} of this log's {original} bytes were left out to keep \
+         the job's log archive within {max_bytes} bytes; its end follows]\n"
+    )
+}
+
+/// Reads a [`Kept`] log's ring from a byte of the log to its end, in order.
+struct RingReader<'a> {
+    kept: &'a Kept,
+    next: u64,
+}
+
+impl Read for RingReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let (capacity, end) = (self.kept.capacity, self.kept.written);
+        if self.next >= end || buf.is_empty() {
+            return Ok(0);
+        }
+        let at = self.next % capacity;
+        let len = (end - self.next).min(capacity - at);
+        let len = usize::try_from(len).unwrap_or(usize::MAX).min(buf.len());
+        let n = self.kept.file.read_at(&mut buf[..len], at)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "a log's temporary file is shorter than what was written to it",
+            ));
+        }
+        self.next += n as u64;
+        Ok(n)
+    }
+}
+
+/// One container of a job's pods, in the index's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Container {
+    /// Its pod.
+    pub pod: String,
+    /// Its name.
+    pub name: String,
+    /// True for an init container.
+    pub init: bool,
+}
+
+/// What became of one container's log.
+pub enum Collected {
+    /// Read, with what was kept of it.
+    Read(Kept),
+    /// Not read, and why (the API server's words).
+    Failed(String),
 }
 
 async fn list(kube: &Kube, api: &Api<Pod>, selector: &str) -> Result<Vec<Pod>> {
@@ -79,7 +324,38 @@ async fn list(kube: &Kube, api: &Api<Pod>, selector: &str) -> Result<Vec<Pod>> {
 /// failing to serve (its node gone) must not keep the job from ending.
 pub const STRICT_ARCHIVE_ATTEMPTS: u32 = 10;
 
-/// Reads the logs of the job's pods in `namespace` and stores the archive; returns its key.
+/// Streams one container's log into a fresh [`Tail`] of `capacity` bytes in `dir`. A failed read
+/// of the stream is the API server's (`Err`, retried by [`Kube::call`]); a failed write of the
+/// temporary file is ours (`Ok(Err)`).
+async fn stream_tail(
+    api: Api<Pod>,
+    pod: String,
+    params: LogParams,
+    dir: PathBuf,
+    capacity: u64,
+) -> Result<std::io::Result<Kept>, kube::Error> {
+    let stream = api.log_stream(&pod, &params).await?;
+    let mut stream = std::pin::pin!(stream);
+    let mut tail = match tempfile::tempfile_in(&dir) {
+        Ok(file) => Tail::new(file, capacity),
+        Err(e) => return Ok(Err(e)),
+    };
+    loop {
+        let chunk = stream.fill_buf().await.map_err(kube::Error::ReadEvents)?;
+        if chunk.is_empty() {
+            break;
+        }
+        let n = chunk.len();
+        if let Err(e) = tail.write(chunk).await {
+            return Ok(Err(e));
+        }
+        stream.consume_unpin(n);
+    }
+    Ok(tail.finish().await)
+}
+
+/// Reads the logs of the job's pods in `namespace` and stores the archive; returns its key. The
+/// archive keeps at most `max_bytes` of logs ([`Budget`]).
 ///
 /// `strict`: a log read that still fails on an API server error (5xx, 429, transport) after
 /// [`Kube::call`]'s retries fails the archive, so a later pass tries again; otherwise the error is
@@ -92,6 +368,7 @@ pub async fn archive(
     namespace: &str,
     workload: &str,
     strict: bool,
+    max_bytes: u64,
 ) -> Result<String> {
     let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
     let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
@@ -105,144 +382,402 @@ pub async fn archive(
             }
         }
     }
-    let reader = kube.clone().with_attempt_timeout(LOG_READ_TIMEOUT);
-    let mut entries = Vec::new();
-    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    let local = |source: std::io::Error| Error::Archive {
+        job_id: job_id.to_owned(),
+        source,
+    };
+    let mut containers = Vec::new();
     for (name, pod) in &pods {
         let spec = pod.spec.clone().unwrap_or_default();
-        let containers = spec
-            .init_containers
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| (c.name, true))
-            .chain(spec.containers.into_iter().map(|c| (c.name, false)));
-        for (container, init) in containers {
-            let params = LogParams {
-                container: Some(container.clone()),
-                limit_bytes: Some(MAX_LOG_BYTES),
-                ..LogParams::default()
-            };
-            let object = format!("pod {namespace}/{name} container {container}");
-            let mut entry = IndexEntry {
-                pod: name.clone(),
-                container: container.clone(),
-                init,
-                path: None,
-                bytes: 0,
-                error: None,
-            };
-            match reader
-                .call("logs", &object, || api.logs(name, &params))
-                .await
-            {
-                Ok(text) => {
-                    let path = format!("{name}/{container}.log");
-                    entry.bytes = text.len();
-                    entry.path = Some(path.clone());
-                    files.push((path, text.into_bytes()));
-                }
-                // The API server failing even after retries is no answer about the log: end
-                // this attempt, and a later pass archives again, rather than store an archive
-                // without the log.
-                Err(e)
-                    if strict
-                        && matches!(&e, Error::Kube { source, .. } if crate::kube_io::retryable(source)) =>
-                {
-                    return Err(e);
-                }
-                // With the API server's reason ("container ... is waiting to start").
-                Err(e) => {
-                    entry.error = Some(match &e {
-                        // The API server's own words and code, not the client's debug dump.
-                        Error::Kube {
-                            source: kube::Error::Api(status),
-                            ..
-                        } => format!(
-                            "the API server answered {} {}: {}",
-                            status.code,
-                            status.reason,
-                            status.message.trim_end()
-                        ),
-                        Error::Kube { source, .. } => format!("{e}: {source}"),
-                        other => other.to_string(),
-                    });
-                }
-            }
-            entries.push(entry);
-        }
+        let init = spec.init_containers.unwrap_or_default().into_iter();
+        containers.extend(init.map(|c| Container {
+            pod: name.clone(),
+            name: c.name,
+            init: true,
+        }));
+        containers.extend(spec.containers.into_iter().map(|c| Container {
+            pod: name.clone(),
+            name: c.name,
+            init: false,
+        }));
     }
-    let index = Index {
+    let scratch = tempfile::Builder::new()
+        .prefix(SCRATCH_PREFIX)
+        .tempdir()
+        .map_err(local)?;
+    let reader = kube.clone().with_attempt_timeout(LOG_READ_TIMEOUT);
+    let mut budget = Budget::new(max_bytes, containers.len());
+    let mut collected: Vec<Option<Collected>> = containers.iter().map(|_| None).collect();
+    // Init containers first: what their (usually short) logs leave goes to the others.
+    let mut order: Vec<usize> = (0..containers.len()).collect();
+    order.sort_by_key(|&i| !containers[i].init);
+    for i in order {
+        let Container { pod, name, .. } = &containers[i];
+        let capacity = budget.share();
+        let params = LogParams {
+            container: Some(name.clone()),
+            ..LogParams::default()
+        };
+        let object = format!("pod {namespace}/{pod} container {name}");
+        let read = reader
+            .call("logs", &object, || {
+                stream_tail(
+                    api.clone(),
+                    pod.clone(),
+                    params.clone(),
+                    scratch.path().to_path_buf(),
+                    capacity,
+                )
+            })
+            .await;
+        let outcome = match read {
+            Ok(Ok(kept)) => {
+                budget.spend(kept.written().min(capacity));
+                Collected::Read(kept)
+            }
+            Ok(Err(e)) => return Err(local(e)),
+            // The API server failing even after retries is no answer about the log: end
+            // this attempt, and a later pass archives again, rather than store an archive
+            // without the log.
+            Err(e)
+                if strict
+                    && matches!(&e, Error::Kube { source, .. } if crate::kube_io::retryable(source)) =>
+            {
+                return Err(e);
+            }
+            // With the API server's reason ("container ... is waiting to start").
+            Err(e) => {
+                budget.spend(0);
+                Collected::Failed(match &e {
+                    // The API server's own words and code, not the client's debug dump.
+                    Error::Kube {
+                        source: kube::Error::Api(status),
+                        ..
+                    } => format!(
+                        "the API server answered {} {}: {}",
+                        status.code,
+                        status.reason,
+                        status.message.trim_end()
+                    ),
+                    Error::Kube { source, .. } => format!("{e}: {source}"),
+                    other => other.to_string(),
+                })
+            }
+        };
+        collected[i] = Some(outcome);
+    }
+    let head = Index {
         job_id: job_id.to_owned(),
         workload: workload.to_owned(),
         archived_at_ms: crate::now_ms(),
-        entries,
+        max_bytes,
+        entries: Vec::new(),
     };
-    let bytes = build_tar_gz(&index, &files).map_err(|source| Error::Archive {
-        job_id: job_id.to_owned(),
-        source,
-    })?;
+    let path = scratch.path().join("logs.tar.gz");
+    let logs: Vec<(Container, Collected)> = containers
+        .into_iter()
+        .zip(collected)
+        .filter_map(|(c, got)| Some((c, got?)))
+        .collect();
+    let out = path.clone();
+    // Compressing is CPU work of seconds for large logs: off the async workers.
+    let index = tokio::task::spawn_blocking(move || write_tar_gz(&out, head, &logs))
+        .await
+        .map_err(|e| local(std::io::Error::other(e)))?
+        .map_err(local)?;
     let key = logs_key(job_id);
-    blobs.put(&key, bytes).await?;
-    tracing::info!(job_id, key = %key, pods = pods.len(), "logs archived");
+    blobs.put_file(&key, &path).await?;
+    let cut = index
+        .entries
+        .iter()
+        .filter(|e| e.truncated_bytes > 0)
+        .count();
+    tracing::info!(job_id, key = %key, pods = pods.len(), logs_cut = cut, "logs archived");
     Ok(key)
 }
 
 fn append(
-    builder: &mut tar::Builder<GzEncoder<Vec<u8>>>,
+    builder: &mut tar::Builder<impl Write>,
     path: &str,
-    data: &[u8],
+    size: u64,
+    data: impl Read,
 ) -> std::io::Result<()> {
     let mut header = tar::Header::new_gnu();
-    header.set_size(data.len() as u64);
+    header.set_size(size);
     header.set_mode(0o644);
     header.set_mtime(0);
     header.set_cksum();
     builder.append_data(&mut header, path, data)
 }
 
-/// Builds the `.tar.gz`: `index.json` first, then one file per container log.
-pub fn build_tar_gz(index: &Index, files: &[(String, Vec<u8>)]) -> std::io::Result<Vec<u8>> {
-    let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::default()));
-    let json = serde_json::to_vec_pretty(index).map_err(std::io::Error::other)?;
-    append(&mut builder, "index.json", &json)?;
-    for (path, data) in files {
-        append(&mut builder, path, data)?;
+/// Writes the `.tar.gz` to `path`: `index.json` first (`head` with an entry per log), then one
+/// file per log that was read, a cut one starting with its marker line. Returns the index.
+pub fn write_tar_gz(
+    path: &Path,
+    mut head: Index,
+    logs: &[(Container, Collected)],
+) -> std::io::Result<Index> {
+    let mut stored = Vec::new();
+    for (c, got) in logs {
+        let mut entry = IndexEntry {
+            pod: c.pod.clone(),
+            container: c.name.clone(),
+            init: c.init,
+            path: None,
+            bytes: 0,
+            original_bytes: 0,
+            truncated_bytes: 0,
+            error: None,
+        };
+        match got {
+            Collected::Read(kept) => {
+                let (from, marker) = kept.cut(head.max_bytes)?;
+                let marker = marker.unwrap_or_default();
+                entry.path = Some(format!("{}/{}.log", c.pod, c.name));
+                entry.original_bytes = kept.written();
+                entry.truncated_bytes = from;
+                entry.bytes = marker.len() as u64 + kept.written() - from;
+                stored.push((entry.path.clone().unwrap_or_default(), kept, from, marker));
+            }
+            Collected::Failed(why) => entry.error = Some(why.clone()),
+        }
+        head.entries.push(entry);
     }
-    let mut gz = builder.into_inner()?;
-    gz.flush()?;
-    gz.finish()
+    let file = File::create(path)?;
+    let gz = GzEncoder::new(BufWriter::new(file), Compression::default());
+    let mut builder = tar::Builder::new(gz);
+    let json = serde_json::to_vec_pretty(&head).map_err(std::io::Error::other)?;
+    append(
+        &mut builder,
+        "index.json",
+        json.len() as u64,
+        json.as_slice(),
+    )?;
+    for (name, kept, from, marker) in stored {
+        let size = marker.len() as u64 + kept.written() - from;
+        append(
+            &mut builder,
+            &name,
+            size,
+            marker.as_bytes().chain(kept.reader(from)),
+        )?;
+    }
+    let gz = builder.into_inner()?;
+    let mut out = gz.finish()?;
+    out.flush()?;
+    Ok(head)
+}
+
+/// Removes the temporary directories of archives an earlier process left (a crash between
+/// writing and uploading) in the system's temporary directory; returns how many.
+pub fn remove_leftover_scratch() -> usize {
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(SCRATCH_PREFIX))
+        .filter(|e| std::fs::remove_dir_all(e.path()).is_ok())
+        .count()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
 
-    #[test]
-    fn archive_holds_the_index_first_then_every_log() {
-        let index = Index {
+    /// A [`Kept`] log of `data` through a ring of `capacity`, written in chunks of `chunk`.
+    async fn kept(data: &[u8], capacity: u64, chunk: usize) -> Kept {
+        let mut tail = Tail::new(tempfile::tempfile().unwrap(), capacity);
+        for piece in data.chunks(chunk.max(1)) {
+            tail.write(piece).await.unwrap();
+        }
+        tail.finish().await.unwrap()
+    }
+
+    fn read_all(kept: &Kept, from: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        kept.reader(from).read_to_end(&mut out).unwrap();
+        out
+    }
+
+    fn untar(path: &Path) -> Vec<(String, Vec<u8>)> {
+        let file = File::open(path).unwrap();
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
+        let mut out = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let mut data = Vec::new();
+            entry.read_to_end(&mut data).unwrap();
+            let name = entry.path().unwrap().display().to_string();
+            out.push((name, data));
+        }
+        out
+    }
+
+    fn head(max_bytes: u64) -> Index {
+        Index {
             job_id: "j".into(),
             workload: "tp-j".into(),
             archived_at_ms: 1,
+            max_bytes,
             entries: vec![],
-        };
-        let bytes = build_tar_gz(&index, &[("p/c.log".into(), b"hello".to_vec())]).unwrap();
-        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes.as_slice()));
-        let mut names = Vec::new();
-        for entry in archive.entries().unwrap() {
-            let mut entry = entry.unwrap();
-            let mut text = String::new();
-            entry.read_to_string(&mut text).unwrap();
-            names.push((
-                entry
-                    .path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                text,
-            ));
         }
-        assert_eq!(names[0].0, "index.json");
-        assert_eq!(names[1], ("p/c.log".to_string(), "hello".to_string()));
+    }
+
+    fn container(pod: &str, name: &str, init: bool) -> Container {
+        Container {
+            pod: pod.into(),
+            name: name.into(),
+            init,
+        }
+    }
+
+    #[test]
+    fn long_logs_share_the_cap_equally_and_short_ones_leave_the_rest_to_later_ones() {
+        // Four long logs: a quarter each, whatever the order.
+        let mut b = Budget::new(1000, 4);
+        for _ in 0..4 {
+            assert_eq!(b.share(), 250);
+            b.spend(250);
+        }
+        // A short init log read first leaves its unused share to the three others.
+        let mut b = Budget::new(1000, 4);
+        assert_eq!(b.share(), 250);
+        b.spend(100);
+        assert_eq!(b.share(), 300);
+        b.spend(300);
+        assert_eq!(b.share(), 300);
+        b.spend(300);
+        assert_eq!(b.share(), 300);
+        b.spend(300);
+        // A failed read takes nothing; the total never exceeds the cap.
+        let mut b = Budget::new(10, 3);
+        b.spend(0);
+        assert_eq!(b.share(), 5);
+        b.spend(5);
+        assert_eq!(b.share(), 5);
+        // No containers, or more than bytes: nothing is divided by zero, shares may be 0.
+        assert_eq!(Budget::new(10, 0).share(), 10);
+        assert_eq!(Budget::new(3, 7).share(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_ring_keeps_the_last_bytes_whatever_the_chunks() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        for (capacity, chunk) in [
+            (1000, 7),
+            (1000, 1000),
+            (1000, 4096),
+            (999, 333),
+            (4096, 64),
+        ] {
+            let kept = kept(&data, capacity, chunk).await;
+            assert_eq!(kept.written(), 10_000);
+            let from = 10_000 - capacity;
+            assert_eq!(
+                read_all(&kept, from),
+                data[from as usize..],
+                "{capacity}/{chunk}"
+            );
+        }
+        // A log shorter than the ring is kept whole, and nothing is cut.
+        let kept = kept(&data[..500], 1000, 64).await;
+        assert_eq!(read_all(&kept, 0), data[..500]);
+        assert_eq!(kept.cut(1000).unwrap(), (0, None));
+        // A ring of nothing keeps nothing but counts what streamed through.
+        let kept = self::kept(&data, 0, 100).await;
+        assert_eq!(kept.written(), 10_000);
+        assert_eq!(read_all(&kept, 10_000), b"");
+    }
+
+    #[tokio::test]
+    async fn a_cut_log_keeps_its_end_after_a_marker_within_its_share_and_whole_characters() {
+        // 20 lines of 50 bytes; a share of 300 bytes keeps the end (the last line is the error).
+        let mut log = String::new();
+        for i in 0..20 {
+            log.push_str(&format!("{:<49}\n", format!("line {i}")));
+        }
+        log.push_str("Traceback: ValueError: the error is at the end\n");
+        let kept = kept(log.as_bytes(), 300, 64).await;
+        let (from, marker) = kept.cut(300).unwrap();
+        let marker = marker.unwrap();
+        let stored = [marker.as_bytes(), &read_all(&kept, from)].concat();
+        assert!(stored.len() <= 300, "{} bytes stored", stored.len());
+        assert_eq!(
+            stored.len() as u64,
+            marker.len() as u64 + log.len() as u64 - from
+        );
+        assert!(log.as_bytes().ends_with(&stored[marker.len()..]));
+        assert!(String::from_utf8_lossy(&stored).ends_with("the error is at the end\n"));
+        assert_eq!(marker, marker_line(from, log.len() as u64, 300));
+        assert!(marker.contains(&format!(
+            "the first {from} of this log's {} bytes",
+            log.len()
+        )));
+        assert_eq!(marker.matches('\n').count(), 1);
+        assert!(marker.ends_with('\n'));
+
+        // A cut inside a character moves to the next one: the kept part is valid UTF-8.
+        let text = "é".repeat(500);
+        for capacity in 200..204 {
+            let kept = self::kept(text.as_bytes(), capacity, 33).await;
+            let (from, _) = kept.cut(10).unwrap();
+            let rest = read_all(&kept, from);
+            assert!(std::str::from_utf8(&rest).is_ok(), "capacity {capacity}");
+            assert!(!rest.is_empty());
+        }
+    }
+
+    #[tokio::test]
+    async fn the_archive_holds_the_index_first_then_every_log_and_says_what_was_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let long: Vec<u8> = (0..5000)
+            .flat_map(|i| format!("{i:09}\n").into_bytes())
+            .collect();
+        let logs = vec![
+            (
+                container("p", "fetch", true),
+                Collected::Read(kept(b"fetched\n", 1000, 8).await),
+            ),
+            (
+                container("p", "main", false),
+                Collected::Read(kept(&long, 1000, 512).await),
+            ),
+            (
+                container("q", "main", false),
+                Collected::Failed("the API server answered 400 BadRequest: waiting".into()),
+            ),
+        ];
+        let path = dir.path().join("logs.tar.gz");
+        let index = write_tar_gz(&path, head(3000), &logs).unwrap();
+        let files = untar(&path);
+        let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["index.json", "p/fetch.log", "p/main.log"]);
+        let json: serde_json::Value = serde_json::from_slice(&files[0].1).unwrap();
+        assert_eq!(json["max_bytes"], 3000);
+        let entries = json["entries"].as_array().unwrap();
+        assert_eq!(entries[0]["truncated_bytes"], 0);
+        assert_eq!(entries[0]["original_bytes"], 8);
+        assert_eq!(files[1].1, b"fetched\n");
+        // The long log: its last bytes after the marker; the index says how many were left out.
+        let cut = entries[1]["truncated_bytes"].as_u64().unwrap();
+        assert_eq!(entries[1]["original_bytes"], long.len() as u64);
+        assert!(cut >= long.len() as u64 - 1000, "{cut}");
+        assert_eq!(entries[1]["bytes"], files[2].1.len() as u64);
+        let text = String::from_utf8(files[2].1.clone()).unwrap();
+        let (first, rest) = text.split_once('\n').unwrap();
+        assert!(
+            first.starts_with(&format!("[tuneplane: the first {cut} of")),
+            "{first}"
+        );
+        assert_eq!(rest.as_bytes(), &long[cut as usize..]);
+        assert!(rest.ends_with("000004999\n"));
+        // The unreadable log: its reason, no file.
+        assert!(entries[2]["path"].is_null());
+        assert_eq!(
+            entries[2]["error"],
+            "the API server answered 400 BadRequest: waiting"
+        );
+        assert_eq!(index.entries.len(), 3);
         assert_eq!(logs_key("j-1"), "logs/j-1/logs.tar.gz");
     }
 }

@@ -71,6 +71,12 @@ async fn stores() -> anyhow::Result<(Arc<dyn JobStore>, Arc<dyn BlobStore>)> {
 async fn main() -> anyhow::Result<()> {
     init_tracing();
     let config = Config::from_env()?;
+    // Archives are written in the temporary directory; a crash can leave one there (on the
+    // Deployment's emptyDir, which outlives a container restart).
+    let leftovers = tuneplane_reconciler::logs::remove_leftover_scratch();
+    if leftovers > 0 {
+        tracing::info!(leftovers, "removed archive files an earlier process left");
+    }
     let (jobs, blobs) = stores().await?;
     let kube_config = kube::Config::infer()
         .await

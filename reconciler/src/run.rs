@@ -112,7 +112,10 @@ impl Reconciler {
     /// Runs until `shutdown` completes, then releases the Lease.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<()> {
         let client = self.ctx.kube.client.clone();
-        let notify = Arc::new(Notify::new());
+        let notify = self.ctx.wake.clone();
+        // However this future ends (shutdown, an error, dropped by a crash), the archives it
+        // started stop with it.
+        let _archives = AbortArchives(self.ctx.clone());
         let (nodes, nodes_w) = reflector::store::<Node>();
         let (pods, pods_w) = reflector::store::<Pod>();
         let all = watcher::Config::default;
@@ -156,6 +159,15 @@ impl Reconciler {
         self.elector.release().await;
         self.ctx.metrics.set_leader(false);
         outcome
+    }
+}
+
+/// Aborts the archives still being written when dropped.
+struct AbortArchives(Arc<Ctx>);
+
+impl Drop for AbortArchives {
+    fn drop(&mut self) {
+        self.0.archives.abort_all();
     }
 }
 

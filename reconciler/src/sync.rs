@@ -3,7 +3,9 @@
 //! Ending a job is always: archive logs → write the terminal record (with the archive's key) →
 //! delete the workload. A crash after any step leaves a state the next pass finishes: before the
 //! record write the job is still active and is ended again; after it, the workload is an orphan of
-//! a terminal job and is deleted by [`sweep_orphans`].
+//! a terminal job and is deleted by [`sweep_orphans`]. The archive is written beside the passes
+//! ([`crate::archives`]): the pass that finds a job ended starts it, and a later one (woken when
+//! it ends) writes the record and deletes the workload; passes admit meanwhile.
 //!
 //! A state's platform event (`state-ADMITTED`, `state-RUNNING`, `state-SUCCEEDED`, ...) is written
 //! in the same atomic store write as the record (`JobStore::update_job_with_events`), so a crash
@@ -19,6 +21,7 @@ use tuneplane_core::job::{
 use tuneplane_core::render::workload_name;
 use tuneplane_core::spec::WorkloadKind;
 
+use crate::archives::Progress;
 use crate::cluster::{Cluster, managed};
 use crate::decide::{Step, decide};
 use crate::error::Result;
@@ -308,36 +311,64 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
     Ok(())
 }
 
-/// Archives the job's logs: strictly (API server errors fail the step) for the first
-/// [`logs::STRICT_ARCHIVE_ATTEMPTS`] failed attempts in this process, then with errors in the index.
-async fn archive_logs(ctx: &Ctx, job_id: &str, namespace: &str, workload: &str) -> Result<String> {
-    let failed = ctx
+/// The job's log archive: `Some(key)` once written; `None` while it is being written beside the
+/// passes ([`crate::archives`]), started by the first call: the caller waits for a later pass.
+///
+/// Archives are strict (API server errors fail them) for the first
+/// [`logs::STRICT_ARCHIVE_ATTEMPTS`] failed attempts, then written with errors in the index.
+/// Failed attempts are counted on the job's record (`archive_failures`), so a restarted
+/// reconciler goes on from there instead of starting over; `job` is `None` for a workload whose
+/// record is terminal or gone (an orphan), counted by this process only. A count that cannot be
+/// written (another writer moved the record) is kept in memory meanwhile.
+async fn archive_logs(
+    ctx: &Ctx,
+    job: Option<&JobRecord>,
+    job_id: &str,
+    namespace: &str,
+    workload: &str,
+) -> Result<Option<String>> {
+    let remembered = ctx
         .archive_failures
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get(job_id)
         .copied()
         .unwrap_or(0);
-    let strict = failed < logs::STRICT_ARCHIVE_ATTEMPTS;
-    let outcome = logs::archive(
-        &ctx.kube,
-        ctx.blobs.as_ref(),
-        job_id,
-        namespace,
-        workload,
-        strict,
-    )
-    .await;
-    let mut failures = ctx
-        .archive_failures
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let failed = remembered.max(job.map_or(0, |j| j.archive_failures));
+    let outcome = match ctx.archives.take(job_id) {
+        Progress::Running => return Ok(None),
+        Progress::Done(outcome) => outcome,
+        Progress::None => {
+            let strict = failed < logs::STRICT_ARCHIVE_ATTEMPTS;
+            let (kube, blobs) = (ctx.kube.clone(), ctx.blobs.clone());
+            let (id, ns, name) = (job_id.to_owned(), namespace.to_owned(), workload.to_owned());
+            let max_bytes = ctx.config.log_archive_max_bytes;
+            ctx.archives.start(job_id, async move {
+                logs::archive(&kube, blobs.as_ref(), &id, &ns, &name, strict, max_bytes).await
+            });
+            return Ok(None);
+        }
+    };
     if outcome.is_ok() {
-        failures.remove(job_id);
-    } else {
-        *failures.entry(job_id.to_owned()).or_default() += 1;
+        ctx.archive_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(job_id);
+        return outcome.map(Some);
     }
-    outcome
+    let failed = failed.saturating_add(1);
+    ctx.archive_failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(job_id.to_owned(), failed);
+    if let Some(job) = job {
+        let mut next = job.clone();
+        next.archive_failures = failed;
+        if let Err(e) = ctx.jobs.update_job(&next).await {
+            tracing::warn!(job_id, failed, error = %e, "failed archive attempt not counted on the record; counted in memory");
+        }
+    }
+    outcome.map(Some)
 }
 
 /// The exit status of a CPU job's container whose entrypoint failed (the pod's terminated state).
@@ -366,7 +397,10 @@ pub async fn finish(
 ) -> Result<()> {
     let ns = job.spec.namespace.as_str();
     let name = workload_of(job);
-    let key = archive_logs(ctx, &job.id, ns, &name).await?;
+    let Some(key) = archive_logs(ctx, Some(job), &job.id, ns, &name).await? else {
+        // Being archived: a later pass ends the job.
+        return Ok(());
+    };
     let mut next = job.clone();
     match &failure {
         Some((reason, message)) => {
@@ -455,10 +489,13 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
         let finished = job.as_ref().is_some_and(|j| j.logs_key.is_some());
         // An archive already there was written by an earlier pass just before it deleted this
         // workload (the reflector can lag one pass): archiving again would overwrite it with the
-        // logs of pods that are already gone.
-        let archived = ctx.blobs.head(&logs::logs_key(&id)).await?.is_some();
-        if !finished && !archived {
-            archive_logs(ctx, &id, &ns, &name).await?;
+        // logs of pods that are already gone. Unless it is this sweep's own, being written or
+        // written since the last pass.
+        let ours = ctx.archives.has(&id);
+        let archived = !ours && ctx.blobs.head(&logs::logs_key(&id)).await?.is_some();
+        if !finished && !archived && archive_logs(ctx, None, &id, &ns, &name).await?.is_none() {
+            // Being archived: a later pass deletes it.
+            continue;
         }
         workload::delete(ctx, kind, &ns, &name).await?;
         // Counted once the workload is gone, before the live segments are tidied away.

@@ -384,6 +384,62 @@ async fn a_log_the_api_server_never_serves_delays_the_end_a_bounded_number_of_pa
     assert_eq!(reads, strict + last, "log reads answered 500");
 }
 
+/// Failed archive attempts are counted on the job's record: a reconciler that restarts halfway
+/// goes on from the count, so the job still ends after [`STRICT_ARCHIVE_ATTEMPTS`] failed strict
+/// archives in all (a count kept in memory only would start over after the restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failed_archive_attempts_are_counted_on_the_record_across_a_restart() {
+    use tuneplane_reconciler::kube_io::MAX_ATTEMPTS;
+    use tuneplane_reconciler::logs::STRICT_ARCHIVE_ATTEMPTS;
+    let h = start(running_for(Duration::from_millis(600))).await;
+    h.sim().set_fault_plan(Some(FaultPlan {
+        path_contains: Some("/log".into()),
+        ..FaultPlan::outage(500, FaultScope::All)
+    }));
+    let (first, _ctx) = reconciler(&h, test_config("logs")).await;
+    h.submit(&cpu_job("r1")).await;
+    let counted = h
+        .wait_job(60, "r1", "3 failed archives counted", |j| {
+            j.archive_failures >= 3
+        })
+        .await;
+    assert!(counted.archive_failures < STRICT_ARCHIVE_ATTEMPTS);
+    // A crash: the process's memory (its own count among it) is gone.
+    first.abort();
+    let _ = first.await;
+    let (_second, ctx) = reconciler(&h, test_config("logs")).await;
+    let job = h.wait_state(90, "r1", JobState::Succeeded).await;
+    assert_eq!(
+        job.archive_failures, STRICT_ARCHIVE_ATTEMPTS,
+        "the restarted reconciler started counting over"
+    );
+    assert!(ctx.archive_failures.lock().unwrap().is_empty());
+    let entries = assert_logs_archived(&h, &job).await;
+    let index: serde_json::Value = serde_json::from_str(&entries[0].1).expect("index.json");
+    let logs = index["entries"].as_array().cloned().unwrap_or_default();
+    assert!(!logs.is_empty());
+    assert!(
+        logs.iter()
+            .all(|e| e["error"].as_str().unwrap_or_default().contains("injected")),
+        "{logs:?}"
+    );
+    // Reads: the strict archives' (an attempt cut short by the crash may add its own), then the
+    // last archive's.
+    let reads = h
+        .sim()
+        .fault_counts()
+        .errors
+        .get(&500)
+        .copied()
+        .unwrap_or(0);
+    let strict = u64::from(STRICT_ARCHIVE_ATTEMPTS * MAX_ATTEMPTS);
+    let last = u64::from(MAX_ATTEMPTS) * logs.len() as u64;
+    assert!(
+        (strict + last..=strict + last + u64::from(MAX_ATTEMPTS)).contains(&reads),
+        "{reads} log reads answered 500"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_write_that_meets_a_server_error_is_retried_within_the_round() {
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;

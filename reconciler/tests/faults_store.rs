@@ -312,8 +312,8 @@ async fn writes_that_applied_but_answered_an_error_are_picked_up_without_a_secon
         rules.push(rule("update_job", j.id.clone(), 3, FaultKind::After));
         // The log archive is stored but the put answers an error.
         rules.push(rule(
-            "blob put",
-            format!("logs/{}/", j.id),
+            "blob put_file",
+            format!("logs/{}/logs.tar.gz", j.id),
             1,
             FaultKind::After,
         ));

@@ -87,6 +87,11 @@ fn infra_manifests_render_with_kubectl_kustomize() {
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     let c = &pod["containers"][0];
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    // Archives are staged in the temporary directory: a writable, disk-backed /tmp.
+    assert_eq!(c["volumeMounts"][0]["mountPath"], "/tmp");
+    let tmp = &pod["volumes"][0];
+    assert_eq!(tmp["name"], c["volumeMounts"][0]["name"]);
+    assert!(tmp["emptyDir"].is_object() && tmp["emptyDir"]["medium"].is_null());
     assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     let known = [

@@ -246,6 +246,7 @@ impl Follower {
     /// Prints what the archive holds beyond what was printed, and per-container problems.
     pub async fn finish(&mut self, api: &Api) -> anyhow::Result<()> {
         let files = download_archive(api, &self.id).await?;
+        let cut = truncated_logs(&files);
         for (name, text) in &files {
             if name == "index.json" {
                 continue;
@@ -257,12 +258,40 @@ impl Follower {
             if !self.wanted(pod, container) || (self.main_only && !self.main_seen(pod, container)) {
                 continue;
             }
-            self.emit(pod, container, 0, text);
+            let truncated = cut
+                .get(&(pod.to_owned(), container.to_owned()))
+                .copied()
+                .unwrap_or(0);
+            self.emit_archived(pod, container, text, truncated);
         }
         if !self.main_only {
             report_unreadable(&files, |p, c| self.wanted(p, c));
         }
         Ok(())
+    }
+
+    /// Prints the archived log `text` of `pod`/`container` beyond what was printed. A log the
+    /// archive cut (`truncated` leading bytes left out, the job's archive cap) holds a marker
+    /// line and then the log from byte `truncated` on: output from there is continued at its
+    /// byte; when what was printed stops before it, the marker says that output is missing
+    /// (unless nothing was printed yet and only the last lines are asked for).
+    fn emit_archived(&mut self, pod: &str, container: &str, text: &str, truncated: u64) {
+        if truncated == 0 {
+            self.emit(pod, container, 0, text);
+            return;
+        }
+        let (marker, rest) = match text.find('\n') {
+            Some(i) => text.split_at(i + 1),
+            None => (text, ""),
+        };
+        let key = (pod.to_owned(), container.to_owned());
+        let done = self.printed.get(&key).copied();
+        if done.unwrap_or(0) < truncated && !(done.is_none() && self.tail.is_some()) {
+            let at = done.unwrap_or(0);
+            self.emit(pod, container, at, marker);
+            self.printed.insert(key, truncated);
+        }
+        self.emit(pod, container, truncated, rest);
     }
 
     /// Whether `pod`/`container` is main output: seen as such live, or (never shipped live) the
@@ -288,6 +317,27 @@ async fn download_archive(api: &Api, id: &str) -> anyhow::Result<Vec<(String, St
         bail!("cannot download the logs: {}", resp.status());
     }
     read_logs_archive(&resp.bytes().await?)
+}
+
+/// The logs an archive's `index.json` says were cut: (pod, container) → leading bytes left out.
+fn truncated_logs(files: &[(String, String)]) -> HashMap<(String, String), u64> {
+    let Some((_, index)) = files.iter().find(|(n, _)| n == "index.json") else {
+        return HashMap::new();
+    };
+    let index: Value = serde_json::from_str(index).unwrap_or_default();
+    index["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let cut = e["truncated_bytes"].as_u64().filter(|&n| n > 0)?;
+            let key = (
+                e["pod"].as_str()?.to_owned(),
+                e["container"].as_str()?.to_owned(),
+            );
+            Some((key, cut))
+        })
+        .collect()
 }
 
 /// Prints to stderr, in plain words, each container whose log could not be read.
@@ -497,5 +547,49 @@ mod tests {
         // Nothing new: nothing changes.
         f.emit("p", "main", 0, "one\ntwo\nthree\n");
         assert_eq!(f.printed.get(&("p".into(), "main".into())), Some(&14));
+    }
+
+    #[test]
+    fn a_cut_archived_log_continues_at_its_byte_and_says_when_output_is_missing() {
+        let args = LogsArgs {
+            id: "j".into(),
+            ..LogsArgs::default()
+        };
+        let marker = "[tuneplane: the first 8 of this log's 18 bytes were left out ...]\n";
+        let archived = format!("{marker}four\nfive\n");
+        let index = r#"{"entries": [{"pod": "p", "container": "main", "truncated_bytes": 8},
+            {"pod": "p", "container": "init", "truncated_bytes": 0}]}"#;
+        let files = vec![("index.json".to_owned(), index.to_owned())];
+        let cut = truncated_logs(&files);
+        assert_eq!(cut.get(&("p".into(), "main".into())), Some(&8));
+        assert_eq!(cut.len(), 1);
+
+        // Printed live up to byte 4 (of "one\ntwo\nthree\n"...): bytes 4..8 are gone, the
+        // marker says so, then the archive's end.
+        let mut f = Follower::new(&args, Output::Table, true).capturing();
+        f.emit("p", "main", 0, "one\n");
+        f.emit_archived("p", "main", &archived, 8);
+        assert_eq!(f.take_captured(), format!("one\n{marker}four\nfive\n"));
+        assert_eq!(f.printed.get(&("p".into(), "main".into())), Some(&18));
+
+        // Printed live past the cut: only what follows, no marker.
+        let mut f = Follower::new(&args, Output::Table, true).capturing();
+        f.emit("p", "main", 0, "one\ntwo\nfour\n");
+        f.emit_archived("p", "main", &archived, 8);
+        assert_eq!(f.take_captured(), "one\ntwo\nfour\nfive\n");
+
+        // Nothing printed, whole output asked: the marker, then the end.
+        let mut f = Follower::new(&args, Output::Table, true).capturing();
+        f.emit_archived("p", "main", &archived, 8);
+        assert_eq!(f.take_captured(), archived);
+
+        // Nothing printed, only the last line asked: just that line.
+        let tail = LogsArgs {
+            tail: Some(1),
+            ..args.clone()
+        };
+        let mut f = Follower::new(&tail, Output::Table, true).capturing();
+        f.emit_archived("p", "main", &archived, 8);
+        assert_eq!(f.take_captured(), "five\n");
     }
 }

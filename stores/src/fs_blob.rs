@@ -318,6 +318,17 @@ impl BlobStore for FsBlobStore {
         .await
     }
 
+    async fn put_file(&self, key: &str, path: &Path) -> Result<()> {
+        let (k, path) = (key.to_owned(), path.to_path_buf());
+        self.blocking(key, move |s| {
+            let mut file =
+                std::fs::File::open(&path).map_err(|e| s.err("open source file", &k, e))?;
+            let (staged, meta) = s.stage(&k, &mut file)?;
+            s.publish(&k, &staged, &meta, true).map(drop)
+        })
+        .await
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let k = key.to_owned();
         self.blocking(key, move |s| match std::fs::read(s.data_path(&k)) {

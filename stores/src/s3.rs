@@ -3,7 +3,8 @@
 //! Put-if-absent is `PutObject` with `If-None-Match: *` (S3 answers 412 when the key exists), so
 //! content-addressed capsules are never rewritten even by racing writers. Every object carries its
 //! SHA-256 twice: as the `x-amz-checksum-sha256` S3 verifies on upload and as `sha256` metadata
-//! (hex) that [`BlobStore::head`] returns. Files above `multipart_threshold` upload in parts.
+//! (hex) that [`BlobStore::head`] returns. Files above `multipart_threshold` upload in parts, each
+//! streamed from the file (memory stays bounded whatever the size).
 
 use std::path::Path;
 
@@ -12,11 +13,11 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::SdkError;
 use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
 use aws_sdk_s3::presigning::PresigningConfig;
-use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::primitives::{ByteStream, Length};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use base64::Engine;
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 use tuneplane_core::store::{
     BlobMeta, BlobStore, BoxError, PresignMethod, PutOutcome, Result, SignRequest, StoreError,
     validate_blob_key,
@@ -208,7 +209,17 @@ impl S3BlobStore {
         }
     }
 
-    async fn put_multipart(&self, key: &str, path: &Path, sha_hex: &str) -> Result<PutOutcome> {
+    /// Uploads the file at `path` (of `size` bytes, SHA-256 `sha_hex`) in parts, each streamed
+    /// from the file: memory stays bounded whatever the part size. `if_absent`: the upload
+    /// completes only if no object exists at `key`; otherwise it replaces one.
+    async fn put_multipart(
+        &self,
+        key: &str,
+        path: &Path,
+        size: u64,
+        sha_hex: &str,
+        if_absent: bool,
+    ) -> Result<PutOutcome> {
         let created = object_request!(self, create_multipart_upload, key)
             .content_type(OCTET_STREAM)
             .metadata("sha256", sha_hex)
@@ -216,18 +227,19 @@ impl S3BlobStore {
             .await
             .map_err(|e| self.backend("CreateMultipartUpload", key, e))?;
         let upload_id = created.upload_id.unwrap_or_default();
-        let result = self.upload_parts(key, path, &upload_id).await;
+        let result = self.upload_parts(key, path, size, &upload_id).await;
         let outcome = match result {
             Ok(parts) => {
                 let done = CompletedMultipartUpload::builder()
                     .set_parts(Some(parts))
                     .build();
-                let complete = object_request!(self, complete_multipart_upload, key)
+                let mut complete = object_request!(self, complete_multipart_upload, key)
                     .upload_id(&upload_id)
-                    .multipart_upload(done)
-                    .if_none_match("*")
-                    .send()
-                    .await;
+                    .multipart_upload(done);
+                if if_absent {
+                    complete = complete.if_none_match("*");
+                }
+                let complete = complete.send().await;
                 match complete {
                     Ok(_) => return Ok(PutOutcome::Created),
                     // A 2xx whose body does not parse (moto 5.2 names the XML root wrongly): the
@@ -256,31 +268,37 @@ impl S3BlobStore {
         outcome
     }
 
+    /// Uploads the parts of the file at `path` (`size` bytes): each part is hashed in a
+    /// streaming pass over its range, then sent as a body read from the file (so a retried
+    /// request reads it again), never held in memory whole.
     async fn upload_parts(
         &self,
         key: &str,
         path: &Path,
+        size: u64,
         upload_id: &str,
     ) -> Result<Vec<CompletedPart>> {
         let io = |e: std::io::Error| self.backend("read source file", key, e);
-        let mut file = tokio::fs::File::open(path).await.map_err(io)?;
         let mut parts = Vec::new();
+        let mut offset = 0u64;
         for number in 1.. {
-            let mut buf = Vec::with_capacity(usize::try_from(self.part_size).unwrap_or(usize::MAX));
-            (&mut file)
-                .take(self.part_size)
-                .read_to_end(&mut buf)
-                .await
-                .map_err(io)?;
-            if buf.is_empty() && number > 1 {
+            let len = self.part_size.min(size - offset);
+            if len == 0 && number > 1 {
                 break;
             }
-            let digest = Sha256::digest(&buf);
+            let digest = hash_range(path, offset, len).await.map_err(io)?;
+            let body = ByteStream::read_from()
+                .path(path)
+                .offset(offset)
+                .length(Length::Exact(len))
+                .build()
+                .await
+                .map_err(|e| self.backend("read source file", key, e))?;
             let out = object_request!(self, upload_part, key)
                 .upload_id(upload_id)
                 .part_number(number)
                 .checksum_sha256(base64::engine::general_purpose::STANDARD.encode(digest))
-                .body(ByteStream::from(buf))
+                .body(body)
                 .send()
                 .await
                 .map_err(|e| self.backend("UploadPart", key, e))?;
@@ -289,9 +307,64 @@ impl S3BlobStore {
                 .set_checksum_sha256(out.checksum_sha256)
                 .part_number(number);
             parts.push(part.build());
+            offset += len;
         }
         Ok(parts)
     }
+
+    /// Streams the file at `path` to `key`: in parts above the multipart threshold, else in one
+    /// `PutObject` read from the file; only if absent, or replacing.
+    async fn put_path(&self, key: &str, path: &Path, if_absent: bool) -> Result<PutOutcome> {
+        let (sha_hex, size) = hash_file(path)
+            .await
+            .map_err(|e| self.backend("read source file", key, e))?;
+        if size > self.multipart_threshold {
+            return self
+                .put_multipart(key, path, size, &sha_hex, if_absent)
+                .await;
+        }
+        let body = ByteStream::from_path(path)
+            .await
+            .map_err(|e| self.backend("read source file", key, e))?;
+        let sha = hex::decode(&sha_hex).unwrap_or_default();
+        let mut put = self.put_object(key, &sha, body);
+        if if_absent {
+            put = put.if_none_match("*");
+        }
+        match put.send().await {
+            Ok(_) => Ok(PutOutcome::Created),
+            Err(e) => self.absent_or_error("PutObject", key, e).await,
+        }
+    }
+}
+
+/// SHA-256 of `len` bytes of the file at `path` from `offset`, read in a streaming pass.
+async fn hash_range(path: &Path, offset: u64, len: u64) -> std::io::Result<[u8; 32]> {
+    let mut file = tokio::fs::File::open(path).await?;
+    file.seek(std::io::SeekFrom::Start(offset)).await?;
+    let mut range = file.take(len);
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut read = 0u64;
+    loop {
+        let n = range.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        read += n as u64;
+    }
+    if read != len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!(
+                "the file ended at byte {} of a part ending at byte {}",
+                offset + read,
+                offset + len
+            ),
+        ));
+    }
+    Ok(hasher.finalize().into())
 }
 
 /// SHA-256 (hex) and size of a file, read in a streaming pass.
@@ -323,21 +396,13 @@ impl BlobStore for S3BlobStore {
         if self.head(key).await?.is_some() {
             return Ok(PutOutcome::AlreadyExists);
         }
-        let (sha_hex, size) = hash_file(path)
-            .await
-            .map_err(|e| self.backend("read source file", key, e))?;
-        if size > self.multipart_threshold {
-            return self.put_multipart(key, path, &sha_hex).await;
-        }
-        let body = ByteStream::from_path(path)
-            .await
-            .map_err(|e| self.backend("read source file", key, e))?;
-        let sha = hex::decode(&sha_hex).unwrap_or_default();
-        let put = self.put_object(key, &sha, body).if_none_match("*");
-        match put.send().await {
-            Ok(_) => Ok(PutOutcome::Created),
-            Err(e) => self.absent_or_error("PutObject", key, e).await,
-        }
+        self.put_path(key, path, true).await
+    }
+
+    #[tracing::instrument(skip_all, fields(bucket = %self.bucket, key), err)]
+    async fn put_file(&self, key: &str, path: &Path) -> Result<()> {
+        validate_blob_key(key)?;
+        self.put_path(key, path, false).await.map(drop)
     }
 
     #[tracing::instrument(skip_all, fields(bucket = %self.bucket, key), err)]

@@ -361,6 +361,10 @@ impl BlobStore for FaultyBlobStore {
         let call = self.inner.put(key, bytes);
         self.faults.run("blob put", key, call).await
     }
+    async fn put_file(&self, key: &str, path: &Path) -> Result<()> {
+        let call = self.inner.put_file(key, path);
+        self.faults.run("blob put_file", key, call).await
+    }
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         self.faults.run("blob get", key, self.inner.get(key)).await
     }

@@ -174,6 +174,10 @@ impl From<&JobRecord> for JobItem {
         put_opt("logs_followed_until", job.logs_followed_until_ms.map(n));
         put_opt("logs_wanted_at", job.logs_wanted_at_ms.map(n));
         put_opt(
+            "archive_failures",
+            (job.archive_failures > 0).then(|| n(job.archive_failures)),
+        );
+        put_opt(
             "placements",
             (!job.placements.is_empty()).then(|| s(to_json(&job.placements))),
         );
@@ -224,6 +228,12 @@ impl TryFrom<Stored<'_>> for JobRecord {
             placements: stored.opt_json("placements")?.unwrap_or_default(),
             logs_followed_until_ms: stored.opt_i64("logs_followed_until")?,
             logs_wanted_at_ms: stored.opt_i64("logs_wanted_at")?,
+            archive_failures: match stored.opt_i64("archive_failures")? {
+                None => 0,
+                Some(v) => u32::try_from(v).map_err(|_| {
+                    stored.corrupt(format!("attribute archive_failures is out of range: {v}"))
+                })?,
+            },
         })
     }
 }

@@ -139,6 +139,48 @@ pub async fn large_file_streams_in_and_out(store: Store) {
     assert_eq!(head.and_then(|m| m.sha256), Some(sha(&content)));
 }
 
+/// `put_file` replaces whatever is at the key, from a file: a large one (in parts on S3, whose
+/// contract store uses 5 MiB parts), then a small one over it, each read back whole with its
+/// SHA-256.
+pub async fn put_file_replaces_an_object_from_a_file_large_or_small(store: Store) {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let large: Vec<u8> = (0..11 * 1024 * 1024 + 5)
+        .map(|i: u32| (i.wrapping_mul(2_246_822_519) >> 11) as u8)
+        .collect();
+    let key = "logs/j-big/logs.tar.gz";
+    ok(store.put(key, b"an older archive".to_vec()).await, "put");
+    let src = dir.path().join("large.tar.gz");
+    ok(std::fs::write(&src, &large), "write large");
+    ok(store.put_file(key, &src).await, "put_file large");
+    let out = dir.path().join("out");
+    let meta = ok(store.get_to_file(key, &out).await, "download");
+    assert_eq!(meta.size, large.len() as u64);
+    assert!(
+        ok(std::fs::read(&out), "read") == large,
+        "stored bytes differ"
+    );
+    let head = ok(store.head(key).await, "head");
+    assert_eq!(head.and_then(|m| m.sha256), Some(sha(&large)));
+    let small = dir.path().join("small.tar.gz");
+    ok(std::fs::write(&small, b"a newer archive"), "write small");
+    ok(store.put_file(key, &small).await, "put_file small");
+    assert_eq!(
+        ok(store.get(key).await, "get"),
+        Some(b"a newer archive".to_vec())
+    );
+    let head = ok(store.head(key).await, "head");
+    assert_eq!(
+        head.map(|m| (m.size, m.sha256)),
+        Some((15, Some(sha(b"a newer archive"))))
+    );
+    // A bad key is refused before anything is read.
+    let err = store.put_file("../escape", &small).await.err();
+    assert!(
+        matches!(err, Some(StoreError::InvalidKey { .. })),
+        "{err:?}"
+    );
+}
+
 /// A download bounded by a size stops at the limit: an object one byte too large is not written
 /// (and nothing is left behind); one exactly at the limit arrives whole.
 pub async fn a_bounded_download_refuses_an_object_above_its_limit(store: Store) {

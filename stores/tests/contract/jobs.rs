@@ -57,14 +57,21 @@ pub async fn create_then_get_returns_version_one(store: Store) {
     let mut followed = created;
     followed.logs_followed_until_ms = Some(61_000);
     followed.logs_wanted_at_ms = Some(51_000);
+    // So does the count of failed log archives (a restarted reconciler goes on from it).
+    followed.archive_failures = 3;
     let stored = ok(store.update_job(&followed).await, "follow write");
     let read = ok(store.get_job("j-1").await, "get followed");
     assert_eq!(
-        read.map(|j| (j.logs_followed_until_ms, j.logs_wanted_at_ms)),
-        Some((Some(61_000), Some(51_000)))
+        read.map(|j| (
+            j.logs_followed_until_ms,
+            j.logs_wanted_at_ms,
+            j.archive_failures
+        )),
+        Some((Some(61_000), Some(51_000), 3))
     );
     assert_eq!(stored.logs_followed_until_ms, Some(61_000));
     assert_eq!(stored.logs_wanted_at_ms, Some(51_000));
+    assert_eq!(stored.archive_failures, 3);
 }
 
 pub async fn same_idempotency_key_and_request_returns_the_first_job(store: Store) {

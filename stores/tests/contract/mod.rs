@@ -66,6 +66,7 @@ macro_rules! blob_store_contract {
             missing_objects_read_as_absent,
             put_replaces_and_delete_removes,
             large_file_streams_in_and_out,
+            put_file_replaces_an_object_from_a_file_large_or_small,
             a_bounded_download_refuses_an_object_above_its_limit,
             presigned_put_then_get_round_trips_over_plain_http,
             keys_with_spaces_and_plus_round_trip,
