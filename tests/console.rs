@@ -375,7 +375,9 @@ fn playgrounds_are_listed_with_a_countdown_and_deleted_from_the_console() {
                     .await
                     .join(" ");
                 let url = w.texts("table.playgrounds code.url").await.join(" ");
-                state.contains("Running") && url.contains("/v1/playgrounds/pg-") && url.ends_with("/proxy/")
+                state.contains("Running")
+                    && url.contains("/v1/playgrounds/pg-")
+                    && url.ends_with("/proxy/")
             },
         )
         .await;

@@ -679,10 +679,7 @@ async fn a_playground_answers_through_tuneplanes_proxy_only_with_its_key_and_is_
         .await
         .unwrap();
     assert_eq!(status.as_u16(), 200, "{answer}");
-    assert!(
-        answer.to_string().contains("hello tuneplane"),
-        "{answer}"
-    );
+    assert!(answer.to_string().contains("hello tuneplane"), "{answer}");
     let secrets: KubeApi<k8s_openapi::api::core::v1::Secret> =
         KubeApi::namespaced(real.bed.admin.clone(), "tuneplane-jobs");
     let secret = format!("{id}-api-key");

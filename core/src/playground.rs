@@ -469,10 +469,7 @@ mod tests {
     fn the_shown_state_follows_the_record() {
         // Not admitted: queued, with the planner's reason once the reconciler wrote it.
         let v = PlaygroundView::of(record(), 10);
-        assert_eq!(
-            (v.state, v.proxy_path.clone()),
-            (ShownState::Queued, None)
-        );
+        assert_eq!((v.state, v.proxy_path.clone()), (ShownState::Queued, None));
         let mut r = record();
         r.status = status(
             PlaygroundState::Queued,

@@ -237,12 +237,14 @@ impl Config {
             )?,
             playground_pod_networks: match non_empty(ENV_PLAYGROUND_POD_CIDRS) {
                 None => Vec::new(),
-                Some(v) => crate::routes::playground_proxy::parse_networks(&v).map_err(
-                    |message| ConfigError {
-                        var: ENV_PLAYGROUND_POD_CIDRS,
-                        message,
-                    },
-                )?,
+                Some(v) => {
+                    crate::routes::playground_proxy::parse_networks(&v).map_err(|message| {
+                        ConfigError {
+                            var: ENV_PLAYGROUND_POD_CIDRS,
+                            message,
+                        }
+                    })?
+                }
             },
         })
     }

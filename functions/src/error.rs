@@ -168,7 +168,9 @@ impl ApiError {
             }
             ApiError::Store(_) => internal(),
             ApiError::Upstream { status, code, .. } => (*status, code, Value::Null),
-            ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "rate_limited", Value::Null),
+            ApiError::RateLimited(_) => {
+                (StatusCode::TOO_MANY_REQUESTS, "rate_limited", Value::Null)
+            }
         }
     }
 }

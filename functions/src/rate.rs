@@ -184,7 +184,10 @@ mod tests {
                 burst: 40.0
             }))
         );
-        assert_eq!(Rate::parse(" 5 ").map(|r| r.map(|r| r.burst)), Ok(Some(10.0)));
+        assert_eq!(
+            Rate::parse(" 5 ").map(|r| r.map(|r| r.burst)),
+            Ok(Some(10.0))
+        );
         assert_eq!(Rate::parse("OFF"), Ok(None));
         for bad in ["", "fast", "0/1", "10/0.5", "1e9", "NaN/2"] {
             assert!(Rate::parse(bad).is_err(), "{bad:?}");
@@ -202,7 +205,10 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(limits.check("a", Some("key-1"), t0), Ok(()));
         }
-        let wait = limits.check("a", Some("key-1"), t0).err().unwrap_or_default();
+        let wait = limits
+            .check("a", Some("key-1"), t0)
+            .err()
+            .unwrap_or_default();
         assert!((wait - 0.5).abs() < 1e-9, "{wait}");
         // Another key is its own bucket; no key is not limited per key.
         assert_eq!(limits.check("a", Some("key-2"), t0), Ok(()));
@@ -214,7 +220,10 @@ mod tests {
         // Per source: whatever key is presented.
         let by_source = RateLimits::new(None, Some(rate));
         for i in 0..3 {
-            assert_eq!(by_source.check("10.0.0.1", Some(&format!("k{i}")), t0), Ok(()));
+            assert_eq!(
+                by_source.check("10.0.0.1", Some(&format!("k{i}")), t0),
+                Ok(())
+            );
         }
         assert!(by_source.check("10.0.0.1", Some("k9"), t0).is_err());
         assert_eq!(by_source.check("10.0.0.2", None, t0), Ok(()));

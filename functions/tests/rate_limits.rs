@@ -39,7 +39,9 @@ async fn get(app: &axum::Router, from: &str, key: &str) -> (StatusCode, Option<S
         .get("retry-after")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let body = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+    let body = axum::body::to_bytes(res.into_body(), 1 << 20)
+        .await
+        .unwrap();
     (status, retry, String::from_utf8_lossy(&body).into_owned())
 }
 

@@ -381,7 +381,15 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         let outcome = set_queued_pending(ctx, job, w, now).await;
         note(ctx, &mut report, "pending", &job.id, outcome);
     }
-    playgrounds_step(ctx, cluster, now, playgrounds, &playground_waits, &mut report).await;
+    playgrounds_step(
+        ctx,
+        cluster,
+        now,
+        playgrounds,
+        &playground_waits,
+        &mut report,
+    )
+    .await;
     if ctx.leadership.is_leader() {
         for (id, e) in crate::live_logs::ship(ctx, cluster, &active[..jobs], now).await {
             note(ctx, &mut report, "live logs", &id, Err(e));

@@ -303,7 +303,9 @@ pub async fn reconcile(
             let secret = key_secret_name(name);
             match ctx
                 .kube
-                .call("delete secret", &secret, || secrets.delete(&secret, &params))
+                .call("delete secret", &secret, || {
+                    secrets.delete(&secret, &params)
+                })
                 .await
             {
                 Ok(_) => {}
@@ -318,7 +320,11 @@ pub async fn reconcile(
     // Waiting for admission (no pod of an older version to adopt): say why, nothing else.
     if !pg.is_admitted() && present.is_empty() {
         if let Some((reason, message)) = wait {
-            let observed = (PlaygroundState::Queued, Some(reason.clone()), message.clone());
+            let observed = (
+                PlaygroundState::Queued,
+                Some(reason.clone()),
+                message.clone(),
+            );
             if let Some(status) = next_status(pg.status.as_ref(), &observed, now) {
                 let mut next = pg.clone();
                 next.status = Some(status);

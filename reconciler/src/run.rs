@@ -83,7 +83,11 @@ impl Reconciler {
             metrics.clone(),
         );
         // RayJobs are read only in the job namespaces (as the RBAC allows).
-        let first = config.watched_namespaces().into_iter().next().unwrap_or_default();
+        let first = config
+            .watched_namespaces()
+            .into_iter()
+            .next()
+            .unwrap_or_default();
         let api: Api<RayJob> = Api::namespaced_with(client, &first, &rayjob::resource());
         match api.list(&ListParams::default().limit(1)).await {
             Ok(_) => {}
@@ -134,13 +138,23 @@ impl Reconciler {
             let (store, writer) = reflector::store::<Event>();
             let warnings = all().fields("type=Warning");
             let api = Api::namespaced(client.clone(), &ns);
-            watches.push(Box::pin(w.reflect(api, warnings, strip::strip_event, writer)));
+            watches.push(Box::pin(w.reflect(
+                api,
+                warnings,
+                strip::strip_event,
+                writer,
+            )));
             events.push(store);
             let writer = reflector::store::Writer::<RayJob>::new(rayjob::resource());
             rayjobs.push(writer.as_reader());
             let managed = all().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
             let api = Api::namespaced_with(client.clone(), &ns, &rayjob::resource());
-            watches.push(Box::pin(w.reflect(api, managed, strip::strip_rayjob, writer)));
+            watches.push(Box::pin(w.reflect(
+                api,
+                managed,
+                strip::strip_rayjob,
+                writer,
+            )));
         }
         let watches = futures_util::future::join_all(watches);
         let stores = Stores {

@@ -317,11 +317,13 @@ mod tests {
 
     #[test]
     fn only_a_playgrounds_pod_keeps_its_ip() {
-        let mut pod = Pod::default();
-        pod.status = Some(PodStatus {
-            pod_ip: Some("10.244.1.9".into()),
-            ..PodStatus::default()
-        });
+        let mut pod = Pod {
+            status: Some(PodStatus {
+                pod_ip: Some("10.244.1.9".into()),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
         let ip = |p: &Pod| p.status.as_ref().and_then(|s| s.pod_ip.clone());
         assert_eq!(ip(&stripped(&pod)), None);
         pod.metadata.labels = Some([(PLAYGROUND_LABEL.to_owned(), "pg-1".to_owned())].into());

@@ -239,8 +239,14 @@ mod tests {
         .expect("spec");
         let job = JobRecord::new_queued("j-1", "t", spec, "00", 0);
         let week = Duration::from_secs(604_800);
-        assert_eq!(url_validity(&job, week), Duration::from_secs(900 + 3600 + 600));
+        assert_eq!(
+            url_validity(&job, week),
+            Duration::from_secs(900 + 3600 + 600)
+        );
         // Capped by what the credentials allow.
-        assert_eq!(url_validity(&job, Duration::from_secs(3600)), Duration::from_secs(3600));
+        assert_eq!(
+            url_validity(&job, Duration::from_secs(3600)),
+            Duration::from_secs(3600)
+        );
     }
 }

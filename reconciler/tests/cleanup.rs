@@ -199,7 +199,11 @@ async fn a_playground_that_does_not_fit_waits_queued_with_the_planners_reason_an
     );
     h.jobs.put_playground(&wait).await.unwrap();
     let queued = wait_playground(&h, "pg-wait", "queued for GPUs", |p| {
-        state_reason(p) == (Some(PlaygroundState::Queued), Some("InsufficientGpu".into()))
+        state_reason(p)
+            == (
+                Some(PlaygroundState::Queued),
+                Some("InsufficientGpu".into()),
+            )
     })
     .await;
     let status = queued.status.clone().expect("no status");
@@ -270,7 +274,10 @@ async fn playgrounds_count_against_the_quota_and_wait_like_jobs() {
             message, "tenant acme uses 8 of 8 h200 GPUs; this playground needs 8",
             "{id}"
         );
-        assert!(h.pods().get_opt(id).await.unwrap().is_none(), "{id} has a pod");
+        assert!(
+            h.pods().get_opt(id).await.unwrap().is_none(),
+            "{id} has a pod"
+        );
     }
     // A job of the same tenant waits behind the quota the playground holds ...
     let mut mine = finishing(pre_running(gpu_job("j-acme", "h200", 1, 8), 600));
@@ -280,16 +287,20 @@ async fn playgrounds_count_against_the_quota_and_wait_like_jobs() {
     let mut theirs = finishing(pre_running(gpu_job("j-other", "h200", 1, 8), 600));
     theirs.tenant = "globex".into();
     h.submit(&theirs).await;
-    wait_for(30, "acme's job held by its quota, globex's admitted", || async {
-        let mine = h.job("j-acme").await;
-        let theirs = h.job("j-other").await;
-        let held = mine.state == JobState::Queued
-            && mine
-                .pending
-                .as_ref()
-                .is_some_and(|p| p.reason == PendingReason::QuotaExceeded);
-        (held && theirs.state != JobState::Queued).then_some(())
-    })
+    wait_for(
+        30,
+        "acme's job held by its quota, globex's admitted",
+        || async {
+            let mine = h.job("j-acme").await;
+            let theirs = h.job("j-other").await;
+            let held = mine.state == JobState::Queued
+                && mine
+                    .pending
+                    .as_ref()
+                    .is_some_and(|p| p.reason == PendingReason::QuotaExceeded);
+            (held && theirs.state != JobState::Queued).then_some(())
+        },
+    )
     .await;
     // Deleting the running playground frees the quota: the oldest waiting one (pg-q2) is next.
     expire_now(&h, "pg-q1").await;

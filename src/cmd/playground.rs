@@ -247,7 +247,8 @@ mod tests {
 
     #[test]
     fn chat_prints_the_first_choice_or_the_whole_answer() {
-        let answer = json!({"choices": [{"message": {"role": "assistant", "content": "hi there"}}]});
+        let answer =
+            json!({"choices": [{"message": {"role": "assistant", "content": "hi there"}}]});
         assert_eq!(answer_text(&answer), "hi there");
         let odd = json!({"object": "error"});
         assert_eq!(answer_text(&odd), odd.to_string());

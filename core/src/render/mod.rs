@@ -636,7 +636,10 @@ mod tests {
         let pod = render_playground(&planned, "tuneplane-jobs", &RenderSettings::default());
         let terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions/0";
         assert_eq!(at(&pod, &format!("{terms}/key")), HOSTNAME_LABEL);
-        assert_eq!(pod.pointer(&format!("{terms}/values")), Some(&json!(["l40s-3"])));
+        assert_eq!(
+            pod.pointer(&format!("{terms}/values")),
+            Some(&json!(["l40s-3"]))
+        );
         let env = "/spec/containers/0/env/0";
         assert_eq!(at(&pod, &format!("{env}/name")), "VLLM_API_KEY");
         assert_eq!(

@@ -802,10 +802,7 @@ mod tests {
         assert_eq!(all.len(), 1);
         let listed = s.get("/console/playgrounds", Some(&session)).await;
         assert!(listed.body.contains("tiny-model") && listed.body.contains("data-countdown-to"));
-        assert!(
-            listed.body.contains("data-state=\"Queued\""),
-            "state shown"
-        );
+        assert!(listed.body.contains("data-state=\"Queued\""), "state shown");
         // The reconciler's reason is shown with the scheduler's message and plain words.
         let mut pg = all[0].clone();
         pg.pod_name = Some(pg.id.clone());

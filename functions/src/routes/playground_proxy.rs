@@ -185,7 +185,12 @@ pub async fn forward(
                 format!("playground {id}'s pod has no IP yet; try again in a few seconds"),
             )
         })?;
-    if !state.playground_proxy.networks.iter().any(|n| n.contains(ip)) {
+    if !state
+        .playground_proxy
+        .networks
+        .iter()
+        .any(|n| n.contains(ip))
+    {
         tracing::warn!(playground = %id, %ip, "pod IP outside TUNEPLANE_PLAYGROUND_POD_CIDRS; not forwarded");
         return Err(bad_gateway(format!(
             "playground {id}'s pod address is outside the pod networks this API may reach; the operator checks TUNEPLANE_PLAYGROUND_POD_CIDRS"

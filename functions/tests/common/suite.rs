@@ -891,7 +891,9 @@ async fn fake_vllm(key: String) -> (String, Arc<std::sync::Mutex<Vec<String>>>) 
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_owned();
-            seen.lock().unwrap_or_else(|p| p.into_inner()).push(auth.clone());
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(auth.clone());
             auth == format!("Bearer {key}")
         }
     };
@@ -901,21 +903,32 @@ async fn fake_vllm(key: String) -> (String, Arc<std::sync::Mutex<Vec<String>>>) 
             "/v1/models",
             get(move |headers: axum::http::HeaderMap| async move {
                 if models(headers) {
-                    (StatusCode::OK, axum::Json(json!({"data": [{"id": "tiny-model"}]})))
+                    (
+                        StatusCode::OK,
+                        axum::Json(json!({"data": [{"id": "tiny-model"}]})),
+                    )
                 } else {
-                    (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "Unauthorized"})))
+                    (
+                        StatusCode::UNAUTHORIZED,
+                        axum::Json(json!({"error": "Unauthorized"})),
+                    )
                 }
             }),
         )
         .route(
             "/v1/chat/completions",
-            axum::routing::post(move |headers: axum::http::HeaderMap, body: String| async move {
-                if chat(headers) {
-                    (StatusCode::OK, axum::Json(json!({"echo": body})))
-                } else {
-                    (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "Unauthorized"})))
-                }
-            }),
+            axum::routing::post(
+                move |headers: axum::http::HeaderMap, body: String| async move {
+                    if chat(headers) {
+                        (StatusCode::OK, axum::Json(json!({"echo": body})))
+                    } else {
+                        (
+                            StatusCode::UNAUTHORIZED,
+                            axum::Json(json!({"error": "Unauthorized"})),
+                        )
+                    }
+                },
+            ),
         );
     // A loopback address of this test's own (any 127/8 address is local on Linux).
     let nanos = std::time::SystemTime::now()
@@ -924,7 +937,12 @@ async fn fake_vllm(key: String) -> (String, Arc<std::sync::Mutex<Vec<String>>>) 
         .unwrap_or_default();
     for attempt in 0..20u32 {
         let n = nanos.wrapping_add(attempt.wrapping_mul(7919)) ^ std::process::id();
-        let ip = format!("127.{}.{}.{}", 1 + n % 250, (n >> 8) % 250, 1 + (n >> 16) % 250);
+        let ip = format!(
+            "127.{}.{}.{}",
+            1 + n % 250,
+            (n >> 8) % 250,
+            1 + (n >> 16) % 250
+        );
         if let Ok(listener) = tokio::net::TcpListener::bind((ip.as_str(), 8000)).await {
             tokio::spawn(async move { axum::serve(listener, app).await });
             return (ip, seen);
@@ -944,7 +962,13 @@ pub async fn a_playground_is_reached_through_the_api_which_adds_the_servers_key(
     )
     .unwrap_or_default();
     let made = h
-        .call(Method::POST, "/v1/playgrounds", Some(&h.key_a.clone()), &[], body)
+        .call(
+            Method::POST,
+            "/v1/playgrounds",
+            Some(&h.key_a.clone()),
+            &[],
+            body,
+        )
         .await;
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.json);
     let id = made.json["id"].as_str().unwrap_or_default().to_owned();
@@ -961,7 +985,13 @@ pub async fn a_playground_is_reached_through_the_api_which_adds_the_servers_key(
         early.json
     );
     // What the reconciler records once the pod runs.
-    let mut pg = h.jobs().get_playground(&id).await.ok().flatten().expect("record");
+    let mut pg = h
+        .jobs()
+        .get_playground(&id)
+        .await
+        .ok()
+        .flatten()
+        .expect("record");
     let key = pg.server_key.clone().expect("a server key was made");
     assert_eq!(key.len(), 64, "32 random bytes as hex");
     let (ip, seen) = fake_vllm(key.clone()).await;
@@ -989,7 +1019,11 @@ pub async fn a_playground_is_reached_through_the_api_which_adds_the_servers_key(
         )
         .await;
     assert_eq!(chat.status, StatusCode::OK, "{}", chat.json);
-    assert!(chat.json["echo"].as_str().is_some_and(|b| b.contains("\"hi\"")));
+    assert!(
+        chat.json["echo"]
+            .as_str()
+            .is_some_and(|b| b.contains("\"hi\""))
+    );
     // The server saw its own key only, never tenant A's.
     let auths = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
     assert_eq!(auths, vec![format!("Bearer {key}"); 2]);
