@@ -778,10 +778,9 @@ pub async fn playground_that_cannot_fit_the_published_capacity_is_refused_naming
     assert_eq!(fits.json["notes"], json!([]));
 }
 
-pub async fn playground_list_shows_state_reason_and_the_proxy_url(h: &Harness) {
-    use tuneplane_core::store::{PlaygroundState, PlaygroundStatus};
-    let body =
-        serde_json::to_vec(&json!({"model": "m", "series": "l40s", "gpus": 1})).unwrap_or_default();
+/// Creates a playground of tenant A from `body`; its id.
+async fn create_playground(h: &Harness, body: Value) -> String {
+    let body = serde_json::to_vec(&body).unwrap_or_default();
     let made = h
         .call(
             Method::POST,
@@ -792,7 +791,12 @@ pub async fn playground_list_shows_state_reason_and_the_proxy_url(h: &Harness) {
         )
         .await;
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.json);
-    let id = made.json["id"].as_str().unwrap_or_default().to_owned();
+    made.json["id"].as_str().unwrap_or_default().to_owned()
+}
+
+pub async fn playground_list_shows_state_reason_and_the_proxy_url(h: &Harness) {
+    use tuneplane_core::store::{PlaygroundState, PlaygroundStatus};
+    let id = create_playground(h, json!({"model": "m", "series": "l40s", "gpus": 1})).await;
     assert!(id.starts_with("pg-"), "{id}");
     // What the reconciler records once the pod exists and cannot be scheduled.
     let mut pg = h
@@ -957,21 +961,11 @@ async fn fake_vllm(key: String) -> (String, Arc<std::sync::Mutex<Vec<String>>>) 
 /// pod address outside the configured pod networks is never dialled (502).
 pub async fn a_playground_is_reached_through_the_api_which_adds_the_servers_key(h: &Harness) {
     use tuneplane_core::store::{PlaygroundState, PlaygroundStatus};
-    let body = serde_json::to_vec(
-        &json!({"model": "tiny-model", "series": "l40s", "gpus": 1, "ttl_seconds": 600}),
+    let id = create_playground(
+        h,
+        json!({"model": "tiny-model", "series": "l40s", "gpus": 1, "ttl_seconds": 600}),
     )
-    .unwrap_or_default();
-    let made = h
-        .call(
-            Method::POST,
-            "/v1/playgrounds",
-            Some(&h.key_a.clone()),
-            &[],
-            body,
-        )
-        .await;
-    assert_eq!(made.status, StatusCode::CREATED, "{}", made.json);
-    let id = made.json["id"].as_str().unwrap_or_default().to_owned();
+    .await;
     let proxy = format!("/v1/playgrounds/{id}/proxy/v1/models");
     // Queued: nothing to reach yet, and the answer says why.
     let early = h.get(&proxy).await;
