@@ -1,6 +1,6 @@
 //! `tuneplane playground` as a user runs it against the dev stack (API, embedded stores,
 //! reconciler, kubesim with `examples/fleet.yaml`): a playground the fleet cannot host is refused
-//! with the field named and exit 1; a good one is listed with its state and API-proxy URL; delete
+//! with the field named and exit 1; a good one is listed with its state and proxy path; delete
 //! says so and the row leaves the list at once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
@@ -69,7 +69,7 @@ async fn playground_create_refuses_what_the_fleet_cannot_host_and_list_explains_
         assert!(err.contains(expected), "{err}");
     }
 
-    // A good one: created, then listed with its state and the proxy URL of a `pg-` pod.
+    // A good one: created, then listed with its state and its proxy path.
     let made = cli(
         &stack,
         &[
@@ -90,7 +90,7 @@ async fn playground_create_refuses_what_the_fleet_cannot_host_and_list_explains_
         .unwrap_or_else(|| panic!("no id in {out}"))
         .to_owned();
     assert!(id.starts_with("pg-") && !id.starts_with("pg-pg-"), "{id}");
-    let url = format!("/api/v1/namespaces/tuneplane-jobs/pods/{id}:8000/proxy/");
+    let url = format!("/v1/playgrounds/{id}/proxy/");
     let mut listed = String::new();
     for _ in 0..150 {
         let list = cli(&stack, &["list"]).await;
@@ -102,7 +102,7 @@ async fn playground_create_refuses_what_the_fleet_cannot_host_and_list_explains_
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let header = listed.lines().next().unwrap_or_default();
-    for column in ["STATE", "PROXY URL", "TTL LEFT"] {
+    for column in ["STATE", "PROXY PATH", "TTL LEFT"] {
         assert!(header.contains(column), "{listed}");
     }
     let row = listed
