@@ -92,6 +92,9 @@ fn transformed_template_matches_what_the_code_expects() {
         config::ENV_EVENT_SENDERS,
         config::ENV_TENANT_NAMESPACES,
         config::ENV_DEFAULT_QUOTA,
+        config::ENV_PLAYGROUND_POD_CIDRS,
+        config::ENV_RATE_LIMIT_PER_KEY,
+        config::ENV_RATE_LIMIT_PER_SOURCE,
         tuneplane_functions::console::session::ENV_CONSOLE_SECRET,
     ];
     let mut functions = 0;
