@@ -372,13 +372,7 @@ async fn a_log_the_api_server_never_serves_delays_the_end_a_bounded_number_of_pa
     }
     // Each strict archive made MAX_ATTEMPTS reads of the first log and failed; then one archive
     // read every log MAX_ATTEMPTS times and wrote the errors.
-    let reads = h
-        .sim()
-        .fault_counts()
-        .errors
-        .get(&500)
-        .copied()
-        .unwrap_or(0);
+    let reads = log_reads_answered_500(&h);
     let strict = u64::from(STRICT_ARCHIVE_ATTEMPTS * MAX_ATTEMPTS);
     let last = u64::from(MAX_ATTEMPTS) * logs.len() as u64;
     assert_eq!(reads, strict + last, "log reads answered 500");
@@ -425,13 +419,7 @@ async fn failed_archive_attempts_are_counted_on_the_record_across_a_restart() {
     );
     // Reads: the strict archives' (an attempt cut short by the crash may add its own), then the
     // last archive's.
-    let reads = h
-        .sim()
-        .fault_counts()
-        .errors
-        .get(&500)
-        .copied()
-        .unwrap_or(0);
+    let reads = log_reads_answered_500(&h);
     let strict = u64::from(STRICT_ARCHIVE_ATTEMPTS * MAX_ATTEMPTS);
     let last = u64::from(MAX_ATTEMPTS) * logs.len() as u64;
     assert!(
@@ -479,4 +467,14 @@ async fn a_lease_write_that_meets_a_server_error_is_retried_within_the_round() {
     );
     assert!(elector.state.is_leader());
     assert!(metrics.api_retries() >= 1, "{:?}", sim.fault_counts());
+}
+
+/// How many requests the simulator answered with an injected 500 (log reads, in these tests).
+fn log_reads_answered_500(h: &Harness) -> u64 {
+    h.sim()
+        .fault_counts()
+        .errors
+        .get(&500)
+        .copied()
+        .unwrap_or(0)
 }

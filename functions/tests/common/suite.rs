@@ -778,6 +778,18 @@ pub async fn playground_that_cannot_fit_the_published_capacity_is_refused_naming
     assert_eq!(fits.json["notes"], json!([]));
 }
 
+/// `reply` is an error of `status` whose message contains `says`.
+fn assert_error(reply: &super::Reply, status: StatusCode, says: &str) {
+    assert_eq!(reply.status, status, "{}", reply.json);
+    assert!(
+        reply.json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(says)),
+        "{}",
+        reply.json
+    );
+}
+
 /// Creates a playground of tenant A from `body`; its id.
 async fn create_playground(h: &Harness, body: Value) -> String {
     let body = serde_json::to_vec(&body).unwrap_or_default();
@@ -969,15 +981,8 @@ pub async fn a_playground_is_reached_through_the_api_which_adds_the_servers_key(
     let proxy = format!("/v1/playgrounds/{id}/proxy/v1/models");
     // Queued: nothing to reach yet, and the answer says why.
     let early = h.get(&proxy).await;
-    assert_eq!(early.status, StatusCode::CONFLICT, "{}", early.json);
+    assert_error(&early, StatusCode::CONFLICT, "is Queued");
     assert_eq!(early.json["error"]["code"], "playground_not_running");
-    assert!(
-        early.json["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("is Queued")),
-        "{}",
-        early.json
-    );
     // What the reconciler records once the pod runs.
     let mut pg = h
         .jobs()
@@ -1032,13 +1037,10 @@ pub async fn a_playground_is_reached_through_the_api_which_adds_the_servers_key(
     outside.pod_ip = Some("192.0.2.10".into());
     h.jobs().put_playground(&outside).await.unwrap();
     let refused = h.get(&proxy).await;
-    assert_eq!(refused.status, StatusCode::BAD_GATEWAY, "{}", refused.json);
-    assert!(
-        refused.json["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("outside the pod networks")),
-        "{}",
-        refused.json
+    assert_error(
+        &refused,
+        StatusCode::BAD_GATEWAY,
+        "outside the pod networks",
     );
     assert_eq!(seen.lock().unwrap_or_else(|p| p.into_inner()).len(), 2);
 }
