@@ -24,7 +24,7 @@ use tuneplane_core::spec::WorkloadKind;
 use crate::archives::Progress;
 use crate::cluster::{Cluster, managed};
 use crate::decide::{Step, decide};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::status::{Observed, assess_pod, assess_rayjob};
 use crate::{Ctx, logs, workload};
 
@@ -365,6 +365,10 @@ async fn archive_logs(
         let mut next = job.clone();
         next.archive_failures = failed;
         if let Err(e) = ctx.jobs.update_job(&next).await {
+            // Not the step's own outcome (the archive's error is), but a failed write all the
+            // same: counted like one.
+            let e = Error::from(e);
+            ctx.metrics.inc_step_error(&e);
             tracing::warn!(job_id, failed, error = %e, "failed archive attempt not counted on the record; counted in memory");
         }
     }
