@@ -16,9 +16,8 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use tuneplane_core::admission::Reservation;
-use tuneplane_core::constants::FIELD_MANAGER;
 use tuneplane_core::render::playground::{
     REQUEST_CPUS, REQUEST_MEMORY_GB, key_secret_name, legacy_playground_name, playground_name,
     pod_name_of, render_key_secret,
@@ -230,20 +229,13 @@ async fn create_key_secret(ctx: &Ctx, pg: &PlaygroundRecord, ns: &str) -> Result
         source,
     })?;
     let api: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), ns);
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PostParams::default()
-    };
+    let params = crate::workload::post_params();
     let name = key_secret_name(&pod_name_of(pg));
-    match ctx
-        .kube
-        .call("create secret", &name, || api.create(&params, &typed))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(Error::Kube { source, .. }) if is_conflict(&source) => Ok(()),
-        Err(e) => Err(e),
-    }
+    crate::workload::created(
+        ctx.kube
+            .call("create secret", &name, || api.create(&params, &typed))
+            .await,
+    )
 }
 
 /// Pod names that may belong to `pg`, most authoritative first: the recorded one, the current
@@ -368,10 +360,7 @@ pub async fn reconcile(
                 kind: "Pod",
                 source,
             })?;
-            let params = PostParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..PostParams::default()
-            };
+            let params = crate::workload::post_params();
             let created = match ctx
                 .kube
                 .call("create pod", &name, || api.create(&params, &pod))

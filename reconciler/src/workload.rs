@@ -37,14 +37,16 @@ pub fn url_validity(job: &JobRecord, max: Duration) -> Duration {
     Duration::from_secs(secs).min(max)
 }
 
-fn post_params() -> PostParams {
+/// Create parameters of every object TunePlane makes (its field manager).
+pub(crate) fn post_params() -> PostParams {
     PostParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PostParams::default()
     }
 }
 
-fn created<T>(outcome: Result<T>) -> Result<()> {
+/// A create's outcome, an object that already exists (409) counting as created.
+pub(crate) fn created<T>(outcome: Result<T>) -> Result<()> {
     match outcome {
         Ok(_) => Ok(()),
         Err(Error::Kube { source, .. }) if is_conflict(&source) => Ok(()),
