@@ -97,7 +97,10 @@ fn queue(jobs: usize) -> Vec<JobRecord> {
                 deadlines: Deadlines {
                     pre_running_seconds: 600,
                     run_seconds: 3600,
+                    grace_seconds: 120,
                 },
+                retries: Default::default(),
+                checkpoints: Default::default(),
                 priority: rng.below(7) as i32,
                 labels: Default::default(),
                 namespace: "ns".into(),

@@ -127,11 +127,13 @@ pub struct Pending {
     pub since_ms: i64,
 }
 
-/// Why a job ended in `FAILED` or `STOPPED`.
+/// Why a job (or one attempt of it) ended in `FAILED` or `STOPPED`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailureReason {
     /// The entrypoint exited non-zero.
     EntrypointFailed,
+    /// The user's container was killed for using more memory than its limit (`OOMKilled`).
+    OutOfMemory,
     /// Not RUNNING before the pre-running deadline.
     PreRunningDeadlineExceeded,
     /// Still running at the run deadline.
@@ -147,9 +149,64 @@ pub enum FailureReason {
     /// The capsule a pod received did not match its SHA-256 (or a file its manifest): nothing of
     /// the user's ran.
     CapsuleMismatch,
+    /// A node the job ran on was deleted or stayed NotReady past the grace period.
+    NodeLost,
+    /// A pod of the job was evicted, preempted or deleted by Kubernetes (a `DisruptionTarget`
+    /// condition, a kubelet eviction, a node shutdown).
+    Evicted,
+    /// A node the job ran on got an interruption notice (a spot interruption or a scale-down
+    /// taint): the attempt was stopped before the node goes.
+    Interrupted,
+    /// A Ray head or worker pod was lost and replaced while the job ran.
+    RayNodeLost,
 }
 
-/// Terminal outcome details of a failed or stopped job.
+impl FailureReason {
+    /// Who is to blame: the job itself, the platform's infrastructure, or a person who stopped
+    /// it. Infrastructure failures are retried (`retries.infrastructure`), application failures
+    /// only when the spec opts in (`retries.application`), a stop never.
+    pub fn cause(self) -> FailureCause {
+        use FailureReason::*;
+        match self {
+            NodeLost | Evicted | Interrupted | RayNodeLost | WorkloadLost => {
+                FailureCause::Infrastructure
+            }
+            StopRequested => FailureCause::User,
+            EntrypointFailed
+            | OutOfMemory
+            | PreRunningDeadlineExceeded
+            | RunDeadlineExceeded
+            | ImagePull
+            | InvalidWorkload
+            | CapsuleMismatch => FailureCause::Application,
+        }
+    }
+}
+
+/// The class of a failure's cause (see [`FailureReason::cause`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCause {
+    /// The job's own doing: its code, image, spec, capsule or deadlines.
+    Application,
+    /// The platform lost the attempt: nodes, evictions, interruptions, lost Ray nodes.
+    Infrastructure,
+    /// A person stopped the job.
+    User,
+}
+
+impl FailureCause {
+    /// The wire name (`application`, `infrastructure`, `user`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureCause::Application => "application",
+            FailureCause::Infrastructure => "infrastructure",
+            FailureCause::User => "user",
+        }
+    }
+}
+
+/// Terminal outcome details of a failed or stopped job (or attempt).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
     /// Machine-readable reason.
@@ -159,6 +216,55 @@ pub struct Failure {
     /// The entrypoint's exit status, when it ended with one (a CPU job's container).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// Application, infrastructure or user (derived from `reason`; stored so readers need no
+    /// table).
+    #[serde(default = "unknown_cause")]
+    pub cause: FailureCause,
+    /// The Kubernetes evidence, one line each (`node/n1: deleted`, `pod/p: DisruptionTarget
+    /// DeletionByTaintManager: ...`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}
+
+/// Records written before causes were stored: treated as the job's own failure (never retried).
+fn unknown_cause() -> FailureCause {
+    FailureCause::Application
+}
+
+impl Failure {
+    /// A failure for `reason` with its cause filled in and no evidence.
+    pub fn new(reason: FailureReason, message: impl Into<String>) -> Failure {
+        Failure {
+            reason,
+            message: message.into(),
+            exit_code: None,
+            cause: reason.cause(),
+            evidence: Vec::new(),
+        }
+    }
+}
+
+/// One earlier attempt of a job that was run again (`JobRecord::attempts`): its own workload,
+/// clocks, log archive and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// 1 for the first run.
+    pub number: u32,
+    /// When it was admitted.
+    pub admitted_at_ms: Option<i64>,
+    /// When every pod ran, if they did.
+    pub running_at_ms: Option<i64>,
+    /// When it ended.
+    pub finished_at_ms: i64,
+    /// Its RayJob or Pod.
+    pub workload_name: Option<String>,
+    /// Its log archive.
+    pub logs_key: Option<String>,
+    /// The nodes it was planned on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<PoolPlacement>,
+    /// Why it ended.
+    pub failure: Failure,
 }
 
 /// One job: the authoritative spec plus everything the platform learned about it.
@@ -215,7 +321,22 @@ pub struct JobRecord {
     /// after which an archive is written with the errors in its index instead of failing again.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub archive_failures: u32,
+    /// The attempt the record's clocks, workload and archive belong to: 1 for the first run,
+    /// N+1 after N attempts ended in a failure the spec's `retries` allow again.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
+    /// Earlier attempts, oldest first (the current one is the record itself).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
 }
+
+fn first_attempt() -> u32 {
+    1
+}
+
+/// What an attempt's grant outlives the attempt's end by, beyond the save grace: the runner's
+/// uploads after the entrypoint stopped.
+pub const GRANT_UPLOAD_SLACK_MS: i64 = 60_000;
 
 /// `serde`'s test for a count left out while it is 0.
 fn is_zero(n: &u32) -> bool {
@@ -263,6 +384,8 @@ impl JobRecord {
             logs_followed_until_ms: None,
             logs_wanted_at_ms: None,
             archive_failures: 0,
+            attempt: 1,
+            attempts: Vec::new(),
         }
     }
 
@@ -310,12 +433,90 @@ impl JobRecord {
             JobState::Failed
         };
         self.transition(to, now_ms)?;
-        self.failure = Some(Failure {
-            reason,
-            message: message.into(),
-            exit_code: None,
-        });
+        self.failure = Some(Failure::new(reason, message));
         Ok(())
+    }
+
+    /// Whether an attempt that failed with `failure` is run again: never after a stop (or with
+    /// a stop requested), otherwise while the earlier attempts that failed for the same cause
+    /// leave some of the spec's `retries` for it.
+    pub fn retry_allowed(&self, failure: &Failure) -> bool {
+        if self.stop_requested {
+            return false;
+        }
+        let allowed = match failure.cause {
+            FailureCause::Infrastructure => self.spec.retries.infrastructure,
+            FailureCause::Application => self.spec.retries.application,
+            FailureCause::User => return false,
+        };
+        let used = self
+            .attempts
+            .iter()
+            .filter(|a| a.failure.cause == failure.cause)
+            .count();
+        u32::try_from(used).unwrap_or(u32::MAX) < allowed
+    }
+
+    /// Ends the current attempt with `failure` at `now_ms` and queues the next one: the attempt
+    /// moves to [`JobRecord::attempts`] with its clocks, workload, placements and archive
+    /// (`logs_key`), and the job is `QUEUED` again as attempt N+1 with its submission time (so
+    /// it keeps its place in its tenant's queue) and nothing of the old attempt's run. Refused
+    /// for a job that is not admitted or running.
+    pub fn requeue(
+        &mut self,
+        failure: Failure,
+        logs_key: Option<String>,
+        now_ms: i64,
+    ) -> Result<(), TransitionError> {
+        if !matches!(self.state, JobState::Admitted | JobState::Running) {
+            return Err(TransitionError {
+                job_id: self.id.clone(),
+                from: self.state,
+                to: JobState::Queued,
+            });
+        }
+        self.attempts.push(Attempt {
+            number: self.attempt,
+            admitted_at_ms: self.admitted_at_ms.take(),
+            running_at_ms: self.running_at_ms.take(),
+            finished_at_ms: now_ms,
+            workload_name: self.workload_name.take(),
+            logs_key: logs_key.or(self.logs_key.take()),
+            placements: std::mem::take(&mut self.placements),
+            failure,
+        });
+        self.attempt = self.attempt.saturating_add(1);
+        self.state = JobState::Queued;
+        self.pending = None;
+        self.failure = None;
+        self.logs_key = None;
+        self.archive_failures = 0;
+        self.logs_wanted_at_ms = None;
+        Ok(())
+    }
+
+    /// When the current attempt's grant to write outputs and checkpoints ends (Unix ms): while
+    /// the attempt is not over, never; after it, its end plus the grace its entrypoint gets to
+    /// save and [`GRANT_UPLOAD_SLACK_MS`]. `None` for an attempt this record does not know.
+    pub fn grant_valid_until_ms(&self, attempt: u32) -> Option<i64> {
+        let grace = i64::try_from(self.spec.deadlines.grace_seconds.saturating_mul(1000))
+            .unwrap_or(i64::MAX);
+        let ended = if attempt == self.attempt {
+            if !self.is_terminal() {
+                return Some(i64::MAX);
+            }
+            self.finished_at_ms?
+        } else {
+            self.attempts
+                .iter()
+                .find(|a| a.number == attempt)?
+                .finished_at_ms
+        };
+        Some(
+            ended
+                .saturating_add(grace)
+                .saturating_add(GRANT_UPLOAD_SLACK_MS),
+        )
     }
 
     /// Milliseconds spent in the current clock at `now_ms`: queue wait while queued, pre-running
@@ -424,6 +625,118 @@ mod tests {
         assert_eq!(
             job.failure.map(|f| f.reason),
             Some(FailureReason::StopRequested)
+        );
+    }
+
+    fn lost(reason: FailureReason) -> Failure {
+        Failure::new(reason, "node n1 was deleted")
+    }
+
+    #[test]
+    fn causes_are_classified_by_reason() {
+        assert_eq!(
+            FailureReason::NodeLost.cause(),
+            FailureCause::Infrastructure
+        );
+        assert_eq!(FailureReason::Evicted.cause(), FailureCause::Infrastructure);
+        assert_eq!(
+            FailureReason::OutOfMemory.cause(),
+            FailureCause::Application
+        );
+        assert_eq!(
+            FailureReason::EntrypointFailed.cause(),
+            FailureCause::Application
+        );
+        assert_eq!(FailureReason::StopRequested.cause(), FailureCause::User);
+        // A record stored before causes existed reads as the job's own failure.
+        let old: Failure =
+            serde_json::from_value(serde_json::json!({"reason": "WorkloadLost", "message": "m"}))
+                .unwrap();
+        assert_eq!(old.cause, FailureCause::Application);
+    }
+
+    #[test]
+    fn requeue_keeps_the_submission_time_and_lists_the_attempt() {
+        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 1_000);
+        job.transition(JobState::Admitted, 2_000).unwrap();
+        job.transition(JobState::Running, 3_000).unwrap();
+        job.workload_name = Some("tp-j1".into());
+        job.placements = vec![PoolPlacement {
+            pool: "main".into(),
+            nodes: vec!["n1".into()],
+        }];
+        assert!(job.retry_allowed(&lost(FailureReason::NodeLost)));
+        assert!(!job.retry_allowed(&lost(FailureReason::EntrypointFailed)));
+        job.requeue(
+            lost(FailureReason::NodeLost),
+            Some("logs/j1/logs.tar.gz".into()),
+            4_000,
+        )
+        .unwrap();
+        assert_eq!(
+            (job.state, job.attempt, job.submitted_at_ms),
+            (JobState::Queued, 2, 1_000)
+        );
+        assert_eq!(
+            (job.admitted_at_ms, job.running_at_ms, &job.workload_name),
+            (None, None, &None)
+        );
+        assert!(job.placements.is_empty());
+        let first = &job.attempts[0];
+        assert_eq!(
+            (first.number, first.admitted_at_ms, first.running_at_ms),
+            (1, Some(2_000), Some(3_000))
+        );
+        assert_eq!(first.finished_at_ms, 4_000);
+        assert_eq!(first.logs_key.as_deref(), Some("logs/j1/logs.tar.gz"));
+        assert_eq!(first.placements[0].nodes, vec!["n1".to_owned()]);
+        // A queued job cannot be requeued.
+        assert!(
+            job.requeue(lost(FailureReason::NodeLost), None, 5_000)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn retries_are_counted_per_cause_and_a_stop_is_never_retried() {
+        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 0);
+        job.spec.retries = crate::spec::Retries {
+            infrastructure: 2,
+            application: 1,
+        };
+        for n in 0..2 {
+            assert!(job.retry_allowed(&lost(FailureReason::Evicted)), "{n}");
+            job.transition(JobState::Admitted, 1).unwrap();
+            job.requeue(lost(FailureReason::Evicted), None, 2).unwrap();
+        }
+        assert!(!job.retry_allowed(&lost(FailureReason::Evicted)));
+        // The application budget is its own.
+        assert!(job.retry_allowed(&lost(FailureReason::EntrypointFailed)));
+        assert_eq!(job.attempt, 3);
+        job.stop_requested = true;
+        assert!(!job.retry_allowed(&lost(FailureReason::EntrypointFailed)));
+        assert!(!job.retry_allowed(&lost(FailureReason::StopRequested)));
+    }
+
+    #[test]
+    fn a_grant_lives_while_its_attempt_runs_and_its_grace_after() {
+        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 0);
+        job.spec.deadlines.grace_seconds = 10;
+        job.transition(JobState::Admitted, 1_000).unwrap();
+        assert_eq!(job.grant_valid_until_ms(1), Some(i64::MAX));
+        job.requeue(lost(FailureReason::NodeLost), None, 5_000)
+            .unwrap();
+        assert_eq!(
+            job.grant_valid_until_ms(1),
+            Some(5_000 + 10_000 + GRANT_UPLOAD_SLACK_MS)
+        );
+        assert_eq!(job.grant_valid_until_ms(2), Some(i64::MAX));
+        assert_eq!(job.grant_valid_until_ms(3), None);
+        job.transition(JobState::Admitted, 6_000).unwrap();
+        job.transition(JobState::Succeeded, 7_000).unwrap();
+        assert_eq!(
+            job.grant_valid_until_ms(2),
+            Some(7_000 + 10_000 + GRANT_UPLOAD_SLACK_MS)
         );
     }
 

@@ -303,7 +303,13 @@ pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
         deadlines: Deadlines {
             pre_running_seconds: 0,
             run_seconds: 0,
+            grace_seconds: 0,
         },
+        retries: crate::spec::Retries {
+            infrastructure: 0,
+            application: 0,
+        },
+        checkpoints: Default::default(),
         priority: 0,
         labels: BTreeMap::new(),
         namespace: namespace.into(),

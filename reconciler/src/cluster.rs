@@ -43,7 +43,10 @@ pub fn belongs_to(pod: &Pod, job_id: &str, workload: &str) -> bool {
             labelled
                 && o.name
                     .strip_prefix(workload)
-                    .is_some_and(|rest| rest.starts_with('-'))
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    // KubeRay's random suffix has no '-': `tp-j-a2-x1y2z` is attempt 2's
+                    // cluster, not attempt 1's.
+                    .is_some_and(|suffix| !suffix.is_empty() && !suffix.contains('-'))
         }
         Some(o) => o.kind == "Job" && o.name == workload,
     }
@@ -255,13 +258,17 @@ impl Cluster {
         compute_capacity_with_share(u64::try_from(now_ms).unwrap_or(0), &nodes, &pods, share)
     }
 
-    /// Why node `name` cannot take new pods (`cordoned`, `NotReady`, `gone`), or `None` if it can.
-    pub fn node_unusable(&self, name: &str) -> Option<&'static str> {
-        match self
-            .nodes
+    /// The node named `name`, if the reflector holds it.
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes
             .iter()
             .find(|n| n.metadata.name.as_deref() == Some(name))
-        {
+            .map(|n| n.as_ref())
+    }
+
+    /// Why node `name` cannot take new pods (`cordoned`, `NotReady`, `gone`), or `None` if it can.
+    pub fn node_unusable(&self, name: &str) -> Option<&'static str> {
+        match self.node(name) {
             None => Some("gone"),
             Some(n) => {
                 let info = node_info(n);
@@ -300,7 +307,7 @@ impl Cluster {
         let workload = match job.workload_name.as_deref() {
             Some(w) => w,
             None => {
-                computed = tuneplane_core::render::workload_name(&job.id);
+                computed = tuneplane_core::render::job_workload_name(job);
                 computed.as_str()
             }
         };

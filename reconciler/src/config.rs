@@ -66,6 +66,28 @@ pub const ENV_GPU_SHARE_MEMORY_GB: &str = "TUNEPLANE_GPU_SHARE_MEMORY_GB";
 /// end (default 256 MiB; bytes, or with a `Ki`, `Mi` or `Gi` suffix).
 pub const ENV_LOG_ARCHIVE_MAX_BYTES: &str = "TUNEPLANE_LOG_ARCHIVE_MAX_BYTES";
 
+/// Seconds a node a job runs on may stay NotReady before the job's attempt is counted lost to
+/// the infrastructure and requeued (default 40).
+pub const ENV_NODE_LOST_GRACE: &str = "TUNEPLANE_NODE_LOST_GRACE_SECONDS";
+/// Comma-separated taint keys that announce a node's interruption (a spot reclaim, a scale-down):
+/// a running job on such a node is stopped with its grace and requeued (default
+/// [`DEFAULT_INTERRUPTION_TAINTS`]).
+pub const ENV_INTERRUPTION_TAINTS: &str = "TUNEPLANE_INTERRUPTION_TAINTS";
+
+/// Taint keys that announce a node is about to go, as the common tools put them:
+/// AWS Node Termination Handler (spot interruption, rebalance and scheduled-event notices),
+/// Karpenter's disruption taint, the cluster autoscaler's scale-down taint, GKE's
+/// impending-termination taint for spot VMs, and Kubernetes' own out-of-service taint.
+pub const DEFAULT_INTERRUPTION_TAINTS: &[&str] = &[
+    "aws-node-termination-handler/spot-itn",
+    "aws-node-termination-handler/scheduled-maintenance",
+    "aws-node-termination-handler/asg-lifecycle-termination",
+    "karpenter.sh/disrupted",
+    "ToBeDeletedByClusterAutoscaler",
+    "cloud.google.com/impending-node-termination",
+    "node.kubernetes.io/out-of-service",
+];
+
 /// Smallest accepted [`ENV_LOG_ARCHIVE_MAX_BYTES`]: 1 MiB.
 pub const MIN_LOG_ARCHIVE_BYTES: u64 = 1 << 20;
 /// Largest accepted [`ENV_LOG_ARCHIVE_MAX_BYTES`]: 64 GiB.
@@ -144,6 +166,10 @@ pub struct Config {
     pub gpu_share: GpuShare,
     /// Most bytes of a job's logs its archive keeps (`logs::Budget` shares them).
     pub log_archive_max_bytes: u64,
+    /// How long a node of a running job may be NotReady before the attempt is lost.
+    pub node_lost_grace: Duration,
+    /// Taint keys that announce a node's interruption.
+    pub interruption_taints: Vec<String>,
 }
 
 impl Default for Config {
@@ -166,6 +192,11 @@ impl Default for Config {
             max_presign: Duration::from_secs(604_800),
             gpu_share: GpuShare::default(),
             log_archive_max_bytes: crate::logs::DEFAULT_MAX_BYTES,
+            node_lost_grace: Duration::from_secs(40),
+            interruption_taints: DEFAULT_INTERRUPTION_TAINTS
+                .iter()
+                .map(|t| (*t).to_owned())
+                .collect(),
         }
     }
 }
@@ -285,6 +316,33 @@ impl Config {
                 });
             }
             c.job_namespaces = names;
+        }
+        if let Some(v) = get(ENV_NODE_LOST_GRACE) {
+            let secs: u64 = number(ENV_NODE_LOST_GRACE, &v, "a number of seconds")?;
+            if secs > 3600 {
+                return Err(bad(
+                    ENV_NODE_LOST_GRACE,
+                    "must be at most 3600 seconds (the taint manager evicts after 300 by default)",
+                ));
+            }
+            c.node_lost_grace = Duration::from_secs(secs);
+        }
+        if let Some(v) = get(ENV_INTERRUPTION_TAINTS) {
+            let keys: Vec<String> = v
+                .split(',')
+                .map(|k| k.trim().to_owned())
+                .filter(|k| !k.is_empty())
+                .collect();
+            if let Some(k) = keys
+                .iter()
+                .find(|k| k.len() > 316 || k.chars().any(|c| c.is_whitespace() || c == '='))
+            {
+                return Err(bad(
+                    ENV_INTERRUPTION_TAINTS,
+                    format!("{k:?} is not a taint key (e.g. karpenter.sh/disrupted)"),
+                ));
+            }
+            c.interruption_taints = keys;
         }
         if let Some(v) = get(ENV_PLAYGROUND_IMAGE) {
             c.render.playground_image = v;

@@ -3,7 +3,7 @@
 //! The glue in [`crate::sync`] only fetches, calls [`decide`] and performs the step; passes never
 //! branch on why they ran, so a pass after a crash takes the same step a pass before it would have.
 
-use tuneplane_core::job::{FailureReason, JobRecord, JobState, Pending, PendingReason};
+use tuneplane_core::job::{Failure, FailureReason, JobRecord, JobState, Pending, PendingReason};
 
 use crate::status::Observed;
 
@@ -22,24 +22,29 @@ pub enum Step {
     MarkRunning,
     /// Record a new pending reason.
     SetPending(Pending),
-    /// End the job: archive logs, write the terminal record, delete the workload.
+    /// End the attempt: archive logs, write the terminal record (or, when the spec's retries
+    /// allow it, requeue the job as its next attempt), delete the workload.
     Finish {
         /// `SUCCEEDED`, `FAILED` or `STOPPED`.
         state: JobState,
-        /// Reason and message for `FAILED`/`STOPPED`.
-        failure: Option<(FailureReason, String)>,
+        /// Reason, cause, message and evidence for `FAILED`/`STOPPED`.
+        failure: Option<Failure>,
     },
 }
 
 fn fail(reason: FailureReason, message: impl Into<String>) -> Step {
-    let state = if reason == FailureReason::StopRequested {
+    fail_with(Failure::new(reason, message))
+}
+
+fn fail_with(failure: Failure) -> Step {
+    let state = if failure.reason == FailureReason::StopRequested {
         JobState::Stopped
     } else {
         JobState::Failed
     };
     Step::Finish {
         state,
-        failure: Some((reason, message.into())),
+        failure: Some(failure),
     }
 }
 
@@ -80,6 +85,7 @@ pub fn decide(job: &JobRecord, observed: &Observed, now_ms: i64, cap_ms: Option<
             failure: None,
         },
         Observed::Failed { reason, message } => fail(*reason, message.clone()),
+        Observed::Lost(failure) => fail_with(failure.clone()),
         Observed::Invalid { message } => fail(FailureReason::InvalidWorkload, message.clone()),
         Observed::Missing if job.state == JobState::Admitted => {
             if pre_running_over {
@@ -201,7 +207,9 @@ mod tests {
         );
         let Step::Finish {
             state,
-            failure: Some((reason, message)),
+            failure: Some(Failure {
+                reason, message, ..
+            }),
         } = step
         else {
             panic!("{step:?}")
@@ -266,7 +274,10 @@ mod tests {
         assert!(matches!(
             step,
             Step::Finish {
-                failure: Some((FailureReason::WorkloadLost, _)),
+                failure: Some(Failure {
+                    reason: FailureReason::WorkloadLost,
+                    ..
+                }),
                 ..
             }
         ));
@@ -293,7 +304,10 @@ mod tests {
         assert!(matches!(
             bad,
             Step::Finish {
-                failure: Some((FailureReason::InvalidWorkload, _)),
+                failure: Some(Failure {
+                    reason: FailureReason::InvalidWorkload,
+                    ..
+                }),
                 ..
             }
         ));

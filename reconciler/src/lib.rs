@@ -17,6 +17,7 @@ pub mod kube_io;
 pub mod leader;
 pub mod live_logs;
 pub mod logs;
+pub mod loss;
 pub mod metrics;
 pub mod pass;
 pub mod playground;

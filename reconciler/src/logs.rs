@@ -55,6 +55,16 @@ pub fn logs_key(job_id: &str) -> String {
     format!("logs/{job_id}/logs.tar.gz")
 }
 
+/// Blob key of the log archive of the attempt whose workload is `workload`: [`logs_key`] for the
+/// first attempt, `logs/<id>/attempt-<N>/logs.tar.gz` for attempt N ≥ 2 (each attempt keeps its
+/// own archive).
+pub fn attempt_logs_key(job_id: &str, workload: &str) -> String {
+    match tuneplane_core::render::attempt_of_workload(job_id, workload) {
+        Some(n) if n >= 2 => format!("logs/{job_id}/attempt-{n}/logs.tar.gz"),
+        _ => logs_key(job_id),
+    }
+}
+
 /// One entry of `index.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct IndexEntry {
@@ -367,6 +377,7 @@ pub async fn archive(
     job_id: &str,
     namespace: &str,
     workload: &str,
+    key: &str,
     strict: bool,
     max_bytes: u64,
 ) -> Result<String> {
@@ -485,7 +496,7 @@ pub async fn archive(
         .await
         .map_err(|e| local(std::io::Error::other(e)))?
         .map_err(local)?;
-    let key = logs_key(job_id);
+    let key = key.to_owned();
     blobs.put_file(&key, &path).await?;
     let cut = index
         .entries

@@ -70,6 +70,7 @@ pub struct Metrics {
     deadline_failures: Counter,
     terminal: Family<StateLabel, Counter>,
     orphans_deleted: Counter,
+    requeued: Counter,
     pass_duration: Histogram,
     passes: AtomicU64,
     last_pass: Gauge<f64, AtomicU64>,
@@ -100,6 +101,7 @@ impl Default for Metrics {
             deadline_failures: Counter::default(),
             terminal: Family::default(),
             orphans_deleted: Counter::default(),
+            requeued: Counter::default(),
             pass_duration: Histogram::new(PASS_BUCKETS),
             passes: AtomicU64::new(0),
             last_pass: Gauge::default(),
@@ -152,6 +154,11 @@ impl Default for Metrics {
             "tuneplane_jobs_terminal",
             "Jobs that reached a terminal state, by state.",
             m.terminal.clone(),
+        );
+        r.register(
+            "tuneplane_jobs_requeued",
+            "Attempts lost to the infrastructure (or failed with application retries left) after which the job was queued again.",
+            m.requeued.clone(),
         );
         r.register(
             "tuneplane_orphans_deleted",
@@ -300,6 +307,10 @@ impl Metrics {
                 state: state.as_str(),
             })
             .inc();
+    }
+    /// Counts a job queued again for its next attempt.
+    pub fn inc_requeued(&self) {
+        self.requeued.inc();
     }
     /// Counts a deleted orphan workload.
     pub fn inc_orphans(&self) {

@@ -17,12 +17,12 @@ use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::playground::{STAND_IN_POOL, admission_stand_in};
 use tuneplane_core::privacy::redact_job_ids;
 use tuneplane_core::quota::tenant_usage;
-use tuneplane_core::render::workload_name;
+use tuneplane_core::render::job_workload_name;
 
 use crate::cluster::{Cluster, pod_info};
 use crate::decide::next_pending;
 use crate::error::Result;
-use crate::sync::{platform_event, sweep_orphans, sync_job};
+use crate::sync::{platform_event, state_key, sweep_orphans, sync_job};
 use crate::{Ctx, workload};
 
 /// Jobs synced or admitted at the same time within a pass.
@@ -99,7 +99,7 @@ async fn admit(
 ) -> Result<()> {
     let mut next = job.clone();
     next.transition(JobState::Admitted, now)?;
-    next.workload_name = Some(workload_name(&job.id));
+    next.workload_name = Some(job_workload_name(job));
     next.pending = None;
     // The plan is part of the record: the workload is rendered pinned to it, also when a later
     // pass (after a crash) creates it.
@@ -108,7 +108,7 @@ async fn admit(
     // ADMITTED job whose sync creates it.
     let ev = platform_event(
         now,
-        "state-ADMITTED".into(),
+        state_key(job, JobState::Admitted),
         "Normal",
         "Admitted",
         placement,
@@ -272,7 +272,10 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }
-    let ids: BTreeSet<String> = active[..jobs].iter().map(|j| j.id.clone()).collect();
+    let ids: HashMap<String, u32> = active[..jobs]
+        .iter()
+        .map(|j| (j.id.clone(), j.attempt))
+        .collect();
     note(
         ctx,
         &mut report,

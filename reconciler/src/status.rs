@@ -36,6 +36,10 @@ pub enum Observed {
         /// What happened, for people: Ray's or KubeRay's message, or the pod's exit.
         message: String,
     },
+    /// The infrastructure lost the attempt (a node deleted, NotReady or reclaimed, a pod
+    /// evicted, a Ray node replaced): the failure with its Kubernetes evidence
+    /// ([`crate::loss`]).
+    Lost(tuneplane_core::job::Failure),
     /// KubeRay refused the RayJob (a Warning event and an empty status).
     Invalid {
         /// The operator's message.
@@ -206,12 +210,25 @@ pub fn assess_pod(pod: &Pod) -> Observed {
         Some("Succeeded") => Observed::Succeeded,
         Some("Failed") => {
             let why = status.and_then(|s| s.reason.as_deref()).unwrap_or_default();
-            let exit = status
+            let terminated = status
                 .and_then(|s| s.container_statuses.as_ref())
                 .and_then(|cs| cs.first())
-                .and_then(|c| c.state.as_ref()?.terminated.as_ref())
-                .map(|t| t.exit_code);
-            if why == "DeadlineExceeded" {
+                .and_then(|c| c.state.as_ref()?.terminated.as_ref());
+            let exit = terminated.map(|t| t.exit_code);
+            if terminated.and_then(|t| t.reason.as_deref()) == Some("OOMKilled") {
+                Observed::Failed {
+                    reason: FailureReason::OutOfMemory,
+                    message: format!(
+                        "the entrypoint was killed for using more memory than its limit of {} (OOMKilled, exit status {}); raise memory_gb",
+                        pod.spec
+                            .as_ref()
+                            .and_then(|s| s.containers.first())
+                            .and_then(|c| c.resources.as_ref()?.limits.as_ref()?.get("memory"))
+                            .map_or_else(|| "?".to_owned(), |q| q.0.clone()),
+                        exit.unwrap_or(137)
+                    ),
+                }
+            } else if why == "DeadlineExceeded" {
                 Observed::Failed {
                     reason: FailureReason::RunDeadlineExceeded,
                     message: "the run deadline passed".into(),

@@ -11,20 +11,22 @@
 //! in the same atomic store write as the record (`JobStore::update_job_with_events`), so a crash
 //! cannot leave one without the other. It is dated by the record's own timestamp for the state.
 
-use std::collections::BTreeSet;
+use std::collections::HashMap;
 
 use kube::ResourceExt;
 use tuneplane_core::constants::JOB_ID_LABEL;
 use tuneplane_core::job::{
-    EventSource, FailureReason, JobEvent, JobRecord, JobState, Pending, PendingReason,
+    EventSource, Failure, FailureCause, FailureReason, JobEvent, JobRecord, JobState, Pending,
+    PendingReason,
 };
-use tuneplane_core::render::workload_name;
+use tuneplane_core::render::{attempt_of_workload, job_workload_name};
 use tuneplane_core::spec::WorkloadKind;
 
 use crate::archives::Progress;
 use crate::cluster::{Cluster, managed};
 use crate::decide::{Step, decide};
 use crate::error::{Error, Result};
+use crate::loss::{LossRules, infrastructure_loss, ray_nodes_replaced};
 use crate::status::{Observed, assess_pod, assess_rayjob};
 use crate::{Ctx, logs, workload};
 
@@ -51,13 +53,23 @@ pub fn platform_event(
 fn workload_of(job: &JobRecord) -> String {
     job.workload_name
         .clone()
-        .unwrap_or_else(|| workload_name(&job.id))
+        .unwrap_or_else(|| job_workload_name(job))
+}
+
+/// The key of the event of `job` entering `state` in its current attempt: `state-ADMITTED` for
+/// the first attempt, `a2-state-ADMITTED` for the second, so each attempt has its own.
+pub fn state_key(job: &JobRecord, state: JobState) -> String {
+    if job.attempt <= 1 {
+        format!("state-{state}")
+    } else {
+        format!("a{}-state-{state}", job.attempt)
+    }
 }
 
 /// The event of a state `job` entered, dated by the record: `admitted_at_ms`, `running_at_ms` or
 /// `finished_at_ms`. `None` for a queued job (or a record that lacks the time).
 pub fn state_event(job: &JobRecord) -> Option<JobEvent> {
-    let key = format!("state-{}", job.state);
+    let key = state_key(job, job.state);
     Some(match job.state {
         JobState::Queued => return None,
         JobState::Admitted => platform_event(
@@ -121,9 +133,42 @@ fn pending_event(job: &JobRecord, pending: &Pending, now: i64) -> JobEvent {
     )
 }
 
-/// What the job's workload shows in `cluster`.
-pub fn observe(cluster: &Cluster, job: &JobRecord) -> Observed {
-    match observe_workload(cluster, job) {
+/// What the job's workload shows in `cluster` at `now`, with the infrastructure's losses
+/// ([`crate::loss`]) taking precedence over everything but success.
+pub fn observe(cluster: &Cluster, job: &JobRecord, now: i64, rules: &LossRules<'_>) -> Observed {
+    let observed = observe_workload(cluster, job);
+    if observed == Observed::Succeeded {
+        return observed;
+    }
+    let ended = matches!(observed, Observed::Failed { .. } | Observed::Invalid { .. });
+    if let Some(lost) = infrastructure_loss(cluster, job, now, rules, ended) {
+        return Observed::Lost(lost);
+    }
+    match observed {
+        // A Ray job whose driver failed after one of its Ray nodes was replaced lost that node
+        // first: the infrastructure's doing, not the user's.
+        Observed::Failed {
+            reason: FailureReason::EntrypointFailed,
+            message,
+        } if job.spec.kind() == WorkloadKind::RayJob => {
+            let replaced = ray_nodes_replaced(cluster, job);
+            if replaced.is_empty() {
+                Observed::Failed {
+                    reason: FailureReason::EntrypointFailed,
+                    message,
+                }
+            } else {
+                let mut f = Failure::new(
+                    FailureReason::RayNodeLost,
+                    format!(
+                        "{message} (after a Ray node was lost: {})",
+                        replaced.join("; ")
+                    ),
+                );
+                f.evidence = replaced;
+                Observed::Lost(f)
+            }
+        }
         Observed::Pending { reason, message } => match lost_planned_node(cluster, job) {
             Some(message) => Observed::Pending {
                 reason: PendingReason::NoMatchingNode,
@@ -261,7 +306,12 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
     let observed = if job.state == JobState::Queued {
         Observed::Missing
     } else {
-        observe(cluster, job)
+        let rules = LossRules {
+            not_ready_grace_ms: i64::try_from(ctx.config.node_lost_grace.as_millis())
+                .unwrap_or(i64::MAX),
+            interruption_taints: &ctx.config.interruption_taints,
+        };
+        observe(cluster, job, now, &rules)
     };
     if job.state != JobState::Queued {
         copy_warnings(ctx, cluster, job).await?;
@@ -304,8 +354,11 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
             ctx.jobs.update_job_with_events(&next, &events).await?;
         }
         Step::Finish { state, failure } => {
-            let exit_code = exit_code(cluster, job, failure.as_ref().map(|f| f.0));
-            finish(ctx, job, state, failure, exit_code, now).await?;
+            let failure = failure.map(|mut f| {
+                f.exit_code = exit_code(cluster, job, Some(f.reason));
+                f
+            });
+            finish(ctx, job, state, failure, now).await?;
         }
     }
     Ok(())
@@ -326,6 +379,7 @@ async fn archive_logs(
     job_id: &str,
     namespace: &str,
     workload: &str,
+    lenient: bool,
 ) -> Result<Option<String>> {
     let remembered = ctx
         .archive_failures
@@ -339,12 +393,25 @@ async fn archive_logs(
         Progress::Running => return Ok(None),
         Progress::Done(outcome) => outcome,
         Progress::None => {
-            let strict = failed < logs::STRICT_ARCHIVE_ATTEMPTS;
+            // An attempt lost with its node keeps what the API server can still serve: the
+            // dead node's kubelet will not answer however often the archive is tried.
+            let strict = !lenient && failed < logs::STRICT_ARCHIVE_ATTEMPTS;
             let (kube, blobs) = (ctx.kube.clone(), ctx.blobs.clone());
             let (id, ns, name) = (job_id.to_owned(), namespace.to_owned(), workload.to_owned());
+            let key = logs::attempt_logs_key(job_id, &name);
             let max_bytes = ctx.config.log_archive_max_bytes;
             ctx.archives.start(job_id, async move {
-                logs::archive(&kube, blobs.as_ref(), &id, &ns, &name, strict, max_bytes).await
+                logs::archive(
+                    &kube,
+                    blobs.as_ref(),
+                    &id,
+                    &ns,
+                    &name,
+                    &key,
+                    strict,
+                    max_bytes,
+                )
+                .await
             });
             return Ok(None);
         }
@@ -389,48 +456,64 @@ fn exit_code(cluster: &Cluster, job: &JobRecord, reason: Option<FailureReason>) 
         .find_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code))
 }
 
-/// Ends `job`: archive logs, write the terminal record (with the entrypoint's `exit_code` when
-/// known), delete the workload.
+/// Ends `job`'s attempt: archive its logs, then write the terminal record (with the failure's
+/// cause, evidence and the entrypoint's exit code) or, when the spec's retries allow another
+/// attempt, the record of the job queued again as attempt N+1 at its old place; then delete the
+/// attempt's workload.
+///
+/// A crash after the archive leaves the job as it was (the next pass ends it again, finding
+/// the archive); after the record, the old attempt's workload is deleted by [`sweep_orphans`]
+/// (it is not the current attempt's); the requeue and the next attempt's admission are separate
+/// conditional writes, so no second attempt is ever made from one failure.
 pub async fn finish(
     ctx: &Ctx,
     job: &JobRecord,
     state: JobState,
-    failure: Option<(FailureReason, String)>,
-    exit_code: Option<i32>,
+    failure: Option<Failure>,
     now: i64,
 ) -> Result<()> {
     let ns = job.spec.namespace.as_str();
     let name = workload_of(job);
-    let Some(key) = archive_logs(ctx, Some(job), &job.id, ns, &name).await? else {
+    let lost = failure
+        .as_ref()
+        .is_some_and(|f| f.cause == FailureCause::Infrastructure);
+    let Some(key) = archive_logs(ctx, Some(job), &job.id, ns, &name, lost).await? else {
         // Being archived: a later pass ends the job.
         return Ok(());
     };
     let mut next = job.clone();
-    match &failure {
-        Some((reason, message)) => {
-            next.finish_with_failure(*reason, message.clone(), now)?;
-            if let Some(f) = next.failure.as_mut() {
-                f.exit_code = exit_code;
+    let retry = failure.as_ref().filter(|f| job.retry_allowed(f)).cloned();
+    let events: Vec<JobEvent> = if let Some(f) = retry {
+        let event = requeue_event(job, &f, now);
+        next.requeue(f, Some(key), now)?;
+        ctx.metrics.inc_requeued();
+        vec![event]
+    } else {
+        match failure {
+            Some(f) => {
+                next.finish_with_failure(f.reason, f.message.clone(), now)?;
+                next.failure = Some(f);
             }
+            None => next.transition(state, now)?,
         }
-        None => next.transition(state, now)?,
-    }
-    next.logs_key = Some(key);
-    // The terminal record and its event land together, also for a job that never had a workload
+        next.logs_key = Some(key);
+        state_event(&next).into_iter().collect()
+    };
+    // The record and its event land together, also for a job that never had a workload
     // (nothing would be left for the orphan sweep to find and finish).
-    let events: Vec<JobEvent> = state_event(&next).into_iter().collect();
     ctx.jobs.update_job_with_events(&next, &events).await?;
-    if matches!(
-        failure,
-        Some((
-            FailureReason::PreRunningDeadlineExceeded | FailureReason::RunDeadlineExceeded,
-            _
-        ))
-    ) {
-        ctx.metrics.inc_deadline_failures();
+    if next.is_terminal() {
+        if matches!(
+            next.failure.as_ref().map(|f| f.reason),
+            Some(FailureReason::PreRunningDeadlineExceeded | FailureReason::RunDeadlineExceeded)
+        ) {
+            ctx.metrics.inc_deadline_failures();
+        }
+        ctx.metrics.inc_terminal(next.state);
+        tracing::info!(job_id = %job.id, state = %next.state, attempt = job.attempt, "job ended");
+    } else {
+        tracing::info!(job_id = %job.id, attempt = next.attempt, "attempt lost to the infrastructure; job queued again");
     }
-    ctx.metrics.inc_terminal(next.state);
-    tracing::info!(job_id = %job.id, state = %next.state, "job ended");
     workload::delete(ctx, job.spec.kind(), ns, &name).await?;
     // The archive now holds everything the live segments did.
     crate::live_logs::discard(ctx, &job.id).await;
@@ -445,23 +528,60 @@ pub async fn finish(
     Ok(())
 }
 
-/// Archives and deletes workloads whose job is terminal or unknown.
-pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<String>) -> Result<()> {
-    let mut candidates: Vec<(WorkloadKind, String, String, String)> = Vec::new();
+/// The platform event of an attempt that ended in a failure the job is run again after: a
+/// warning naming the attempt, the cause, the evidence and what happens next.
+fn requeue_event(job: &JobRecord, failure: &Failure, now: i64) -> JobEvent {
+    let evidence = if failure.evidence.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", failure.evidence.join("; "))
+    };
+    platform_event(
+        now,
+        format!("attempt-{}-requeued", job.attempt),
+        "Warning",
+        "Requeued",
+        format!(
+            "attempt {} ended by an {} failure, {:?}: {}{evidence}; attempt {} is queued at the job's original place and resumes from its newest complete checkpoint",
+            job.attempt,
+            failure.cause.as_str(),
+            failure.reason,
+            failure.message,
+            job.attempt + 1
+        ),
+    )
+}
+
+/// Archives and deletes workloads whose job is terminal or unknown, and deletes the workloads
+/// of an active job's earlier attempts (their archives are in the job's `attempts`).
+/// `active` maps each active job to its current attempt.
+pub async fn sweep_orphans(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    active: &HashMap<String, u32>,
+) -> Result<()> {
+    // A workload of an active job is skipped unless it is an earlier attempt's.
+    let stale = |id: &str, name: &str| match active.get(id) {
+        None => Some(false),
+        Some(&current) => attempt_of_workload(id, name)
+            .is_some_and(|a| a < current)
+            .then_some(true),
+    };
+    let mut candidates: Vec<(WorkloadKind, String, String, String, bool)> = Vec::new();
     for rj in cluster
         .rayjobs
         .iter()
         .filter(|r| r.metadata.deletion_timestamp.is_none())
     {
-        // Workloads of active jobs (nearly all of them) are skipped without allocating.
         if let Some(id) = rj.labels().get(JOB_ID_LABEL)
-            && !active.contains(id)
+            && let Some(earlier) = stale(id, &rj.name_any())
         {
             candidates.push((
                 WorkloadKind::RayJob,
                 rj.namespace().unwrap_or_default(),
                 rj.name_any(),
                 id.clone(),
+                earlier,
             ));
         }
     }
@@ -472,18 +592,26 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
     {
         // Only the CPU job's own Pod is a workload; Ray pods belong to their RayJob.
         if let Some(id) = pod.labels().get(JOB_ID_LABEL)
-            && !active.contains(id)
-            && pod.name_any() == workload_name(id)
+            && attempt_of_workload(id, &pod.name_any()).is_some()
+            && let Some(earlier) = stale(id, &pod.name_any())
         {
             candidates.push((
                 WorkloadKind::Pod,
                 pod.namespace().unwrap_or_default(),
                 pod.name_any(),
                 id.clone(),
+                earlier,
             ));
         }
     }
-    for (kind, ns, name, id) in candidates {
+    for (kind, ns, name, id, earlier) in candidates {
+        if earlier {
+            // The requeue wrote the record (with this attempt's archive) and crashed, or its
+            // delete lost a race with the reflector: finish the delete.
+            workload::delete(ctx, kind, &ns, &name).await?;
+            tracing::info!(job_id = %id, workload = %name, "earlier attempt's workload deleted");
+            continue;
+        }
         let job = ctx.jobs.get_job(&id).await?;
         if job.as_ref().is_some_and(|j| !j.is_terminal()) {
             continue;
@@ -496,8 +624,14 @@ pub async fn sweep_orphans(ctx: &Ctx, cluster: &Cluster, active: &BTreeSet<Strin
         // logs of pods that are already gone. Unless it is this sweep's own, being written or
         // written since the last pass.
         let ours = ctx.archives.has(&id);
-        let archived = !ours && ctx.blobs.head(&logs::logs_key(&id)).await?.is_some();
-        if !finished && !archived && archive_logs(ctx, None, &id, &ns, &name).await?.is_none() {
+        let key = logs::attempt_logs_key(&id, &name);
+        let archived = !ours && ctx.blobs.head(&key).await?.is_some();
+        if !finished
+            && !archived
+            && archive_logs(ctx, None, &id, &ns, &name, false)
+                .await?
+                .is_none()
+        {
             // Being archived: a later pass deletes it.
             continue;
         }

@@ -12,7 +12,7 @@ use tuneplane_core::constants::FIELD_MANAGER;
 use tuneplane_core::job::JobRecord;
 use tuneplane_core::render::network::{network_policy_name, render_network_policy};
 use tuneplane_core::render::rayjob::{auth_secret_name, render_auth_secret};
-use tuneplane_core::render::{CapsuleRef, render_pod, render_rayjob, workload_name};
+use tuneplane_core::render::{CapsuleRef, job_workload_name, render_pod, render_rayjob};
 use tuneplane_core::spec::WorkloadKind;
 use tuneplane_core::store::PresignMethod;
 
@@ -97,7 +97,7 @@ async fn create_auth_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
         kind: "Secret",
         source,
     })?;
-    let name = auth_secret_name(&workload_name(&job.id));
+    let name = auth_secret_name(&job_workload_name(job));
     let object = format!("{ns}/{name}");
     let api: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), ns);
     let params = post_params();
@@ -117,7 +117,7 @@ async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
         kind: "NetworkPolicy",
         source,
     })?;
-    let object = format!("{ns}/{}", network_policy_name(&job.id));
+    let object = format!("{ns}/{}", network_policy_name(job));
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), ns);
     let params = post_params();
     created(
@@ -133,7 +133,7 @@ async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
 /// and (for a RayJob) its token Secret are created first, so no pod of it ever starts unguarded
 /// or without its token.
 pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
-    let name = workload_name(&job.id);
+    let name = job_workload_name(job);
     let ns = job.spec.namespace.as_str();
     let value = render(ctx, job).await?;
     let object = format!("{ns}/{name}");

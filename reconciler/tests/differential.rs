@@ -238,6 +238,9 @@ fn observed(o: &Observed) -> Value {
             json!({"state": "Failed", "reason": format!("{reason:?}"), "message": message})
         }
         Observed::Invalid { message } => json!({"state": "Invalid", "message": message}),
+        Observed::Lost(f) => {
+            json!({"state": "Lost", "reason": format!("{:?}", f.reason), "evidence": f.evidence})
+        }
     }
 }
 

@@ -152,6 +152,39 @@ pub fn workload_name(job_id: &str) -> String {
     }
 }
 
+/// The workload name of attempt `attempt` of a job: [`workload_name`] for the first, with
+/// `-a<N>` after it for a later one (`tp-abc-a2`), so each attempt has a workload (and pods,
+/// Secrets, Ray job id) of its own. Still DNS-1035 and at most 47 characters: an id too long for
+/// the suffix uses the digest form.
+pub fn attempt_workload_name(job_id: &str, attempt: u32) -> String {
+    let base = workload_name(job_id);
+    if attempt <= 1 {
+        return base;
+    }
+    let name = format!("{base}-a{attempt}");
+    if name.len() <= MAX_WORKLOAD_NAME {
+        return name;
+    }
+    let digest = hex::encode(Sha256::digest(job_id.as_bytes()));
+    format!("tp-{}-a{attempt}", &digest[..16])
+}
+
+/// The workload name of `job`'s current attempt.
+pub fn job_workload_name(job: &JobRecord) -> String {
+    attempt_workload_name(&job.id, job.attempt)
+}
+
+/// The attempt a workload named `name` belongs to for job `job_id`, when it is one of the
+/// job's workloads.
+pub fn attempt_of_workload(job_id: &str, name: &str) -> Option<u32> {
+    if name == workload_name(job_id) {
+        return Some(1);
+    }
+    let (_, n) = name.rsplit_once("-a")?;
+    let attempt: u32 = n.parse().ok()?;
+    (attempt >= 2 && attempt_workload_name(job_id, attempt) == name).then_some(attempt)
+}
+
 /// Labels every workload of `job` carries: the user's labels, then the platform's (which win).
 pub fn job_labels(job: &JobRecord) -> serde_json::Map<String, Value> {
     let mut labels: serde_json::Map<String, Value> = job
@@ -259,6 +292,19 @@ pub fn harden(pod_spec: &mut Value) {
             }
         }
     }
+}
+
+/// Seconds beyond `deadlines.grace_seconds` a stopped pod keeps before it is killed: the
+/// runner's upload of the outputs and complete checkpoints after the entrypoint stopped.
+pub const UPLOAD_GRACE_SECONDS: u64 = 30;
+
+/// The `terminationGracePeriodSeconds` of `job`'s pods: the entrypoint's grace to save after
+/// SIGTERM, then [`UPLOAD_GRACE_SECONDS`] for the runner's uploads.
+pub fn termination_grace_seconds(job: &JobRecord) -> u64 {
+    job.spec
+        .deadlines
+        .grace_seconds
+        .saturating_add(UPLOAD_GRACE_SECONDS)
 }
 
 /// The securityContext of every container the platform renders.

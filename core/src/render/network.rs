@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::rayjob::GATE_PORT;
-use super::{job_labels, label_value, workload_name};
+use super::{job_labels, job_workload_name, label_value};
 use crate::constants::JOB_ID_LABEL;
 use crate::job::JobRecord;
 
@@ -46,9 +46,9 @@ impl Default for NetworkSettings {
     }
 }
 
-/// Name of the job's NetworkPolicy (its workload's name).
-pub fn network_policy_name(job_id: &str) -> String {
-    workload_name(job_id)
+/// Name of the NetworkPolicy of `job`'s current attempt (its workload's name).
+pub fn network_policy_name(job: &JobRecord) -> String {
+    job_workload_name(job)
 }
 
 /// The NetworkPolicy of `job`.
@@ -74,7 +74,7 @@ pub fn render_network_policy(job: &JobRecord, settings: &NetworkSettings) -> Val
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {
-            "name": network_policy_name(&job.id),
+            "name": network_policy_name(job),
             "namespace": job.spec.namespace,
             "labels": job_labels(job),
         },
@@ -84,7 +84,7 @@ pub fn render_network_policy(job: &JobRecord, settings: &NetworkSettings) -> Val
             "ingress": [
                 {"from": [
                     {"podSelector": {"matchLabels": own}},
-                    {"podSelector": {"matchLabels": { JOB_NAME_LABEL: workload_name(&job.id) }}},
+                    {"podSelector": {"matchLabels": { JOB_NAME_LABEL: job_workload_name(job) }}},
                 ]},
                 {"from": gate_peers, "ports": [{"protocol": "TCP", "port": GATE_PORT}]},
             ],

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 use super::bootstrap::{POD_WORK_DIR, SHA_ENV, URL_ENV, pod_bootstrap_script};
 use super::{
     CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, harden, job_annotations,
-    job_env, job_labels, memory_quantity, placement_affinity, tolerations, workload_name,
+    job_env, job_labels, job_workload_name, memory_quantity, placement_affinity,
+    termination_grace_seconds, tolerations,
 };
 use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
 use crate::constants::POOL_LABEL;
@@ -50,7 +51,7 @@ pub fn render_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": workload_name(&job.id),
+            "name": job_workload_name(job),
             "namespace": job.spec.namespace,
             "labels": labels,
             "annotations": annotations,
@@ -74,6 +75,7 @@ pub fn render_pod(
     if let Some(affinity) = placement_affinity(job, pool) {
         pod["spec"]["affinity"] = affinity;
     }
+    pod["spec"]["terminationGracePeriodSeconds"] = json!(termination_grace_seconds(job));
     harden(&mut pod["spec"]);
     Ok(pod)
 }

@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 use super::bootstrap::{FETCH_CONTAINER, RAY_CAPSULE_DIR, SHA_ENV, URL_ENV, ray_fetch_script};
 use super::{
     CapsuleDelivery, CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, harden,
-    job_annotations, job_env, job_labels, memory_quantity, placement_affinity, tolerations,
-    workload_name,
+    job_annotations, job_env, job_labels, job_workload_name, memory_quantity, placement_affinity,
+    termination_grace_seconds, tolerations,
 };
 use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
 use crate::constants::{GPU_RESOURCE, POOL_LABEL, SERIES_LABEL};
@@ -52,7 +52,7 @@ pub fn render_auth_secret(job: &JobRecord, token: &str) -> Value {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": auth_secret_name(&workload_name(&job.id)),
+            "name": auth_secret_name(&job_workload_name(job)),
             "namespace": job.spec.namespace,
             "labels": job_labels(job),
         },
@@ -64,7 +64,7 @@ pub fn render_auth_secret(job: &JobRecord, token: &str) -> Value {
 
 /// The environment that puts Ray in token mode with the job's token.
 fn auth_env(job: &JobRecord) -> Vec<Value> {
-    let secret = auth_secret_name(&workload_name(&job.id));
+    let secret = auth_secret_name(&job_workload_name(job));
     vec![
         json!({"name": "RAY_AUTH_MODE", "value": "token"}),
         json!({"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret, "key": AUTH_SECRET_KEY}}}),
@@ -76,7 +76,7 @@ fn auth_env(job: &JobRecord) -> Vec<Value> {
 fn gate_container(job: &JobRecord) -> Value {
     let mut env = auth_env(job);
     env.extend([
-        json!({"name": "TUNEPLANE_GATE_SUBMISSION_ID", "value": workload_name(&job.id)}),
+        json!({"name": "TUNEPLANE_GATE_SUBMISSION_ID", "value": job_workload_name(job)}),
         json!({"name": "TUNEPLANE_GATE_PORT", "value": GATE_PORT.to_string()}),
         json!({"name": "TUNEPLANE_GATE_UPSTREAM_PORT", "value": RAY_DASHBOARD_PORT.to_string()}),
         json!({"name": "PYTHONUNBUFFERED", "value": "1"}),
@@ -195,6 +195,7 @@ fn group_template(
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
         }]);
     }
+    spec["terminationGracePeriodSeconds"] = json!(termination_grace_seconds(job));
     harden(&mut spec);
     json!({
         "metadata": {
@@ -269,7 +270,7 @@ pub fn render_rayjob(
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {
-            "name": workload_name(&job.id),
+            "name": job_workload_name(job),
             "namespace": job.spec.namespace,
             "labels": job_labels(job),
             "annotations": job_annotations(job),
@@ -283,7 +284,7 @@ pub fn render_rayjob(
             "backoffLimit": 0,
             "submissionMode": "K8sJobMode",
             // The gate answers the operator for this submission id only.
-            "jobId": workload_name(&job.id),
+            "jobId": job_workload_name(job),
             "submitterConfig": {"backoffLimit": 0},
             "submitterPodTemplate": submitter_template(job, settings),
             "rayClusterSpec": {

@@ -34,8 +34,14 @@ pub struct JobSpec {
     pub env: BTreeMap<String, String>,
     /// Machine pools; the first is the primary pool (it hosts the Ray head).
     pub pools: Vec<Pool>,
-    /// Pre-running and run deadlines.
+    /// Pre-running and run deadlines, and the grace a stopped attempt has to save.
     pub deadlines: Deadlines,
+    /// How often the platform runs the job again after a failure (docs/design.md §6).
+    #[serde(default)]
+    pub retries: Retries,
+    /// How many complete checkpoints the platform keeps.
+    #[serde(default)]
+    pub checkpoints: Checkpoints,
     /// Higher runs first; ties are first come, first served.
     pub priority: i32,
     /// Labels copied onto the workload.
@@ -72,7 +78,64 @@ pub struct Deadlines {
     pub pre_running_seconds: u64,
     /// From RUNNING until the job must have ended.
     pub run_seconds: u64,
+    /// What a stopped, lost or interrupted attempt's entrypoint gets after SIGTERM to save its
+    /// work (the pods' termination grace period); outputs and complete checkpoints are
+    /// uploaded within it.
+    #[serde(default = "default_grace_seconds")]
+    pub grace_seconds: u64,
 }
+
+/// The default of [`Deadlines::grace_seconds`].
+pub const DEFAULT_GRACE_SECONDS: u64 = 120;
+
+fn default_grace_seconds() -> u64 {
+    DEFAULT_GRACE_SECONDS
+}
+
+/// How many more attempts a job gets after a failure, by the failure's cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retries {
+    /// After the platform lost the attempt (node deleted or NotReady, pod evicted or
+    /// preempted, an interruption notice, a Ray node lost): default 2, at most 10.
+    pub infrastructure: u32,
+    /// After the job's own failure (the entrypoint exited non-zero, OOMKilled): default 0.
+    pub application: u32,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Self {
+            infrastructure: DEFAULT_INFRASTRUCTURE_RETRIES,
+            application: 0,
+        }
+    }
+}
+
+/// The default of [`Retries::infrastructure`].
+pub const DEFAULT_INFRASTRUCTURE_RETRIES: u32 = 2;
+/// The most retries of either kind a spec may ask for.
+pub const MAX_RETRIES: u32 = 10;
+
+/// What the platform keeps of a job's checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoints {
+    /// The newest complete checkpoints kept in the blob store (older ones are deleted):
+    /// default 2, 1..=20.
+    pub keep: u32,
+}
+
+impl Default for Checkpoints {
+    fn default() -> Self {
+        Self {
+            keep: DEFAULT_CHECKPOINTS_KEPT,
+        }
+    }
+}
+
+/// The default of [`Checkpoints::keep`].
+pub const DEFAULT_CHECKPOINTS_KEPT: u32 = 2;
 
 /// What kind of workload a job becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,7 +279,8 @@ pools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]
             spec.deadlines,
             Deadlines {
                 pre_running_seconds: 1800,
-                run_seconds: 86_400
+                run_seconds: 86_400,
+                grace_seconds: 120
             }
         );
         assert_eq!(spec.priority, 0);
@@ -635,7 +699,7 @@ priority: high
         let json = spec.canonical_json();
         assert!(
             json.starts_with(
-                r#"{"deadlines":{"pre_running_seconds":1800,"run_seconds":86400},"entrypoint":"#
+                r#"{"checkpoints":{"keep":2},"deadlines":{"grace_seconds":120,"pre_running_seconds":1800,"run_seconds":86400},"entrypoint":"#
             ),
             "{json}"
         );

@@ -8,7 +8,10 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::{Deadlines, JobSpec, Pool, is_dns_label};
+use super::{
+    Checkpoints, DEFAULT_GRACE_SECONDS, Deadlines, JobSpec, MAX_RETRIES, Pool, Retries,
+    is_dns_label,
+};
 use crate::constants::{
     DEFAULT_NAMESPACE, KNOWN_PLUGINS, PLATFORM_VERSION, PLUGIN_CUSTOM, RESERVED_ENV_PREFIX,
 };
@@ -39,6 +42,8 @@ const ROOT_FIELDS: &[&str] = &[
     "env",
     "pools",
     "deadlines",
+    "retries",
+    "checkpoints",
     "priority",
     "labels",
     "namespace",
@@ -51,7 +56,9 @@ const POOL_FIELDS: &[&str] = &[
     "cpus",
     "memory_gb",
 ];
-const DEADLINE_FIELDS: &[&str] = &["pre_running_seconds", "run_seconds"];
+const DEADLINE_FIELDS: &[&str] = &["pre_running_seconds", "run_seconds", "grace_seconds"];
+const RETRY_FIELDS: &[&str] = &["infrastructure", "application"];
+const CHECKPOINT_FIELDS: &[&str] = &["keep"];
 /// Fields users try that the platform deliberately does not support, with the reason.
 const UNSUPPORTED_FIELDS: &[(&str, &str)] = &[
     (
@@ -124,6 +131,9 @@ impl Defaults {
 /// Allowed ranges of the deadlines, seconds.
 const PRE_RUNNING_RANGE: (u64, u64) = (5, 7 * 86_400);
 const RUN_RANGE: (u64, u64) = (10, 30 * 86_400);
+const GRACE_RANGE: (u64, u64) = (0, 3_600);
+/// Allowed range of `checkpoints.keep`.
+const KEEP_RANGE: (i64, i64) = (1, 20);
 
 /// One problem with a spec: where it is and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -481,6 +491,8 @@ impl Checker {
             .integer(map, "priority", "priority", (-1000, 1000))
             .unwrap_or(0);
         let deadlines = self.deadlines(map, defaults);
+        let retries = self.retries(map);
+        let checkpoints = self.checkpoints(map);
         let pools = self.pools(map, &plugin);
 
         Some(JobSpec {
@@ -491,6 +503,8 @@ impl Checker {
             env,
             pools: pools?,
             deadlines,
+            retries,
+            checkpoints,
             priority: i32::try_from(priority).ok()?,
             labels,
             namespace,
@@ -577,6 +591,7 @@ impl Checker {
         let mut d = Deadlines {
             pre_running_seconds: defaults.pre_running_seconds,
             run_seconds: defaults.run_seconds,
+            grace_seconds: DEFAULT_GRACE_SECONDS,
         };
         match map.get("deadlines") {
             None | Some(Value::Null) => {}
@@ -589,6 +604,7 @@ impl Checker {
                         &mut d.pre_running_seconds,
                     ),
                     ("run_seconds", RUN_RANGE, &mut d.run_seconds),
+                    ("grace_seconds", GRACE_RANGE, &mut d.grace_seconds),
                 ];
                 for (key, (lo, hi), seconds) in fields {
                     let path = format!("deadlines.{key}");
@@ -600,12 +616,67 @@ impl Checker {
             Some(other) => self.err(
                 "deadlines",
                 format!(
-                    "must be a mapping with pre_running_seconds and run_seconds, not {}",
+                    "must be a mapping with pre_running_seconds, run_seconds and grace_seconds, not {}",
                     type_name(other)
                 ),
             ),
         }
         d
+    }
+
+    /// A mapping field of the spec (`None` when absent or null; an error for anything else).
+    fn mapping<'m>(
+        &mut self,
+        map: &'m Map<String, Value>,
+        key: &str,
+        fields: &[&str],
+        example: &str,
+    ) -> Option<&'m Map<String, Value>> {
+        match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(m)) => {
+                self.unknown_fields(m, fields, &format!("{key}."));
+                Some(m)
+            }
+            Some(other) => {
+                self.err(
+                    key,
+                    format!("must be a mapping like {example}, not {}", type_name(other)),
+                );
+                None
+            }
+        }
+    }
+
+    fn retries(&mut self, map: &Map<String, Value>) -> Retries {
+        let mut r = Retries::default();
+        if let Some(m) = self.mapping(
+            map,
+            "retries",
+            RETRY_FIELDS,
+            "{infrastructure: 2, application: 0}",
+        ) {
+            let max = i64::from(MAX_RETRIES);
+            for (key, count) in [
+                ("infrastructure", &mut r.infrastructure),
+                ("application", &mut r.application),
+            ] {
+                if let Some(n) = self.integer(m, key, &format!("retries.{key}"), (0, max)) {
+                    *count = u32::try_from(n).unwrap_or(0);
+                }
+            }
+        }
+        r
+    }
+
+    fn checkpoints(&mut self, map: &Map<String, Value>) -> Checkpoints {
+        let mut c = Checkpoints::default();
+        if let Some(m) = self.mapping(map, "checkpoints", CHECKPOINT_FIELDS, "{keep: 2}")
+            && let Some(n) = self.integer(m, "keep", "checkpoints.keep", KEEP_RANGE)
+        {
+            c.keep = u32::try_from(n).unwrap_or(1);
+        }
+        c
     }
 
     fn pools(&mut self, map: &Map<String, Value>, plugin: &str) -> Option<Vec<Pool>> {

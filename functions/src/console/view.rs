@@ -107,6 +107,11 @@ pub fn failure_words(reason: FailureReason) -> &'static str {
         FailureReason::CapsuleMismatch => {
             "The code a pod received did not match its checksum; nothing of it ran."
         }
+        FailureReason::OutOfMemory => "The entrypoint used more memory than its limit.",
+        FailureReason::NodeLost => "A node it ran on was lost (deleted or not ready).",
+        FailureReason::Evicted => "Kubernetes evicted, preempted or deleted one of its pods.",
+        FailureReason::Interrupted => "A node it ran on was reclaimed (an interruption notice).",
+        FailureReason::RayNodeLost => "A Ray node of it was lost while it ran.",
     }
 }
 

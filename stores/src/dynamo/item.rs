@@ -181,6 +181,11 @@ impl From<&JobRecord> for JobItem {
             "placements",
             (!job.placements.is_empty()).then(|| s(to_json(&job.placements))),
         );
+        put_opt("attempt", (job.attempt > 1).then(|| n(job.attempt)));
+        put_opt(
+            "attempts",
+            (!job.attempts.is_empty()).then(|| s(to_json(&job.attempts))),
+        );
         // Sparse index: only non-terminal jobs carry the active-index keys.
         if !job.is_terminal() {
             put_opt("apk", Some(s(active_pk(active_shard(&job.id)))));
@@ -234,6 +239,13 @@ impl TryFrom<Stored<'_>> for JobRecord {
                     stored.corrupt(format!("attribute archive_failures is out of range: {v}"))
                 })?,
             },
+            attempt: match stored.opt_i64("attempt")? {
+                None => 1,
+                Some(v) => u32::try_from(v).ok().filter(|a| *a >= 1).ok_or_else(|| {
+                    stored.corrupt(format!("attribute attempt is out of range: {v}"))
+                })?,
+            },
+            attempts: stored.opt_json("attempts")?.unwrap_or_default(),
         })
     }
 }
