@@ -58,11 +58,14 @@ async fn workload_without_a_live_job_record_is_archived_and_deleted() {
         entries.iter().any(|(p, _)| p.contains("-head/")),
         "{entries:?}"
     );
-    assert!(
+    // Counted once the delete call returns, which can be just after the RayJob is seen gone.
+    wait_for(10, "orphan counted", || async {
         ctx.metrics
             .render()
             .contains("tuneplane_orphans_deleted_total 1")
-    );
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
