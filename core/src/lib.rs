@@ -13,6 +13,7 @@ pub mod clock;
 pub mod constants;
 pub mod control;
 pub mod fleet;
+pub mod grant;
 pub mod job;
 pub mod live;
 pub mod playground;

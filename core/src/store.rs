@@ -479,6 +479,10 @@ pub trait BlobStore: Send + Sync {
     /// Deletes an object (no error if absent).
     async fn delete(&self, key: &str) -> Result<()>;
 
+    /// The objects whose keys start with `prefix` (a folder: it ends in `/`), as `(key, size)`
+    /// sorted by key, at most `limit` of them (jobs' outputs and checkpoints).
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(String, u64)>>;
+
     /// A URL that allows `method` on `key` for `expires_in`: checks the key, fixes the expiry
     /// and asks the store to [`BlobStore::sign`].
     async fn presign(

@@ -88,6 +88,12 @@ pub const DEFAULT_INTERRUPTION_TAINTS: &[&str] = &[
     "node.kubernetes.io/out-of-service",
 ];
 
+/// The API's base URL as jobs' pods reach it (e.g. `https://api.tuneplane.example`): with
+/// [`ENV_GRANT_KEY`], each attempt gets a grant to write its outputs and checkpoints there.
+pub const ENV_API_URL: &str = "TUNEPLANE_API_URL";
+/// Hex key (at least 32 bytes) attempts' grants are signed with; the API's must be the same.
+pub const ENV_GRANT_KEY: &str = "TUNEPLANE_GRANT_KEY";
+
 /// Smallest accepted [`ENV_LOG_ARCHIVE_MAX_BYTES`]: 1 MiB.
 pub const MIN_LOG_ARCHIVE_BYTES: u64 = 1 << 20;
 /// Largest accepted [`ENV_LOG_ARCHIVE_MAX_BYTES`]: 64 GiB.
@@ -170,6 +176,8 @@ pub struct Config {
     pub node_lost_grace: Duration,
     /// Taint keys that announce a node's interruption.
     pub interruption_taints: Vec<String>,
+    /// The key attempts' grants are signed with (with `render.api_url`; both or neither).
+    pub grant_key: Option<tuneplane_core::grant::GrantKey>,
 }
 
 impl Default for Config {
@@ -197,6 +205,7 @@ impl Default for Config {
                 .iter()
                 .map(|t| (*t).to_owned())
                 .collect(),
+            grant_key: None,
         }
     }
 }
@@ -343,6 +352,39 @@ impl Config {
                 ));
             }
             c.interruption_taints = keys;
+        }
+        match (get(ENV_API_URL), get(ENV_GRANT_KEY)) {
+            (None, None) => {}
+            (Some(url), Some(key)) => {
+                let url = url.trim().trim_end_matches('/').to_owned();
+                if !(url.starts_with("https://") || url.starts_with("http://")) {
+                    return Err(bad(
+                        ENV_API_URL,
+                        format!(
+                            "{url:?} is not an http(s) URL (e.g. https://api.tuneplane.example)"
+                        ),
+                    ));
+                }
+                c.grant_key = Some(
+                    tuneplane_core::grant::GrantKey::parse(&key)
+                        .map_err(|e| bad(ENV_GRANT_KEY, e))?,
+                );
+                c.render.api_url = Some(url);
+            }
+            (Some(_), None) => {
+                return Err(bad(
+                    ENV_GRANT_KEY,
+                    format!(
+                        "is unset while {ENV_API_URL} is set: set both (the API's key too) or neither"
+                    ),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(bad(
+                    ENV_API_URL,
+                    format!("is unset while {ENV_GRANT_KEY} is set: set both or neither"),
+                ));
+            }
         }
         if let Some(v) = get(ENV_PLAYGROUND_IMAGE) {
             c.render.playground_image = v;

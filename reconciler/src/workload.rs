@@ -12,7 +12,10 @@ use tuneplane_core::constants::FIELD_MANAGER;
 use tuneplane_core::job::JobRecord;
 use tuneplane_core::render::network::{network_policy_name, render_network_policy};
 use tuneplane_core::render::rayjob::{auth_secret_name, render_auth_secret};
-use tuneplane_core::render::{CapsuleRef, job_workload_name, render_pod, render_rayjob};
+use tuneplane_core::render::{
+    CapsuleRef, grant_secret_name, job_workload_name, render_grant_secret, render_pod,
+    render_rayjob,
+};
 use tuneplane_core::spec::WorkloadKind;
 use tuneplane_core::store::PresignMethod;
 
@@ -108,6 +111,30 @@ async fn create_auth_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     )
 }
 
+/// Creates the Secret holding the grant of the job's current attempt unless it exists (the token
+/// is deterministic, so an existing Secret holds the same one). Nothing without a grant key.
+async fn create_grant_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
+    let Some(key) = &ctx.config.grant_key else {
+        return Ok(());
+    };
+    let ns = job.spec.namespace.as_str();
+    let value = render_grant_secret(job, &key.token(&job.id, job.attempt));
+    let typed: Secret = serde_json::from_value(value).map_err(|source| Error::Convert {
+        job_id: job.id.clone(),
+        kind: "Secret",
+        source,
+    })?;
+    let name = grant_secret_name(&job_workload_name(job));
+    let object = format!("{ns}/{name}");
+    let api: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), ns);
+    let params = post_params();
+    created(
+        ctx.kube
+            .call("create secret", &object, || api.create(&params, &typed))
+            .await,
+    )
+}
+
 /// Creates the job's NetworkPolicy unless it exists.
 async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     let ns = job.spec.namespace.as_str();
@@ -139,6 +166,7 @@ pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
     let object = format!("{ns}/{name}");
     let params = post_params();
     create_network_policy(ctx, job).await?;
+    create_grant_secret(ctx, job).await?;
     match job.spec.kind() {
         WorkloadKind::RayJob => {
             create_auth_secret(ctx, job).await?;
@@ -211,6 +239,22 @@ pub async fn delete(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) 
         Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
         other => other,
     }?;
+    if ctx.config.grant_key.is_some() {
+        // The grant's Secret goes with the workload (the grant itself dies with the attempt's
+        // record: the API checks the record, not the Secret).
+        let secret = grant_secret_name(name);
+        let secrets: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), namespace);
+        let gone = ctx
+            .kube
+            .call("delete secret", &format!("{namespace}/{secret}"), || {
+                secrets.delete(&secret, &params)
+            })
+            .await;
+        match gone {
+            Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
+            other => other.map(|_| ()),
+        }?;
+    }
     // The NetworkPolicy is named like the workload; it goes last, once no pod needs it.
     let policies: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), namespace);
     let gone = ctx

@@ -363,6 +363,38 @@ impl BlobStore for FsBlobStore {
         self.blocking(key, move |s| s.head_sync(&k)).await
     }
 
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(String, u64)>> {
+        let folder = prefix.trim_end_matches('/').to_owned();
+        self.blocking(&folder.clone(), move |s| {
+            let mut found = Vec::new();
+            let mut todo = vec![s.data_path(&folder)];
+            while let Some(dir) = todo.pop() {
+                let entries = match std::fs::read_dir(&dir) {
+                    Ok(e) => e,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(s.err("list blobs", &folder, e)),
+                };
+                for entry in entries {
+                    let entry = entry.map_err(|e| s.err("list blobs", &folder, e))?;
+                    let meta = entry
+                        .metadata()
+                        .map_err(|e| s.err("list blobs", &folder, e))?;
+                    let path = entry.path();
+                    if meta.is_dir() {
+                        todo.push(path);
+                    } else if let Ok(rel) = path.strip_prefix(s.root.join("data")) {
+                        let key = rel.to_string_lossy().replace('\\', "/");
+                        found.push((key, meta.len()));
+                    }
+                }
+            }
+            found.sort();
+            found.truncate(limit);
+            Ok(found)
+        })
+        .await
+    }
+
     async fn delete(&self, key: &str) -> Result<()> {
         let k = key.to_owned();
         self.blocking(key, move |s| {

@@ -453,6 +453,40 @@ impl BlobStore for S3BlobStore {
         Ok(Some(BlobMeta { size, sha256 }))
     }
 
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(String, u64)>> {
+        validate_blob_key(prefix.trim_end_matches('/'))?;
+        let mut found = Vec::new();
+        let mut token: Option<String> = None;
+        while found.len() < limit {
+            let page = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .max_keys(i32::try_from((limit - found.len()).min(1000)).unwrap_or(1000))
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| self.backend("ListObjectsV2", prefix, e))?;
+            for object in page.contents() {
+                if let Some(key) = object.key() {
+                    let size = object
+                        .size()
+                        .and_then(|n| u64::try_from(n).ok())
+                        .unwrap_or(0);
+                    found.push((key.to_owned(), size));
+                }
+            }
+            match page.next_continuation_token() {
+                Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_owned()),
+                _ => break,
+            }
+        }
+        found.sort();
+        found.truncate(limit);
+        Ok(found)
+    }
+
     async fn delete(&self, key: &str) -> Result<()> {
         validate_blob_key(key)?;
         object_request!(self, delete_object, key)

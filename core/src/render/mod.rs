@@ -85,6 +85,10 @@ pub struct RenderSettings {
     pub playground_image: String,
     /// Who may reach a job's dashboard gate besides its own pods (its NetworkPolicy).
     pub network: network::NetworkSettings,
+    /// The API's base URL as the job's pods reach it, when attempts get grants to write their
+    /// outputs and checkpoints (the reconciler's `TUNEPLANE_API_URL` with a grant key): the
+    /// runner's `TUNEPLANE_API_URL`, with the attempt's token from its grant Secret.
+    pub api_url: Option<String>,
 }
 
 impl Default for RenderSettings {
@@ -101,6 +105,7 @@ impl Default for RenderSettings {
             ttl_after_finished_seconds: 3600,
             playground_image: "vllm/vllm-openai:v0.11.0".to_owned(),
             network: network::NetworkSettings::default(),
+            api_url: None,
         }
     }
 }
@@ -252,7 +257,45 @@ pub fn job_env(job: &JobRecord) -> Vec<(String, String)> {
         .collect();
     env.push(("TUNEPLANE_JOB_ID".into(), job.id.clone()));
     env.push(("TUNEPLANE_TENANT".into(), job.tenant.clone()));
+    env.push(("TUNEPLANE_ATTEMPT".into(), job.attempt.to_string()));
     env
+}
+
+/// Key of the token in an attempt's grant Secret.
+pub const GRANT_SECRET_KEY: &str = "token";
+
+/// Name of the Secret holding the grant of the attempt whose workload is `workload`.
+pub fn grant_secret_name(workload: &str) -> String {
+    format!("{workload}-grant")
+}
+
+/// The Secret holding `token`, the grant of `job`'s current attempt (created before the
+/// workload, deleted with it).
+pub fn render_grant_secret(job: &JobRecord, token: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": grant_secret_name(&job_workload_name(job)),
+            "namespace": job.spec.namespace,
+            "labels": job_labels(job),
+        },
+        "type": "Opaque",
+        "data": { GRANT_SECRET_KEY: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, token) },
+    })
+}
+
+/// The environment that lets the runner write the attempt's outputs and checkpoints: the API's
+/// URL and the grant token from the attempt's Secret. Empty when grants are off.
+pub fn grant_env(job: &JobRecord, settings: &RenderSettings) -> Vec<Value> {
+    let Some(url) = &settings.api_url else {
+        return Vec::new();
+    };
+    let secret = grant_secret_name(&job_workload_name(job));
+    vec![
+        json!({"name": "TUNEPLANE_API_URL", "value": url}),
+        json!({"name": "TUNEPLANE_GRANT", "valueFrom": {"secretKeyRef": {"name": secret, "key": GRANT_SECRET_KEY}}}),
+    ]
 }
 
 /// Checks a capsule reference for `job`.

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use super::bootstrap::{POD_WORK_DIR, SHA_ENV, URL_ENV, pod_bootstrap_script};
 use super::{
-    CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, harden, job_annotations,
-    job_env, job_labels, job_workload_name, memory_quantity, placement_affinity,
+    CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, grant_env, harden,
+    job_annotations, job_env, job_labels, job_workload_name, memory_quantity, placement_affinity,
     termination_grace_seconds, tolerations,
 };
 use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
@@ -43,6 +43,7 @@ pub fn render_pod(
             .into_iter()
             .map(|(name, value)| json!({"name": name, "value": value})),
     );
+    env.extend(grant_env(job, settings));
     let mut labels = job_labels(job);
     labels.insert(POOL_LABEL.into(), json!(pool.name));
     let mut annotations = job_annotations(job);

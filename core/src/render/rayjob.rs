@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 
 use super::bootstrap::{FETCH_CONTAINER, RAY_CAPSULE_DIR, SHA_ENV, URL_ENV, ray_fetch_script};
 use super::{
-    CapsuleDelivery, CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, harden,
-    job_annotations, job_env, job_labels, job_workload_name, memory_quantity, placement_affinity,
-    termination_grace_seconds, tolerations,
+    CapsuleDelivery, CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity,
+    grant_env, harden, job_annotations, job_env, job_labels, job_workload_name, memory_quantity,
+    placement_affinity, termination_grace_seconds, tolerations,
 };
 use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
 use crate::constants::{GPU_RESOURCE, POOL_LABEL, SERIES_LABEL};
@@ -90,6 +90,14 @@ fn gate_container(job: &JobRecord) -> Value {
     })
 }
 
+/// The submitter's environment: the Ray token, and the grant too (kubesim's one-node stand-in
+/// runs the driver in the submitter pod; on a real cluster the driver runs on the head).
+fn submitter_env(job: &JobRecord, settings: &RenderSettings) -> Vec<Value> {
+    let mut env = auth_env(job);
+    env.extend(grant_env(job, settings));
+    env
+}
+
 /// KubeRay's submitter pod: the job's image (which has Ray's CLI), the token, and KubeRay's
 /// default command (`ray job submit` through the gate, with the token).
 fn submitter_template(job: &JobRecord, settings: &RenderSettings) -> Value {
@@ -99,7 +107,7 @@ fn submitter_template(job: &JobRecord, settings: &RenderSettings) -> Value {
         "containers": [{
             "name": "ray-job-submitter",
             "image": job.spec.image,
-            "env": auth_env(job),
+            "env": submitter_env(job, settings),
             "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
         }],
     });
@@ -141,10 +149,18 @@ fn container(job: &JobRecord, pool: &Pool, head: bool, settings: &RenderSettings
     if settings.gpu_passthrough && pool.gpus_per_node > 0 {
         limits[GPU_RESOURCE] = json!(pool.gpus_per_node.to_string());
     }
+    let mut env = auth_env(job);
+    if head {
+        // The driver (the runner) runs on the head: it inherits the head's environment, so the
+        // grant reaches it without appearing in the RayJob's runtime env. Ray's own job stop
+        // (SIGTERM, then SIGKILL after this many seconds) leaves the entrypoint its grace.
+        env.extend(grant_env(job, settings));
+        env.push(json!({"name": "RAY_JOB_STOP_WAIT_TIME_S", "value": job.spec.deadlines.grace_seconds.to_string()}));
+    }
     let mut c = json!({
         "name": if head { "ray-head" } else { "ray-worker" },
         "image": job.spec.image,
-        "env": auth_env(job),
+        "env": env,
         "resources": {"requests": {"cpu": cpu, "memory": mem}, "limits": limits},
     });
     if head {

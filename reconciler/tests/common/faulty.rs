@@ -377,6 +377,11 @@ impl BlobStore for FaultyBlobStore {
             .run("blob head", key, self.inner.head(key))
             .await
     }
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(String, u64)>> {
+        self.faults
+            .run("blob list", prefix, self.inner.list(prefix, limit))
+            .await
+    }
     async fn delete(&self, key: &str) -> Result<()> {
         self.faults
             .run("blob delete", key, self.inner.delete(key))

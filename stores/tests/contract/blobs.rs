@@ -290,3 +290,26 @@ pub async fn keys_that_escape_the_namespace_are_rejected(store: Store) {
         );
     }
 }
+
+pub async fn listing_a_folder_names_its_objects_sorted_and_bounded(store: Store) {
+    for (key, body) in [
+        ("outputs/acme/j1/model/weights.bin", &b"12345"[..]),
+        ("outputs/acme/j1/metrics.json", b"{}"),
+        ("outputs/acme/j10/other.txt", b"x"),
+        ("outputs/acme/j2/x", b"y"),
+    ] {
+        ok(store.put(key, body.to_vec()).await, "put");
+    }
+    let all = ok(store.list("outputs/acme/j1/", 100).await, "list");
+    assert_eq!(
+        all,
+        vec![
+            ("outputs/acme/j1/metrics.json".to_owned(), 2),
+            ("outputs/acme/j1/model/weights.bin".to_owned(), 5),
+        ],
+        "a folder prefix lists only that folder (not j10), nested keys included, sorted"
+    );
+    let first = ok(store.list("outputs/acme/j1/", 1).await, "list");
+    assert_eq!(first.len(), 1);
+    assert!(ok(store.list("outputs/none/", 10).await, "list").is_empty());
+}

@@ -71,6 +71,7 @@ macro_rules! blob_store_contract {
             presigned_put_then_get_round_trips_over_plain_http,
             keys_with_spaces_and_plus_round_trip,
             keys_that_escape_the_namespace_are_rejected,
+            listing_a_folder_names_its_objects_sorted_and_bounded,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
