@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod grant;
 pub mod job;
 pub mod live;
+pub mod outputs;
 pub mod playground;
 pub mod privacy;
 pub mod quantity;

@@ -64,6 +64,7 @@ async fn main() {
         playground_pod_networks: Vec::new(),
         rate_per_key: None,
         rate_per_source: None,
+        grant_key: None,
     };
     let Ok((jobs, blobs)) = runtime::stores(&config).await else {
         eprintln!("cannot open the stores");

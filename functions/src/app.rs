@@ -30,6 +30,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/jobs/{id}/logs/live"),
     ("post", "/v1/jobs/{id}/logs/follow"),
     ("post", "/v1/jobs/{id}/stop"),
+    ("get", "/v1/jobs/{id}/outputs"),
+    ("post", "/v1/jobs/{id}/grant/presign"),
+    ("post", "/v1/jobs/{id}/grant/checkpoints/{name}/complete"),
+    ("get", "/v1/jobs/{id}/grant/checkpoints/latest"),
     ("post", "/v1/uploads"),
     ("get", "/v1/capacity"),
     ("get", "/v1/quota"),
@@ -59,6 +63,16 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .route("/jobs/{id}/logs/live", get(routes::live::live_logs))
         .route("/jobs/{id}/logs/follow", post(routes::live::follow_logs))
         .route("/jobs/{id}/stop", post(routes::jobs::stop))
+        .route("/jobs/{id}/outputs", get(routes::outputs::outputs))
+        .route("/jobs/{id}/grant/presign", post(routes::outputs::presign))
+        .route(
+            "/jobs/{id}/grant/checkpoints/{name}/complete",
+            post(routes::outputs::complete),
+        )
+        .route(
+            "/jobs/{id}/grant/checkpoints/latest",
+            get(routes::outputs::latest),
+        )
         .route("/uploads", post(routes::misc::create_upload))
         .route("/capacity", get(routes::misc::capacity))
         .route("/quota", get(routes::quota::get_quota))

@@ -37,6 +37,9 @@ pub const ENV_PLAYGROUND_LIMIT: &str = "TUNEPLANE_PLAYGROUND_LIMIT";
 /// Pod networks the API's playground proxy may forward to, comma-separated CIDRs
 /// (`10.244.0.0/16`); unset: the proxy answers 503.
 pub const ENV_PLAYGROUND_POD_CIDRS: &str = "TUNEPLANE_PLAYGROUND_POD_CIDRS";
+/// Hex key (at least 32 bytes) jobs' attempt grants are checked with; the reconciler's must be
+/// the same. Unset: jobs cannot write outputs or checkpoints (503 `grants_unavailable`).
+pub const ENV_GRANT_KEY: &str = "TUNEPLANE_GRANT_KEY";
 /// Rate limit per API key, `RATE/BURST` requests per second (default `20/40`) or `off`.
 pub const ENV_RATE_LIMIT_PER_KEY: &str = "TUNEPLANE_RATE_LIMIT_PER_KEY";
 /// Rate limit per source address, `RATE/BURST` (default `50/100`) or `off`.
@@ -113,6 +116,8 @@ pub struct Config {
     pub rate_per_key: Option<crate::rate::Rate>,
     /// Limit per source address ([`ENV_RATE_LIMIT_PER_SOURCE`]); `None`: off.
     pub rate_per_source: Option<crate::rate::Rate>,
+    /// The key attempts' grants are checked with ([`ENV_GRANT_KEY`]).
+    pub grant_key: Option<tuneplane_core::grant::GrantKey>,
 }
 
 /// Parses a rate variable, `default` when unset.
@@ -235,6 +240,15 @@ impl Config {
                 non_empty(ENV_RATE_LIMIT_PER_SOURCE),
                 "50/100",
             )?,
+            grant_key: match non_empty(ENV_GRANT_KEY) {
+                None => None,
+                Some(v) => Some(
+                    tuneplane_core::grant::GrantKey::parse(&v).map_err(|message| ConfigError {
+                        var: ENV_GRANT_KEY,
+                        message,
+                    })?,
+                ),
+            },
             playground_pod_networks: match non_empty(ENV_PLAYGROUND_POD_CIDRS) {
                 None => Vec::new(),
                 Some(v) => {

@@ -74,6 +74,17 @@ pub enum ApiError {
     /// Over a rate limit of the key or the source address (`crate::rate`); 429.
     #[error("{0}")]
     RateLimited(String),
+    /// A job's grant token that is not valid for the job, or whose attempt is over; 401.
+    #[error("{0}")]
+    InvalidGrant(String),
+    /// A feature the installation has not configured; 503 with what to set.
+    #[error("{message}")]
+    Unavailable {
+        /// The body's `error.code` (`grants_unavailable`).
+        code: &'static str,
+        /// What is missing.
+        message: String,
+    },
     /// A server the API forwards to (a playground's) is unreachable or answered badly.
     #[error("{message}")]
     Upstream {
@@ -157,6 +168,10 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", Value::Null),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code, Value::Null),
             ApiError::BadSignature(_) => (StatusCode::UNAUTHORIZED, "bad_signature", Value::Null),
+            ApiError::InvalidGrant(_) => (StatusCode::UNAUTHORIZED, "invalid_grant", Value::Null),
+            ApiError::Unavailable { code, .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, code, Value::Null)
+            }
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", Value::Null),
             ApiError::UnsupportedMediaType(_) => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -199,7 +214,11 @@ impl ApiError {
         let (status, code, details) = self.parts();
         // A 5xx hides its details, except an upstream's: what the API could not reach is the
         // caller's to know (its message names no internals).
-        let message = if status.is_server_error() && !matches!(self, ApiError::Upstream { .. }) {
+        let message = if status.is_server_error()
+            && !matches!(
+                self,
+                ApiError::Upstream { .. } | ApiError::Unavailable { .. }
+            ) {
             format!("internal error; quote request id {request_id} when reporting it")
         } else {
             self.to_string()

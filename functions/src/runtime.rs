@@ -144,6 +144,7 @@ pub fn state_with(
             config.rate_per_key,
             config.rate_per_source,
         )),
+        grant_key: config.grant_key.clone(),
     })
 }
 

@@ -31,6 +31,8 @@ pub struct AppState {
     pub playground_proxy: crate::routes::playground_proxy::PlaygroundProxy,
     /// Rate limits per key and per source, with their buckets.
     pub rate_limits: Arc<crate::rate::RateLimits>,
+    /// The key jobs' attempt grants are checked with (none: grants are refused).
+    pub grant_key: Option<tuneplane_core::grant::GrantKey>,
 }
 
 /// The raw request body, with the API's error format when it is over the size limit.

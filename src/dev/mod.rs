@@ -216,10 +216,14 @@ impl Stack {
             ClusterChoice::Real { .. } => Some(TEST_TIER_POD_NETWORK),
             ClusterChoice::Simulated => None,
         };
+        // Jobs' attempt grants (outputs and checkpoints): one key for the API and the reconciler,
+        // kept with the data so a restarted stack honours the grants it handed out.
+        let (grant_key, _) = persisted(&dir.join("grant-key"), || Ok(hex(&random::<32>()?)))?;
         let fn_config = functions_config(
             &dir,
             &secret,
             &api_url,
+            &grant_key,
             opts.webhooks.as_ref(),
             pod_networks,
         )?;
@@ -295,6 +299,13 @@ impl Stack {
         rc.render.delivery = opts.capsule_delivery;
         rc.identity = format!("dev-{}", std::process::id());
         rc.metrics_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        // Pods reach the API on their own 127.0.0.1 (kubesim runs them here; the real tier's
+        // node agent relays each pod's loopback ports to the host's).
+        rc.render.api_url = Some(api_url.clone());
+        rc.grant_key = Some(
+            tuneplane_core::grant::GrantKey::parse(&grant_key)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("grant-key").display()))?,
+        );
         let metrics = Arc::new(tuneplane_reconciler::metrics::Metrics::default());
         let reconciler =
             tuneplane_reconciler::Reconciler::new(rc, client, jobs.clone(), pod_blobs, metrics)
@@ -521,11 +532,12 @@ fn functions_config(
     dir: &Path,
     secret: &str,
     api_url: &str,
+    grant_key: &str,
     webhooks: Option<&WebhookSources>,
     pod_networks: Option<&str>,
 ) -> anyhow::Result<tuneplane_functions::config::Config> {
     use tuneplane_functions::config::{
-        ENV_BLOB_SECRET, ENV_BLOB_URL, ENV_DATA_DIR, ENV_PLAYGROUND_POD_CIDRS,
+        ENV_BLOB_SECRET, ENV_BLOB_URL, ENV_DATA_DIR, ENV_GRANT_KEY, ENV_PLAYGROUND_POD_CIDRS,
         ENV_RATE_LIMIT_PER_KEY, ENV_RATE_LIMIT_PER_SOURCE, ENV_SCRATCH, ENV_WEBHOOKS,
     };
     let scratch = dir.join("scratch");
@@ -535,6 +547,7 @@ fn functions_config(
         (ENV_BLOB_SECRET, secret.to_string()),
         (ENV_BLOB_URL, format!("{api_url}/blobs")),
         (ENV_SCRATCH, scratch.display().to_string()),
+        (ENV_GRANT_KEY, grant_key.to_owned()),
     ];
     if let Some(w) = webhooks {
         vars.push((ENV_WEBHOOKS, w.json.clone()));

@@ -218,6 +218,7 @@ mod tests {
             playground_pod_networks: Vec::new(),
             rate_per_key: None,
             rate_per_source: None,
+            grant_key: None,
         };
         let (jobs, blobs) = crate::runtime::stores(&config).await.unwrap();
         let state = crate::runtime::state_with(&config, jobs, blobs);

@@ -3,6 +3,7 @@
 pub mod jobs;
 pub mod live;
 pub mod misc;
+pub mod outputs;
 pub mod playground_proxy;
 pub mod playgrounds;
 pub mod quota;

@@ -117,7 +117,13 @@ fn config(dir: &std::path::Path) -> Config {
         // The suites fire bursts on purpose; `rate_limits.rs` tests the limits.
         rate_per_key: None,
         rate_per_source: None,
+        grant_key: Some(grant_key()),
     }
+}
+
+/// The grant key of the harness's API (tests mint attempts' tokens with it).
+pub fn grant_key() -> tuneplane_core::grant::GrantKey {
+    tuneplane_core::grant::GrantKey::parse(&"5a".repeat(32)).expect("grant key")
 }
 
 /// The AWS account the harness lets put submission events (as tenant A).

@@ -1,0 +1,249 @@
+//! A job's outputs and checkpoints (docs/design.md §4, "Outputs and checkpoints").
+//!
+//! - `GET /v1/jobs/{id}/outputs` (the tenant's key, `jobs:read`): the job's outputs with download
+//!   links, and its complete checkpoints.
+//! - `/v1/jobs/{id}/grant/...` (the attempt's grant token, `Authorization: Bearer tpg1...`): what
+//!   the runner in the job's pods calls. `POST .../grant/presign` signs uploads (and checkpoint
+//!   downloads) under the job's own folders only; `POST .../grant/checkpoints/{name}/complete`
+//!   records a checkpoint whose files are all uploaded and prunes old ones;
+//!   `GET .../grant/checkpoints/latest` names the newest complete checkpoint with download
+//!   links. A grant is the job's and one attempt's: refused for any other job, and once its
+//!   attempt is over (its end plus the grace to save and upload).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::header;
+use axum::http::request::Parts;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tuneplane_core::job::JobRecord;
+use tuneplane_core::outputs::{
+    CompleteError, JobPath, complete_checkpoint, latest_checkpoint, list_checkpoints, list_outputs,
+};
+use tuneplane_core::store::PresignMethod;
+
+use super::jobs::ReadableJob;
+use crate::error::ApiError;
+use crate::state::{AppState, JsonBody};
+
+/// Validity of the URLs the runner gets (one upload or download each).
+const GRANT_URL_TTL: Duration = Duration::from_secs(900);
+/// Validity of the download links a user gets.
+const DOWNLOAD_URL_TTL: Duration = Duration::from_secs(3600);
+/// Most paths one presign request names.
+pub const MAX_PRESIGN_PATHS: usize = 1000;
+
+/// The job and attempt of a request carrying a valid grant for the job in its path.
+#[derive(Debug)]
+pub struct Granted {
+    /// The job's record.
+    pub job: JobRecord,
+    /// The attempt the grant was minted for.
+    pub attempt: u32,
+}
+
+impl FromRequestParts<Arc<AppState>> for Granted {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(key) = &state.grant_key else {
+            return Err(ApiError::Unavailable {
+                code: "grants_unavailable",
+                message: "this installation gives jobs no grants to write outputs or checkpoints (set TUNEPLANE_GRANT_KEY on the API and the reconciler)".into(),
+            });
+        };
+        let id = parts
+            .uri
+            .path()
+            .strip_prefix("/v1/jobs/")
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_default()
+            .to_owned();
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        let refused = || {
+            ApiError::InvalidGrant(format!(
+                "no valid grant of job {id}: send the attempt's TUNEPLANE_GRANT as Authorization: Bearer"
+            ))
+        };
+        let attempt = key.verify(&id, token).ok_or_else(refused)?;
+        let job = state
+            .submit
+            .jobs()
+            .get_job(&id)
+            .await?
+            .ok_or_else(refused)?;
+        let now = (state.clock)();
+        match job.grant_valid_until_ms(attempt) {
+            Some(until) if now <= until => Ok(Granted { job, attempt }),
+            _ => Err(ApiError::InvalidGrant(format!(
+                "the grant of attempt {attempt} of job {id} ended with the attempt (the job is {} in attempt {})",
+                job.state, job.attempt
+            ))),
+        }
+    }
+}
+
+/// Body of `POST /v1/jobs/{id}/grant/presign`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PresignBody {
+    /// `PUT` (outputs and checkpoint files) or `GET` (checkpoint files, to resume).
+    pub method: String,
+    /// Paths inside the job: `outputs/<path>` or `checkpoints/<name>/<path>`.
+    pub paths: Vec<String>,
+}
+
+fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request("invalid_body", format!("{what}: {e}")))
+}
+
+/// `POST /v1/jobs/{id}/grant/presign`.
+pub async fn presign(
+    State(state): State<Arc<AppState>>,
+    granted: Granted,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let body: PresignBody = parse_body(&body, "presign request")?;
+    let method = match body.method.as_str() {
+        "PUT" => PresignMethod::Put,
+        "GET" => PresignMethod::Get,
+        other => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("method {other:?}: use PUT or GET"),
+            ));
+        }
+    };
+    if body.paths.is_empty() || body.paths.len() > MAX_PRESIGN_PATHS {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "paths: name 1 to {MAX_PRESIGN_PATHS} paths, not {}",
+                body.paths.len()
+            ),
+        ));
+    }
+    let job = &granted.job;
+    let mut urls = Vec::with_capacity(body.paths.len());
+    for (i, text) in body.paths.iter().enumerate() {
+        let path = JobPath::parse(text)
+            .map_err(|e| ApiError::bad_request("invalid_path", format!("paths[{i}]: {e}")))?;
+        if method == PresignMethod::Get && matches!(path, JobPath::Output(_)) {
+            return Err(ApiError::bad_request(
+                "invalid_path",
+                format!("paths[{i}]: a job reads back only its checkpoints, not {text:?}"),
+            ));
+        }
+        let key = path.key(&job.tenant, &job.id);
+        let signed = state
+            .submit
+            .blobs()
+            .presign(method, &key, GRANT_URL_TTL)
+            .await?;
+        urls.push(json!({"path": text, "url": signed.url, "headers": signed.headers, "expires_at": signed.expires_at}));
+    }
+    tracing::info!(job_id = %job.id, attempt = granted.attempt, count = urls.len(), method = %body.method, "grant presigned");
+    Ok(Json(json!({"urls": urls})))
+}
+
+/// `POST /v1/jobs/{id}/grant/checkpoints/{name}/complete`.
+pub async fn complete(
+    State(state): State<Arc<AppState>>,
+    granted: Granted,
+    Path((_id, name)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let job = &granted.job;
+    let keep = usize::try_from(job.spec.checkpoints.keep).unwrap_or(1);
+    let done = complete_checkpoint(
+        state.submit.blobs().as_ref(),
+        &job.tenant,
+        &job.id,
+        &name,
+        granted.attempt,
+        (state.clock)(),
+        keep,
+    )
+    .await
+    .map_err(|e| match e {
+        CompleteError::Invalid(m) => ApiError::bad_request("invalid_checkpoint", m),
+        CompleteError::Store(e) => ApiError::Store(e),
+    })?;
+    tracing::info!(job_id = %job.id, attempt = granted.attempt, checkpoint = %name, files = done.checkpoint.files.len(), deleted = done.deleted.len(), "checkpoint complete");
+    Ok(Json(json!(done)))
+}
+
+/// `GET /v1/jobs/{id}/grant/checkpoints/latest`: 404 when the job has no complete checkpoint.
+pub async fn latest(
+    State(state): State<Arc<AppState>>,
+    granted: Granted,
+) -> Result<Json<Value>, ApiError> {
+    let job = &granted.job;
+    let blobs = state.submit.blobs();
+    let Some(c) = latest_checkpoint(blobs.as_ref(), &job.tenant, &job.id).await? else {
+        return Err(ApiError::NotFound(format!(
+            "job {} has no complete checkpoint yet",
+            job.id
+        )));
+    };
+    let mut files = Vec::with_capacity(c.files.len());
+    for f in &c.files {
+        let key = JobPath::Checkpoint {
+            name: c.name.clone(),
+            path: f.path.clone(),
+        }
+        .key(&job.tenant, &job.id);
+        let signed = blobs
+            .presign(PresignMethod::Get, &key, GRANT_URL_TTL)
+            .await?;
+        files.push(json!({"path": f.path, "size": f.size, "url": signed.url}));
+    }
+    Ok(Json(json!({
+        "name": c.name,
+        "attempt": c.attempt,
+        "completed_at_ms": c.completed_at_ms,
+        "files": files,
+    })))
+}
+
+/// `GET /v1/jobs/{id}/outputs`: the outputs with download links, and the complete checkpoints.
+pub async fn outputs(
+    State(state): State<Arc<AppState>>,
+    ReadableJob(job, ()): ReadableJob,
+) -> Result<Json<Value>, ApiError> {
+    let blobs = state.submit.blobs();
+    let files = list_outputs(blobs.as_ref(), &job.tenant, &job.id).await?;
+    let mut outputs = Vec::with_capacity(files.len());
+    for f in &files {
+        let key = JobPath::Output(f.path.clone()).key(&job.tenant, &job.id);
+        let signed = blobs
+            .presign(PresignMethod::Get, &key, DOWNLOAD_URL_TTL)
+            .await?;
+        outputs.push(json!({"path": f.path, "size": f.size, "url": signed.url, "expires_at": signed.expires_at}));
+    }
+    let checkpoints: Vec<Value> = list_checkpoints(blobs.as_ref(), &job.tenant, &job.id)
+        .await?
+        .iter()
+        .map(|c| {
+            json!({"name": c.name, "attempt": c.attempt, "completed_at_ms": c.completed_at_ms,
+                   "files": c.files.len(), "bytes": c.bytes()})
+        })
+        .collect();
+    Ok(Json(json!({
+        "job_id": job.id,
+        "state": job.state,
+        "outputs": outputs,
+        "checkpoints": checkpoints,
+    })))
+}
