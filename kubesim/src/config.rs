@@ -74,6 +74,9 @@ pub struct SimConfig {
     pub event_ttl: Duration,
     /// Interval of BOOKMARK events on watches that allow them.
     pub bookmark_interval: Duration,
+    /// How long a node must have been missing before the pod garbage collector deletes the pods
+    /// bound to it (real kube-controller-manager: 40 s, checked every 20 s).
+    pub pod_gc_quarantine: Duration,
 }
 
 impl Default for SimConfig {
@@ -97,6 +100,7 @@ impl Default for SimConfig {
             exec_dir: None,
             event_ttl: Duration::from_secs(3600),
             bookmark_interval: Duration::from_secs(5),
+            pod_gc_quarantine: Duration::from_secs(2),
         }
     }
 }

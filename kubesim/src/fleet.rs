@@ -11,8 +11,52 @@ pub const NODE_GROUP_LABEL: &str = "kubesim.tuneplane.io/node-group";
 /// Kubelet version the simulated nodes report.
 pub const KUBELET_VERSION: &str = "v1.33.0";
 
-/// Taint the node lifecycle controller puts on NotReady nodes.
+/// Taint the node lifecycle controller puts on NotReady nodes (`Ready` False), with both effects:
+/// `NoSchedule` (kube-controller-manager's TaintNodesByCondition) and `NoExecute` (taint-based
+/// eviction, with `timeAdded`).
 pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// Taint the node lifecycle controller puts on unreachable nodes (`Ready` Unknown: the kubelet
+/// stopped posting status), with both effects like [`NOT_READY_TAINT`].
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
+/// Interruption notices real tools put on nodes as taints, for tests of how a workload reacts to
+/// a node about to go (see [`interruption_taint`]):
+///
+/// - AWS Node Termination Handler (with `TAINT_NODE=true`) taints a node on a spot interruption
+///   notice with `aws-node-termination-handler/spot-itn` (value: the event id), effect
+///   `NoSchedule` (its `pkg/node` package: `SpotInterruptionTaint`; likewise
+///   `aws-node-termination-handler/scheduled-maintenance`, `.../rebalance-recommendation` and
+///   `.../asg-lifecycle-termination`), then cordons and drains it.
+/// - Karpenter v1 taints every node it disrupts (interruption, drift, consolidation) with
+///   `karpenter.sh/disrupted:NoSchedule` before draining it (v0.3x used
+///   `karpenter.sh/disruption=disrupting:NoSchedule`; karpenter.sh, "Disruption").
+/// - GKE puts `cloud.google.com/impending-node-termination:NoSchedule` on a preemptible or spot
+///   node being shut down.
+///
+/// None of them is `NoExecute`: the pods are removed by the tool's drain (evictions), not by the
+/// taint-eviction controller. A test that wants the controller to evict may taint `NoExecute`.
+pub mod interruption {
+    /// AWS Node Termination Handler's spot interruption notice.
+    pub const AWS_SPOT_ITN: &str = "aws-node-termination-handler/spot-itn";
+    /// AWS Node Termination Handler's scheduled maintenance notice.
+    pub const AWS_SCHEDULED_MAINTENANCE: &str =
+        "aws-node-termination-handler/scheduled-maintenance";
+    /// Karpenter v1's taint on a node it is disrupting.
+    pub const KARPENTER_DISRUPTED: &str = "karpenter.sh/disrupted";
+    /// GKE's taint on a preemptible or spot node about to shut down.
+    pub const GKE_IMPENDING_TERMINATION: &str = "cloud.google.com/impending-node-termination";
+}
+
+/// The taint effects.
+pub mod effect {
+    /// New pods that do not tolerate it are not scheduled onto the node.
+    pub const NO_SCHEDULE: &str = "NoSchedule";
+    /// Pods that do not tolerate it are evicted (after their `tolerationSeconds`).
+    pub const NO_EXECUTE: &str = "NoExecute";
+    /// The scheduler avoids the node for pods that do not tolerate it.
+    pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
+}
 
 /// Taint on cordoned nodes.
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
@@ -91,21 +135,36 @@ fn node(group: &NodeGroup, group_index: usize, i: u32, cordoned: bool, not_ready
     node
 }
 
-/// Sets a node's Ready condition and the matching not-ready taint.
+/// Sets a node's Ready condition and the matching not-ready taints, as the kubelet and the node
+/// lifecycle controller do: `node.kubernetes.io/not-ready` `NoSchedule` and `NoExecute` (the
+/// latter with `timeAdded`) while NotReady, neither when Ready (an `unreachable` taint goes too).
 pub fn set_ready(node: &mut Value, ready: bool) {
     let now = crate::json::now_rfc3339();
     node["status"]["conditions"] = node_conditions(ready, &now, &now);
-    let mut taints: Vec<Value> = node
-        .pointer("/spec/taints")
+    let mut taints: Vec<Value> = node_taints(node)
+        .into_iter()
+        .filter(|t| {
+            let key = t.get("key").and_then(Value::as_str);
+            key != Some(NOT_READY_TAINT) && key != Some(UNREACHABLE_TAINT)
+        })
+        .collect();
+    if !ready {
+        taints.push(json!({"key": NOT_READY_TAINT, "effect": effect::NO_SCHEDULE}));
+        taints
+            .push(json!({"key": NOT_READY_TAINT, "effect": effect::NO_EXECUTE, "timeAdded": now}));
+    }
+    store_taints(node, taints);
+}
+
+/// The node's taints (`spec.taints`), empty when it has none.
+pub fn node_taints(node: &Value) -> Vec<Value> {
+    node.pointer("/spec/taints")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default()
-        .into_iter()
-        .filter(|t| t.get("key").and_then(Value::as_str) != Some(NOT_READY_TAINT))
-        .collect();
-    if !ready {
-        taints.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule", "timeAdded": now}));
-    }
+}
+
+fn store_taints(node: &mut Value, taints: Vec<Value>) {
     let spec = crate::json::obj_mut(node, "spec");
     // An empty list is not stored (the API server omits it).
     if taints.is_empty() {
@@ -113,6 +172,66 @@ pub fn set_ready(node: &mut Value, ready: bool) {
     } else {
         spec.insert("taints".into(), Value::Array(taints));
     }
+}
+
+/// A taint object: `key`, `value` (when given), `effect`, and `timeAdded` (now) for `NoExecute`
+/// taints, whose age the taint-eviction controller's tolerations count from.
+pub fn taint(key: &str, value: Option<&str>, effect: &str) -> Value {
+    let mut t = json!({"key": key, "effect": effect});
+    if let Some(v) = value {
+        t["value"] = json!(v);
+    }
+    if effect == effect::NO_EXECUTE {
+        t["timeAdded"] = json!(crate::json::now_rfc3339());
+    }
+    t
+}
+
+/// The interruption notice `key` (one of [`interruption`]) as its tool puts it on a node, effect
+/// `NoSchedule`; `value` is what the tool writes (AWS NTH: the event id), if anything.
+pub fn interruption_taint(key: &str, value: Option<&str>) -> Value {
+    taint(key, value, effect::NO_SCHEDULE)
+}
+
+/// Adds `taint` to the node, replacing one with the same key and effect (as `kubectl taint
+/// --overwrite` does). Returns whether the node changed.
+pub fn add_taint(node: &mut Value, taint: Value) -> bool {
+    let same =
+        |t: &Value| t.get("key") == taint.get("key") && t.get("effect") == taint.get("effect");
+    let mut taints = node_taints(node);
+    if let Some(existing) = taints.iter().find(|t| same(t)) {
+        let strip = |t: &Value| {
+            let mut t = t.clone();
+            if let Some(m) = t.as_object_mut() {
+                m.remove("timeAdded");
+            }
+            t
+        };
+        if strip(existing) == strip(&taint) {
+            return false;
+        }
+    }
+    taints.retain(|t| !same(t));
+    taints.push(taint);
+    store_taints(node, taints);
+    true
+}
+
+/// Removes the node's taints with key `key` (and effect `effect`, when given). Returns whether
+/// the node changed.
+pub fn remove_taint(node: &mut Value, key: &str, effect: Option<&str>) -> bool {
+    let taints = node_taints(node);
+    let before = taints.len();
+    let kept: Vec<Value> = taints
+        .into_iter()
+        .filter(|t| {
+            t.get("key").and_then(Value::as_str) != Some(key)
+                || effect.is_some_and(|e| t.get("effect").and_then(Value::as_str) != Some(e))
+        })
+        .collect();
+    let changed = kept.len() != before;
+    store_taints(node, kept);
+    changed
 }
 
 /// A kubelet's node conditions: no memory, disk or PID pressure, and Ready (or NotReady), each

@@ -129,7 +129,10 @@ impl KubeSim {
         self.store.compact();
     }
 
-    /// Turns a node Ready or NotReady (fault injection).
+    /// Turns a node Ready or NotReady (fault injection), with its `not-ready` taints. A NotReady
+    /// node's kubelet is down: its pods do not advance and their deletions are not confirmed
+    /// (they stay `Terminating`); its pods are evicted once their toleration of the `NoExecute`
+    /// taint runs out (300 s by default). Ready again, the kubelet finishes those deletions.
     pub fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), crate::ApiError> {
         let updated = self.store.update_all(&NODES, "", node, |current| {
             let mut n = current.clone();
@@ -150,6 +153,58 @@ impl KubeSim {
             &message,
             component,
         )?;
+        Ok(())
+    }
+
+    /// Deletes a Node as a lost machine's goes (fault injection): the Node object is removed
+    /// with the node controller's `RemovingNode` event; processes of executed pods on it are
+    /// killed at once; its pods stay until the pod garbage collector deletes them after
+    /// [`SimConfig::pod_gc_quarantine`](crate::SimConfig) (marked `Failed` with the
+    /// `DisruptionTarget` condition, reason `DeletionByPodGC`). Deleting the Node through the API
+    /// has the same effect but for the event.
+    pub fn delete_node(&self, node: &str) -> Result<(), crate::ApiError> {
+        let deleted =
+            self.store
+                .delete(&NODES, "", node, &crate::store::DeleteOptions::default())?;
+        let message = format!("Node {node} event: Removing Node {node} from Controller");
+        crate::controllers::events::create(
+            &self.store,
+            &deleted,
+            "Normal",
+            "RemovingNode",
+            &message,
+            "node-controller",
+        )?;
+        Ok(())
+    }
+
+    /// Puts `taint` (see [`crate::fleet::taint`] and [`crate::fleet::interruption_taint`]) on a
+    /// node, replacing one with the same key and effect. A `NoExecute` taint makes the
+    /// taint-eviction controller evict the pods that do not tolerate it (after their
+    /// `tolerationSeconds`); a `NoSchedule` one (what interruption handlers put) only keeps new
+    /// pods away.
+    pub fn taint_node(&self, node: &str, taint: serde_json::Value) -> Result<(), crate::ApiError> {
+        self.store.update_all(&NODES, "", node, |current| {
+            let mut n = current.clone();
+            crate::fleet::add_taint(&mut n, taint);
+            Ok(n)
+        })?;
+        Ok(())
+    }
+
+    /// Removes a node's taints with key `key` (and effect `effect`, when given); pending taint
+    /// evictions of its pods are cancelled when no `NoExecute` taint is left.
+    pub fn untaint_node(
+        &self,
+        node: &str,
+        key: &str,
+        effect: Option<&str>,
+    ) -> Result<(), crate::ApiError> {
+        self.store.update_all(&NODES, "", node, |current| {
+            let mut n = current.clone();
+            crate::fleet::remove_taint(&mut n, key, effect);
+            Ok(n)
+        })?;
         Ok(())
     }
 

@@ -178,6 +178,35 @@ pub fn kubelet_tls(kubeconfig: &Path) -> Option<TlsFiles> {
 }
 
 impl Testbed {
+    /// Puts the taint `key` with `effect` on a node of the fleet (an interruption notice is
+    /// `NoSchedule`: see [`crate::fleet::interruption`]; a `NoExecute` taint makes the cluster's
+    /// taint-eviction controller evict the pods that do not tolerate it).
+    pub async fn taint_node(
+        &self,
+        node: &str,
+        key: &str,
+        effect: &str,
+    ) -> Result<(), TestbedError> {
+        Ok(self.agent.taint_node(node, key, effect).await?)
+    }
+
+    /// Removes a node's taints with key `key`.
+    pub async fn untaint_node(&self, node: &str, key: &str) -> Result<(), TestbedError> {
+        Ok(self.agent.untaint_node(node, key).await?)
+    }
+
+    /// Loses a node: its Node and Lease are deleted and its pods' processes killed; the
+    /// cluster's pod garbage collector deletes its pods (after its 40 s quarantine).
+    pub async fn delete_node(&self, node: &str) -> Result<(), TestbedError> {
+        Ok(self.agent.delete_node(node).await?)
+    }
+
+    /// Turns a node NotReady (its kubelet reports it, then goes silent: Lease and heartbeats
+    /// stop, its pods are left alone) or Ready again; see [`AgentHandle::set_node_ready`].
+    pub async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), TestbedError> {
+        Ok(self.agent.set_node_ready(node, ready).await?)
+    }
+
     /// Cleans the cluster of `kubeconfig` and starts the agent for `fleet` with `scenario`; returns
     /// once every node is registered and Ready in the API server.
     pub async fn start(

@@ -206,7 +206,7 @@ pub async fn start(client: kube::Client, config: AgentConfig) -> Result<AgentHan
         }
         None => None,
     };
-    let worker = pods::PodWorker::new(client, nodes.names(), &config, recorder, logs, real);
+    let worker = pods::PodWorker::new(client, nodes.clone(), &config, recorder, logs, real);
     handle
         .tasks
         .push(tokio::spawn(async move { worker.run(stop_rx).await }));
@@ -250,9 +250,37 @@ impl AgentHandle {
         &self.logs
     }
 
-    /// Turns a node Ready or NotReady (its Ready condition, heartbeats keep it so).
+    /// Turns a node Ready or NotReady. NotReady plays a kubelet that reports NotReady once and
+    /// then dies: the node's Lease is no longer renewed nor its Ready heartbeat written (so the
+    /// node lifecycle controller turns it `Unknown`, tainted `unreachable`, once they are older
+    /// than its grace period, 50 s by default), and its pods are left alone — no status writes,
+    /// graceful deletions (the taint-eviction controller's too) not confirmed, processes left
+    /// running. Ready again writes the Ready condition, renews the Lease and resumes all of it.
     pub async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), AgentError> {
         self.nodes.set_ready(node, ready).await
+    }
+
+    /// Puts the taint `key` with `effect` (`NoSchedule`, `NoExecute`, ...; a `NoExecute` taint
+    /// gets `timeAdded`) on a node, replacing one with the same key and effect: e.g. an
+    /// interruption notice (see [`crate::fleet::interruption`]). The cluster's taint-eviction
+    /// controller evicts the pods that do not tolerate a `NoExecute` taint.
+    pub async fn taint_node(&self, node: &str, key: &str, effect: &str) -> Result<(), AgentError> {
+        self.nodes
+            .taint(node, crate::fleet::taint(key, None, effect))
+            .await
+    }
+
+    /// Removes a node's taints with key `key`.
+    pub async fn untaint_node(&self, node: &str, key: &str) -> Result<(), AgentError> {
+        self.nodes.untaint(node, key).await
+    }
+
+    /// Deletes one node and its Lease as a lost machine goes: its heartbeats stop, the processes
+    /// of its pods are killed at once (SIGKILL) and nothing more is written for them (no status,
+    /// no confirmed deletion). The cluster's pod garbage collector then deletes its pods (40 s
+    /// after, in kube-controller-manager). The node cannot come back under this agent.
+    pub async fn delete_node(&self, node: &str) -> Result<(), AgentError> {
+        self.nodes.delete_one(node).await
     }
 
     /// Cordons (`spec.unschedulable: true`) or uncordons a node.

@@ -42,8 +42,23 @@ struct NodeState {
     transition: String,
     /// Its uid once registered.
     uid: String,
-    /// Deleted by [`NodeSet::delete_all`]: no more heartbeats.
+    /// Deleted by [`NodeSet::delete_all`] or [`NodeSet::delete_one`]: no more heartbeats.
     deleted: bool,
+    /// Its kubelet is down ([`NodeSet::set_ready`] false): no Lease renewals, no heartbeats, no
+    /// pod work.
+    down: bool,
+}
+
+/// How one of the agent's nodes is, as its pods see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Health {
+    /// The kubelet runs: pods advance, deletions are confirmed.
+    Up,
+    /// The kubelet is down (the node NotReady, then stale): pods are left as they are, their
+    /// processes keep running, nothing is written for them.
+    Down,
+    /// The machine is gone: its pods' processes are killed, nothing is written for them.
+    Gone,
 }
 
 /// The agent's nodes and their API writes.
@@ -211,6 +226,7 @@ impl NodeSet {
                     transition: now.clone(),
                     uid: String::new(),
                     deleted: false,
+                    down: false,
                 },
             );
         }
@@ -260,6 +276,7 @@ impl NodeSet {
         if let Some(s) = self.state().get_mut(name) {
             s.uid = uid.clone();
             s.deleted = false;
+            s.down = false;
         }
         self.ensure_lease(name, &uid).await?;
         tracing::info!(node = name, ready = st.ready, "node registered");
@@ -275,10 +292,20 @@ impl NodeSet {
             .map(|_| ())
     }
 
+    /// How node `name` is (a name not of the agent's counts as gone).
+    pub(crate) fn health(&self, name: &str) -> Health {
+        match self.state().get(name) {
+            Some(s) if s.deleted => Health::Gone,
+            Some(s) if s.down => Health::Down,
+            Some(_) => Health::Up,
+            None => Health::Gone,
+        }
+    }
+
     fn live(&self) -> Vec<(String, NodeState)> {
         self.state()
             .iter()
-            .filter(|(_, s)| !s.deleted)
+            .filter(|(_, s)| !s.deleted && !s.down)
             .map(|(n, s)| (n.clone(), s.clone()))
             .collect()
     }
@@ -338,19 +365,39 @@ impl NodeSet {
     }
 
     /// Turns a node Ready or NotReady, with the kubelet's `NodeReady` / `NodeNotReady` event.
+    ///
+    /// NotReady is a kubelet that reports NotReady once and then goes silent: its Lease is no
+    /// longer renewed nor its heartbeat written (the node lifecycle controller turns the node
+    /// `Unknown` once they are older than its grace period) and its pods are left alone (no
+    /// status writes, graceful deletions not confirmed). Ready again renews the Lease at once and
+    /// resumes all of it.
     pub(crate) async fn set_ready(&self, name: &str, ready: bool) -> Result<(), AgentError> {
         let st = {
             let mut state = self.state();
             let s = state
                 .get_mut(name)
                 .ok_or_else(|| AgentError::UnknownNode(name.to_string()))?;
+            if s.deleted {
+                return Err(AgentError::UnknownNode(name.to_string()));
+            }
             if s.ready != ready {
                 s.ready = ready;
                 s.transition = json::now_rfc3339();
             }
+            s.down = !ready;
             s.clone()
         };
         self.write_conditions(name, &st).await?;
+        if ready {
+            let patch = json!({"spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": json::now_micro()}});
+            if let Err(e) = merge_raw(&self.leases, name, &patch, false).await {
+                if status_code(&e) == Some(404) {
+                    self.ensure_lease(name, &st.uid).await?;
+                } else {
+                    return Err(kube_err(format!("renewing the Lease of node {name}"))(e));
+                }
+            }
+        }
         let reason = if ready { "NodeReady" } else { "NodeNotReady" };
         let mut node = st.object.clone();
         node["metadata"]["uid"] = json!(st.uid);
@@ -369,6 +416,90 @@ impl NodeSet {
         merge(&self.nodes, name, &patch, false).await.map(|_| ())
     }
 
+    /// Puts `taint` on node `name` (replacing one with the same key and effect), read-modify-
+    /// write with the resourceVersion as precondition, retried on conflicts.
+    pub(crate) async fn taint(&self, name: &str, taint: Value) -> Result<(), AgentError> {
+        self.get(name)?;
+        self.edit_taints(name, |node| crate::fleet::add_taint(node, taint.clone()))
+            .await
+    }
+
+    /// Removes node `name`'s taints with key `key`.
+    pub(crate) async fn untaint(&self, name: &str, key: &str) -> Result<(), AgentError> {
+        self.get(name)?;
+        self.edit_taints(name, |node| crate::fleet::remove_taint(node, key, None))
+            .await
+    }
+
+    async fn edit_taints(
+        &self,
+        name: &str,
+        edit: impl Fn(&mut Value) -> bool,
+    ) -> Result<(), AgentError> {
+        let what = || format!("changing the taints of node {name}");
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let node = retry("reading a node", || async { self.nodes.get(name).await })
+                .await
+                .map_err(kube_err(what()))?;
+            let mut value = serde_json::to_value(&node).map_err(|source| AgentError::Build {
+                what: format!("node {name}"),
+                source,
+            })?;
+            if !edit(&mut value) {
+                return Ok(());
+            }
+            let taints = value
+                .pointer("/spec/taints")
+                .cloned()
+                .unwrap_or_else(|| json!([]));
+            let patch = json!({
+                "metadata": {"resourceVersion": node.metadata.resource_version},
+                "spec": {"taints": taints},
+            });
+            match merge_raw(&self.nodes, name, &patch, false).await {
+                Ok(_) => return Ok(()),
+                Err(e) if status_code(&e) == Some(409) && attempts < 5 => continue,
+                Err(e) => return Err(kube_err(what())(e)),
+            }
+        }
+    }
+
+    /// Deletes node `name` and its Lease as a lost machine goes: heartbeats stop, its pods are
+    /// left to the cluster (the agent kills their processes and writes nothing for them).
+    pub(crate) async fn delete_one(&self, name: &str) -> Result<(), AgentError> {
+        match self.state().get_mut(name) {
+            Some(s) => s.deleted = true,
+            None => return Err(AgentError::UnknownNode(name.to_string())),
+        }
+        self.delete_objects(name).await
+    }
+
+    /// Deletes the Lease and the Node `name` (already gone is fine).
+    async fn delete_objects(&self, name: &str) -> Result<(), AgentError> {
+        let lease = retry("deleting a node lease", || async {
+            self.leases.delete(name, &DeleteParams::default()).await
+        })
+        .await;
+        let node = retry("deleting a node", || async {
+            self.nodes.delete(name, &DeleteParams::default()).await
+        })
+        .await;
+        let mut first_error = None;
+        for (what, result) in [("lease", lease.map(|_| ())), ("node", node.map(|_| ()))] {
+            if let Err(e) = result
+                && status_code(&e) != Some(404)
+            {
+                tracing::warn!(error = %e, node = %name, what, "delete failed");
+                first_error.get_or_insert_with(|| {
+                    kube_err(format!("deleting the {what} of node {name}"))(e)
+                });
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// Deletes every node and its Lease (already gone is fine); heartbeats for them stop.
     pub(crate) async fn delete_all(&self) -> Result<(), AgentError> {
         for s in self.state().values_mut() {
@@ -376,23 +507,8 @@ impl NodeSet {
         }
         let mut first_error = None;
         for name in &self.names {
-            let lease = retry("deleting a node lease", || async {
-                self.leases.delete(name, &DeleteParams::default()).await
-            })
-            .await;
-            let node = retry("deleting a node", || async {
-                self.nodes.delete(name, &DeleteParams::default()).await
-            })
-            .await;
-            for (what, result) in [("lease", lease.map(|_| ())), ("node", node.map(|_| ()))] {
-                if let Err(e) = result
-                    && status_code(&e) != Some(404)
-                {
-                    tracing::warn!(error = %e, node = %name, what, "delete failed");
-                    first_error.get_or_insert_with(|| {
-                        kube_err(format!("deleting the {what} of node {name}"))(e)
-                    });
-                }
+            if let Err(e) = self.delete_objects(name).await {
+                first_error.get_or_insert(e);
             }
         }
         match first_error {
@@ -440,6 +556,7 @@ mod tests {
             transition: "2025-01-01T00:00:00Z".into(),
             uid: "u".into(),
             deleted: false,
+            down: false,
         };
         let p = status_patch(&st);
         let ready = &p["status"]["conditions"][3];

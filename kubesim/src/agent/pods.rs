@@ -4,6 +4,11 @@
 //! on `pods/status` and its events, and writing the container logs. Pods being deleted are
 //! deleted for good (grace period 0, uid precondition), as a kubelet does once its containers
 //! stopped. Failed writes back off and give up after a bound until the pod changes.
+//!
+//! Pods of a node whose kubelet is down ([`Health::Down`]) are left as they are: nothing is
+//! written, deletions are not confirmed, real processes keep running (a partitioned machine).
+//! Pods of a node that is gone ([`Health::Gone`]) get their processes killed at once (SIGKILL)
+//! and nothing written either: the cluster's controllers deal with them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -17,6 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::nodes::{Health, NodeSet};
 use super::real::{Phase, Runtime};
 use super::recorder::Recorder;
 use super::retry::{self, status_code};
@@ -40,6 +46,8 @@ struct Tracked {
     retry_at: Option<Instant>,
     /// The final delete was accepted (the pod may linger for finalizers).
     delete_sent: bool,
+    /// Its processes were killed because its node is gone.
+    killed: bool,
 }
 
 /// The pod loop's state.
@@ -47,6 +55,8 @@ pub(crate) struct PodWorker {
     pods: Api<Pod>,
     client: kube::Client,
     nodes: HashSet<String>,
+    /// Whether each node's kubelet runs (or the machine is gone).
+    health: Arc<NodeSet>,
     scenario: Scenario,
     tick: Duration,
     log_retention: Duration,
@@ -114,7 +124,7 @@ impl PodWorker {
     /// A pod loop for the pods on `nodes`.
     pub(crate) fn new(
         client: kube::Client,
-        nodes: Vec<String>,
+        health: Arc<NodeSet>,
         config: &AgentConfig,
         recorder: Arc<Recorder>,
         logs: Arc<AgentLogs>,
@@ -125,7 +135,8 @@ impl PodWorker {
             sandbox_reported: HashSet::new(),
             pods: Api::all(client.clone()),
             client,
-            nodes: nodes.into_iter().collect(),
+            nodes: health.names().into_iter().collect(),
+            health,
             scenario: config.scenario.clone(),
             tick: config.tick,
             log_retention: config.log_retention,
@@ -243,6 +254,7 @@ impl PodWorker {
                         failures: 0,
                         retry_at: None,
                         delete_sent: false,
+                        killed: false,
                     },
                 );
             }
@@ -274,6 +286,29 @@ impl PodWorker {
         let Some(t) = self.tracked.get(uid) else {
             return;
         };
+        let node = json::str_at(&t.pod, "/spec/nodeName").unwrap_or_default();
+        match self.health.health(node) {
+            Health::Up => {}
+            // The kubelet is down: nothing happens for its pods.
+            Health::Down => return,
+            // The machine is gone, and the processes of its pods with it.
+            Health::Gone => {
+                if !t.killed {
+                    tracing::info!(
+                        pod = json::name(&t.pod),
+                        node,
+                        "node gone: killing the pod's processes"
+                    );
+                    if let Some(rt) = self.real.as_ref() {
+                        rt.kill_now(uid);
+                    }
+                    if let Some(t) = self.tracked.get_mut(uid) {
+                        t.killed = true;
+                    }
+                }
+                return;
+            }
+        }
         if t.failures >= MAX_FAILURES || t.retry_at.is_some_and(|at| now < at) {
             return;
         }

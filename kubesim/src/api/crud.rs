@@ -251,10 +251,21 @@ fn delete_options(
             .and_then(Value::as_str)
             .map(str::to_string)
     };
+    let grace_period_seconds = match doc.get("gracePeriodSeconds") {
+        Some(v) => v.as_i64(),
+        None => query
+            .get("gracePeriodSeconds")
+            .map(|v| {
+                v.parse::<i64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {v:?}")))
+            })
+            .transpose()?,
+    };
     Ok(DeleteOptions {
         propagation,
         resource_version: pre("resourceVersion"),
         uid: pre("uid"),
+        grace_period_seconds,
     })
 }
 

@@ -28,6 +28,26 @@ pub struct Taint {
     pub operator: String,
 }
 
+impl Taint {
+    /// The taints (or tolerations) of a `spec.taints` / `spec.tolerations` list.
+    pub fn list(v: Option<&Value>) -> Vec<Taint> {
+        taints(v)
+    }
+
+    /// Whether this toleration tolerates `taint`: same effect (or none named), same key (or an
+    /// empty key with `Exists`), and equal values unless `Exists`.
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        let effect_ok = self.effect.is_empty() || self.effect == taint.effect;
+        let key_ok = if self.key.is_empty() {
+            self.operator == "Exists"
+        } else {
+            self.key == taint.key
+        };
+        let value_ok = self.operator == "Exists" || self.value == taint.value;
+        effect_ok && key_ok && value_ok
+    }
+}
+
 /// What the filters look at on a node.
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
@@ -202,16 +222,7 @@ impl PodNeeds {
     }
 
     fn tolerates(&self, taint: &Taint) -> bool {
-        self.tolerations.iter().any(|t| {
-            let effect_ok = t.effect.is_empty() || t.effect == taint.effect;
-            let key_ok = if t.key.is_empty() {
-                t.operator == "Exists"
-            } else {
-                t.key == taint.key
-            };
-            let value_ok = t.operator == "Exists" || t.value == taint.value;
-            effect_ok && key_ok && value_ok
-        })
+        self.tolerations.iter().any(|t| t.tolerates(taint))
     }
 
     fn matches_labels(&self, labels: &BTreeMap<String, String>) -> bool {

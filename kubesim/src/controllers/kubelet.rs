@@ -1,10 +1,16 @@
 //! The simulated kubelet: moves bound pods through ContainerCreating → Running → Succeeded/Failed,
-//! writes the kubelet's events, honours `activeDeadlineSeconds` and `restartPolicy`, and injects
-//! faults (image pull failures, crashing images). The steps and their status and events come from
+//! writes the kubelet's events, honours `activeDeadlineSeconds` and `restartPolicy`, finishes
+//! graceful deletions, and injects faults (image pull failures, crashing images).
+//!
+//! The kubelet of a NotReady node is taken to be down (a real NotReady node's kubelet mostly is,
+//! or cannot reach the API server): its pods do not advance and their graceful deletions are not
+//! finished until the node is Ready again. Executed processes of pods whose node no longer
+//! exists are killed at once, as a lost machine's are. The steps and their status and events come from
 //! [`lifecycle`], shared with the node agent. In execution mode eligible pods
 //! really run through the [`Executor`]; otherwise annotations and the
 //! scenario decide.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -14,8 +20,8 @@ use super::lifecycle::{self, Exit, Step};
 use crate::config::{Scenario, annotations};
 use crate::exec::Executor;
 use crate::json::{self, str_at};
-use crate::resources::PODS;
-use crate::store::Store;
+use crate::resources::{NODES, PODS};
+use crate::store::{DeleteOptions, Store};
 
 /// The `hostIP` simulated pods report.
 const HOST_IP: &str = "10.0.0.1";
@@ -42,14 +48,67 @@ impl Kubelet {
         if let Some(ex) = exec.as_deref_mut() {
             ex.reap(&pods);
         }
+        let nodes: HashMap<String, bool> = store
+            .all(&NODES)
+            .iter()
+            .map(|n| (json::name(n).to_string(), crate::fleet::is_ready(n)))
+            .collect();
         for pod in pods.iter() {
-            let bound = !str_at(pod, "/spec/nodeName").unwrap_or_default().is_empty();
-            if !bound || !lifecycle::is_active(pod) {
+            let node = str_at(pod, "/spec/nodeName").unwrap_or_default();
+            if node.is_empty() {
+                continue;
+            }
+            match nodes.get(node) {
+                // The machine is gone, and its processes with it.
+                None => {
+                    if let Some(ex) = exec.as_deref_mut()
+                        && ex.is_running(json::uid(pod))
+                    {
+                        tracing::info!(
+                            pod = json::name(pod),
+                            node,
+                            "node gone: killing the pod's processes"
+                        );
+                        ex.kill_now(json::uid(pod));
+                    }
+                    continue;
+                }
+                // A NotReady node's kubelet does nothing.
+                Some(false) => continue,
+                Some(true) => {}
+            }
+            if json::at(pod, "/metadata/deletionTimestamp").is_some() {
+                self.finish_deletion(store, exec.as_deref_mut(), pod);
+                continue;
+            }
+            if !lifecycle::is_active(pod) {
                 continue;
             }
             if let Err(e) = self.advance(store, recorder, exec.as_deref_mut(), pod) {
                 tracing::debug!(error = %e, pod = json::name(pod), "kubelet step skipped");
             }
+        }
+    }
+
+    /// Confirms a graceful deletion, as a kubelet does once the pod's containers stopped: the
+    /// processes are stopped, then the pod deleted with grace period 0 (it goes once it has no
+    /// finalizers left).
+    fn finish_deletion(&self, store: &Store, exec: Option<&mut Executor>, pod: &Arc<Value>) {
+        if json::i64_at(pod, "/metadata/deletionGracePeriodSeconds").unwrap_or(0) == 0 {
+            // Marked by finalizers alone: it goes when they do.
+            return;
+        }
+        let uid = json::uid(pod);
+        if let Some(ex) = exec {
+            ex.kill(uid);
+        }
+        let opts = DeleteOptions {
+            uid: Some(uid.to_string()),
+            grace_period_seconds: Some(0),
+            ..DeleteOptions::default()
+        };
+        if let Err(e) = store.delete(&PODS, json::namespace(pod), json::name(pod), &opts) {
+            tracing::debug!(error = %e, pod = json::name(pod), "graceful deletion not finished");
         }
     }
 

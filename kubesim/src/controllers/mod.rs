@@ -1,8 +1,10 @@
-//! The simulated control plane and node agents, run as one periodic loop over the store: scheduler,
-//! kubelet, Job controller and KubeRay operator. Each step reads current objects and writes only
+//! The simulated control plane and node agents, run as one periodic loop over the store: pod
+//! garbage collector and taint-eviction controller, scheduler, kubelet, Job controller and KubeRay
+//! operator. Each step reads current objects and writes only
 //! what changed (no-op writes do not bump resourceVersions), so a pass is idempotent and a restart
 //! of the loop resumes from the objects alone.
 
+pub mod disruption;
 pub mod events;
 pub mod fit;
 pub mod jobs;
@@ -24,6 +26,8 @@ pub struct Controllers {
     scheduler: scheduler::Scheduler,
     kubelet: kubelet::Kubelet,
     kuberay: Option<kuberay::KubeRay>,
+    pod_gc: disruption::PodGc,
+    taint_eviction: disruption::TaintEviction,
     exec: Option<Executor>,
     event_ttl: std::time::Duration,
     passes: u64,
@@ -39,6 +43,8 @@ impl Controllers {
             kuberay: config
                 .kuberay
                 .then(|| kuberay::KubeRay::new(config.scenario.clone(), config.exec_dir.is_some())),
+            pod_gc: disruption::PodGc::new(config.pod_gc_quarantine),
+            taint_eviction: disruption::TaintEviction::default(),
             exec: config
                 .exec_dir
                 .clone()
@@ -55,6 +61,8 @@ impl Controllers {
         if self.passes.is_multiple_of(100) {
             events::expire(&self.store, self.event_ttl);
         }
+        self.pod_gc.step(&self.store);
+        self.taint_eviction.step(&self.store, &mut self.recorder);
         if let Some(k) = self.kuberay.as_mut() {
             k.step(&self.store, &mut self.recorder);
         }

@@ -13,7 +13,7 @@ mod process;
 pub mod sandbox;
 
 pub(crate) use process::Job;
-pub use process::{LogSink, kill_all};
+pub use process::{LogSink, Stop, kill_all};
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ pub const RAYJOB_UID: &str = "kubesim.tuneplane.io/rayjob-uid";
 pub const RAYJOB_RUNTIME_ENV: &str = "kubesim.tuneplane.io/rayjob-runtime-env";
 
 struct Running {
-    kill: Option<oneshot::Sender<()>>,
+    kill: Option<oneshot::Sender<Stop>>,
     result: Arc<Mutex<Option<i32>>>,
     rayjob: Option<String>,
 }
@@ -131,13 +131,27 @@ impl Executor {
         Some(code)
     }
 
-    /// Kills a pod's process, if running.
+    /// Kills a pod's process, if running: SIGTERM, then SIGKILL after its grace period.
     pub fn kill(&mut self, uid: &str) {
+        self.stop(uid, Stop::Graceful);
+    }
+
+    /// Kills a pod's process at once (SIGKILL), as the processes of a lost machine end.
+    pub fn kill_now(&mut self, uid: &str) {
+        self.stop(uid, Stop::Now);
+    }
+
+    /// Whether a process of pod `uid` is running (or ended and not yet polled).
+    pub fn is_running(&self, uid: &str) -> bool {
+        self.running.contains_key(uid)
+    }
+
+    fn stop(&mut self, uid: &str, how: Stop) {
         if let Some(mut r) = self.running.remove(uid)
             && let Some(tx) = r.kill.take()
         {
             // The process may have just ended: nothing to kill then.
-            let _ = tx.send(());
+            let _ = tx.send(how);
         }
     }
 

@@ -18,6 +18,15 @@ use crate::store::Store;
 /// Where a container's output goes, as it comes.
 pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// How a running container is to be stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// As the kubelet stops a container: SIGTERM, then SIGKILL after the grace period.
+    Graceful,
+    /// At once with SIGKILL, as the processes of a machine that is lost end.
+    Now,
+}
+
 /// What runs for a pod.
 #[derive(Debug, Clone)]
 pub(crate) struct Job {
@@ -254,7 +263,7 @@ impl Job {
         &self,
         sink: &LogSink,
         sandbox: Option<&Sandbox>,
-        kill: &mut oneshot::Receiver<()>,
+        kill: &mut oneshot::Receiver<Stop>,
     ) -> (i32, bool) {
         match self.command(sandbox).await {
             Ok(cmd) => self.spawn(sink, cmd, kill).await,
@@ -345,7 +354,7 @@ impl Job {
         &self,
         sink: &LogSink,
         mut cmd: tokio::process::Command,
-        kill: &mut oneshot::Receiver<()>,
+        kill: &mut oneshot::Receiver<Stop>,
     ) -> (i32, bool) {
         // Its own process group, like a container's cgroup: ending the group ends everything
         // the container started, not only its first process.
@@ -379,12 +388,18 @@ impl Job {
         let err = pump(child.stderr.take().map(|s| Box::new(s) as _));
         let (code, killed) = tokio::select! {
             status = child.wait() => (status.ok().and_then(|s| s.code()).unwrap_or(137), false),
-            _ = kill => {
-                // Like the kubelet: SIGTERM, then SIGKILL after the grace period.
-                if let Some(g) = &group {
-                    signal_group(g.0, "-TERM");
-                }
-                let code = match tokio::time::timeout(self.grace, child.wait()).await {
+            stop = kill => {
+                // Like the kubelet: SIGTERM, then SIGKILL after the grace period (none for a
+                // lost machine's processes; a dropped sender stops gracefully).
+                let grace = if stop == Ok(Stop::Now) {
+                    std::time::Duration::ZERO
+                } else {
+                    if let Some(g) = &group {
+                        signal_group(g.0, "-TERM");
+                    }
+                    self.grace
+                };
+                let code = match tokio::time::timeout(grace, child.wait()).await {
                     Ok(status) => status.ok().and_then(|s| s.code()).unwrap_or(143),
                     Err(_) => {
                         // Killing an already-exited child fails harmlessly.

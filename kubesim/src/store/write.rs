@@ -40,6 +40,9 @@ pub struct DeleteOptions {
     pub resource_version: Option<String>,
     /// Precondition on the uid.
     pub uid: Option<String>,
+    /// `gracePeriodSeconds` of the request: `Some(0)` deletes a pod at once (force); otherwise a
+    /// pod whose kubelet cannot confirm its end is only marked (see [`Store::delete`]).
+    pub grace_period_seconds: Option<i64>,
 }
 
 impl Store {
@@ -216,8 +219,10 @@ impl Store {
             let generation = json::i64_at(&current, "/metadata/generation").unwrap_or(1) + 1;
             json::obj_mut(&mut new, "metadata").insert("generation".into(), json!(generation));
         }
+        // An object being deleted goes with its last finalizer, unless it is a pod in its
+        // graceful deletion (its kubelet still has to confirm, with a delete of grace 0).
         let deleting = new.pointer("/metadata/deletionTimestamp").is_some();
-        if deleting && finalizers(&new).is_empty() {
+        if deleting && finalizers(&new).is_empty() && deletion_grace(&new) == 0 {
             let obj = inner.commit(self, rt, EventType::Deleted, new, Some(current));
             self.after_removal(&mut inner, rt, &obj, Propagation::Background);
             return Ok(obj);
@@ -238,6 +243,14 @@ impl Store {
 
     /// Deletes an object. With finalizers it is only marked (`deletionTimestamp`) and returned;
     /// otherwise it is removed and its dependents are deleted (unless orphaned).
+    ///
+    /// Pods: the real API server deletes a bound, non-terminal pod gracefully (it is marked with
+    /// `deletionTimestamp` = now + the grace period and `deletionGracePeriodSeconds`) and its
+    /// kubelet removes it once its containers stopped. kubesim's kubelet of a Ready node does
+    /// that at once, so such a pod is removed here as before; a pod whose kubelet is gone (its
+    /// node NotReady, or no longer there) stays marked — `Terminating` — until the node is Ready
+    /// again, the pod is deleted with `gracePeriodSeconds: 0` (force) or the pod garbage
+    /// collector removes it. A shorter grace period on a marked pod moves its deadline earlier.
     pub fn delete(
         &self,
         rt: &'static ResourceType,
@@ -264,6 +277,40 @@ impl Store {
                 rv,
                 have_rv,
             ));
+        }
+        if std::ptr::eq(rt, &resources::PODS)
+            && opts.grace_period_seconds != Some(0)
+            && finalizers(&current).is_empty()
+            && awaits_kubelet(&inner, &current)
+        {
+            let grace = opts
+                .grace_period_seconds
+                .or_else(|| json::i64_at(&current, "/spec/terminationGracePeriodSeconds"))
+                .unwrap_or(30)
+                .max(1);
+            let marked_grace = deletion_grace(&current);
+            if marked_grace > 0 && marked_grace <= grace {
+                return Ok(current);
+            }
+            let mut marked = (*current).clone();
+            let meta = json::obj_mut(&mut marked, "metadata");
+            let now = jiff::Timestamp::now();
+            let at = now
+                .checked_add(jiff::SignedDuration::from_secs(grace))
+                .unwrap_or(now);
+            meta.insert("deletionTimestamp".into(), Value::String(json::rfc3339(at)));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            return Ok(inner.commit(self, rt, EventType::Modified, marked, Some(current)));
+        }
+        if opts.grace_period_seconds == Some(0)
+            && deletion_grace(&current) > 0
+            && !finalizers(&current).is_empty()
+        {
+            // Forced: the object now goes with its last finalizer.
+            let mut forced = (*current).clone();
+            json::obj_mut(&mut forced, "metadata")
+                .insert("deletionGracePeriodSeconds".into(), json!(0));
+            return Ok(inner.commit(self, rt, EventType::Modified, forced, Some(current)));
         }
         Ok(self.delete_locked(&mut inner, rt, current, opts.propagation))
     }
@@ -366,6 +413,24 @@ fn check_type_meta(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
         )));
     }
     Ok(())
+}
+
+/// `metadata.deletionGracePeriodSeconds` (0 when unset).
+fn deletion_grace(obj: &Value) -> i64 {
+    json::i64_at(obj, "/metadata/deletionGracePeriodSeconds").unwrap_or(0)
+}
+
+/// Whether deleting `pod` needs its kubelet's confirmation that no kubelet of kubesim can give:
+/// the pod is bound, not terminal, and its node is gone or not Ready (its kubelet is taken to be
+/// down, as a real NotReady node's mostly is).
+fn awaits_kubelet(inner: &Inner, pod: &Value) -> bool {
+    let node = str_at(pod, "/spec/nodeName").unwrap_or_default();
+    if node.is_empty() || matches!(str_at(pod, "/status/phase"), Some("Succeeded" | "Failed")) {
+        return false;
+    }
+    inner
+        .find(&resources::NODES, "", node)
+        .is_none_or(|n| !crate::fleet::is_ready(&n))
 }
 
 fn finalizers(obj: &Value) -> Vec<&str> {

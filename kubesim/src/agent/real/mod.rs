@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::AgentLogs;
 use crate::exec::sandbox::{STAGE, Sandbox};
-use crate::exec::{Job, LogSink};
+use crate::exec::{Job, LogSink, Stop};
 use crate::json;
 
 pub use images::ImageMap;
@@ -109,7 +109,17 @@ pub struct RunState {
 
 enum Control {
     Restart,
-    Stop,
+    /// Stop the pod: its containers as the message says, then its namespace.
+    Stop(Stop),
+}
+
+/// How a control message (or the end of the channel: the agent is going) stops a pod, if it does.
+fn stopping(msg: Option<&Control>) -> Option<Stop> {
+    match msg {
+        Some(Control::Stop(how)) => Some(*how),
+        None => Some(Stop::Graceful),
+        Some(Control::Restart) => None,
+    }
 }
 
 struct PodRun {
@@ -228,7 +238,15 @@ impl Runtime {
     /// state turns [`Phase::Stopped`] when done.
     pub fn stop(&self, uid: &str) {
         if let Some(r) = self.runs.get(uid) {
-            let _ = r.control.send(Control::Stop);
+            let _ = r.control.send(Control::Stop(Stop::Graceful));
+        }
+    }
+
+    /// Kills pod `uid`'s processes at once (SIGKILL), as a lost machine's end, then removes its
+    /// namespace. Its state turns [`Phase::Stopped`] when done.
+    pub fn kill_now(&self, uid: &str) {
+        if let Some(r) = self.runs.get(uid) {
+            let _ = r.control.send(Control::Stop(Stop::Now));
         }
     }
 
@@ -240,14 +258,14 @@ impl Runtime {
     /// Stops pod `uid` and forgets it.
     pub fn forget(&mut self, uid: &str) {
         if let Some(r) = self.runs.remove(uid) {
-            let _ = r.control.send(Control::Stop);
+            let _ = r.control.send(Control::Stop(Stop::Graceful));
         }
     }
 
     /// Stops every pod (the agent is stopping).
     pub fn stop_all(&mut self) {
         for (_, r) in self.runs.drain() {
-            let _ = r.control.send(Control::Stop);
+            let _ = r.control.send(Control::Stop(Stop::Graceful));
         }
     }
 }
@@ -325,7 +343,7 @@ impl Ctx {
 
 /// One container started: its kill switch and its exit code to come.
 struct Started {
-    kill: oneshot::Sender<()>,
+    kill: oneshot::Sender<Stop>,
     done: tokio::task::JoinHandle<i32>,
 }
 
@@ -361,7 +379,7 @@ async fn run_pod(
             set_phase(&state, Phase::SandboxFailed(e));
             // Wait to be stopped.
             while let Some(c) = control.recv().await {
-                if matches!(c, Control::Stop) {
+                if matches!(c, Control::Stop(_)) {
                     break;
                 }
             }
@@ -389,8 +407,8 @@ async fn run_pod(
                 let code = tokio::select! {
                     code = &mut done => code.unwrap_or(137),
                     msg = control.recv() => {
-                        if matches!(msg, Some(Control::Stop) | None) {
-                            let _ = kill.send(());
+                        if let Some(how) = stopping(msg.as_ref()) {
+                            let _ = kill.send(how);
                             let _ = done.await;
                             break 'run true;
                         }
@@ -419,7 +437,7 @@ async fn run_pod(
                 tokio::select! {
                     () = tokio::time::sleep(back_off) => {}
                     msg = control.recv() => {
-                        if matches!(msg, Some(Control::Stop) | None) {
+                        if stopping(msg.as_ref()).is_some() {
                             break 'run true;
                         }
                     }
@@ -460,8 +478,8 @@ async fn run_pod(
             let outcome = tokio::select! {
                 codes = &mut all => Some(codes.into_iter().map(|c| c.unwrap_or(137)).collect::<Vec<_>>()),
                 msg = control.recv() => {
-                    if matches!(msg, Some(Control::Stop) | None) {
-                        for k in kills { let _ = k.send(()); }
+                    if let Some(how) = stopping(msg.as_ref()) {
+                        for k in kills { let _ = k.send(how); }
                         let _ = all.await;
                         None
                     } else {
@@ -479,14 +497,14 @@ async fn run_pod(
             set_phase(&state, Phase::Exited(code));
             match control.recv().await {
                 Some(Control::Restart) => continue,
-                Some(Control::Stop) | None => break 'run true,
+                Some(Control::Stop(_)) | None => break 'run true,
             }
         }
     };
     if !stopped {
         // An init container failed: wait to be stopped (the pod is Failed).
         while let Some(c) = control.recv().await {
-            if matches!(c, Control::Stop) {
+            if matches!(c, Control::Stop(_)) {
                 break;
             }
         }
@@ -581,13 +599,13 @@ async fn probe_once(
         let job = Job::from_container(pod, &probe_container, &ctx.data_dir);
         let sandbox = ctx.sandbox(netns, &json::string(c, "image"));
         let quiet: LogSink = Arc::new(|_: &str| {});
-        let (kill, mut kill_rx) = oneshot::channel::<()>();
+        let (kill, mut kill_rx) = oneshot::channel::<Stop>();
         let run = job.run(&quiet, Some(&sandbox), &mut kill_rx);
         tokio::pin!(run);
         return match tokio::time::timeout(timeout, &mut run).await {
             Ok((code, _)) => code == 0,
             Err(_) => {
-                let _ = kill.send(());
+                let _ = kill.send(Stop::Graceful);
                 let _ = run.await;
                 false
             }
