@@ -195,11 +195,42 @@ pub async fn events(
     ))
 }
 
-/// `GET /v1/jobs/{id}/logs`: a presigned URL of the archived logs.
+/// Query of `GET /v1/jobs/{id}/logs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// An earlier attempt of a job that was run again (default: the current one).
+    pub attempt: Option<u32>,
+}
+
+/// `GET /v1/jobs/{id}/logs[?attempt=N]`: a link to the archived logs of the job (its current
+/// attempt) or of one of its earlier attempts.
 pub async fn logs(
     State(state): State<Arc<AppState>>,
-    ReadableJob(job, ()): ReadableJob,
+    ReadableJob(job, ApiQuery(q)): ReadableJob<ApiQuery<LogsQuery>>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    if let Some(n) = q.attempt.filter(|n| *n != job.attempt) {
+        let Some(earlier) = job.attempts.iter().find(|a| a.number == n) else {
+            return Err(ApiError::NotFound(format!(
+                "job {} has no attempt {n}; its attempts are 1 to {}",
+                job.id, job.attempt
+            )));
+        };
+        let Some(key) = &earlier.logs_key else {
+            return Err(ApiError::NotFound(format!(
+                "attempt {n} of job {} has no archived logs",
+                job.id
+            )));
+        };
+        let url = state
+            .submit
+            .blobs()
+            .presign(PresignMethod::Get, key, LOGS_URL_TTL)
+            .await?;
+        return Ok(Json(
+            json!({"url": url.url, "expires_at": url.expires_at, "attempt": n}),
+        ));
+    }
     let Some(key) = &job.logs_key else {
         return Err(ApiError::Conflict {
             code: "logs_not_archived",
@@ -214,7 +245,9 @@ pub async fn logs(
         .blobs()
         .presign(PresignMethod::Get, key, LOGS_URL_TTL)
         .await?;
-    Ok(Json(json!({"url": url.url, "expires_at": url.expires_at})))
+    Ok(Json(
+        json!({"url": url.url, "expires_at": url.expires_at, "attempt": job.attempt}),
+    ))
 }
 
 /// `POST /v1/jobs/{id}/stop`: asks the reconciler to stop the job (202); a finished job is

@@ -58,13 +58,15 @@ impl FromRequestParts<Arc<AppState>> for Granted {
                 message: "this installation gives jobs no grants to write outputs or checkpoints (set TUNEPLANE_GRANT_KEY on the API and the reconciler)".into(),
             });
         };
-        let id = parts
-            .uri
-            .path()
-            .strip_prefix("/v1/jobs/")
-            .and_then(|rest| rest.split('/').next())
-            .unwrap_or_default()
-            .to_owned();
+        // The route's `{id}` (every grant route has one; the router nests them under /v1).
+        let params = axum::extract::RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
+        let id = params
+            .iter()
+            .find(|(name, _)| *name == "id")
+            .map(|(_, value)| value.to_owned())
+            .unwrap_or_default();
         let token = parts
             .headers
             .get(header::AUTHORIZATION)

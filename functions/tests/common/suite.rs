@@ -67,6 +67,12 @@ macro_rules! api_suite {
             a_text_plain_submission_is_415_and_stores_nothing,
             a_spec_may_name_only_its_tenants_namespace,
         );
+        $crate::api_suite!(@cases $make; grants;
+            a_grant_opens_only_its_own_jobs_folders,
+            a_grant_dies_with_its_attempt,
+            checkpoints_count_once_complete_and_only_the_newest_are_kept,
+            outputs_are_listed_with_links_for_their_tenant_only,
+        );
     };
     (@cases $make:path; $module:ident; $($case:ident),* $(,)?) => {
         $(

@@ -1,0 +1,326 @@
+//! Failures handled knowingly, end to end on the executing dev stack (kubesim runs the pods on
+//! this machine): `examples/resume` checkpoints every few seconds; its node is deleted mid-run;
+//! the reconciler sees the infrastructure's loss, archives attempt 1, queues the job again as
+//! attempt 2, which downloads the newest complete checkpoint, resumes from its step and ends
+//! SUCCEEDED with its outputs. Beside it: an entrypoint that exits 1 fails once and is not
+//! retried, a stopped job is not retried, a job losing more nodes than its retries allow ends
+//! FAILED with the infrastructure cause, and grants open only their own job's folders and die
+//! with their attempt.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stack_support::{examples, stop, submit_dir, wait_until};
+use tuneplane::client::Api;
+use tuneplane::cmd::jobs::read_logs_archive;
+use tuneplane::dev::{Backend, Stack};
+use tuneplane_core::job::{FailureCause, FailureReason, JobRecord, JobState};
+
+mod stack_support;
+
+/// The archived log files of attempt `attempt` of job `id` (name, text).
+async fn attempt_logs(api: &Api, id: &str, attempt: u32) -> Vec<(String, String)> {
+    let link: Value = api
+        .get(&format!("/jobs/{id}/logs?attempt={attempt}"))
+        .await
+        .unwrap();
+    let bytes = reqwest::get(link["url"].as_str().unwrap())
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    read_logs_archive(&bytes).unwrap()
+}
+
+fn all_text(files: &[(String, String)]) -> String {
+    files
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The steps of the complete checkpoints the API lists for job `id`.
+async fn checkpoint_steps(api: &Api, id: &str) -> Vec<u64> {
+    let v: Value = api.get(&format!("/jobs/{id}/outputs")).await.unwrap();
+    v["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str()?.strip_prefix("step-")?.parse().ok())
+        .collect()
+}
+
+/// The resume example with `env` overriding its settings.
+fn resume_spec(env: &str, retries: &str) -> String {
+    let spec = std::fs::read_to_string(examples().join("resume/tuneplane.yaml")).unwrap();
+    spec.lines()
+        .map(|l| {
+            if l.starts_with("env:") {
+                format!("env: {env}")
+            } else if l.starts_with("retries:") {
+                format!("retries: {retries}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn node_of(job: &JobRecord) -> String {
+    job.placements[0].nodes[0].clone()
+}
+
+/// Waits until job `id` runs and has at least one complete checkpoint; its record then.
+async fn running_with_a_checkpoint(api: &Api, id: &str) -> JobRecord {
+    let job = wait_until(api, id, 120, "running", |j| j.state == JobState::Running).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while checkpoint_steps(api, id).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint of {id} within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    job
+}
+
+async fn delete_node(stack: &Stack, node: &str) {
+    stack.sim.as_ref().unwrap().delete_node(node).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_that_loses_its_node_is_requeued_resumes_from_its_newest_checkpoint_and_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = stack_support::start(Backend::Embedded, dir.path()).await;
+    let spec = resume_spec(
+        r#"{STEPS: "40", STEP_SECONDS: "0.5", CHECKPOINT_SECONDS: "5"}"#,
+        "{infrastructure: 2, application: 0}",
+    );
+    let job = submit_dir(&api, &examples().join("resume"), &spec).await;
+    let running = running_with_a_checkpoint(&api, &job.id).await;
+    let node = node_of(&running);
+    let before = checkpoint_steps(&api, &job.id).await;
+    delete_node(&stack, &node).await;
+    let lost_at = Instant::now();
+
+    // Requeued as attempt 2 once the loss is visible, at its original place (same submission
+    // time), with attempt 1 listed with its cause and evidence.
+    let requeued = wait_until(&api, &job.id, 60, "requeued", |j| j.attempt == 2).await;
+    eprintln!(
+        "requeued {:?} after the node was deleted",
+        lost_at.elapsed()
+    );
+    assert_eq!(requeued.submitted_at_ms, job.submitted_at_ms);
+    let first = &requeued.attempts[0];
+    assert_eq!(first.number, 1);
+    assert_eq!(first.failure.reason, FailureReason::NodeLost);
+    assert_eq!(first.failure.cause, FailureCause::Infrastructure);
+    assert!(
+        first
+            .failure
+            .evidence
+            .contains(&format!("node/{node}: deleted")),
+        "{first:?}"
+    );
+    assert!(first.logs_key.is_some(), "{first:?}");
+
+    let done = wait_until(&api, &job.id, 120, "terminal", |j| j.state.is_terminal()).await;
+    assert_eq!(done.state, JobState::Succeeded, "{done:?}");
+    assert_eq!(done.attempt, 2);
+    assert_ne!(node_of(&done), node, "attempt 2 runs elsewhere");
+    assert_eq!(done.attempts.len(), 1);
+
+    // Both attempts' logs are archived, each its own.
+    let one = all_text(&attempt_logs(&api, &job.id, 1).await);
+    let two = all_text(&attempt_logs(&api, &job.id, 2).await);
+    assert!(one.contains("attempt 1 starts from step 0"), "{one}");
+    // Attempt 2 resumed from the newest checkpoint complete when the node went (or one the
+    // dying attempt completed after the list above): at most one interval lost.
+    let newest_before = *before.iter().max().unwrap();
+    let resumed: u64 = two
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("attempt 2 resumed from step ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("attempt 2 did not resume: {two}"));
+    assert!(
+        resumed >= newest_before,
+        "resumed {resumed} < {newest_before}"
+    );
+    let last_step_one: u64 = one
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("step ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .max()
+        .unwrap();
+    assert!(
+        last_step_one - resumed <= 10,
+        "lost {} steps (one interval is 10)",
+        last_step_one - resumed
+    );
+    assert!(!two.contains("starts from step 0"), "{two}");
+    assert!(two.contains("done at step 40"), "{two}");
+
+    // Its outputs are kept, and only the newest two checkpoints.
+    let outputs: Value = api.get(&format!("/jobs/{}/outputs", job.id)).await.unwrap();
+    let model = outputs["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["path"] == "model.json")
+        .unwrap_or_else(|| panic!("{outputs}"));
+    let body: Value = reqwest::get(model["url"].as_str().unwrap())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["step"], 40);
+    assert!(checkpoint_steps(&api, &job.id).await.len() <= 2);
+
+    // The record's events tell the story.
+    let events = stack_support::events(&api, &job.id).await;
+    let requeue = events
+        .iter()
+        .find(|e| e.reason == "Requeued")
+        .expect("a Requeued event");
+    assert_eq!(requeue.kind, "Warning");
+    assert!(requeue.message.contains("infrastructure"), "{requeue:?}");
+    assert!(events.iter().any(|e| e.key == "a2-state-SUCCEEDED"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn application_failures_stops_and_exhausted_retries_are_final() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = stack_support::start(Backend::Embedded, dir.path()).await;
+    let failing = dir.path().join("failing");
+    std::fs::create_dir_all(&failing).unwrap();
+    std::fs::write(failing.join("fail.sh"), "echo failing; exit 1\n").unwrap();
+    let fail = submit_dir(&api, &failing, "name: fails\nimage: python:3.12-slim\nentrypoint: bash fail.sh\npools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}]\n").await;
+
+    // Stopped while running: STOPPED, never retried.
+    let slow = resume_spec(
+        r#"{STEPS: "600", STEP_SECONDS: "0.5", CHECKPOINT_SECONDS: "5"}"#,
+        "{infrastructure: 0, application: 0}",
+    );
+    let stopped = submit_dir(&api, &examples().join("resume"), &slow).await;
+    // No infrastructure retries: losing the node ends it.
+    let fragile = submit_dir(&api, &examples().join("resume"), &slow).await;
+
+    let failed = wait_until(&api, &fail.id, 120, "terminal", |j| j.state.is_terminal()).await;
+    assert_eq!(failed.state, JobState::Failed);
+    let f = failed.failure.as_ref().unwrap();
+    assert_eq!(
+        (f.reason, f.cause, f.exit_code),
+        (
+            FailureReason::EntrypointFailed,
+            FailureCause::Application,
+            Some(1)
+        )
+    );
+    assert_eq!((failed.attempt, failed.attempts.len()), (1, 0));
+
+    wait_until(&api, &stopped.id, 120, "running", |j| {
+        j.state == JobState::Running
+    })
+    .await;
+    stop(&api, &stopped.id).await;
+    let s = wait_until(&api, &stopped.id, 120, "terminal", |j| {
+        j.state.is_terminal()
+    })
+    .await;
+    assert_eq!((s.state, s.attempt), (JobState::Stopped, 1));
+    assert_eq!(s.failure.as_ref().unwrap().cause, FailureCause::User);
+
+    let running = wait_until(&api, &fragile.id, 120, "running", |j| {
+        j.state == JobState::Running
+    })
+    .await;
+    delete_node(&stack, &node_of(&running)).await;
+    let lost = wait_until(&api, &fragile.id, 60, "terminal", |j| j.state.is_terminal()).await;
+    assert_eq!((lost.state, lost.attempt), (JobState::Failed, 1));
+    let f = lost.failure.as_ref().unwrap();
+    assert_eq!(
+        (f.reason, f.cause),
+        (FailureReason::NodeLost, FailureCause::Infrastructure)
+    );
+    assert!(!f.evidence.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_grant_opens_only_its_own_jobs_folders_and_dies_with_its_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_stack, api) = stack_support::start(Backend::Embedded, dir.path()).await;
+    let spec = resume_spec(
+        r#"{STEPS: "4", STEP_SECONDS: "0.5", CHECKPOINT_SECONDS: "1"}"#,
+        "{infrastructure: 2, application: 0}",
+    );
+    let a = submit_dir(&api, &examples().join("resume"), &spec).await;
+    let b = submit_dir(&api, &examples().join("resume"), &spec).await;
+    // The dev stack keeps its grant key beside its data (as the reconciler reads it).
+    let key = tuneplane_core::grant::GrantKey::parse(
+        &std::fs::read_to_string(dir.path().join("grant-key")).unwrap(),
+    )
+    .unwrap();
+    let token = key.token(&a.id, 1);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let base = api_base(&api);
+    let presign = |job: &str, paths: Value| {
+        http.post(format!("{base}/v1/jobs/{job}/grant/presign"))
+            .bearer_auth(&token)
+            .json(&json!({"method": "PUT", "paths": paths}))
+            .send()
+    };
+    let ok = presign(&a.id, json!(["outputs/model.bin"])).await.unwrap();
+    assert_eq!(ok.status(), 200);
+    let v: Value = ok.json().await.unwrap();
+    assert!(
+        v["urls"][0]["url"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("outputs/t-dev/{}/model.bin", a.id))
+            || v["urls"][0]["url"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("/{}/model.bin", a.id)),
+        "{v}"
+    );
+    // Outside its folders: refused, naming the path.
+    for bad in ["outputs/../x", "logs/x", "checkpoints/../../b/c"] {
+        let r = presign(&a.id, json!([bad])).await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("paths[0]"),
+            "{v}"
+        );
+    }
+    // Another job's folders: the token is not B's.
+    let r = presign(&b.id, json!(["outputs/model.bin"])).await.unwrap();
+    assert_eq!(r.status(), 401);
+    // Dead after the attempt: once A ended, past its grace (0 s here) and the upload slack.
+    let done = wait_until(&api, &a.id, 120, "terminal", |j| j.state.is_terminal()).await;
+    assert_eq!(done.state, JobState::Succeeded, "{done:?}");
+    let until = done.grant_valid_until_ms(1).unwrap();
+    assert!(until < i64::MAX && until > done.finished_at_ms.unwrap());
+}
+
+fn api_base(api: &Api) -> String {
+    api.base_url().trim_end_matches("/v1").to_owned()
+}
