@@ -33,6 +33,44 @@ pub const RAYJOB_UID: &str = "kubesim.tuneplane.io/rayjob-uid";
 /// Annotation the KubeRay simulation puts on a submitter pod: the RayJob's `runtimeEnvYAML`.
 pub const RAYJOB_RUNTIME_ENV: &str = "kubesim.tuneplane.io/rayjob-runtime-env";
 
+/// `pod` with every container's `env[].valueFrom.secretKeyRef` replaced by the Secret's value
+/// from the store, as the kubelet resolves it (a missing Secret or key leaves the variable out).
+fn with_secret_values(store: &Store, pod: &Value) -> Value {
+    let ns = json::namespace(pod).to_string();
+    let mut out = pod.clone();
+    for list in ["initContainers", "containers"] {
+        let Some(containers) = out
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for env in containers
+            .iter_mut()
+            .filter_map(|c| c.get_mut("env").and_then(Value::as_array_mut))
+        {
+            for e in env.iter_mut() {
+                let Some(r) = e.pointer("/valueFrom/secretKeyRef") else {
+                    continue;
+                };
+                let (name, key) = (json::string(r, "name"), json::string(r, "key"));
+                let value = store
+                    .try_get(&crate::resources::SECRETS, &ns, &name)
+                    .and_then(|secret| {
+                        let data = secret.pointer(&format!("/data/{key}"))?.as_str()?;
+                        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data)
+                            .ok()
+                    })
+                    .map(|b| String::from_utf8_lossy(&b).into_owned());
+                if let Some(v) = value {
+                    *e = serde_json::json!({"name": e["name"].clone(), "value": v});
+                }
+            }
+        }
+    }
+    out
+}
+
 struct Running {
     kill: Option<oneshot::Sender<Stop>>,
     result: Arc<Mutex<Option<i32>>>,
@@ -92,7 +130,7 @@ impl Executor {
             self.store.logs.append(ns, name, container, &note);
             *result.lock().unwrap_or_else(|p| p.into_inner()) = Some(code);
         } else {
-            let steps = process::Job::steps(pod, &self.dir);
+            let steps = process::Job::steps(&with_secret_values(&self.store, pod), &self.dir);
             let (store, slot) = (self.store.clone(), result.clone());
             tokio::spawn(async move {
                 let mut kill_rx = kill_rx;
