@@ -262,3 +262,59 @@ async fn application_failures_stops_and_exhausted_retries_are_final() {
     );
     assert!(!f.evidence.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_two_node_ray_job_that_loses_a_node_resumes_as_attempt_two() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = stack_support::start(Backend::Embedded, dir.path()).await;
+    let spec = resume_spec(
+        r#"{STEPS: "40", STEP_SECONDS: "0.5", CHECKPOINT_SECONDS: "5"}"#,
+        "{infrastructure: 2, application: 0}",
+    )
+    .replace(
+        "  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}",
+        "  - {name: main, series: h200, nodes: 2, gpus_per_node: 8}",
+    )
+    .replace("image: python:3.12-slim", "image: rayproject/ray:2.60.0");
+    let job = submit_dir(&api, &examples().join("resume"), &spec).await;
+    let running = running_with_a_checkpoint(&api, &job.id).await;
+    assert_eq!(running.placements[0].nodes.len(), 2);
+    // The worker's node (the second planned one) goes.
+    let node = running.placements[0].nodes[1].clone();
+    let before = checkpoint_steps(&api, &job.id).await;
+    delete_node(&stack, &node).await;
+    let requeued = wait_until(&api, &job.id, 60, "requeued", |j| j.attempt == 2).await;
+    let first = &requeued.attempts[0];
+    assert_eq!(
+        (first.failure.reason, first.failure.cause),
+        (FailureReason::NodeLost, FailureCause::Infrastructure)
+    );
+    let done = wait_until(&api, &job.id, 180, "terminal", |j| j.state.is_terminal()).await;
+    assert_eq!(
+        (done.state, done.attempt),
+        (JobState::Succeeded, 2),
+        "{done:?}"
+    );
+    assert!(!done.placements[0].nodes.contains(&node));
+    let two = all_text(&attempt_logs(&api, &job.id, 2).await);
+    let resumed: u64 = two
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("attempt 2 resumed from step ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("attempt 2 did not resume: {two}"));
+    assert!(resumed >= *before.iter().max().unwrap());
+    assert!(two.contains("done at step 40"), "{two}");
+    // Attempt 1's archive is its own and has the Ray pods of attempt 1.
+    let one = attempt_logs(&api, &job.id, 1).await;
+    assert!(
+        one.iter()
+            .any(|(p, _)| p.contains(&format!("tp-{}-", job.id)) && !p.contains("-a2-")),
+        "{:?}",
+        one.iter().map(|(p, _)| p).collect::<Vec<_>>()
+    );
+}

@@ -49,10 +49,12 @@ enum Kind {
         workdir: String,
         mounts: Vec<(String, PathBuf)>,
     },
-    /// A RayJob entrypoint with its runtime env YAML.
+    /// A RayJob entrypoint with its runtime env YAML, and the submitter container's plain env
+    /// (the stand-in for the head's, which a real driver inherits).
     RayJob {
         entrypoint: String,
         runtime_env: String,
+        env: Vec<(String, String)>,
     },
 }
 
@@ -168,6 +170,19 @@ impl Job {
                 kind: Kind::RayJob {
                     entrypoint: entrypoint.to_string(),
                     runtime_env,
+                    env: c
+                        .get("env")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter(|e| json::string(e, "name").starts_with("TUNEPLANE_"))
+                        .filter_map(|e| {
+                            Some((
+                                e.get("name")?.as_str()?.to_string(),
+                                e.get("value")?.as_str()?.to_string(),
+                            ))
+                        })
+                        .collect(),
                 },
             };
         }
@@ -340,9 +355,11 @@ impl Job {
             Kind::RayJob {
                 entrypoint,
                 runtime_env,
+                env,
             } => {
                 let prepared = prepare::working_dir(runtime_env, &self.root).await?;
                 cmd.arg("-c").arg(entrypoint).current_dir(&prepared.dir);
+                cmd.envs(env.iter().map(|(k, v)| (k, v)));
                 cmd.envs(prepared.env);
                 cmd.env("PYTHONPATH", &prepared.dir);
             }
