@@ -364,7 +364,8 @@ async fn stream_tail(
     Ok(tail.finish().await)
 }
 
-/// Reads the logs of the job's pods in `namespace` and stores the archive; returns its key. The
+/// Reads the logs of the job's pods in `namespace` and stores the archive at
+/// [`attempt_logs_key`] of the workload; returns its key. The
 /// archive keeps at most `max_bytes` of logs ([`Budget`]).
 ///
 /// `strict`: a log read that still fails on an API server error (5xx, 429, transport) after
@@ -377,7 +378,6 @@ pub async fn archive(
     job_id: &str,
     namespace: &str,
     workload: &str,
-    key: &str,
     strict: bool,
     max_bytes: u64,
 ) -> Result<String> {
@@ -496,7 +496,8 @@ pub async fn archive(
         .await
         .map_err(|e| local(std::io::Error::other(e)))?
         .map_err(local)?;
-    let key = key.to_owned();
+    // Each attempt's workload has its own archive.
+    let key = attempt_logs_key(job_id, workload);
     blobs.put_file(&key, &path).await?;
     let cut = index
         .entries

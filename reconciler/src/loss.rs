@@ -87,7 +87,7 @@ fn interruption(node: &Node, rules: &LossRules<'_>) -> Option<String> {
     let taints = node.spec.as_ref()?.taints.as_ref()?;
     taints
         .iter()
-        .find(|t| rules.interruption_taints.iter().any(|k| *k == t.key))
+        .find(|t| rules.interruption_taints.contains(&t.key))
         .map(|t| {
             format!(
                 "node/{}: taint {}{}:{} (an interruption notice)",

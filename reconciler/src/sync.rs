@@ -398,20 +398,9 @@ async fn archive_logs(
             let strict = !lenient && failed < logs::STRICT_ARCHIVE_ATTEMPTS;
             let (kube, blobs) = (ctx.kube.clone(), ctx.blobs.clone());
             let (id, ns, name) = (job_id.to_owned(), namespace.to_owned(), workload.to_owned());
-            let key = logs::attempt_logs_key(job_id, &name);
             let max_bytes = ctx.config.log_archive_max_bytes;
             ctx.archives.start(job_id, async move {
-                logs::archive(
-                    &kube,
-                    blobs.as_ref(),
-                    &id,
-                    &ns,
-                    &name,
-                    &key,
-                    strict,
-                    max_bytes,
-                )
-                .await
+                logs::archive(&kube, blobs.as_ref(), &id, &ns, &name, strict, max_bytes).await
             });
             return Ok(None);
         }
