@@ -28,8 +28,9 @@ use kube::ResourceExt;
 use kube::api::{Api as KubeApi, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::Value;
 use stack_support::{
-    api_client, archived_logs, events, example_fleet, examples, post_job, real_execution,
-    real_tier_wanted, stop, submit_dir, submit_example, wait_until,
+    all_text, api_client, archived_logs, attempt_logs, checkpoint_steps, events, example_fleet,
+    examples, post_job, real_execution, real_tier_wanted, resume_spec, resumed_step, stop,
+    submit_dir, submit_example, wait_until,
 };
 use tuneplane::client::Api;
 use tuneplane::dev::{Backend, BlobTls, ClusterChoice, Stack, StackOptions, UNPULLABLE_IMAGE};
@@ -844,4 +845,94 @@ async fn a_jobs_ray_cluster_answers_only_its_own_token() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     real.stack.shutdown().await;
+}
+
+/// The job's nodes once it runs and has a complete checkpoint.
+async fn running_with_checkpoint(api: &Api, id: &str) -> tuneplane_core::job::JobRecord {
+    let job = wait_until(api, id, 240, "running", |j| j.state == JobState::Running).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while checkpoint_steps(api, id).await.is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint of {id} in 120 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    job
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attempt_two() {
+    if !real_tier_wanted() {
+        return;
+    }
+    let real = RealTier::start(CapsuleDelivery::Presigned, Transport::Https).await;
+    let (bed, stack) = (&real.bed, &real.stack);
+    let api = api_client(stack);
+    capacity_with(&api, "h200", 32).await;
+    let env = r#"{STEPS: "40", STEP_SECONDS: "0.5", CHECKPOINT_SECONDS: "5"}"#;
+    let cpu_spec = resume_spec(env, "{infrastructure: 2, application: 0}");
+    let ray_spec = cpu_spec
+        .replace(
+            "  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}",
+            "  - {name: main, series: h200, nodes: 2, gpus_per_node: 8}",
+        )
+        .replace("image: python:3.12-slim", "image: rayproject/ray:2.60.0");
+    let dir = examples().join("resume");
+    let cpu = submit_dir(&api, &dir, &cpu_spec).await;
+    let ray = submit_dir(&api, &dir, &ray_spec).await;
+    let cpu_running = running_with_checkpoint(&api, &cpu.id).await;
+    let ray_running = running_with_checkpoint(&api, &ray.id).await;
+    // The CPU job's node and the Ray worker's node die: the machines go (processes killed, no
+    // more heartbeats) and their Node objects are deleted.
+    let cpu_node = cpu_running.placements[0].nodes[0].clone();
+    let ray_node = ray_running.placements[0].nodes[1].clone();
+    let before = [
+        checkpoint_steps(&api, &cpu.id).await,
+        checkpoint_steps(&api, &ray.id).await,
+    ];
+    bed.delete_node(&cpu_node).await.unwrap();
+    bed.delete_node(&ray_node).await.unwrap();
+    for (job, node, before) in [(&cpu, &cpu_node, &before[0]), (&ray, &ray_node, &before[1])] {
+        // Requeued within 60 s of the loss.
+        let requeued = wait_until(&api, &job.id, 60, "requeued", |j| j.attempt == 2).await;
+        let first = &requeued.attempts[0];
+        assert_eq!(
+            (first.failure.reason, first.failure.cause),
+            (
+                FailureReason::NodeLost,
+                tuneplane_core::job::FailureCause::Infrastructure
+            ),
+            "{first:?}"
+        );
+        assert!(
+            first
+                .failure
+                .evidence
+                .contains(&format!("node/{node}: deleted")),
+            "{first:?}"
+        );
+        let done = wait_until(&api, &job.id, 300, "terminal", |j| j.state.is_terminal()).await;
+        assert_eq!(
+            (done.state, done.attempt),
+            (JobState::Succeeded, 2),
+            "{done:?}"
+        );
+        assert!(!done.placements[0].nodes.contains(node));
+        let one = all_text(&attempt_logs(&api, &job.id, 1).await);
+        let two = all_text(&attempt_logs(&api, &job.id, 2).await);
+        assert!(one.contains("attempt 1 starts from step 0"), "{one}");
+        let resumed = resumed_step(&two, 2);
+        assert!(
+            resumed >= *before.iter().max().unwrap(),
+            "{resumed} {before:?}"
+        );
+        assert!(two.contains("done at step 40"), "{two}");
+        let outputs: Value = api.get(&format!("/jobs/{}/outputs", job.id)).await.unwrap();
+        assert!(
+            outputs["outputs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|o| o["path"] == "model.json"),
+            "{outputs}"
+        );
+    }
 }

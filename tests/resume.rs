@@ -11,66 +11,15 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use stack_support::{examples, stop, submit_dir, wait_until};
+use stack_support::{
+    all_text, attempt_logs, checkpoint_steps, examples, resume_spec, resumed_step, stop,
+    submit_dir, wait_until,
+};
 use tuneplane::client::Api;
-use tuneplane::cmd::jobs::read_logs_archive;
 use tuneplane::dev::{Backend, Stack};
 use tuneplane_core::job::{FailureCause, FailureReason, JobRecord, JobState};
 
 mod stack_support;
-
-/// The archived log files of attempt `attempt` of job `id` (name, text).
-async fn attempt_logs(api: &Api, id: &str, attempt: u32) -> Vec<(String, String)> {
-    let link: Value = api
-        .get(&format!("/jobs/{id}/logs?attempt={attempt}"))
-        .await
-        .unwrap();
-    let bytes = reqwest::get(link["url"].as_str().unwrap())
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    read_logs_archive(&bytes).unwrap()
-}
-
-fn all_text(files: &[(String, String)]) -> String {
-    files
-        .iter()
-        .map(|(_, t)| t.as_str())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The steps of the complete checkpoints the API lists for job `id`.
-async fn checkpoint_steps(api: &Api, id: &str) -> Vec<u64> {
-    let v: Value = api.get(&format!("/jobs/{id}/outputs")).await.unwrap();
-    v["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["name"].as_str()?.strip_prefix("step-")?.parse().ok())
-        .collect()
-}
-
-/// The resume example with `env` overriding its settings.
-fn resume_spec(env: &str, retries: &str) -> String {
-    let spec = std::fs::read_to_string(examples().join("resume/tuneplane.yaml")).unwrap();
-    spec.lines()
-        .map(|l| {
-            if l.starts_with("env:") {
-                format!("env: {env}")
-            } else if l.starts_with("retries:") {
-                format!("retries: {retries}")
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 fn node_of(job: &JobRecord) -> String {
     job.placements[0].nodes[0].clone()
@@ -143,16 +92,7 @@ async fn a_job_that_loses_its_node_is_requeued_resumes_from_its_newest_checkpoin
     // Attempt 2 resumed from the newest checkpoint complete when the node went (or one the
     // dying attempt completed after the list above): at most one interval lost.
     let newest_before = *before.iter().max().unwrap();
-    let resumed: u64 = two
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("attempt 2 resumed from step ")?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("attempt 2 did not resume: {two}"));
+    let resumed = resumed_step(&two, 2);
     assert!(
         resumed >= newest_before,
         "resumed {resumed} < {newest_before}"
@@ -297,16 +237,7 @@ async fn a_two_node_ray_job_that_loses_a_node_resumes_as_attempt_two() {
     );
     assert!(!done.placements[0].nodes.contains(&node));
     let two = all_text(&attempt_logs(&api, &job.id, 2).await);
-    let resumed: u64 = two
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("attempt 2 resumed from step ")?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("attempt 2 did not resume: {two}"));
+    let resumed = resumed_step(&two, 2);
     assert!(resumed >= *before.iter().max().unwrap());
     assert!(two.contains("done at step 40"), "{two}");
     // Attempt 1's archive is its own and has the Ray pods of attempt 1.

@@ -176,3 +176,70 @@ pub fn real_execution(data: &Path) -> tuneplane_kubesim::agent::RealConfig {
         trust_ca: None,
     }
 }
+
+/// The archived log files of attempt `attempt` of job `id` (name, text).
+pub async fn attempt_logs(api: &Api, id: &str, attempt: u32) -> Vec<(String, String)> {
+    let link: Value = api
+        .get(&format!("/jobs/{id}/logs?attempt={attempt}"))
+        .await
+        .unwrap();
+    let bytes = reqwest::get(link["url"].as_str().unwrap())
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    read_logs_archive(&bytes).unwrap()
+}
+
+pub fn all_text(files: &[(String, String)]) -> String {
+    files
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The steps of the complete checkpoints the API lists for job `id`.
+pub async fn checkpoint_steps(api: &Api, id: &str) -> Vec<u64> {
+    let v: Value = api.get(&format!("/jobs/{id}/outputs")).await.unwrap();
+    v["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str()?.strip_prefix("step-")?.parse().ok())
+        .collect()
+}
+
+/// The resume example with `env` overriding its settings.
+pub fn resume_spec(env: &str, retries: &str) -> String {
+    let spec = std::fs::read_to_string(examples().join("resume/tuneplane.yaml")).unwrap();
+    spec.lines()
+        .map(|l| {
+            if l.starts_with("env:") {
+                format!("env: {env}")
+            } else if l.starts_with("retries:") {
+                format!("retries: {retries}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The step attempt `attempt` of `examples/resume` says it resumed from, in its log `text`.
+pub fn resumed_step(text: &str, attempt: u32) -> u64 {
+    let prefix = format!("attempt {attempt} resumed from step ");
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(&prefix)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("attempt {attempt} did not resume: {text}"))
+}
