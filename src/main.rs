@@ -55,8 +55,8 @@ enum Command {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Show one job: state, pending reason, clocks, workload, logs; a running job's last lines
-    /// of output up to now.
+    /// Show one job: state, attempt, pending reason or how it ended (cause, evidence), clocks,
+    /// workload, logs, earlier attempts; a running job's last lines of output up to now.
     Status {
         #[command(flatten)]
         client: client::ClientArgs,
@@ -85,12 +85,22 @@ enum Command {
         id: String,
     },
     /// Print a job's output: up to now while it runs (the API waits a few seconds for it;
-    /// --no-wait: shipped so far), archived once it ended; -f follows it to the end.
+    /// --no-wait: shipped so far), archived once it ended; -f follows it to the end;
+    /// --attempt N an earlier attempt's archive.
     Logs {
         #[command(flatten)]
         client: client::ClientArgs,
         #[command(flatten)]
         args: cmd::logs::LogsArgs,
+    },
+    /// List a job's outputs (what it left in TUNEPLANE_OUTPUT_DIR) and complete checkpoints;
+    /// --get PATH downloads outputs: a file as listed, a folder (`model/`: everything under it)
+    /// or `.` (everything), into --dir at their listed paths.
+    Outputs {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        #[command(flatten)]
+        args: cmd::outputs::OutputsArgs,
     },
     /// Ask for a job to be stopped.
     Stop {
@@ -203,6 +213,7 @@ fn main() -> ExitCode {
         }),
         Command::Events { client, id } => client_command(&client, &*id, cmd::jobs::events),
         Command::Logs { client, args } => client_command(&client, &args, cmd::logs::logs),
+        Command::Outputs { client, args } => client_command(&client, &args, cmd::outputs::outputs),
         Command::Stop { client, id } => client_command(&client, &*id, cmd::jobs::stop),
         Command::Capacity { client } => client_command(&client, (), async |api, out, ()| {
             cmd::jobs::capacity(api, out).await

@@ -14,7 +14,7 @@ use base64::Engine;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tuneplane_core::capacity::CapacitySnapshot;
-use tuneplane_core::job::{JobEvent, JobRecord, JobState};
+use tuneplane_core::job::{Failure, JobEvent, JobRecord, JobState};
 
 use super::output::{
     age, clock, duration, now_ms, pools_of, print_table, print_table_coloured, rows_of,
@@ -278,6 +278,9 @@ pub async fn status(api: &Api, out: Output, id: &str, no_wait: bool) -> anyhow::
         "status    {}",
         super::output::paint_status(&status_of(&j), super::output::stdout_colour())
     );
+    if let Some(line) = attempt_line(&j) {
+        println!("attempt   {line}");
+    }
     if let Some(p) = position {
         println!("queue     position {p} (1 = next in priority and submission order)");
     }
@@ -297,6 +300,9 @@ pub async fn status(api: &Api, out: Output, id: &str, no_wait: bool) -> anyhow::
     }
     if let Some(f) = &j.failure {
         println!("failure   {:?}: {}", f.reason, f.message);
+        for line in failure_lines(f) {
+            println!("{line}");
+        }
     }
     if let Some(w) = &j.workload_name {
         println!("workload  {}/{w}", j.spec.namespace);
@@ -304,10 +310,91 @@ pub async fn status(api: &Api, out: Output, id: &str, no_wait: bool) -> anyhow::
     if j.logs_key.is_some() {
         println!("logs      tuneplane logs {}", j.id);
     }
+    for line in attempts_lines(&j, now_ms()) {
+        println!("{line}");
+    }
     if j.state == JobState::Running && !j.stop_requested {
         last_lines(api, &j.id, no_wait).await?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The most attempts a job may get: its first, and one per retry its spec allows for either
+/// cause (`retries.infrastructure` + `retries.application`).
+pub fn max_attempts(j: &JobRecord) -> u32 {
+    1u32.saturating_add(j.spec.retries.infrastructure)
+        .saturating_add(j.spec.retries.application)
+}
+
+/// `2 of up to 3` (`2` when the spec allows no more), or `None` for a job on its first attempt
+/// with nothing earlier (the common case says nothing).
+pub fn attempt_line(j: &JobRecord) -> Option<String> {
+    if j.attempt <= 1 && j.attempts.is_empty() {
+        return None;
+    }
+    let max = max_attempts(j);
+    Some(if max >= j.attempt && max > 1 {
+        format!("{} of up to {max}", j.attempt)
+    } else {
+        j.attempt.to_string()
+    })
+}
+
+/// The lines under `failure`: its cause, exit code and Kubernetes evidence.
+pub fn failure_lines(f: &Failure) -> Vec<String> {
+    let mut lines = vec![format!("cause     {} ({:?})", f.cause.as_str(), f.reason)];
+    if let Some(code) = f.exit_code {
+        lines.push(format!("exit code {code}"));
+    }
+    for (i, e) in f.evidence.iter().enumerate() {
+        let label = if i == 0 { "evidence" } else { "" };
+        lines.push(format!("{label:<9} {e}"));
+    }
+    lines
+}
+
+/// The `attempts` section of `status`: each earlier attempt, oldest first, with how it ended,
+/// its cause, when, how long it ran, its message and evidence; empty without earlier attempts.
+pub fn attempts_lines(j: &JobRecord, now: i64) -> Vec<String> {
+    if j.attempts.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "attempts  {} earlier (their logs: tuneplane logs {} --attempt N)",
+        j.attempts.len(),
+        j.id
+    )];
+    for a in &j.attempts {
+        let f = &a.failure;
+        let ran = match a.running_at_ms {
+            Some(r) => format!("ran {}", duration(a.finished_at_ms - r)),
+            None => "never ran".to_owned(),
+        };
+        lines.push(format!(
+            "  #{:<6} {:?} ({}), ended {} ({ran}){}",
+            a.number,
+            f.reason,
+            f.cause.as_str(),
+            duration_ago(now, a.finished_at_ms),
+            if a.logs_key.is_none() {
+                ", no logs archived"
+            } else {
+                ""
+            }
+        ));
+        if !f.message.is_empty() {
+            lines.push(format!("          {}", f.message));
+        }
+        for e in &f.evidence {
+            lines.push(format!("          evidence: {e}"));
+        }
+    }
+    lines
+}
+
+/// `3m10s ago` as of `now`.
+fn duration_ago(now: i64, at_ms: i64) -> String {
+    format!("{} ago", duration(now - at_ms))
 }
 
 /// Prints the last [`STATUS_LINES`] lines of a running job's main output.
@@ -602,4 +689,87 @@ pub fn print_capacity(snap: &CapacitySnapshot) {
 /// Client commands share their connection flags.
 pub fn api(args: &ClientArgs) -> anyhow::Result<Api> {
     Api::new(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use tuneplane_core::job::{Attempt, FailureReason};
+
+    use super::*;
+
+    fn job(retries: &str) -> JobRecord {
+        let spec = format!(
+            "name: r\nimage: python:3.12-slim\nentrypoint: python3 a.py\nretries: {retries}\n\
+             pools:\n  - {{name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}}\n"
+        );
+        let v = tuneplane_core::spec::validate(&spec, None, &Default::default()).unwrap();
+        JobRecord::new_queued("j1", "acme", v.spec, "00", 0)
+    }
+
+    fn lost(number: u32, evidence: &[&str]) -> Attempt {
+        let mut failure = Failure::new(FailureReason::NodeLost, "node h200-1 was deleted");
+        failure.evidence = evidence.iter().map(|e| e.to_string()).collect();
+        Attempt {
+            number,
+            admitted_at_ms: Some(1_000),
+            running_at_ms: Some(2_000),
+            finished_at_ms: 62_000,
+            workload_name: Some(format!("tp-j1-{number}")),
+            logs_key: Some(format!("logs/j1/{number}.tar.gz")),
+            placements: Vec::new(),
+            failure,
+        }
+    }
+
+    #[test]
+    fn a_first_attempt_says_nothing_a_later_one_its_number_and_bound() {
+        let mut j = job("{infrastructure: 2, application: 1}");
+        assert_eq!(attempt_line(&j), None);
+        assert!(attempts_lines(&j, 0).is_empty());
+        j.attempts.push(lost(1, &["node/h200-1: deleted"]));
+        j.attempt = 2;
+        assert_eq!(attempt_line(&j).as_deref(), Some("2 of up to 4"));
+        let mut none = job("{infrastructure: 0, application: 0}");
+        none.attempt = 2;
+        none.attempts.push(lost(1, &[]));
+        assert_eq!(attempt_line(&none).as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn failures_and_earlier_attempts_show_cause_and_evidence() {
+        let mut f = Failure::new(FailureReason::Evicted, "evicted");
+        f.evidence = vec!["pod/p: DisruptionTarget".into(), "node/n: NotReady".into()];
+        f.exit_code = Some(137);
+        assert_eq!(
+            failure_lines(&f),
+            [
+                "cause     infrastructure (Evicted)",
+                "exit code 137",
+                "evidence  pod/p: DisruptionTarget",
+                "          node/n: NotReady",
+            ]
+        );
+        let mut j = job("{infrastructure: 2, application: 0}");
+        j.attempts.push(lost(1, &["node/h200-1: deleted"]));
+        let mut second = lost(2, &[]);
+        second.running_at_ms = None;
+        second.logs_key = None;
+        j.attempts.push(second);
+        j.attempt = 3;
+        let lines = attempts_lines(&j, 122_000);
+        assert_eq!(
+            lines[0],
+            "attempts  2 earlier (their logs: tuneplane logs j1 --attempt N)"
+        );
+        assert_eq!(
+            lines[1],
+            "  #1      NodeLost (infrastructure), ended 1m00s ago (ran 1m00s)"
+        );
+        assert_eq!(lines[2], "          node h200-1 was deleted");
+        assert_eq!(lines[3], "          evidence: node/h200-1: deleted");
+        assert_eq!(
+            lines[4],
+            "  #2      NodeLost (infrastructure), ended 1m00s ago (never ran), no logs archived"
+        );
+    }
 }

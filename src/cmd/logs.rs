@@ -45,6 +45,10 @@ pub struct LogsArgs {
     /// for the output up to now).
     #[arg(long, conflicts_with = "follow")]
     pub no_wait: bool,
+    /// An earlier attempt's archived logs (a job the platform ran again after a failure; `tuneplane
+    /// status` lists its attempts). Default: the current attempt.
+    #[arg(long, value_name = "N", conflicts_with_all = ["follow", "no_wait"], value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: Option<u32>,
 }
 
 /// How one ask for a running job's output went.
@@ -245,7 +249,7 @@ impl Follower {
 
     /// Prints what the archive holds beyond what was printed, and per-container problems.
     pub async fn finish(&mut self, api: &Api) -> anyhow::Result<()> {
-        let files = download_archive(api, &self.id).await?;
+        let files = download_archive(api, &self.id, None).await?;
         let cut = truncated_logs(&files);
         for (name, text) in &files {
             if name == "index.json" {
@@ -304,9 +308,14 @@ impl Follower {
     }
 }
 
-/// Downloads and unpacks a job's archive.
-async fn download_archive(api: &Api, id: &str) -> anyhow::Result<Vec<(String, String)>> {
-    let link: Value = api.get(&format!("/jobs/{id}/logs")).await?;
+/// Downloads and unpacks a job's archive: its current attempt's, or `attempt`'s.
+async fn download_archive(
+    api: &Api,
+    id: &str,
+    attempt: Option<u32>,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let query = attempt.map(|n| format!("?attempt={n}")).unwrap_or_default();
+    let link: Value = api.get(&format!("/jobs/{id}/logs{query}")).await?;
     let url = link["url"].as_str().context("logs answer has no url")?;
     let resp = api
         .raw(Method::GET, url)
@@ -370,8 +379,12 @@ fn plain_error(error: &str) -> String {
     text.trim_end().to_owned()
 }
 
-/// `logs ID [--follow] [--tail N] [--pod P] [--container C]`.
+/// `logs ID [--follow] [--tail N] [--pod P] [--container C] [--attempt N]`.
 pub async fn logs(api: &Api, out: Output, a: &LogsArgs) -> anyhow::Result<ExitCode> {
+    if a.attempt.is_some() {
+        // An attempt's archive, whatever the job does now (the API says when there is none).
+        return print_archive(api, out, a).await;
+    }
     let job: JobRecord = api.get(&format!("/jobs/{}", a.id)).await?;
     if job.logs_key.is_some() && !a.follow {
         return print_archive(api, out, a).await;
@@ -446,7 +459,7 @@ pub fn look_note(id: &str, look: &Look, waited: bool) -> String {
 
 /// The archive of an ended job: each container (filtered, `--tail`), `index.json` only as JSON.
 async fn print_archive(api: &Api, out: Output, a: &LogsArgs) -> anyhow::Result<ExitCode> {
-    let files = download_archive(api, &a.id).await?;
+    let files = download_archive(api, &a.id, a.attempt).await?;
     let wanted = |pod: &str, container: &str| {
         a.pod.as_deref().is_none_or(|p| p == pod)
             && a.container.as_deref().is_none_or(|c| c == container)

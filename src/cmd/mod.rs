@@ -7,6 +7,7 @@ pub mod jobs;
 pub mod keys;
 pub mod logs;
 pub mod output;
+pub mod outputs;
 pub mod playground;
 pub mod quota;
 pub mod render;
