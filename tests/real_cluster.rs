@@ -867,7 +867,8 @@ async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attemp
     let (bed, stack) = (&real.bed, &real.stack);
     let api = api_client(stack);
     capacity_with(&api, "h200", 32).await;
-    let env = r#"{STEPS: "40", STEP_SECONDS: "0.5", CHECKPOINT_SECONDS: "5"}"#;
+    // Long enough (80 s) to still run when the Ray job has started beside it.
+    let env = r#"{STEPS: "160", STEP_SECONDS: "0.5", CHECKPOINT_SECONDS: "5"}"#;
     let cpu_spec = resume_spec(env, "{infrastructure: 2, application: 0}");
     let ray_spec = cpu_spec
         .replace(
@@ -888,6 +889,12 @@ async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attemp
         checkpoint_steps(&api, &cpu.id).await,
         checkpoint_steps(&api, &ray.id).await,
     ];
+    // Someone looks at the output (`tuneplane logs`): it is shipped live, which is all that
+    // survives of a log whose machine is gone.
+    for id in [&cpu.id, &ray.id] {
+        let live: Value = api.get(&format!("/jobs/{id}/logs/live")).await.unwrap();
+        assert_eq!(live["up_to_date"], true, "{live}");
+    }
     bed.delete_node(&cpu_node).await.unwrap();
     bed.delete_node(&ray_node).await.unwrap();
     for (job, node, before) in [(&cpu, &cpu_node, &before[0]), (&ray, &ray_node, &before[1])] {
@@ -916,6 +923,8 @@ async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attemp
             "{done:?}"
         );
         assert!(!done.placements[0].nodes.contains(node));
+        // Attempt 1's archive: its lost machine's logs as shipped live before the loss, with
+        // the API server's answer in the index.
         let one = all_text(&attempt_logs(&api, &job.id, 1).await);
         let two = all_text(&attempt_logs(&api, &job.id, 2).await);
         assert!(one.contains("attempt 1 starts from step 0"), "{one}");
@@ -924,7 +933,7 @@ async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attemp
             resumed >= *before.iter().max().unwrap(),
             "{resumed} {before:?}"
         );
-        assert!(two.contains("done at step 40"), "{two}");
+        assert!(two.contains("done at step 160"), "{two}");
         let outputs: Value = api.get(&format!("/jobs/{}/outputs", job.id)).await.unwrap();
         assert!(
             outputs["outputs"]

@@ -319,6 +319,42 @@ pub enum Collected {
     Read(Kept),
     /// Not read, and why (the API server's words).
     Failed(String),
+    /// Not read (why), but shipped live before: the bytes of its live segments from byte 0
+    /// (a lost node's logs, which no kubelet serves any more).
+    Shipped {
+        /// Why the log itself could not be read.
+        why: String,
+        /// The shipped text.
+        text: Vec<u8>,
+    },
+}
+
+/// What was shipped live of `pod`/`container` (segments from byte 0, contiguous), if anything.
+async fn live_copy(
+    blobs: &dyn BlobStore,
+    manifest: &tuneplane_core::live::Manifest,
+    pod: &str,
+    container: &str,
+    max_bytes: u64,
+) -> Result<Option<Vec<u8>>> {
+    let mut segments: Vec<_> = manifest
+        .segments
+        .iter()
+        .filter(|s| s.pod == pod && s.container == container)
+        .collect();
+    segments.sort_by_key(|s| s.offset);
+    let mut text = Vec::new();
+    for seg in segments {
+        // Only what continues the text: a gap (a merged-away segment read meanwhile) ends it.
+        if seg.offset != text.len() as u64 || text.len() as u64 + seg.bytes > max_bytes {
+            break;
+        }
+        match blobs.get(&seg.key).await? {
+            Some(bytes) => text.extend_from_slice(&bytes),
+            None => break,
+        }
+    }
+    Ok((!text.is_empty()).then_some(text))
 }
 
 async fn list(kube: &Kube, api: &Api<Pod>, selector: &str) -> Result<Vec<Pod>> {
@@ -422,6 +458,8 @@ pub async fn archive(
     // Init containers first: what their (usually short) logs leave goes to the others.
     let mut order: Vec<usize> = (0..containers.len()).collect();
     order.sort_by_key(|&i| !containers[i].init);
+    // The live segment list, read at the first log that cannot be read.
+    let mut manifest: Option<tuneplane_core::live::Manifest> = None;
     for i in order {
         let Container { pod, name, .. } = &containers[i];
         let capacity = budget.share();
@@ -458,8 +496,7 @@ pub async fn archive(
             }
             // With the API server's reason ("container ... is waiting to start").
             Err(e) => {
-                budget.spend(0);
-                Collected::Failed(match &e {
+                let why = match &e {
                     // The API server's own words and code, not the client's debug dump.
                     Error::Kube {
                         source: kube::Error::Api(status),
@@ -472,7 +509,31 @@ pub async fn archive(
                     ),
                     Error::Kube { source, .. } => format!("{e}: {source}"),
                     other => other.to_string(),
-                })
+                };
+                // A lost node takes its logs along: keep what was shipped live before.
+                if manifest.is_none() {
+                    let list = blobs
+                        .get(&tuneplane_core::live::manifest_key(job_id))
+                        .await?;
+                    manifest = Some(
+                        list.and_then(|b| serde_json::from_slice(&b).ok())
+                            .unwrap_or_default(),
+                    );
+                }
+                let copy = match &manifest {
+                    Some(m) => live_copy(blobs, m, pod, name, capacity).await?,
+                    None => None,
+                };
+                match copy {
+                    Some(text) => {
+                        budget.spend(text.len() as u64);
+                        Collected::Shipped { why, text }
+                    }
+                    None => {
+                        budget.spend(0);
+                        Collected::Failed(why)
+                    }
+                }
             }
         };
         collected[i] = Some(outcome);
@@ -530,6 +591,7 @@ pub fn write_tar_gz(
     logs: &[(Container, Collected)],
 ) -> std::io::Result<Index> {
     let mut stored = Vec::new();
+    let mut shipped: Vec<(String, &Vec<u8>)> = Vec::new();
     for (c, got) in logs {
         let mut entry = IndexEntry {
             pod: c.pod.clone(),
@@ -552,6 +614,16 @@ pub fn write_tar_gz(
                 stored.push((entry.path.clone().unwrap_or_default(), kept, from, marker));
             }
             Collected::Failed(why) => entry.error = Some(why.clone()),
+            Collected::Shipped { why, text } => {
+                entry.path = Some(format!("{}/{}.log", c.pod, c.name));
+                entry.original_bytes = text.len() as u64;
+                entry.bytes = text.len() as u64;
+                entry.error = Some(format!(
+                    "{why}; kept the {} bytes shipped live before",
+                    text.len()
+                ));
+                shipped.push((entry.path.clone().unwrap_or_default(), text));
+            }
         }
         head.entries.push(entry);
     }
@@ -573,6 +645,9 @@ pub fn write_tar_gz(
             size,
             marker.as_bytes().chain(kept.reader(from)),
         )?;
+    }
+    for (name, text) in shipped {
+        append(&mut builder, &name, text.len() as u64, text.as_slice())?;
     }
     let gz = builder.into_inner()?;
     let mut out = gz.finish()?;
