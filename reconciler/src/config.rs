@@ -353,7 +353,9 @@ impl Config {
             }
             c.interruption_taints = keys;
         }
-        match (get(ENV_API_URL), get(ENV_GRANT_KEY)) {
+        // Empty counts as unset: the Deployment reads both from an optional Secret.
+        let set = |var| get(var).filter(|v| !v.trim().is_empty());
+        match (set(ENV_API_URL), set(ENV_GRANT_KEY)) {
             (None, None) => {}
             (Some(url), Some(key)) => {
                 let url = url.trim().trim_end_matches('/').to_owned();
@@ -469,6 +471,37 @@ impl Config {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn grants_need_the_api_url_and_the_key_together() {
+        let with = |pairs: &[(&str, &str)]| {
+            let map: std::collections::HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            Config::from_lookup(|k| map.get(k).cloned())
+        };
+        let key = "ab".repeat(32);
+        let c = with(&[(ENV_API_URL, "https://api.example/"), (ENV_GRANT_KEY, &key)]).unwrap();
+        assert_eq!(c.render.api_url.as_deref(), Some("https://api.example"));
+        assert!(c.grant_key.is_some());
+        // Both empty (the Deployment's optional Secret is absent): off.
+        let off = with(&[(ENV_API_URL, ""), (ENV_GRANT_KEY, "")]).unwrap();
+        assert!(off.grant_key.is_none() && off.render.api_url.is_none());
+        for (pairs, var) in [
+            (vec![(ENV_API_URL, "https://api.example")], ENV_GRANT_KEY),
+            (vec![(ENV_GRANT_KEY, key.as_str())], ENV_API_URL),
+            (vec![(ENV_API_URL, "ftp://x"), (ENV_GRANT_KEY, key.as_str())], ENV_API_URL),
+            (vec![(ENV_API_URL, "https://a"), (ENV_GRANT_KEY, "abcd")], ENV_GRANT_KEY),
+        ] {
+            let err = with(&pairs).unwrap_err().to_string();
+            assert!(err.contains(var), "{err}");
+        }
+        let bad = with(&[(ENV_NODE_LOST_GRACE, "soon")]).unwrap_err().to_string();
+        assert!(bad.contains(ENV_NODE_LOST_GRACE), "{bad}");
+        let taints = with(&[(ENV_INTERRUPTION_TAINTS, "a/b, c")]).unwrap();
+        assert_eq!(taints.interruption_taints, vec!["a/b".to_owned(), "c".to_owned()]);
+    }
 
     #[test]
     fn a_pass_admits_what_its_rate_limit_creates_in_one_interval() {
