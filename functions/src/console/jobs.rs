@@ -1,5 +1,6 @@
-//! The jobs list and the job detail page (spec, capsule, status history, pending reason, event
-//! view, logs), plus the stop action and the archived-logs download.
+//! The jobs list and the job detail page (spec, capsule, status history, pending reason or how it
+//! ended, attempts, event view, logs, outputs), plus the stop action, the archived-logs download
+//! (of any attempt) and the output downloads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,9 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use tuneplane_core::capsule::storage_key;
 use tuneplane_core::control::Stop;
+use tuneplane_core::grant::check_relative_path;
 use tuneplane_core::job::{JobEvent, JobRecord, JobState};
+use tuneplane_core::outputs::{JobPath, list_checkpoints, list_outputs};
 use tuneplane_core::store::{EventQuery, JobQuery, PresignMethod};
 
 use super::layout::{ConsoleError, Nav, clock, page, respond, status_badge, table_head, time};
@@ -28,6 +31,8 @@ const PAGE_SIZE: usize = 25;
 const MAX_EVENTS: usize = 2000;
 /// How long the logs download link stays valid.
 const LOGS_URL_TTL: Duration = Duration::from_secs(300);
+/// How long an output's download link stays valid (each click on the page signs a fresh one).
+const OUTPUT_URL_TTL: Duration = Duration::from_secs(300);
 
 /// Query of the jobs list.
 #[derive(Debug, Default, Deserialize)]
@@ -190,6 +195,7 @@ pub async fn detail(
         _ => None,
     };
     let queue_position = state.submit.jobs().queue_position(&job).await?;
+    let outputs = job_outputs(&state, &job).await;
     // A running job's page follows its output: the mark makes the reconciler ship it every few
     // seconds while the page (which refreshes itself) stays open.
     let live = if job.state == JobState::Running && job.logs_key.is_none() {
@@ -211,12 +217,34 @@ pub async fn detail(
             notice,
             queue_position,
             live: live.as_deref(),
+            outputs: outputs.as_ref(),
         },
     );
     Ok(respond(
         StatusCode::OK,
         page(&job.spec.name, Some(&viewer), Nav::Jobs, body),
     ))
+}
+
+/// The job's outputs and complete checkpoints, or `None` when the blob store could not list
+/// them (the page says so; the rest of it still shows).
+async fn job_outputs(state: &AppState, job: &JobRecord) -> Option<super::jobs_detail::Outputs> {
+    let blobs = state.submit.blobs();
+    let listed = async {
+        let files = list_outputs(blobs.as_ref(), &job.tenant, &job.id).await?;
+        let checkpoints = list_checkpoints(blobs.as_ref(), &job.tenant, &job.id).await?;
+        Ok::<_, tuneplane_core::store::StoreError>(super::jobs_detail::Outputs {
+            files,
+            checkpoints,
+        })
+    };
+    match listed.await {
+        Ok(o) => Some(o),
+        Err(e) => {
+            tracing::warn!(job_id = %job.id, error = %e, "could not list the job's outputs");
+            None
+        }
+    }
 }
 
 /// `POST /console/jobs/{id}/stop`.
@@ -240,20 +268,71 @@ pub async fn stop(
     Ok(Redirect::to(&format!("/console/jobs/{id}{notice}")).into_response())
 }
 
-/// `GET /console/jobs/{id}/logs`: a short-lived download of the archived logs.
+/// Query of the logs download.
+#[derive(Debug, Default, Deserialize)]
+pub struct LogsQuery {
+    /// An earlier attempt (default: the current one).
+    #[serde(default)]
+    pub attempt: Option<String>,
+}
+
+/// `GET /console/jobs/{id}/logs[?attempt=N]`: a short-lived download of the archived logs of
+/// the job's current attempt, or of earlier attempt `N`.
 pub async fn logs_download(
     State(state): State<Arc<AppState>>,
     viewer: Viewer,
     Path(id): Path<String>,
+    Query(q): Query<LogsQuery>,
 ) -> Result<Response, ConsoleError> {
     let job = readable_job(&state, &viewer.principal, &id).await?;
-    let Some(key) = &job.logs_key else {
-        return Err(ApiError::NotFound(format!("job {id} has no archived logs yet")).into());
+    let attempt = match q.attempt.as_deref().filter(|a| !a.is_empty()) {
+        None => None,
+        Some(a) => Some(a.parse::<u32>().map_err(|_| {
+            ConsoleError::BadRequest(format!("attempt {a:?} is not an attempt number"))
+        })?),
+    };
+    let key = match attempt.filter(|n| *n != job.attempt) {
+        None => job
+            .logs_key
+            .as_ref()
+            .ok_or_else(|| ApiError::NotFound(format!("job {id} has no archived logs yet")))?,
+        Some(n) => {
+            let earlier = job.attempts.iter().find(|a| a.number == n).ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "job {id} has no attempt {n}; its attempts are 1 to {}",
+                    job.attempt
+                ))
+            })?;
+            earlier.logs_key.as_ref().ok_or_else(|| {
+                ApiError::NotFound(format!("attempt {n} of job {id} has no archived logs"))
+            })?
+        }
     };
     let url = state
         .submit
         .blobs()
         .presign(PresignMethod::Get, key, LOGS_URL_TTL)
         .await?;
+    Ok(Redirect::to(&url.url).into_response())
+}
+
+/// `GET /console/jobs/{id}/outputs/{path}`: a short-lived download link of one of the job's
+/// outputs (signed at the click, so a page left open never offers an expired link).
+pub async fn output_download(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    Path((id, path)): Path<(String, String)>,
+) -> Result<Response, ConsoleError> {
+    let job = readable_job(&state, &viewer.principal, &id).await?;
+    check_relative_path(&path).map_err(|e| ConsoleError::BadRequest(format!("output path {e}")))?;
+    let key = JobPath::Output(path.clone()).key(&job.tenant, &job.id);
+    let blobs = state.submit.blobs();
+    if blobs.head(&key).await?.is_none() {
+        return Err(ApiError::NotFound(format!("job {id} has no output {path:?}")).into());
+    }
+    let url = blobs
+        .presign(PresignMethod::Get, &key, OUTPUT_URL_TTL)
+        .await?;
+    tracing::info!(job_id = %job.id, path = %path, "console output download");
     Ok(Redirect::to(&url.url).into_response())
 }

@@ -1,8 +1,10 @@
-//! Rendering of the job detail page: what the job is, why it waits or how it ended, its history,
-//! the event view (newest first, repeats counted) and the log preview.
+//! Rendering of the job detail page: what the job is, why it waits or how it ended (cause and
+//! Kubernetes evidence), its attempts, its history, the event view (newest first, repeats
+//! counted), the log preview and its outputs and checkpoints.
 
 use maud::{Markup, html};
-use tuneplane_core::job::{EventSource, JobEvent, JobRecord};
+use tuneplane_core::job::{EventSource, Failure, JobEvent, JobRecord};
+use tuneplane_core::outputs::{Checkpoint, FileEntry};
 use tuneplane_core::store::BlobMeta;
 
 use super::layout::{clock, csrf_field, status_badge, table_head, time};
@@ -20,6 +22,141 @@ pub struct PageState<'a> {
     pub queue_position: Option<u64>,
     /// The live tail of a running job's output (empty: nothing shipped yet).
     pub live: Option<&'a [LogTail]>,
+    /// The job's outputs and checkpoints (`None`: they could not be listed).
+    pub outputs: Option<&'a Outputs>,
+}
+
+/// A job's outputs and complete checkpoints, as the blob store lists them.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs {
+    /// What the job left in `TUNEPLANE_OUTPUT_DIR`, sorted by path.
+    pub files: Vec<FileEntry>,
+    /// Its complete checkpoints, oldest first.
+    pub checkpoints: Vec<Checkpoint>,
+}
+
+/// Most outputs listed on the page (the CLI lists them all).
+pub const MAX_OUTPUT_ROWS: usize = 200;
+
+/// The details of a failure: its cause in plain words, exit code and Kubernetes evidence.
+fn failure_details(f: &Failure) -> Markup {
+    html! {
+        dl.failure-details {
+            dt { "Cause" }
+            dd.cause { strong { (f.cause.as_str()) } " — " (view::cause_words(f.cause)) }
+            @if let Some(code) = f.exit_code { dt { "Exit code" } dd { code { (code) } } }
+            @if !f.evidence.is_empty() {
+                dt { "Evidence" }
+                dd { ul.evidence { @for e in &f.evidence { li { code { (e) } } } } }
+            }
+        }
+    }
+}
+
+/// The earlier attempts of a job that was run again, oldest first, each with its logs.
+fn attempts_section(job: &JobRecord) -> Markup {
+    html! {
+        section.attempts aria-labelledby="attempts-title" {
+            h2 id="attempts-title" { "Earlier attempts" }
+            p.muted {
+                "This is attempt " (job.attempt) " of the job"
+                @if let Some(label) = view::attempt_label(job) { " (" (label) ")" }
+                "; each earlier attempt ended as below and its logs stay archived."
+            }
+            table.attempts.cards {
+                (table_head("Earlier attempts, oldest first", &["Attempt", "Ended as", "Cause", "Ended", "Ran", "What happened", "Logs"]))
+                tbody {
+                    @for a in &job.attempts {
+                        tr data-attempt=(a.number) {
+                            td data-label="Attempt" { (a.number) }
+                            td data-label="Ended as" { code { (format!("{:?}", a.failure.reason)) } }
+                            td data-label="Cause" { (a.failure.cause.as_str()) }
+                            td data-label="Ended" { (time(a.finished_at_ms, true)) }
+                            td data-label="Ran" {
+                                @match a.running_at_ms {
+                                    Some(r) => (view::duration(a.finished_at_ms - r)),
+                                    None => span.muted { "never ran" },
+                                }
+                            }
+                            td.msg data-label="What happened" { div {
+                                (a.failure.message)
+                                @if !a.failure.evidence.is_empty() {
+                                    ul.evidence { @for e in &a.failure.evidence { li { code.small { (e) } } } }
+                                }
+                            } }
+                            td data-label="Logs" {
+                                @if a.logs_key.is_some() {
+                                    a href=(format!("/console/jobs/{}/logs?attempt={}", super::viewer::encode_component(&job.id), a.number)) download { "Logs of attempt " (a.number) }
+                                } @else {
+                                    span.muted { "none archived" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The job's outputs with their download links, and its complete checkpoints.
+fn outputs_section(job: &JobRecord, outputs: Option<&Outputs>) -> Markup {
+    html! {
+        section.outputs aria-labelledby="outputs-title" {
+            h2 id="outputs-title" { "Outputs" }
+            @match outputs {
+                None => p.muted { "The outputs could not be listed right now; the page tries again when it refreshes." },
+                Some(o) => {
+                    @if o.files.is_empty() {
+                        @if job.is_terminal() {
+                            p.empty { "The job left no outputs (nothing in TUNEPLANE_OUTPUT_DIR)." }
+                        } @else {
+                            p.empty { "No outputs yet: what the job leaves in TUNEPLANE_OUTPUT_DIR is uploaded when its entrypoint ends." }
+                        }
+                    } @else {
+                        table.outputs.compact {
+                            (table_head("The job's outputs; each link downloads one file", &["Path", "Size"]))
+                            tbody {
+                                @for f in o.files.iter().take(MAX_OUTPUT_ROWS) {
+                                    tr {
+                                        td data-label="Path" { a href=(view::output_href(&job.id, &f.path)) download { code { (f.path) } } }
+                                        td data-label="Size" { (view::size(f.size)) }
+                                    }
+                                }
+                            }
+                        }
+                        @if o.files.len() > MAX_OUTPUT_ROWS {
+                            p.muted { "… and " (o.files.len() - MAX_OUTPUT_ROWS) " more: " code { "tuneplane outputs " (job.id) } " lists them all." }
+                        }
+                        p.muted {
+                            (o.files.len()) " " (if o.files.len() == 1 { "file" } else { "files" }) ", "
+                            (view::size(o.files.iter().map(|f| f.size).sum())) "; from a terminal: "
+                            code { "tuneplane outputs " (job.id) " --get ." }
+                        }
+                    }
+                    h3 { "Checkpoints" }
+                    @if o.checkpoints.is_empty() {
+                        p.empty { "No complete checkpoints." }
+                    } @else {
+                        table.checkpoints.cards {
+                            (table_head("Complete checkpoints, oldest first; a new attempt resumes from the newest", &["Name", "Attempt", "Completed", "Files", "Size"]))
+                            tbody {
+                                @for c in &o.checkpoints {
+                                    tr {
+                                        td data-label="Name" { code { (c.name) } }
+                                        td data-label="Attempt" { (c.attempt) }
+                                        td data-label="Completed" { (time(c.completed_at_ms, true)) }
+                                        td data-label="Files" { (c.files.len()) }
+                                        td data-label="Size" { (view::size(c.bytes())) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// When an admitted job that is not running yet fails on its pre-running deadline (Unix ms).
@@ -89,12 +226,19 @@ pub fn render(
                     h2 id="failure-title" { "How it ended" }
                     p.words { (view::failure_words(f.reason)) }
                     p { code { (format!("{:?}", f.reason)) } " " (f.message) }
+                    (failure_details(f))
+                }
+            } @else if let Some(last) = job.attempts.last().filter(|_| !job.is_terminal()) {
+                p.notice.retry role="status" {
+                    "Attempt " (job.attempt) ": the platform runs the job again after attempt " (last.number)
+                    " ended as " code { (format!("{:?}", last.failure.reason)) } " (" (last.failure.cause.as_str()) ")."
                 }
             }
             section aria-labelledby="summary-title" {
                 h2 id="summary-title" { "Summary" }
                 dl.grid {
                     dt { "Job id" } dd { code { (job.id) } }
+                    @if let Some(label) = view::attempt_label(job) { dt { "Attempt" } dd.attempt { (label) } }
                     dt { "Kind" } dd { (view::kind_label(&job.spec)) }
                     dt { "Pools" } dd { @for line in view::pool_lines(&job.spec) { span.pool { (line) } } }
                     @for (label, c) in view::clocks(job, now) {
@@ -106,6 +250,7 @@ pub fn render(
                     @if let Some(w) = &job.workload_name { dt { "Workload" } dd { code { (w) } } }
                 }
             }
+            @if !job.attempts.is_empty() { (attempts_section(job)) }
             section aria-labelledby="history-title" {
                 h2 id="history-title" { "Status history" }
                 ol.history {
@@ -171,6 +316,7 @@ pub fn render(
                     p.muted { "Logs are archived when the job ends." }
                 }
             }
+            (outputs_section(job, state.outputs))
         }
         @if !job.is_terminal() && !job.stop_requested {
             section aria-labelledby="stop-title" {

@@ -85,6 +85,7 @@ pub fn router_with(keys: ConsoleKeys) -> Router<Arc<AppState>> {
         .route("/jobs/{id}", get(jobs::detail))
         .route("/jobs/{id}/stop", post(jobs::stop))
         .route("/jobs/{id}/logs", get(jobs::logs_download))
+        .route("/jobs/{id}/outputs/{*path}", get(jobs::output_download))
         .route("/capacity", get(capacity::page_route))
         .route(
             "/playgrounds",
@@ -144,6 +145,7 @@ mod tests {
     use crate::config::{Backend, Config};
     use crate::state::AppState;
 
+    mod attempts_outputs;
     mod revocation;
 
     struct Stack {

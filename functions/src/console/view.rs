@@ -2,7 +2,7 @@
 //! summaries and the grouping of a job's events. No I/O; unit-tested below.
 
 use tuneplane_core::job::{
-    EventSource, FailureReason, JobEvent, JobRecord, JobState, PendingReason,
+    EventSource, FailureCause, FailureReason, JobEvent, JobRecord, JobState, PendingReason,
 };
 use tuneplane_core::spec::{JobSpec, WorkloadKind};
 
@@ -115,6 +115,49 @@ pub fn failure_words(reason: FailureReason) -> &'static str {
     }
 }
 
+/// What a failure's cause means for the job, in plain words.
+pub fn cause_words(cause: FailureCause) -> &'static str {
+    match cause {
+        FailureCause::Application => {
+            "The job's own doing (its code, image, spec or deadlines); retried only as its spec's retries.application allow."
+        }
+        FailureCause::Infrastructure => {
+            "The platform lost the attempt (a node, an eviction, an interruption); retried as its spec's retries.infrastructure allow."
+        }
+        FailureCause::User => "Someone stopped it; never retried.",
+    }
+}
+
+/// The most attempts a job may get: its first and one per retry its spec allows for either
+/// cause.
+pub fn max_attempts(job: &JobRecord) -> u32 {
+    1u32.saturating_add(job.spec.retries.infrastructure)
+        .saturating_add(job.spec.retries.application)
+}
+
+/// `2 of up to 3` (`2` when the spec allows no more), or `None` for a job on its first attempt
+/// with nothing earlier.
+pub fn attempt_label(job: &JobRecord) -> Option<String> {
+    if job.attempt <= 1 && job.attempts.is_empty() {
+        return None;
+    }
+    let max = max_attempts(job);
+    Some(if max >= job.attempt && max > 1 {
+        format!("{} of up to {max}", job.attempt)
+    } else {
+        job.attempt.to_string()
+    })
+}
+
+/// `/console/jobs/<id>/outputs/<path>`, each segment of the path percent-encoded.
+pub fn output_href(job_id: &str, path: &str) -> String {
+    format!(
+        "/console/jobs/{}/outputs/{}",
+        super::viewer::encode_component(job_id),
+        super::viewer::encode_component(path)
+    )
+}
+
 /// `RayJob` or `Pod`.
 pub fn kind_label(spec: &JobSpec) -> &'static str {
     match spec.kind() {
@@ -216,12 +259,13 @@ pub fn percent(part: u32, whole: u32) -> u32 {
     }
 }
 
-/// Human size: `512 B`, `3.4 KiB`, `12.0 MiB`.
+/// Human size: `512 B`, `3.4 KiB`, `12.0 MiB`, `7.5 GiB`.
 pub fn size(bytes: u64) -> String {
     match bytes {
         0..1024 => format!("{bytes} B"),
         1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
-        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+        1_048_576..1_073_741_824 => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+        _ => format!("{:.1} GiB", bytes as f64 / 1_073_741_824.0),
     }
 }
 
@@ -274,5 +318,18 @@ mod tests {
         assert_eq!(percent(9, 8), 100);
         assert_eq!(percent(1, 0), 0);
         assert_eq!(size(2048), "2.0 KiB");
+        assert_eq!(size(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn output_links_encode_each_segment_and_keep_the_folders() {
+        assert_eq!(
+            output_href("j-1", "model/w 1.bin"),
+            "/console/jobs/j-1/outputs/model/w%201.bin"
+        );
+        assert_eq!(
+            output_href("j-1", "a\"<b>.txt"),
+            "/console/jobs/j-1/outputs/a%22%3Cb%3E.txt"
+        );
     }
 }
