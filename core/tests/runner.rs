@@ -175,3 +175,211 @@ fn runner_is_built_reproducibly() {
     assert_eq!(build_runner_pex(), a, "two builds give the same bytes");
     assert_eq!(runner_pex(), a.as_slice());
 }
+
+/// A stand-in for the API's grant routes and the blob store on 127.0.0.1, answering one request
+/// per connection: presign gives URLs back to itself, `PUT /blob/<path>` stores, `complete`
+/// records the name, `latest` serves `latest` (or 404). Everything received is in `log`.
+struct FakeApi {
+    addr: std::net::SocketAddr,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    blobs: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, Vec<u8>>>>,
+}
+
+impl FakeApi {
+    fn start(latest: Option<serde_json::Value>) -> FakeApi {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let blobs = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+        let (l, b) = (log.clone(), blobs.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { break };
+                let mut reader = BufReader::new(s.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                let mut parts = line.split_whitespace();
+                let (method, path) = (
+                    parts.next().unwrap_or("").to_owned(),
+                    parts.next().unwrap_or("").to_owned(),
+                );
+                let mut length = 0usize;
+                let mut auth = String::new();
+                loop {
+                    let mut h = String::new();
+                    reader.read_line(&mut h).unwrap_or(0);
+                    let h = h.trim_end();
+                    if h.is_empty() {
+                        break;
+                    }
+                    let lower = h.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if lower.starts_with("authorization:") {
+                        auth = h["authorization:".len()..].trim().to_owned();
+                    }
+                }
+                let mut body = vec![0u8; length];
+                reader.read_exact(&mut body).unwrap_or(());
+                l.lock().unwrap().push(format!("{method} {path} {auth}"));
+                let (status, answer) = if let Some(rest) = path.strip_prefix("/blob/") {
+                    if method == "PUT" {
+                        b.lock().unwrap().insert(rest.to_owned(), body);
+                        (200, Vec::new())
+                    } else {
+                        match b.lock().unwrap().get(rest) {
+                            Some(bytes) => (200, bytes.clone()),
+                            None => (404, Vec::new()),
+                        }
+                    }
+                } else if path.ends_with("/grant/presign") {
+                    let req: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let urls: Vec<serde_json::Value> = req["paths"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|p| serde_json::json!({"path": p, "url": format!("http://{addr}/blob/{}", p.as_str().unwrap()), "headers": []}))
+                        .collect();
+                    (
+                        200,
+                        serde_json::to_vec(&serde_json::json!({"urls": urls})).unwrap(),
+                    )
+                } else if path.ends_with("/complete") {
+                    (200, b"{\"deleted\": []}".to_vec())
+                } else if path.ends_with("/grant/checkpoints/latest") {
+                    match &latest {
+                        Some(v) => (200, serde_json::to_vec(v).unwrap()),
+                        None => (404, b"{}".to_vec()),
+                    }
+                } else {
+                    (404, b"{}".to_vec())
+                };
+                let head = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    answer.len()
+                );
+                let _ = s.write_all(head.as_bytes());
+                let _ = s.write_all(&answer);
+            }
+        });
+        FakeApi { addr, log, blobs }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn the_runner_uploads_complete_checkpoints_and_outputs_only_and_never_a_partial_checkpoint() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("capsule");
+    let script = "import os\n\
+ck = os.environ['TUNEPLANE_CHECKPOINT_DIR']\n\
+os.makedirs(os.path.join(ck, 'step-1'))\n\
+open(os.path.join(ck, 'step-1', 'w.bin'), 'w').write('one')\n\
+open(os.path.join(ck, 'step-1', '.complete'), 'w').close()\n\
+os.makedirs(os.path.join(ck, 'step-2', 'sub'))\n\
+open(os.path.join(ck, 'step-2', 'sub', 'w.bin'), 'w').write('half-written')\n\
+open(os.path.join(os.environ['TUNEPLANE_OUTPUT_DIR'], 'model.txt'), 'w').write('model')\n\
+print('resume', os.environ.get('TUNEPLANE_RESUME_FROM'), 'attempt', os.environ['TUNEPLANE_ATTEMPT'])\n\
+print('grant visible', 'TUNEPLANE_GRANT' in os.environ)\n";
+    extracted(&[("main.py", script)], "python3 main.py", &root);
+    let api = FakeApi::start(None);
+    let out = Command::new("python3")
+        .arg(root.join(".tuneplane/runner.pex"))
+        .env("TUNEPLANE_JOB_ID", "job-1")
+        .env("TUNEPLANE_API_URL", format!("http://{}", api.addr))
+        .env("TUNEPLANE_GRANT", "tpg1.1.abc")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    // Attempt 1: nothing to resume; the grant stays the runner's.
+    assert!(stdout.contains("resume None attempt 1"), "{stdout}");
+    assert!(stdout.contains("grant visible False"), "{stdout}");
+    let blobs = api.blobs.lock().unwrap().clone();
+    assert_eq!(
+        blobs.keys().cloned().collect::<Vec<_>>(),
+        ["checkpoints/step-1/w.bin", "outputs/model.txt"],
+        "{stderr}"
+    );
+    let requests = api.requests();
+    assert!(
+        requests.iter().any(|r| r.starts_with(
+            "POST /v1/jobs/job-1/grant/checkpoints/step-1/complete Bearer tpg1.1.abc"
+        )),
+        "{requests:?}"
+    );
+    assert!(
+        !requests.iter().any(|r| r.contains("step-2")),
+        "a checkpoint without .complete was touched: {requests:?}"
+    );
+    assert!(
+        stderr.contains("checkpoint step-1 uploaded (1 files"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn attempt_two_resumes_from_the_newest_checkpoint_before_the_entrypoint_starts() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("capsule");
+    let script = "import os\n\
+r = os.environ['TUNEPLANE_RESUME_FROM']\n\
+print('attempt', os.environ['TUNEPLANE_ATTEMPT'], 'resumes', open(os.path.join(r, 'sub', 'state.json')).read(), os.path.isfile(os.path.join(r, '.complete')))\n";
+    extracted(&[("main.py", script)], "python3 main.py", &root);
+    let api = FakeApi::start(None);
+    let url = format!("http://{}/blob/checkpoints/step-7/sub/state.json", api.addr);
+    api.blobs.lock().unwrap().insert(
+        "checkpoints/step-7/sub/state.json".into(),
+        b"{\"step\": 7}".to_vec(),
+    );
+    // A second server answers `latest` with that file.
+    let latest = FakeApi::start(Some(serde_json::json!({
+        "name": "step-7", "attempt": 1, "completed_at_ms": 1,
+        "files": [{"path": "sub/state.json", "size": 11, "url": url}],
+    })));
+    let out = Command::new("python3")
+        .arg(root.join(".tuneplane/runner.pex"))
+        .env("TUNEPLANE_JOB_ID", "job-1")
+        .env("TUNEPLANE_ATTEMPT", "2")
+        .env("TUNEPLANE_API_URL", format!("http://{}", latest.addr))
+        .env("TUNEPLANE_GRANT", "tpg1.2.abc")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("attempt 2 resumes {\"step\": 7} True"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("resuming from checkpoint step-7 (written by attempt 1"),
+        "{stderr}"
+    );
+    // A size that does not match ends the attempt before the entrypoint runs.
+    let short = FakeApi::start(Some(serde_json::json!({
+        "name": "step-7", "attempt": 1, "completed_at_ms": 1,
+        "files": [{"path": "sub/state.json", "size": 99, "url": format!("http://{}/blob/checkpoints/step-7/sub/state.json", api.addr)}],
+    })));
+    let out = Command::new("python3")
+        .arg(root.join(".tuneplane/runner.pex"))
+        .env("TUNEPLANE_ATTEMPT", "2")
+        .env("TUNEPLANE_API_URL", format!("http://{}", short.addr))
+        .env("TUNEPLANE_GRANT", "tpg1.2.abc")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(87));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("resumes"));
+}
