@@ -219,6 +219,9 @@ fn every_command_has_help() {
         &["admin", "quota", "--help"],
         &["admin", "quota", "set", "--help"],
         &["admin", "quota", "unset", "--help"],
+        &["outputs", "--help"],
+        &["logs", "--help"],
+        &["status", "--help"],
     ] {
         let out = tuneplane(args);
         assert!(
@@ -226,6 +229,13 @@ fn every_command_has_help() {
             "{args:?}"
         );
     }
+    // The rule of `outputs --get` and the attempt of `logs` are in their help.
+    let help = text(&tuneplane(&["outputs", "--help"]).stdout);
+    for needle in ["--get <PATH>", "a folder", "`.`", "--dir <DIR>"] {
+        assert!(help.contains(needle), "{needle} missing from:\n{help}");
+    }
+    let help = text(&tuneplane(&["logs", "--help"]).stdout);
+    assert!(help.contains("--attempt <N>"), "{help}");
 }
 
 #[test]

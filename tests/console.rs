@@ -493,3 +493,123 @@ fn a_running_job_page_shows_its_live_output_and_stays_compact_on_a_phone() {
         w.finish().await;
     });
 }
+
+#[test]
+fn a_job_run_again_shows_its_attempts_evidence_and_downloadable_outputs_on_any_screen() {
+    use tuneplane_core::job::{Attempt, Failure, FailureReason, JobState};
+    run(|| async {
+        let w = World::start().await;
+        w.sign_in().await;
+        // A job the fleet cannot host stays queued; it is then written as the reconciler
+        // leaves a job whose second attempt was evicted after its first lost its node.
+        let id = submit_api(&w, PENDING_SPEC).await;
+        let blobs = w.stack.blobs.clone();
+        let first_logs = format!("logs/{id}/attempt-1/logs.tar.gz");
+        blobs.put(&first_logs, b"archive".to_vec()).await.unwrap();
+        let mut written = false;
+        for _ in 0..50 {
+            let mut job = w.stack.jobs.get_job(&id).await.unwrap().unwrap();
+            let mut lost = Failure::new(FailureReason::NodeLost, "node h200-1 was deleted");
+            lost.evidence = vec!["node/h200-1: deleted".into()];
+            // Times up to now, as the reconciler writes them.
+            let now = tuneplane_core::clock::now_ms();
+            job.attempts = vec![Attempt {
+                number: 1,
+                admitted_at_ms: Some(job.submitted_at_ms),
+                running_at_ms: Some(job.submitted_at_ms),
+                finished_at_ms: now - 1,
+                workload_name: Some(format!("tp-{id}")),
+                logs_key: Some(first_logs.clone()),
+                placements: Vec::new(),
+                failure: lost,
+            }];
+            job.attempt = 2;
+            job.state = JobState::Failed;
+            job.pending = None;
+            job.finished_at_ms = Some(now);
+            let mut evicted = Failure::new(FailureReason::Evicted, "pod evicted by the kubelet");
+            evicted.evidence = vec![
+                "pod/tp-a-very-long-pod-name-of-a-ray-worker-group-0123456789: DisruptionTarget TerminationByKubelet: the node was low on resource: memory".into(),
+            ];
+            job.failure = Some(evicted);
+            // The reconciler may write the queued job meanwhile: read again and retry.
+            if w.stack.jobs.update_job(&job).await.is_ok() {
+                written = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(written, "could not write the job record");
+        let weights: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        for (path, bytes) in [
+            ("metrics.json", b"{\"loss\": 0.25}".to_vec()),
+            (
+                "model/a-long-folder-name-for-the-final-weights/weights-of-the-model.safetensors",
+                weights,
+            ),
+        ] {
+            blobs
+                .put(&format!("outputs/default/{id}/{path}"), bytes)
+                .await
+                .unwrap();
+        }
+        blobs
+            .put(
+                &format!("checkpoints/default/{id}/step-20/state.pt"),
+                vec![1; 100],
+            )
+            .await
+            .unwrap();
+        tuneplane_core::outputs::complete_checkpoint(
+            blobs.as_ref(),
+            "default",
+            &id,
+            "step-20",
+            1,
+            tuneplane_core::clock::now_ms(),
+            2,
+        )
+        .await
+        .unwrap();
+
+        w.open(&format!("/console/jobs/{id}")).await;
+        assert_eq!(w.job_status().await.as_deref(), Some("FAILED"));
+        assert_eq!(
+            w.texts("dd.attempt").await,
+            vec!["2 of up to 3".to_string()]
+        );
+        let evidence = w.texts("section.failure ul.evidence li").await;
+        assert!(evidence[0].contains("TerminationByKubelet"), "{evidence:?}");
+        let attempts = w.texts("table.attempts tbody tr").await;
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
+        assert!(
+            attempts[0].contains("NodeLost") && attempts[0].contains("node/h200-1: deleted"),
+            "{attempts:?}"
+        );
+        let outputs = w.texts("table.outputs tbody tr").await;
+        assert_eq!(outputs.len(), 2, "{outputs:?}");
+        assert_eq!(
+            w.texts("table.checkpoints tbody tr td:first-child").await,
+            vec!["step-20".to_string()]
+        );
+
+        // The browser follows each link to the object itself (the redirect to its presigned
+        // URL is on the same origin under `tuneplane dev`).
+        let fetch = "return fetch(arguments[0], {credentials: 'same-origin'}).then(r => r.ok ? r.arrayBuffer() : Promise.reject(r.status)).then(b => b.byteLength);";
+        let links = w
+            .js(
+                "return Array.from(document.querySelectorAll('table.outputs a, table.attempts a')).map(a => a.getAttribute('href'));",
+                vec![],
+            )
+            .await;
+        let links: Vec<String> = serde_json::from_value(links).unwrap();
+        assert_eq!(links.len(), 3, "{links:?}");
+        let mut sizes = Vec::new();
+        for link in &links {
+            sizes.push(w.js(fetch, vec![json!(link)]).await.as_u64());
+        }
+        assert_eq!(sizes, [Some(7), Some(14), Some(4096)], "{links:?}");
+        w.screenshots("job-attempts-outputs").await;
+        w.finish().await;
+    });
+}

@@ -38,7 +38,9 @@ pub struct OutputsArgs {
     /// folder (`model` or `model/`: every output under it), or `.` (every output).
     #[arg(long, value_name = "PATH")]
     pub get: Option<String>,
-    /// With --get: the folder the files go to, each at its listed path (created if missing).
+    /// With --get: the folder the files go to, each at its listed path (created if missing);
+    /// nothing is written outside it (a path through `..` or a symbolic link is refused). Each
+    /// file is named on stderr with its size once downloaded.
     #[arg(long, value_name = "DIR", default_value = ".", requires = "get")]
     pub dir: PathBuf,
 }
