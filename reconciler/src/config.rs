@@ -491,16 +491,27 @@ mod tests {
         for (pairs, var) in [
             (vec![(ENV_API_URL, "https://api.example")], ENV_GRANT_KEY),
             (vec![(ENV_GRANT_KEY, key.as_str())], ENV_API_URL),
-            (vec![(ENV_API_URL, "ftp://x"), (ENV_GRANT_KEY, key.as_str())], ENV_API_URL),
-            (vec![(ENV_API_URL, "https://a"), (ENV_GRANT_KEY, "abcd")], ENV_GRANT_KEY),
+            (
+                vec![(ENV_API_URL, "ftp://x"), (ENV_GRANT_KEY, key.as_str())],
+                ENV_API_URL,
+            ),
+            (
+                vec![(ENV_API_URL, "https://a"), (ENV_GRANT_KEY, "abcd")],
+                ENV_GRANT_KEY,
+            ),
         ] {
             let err = with(&pairs).unwrap_err().to_string();
             assert!(err.contains(var), "{err}");
         }
-        let bad = with(&[(ENV_NODE_LOST_GRACE, "soon")]).unwrap_err().to_string();
+        let bad = with(&[(ENV_NODE_LOST_GRACE, "soon")])
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains(ENV_NODE_LOST_GRACE), "{bad}");
         let taints = with(&[(ENV_INTERRUPTION_TAINTS, "a/b, c")]).unwrap();
-        assert_eq!(taints.interruption_taints, vec!["a/b".to_owned(), "c".to_owned()]);
+        assert_eq!(
+            taints.interruption_taints,
+            vec!["a/b".to_owned(), "c".to_owned()]
+        );
     }
 
     #[test]
