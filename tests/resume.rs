@@ -249,3 +249,58 @@ async fn a_two_node_ray_job_that_loses_a_node_resumes_as_attempt_two() {
         one.iter().map(|(p, _)| p).collect::<Vec<_>>()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interrupted_job_saves_on_sigterm_and_the_next_attempt_starts_from_that_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = stack_support::start(Backend::Embedded, dir.path()).await;
+    let spec = resume_spec(
+        r#"{STEPS: "60", STEP_SECONDS: "0.5", CHECKPOINT_SECONDS: "5"}"#,
+        "{infrastructure: 2, application: 0}",
+    )
+    .replace("grace_seconds: 30", "grace_seconds: 8");
+    let job = submit_dir(&api, &examples().join("resume"), &spec).await;
+    let running = running_with_a_checkpoint(&api, &job.id).await;
+    let node = node_of(&running);
+    // A spot reclaim is announced on the node (Karpenter's disruption taint).
+    stack
+        .sim
+        .as_ref()
+        .unwrap()
+        .taint_node(
+            &node,
+            serde_json::json!({"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}),
+        )
+        .unwrap();
+    let requeued = wait_until(&api, &job.id, 60, "requeued", |j| j.attempt == 2).await;
+    let first = &requeued.attempts[0];
+    assert_eq!(
+        (first.failure.reason, first.failure.cause),
+        (FailureReason::Interrupted, FailureCause::Infrastructure)
+    );
+    assert!(
+        first.failure.evidence[0].contains("taint karpenter.sh/disrupted:NoSchedule"),
+        "{first:?}"
+    );
+    let done = wait_until(&api, &job.id, 120, "terminal", |j| j.state.is_terminal()).await;
+    assert_eq!(
+        (done.state, done.attempt),
+        (JobState::Succeeded, 2),
+        "{done:?}"
+    );
+    assert_ne!(node_of(&done), node, "the reclaimed node takes no new pod");
+    // Attempt 1 saved on SIGTERM; attempt 2 started exactly there: nothing lost.
+    let one = all_text(&attempt_logs(&api, &job.id, 1).await);
+    let saved: u64 = one
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("SIGTERM at step ")?
+                .split(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("attempt 1 got no SIGTERM: {one}"));
+    let two = all_text(&attempt_logs(&api, &job.id, 2).await);
+    assert_eq!(resumed_step(&two, 2), saved, "{two}");
+}

@@ -114,6 +114,9 @@ pub enum PendingReason {
     Starting,
     /// Kubernetes rejected or never acted on the workload.
     InvalidWorkload,
+    /// Queued again after an attempt was stopped (an interruption, a lost pod): that attempt's
+    /// pods still save a checkpoint within their grace, and the next attempt starts after them.
+    PreviousAttemptStopping,
 }
 
 /// The current pending reason with its human message and when it was first seen.

@@ -13,11 +13,12 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use tuneplane_core::admission::{PoolPlacement, Reservation, Waiting, plan_admissions};
 use tuneplane_core::constants::POOL_LABEL;
+use tuneplane_core::job::PendingReason;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::playground::{STAND_IN_POOL, admission_stand_in};
 use tuneplane_core::privacy::redact_job_ids;
 use tuneplane_core::quota::tenant_usage;
-use tuneplane_core::render::job_workload_name;
+use tuneplane_core::render::{job_workload_name, label_value, termination_grace_seconds};
 
 use crate::cluster::{Cluster, pod_info};
 use crate::decide::next_pending;
@@ -88,6 +89,52 @@ pub fn reservations(cluster: &Cluster, jobs: &[JobRecord]) -> Vec<Reservation> {
         }
     }
     out
+}
+
+/// Extra time past the pods' termination grace that a next attempt waits for its previous
+/// attempt's pods (the pass that notices them gone).
+const STOPPING_SLACK_MS: i64 = 30_000;
+
+/// Why queued `job` waits for its previous attempt: that attempt's pods still run on nodes that
+/// are up (a stopped or interrupted attempt saving its checkpoint within its grace), at most the
+/// pods' termination grace after the requeue. `None` when nothing holds it (pods on a lost node
+/// are gone with it).
+pub fn previous_attempt_stopping(cluster: &Cluster, job: &JobRecord, now: i64) -> Option<String> {
+    if job.state != JobState::Queued {
+        return None;
+    }
+    let last = job.attempts.last()?;
+    let grace_ms =
+        i64::try_from(termination_grace_seconds(job).saturating_mul(1000)).unwrap_or(i64::MAX);
+    if now
+        >= last
+            .finished_at_ms
+            .saturating_add(grace_ms)
+            .saturating_add(STOPPING_SLACK_MS)
+    {
+        return None;
+    }
+    let workload = last.workload_name.as_deref()?;
+    let label = label_value(&job.id);
+    let alive = cluster
+        .job_pods(&job.spec.namespace, &label)
+        .into_iter()
+        .filter(|p| crate::cluster::belongs_to(p, &job.id, workload))
+        .filter(|p| !pod_info(p).terminal)
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .and_then(|n| cluster.node(n))
+                .is_some_and(|n| crate::cluster::node_info(n).ready)
+        })
+        .count();
+    (alive > 0).then(|| {
+        format!(
+            "attempt {} is stopping: {alive} of its pods have up to {}s to save a checkpoint; attempt {} starts from it",
+            last.number, job.spec.deadlines.grace_seconds, job.attempt
+        )
+    })
 }
 
 async fn admit(
@@ -312,6 +359,23 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         now,
     ));
     let mut plan = plan_admissions(&active, &capacity, &held, &quotas);
+    // A job queued again waits while its previous attempt's pods still save their checkpoint.
+    let stopping: HashMap<&str, String> = active[..jobs]
+        .iter()
+        .filter_map(|j| previous_attempt_stopping(cluster, j, now).map(|m| (j.id.as_str(), m)))
+        .collect();
+    if !stopping.is_empty() {
+        plan.admit
+            .retain(|a| !stopping.contains_key(a.job_id.as_str()));
+        plan.waiting.retain(|w| !stopping.contains_key(w.job_id));
+        for (id, message) in &stopping {
+            plan.waiting.push(Waiting {
+                job_id: id,
+                reason: PendingReason::PreviousAttemptStopping,
+                message: Arc::from(message.as_str()),
+            });
+        }
+    }
     // The plan lists admissions in fair-share order. A pass creates the workloads of what it
     // admits within the client's rate limit, so it admits about one pass interval's worth: a
     // job that arrives meanwhile — another tenant's first among them — is planned at the next

@@ -130,6 +130,7 @@ fn strip_container_status(cs: &mut ContainerStatus) {
         name: std::mem::take(&mut cs.name),
         state,
         last_state,
+        restart_count: cs.restart_count,
         ..ContainerStatus::default()
     };
 }
@@ -162,22 +163,34 @@ pub fn strip_pod(pod: &mut Pod) {
         });
     }
     if let Some(status) = pod.status.take() {
-        let conditions = keep_conditions(status.conditions, |c| {
-            (c.type_ == "PodScheduled").then(|| PodCondition {
+        let conditions = keep_conditions(status.conditions, |c| match c.type_.as_str() {
+            "PodScheduled" => Some(PodCondition {
                 type_: c.type_,
                 status: c.status,
                 message: c.message,
                 ..PodCondition::default()
-            })
+            }),
+            // Kubernetes took the pod away (eviction, preemption, garbage collection).
+            "DisruptionTarget" => Some(PodCondition {
+                type_: c.type_,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+                ..PodCondition::default()
+            }),
+            _ => None,
         });
         // Statuses are read for a waiting reason or an exit code only: a list in which every
         // container runs (the steady state) is dropped whole, so `first()` is never shifted.
         let statuses = |v: Option<Vec<ContainerStatus>>| {
             let mut v = v?;
+            // A restart count is read too: a Ray node restarted under a job.
             let read = |cs: &ContainerStatus| {
-                cs.state
-                    .as_ref()
-                    .is_some_and(|s| s.waiting.is_some() || s.terminated.is_some())
+                cs.restart_count > 0
+                    || cs
+                        .state
+                        .as_ref()
+                        .is_some_and(|s| s.waiting.is_some() || s.terminated.is_some())
             };
             if !v.iter().any(read) {
                 return None;
@@ -185,9 +198,12 @@ pub fn strip_pod(pod: &mut Pod) {
             v.iter_mut().for_each(strip_container_status);
             Some(v)
         };
+        // A kubelet eviction's words ("The node was low on resource: memory.").
+        let message = status.message.filter(|_| status.reason.is_some());
         pod.status = Some(PodStatus {
             phase: status.phase,
             reason: status.reason,
+            message,
             pod_ip: status.pod_ip.filter(|_| playground),
             conditions,
             container_statuses: statuses(status.container_statuses),
@@ -197,13 +213,15 @@ pub fn strip_pod(pod: &mut Pod) {
     }
 }
 
-/// Reduces a node to what `node_info` reads: name, the series label, `unschedulable`, the
-/// cpu/memory/GPU capacity and allocatable, and the `Ready` condition.
+/// Reduces a node to what `node_info` and the loss rules (`crate::loss`) read: name, the series
+/// label, `unschedulable`, its taints (interruption notices), the cpu/memory/GPU capacity and
+/// allocatable, and the `Ready` condition with its transition time, reason and message.
 pub fn strip_node(node: &mut Node) {
     strip_meta(&mut node.metadata, &[SERIES_LABEL], &[]);
-    let unschedulable = node.spec.take().and_then(|s| s.unschedulable);
+    let spec = node.spec.take().unwrap_or_default();
     node.spec = Some(NodeSpec {
-        unschedulable,
+        unschedulable: spec.unschedulable,
+        taints: spec.taints.filter(|t| !t.is_empty()),
         ..NodeSpec::default()
     });
     if let Some(mut status) = node.status.take() {
@@ -213,6 +231,10 @@ pub fn strip_node(node: &mut Node) {
             (c.type_ == "Ready").then(|| NodeCondition {
                 type_: c.type_,
                 status: c.status,
+                // How long a node has been NotReady decides when its jobs are lost.
+                last_transition_time: c.last_transition_time,
+                reason: c.reason,
+                message: c.message,
                 ..NodeCondition::default()
             })
         });
@@ -452,6 +474,86 @@ mod tests {
         let status = small.status.as_ref().expect("status");
         assert!(status.images.is_none() && status.addresses.is_none());
         assert!(small.labels().get("kubernetes.io/os").is_none());
+    }
+
+    #[test]
+    fn stripped_nodes_and_pods_give_the_same_infrastructure_losses() {
+        use crate::cluster::Cluster;
+        use crate::loss::{LossRules, infrastructure_loss};
+        use std::sync::Arc;
+        let node = |ready: &str, taint: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1", "managedFields": [{"manager": "kubelet"}]},
+                "spec": {"taints": [{"key": taint, "effect": "NoSchedule"}]},
+                "status": {"conditions": [{"type": "Ready", "status": ready,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status."}]}
+            }))
+            .unwrap()
+        };
+        let pod = |extra: serde_json::Value| -> Pod {
+            let mut p = serde_json::json!({
+                "metadata": {"name": "tp-j", "namespace": "ns", "labels": {"tuneplane.io/job-id": "j"},
+                    "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"nodeName": "n1", "containers": [{"name": "job"}]},
+                "status": {"phase": "Running", "containerStatuses": [{"name": "job", "image": "i",
+                    "imageID": "", "ready": true, "restartCount": 2, "state": {"running": {}}}]}
+            });
+            if let (Some(status), Some(more)) = (p["status"].as_object_mut(), extra.as_object()) {
+                for (k, v) in more {
+                    status.insert(k.clone(), v.clone());
+                }
+            }
+            serde_json::from_value(p).unwrap()
+        };
+        let spec: tuneplane_core::spec::JobSpec = serde_json::from_value(serde_json::json!({
+            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true", "env": {},
+            "pools": [{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0, "cpus": 1.0, "memory_gb": 1.0}],
+            "deadlines": {"pre_running_seconds": 10, "run_seconds": 100}, "priority": 0, "labels": {},
+            "namespace": "ns", "platform_version": "0"
+        }))
+        .unwrap();
+        let mut job = tuneplane_core::job::JobRecord::new_queued("j", "t", spec, "ab", 0);
+        job.state = tuneplane_core::job::JobState::Running;
+        job.running_at_ms = Some(1);
+        let keys = vec!["karpenter.sh/disrupted".to_owned()];
+        let rules = LossRules {
+            not_ready_grace_ms: 40_000,
+            interruption_taints: &keys,
+        };
+        let now = 1_767_225_700_000; // 100 s after the transition
+        let cases = [
+            (node("Unknown", "x"), pod(serde_json::json!({}))),
+            (
+                node("True", "karpenter.sh/disrupted"),
+                pod(serde_json::json!({})),
+            ),
+            (
+                node("True", "x"),
+                pod(
+                    serde_json::json!({"conditions": [{"type": "DisruptionTarget", "status": "True",
+                    "reason": "PreemptionByScheduler", "message": "preempted"}]}),
+                ),
+            ),
+            (
+                node("True", "x"),
+                pod(
+                    serde_json::json!({"phase": "Failed", "reason": "Evicted", "message": "low on memory"}),
+                ),
+            ),
+        ];
+        for (n, p) in cases {
+            let loss = |n: Node, p: Pod| {
+                let c = Cluster::new(vec![Arc::new(n)], vec![Arc::new(p)], Vec::new(), Vec::new());
+                infrastructure_loss(&c, &job, now, &rules, false)
+            };
+            let (mut small_n, mut small_p) = (n.clone(), p.clone());
+            strip_node(&mut small_n);
+            strip_pod(&mut small_p);
+            let full = loss(n, p);
+            assert!(full.is_some());
+            assert_eq!(loss(small_n, small_p), full);
+        }
     }
 
     #[test]

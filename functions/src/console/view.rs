@@ -84,6 +84,9 @@ pub fn pending_words(reason: PendingReason) -> &'static str {
             "Pods are created and starting (pulling, initialising, waiting for Ray)."
         }
         PendingReason::InvalidWorkload => "Kubernetes rejected the workload or never acted on it.",
+        PendingReason::PreviousAttemptStopping => {
+            "Queued again: the previous attempt's pods are still saving a checkpoint; the next attempt starts from it."
+        }
     }
 }
 
