@@ -152,6 +152,25 @@ pub fn node_info(node: &Node) -> NodeInfo {
     }
 }
 
+/// Whether `node` has a `NoSchedule` or `NoExecute` taint none of `tolerations` tolerates.
+pub fn untolerated_taint(node: &Node, tolerations: &[tuneplane_core::render::Toleration]) -> bool {
+    let Some(taints) = node.spec.as_ref().and_then(|s| s.taints.as_ref()) else {
+        return false;
+    };
+    taints
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .any(|t| {
+            !tolerations.iter().any(|tol| {
+                let key = tol.key.is_empty() || tol.key == t.key;
+                let value =
+                    tol.operator == "Exists" || tol.value == t.value.clone().unwrap_or_default();
+                let effect = tol.effect.is_empty() || tol.effect == t.effect;
+                key && value && effect
+            })
+        })
+}
+
 /// The capacity inputs of a pod: requests (limits when no request) summed over containers,
 /// the larger of that and any single init container.
 pub fn pod_info(pod: &Pod) -> PodInfo {
@@ -251,9 +270,25 @@ impl Cluster {
         c
     }
 
-    /// The capacity snapshot at `now_ms`, CPU-only room computed with `share`.
-    pub fn capacity(&self, now_ms: i64, share: GpuShare) -> CapacitySnapshot {
-        let nodes: Vec<NodeInfo> = self.nodes.iter().map(|n| node_info(n)).collect();
+    /// The capacity snapshot at `now_ms`, CPU-only room computed with `share`. A node with a
+    /// `NoSchedule` or `NoExecute` taint the workloads' `tolerations` do not tolerate (an
+    /// interruption notice such as `karpenter.sh/disrupted`) takes no new pod of TunePlane's:
+    /// it counts as blocked, like a cordoned one.
+    pub fn capacity(
+        &self,
+        now_ms: i64,
+        share: GpuShare,
+        tolerations: &[tuneplane_core::render::Toleration],
+    ) -> CapacitySnapshot {
+        let nodes: Vec<NodeInfo> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut info = node_info(n);
+                info.cordoned |= untolerated_taint(n, tolerations);
+                info
+            })
+            .collect();
         let pods: Vec<PodInfo> = self.pods.iter().map(|p| pod_info(p)).collect();
         compute_capacity_with_share(u64::try_from(now_ms).unwrap_or(0), &nodes, &pods, share)
     }
@@ -506,7 +541,7 @@ mod tests {
             Some("j1")
         );
         assert!(c.pod("ns", "p4").is_none() && c.pod("", "").is_none());
-        let cap = c.capacity(1, GpuShare::default());
+        let cap = c.capacity(1, GpuShare::default(), &[]);
         assert_eq!(cap.series["h200"].free_gpus, 2);
         assert_eq!(cap.nodes[0].memory_gb, 1024.0);
     }
