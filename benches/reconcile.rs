@@ -354,7 +354,7 @@ fn section_capacity() {
     for _ in 0..31 {
         let start = Instant::now();
         let cluster = Cluster::new(nodes.clone(), pods.clone(), Vec::new(), Vec::new());
-        let snap = cluster.capacity(0, Default::default());
+        let snap = cluster.capacity(0, Default::default(), &[]);
         times.push(start.elapsed().as_secs_f64() * 1e3);
         assert_eq!(snap.nodes.len(), 1_000);
     }
