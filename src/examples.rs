@@ -49,6 +49,14 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../examples/ray-multipool/tuneplane.yaml"),
     ),
     (
+        "resume/train.py",
+        include_str!("../examples/resume/train.py"),
+    ),
+    (
+        "resume/tuneplane.yaml",
+        include_str!("../examples/resume/tuneplane.yaml"),
+    ),
+    (
         "too-big/train.py",
         include_str!("../examples/too-big/train.py"),
     ),
