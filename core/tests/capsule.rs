@@ -215,8 +215,10 @@ fn capsule_bytes_match_the_recorded_golden_digest() {
     assert_eq!(built.sha256, GOLDEN, "capsule format drifted");
 }
 
-// Changed on purpose when the runner gained its manifest check (every capsule's runner.pex changed).
-const GOLDEN: &str = "6f648cb44f56adf9477215652fdeef05dc8061c3b0b0843fe7687abae74ae03a";
+// Changed on purpose when the runner gained its manifest check (every capsule's runner.pex changed),
+// and again when it gained outputs, checkpoints and resume and the authoritative spec gained
+// `retries`, `checkpoints` and `deadlines.grace_seconds` (issue 28).
+const GOLDEN: &str = "09c89f8e5420660c92fbb270d2cc4c19058cea6312d18c1ced7ffa4cc572bfeb";
 
 #[test]
 fn tampered_capsule_fails_inspection() {
