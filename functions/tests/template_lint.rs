@@ -95,6 +95,7 @@ fn transformed_template_matches_what_the_code_expects() {
         config::ENV_PLAYGROUND_POD_CIDRS,
         config::ENV_RATE_LIMIT_PER_KEY,
         config::ENV_RATE_LIMIT_PER_SOURCE,
+        config::ENV_GRANT_KEY,
         tuneplane_functions::console::session::ENV_CONSOLE_SECRET,
     ];
     let mut functions = 0;

@@ -152,23 +152,12 @@ pub fn node_info(node: &Node) -> NodeInfo {
     }
 }
 
-/// Whether `node` has a `NoSchedule` or `NoExecute` taint none of `tolerations` tolerates.
-pub fn untolerated_taint(node: &Node, tolerations: &[tuneplane_core::render::Toleration]) -> bool {
-    let Some(taints) = node.spec.as_ref().and_then(|s| s.taints.as_ref()) else {
-        return false;
-    };
-    taints
-        .iter()
-        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-        .any(|t| {
-            !tolerations.iter().any(|tol| {
-                let key = tol.key.is_empty() || tol.key == t.key;
-                let value =
-                    tol.operator == "Exists" || tol.value == t.value.clone().unwrap_or_default();
-                let effect = tol.effect.is_empty() || tol.effect == t.effect;
-                key && value && effect
-            })
-        })
+/// Whether `node` carries a taint with one of `keys`.
+pub fn has_taint(node: &Node, keys: &[String]) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|taints| taints.iter().any(|t| keys.contains(&t.key)))
 }
 
 /// The capacity inputs of a pod: requests (limits when no request) summed over containers,
@@ -270,22 +259,22 @@ impl Cluster {
         c
     }
 
-    /// The capacity snapshot at `now_ms`, CPU-only room computed with `share`. A node with a
-    /// `NoSchedule` or `NoExecute` taint the workloads' `tolerations` do not tolerate (an
-    /// interruption notice such as `karpenter.sh/disrupted`) takes no new pod of TunePlane's:
-    /// it counts as blocked, like a cordoned one.
+    /// The capacity snapshot at `now_ms`, CPU-only room computed with `share`. A node carrying
+    /// one of the `interruption_taints` (a spot reclaim or scale-down notice, such as
+    /// `karpenter.sh/disrupted`) takes no new pod of TunePlane's: it counts as blocked, like a
+    /// cordoned one (other taints are the scheduler's to judge).
     pub fn capacity(
         &self,
         now_ms: i64,
         share: GpuShare,
-        tolerations: &[tuneplane_core::render::Toleration],
+        interruption_taints: &[String],
     ) -> CapacitySnapshot {
         let nodes: Vec<NodeInfo> = self
             .nodes
             .iter()
             .map(|n| {
                 let mut info = node_info(n);
-                info.cordoned |= untolerated_taint(n, tolerations);
+                info.cordoned |= has_taint(n, interruption_taints);
                 info
             })
             .collect();

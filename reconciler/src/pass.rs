@@ -296,7 +296,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
                 }),
         );
     }
-    let mut capacity = cluster.capacity(now, ctx.config.gpu_share, &ctx.config.render.tolerations);
+    let mut capacity = cluster.capacity(now, ctx.config.gpu_share, &ctx.config.interruption_taints);
     // What each tenant holds and waits for, beside the fleet (the API shows a tenant its own).
     capacity.tenants = tenant_usage(&active);
     ctx.metrics.set_tenants(&capacity.tenants);

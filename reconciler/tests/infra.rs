@@ -104,6 +104,8 @@ fn infra_manifests_render_with_kubectl_kustomize() {
         tuneplane_reconciler::config::ENV_METRICS_ADDR,
         tuneplane_reconciler::config::ENV_KUBE_QPS,
         tuneplane_reconciler::config::ENV_KUBE_BURST,
+        tuneplane_reconciler::config::ENV_API_URL,
+        tuneplane_reconciler::config::ENV_GRANT_KEY,
         "TUNEPLANE_TABLE",
         "TUNEPLANE_BUCKET",
         "TUNEPLANE_LOG_FORMAT",
