@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use stack_support::{
-    all_text, attempt_logs, checkpoint_steps, examples, resume_spec, resumed_step, stop,
+    all_text, attempt_logs, checkpoint_steps, examples, last_step, resume_spec, resumed_step, stop,
     submit_dir, wait_until,
 };
 use tuneplane::client::Api;
@@ -97,17 +97,7 @@ async fn a_job_that_loses_its_node_is_requeued_resumes_from_its_newest_checkpoin
         resumed >= newest_before,
         "resumed {resumed} < {newest_before}"
     );
-    let last_step_one: u64 = one
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("step ")?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .max()
-        .unwrap();
+    let last_step_one = last_step(&one);
     assert!(
         last_step_one - resumed <= 10,
         "lost {} steps (one interval is 10)",
@@ -293,17 +283,7 @@ async fn an_interrupted_job_saves_on_sigterm_and_the_next_attempt_starts_from_th
     // attempt was stopped); attempt 2 started at or after the last step attempt 1 printed, past
     // its last periodic checkpoint: nothing was lost.
     let one = all_text(&attempt_logs(&api, &job.id, 1).await);
-    let last_step: u64 = one
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("step ")?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .max()
-        .unwrap();
+    let last_step = last_step(&one);
     let last_periodic: u64 = one
         .lines()
         .filter_map(|l| l.strip_prefix("checkpoint at step ")?.trim().parse().ok())

@@ -69,6 +69,8 @@ pub struct Cluster {
     pods_by_name: Vec<u32>,
     pods_by_job: Vec<u32>,
     rayjobs_by_name: Vec<u32>,
+    // Nodes by name (the loss rules look up every running job's nodes each pass).
+    nodes_by_name: Vec<u32>,
 }
 
 pub(crate) fn ns_name(meta: &kube::core::ObjectMeta) -> (&str, &str) {
@@ -253,6 +255,7 @@ impl Cluster {
             ..Cluster::default()
         };
         c.pods_by_name = sorted_index(c.pods.len(), |i| Some(ns_name(&c.pods[i].metadata)));
+        c.nodes_by_name = sorted_index(c.nodes.len(), |i| Some(ns_name(&c.nodes[i].metadata)));
         c.pods_by_job = sorted_index(c.pods.len(), |i| ns_job(&c.pods[i]));
         c.rayjobs_by_name =
             sorted_index(c.rayjobs.len(), |i| Some(ns_name(&c.rayjobs[i].metadata)));
@@ -284,10 +287,11 @@ impl Cluster {
 
     /// The node named `name`, if the reflector holds it.
     pub fn node(&self, name: &str) -> Option<&Node> {
-        self.nodes
-            .iter()
-            .find(|n| n.metadata.name.as_deref() == Some(name))
-            .map(|n| n.as_ref())
+        // Nodes have no namespace: their key is ("", name).
+        let found = lookup(&self.nodes_by_name, ("", name), |i| {
+            Some(ns_name(&self.nodes[i].metadata))
+        });
+        found.first().map(|&i| self.nodes[i as usize].as_ref())
     }
 
     /// Why node `name` cannot take new pods (`cordoned`, `NotReady`, `gone`), or `None` if it can.

@@ -243,3 +243,17 @@ pub fn resumed_step(text: &str, attempt: u32) -> u64 {
         })
         .unwrap_or_else(|| panic!("attempt {attempt} did not resume: {text}"))
 }
+
+/// The last step `examples/resume` printed in its log `text`.
+pub fn last_step(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| {
+            l.strip_prefix("step ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .max()
+        .unwrap_or_else(|| panic!("no step printed: {text}"))
+}
