@@ -148,8 +148,30 @@ fn tenants(mut q: Vec<JobRecord>, tenants: usize) -> (Vec<JobRecord>, Vec<Tenant
     (q, quotas)
 }
 
+/// The CPU model and the load average, so that figures from different machines and spells can be
+/// told apart.
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned());
+    format!("{model}, load {load}")
+}
+
 fn main() {
-    println!("plan_admissions, one thread (median / best of the rounds):");
+    println!(
+        "plan_admissions, one thread (median / best of the rounds) on {}:",
+        machine()
+    );
     for (jobs, nodes, rounds, tenant_count) in [
         (3_200, 1_000, 21, 0),
         (10_000, 1_000, 21, 0),

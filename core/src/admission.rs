@@ -13,7 +13,9 @@
 //!    ([`Reservation`]) keep their planned nodes: their resources are taken first.
 //! 2. **CPU jobs and GPU nodes.** A CPU-only machine goes to CPU nodes first. On a GPU node it may
 //!    use only what the node's free GPUs do not keep ([`GpuShare`]: 4 CPUs and 32 GiB per free
-//!    GPU by default), so CPU work never makes free GPUs unusable.
+//!    GPU by default), so CPU work never makes free GPUs unusable, and only what is free there
+//!    now: a waiting CPU job reserves CPU nodes only, never a GPU node. A CPU job larger than
+//!    every CPU node waits for spare CPU on GPU nodes, where GPU jobs go first.
 //! 3. **Never fits.** A job that could not fit even the idle fleet (it shrank after the job was
 //!    accepted) waits with `NoMatchingNode` and holds nothing.
 //! 4. **Backfill with reservations.** A job that fits now on nodes nobody has reserved is
@@ -224,6 +226,9 @@ struct Planner<'c> {
     cur: Vec<Option<usize>>,
     /// Address of the pools `cur` was resolved for (asking again for the same job is free).
     cur_for: usize,
+    /// The idle sizes (CPUs, memory) of schedulable CPU nodes that no other one beats in both:
+    /// whether a CPU-only machine fits some CPU node at all.
+    cpu_node_sizes: Vec<(f64, f64)>,
     /// What jobs admitted in this pass (and admitted jobs not bound yet) hold: node, job, shape.
     /// The snapshot's own holders come from pods, which these do not have yet.
     pass_holders: Vec<(usize, String, Shape)>,
@@ -251,6 +256,7 @@ impl<'c> Planner<'c> {
             epoch: Cell::new(0),
             cur: Vec::new(),
             cur_for: 0,
+            cpu_node_sizes: Vec::new(),
             pass_holders: Vec::new(),
         };
         let max_gpus = capacity.nodes.iter().map(|n| n.gpus).max().unwrap_or(0) as usize;
@@ -298,6 +304,14 @@ impl<'c> Planner<'c> {
                 }
             });
             p.series_scope.push(s);
+            if n.gpus == 0 {
+                let size = (n.cpus.max(0.0), n.memory_gb.max(0.0));
+                let beats = |a: &(f64, f64), b: &(f64, f64)| a.0 >= b.0 && a.1 >= b.1;
+                if !p.cpu_node_sizes.iter().any(|o| beats(o, &size)) {
+                    p.cpu_node_sizes.retain(|o| !beats(&size, o));
+                    p.cpu_node_sizes.push(size);
+                }
+            }
             p.scopes[CPU_SCOPE].nodes.push(i);
             p.scopes[CPU_SCOPE].open += 1;
             if let Some(s) = s {
@@ -372,6 +386,14 @@ impl<'c> Planner<'c> {
         } else {
             *f
         }
+    }
+
+    /// Whether a CPU-only machine of `shape` fits some idle CPU node; if not, it can only use
+    /// spare CPU of GPU nodes.
+    fn fits_cpu_node(&self, shape: &Shape) -> bool {
+        self.cpu_node_sizes
+            .iter()
+            .any(|&(c, m)| c + EPS >= shape.cpus && m + EPS >= shape.memory_gb)
     }
 
     fn fits(&self, i: usize, f: &Free, shape: &Shape) -> bool {
@@ -834,8 +856,16 @@ impl<'c> Planner<'c> {
     }
 
     /// Reserves for `owner` the nodes `pools` would use once they drain: per pool, open nodes
-    /// whose idle size fits, closest to fitting now first. All or nothing.
+    /// whose idle size fits, closest to fitting now first. All or nothing. A CPU-only machine
+    /// reserves CPU nodes only: a reservation on a GPU node would keep its free GPUs from the GPU
+    /// jobs behind it while the CPU job waits for CPU that GPU jobs go first for.
     fn reserve(&mut self, pools: &[Pool], owner: usize) -> bool {
+        if pools
+            .iter()
+            .any(|p| p.series.is_none() && !self.fits_cpu_node(&Shape::of(p)))
+        {
+            return false;
+        }
         self.begin();
         let mut chosen_all: Vec<usize> = Vec::new();
         for (i, pool, shape) in largest_first(pools) {
@@ -860,6 +890,7 @@ impl<'c> Planner<'c> {
                 .copied()
                 .filter(|&n| {
                     self.reserved[n].is_none()
+                        && !(shape.cpu_only && self.gpu_node[n])
                         && !self.marked(n)
                         && self.fits(n, &self.idle[n], &shape)
                 })
@@ -875,14 +906,10 @@ impl<'c> Planner<'c> {
                 return false;
             }
             // Closest to fitting now: most free GPUs, then CPUs (as the machine sees them; negated
-            // CPUs sort in reverse); CPU-only machines keep to CPU nodes when they can.
+            // CPUs sort in reverse).
             let closest = best_nodes(candidates, pool.nodes as usize, |n| {
                 let r = self.room(n, &self.free[n], &shape);
-                (
-                    shape.cpu_only && self.gpu_node[n],
-                    std::cmp::Reverse(r.gpus),
-                    -r.cpus,
-                )
+                (false, std::cmp::Reverse(r.gpus), -r.cpus)
             });
             for n in closest {
                 self.mark(n);
@@ -1011,6 +1038,10 @@ fn describe(pool: &Pool) -> String {
     }
 }
 
+/// What the reason of a CPU-only job larger than every CPU node says.
+const SPILL: &str =
+    "no CPU node is that large, so it waits for spare CPU on GPU nodes, where GPU jobs go first";
+
 /// The reason and message of a job that is short of resources (not of reserved nodes).
 fn shortage(planner: &mut Planner, m: &Misfit) -> (PendingReason, String) {
     let p = m.pool;
@@ -1065,10 +1096,7 @@ fn shortage(planner: &mut Planner, m: &Misfit) -> (PendingReason, String) {
             } else {
                 (PendingReason::InsufficientMemory, 2, "memory")
             };
-            (
-                reason,
-                resource,
-                short.to_owned(),
+            let message = if planner.fits_cpu_node(&Shape::of(p)) {
                 format!(
                     "pool {}: needs {} node(s) with {}, {} available (GPU nodes keep {} CPUs and {} GiB per free GPU for GPU jobs)",
                     p.name,
@@ -1077,8 +1105,19 @@ fn shortage(planner: &mut Planner, m: &Misfit) -> (PendingReason, String) {
                     c.all,
                     trim(planner.share.cpus),
                     trim(planner.share.memory_gb)
-                ),
-            )
+                )
+            } else {
+                format!(
+                    "pool {}: needs {} node(s) with {}; {SPILL}; {} GPU node(s) have it free now beyond the {} CPUs and {} GiB each free GPU keeps",
+                    p.name,
+                    p.nodes,
+                    describe(p),
+                    c.all,
+                    trim(planner.share.cpus),
+                    trim(planner.share.memory_gb)
+                )
+            };
+            (reason, resource, short.to_owned(), message)
         }
     };
     let holders = planner.holders(scope, resource);
@@ -1104,6 +1143,7 @@ struct Round<'c, 'q> {
     planner: Planner<'c>,
     plan: AdmissionPlan<'q>,
     behind_messages: Vec<Option<Arc<str>>>,
+    spill_behind_messages: Vec<Option<Arc<str>>>,
     short_messages: HashMap<ShortKey<'q>, (PendingReason, Arc<str>)>,
 }
 
@@ -1171,18 +1211,33 @@ impl<'c, 'q> Round<'c, 'q> {
                 // One message per owner, cloned: a long queue behind one job formats it once.
                 let o = owner.or((!planner.owners.is_empty()).then_some(0));
                 let k = o.map_or(0, |o| o + 1);
-                if self.behind_messages.len() <= k {
-                    self.behind_messages.resize(k + 1, None);
+                let spill = match pools.as_slice() {
+                    [p] if p.series.is_none() => !planner.fits_cpu_node(&Shape::of(p)),
+                    _ => false,
+                };
+                let cache = if spill {
+                    &mut self.spill_behind_messages
+                } else {
+                    &mut self.behind_messages
+                };
+                if cache.len() <= k {
+                    cache.resize(k + 1, None);
                 }
-                let message = self.behind_messages[k]
+                let message = cache[k]
                     .get_or_insert_with(|| {
                         let who = o.map_or_else(
                             || "earlier jobs".to_owned(),
                             |o| format!("job {}", planner.owners[o]),
                         );
-                        Arc::from(format!(
-                            "waiting behind {who} (served first by priority, submission order or fair share), which holds the nodes this job would use until they drain"
-                        ))
+                        Arc::from(if spill {
+                            format!(
+                                "{SPILL}: the GPU nodes it would fit are held for {who} until they drain"
+                            )
+                        } else {
+                            format!(
+                                "waiting behind {who} (served first by priority, submission order or fair share), which holds the nodes this job would use until they drain"
+                            )
+                        })
                     })
                     .clone();
                 self.wait(job, PendingReason::QueuedBehindOthers, message);
@@ -1467,6 +1522,7 @@ pub fn plan_admissions<'q>(
             waiting: Vec::with_capacity(keys.len()),
         },
         behind_messages: Vec::new(),
+        spill_behind_messages: Vec::new(),
         short_messages: HashMap::new(),
     };
     let mut borrowers: Vec<(usize, &'q JobRecord)> = Vec::new();
@@ -2001,6 +2057,80 @@ mod tests {
             "{}",
             message(&plan, "spill-2")
         );
+    }
+
+    #[test]
+    fn cpu_jobs_larger_than_every_cpu_node_never_hold_gpu_nodes_from_a_gpu_job() {
+        // Issue 29's scenario on the sample fleet: two 32-CPU jobs fill the CPU nodes, six
+        // 90-CPU jobs spill onto the three h200 nodes (three run, three wait), then a job for
+        // 3 × 8 h200 GPUs comes.
+        let mut queue: Vec<JobRecord> = (0..2)
+            .map(|i| job(&format!("cpu32-{i}"), 0, i, vec![cpu_pool(32.0, 8.0)]))
+            .collect();
+        queue.extend(
+            (0..6).map(|i| job(&format!("cpu90-{i}"), 0, 10 + i, vec![cpu_pool(90.0, 8.0)])),
+        );
+        let mut cap = snapshot(sample_fleet());
+        let plan = plan_admissions(&queue, &cap, &[], &[]);
+        assert_eq!(
+            admitted(&plan),
+            ["cpu32-0", "cpu32-1", "cpu90-0", "cpu90-1", "cpu90-2"]
+        );
+        apply(&mut cap, &queue, &plan);
+        let left: Vec<JobRecord> = queue
+            .iter()
+            .filter(|j| !plan.admit.iter().any(|a| a.job_id == j.id))
+            .cloned()
+            .chain([job("h200-3x8", 0, 100, vec![gpu_pool("h200", 3, 8)])])
+            .collect();
+        let plan = plan_admissions(&left, &cap, &[], &[]);
+        assert_eq!(admitted(&plan), ["h200-3x8"], "{:?}", plan.waiting);
+        for id in ["cpu90-3", "cpu90-4", "cpu90-5"] {
+            assert_eq!(reason(&plan, id), Some(PendingReason::InsufficientCpu));
+            let m = message(&plan, id);
+            assert!(
+                m.contains("no CPU node is that large, so it waits for spare CPU on GPU nodes, where GPU jobs go first"),
+                "{m}"
+            );
+            // True of the snapshot the plan saw: no h200 node has 90 CPUs beyond its GPUs' share.
+            assert!(m.contains("0 GPU node(s) have it free now"), "{m}");
+        }
+        // And once the GPU job holds the nodes, the CPU jobs still wait for the same reason.
+        apply(&mut cap, &left, &plan);
+        let rest: Vec<JobRecord> = left.into_iter().filter(|j| j.id != "h200-3x8").collect();
+        let plan = plan_admissions(&rest, &cap, &[], &[]);
+        assert!(plan.admit.is_empty());
+        assert_eq!(
+            reason(&plan, "cpu90-3"),
+            Some(PendingReason::InsufficientCpu)
+        );
+    }
+
+    #[test]
+    fn a_cpu_job_that_fits_only_gpu_nodes_waits_for_their_reservation_without_making_one() {
+        // One h200 node reserved by a waiting GPU job: the big CPU job would fit it without the
+        // reservation, so it says whose the node is, and it reserves nothing itself.
+        let mut h = sized("h-0", Some("h200"), 8, 192.0, 2048.0);
+        h.gpus_used = 4;
+        let cap = snapshot(vec![h, sized("cpu-0", None, 0, 32.0, 128.0)]);
+        let queue = [
+            job("gpu8", 5, 1, vec![gpu_pool("h200", 1, 8)]),
+            job("cpu90", 0, 2, vec![cpu_pool(90.0, 8.0)]),
+            job("cpu30", 0, 3, vec![cpu_pool(30.0, 8.0)]),
+        ];
+        let plan = plan_admissions(&queue, &cap, &[], &[]);
+        assert_eq!(admitted(&plan), ["cpu30"], "{:?}", plan.waiting);
+        assert_eq!(nodes_of(&plan, "cpu30"), ["cpu-0"]);
+        assert_eq!(
+            reason(&plan, "cpu90"),
+            Some(PendingReason::QueuedBehindOthers)
+        );
+        let m = message(&plan, "cpu90");
+        assert!(
+            m.contains("spare CPU on GPU nodes, where GPU jobs go first"),
+            "{m}"
+        );
+        assert!(m.contains("held for job gpu8"), "{m}");
     }
 
     #[test]

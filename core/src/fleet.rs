@@ -203,10 +203,13 @@ pub struct CpuJobHost {
 }
 
 impl FleetShape {
-    /// Adds a node kind to [`FleetShape::cpu_job_hosts`], keeping only hosts no other one beats
-    /// in both CPU and memory.
+    /// Adds a node kind to [`FleetShape::cpu_job_hosts`], keeping only hosts no other one of the
+    /// same kind (CPU node or GPU node) beats in both CPU and memory: whether a CPU-only job fits
+    /// a CPU node at all decides how it waits (see `admission`), so a GPU node never hides one.
     pub fn add_cpu_job_host(&mut self, host: CpuJobHost) {
-        let beats = |a: &CpuJobHost, b: &CpuJobHost| a.cpus >= b.cpus && a.memory_gb >= b.memory_gb;
+        let beats = |a: &CpuJobHost, b: &CpuJobHost| {
+            a.gpu_node == b.gpu_node && a.cpus >= b.cpus && a.memory_gb >= b.memory_gb
+        };
         if host.cpus <= 0.0 || self.cpu_job_hosts.iter().any(|h| beats(h, &host)) {
             return;
         }
@@ -216,15 +219,29 @@ impl FleetShape {
             b.cpus
                 .total_cmp(&a.cpus)
                 .then(a.memory_gb.total_cmp(&b.memory_gb))
+                .then(a.gpu_node.cmp(&b.gpu_node))
         });
     }
 
     /// True if some idle node can host a CPU-only machine of this size.
     pub fn hosts_cpu_job(&self, cpus: f64, memory_gb: f64) -> bool {
-        const EPS: f64 = 1e-9;
+        self.cpu_job_hosts.iter().any(|h| h.hosts(cpus, memory_gb))
+    }
+
+    /// True if some idle CPU node (one without GPUs) can host a CPU-only machine of this size.
+    /// A machine that fits only GPU nodes runs on their spare CPU, after GPU jobs.
+    pub fn cpu_node_hosts_cpu_job(&self, cpus: f64, memory_gb: f64) -> bool {
         self.cpu_job_hosts
             .iter()
-            .any(|h| h.cpus + EPS >= cpus && h.memory_gb + EPS >= memory_gb)
+            .any(|h| !h.gpu_node && h.hosts(cpus, memory_gb))
+    }
+}
+
+impl CpuJobHost {
+    /// Whether this host fits a CPU-only machine of `cpus` and `memory_gb`.
+    pub fn hosts(&self, cpus: f64, memory_gb: f64) -> bool {
+        const EPS: f64 = 1e-9;
+        self.cpus + EPS >= cpus && self.memory_gb + EPS >= memory_gb
     }
 }
 

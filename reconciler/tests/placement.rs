@@ -160,6 +160,67 @@ async fn cpu_jobs_spilled_onto_gpu_nodes_leave_the_gpus_their_share() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_cpu_jobs_larger_than_every_cpu_node_never_keep_a_gpu_job_off_the_idle_gpus() {
+    let h = start(sim_config(SAMPLE, Duration::from_secs(600), None)).await;
+    let (_task, _ctx) = h.reconciler(test_config("r1")).await;
+    // Two 32-CPU jobs fill the CPU nodes; six of 90 CPUs spill onto the three h200 nodes, one
+    // each beside the 32 CPUs their 8 free GPUs keep (192 - 32 = 160), so three run, three wait.
+    let jobs: Vec<JobRecord> = (0..2)
+        .map(|i| cpu(&format!("cpu32-{i}"), 32.0, 8.0))
+        .chain((0..6).map(|i| cpu(&format!("cpu90-{i}"), 90.0, 8.0)))
+        .collect();
+    for j in &jobs {
+        h.submit(j).await;
+    }
+    for j in &jobs[..5] {
+        let r = wait_admitted(&h, 60, &j.id).await;
+        assert_eq!(bound_nodes(&h, j, 1).await, planned(&r));
+    }
+    let spare_cpu = |r: &JobRecord| {
+        r.pending.as_ref().is_some_and(|p| {
+            p.reason == PendingReason::InsufficientCpu
+                && p.message.contains(
+                    "no CPU node is that large, so it waits for spare CPU on GPU nodes, where GPU jobs go first",
+                )
+        })
+    };
+    for j in &jobs[5..] {
+        h.wait_job(30, &j.id, "waiting for spare CPU on GPU nodes", spare_cpu)
+            .await;
+    }
+    // 24 h200 GPUs are free and each h200 node has 102 free CPUs: the GPU job is admitted in
+    // the next pass, not behind the waiting CPU jobs (it would wait until they drain).
+    let gpu = full_h200("h200-3x8");
+    let submitted = std::time::Instant::now();
+    h.submit(&gpu).await;
+    let admitted = wait_admitted(&h, 30, &gpu.id).await;
+    eprintln!(
+        "h200-3x8 admitted {:.2} s after its submission, beside 3 waiting 90-CPU jobs",
+        submitted.elapsed().as_secs_f64()
+    );
+    let on: BTreeSet<String> = bound_nodes(&h, &gpu, 3).await.into_iter().collect();
+    assert_eq!(on, planned(&admitted).into_iter().collect::<BTreeSet<_>>());
+    assert_eq!(
+        on,
+        ["h200-0", "h200-1", "h200-2"]
+            .map(String::from)
+            .into_iter()
+            .collect()
+    );
+    // The CPU jobs still wait, and say why truly: no GPU node has 90 CPUs free now.
+    for j in &jobs[5..] {
+        let r = h.job(&j.id).await;
+        assert_eq!(r.state, JobState::Queued, "{}", j.id);
+        let p = r.pending.as_ref().unwrap();
+        assert!(spare_cpu(&r), "{}: {p:?}", j.id);
+        assert!(
+            p.message.contains("0 GPU node(s) have it free now"),
+            "{p:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planned_node_cordoned_before_its_pod_binds_is_named_and_the_deadline_applies() {
     // Admission plans the tainted node (it plans on capacity), the scheduler cannot bind, and then
     // the node is cordoned.

@@ -403,6 +403,34 @@ priority: high
     }
 
     #[test]
+    fn a_cpu_job_larger_than_every_cpu_node_is_accepted_with_a_note_that_it_runs_on_spare_gpu_node_cpu()
+     {
+        let notes = |text: &str| {
+            validate(text, Some(&fleet()), &Defaults::default())
+                .unwrap()
+                .notes
+        };
+        // 90 CPUs: no CPU node (32) fits, an idle h200 node does beyond its GPUs' share (160).
+        let big = notes(&with(CPU_JOB, "cpus: 2", "cpus: 90"));
+        assert_eq!(big.len(), 1, "{big:?}");
+        assert!(
+            big[0].contains(
+                "no CPU node fits 90 CPUs and 4 GiB (the largest has 32 CPUs and 128 GiB)"
+            ),
+            "{}",
+            big[0]
+        );
+        assert!(big[0].contains("where GPU jobs go first"), "{}", big[0]);
+        assert!(big[0].contains("reserves no GPU node"), "{}", big[0]);
+        // One that fits a CPU node gets no note; one that fits nothing is still an error.
+        assert!(notes(CPU_JOB).is_empty());
+        has(
+            &errors(&with(CPU_JOB, "cpus: 2", "cpus: 900")),
+            &["pools[0].cpus", "fits no node", "on a CPU node"],
+        );
+    }
+
+    #[test]
     fn cpu_only_rules_follow_the_design() {
         has(
             &errors(&with(CPU_JOB, "nodes: 1", "nodes: 2")),

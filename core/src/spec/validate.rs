@@ -182,6 +182,33 @@ pub struct Validated {
     pub notes: Vec<String>,
 }
 
+/// The note for a CPU-only job that no CPU node can host but a GPU node can: it runs only on the
+/// spare CPU of GPU nodes, which GPU jobs have first, so it may wait while GPUs are busy.
+fn spill_note(spec: &JobSpec, fleet: &FleetShape) -> Option<String> {
+    let [pool] = spec.pools.as_slice() else {
+        return None;
+    };
+    if pool.series.is_some()
+        || fleet.cpu_job_hosts.is_empty()
+        || !fleet.hosts_cpu_job(pool.cpus, pool.memory_gb)
+        || fleet.cpu_node_hosts_cpu_job(pool.cpus, pool.memory_gb)
+    {
+        return None;
+    }
+    let largest = fleet
+        .cpu_job_hosts
+        .iter()
+        .find(|h| !h.gpu_node)
+        .map_or_else(
+            || "the fleet has no CPU nodes".to_owned(),
+            |h| format!("the largest has {} CPUs and {} GiB", h.cpus, h.memory_gb),
+        );
+    Some(format!(
+        "pools[0]: no CPU node fits {} CPUs and {} GiB ({largest}), so this job runs on spare CPU of GPU nodes, where GPU jobs go first: it starts when a GPU node has that much free beyond what its free GPUs keep, and reserves no GPU node while it waits",
+        pool.cpus, pool.memory_gb
+    ))
+}
+
 /// Parses `text` (YAML or JSON) and validates it against every rule; with `fleet`, also rejects jobs
 /// that could never fit. Returns the authoritative spec or every problem at once.
 pub fn validate(
@@ -200,7 +227,10 @@ pub fn validate(
     let mut notes = Vec::new();
     if let Some(spec) = &spec {
         match fleet {
-            Some(fleet) => v.fit(spec, fleet),
+            Some(fleet) => {
+                v.fit(spec, fleet);
+                notes.extend(spill_note(spec, fleet));
+            }
             None => notes.push(
                 "fleet fit not checked: no capacity snapshot yet; the job may wait until capacity is known"
                     .to_string(),
