@@ -181,6 +181,10 @@ struct Scope {
     /// Per free-GPU count, how many open / all nodes of the scope have exactly that many.
     open_hist: Vec<u32>,
     all_hist: Vec<u32>,
+    /// Series scopes: the nodes with exactly `g` free GPUs, per `g`, so that a scan for machines
+    /// of `g` GPUs visits only nodes that have them (a nearly full series is not walked node by
+    /// node for every waiting job). Order within a bucket is the order nodes entered it.
+    by_free: Vec<Vec<usize>>,
     /// Nodes of the scope nobody reserved in this pass.
     open: u32,
     failed: [Vec<Failure>; 2],
@@ -205,6 +209,8 @@ struct Planner<'c> {
     capacity: &'c CapacitySnapshot,
     /// Index into `capacity.nodes` of each schedulable node.
     cap_index: Vec<usize>,
+    /// Position of each node of a series in its scope's `by_free` bucket.
+    slot: Vec<usize>,
     names: Vec<&'c str>,
     gpu_node: Vec<bool>,
     series_scope: Vec<Option<usize>>,
@@ -242,6 +248,7 @@ impl<'c> Planner<'c> {
         let mut p = Planner {
             capacity,
             cap_index: Vec::new(),
+            slot: Vec::new(),
             names: Vec::new(),
             gpu_node: Vec::new(),
             series_scope: Vec::new(),
@@ -264,6 +271,7 @@ impl<'c> Planner<'c> {
             nodes: Vec::new(),
             open_hist: vec![0; max_gpus + 1],
             all_hist: vec![0; max_gpus + 1],
+            by_free: vec![Vec::new(); max_gpus + 1],
             open: 0,
             failed: [Vec::new(), Vec::new()],
             failed_reserve: Vec::new(),
@@ -314,7 +322,11 @@ impl<'c> Planner<'c> {
             }
             p.scopes[CPU_SCOPE].nodes.push(i);
             p.scopes[CPU_SCOPE].open += 1;
+            p.slot.push(0);
             if let Some(s) = s {
+                let bucket = &mut p.scopes[s].by_free[free.gpus as usize];
+                p.slot[i] = bucket.len();
+                bucket.push(i);
                 p.scopes[s].nodes.push(i);
                 p.scopes[s].open += 1;
                 let g = free.gpus as usize;
@@ -435,6 +447,15 @@ impl<'c> Planner<'c> {
                 sc.open_hist[before as usize] -= 1;
                 sc.open_hist[after as usize] += 1;
             }
+            let from = &mut sc.by_free[before as usize];
+            let at = self.slot[i];
+            from.swap_remove(at);
+            if let Some(&moved) = from.get(at) {
+                self.slot[moved] = at;
+            }
+            let to = &mut sc.by_free[after as usize];
+            self.slot[i] = to.len();
+            to.push(i);
         }
     }
 
@@ -505,26 +526,45 @@ impl<'c> Planner<'c> {
         fitting: &mut Vec<usize>,
     ) -> Counts {
         let mut counts = Counts::default();
-        for &i in &self.scopes[scope].nodes {
+        let sc = &self.scopes[scope];
+        // Returns true once `limit` nodes fit.
+        let mut visit = |i: usize| -> bool {
             if (view == View::Open && self.reserved[i].is_some()) || self.marked(i) {
-                continue;
+                return false;
             }
             let r = self.room(i, &self.free[i], shape);
             if r.gpus < shape.gpus {
-                continue;
+                return false;
             }
             counts.gpus += 1;
             if r.cpus + EPS < shape.cpus {
-                continue;
+                return false;
             }
             counts.gpus_cpus += 1;
             if r.memory_gb + EPS < shape.memory_gb {
-                continue;
+                return false;
             }
             counts.all += 1;
             fitting.push(i);
-            if limit.is_some_and(|l| counts.all >= l) {
-                break;
+            limit.is_some_and(|l| counts.all >= l)
+        };
+        if scope == CPU_SCOPE {
+            // Every node, CPU nodes first.
+            for &i in &sc.nodes {
+                if visit(i) {
+                    break;
+                }
+            }
+        } else {
+            // A series only through the buckets of nodes with enough free GPUs: a nearly full
+            // series is not walked node by node for every waiting job.
+            let from = (shape.gpus as usize).min(sc.by_free.len());
+            'buckets: for bucket in &sc.by_free[from..] {
+                for &i in bucket {
+                    if visit(i) {
+                        break 'buckets;
+                    }
+                }
             }
         }
         counts
