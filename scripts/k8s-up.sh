@@ -13,7 +13,11 @@
 # stack's HTTPS blob endpoint (`tuneplane dev --blob-tls-cert`). --simulate pretends instead: pods meant to end run 3 s and exit 0, and the
 # bad-image example's image cannot be pulled. TUNEPLANE_K8S_AGENT_ARGS replaces the agent's options
 # (see `kubesim agent --help`). TUNEPLANE_K8S_AGENT_BIN runs a prebuilt node agent instead of building
-# the debug one; TUNEPLANE_K8S_KCM_ARGS adds options to kube-controller-manager (e.g. its API QPS).
+# the debug one; TUNEPLANE_K8S_KCM_ARGS adds options to kube-controller-manager (e.g. its API QPS),
+# TUNEPLANE_K8S_KUBERAY_ARGS to the KubeRay operator (e.g. --reconcile-concurrency),
+# TUNEPLANE_K8S_KUBERAY_DIR runs another KubeRay build (its bin/kuberay-operator and crds/), and
+# TUNEPLANE_K8S_AUDIT_USERS (comma-separated) names further users the audit log records beside the
+# reconciler's ServiceAccount (the Kueue comparison audits both controllers alike).
 # Components are built once per machine from the Go modules pinned in testenv/ (scripts/testenv-build.sh).
 # State, logs and kubeconfigs go to DIR (default .tuneplane-k8s/ in the checkout). Prints the admin
 # kubeconfig's path last. scripts/k8s-down.sh stops everything. Running it again restarts the cluster
@@ -32,7 +36,7 @@ while (($#)); do
     --no-fleet) FLEET=""; shift ;;
     --dir) DIR="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "k8s-up: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -55,7 +59,14 @@ mkdir -p "$DIR/pki" "$DIR/logs" "$DIR/run"
 
 BIN="$("$ROOT/scripts/testenv-build.sh" | tail -n 1)"
 CRDS="$(dirname "$BIN")/crds"
-say "binaries: $BIN"
+KUBERAY_BIN="$BIN/kuberay-operator"
+# Another KubeRay build (bin/kuberay-operator and crds/ in one folder), e.g. the Kueue comparison's.
+if [[ -n "${TUNEPLANE_K8S_KUBERAY_DIR:-}" ]]; then
+  KUBERAY_BIN="$TUNEPLANE_K8S_KUBERAY_DIR/bin/kuberay-operator"
+  CRDS="$TUNEPLANE_K8S_KUBERAY_DIR/crds"
+  [[ -x "$KUBERAY_BIN" && -d "$CRDS" ]] || die "TUNEPLANE_K8S_KUBERAY_DIR=$TUNEPLANE_K8S_KUBERAY_DIR has no bin/kuberay-operator and crds/"
+fi
+say "binaries: $BIN (KubeRay operator: $KUBERAY_BIN)"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ETCD_PORT=$(free_port); ETCD_PEER=$(free_port); KUBELET_PORT=$(free_port)
@@ -144,15 +155,20 @@ start etcd "$BIN/etcd" --name tuneplane --data-dir "$DIR/etcd" \
   --listen-metrics-urls ""
 wait_until etcd 60 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
-# Audit log of the reconciler's ServiceAccount only: which verbs on which resources it really uses
-# (the real-cluster tests compare them with infra/kustomize's RBAC).
-cat >"$DIR/run/audit-policy.yaml" <<'AUDIT'
+# Audit log of the reconciler's ServiceAccount (and of TUNEPLANE_K8S_AUDIT_USERS): which verbs on
+# which resources it really uses (the real-cluster tests compare them with infra/kustomize's RBAC).
+AUDIT_USERS='"system:serviceaccount:tuneplane-system:tuneplane-reconciler"'
+IFS=',' read -r -a extra_users <<<"${TUNEPLANE_K8S_AUDIT_USERS:-}"
+for u in "${extra_users[@]}"; do
+  if [[ -n "$u" ]]; then AUDIT_USERS="$AUDIT_USERS, \"$u\""; fi
+done
+cat >"$DIR/run/audit-policy.yaml" <<AUDIT
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
   - level: Metadata
-    users: ["system:serviceaccount:tuneplane-system:tuneplane-reconciler"]
+    users: [$AUDIT_USERS]
   - level: None
 AUDIT
 
@@ -201,9 +217,9 @@ done
 wait_until kube-apiserver 60 bash -c "curl -sf ${ADMIN[*]} https://127.0.0.1:$PORT/apis/ray.io/v1 | grep -q '\"rayjobs\"' && curl -sf ${ADMIN[*]} https://127.0.0.1:$PORT/apis/ray.io/v1 | grep -q '\"rayservices\"' && curl -sf ${ADMIN[*]} https://127.0.0.1:$PORT/apis/ray.io/v1 | grep -q '\"rayclusters\"'"
 
 say "starting the KubeRay operator (--use-kubernetes-proxy)"
-KUBECONFIG="$DIR/run/kuberay-operator.kubeconfig" start kuberay-operator "$BIN/kuberay-operator" \
+KUBECONFIG="$DIR/run/kuberay-operator.kubeconfig" start kuberay-operator "$KUBERAY_BIN" \
   --use-kubernetes-proxy --enable-leader-election=false --metrics-addr 0 --health-probe-bind-address 0 \
-  --log-stdout-encoder console
+  --log-stdout-encoder console ${TUNEPLANE_K8S_KUBERAY_ARGS:-}
 sleep 2
 alive kuberay-operator || { tail_log kuberay-operator; die "the KubeRay operator exited"; }
 

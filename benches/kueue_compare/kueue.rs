@@ -1,8 +1,13 @@
-//! Kueue's side: its CRDs and controller manager as its default install sets them up (internal
-//! certificate management, the shipped controller configuration, leader election), limited to the
-//! `batch/job` and `ray.io/rayjob` integrations; one ClusterQueue over the whole fleet with a
-//! ResourceFlavor per GPU series and quotas equal to the fleet; a LocalQueue per tenant namespace;
-//! Admission Fair Sharing between them.
+//! Kueue's side: its CRDs, its RBAC and its controller manager as its default install sets them up
+//! (internal certificate management, leader election, its own ServiceAccount `kueue-system/
+//! kueue-controller-manager` with the release's roles), limited to the `batch/job` and
+//! `ray.io/rayjob` integrations; one ClusterQueue over the whole fleet with a ResourceFlavor per GPU
+//! series and quotas equal to the fleet; a LocalQueue per tenant namespace; Admission Fair Sharing
+//! between them in the fairness run only.
+//!
+//! Two configurations ([`Variant`]): as shipped (`controller_manager_config.yaml` of the release:
+//! client QPS 50, burst 100, five workers for Jobs and Workloads, none named for RayJobs), and
+//! tuned as Kueue's documentation allows (see [`config`]).
 //!
 //! Kueue's webhooks are not registered with the API server (the harness creates jobs already
 //! suspended and labelled, which is what the mutating webhook would do), so the webhook
@@ -21,14 +26,16 @@ use serde_json::{Value, json};
 
 use crate::workload::Job;
 use crate::{
-    CONTROLLER_BURST, CONTROLLER_QPS, Controller, KEY_LABEL, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB,
-    NODES_PER_SERIES, Options, SERIES,
+    Controller, KEY_LABEL, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES_PER_SERIES, Options, SERIES,
+    Setup, Variant,
 };
 
 const NAMESPACE: &str = "kueue-system";
 const SECRET: &str = "kueue-webhook-server-cert";
 const SERVICE: &str = "kueue-webhook-service";
 const CLUSTER_QUEUE: &str = "fleet";
+/// The controller manager's ServiceAccount (the release's kustomize prefixes `controller-manager`).
+const SERVICE_ACCOUNT: &str = "kueue-controller-manager";
 /// Tenant namespaces, each with a LocalQueue of the same name.
 pub const TENANTS: [&str; 2] = ["team-a", "team-b"];
 /// The CRDs whose conversion webhook the rotator injects its CA into (as Kueue's kustomize does).
@@ -123,11 +130,54 @@ async fn install_crds(client: &kube::Client, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The controller configuration: Kueue's shipped `controller_manager_config.yaml`, with loopback
-/// addresses, only the two integrations used here, and Admission Fair Sharing. The on-demand
-/// visibility API is off: it is an aggregated API server that needs in-cluster credentials for
-/// delegated authentication, and admission does not use it.
-fn config(work: &Path, health: u16, metrics: u16, webhook: u16) -> String {
+/// Worker counts per kind, as `groupKindConcurrency` (controller-runtime's per-controller
+/// `MaxConcurrentReconciles`, keyed by `Kind.group`).
+fn concurrency(variant: Variant) -> &'static str {
+    match variant {
+        // The release's controller_manager_config.yaml: RayJob.ray.io is not named, so the RayJob
+        // reconciler runs one worker for every gang's create and unsuspend.
+        Variant::Shipped => {
+            "    Job.batch: 5
+    Pod: 5
+    Workload.kueue.x-k8s.io: 5
+    LocalQueue.kueue.x-k8s.io: 1
+    Cohort.kueue.x-k8s.io: 1
+    ClusterQueue.kueue.x-k8s.io: 1
+    ResourceFlavor.kueue.x-k8s.io: 1"
+        }
+        // Tuned: the job reconcilers this comparison uses (Job.batch, RayJob.ray.io) and the
+        // Workload reconciler get 50 workers each (controller.groupKindConcurrency in the
+        // Configuration API, https://kueue.sigs.k8s.io/docs/reference/kueue-config.v1beta2/;
+        // controller-runtime's config.Controller.GroupKindConcurrency); the queue objects keep one.
+        Variant::Tuned => {
+            "    Job.batch: 50
+    RayJob.ray.io: 50
+    Pod: 50
+    Workload.kueue.x-k8s.io: 50
+    LocalQueue.kueue.x-k8s.io: 1
+    Cohort.kueue.x-k8s.io: 1
+    ClusterQueue.kueue.x-k8s.io: 1
+    ResourceFlavor.kueue.x-k8s.io: 1"
+        }
+    }
+}
+
+/// The controller configuration: Kueue's shipped `controller_manager_config.yaml` (or its tuned
+/// form), with loopback addresses, only the two integrations used here, the setup's client limit
+/// (`clientConnection.qps/burst` in the Configuration API; shipped 50/100, tuned the sweep's QPS
+/// with twice that burst, as Kueue's own scalability runner raises them: `--qps=1000 --burst=2000`
+/// in the release's Makefile-test.mk), and Admission Fair Sharing only in the fairness run
+/// (`admissionFairSharing`, https://kueue.sigs.k8s.io/docs/concepts/admission_fair_sharing/): it
+/// orders workloads by usage, which the throughput runs do not need. The on-demand visibility API
+/// is off: it is an aggregated API server that needs in-cluster credentials for delegated
+/// authentication, and admission does not use it.
+fn config(work: &Path, ports: (u16, u16, u16), setup: Setup, fair: bool) -> String {
+    let (health, metrics, webhook) = ports;
+    let fair_sharing = if fair {
+        "admissionFairSharing:\n  usageHalfLifeTime: \"168h\"\n  usageSamplingInterval: \"5m\"\n"
+    } else {
+        ""
+    };
     format!(
         r#"apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -146,16 +196,10 @@ leaderElection:
   resourceNamespace: {NAMESPACE}
 controller:
   groupKindConcurrency:
-    Job.batch: 5
-    Pod: 5
-    Workload.kueue.x-k8s.io: 5
-    LocalQueue.kueue.x-k8s.io: 1
-    Cohort.kueue.x-k8s.io: 1
-    ClusterQueue.kueue.x-k8s.io: 1
-    ResourceFlavor.kueue.x-k8s.io: 1
+{workers}
 clientConnection:
-  qps: {CONTROLLER_QPS}
-  burst: {CONTROLLER_BURST}
+  qps: {qps}
+  burst: {burst}
 internalCertManagement:
   enable: true
   webhookServiceName: {SERVICE}
@@ -164,14 +208,110 @@ integrations:
   frameworks:
   - "batch/job"
   - "ray.io/rayjob"
-admissionFairSharing:
-  usageHalfLifeTime: "168h"
-  usageSamplingInterval: "5m"
-featureGates:
+{fair_sharing}featureGates:
   VisibilityOnDemand: false
 "#,
-        certs = work.join("certs").display()
+        certs = work.join("certs").display(),
+        workers = concurrency(setup.variant),
+        qps = setup.qps,
+        burst = setup.burst(),
     )
+}
+
+/// Installs the release's RBAC for the controller manager (`rbac/` beside the build: the manager's
+/// ClusterRole and binding, its leader-election and Secret roles), with the names and namespace
+/// Kueue's kustomize gives them, and returns a kubeconfig that authenticates as its ServiceAccount
+/// (a TokenRequest token), as the manager's pod would.
+async fn service_account_kubeconfig(
+    client: &kube::Client,
+    o: &Options,
+    admin_kubeconfig: &Path,
+    work: &Path,
+) -> anyhow::Result<std::path::PathBuf> {
+    let rbac = o.kueue.join("rbac");
+    let mut files: Vec<_> = std::fs::read_dir(&rbac)
+        .with_context(|| {
+            format!(
+                "{}: no rbac folder (run scripts/kueue-build.sh)",
+                rbac.display()
+            )
+        })?
+        .collect::<Result<_, _>>()?;
+    files.sort_by_key(|e| e.path());
+    create(
+        client,
+        &resource("", "v1", "ServiceAccount", "serviceaccounts"),
+        Some(NAMESPACE),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}}),
+    )
+    .await?;
+    for entry in files {
+        let text = std::fs::read_to_string(entry.path())?;
+        for doc in text.split("\n---") {
+            let mut v: Value = match yaml_serde::from_str(doc) {
+                Ok(Value::Null) | Err(_) => continue,
+                Ok(v) => v,
+            };
+            let kind = v["kind"].as_str().unwrap_or_default().to_owned();
+            let (plural, namespaced) = match kind.as_str() {
+                "ClusterRole" => ("clusterroles", false),
+                "ClusterRoleBinding" => ("clusterrolebindings", false),
+                "Role" => ("roles", true),
+                "RoleBinding" => ("rolebindings", true),
+                _ => continue,
+            };
+            // kustomize: namePrefix kueue-, namespace kueue-system.
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            v["metadata"]["name"] = json!(format!("kueue-{name}"));
+            if namespaced {
+                v["metadata"]["namespace"] = json!(NAMESPACE);
+            }
+            if let Some(r) = v["roleRef"]["name"].as_str().map(str::to_owned) {
+                v["roleRef"]["name"] = json!(format!("kueue-{r}"));
+            }
+            if let Some(subjects) = v["subjects"].as_array_mut() {
+                for s in subjects {
+                    s["name"] = json!(SERVICE_ACCOUNT);
+                    s["namespace"] = json!(NAMESPACE);
+                }
+            }
+            let ar = resource("rbac.authorization.k8s.io", "v1", &kind, plural);
+            create(client, &ar, namespaced.then_some(NAMESPACE), v)
+                .await
+                .with_context(|| format!("creating {kind} kueue-{name}"))?;
+        }
+    }
+    // A token for the ServiceAccount, valid for the run.
+    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), NAMESPACE);
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 86400},
+        }))?;
+    let answer = sa
+        .create_token_request(SERVICE_ACCOUNT, &PostParams::default(), &request)
+        .await
+        .context("requesting a token for Kueue's ServiceAccount")?;
+    let token = answer
+        .status
+        .context("TokenRequest without a status")?
+        .token;
+    // The admin kubeconfig's cluster (server and CA), with the token as the user.
+    let mut kc: Value = yaml_serde::from_str(&std::fs::read_to_string(admin_kubeconfig)?)?;
+    kc["users"] = json!([{"name": SERVICE_ACCOUNT, "user": {"token": token}}]);
+    if let Some(contexts) = kc["contexts"].as_array_mut() {
+        for c in contexts {
+            c["context"]["user"] = json!(SERVICE_ACCOUNT);
+        }
+    }
+    let path = work.join("kueue.kubeconfig");
+    std::fs::write(&path, serde_json::to_string(&kc)?)?;
+    Ok(path)
 }
 
 /// Sets Kueue up on a fresh cluster, starts it, and creates the queues.
@@ -180,6 +320,8 @@ pub async fn start(
     client: &kube::Client,
     kubeconfig: &Path,
     work: &Path,
+    setup: Setup,
+    fair: bool,
 ) -> anyhow::Result<Controller> {
     install_crds(client, &o.kueue.join("crds")).await?;
     let v1 = |kind: &str, plural: &str| resource("", "v1", kind, plural);
@@ -214,12 +356,16 @@ pub async fn start(
         (free_port()?, free_port()?, free_port()?, free_port()?);
     std::fs::create_dir_all(work.join("certs"))?;
     let config_path = work.join("kueue-config.yaml");
-    std::fs::write(&config_path, config(work, health, metrics, webhook))?;
+    std::fs::write(
+        &config_path,
+        config(work, (health, metrics, webhook), setup, fair),
+    )?;
+    let as_sa = service_account_kubeconfig(client, o, kubeconfig, work).await?;
     let log = std::fs::File::create(work.join("kueue.log"))?;
     let mut child = Command::new(o.kueue.join("bin/kueue"))
         .arg(format!("--config={}", config_path.display()))
         .arg(format!("--visibility-server-port={visibility}"))
-        .env("KUBECONFIG", kubeconfig)
+        .env("KUBECONFIG", &as_sa)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -266,7 +412,7 @@ pub async fn start(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    create_queues(client).await?;
+    create_queues(client, fair).await?;
     Ok(Controller {
         pid: child.id(),
         child,
@@ -274,8 +420,9 @@ pub async fn start(
     })
 }
 
-/// ResourceFlavors per series, one ClusterQueue whose quotas equal the fleet, LocalQueues.
-async fn create_queues(client: &kube::Client) -> anyhow::Result<()> {
+/// ResourceFlavors per series, one ClusterQueue whose quotas equal the fleet (usage-based
+/// admission fair sharing in the fairness run), LocalQueues.
+async fn create_queues(client: &kube::Client, fair: bool) -> anyhow::Result<()> {
     let k = |kind: &str, plural: &str| resource("kueue.x-k8s.io", "v1beta2", kind, plural);
     let api_version = "kueue.x-k8s.io/v1beta2";
     let mut flavors = Vec::new();
@@ -296,15 +443,23 @@ async fn create_queues(client: &kube::Client) -> anyhow::Result<()> {
             {"name": "nvidia.com/gpu", "nominalQuota": (NODES_PER_SERIES * NODE_GPUS).to_string()},
         ]}));
     }
-    create(client, &k("ClusterQueue", "clusterqueues"), None, json!({
-        "apiVersion": api_version, "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE},
-        "spec": {
-            "namespaceSelector": {},
-            "queueingStrategy": "BestEffortFIFO",
-            "admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"},
-            "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": flavors}],
-        },
-    }))
+    let mut spec = json!({
+        "namespaceSelector": {},
+        "queueingStrategy": "BestEffortFIFO",
+        "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": flavors}],
+    });
+    if fair {
+        spec["admissionScope"] = json!({"admissionMode": "UsageBasedAdmissionFairSharing"});
+    }
+    create(
+        client,
+        &k("ClusterQueue", "clusterqueues"),
+        None,
+        json!({
+            "apiVersion": api_version, "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE},
+            "spec": spec,
+        }),
+    )
     .await?;
     for tenant in TENANTS {
         create(

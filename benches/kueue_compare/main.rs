@@ -2,18 +2,23 @@
 //! Kueue on the same control plane"). Run through `scripts/kueue-compare.sh`, which builds what it
 //! needs and passes the paths; `--help` lists the options.
 //!
-//! For every workload and each system in turn, the harness brings up a fresh control plane
-//! (`scripts/k8s-up.sh`: etcd, kube-apiserver, controller manager, scheduler, KubeRay operator and
-//! a fleet of fake GPU nodes played by `kubesim agent`), starts the system, submits the workload,
-//! watches the cluster until every job is admitted and every admitted pod is bound (or nothing has
-//! changed for a while), and records:
-//! - admissions per second and the time from submission to admission (p50/p99): TunePlane admits
-//!   a job when its RayJob or Pod appears, Kueue when it unsuspends the RayJob or Job; both are
-//!   seen by the same watch in this process;
-//! - the time until every admitted pod is bound (`spec.nodeName` set);
-//! - API requests per admitted job, from the API server's `apiserver_request_total`;
-//! - the controller process's CPU seconds and peak resident memory (`/proc`);
-//! - gang jobs left partially placed at the end.
+//! For every workload and each setup in turn (TunePlane, Kueue as shipped, Kueue tuned as its
+//! maintainers advise, each at a client QPS of the sweep), the harness brings up a fresh control
+//! plane (`scripts/k8s-up.sh`: etcd, kube-apiserver, controller manager, scheduler, KubeRay operator
+//! and a fleet of fake GPU nodes played by `kubesim agent`), starts the system, submits the
+//! workload, watches the cluster until every job is admitted and every admitted pod is bound (or
+//! nothing has changed for a while), and records:
+//! - admissions per second, and per job a timeline from the start of its submission: the system's
+//!   decision (TunePlane: the job record's admission; Kueue: its Workload's `QuotaReserved` and
+//!   `Admitted`), its workload able to run (TunePlane: the RayJob or Pod exists; Kueue: unsuspended),
+//!   its first pod bound and all its pods bound; medians and p95s of each;
+//! - API requests per admitted job: the controller's own (its ServiceAccount in the audit log, the
+//!   same policy for both) and everyone's (`apiserver_request_total`, node heartbeats left out);
+//!   the harness's own submissions are counted for neither;
+//! - the controller process's CPU time per admitted job and its peak resident memory (`/proc`);
+//! - gang jobs left partially placed at the end, and for a run that did not complete, why
+//!   (KubeRay's backlog, pending pods, Workload conditions);
+//! - every component's log, kept per run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // a benchmark: a panic is a failed run
 
@@ -43,13 +48,19 @@ pub const NODE_MEMORY_GB: u32 = 1024;
 /// The label both systems' workloads and pods carry: the harness's key of the job.
 pub const KEY_LABEL: &str = "benchkey";
 
-/// Client-side rate limit of both controllers: Kueue's shipped configuration
-/// (`clientConnection: {qps: 50, burst: 100}`), given to TunePlane as `TUNEPLANE_KUBE_QPS/BURST`.
-pub const CONTROLLER_QPS: u32 = 50;
-pub const CONTROLLER_BURST: u32 = 100;
-/// kube-controller-manager's rate limit in every run (its default, 20/30, would make the Job
-/// controller, not the systems compared, the bottleneck of Kueue's batch/Job path).
-pub const KCM_ARGS: &str = "--kube-api-qps=100 --kube-api-burst=200";
+/// Kueue's shipped client limit (`clientConnection: {qps: 50, burst: 100}`).
+pub const SHIPPED_QPS: u32 = 50;
+/// kube-controller-manager in every run, whichever system runs: its client limit (its default,
+/// 20/30, would make the Job controller, not the systems compared, the bottleneck of Kueue's
+/// batch/Job path) and the Job controller's workers (`--concurrent-job-syncs`, default 5).
+pub const KCM_ARGS: &str = "--kube-api-qps=200 --kube-api-burst=400 --concurrent-job-syncs=50";
+/// The KubeRay operator in every run (v1.5.0, `--kuberay`, the first release with a client-limit
+/// option): 20 reconcile workers instead of 1, client limit 500/1000 instead of its 100/200, so
+/// that the operator both systems' RayJobs share is not what limits either.
+pub const KUBERAY_ARGS: &str = "--reconcile-concurrency=20 --qps=500 --burst=1000";
+/// The controllers' ServiceAccounts, audited alike.
+pub const TUNEPLANE_USER: &str = "system:serviceaccount:tuneplane-system:tuneplane-reconciler";
+pub const KUEUE_USER: &str = "system:serviceaccount:kueue-system:kueue-controller-manager";
 /// Concurrent submitters of the harness.
 pub const SUBMITTERS: usize = 16;
 
@@ -60,14 +71,20 @@ kueue_compare: TunePlane and Kueue on one real control plane (see BENCHMARKS.md)
 
   --kueue DIR        Kueue build from scripts/kueue-build.sh (bin/kueue, crds/)
   --agent FILE       the node agent binary (kubesim, release build)
+  --kuberay DIR      the KubeRay operator build both systems run with (bin/kuberay-operator,
+                     crds/; scripts/kueue-build.sh prints it)
   --out DIR          results and cluster state (default target/kueue-compare)
-  --systems LIST     tuneplane,kueue (default both, in that order)
+  --systems LIST     tuneplane, kueue-shipped, kueue-tuned (kueue: both); default all three
+  --qps LIST         client QPS of the sweep, burst twice that (default 50,200,500); TunePlane and
+                     tuned Kueue run at each, shipped Kueue at its own 50 only
   --workloads LIST   small,gang,fair (default all three)
   --small N          jobs of the small workload (default 5000)
   --gang N           jobs of the gang workload (default 1000)
   --flood N          jobs of the flooding tenant in the fair workload (default 1000)
   --port PORT        the API server's port (default 16443)
-  --timeout SECS     longest a run may take once submission starts (default 240)
+  --timeout SECS     longest a run may take once submission starts (default 900)
+  --team-b-after SECS  the fair workload: team-b submits this long after team-a's first
+                     submission (default 5)
   --quiet SECS       with the fleet full, a run ends once every admitted pod is bound and
                      nothing was admitted for this long; it stops as stalled when nothing
                      was admitted, created or bound for this long (default 15)
@@ -78,8 +95,9 @@ pub struct Options {
     pub root: PathBuf,
     pub kueue: PathBuf,
     pub agent: PathBuf,
+    pub kuberay: PathBuf,
     pub out: PathBuf,
-    pub systems: Vec<System>,
+    pub setups: Vec<Setup>,
     pub workloads: Vec<Shape>,
     pub small: usize,
     pub gang: usize,
@@ -87,6 +105,74 @@ pub struct Options {
     pub port: u16,
     pub timeout: Duration,
     pub quiet: Duration,
+    pub team_b_after: Duration,
+}
+
+/// Kueue's configuration: as its release ships it, or tuned as its documentation advises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Shipped,
+    Tuned,
+}
+
+/// One system with one configuration and client limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setup {
+    pub system: System,
+    /// Kueue only (TunePlane has one configuration).
+    pub variant: Variant,
+    /// Client QPS of the controller; burst is twice that.
+    pub qps: u32,
+}
+
+impl Setup {
+    pub fn burst(self) -> u32 {
+        self.qps * 2
+    }
+
+    /// `tuneplane@200`, `kueue-shipped@50`, `kueue-tuned@500`.
+    pub fn name(self) -> String {
+        match (self.system, self.variant) {
+            (System::TunePlane, _) => format!("tuneplane@{}", self.qps),
+            (System::Kueue, Variant::Shipped) => format!("kueue-shipped@{}", self.qps),
+            (System::Kueue, Variant::Tuned) => format!("kueue-tuned@{}", self.qps),
+        }
+    }
+
+    /// A folder name for the setup's runs.
+    pub fn slug(self) -> String {
+        self.name().replace('@', "-q")
+    }
+}
+
+/// The setups of a sweep: at each QPS TunePlane and (if asked) tuned Kueue; shipped Kueue once,
+/// at its own limit, before them.
+fn setups(kinds: &[&str], qps: &[u32]) -> Vec<Setup> {
+    let mut out = Vec::new();
+    if kinds.contains(&"kueue-shipped") {
+        out.push(Setup {
+            system: System::Kueue,
+            variant: Variant::Shipped,
+            qps: SHIPPED_QPS,
+        });
+    }
+    for &q in qps {
+        if kinds.contains(&"tuneplane") {
+            out.push(Setup {
+                system: System::TunePlane,
+                variant: Variant::Tuned,
+                qps: q,
+            });
+        }
+        if kinds.contains(&"kueue-tuned") {
+            out.push(Setup {
+                system: System::Kueue,
+                variant: Variant::Tuned,
+                qps: q,
+            });
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,19 +195,25 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
     let mut o = Options {
         kueue: PathBuf::new(),
         agent: PathBuf::new(),
+        kuberay: PathBuf::new(),
         out: root.join("target/kueue-compare"),
         root,
-        systems: vec![System::TunePlane, System::Kueue],
+        setups: Vec::new(),
         workloads: vec![Shape::Small, Shape::Gang, Shape::Fair],
         small: 5000,
         gang: 1000,
         flood: 1000,
         port: 16443,
-        // The whole comparison (six runs and six fresh clusters) fits in 30 minutes on 2 cores with
-        // the build; a run cut by the time limit reports what it admitted by then.
-        timeout: Duration::from_secs(240),
+        // Long enough for every run to end by itself (complete or stalled); a run cut by the
+        // limit reports what it admitted by then and says so.
+        timeout: Duration::from_secs(900),
         quiet: Duration::from_secs(15),
+        team_b_after: Duration::from_secs(5),
     };
+    let mut kinds: Vec<String> = ["tuneplane", "kueue-shipped", "kueue-tuned"]
+        .map(String::from)
+        .to_vec();
+    let mut qps: Vec<u32> = vec![50, 200, 500];
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -137,14 +229,26 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
             "--bench" => {} // added by `cargo bench`
             "--kueue" => o.kueue = PathBuf::from(value(a)?),
             "--agent" => o.agent = PathBuf::from(value(a)?),
+            "--kuberay" => o.kuberay = PathBuf::from(value(a)?),
             "--out" => o.out = PathBuf::from(value(a)?),
             "--systems" => {
-                o.systems = value(a)?
+                kinds.clear();
+                for s in value(a)?.split(',') {
+                    match s {
+                        "tuneplane" | "kueue-shipped" | "kueue-tuned" => kinds.push(s.to_owned()),
+                        "kueue" => kinds.extend(["kueue-shipped".into(), "kueue-tuned".into()]),
+                        other => bail!(
+                            "--systems: unknown system {other:?} (tuneplane, kueue-shipped, kueue-tuned, kueue)"
+                        ),
+                    }
+                }
+            }
+            "--qps" => {
+                qps = value(a)?
                     .split(',')
-                    .map(|s| match s {
-                        "tuneplane" => Ok(System::TunePlane),
-                        "kueue" => Ok(System::Kueue),
-                        other => bail!("--systems: unknown system {other:?} (tuneplane, kueue)"),
+                    .map(|q| match q.parse::<u32>() {
+                        Ok(n) if (1..=10_000).contains(&n) => Ok(n),
+                        _ => bail!("--qps: {q:?} is not a whole number from 1 to 10000"),
                     })
                     .collect::<anyhow::Result<_>>()?;
             }
@@ -167,6 +271,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
             "--port" => o.port = number(a, value(a)?)? as u16,
             "--timeout" => o.timeout = Duration::from_secs(number(a, value(a)?)? as u64),
             "--quiet" => o.quiet = Duration::from_secs(number(a, value(a)?)? as u64),
+            "--team-b-after" => o.team_b_after = Duration::from_secs(number(a, value(a)?)? as u64),
             "-h" | "--help" => {
                 print!("{HELP}");
                 std::process::exit(0);
@@ -174,10 +279,21 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
             other => bail!("unknown argument {other:?} (see --help)"),
         }
     }
+    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+    o.setups = setups(&kinds, &qps);
+    if o.setups.is_empty() {
+        bail!("--systems/--qps leave nothing to run");
+    }
     if !o.kueue.join("bin/kueue").is_file() {
         bail!(
             "--kueue {}: no bin/kueue there (scripts/kueue-build.sh prints the folder)",
             o.kueue.display()
+        );
+    }
+    if !o.kuberay.join("bin/kuberay-operator").is_file() || !o.kuberay.join("crds").is_dir() {
+        bail!(
+            "--kuberay {}: no bin/kuberay-operator and crds/ there (scripts/kueue-build.sh prints the folder)",
+            o.kuberay.display()
         );
     }
     if !o.agent.is_file() {
@@ -213,6 +329,9 @@ fn cluster_up(o: &Options, fleet: &Path) -> anyhow::Result<PathBuf> {
         // Pods run until deleted: the runs measure admission and binding, not completion.
         .env("TUNEPLANE_K8S_AGENT_ARGS", "--simulate --start-seconds 0.2")
         .env("TUNEPLANE_K8S_KCM_ARGS", KCM_ARGS)
+        .env("TUNEPLANE_K8S_KUBERAY_ARGS", KUBERAY_ARGS)
+        .env("TUNEPLANE_K8S_KUBERAY_DIR", &o.kuberay)
+        .env("TUNEPLANE_K8S_AUDIT_USERS", KUEUE_USER)
         .stderr(std::process::Stdio::inherit())
         .output()
         .context("running scripts/k8s-up.sh")?;
@@ -272,60 +391,107 @@ async fn wait_nodes(client: &kube::Client, want: usize) -> anyhow::Result<()> {
     }
 }
 
-/// One system on one workload, from a fresh control plane.
-async fn run_one(o: &Options, fleet: &Path, system: System, shape: Shape) -> anyhow::Result<Value> {
+/// One setup on one workload, from a fresh control plane.
+async fn run_one(o: &Options, fleet: &Path, setup: Setup, shape: Shape) -> anyhow::Result<Value> {
     eprintln!(
         "[kueue-compare] === {} / {} ===",
-        system.name(),
+        setup.name(),
         shape.name()
     );
     let kubeconfig = cluster_up(o, fleet)?;
     let client = kube_client(&kubeconfig).await?;
     let fleet_nodes = SERIES.len() * NODES_PER_SERIES as usize;
     wait_nodes(&client, fleet_nodes).await?;
-    let work = o.out.join(format!("{}-{}", system.name(), shape.name()));
+    let work = o.out.join(format!("{}-{}", setup.slug(), shape.name()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
 
     let workload = Workload::new(shape, o);
-    let mut controller = match system {
-        System::TunePlane => tuneplane_side::start(&kubeconfig, &work, fleet_nodes).await?,
-        System::Kueue => kueue::start(o, &client, &kubeconfig, &work).await?,
+    let mut controller = match setup.system {
+        System::TunePlane => tuneplane_side::start(&kubeconfig, &work, fleet_nodes, setup).await?,
+        System::Kueue => {
+            kueue::start(o, &client, &kubeconfig, &work, setup, shape == Shape::Fair).await?
+        }
     };
     eprintln!(
         "[kueue-compare] {} ready (pid {}); submitting {} job(s)",
-        system.name(),
+        setup.name(),
         controller.pid,
         workload.jobs.len()
     );
 
-    let observer = Observer::start(client.clone(), system).await?;
+    let observer = Observer::start(client.clone(), setup.system).await?;
+    let audit_log = o.out.join("cluster/logs/audit.log");
+    let audit_from = std::fs::metadata(&audit_log).map_or(0, |m| m.len());
     let requests_before = report::apiserver_requests(&client).await?;
     let cpu_before = report::cpu_seconds(controller.pid)?;
+    let load_before = report::load_average();
     let started = Instant::now();
+    let started_wall = std::time::SystemTime::now();
     let outcome = workload
         .run(&controller, &client, &observer, o, started)
         .await;
     let cpu_after = report::cpu_seconds(controller.pid)?;
     let peak_mib = report::peak_rss_mib(controller.pid)?;
     let requests_after = report::apiserver_requests(&client).await?;
+    let user = match setup.system {
+        System::TunePlane => TUNEPLANE_USER,
+        System::Kueue => KUEUE_USER,
+    };
+    let own = report::audit_requests(&audit_log, audit_from, user)?;
+    let diagnosis = match &outcome {
+        Ok(out) if out.end_reason != "complete" => {
+            report::diagnose(&client, setup.system, &observer.snapshot(), &workload).await
+        }
+        _ => Value::Null,
+    };
     observer.stop();
     controller.stop();
     cluster_down(o);
+    keep_logs(o, &work);
     let outcome = outcome?;
+    let decisions = match setup.system {
+        System::TunePlane => tuneplane_side::decisions(&work, started, started_wall).await?,
+        System::Kueue => observer.snapshot().quota_reserved.clone(),
+    };
 
     let figures = report::figures(
         &workload,
         &outcome,
         &observer.snapshot(),
+        &decisions,
         started,
         &report::RequestDelta::between(&requests_before, &requests_after),
+        &own,
         cpu_after - cpu_before,
         peak_mib,
     );
-    let result = json!({"system": system.name(), "workload": shape.name(), "figures": figures});
-    eprintln!("[kueue-compare] {}", result);
+    let result = json!({
+        "setup": setup.name(),
+        "system": setup.system.name(),
+        "qps": setup.qps,
+        "workload": shape.name(),
+        "load_average": {"before": load_before, "after": report::load_average()},
+        "figures": figures,
+        "diagnosis": diagnosis,
+        "logs": work.join("cluster-logs").display().to_string(),
+    });
+    eprintln!("[kueue-compare] {}", result["figures"]);
     Ok(result)
+}
+
+/// Moves the control plane's logs (every component's, the audit log among them) into the run's
+/// folder, so that the next bring-up does not overwrite them.
+fn keep_logs(o: &Options, work: &Path) {
+    let logs = o.out.join("cluster/logs");
+    let into = work.join("cluster-logs");
+    if let Err(e) = std::fs::rename(&logs, &into) {
+        eprintln!(
+            "[kueue-compare] warning: could not keep {} as {}: {e}",
+            logs.display(),
+            into.display()
+        );
+    }
 }
 
 /// A controller process started for a run.
@@ -366,13 +532,13 @@ fn main() -> anyhow::Result<()> {
     let begun = Instant::now();
     let mut results = Vec::new();
     for &shape in &o.workloads {
-        for &system in &o.systems {
-            let r = rt.block_on(run_one(&o, &fleet, system, shape));
+        for &setup in &o.setups {
+            let r = rt.block_on(run_one(&o, &fleet, setup, shape));
             match r {
                 Ok(v) => results.push(v),
                 Err(e) => {
                     cluster_down(&o);
-                    return Err(e.context(format!("{} / {}", system.name(), shape.name())));
+                    return Err(e.context(format!("{} / {}", setup.name(), shape.name())));
                 }
             }
         }

@@ -32,6 +32,10 @@ pub struct Snapshot {
     pub admitted: HashMap<String, Instant>,
     /// Kueue only: when the job's Workload appeared (it entered Kueue's queues).
     pub queued: HashMap<String, Instant>,
+    /// Kueue only: when the job's Workload was first seen with `QuotaReserved` True (Kueue's
+    /// scheduler decided) and with `Admitted` True (its admission checks passed).
+    pub quota_reserved: HashMap<String, Instant>,
+    pub kueue_admitted: HashMap<String, Instant>,
     /// By pod uid.
     pub pods: HashMap<String, PodSeen>,
     /// (namespace, workload name) to key, for submitter pods.
@@ -200,10 +204,21 @@ impl Observer {
                     else {
                         return;
                     };
+                    let is_true = |kind: &str| {
+                        wl.data["status"]["conditions"].as_array().is_some_and(|c| {
+                            c.iter().any(|c| c["type"] == kind && c["status"] == "True")
+                        })
+                    };
+                    let (reserved, admitted) = (is_true("QuotaReserved"), is_true("Admitted"));
+                    let now = Instant::now();
                     let mut s = state.lock().unwrap();
-                    s.queued
-                        .entry(owner.name.clone())
-                        .or_insert_with(Instant::now);
+                    s.queued.entry(owner.name.clone()).or_insert(now);
+                    if reserved {
+                        s.quota_reserved.entry(owner.name.clone()).or_insert(now);
+                    }
+                    if admitted {
+                        s.kueue_admitted.entry(owner.name.clone()).or_insert(now);
+                    }
                 }
             }));
         }

@@ -1,6 +1,8 @@
 //! Figures of a run, the API server's request counters, `/proc` readings, and the Markdown table.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, Seek};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -8,8 +10,8 @@ use serde_json::{Value, json};
 use crate::observe::Snapshot;
 use crate::workload::{Outcome, Shape, Workload};
 use crate::{
-    CONTROLLER_BURST, CONTROLLER_QPS, KCM_ARGS, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB,
-    NODES_PER_SERIES, Options, SERIES, SUBMITTERS,
+    KCM_ARGS, KUBERAY_ARGS, KUEUE_USER, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES_PER_SERIES,
+    Options, SERIES, SHIPPED_QPS, SUBMITTERS, System, TUNEPLANE_USER,
 };
 
 /// `apiserver_request_total` summed by (verb, resource).
@@ -83,6 +85,174 @@ impl RequestDelta {
     }
 }
 
+/// The controller's own requests during the run: the audit log's events of its user from byte
+/// `from` on (the same Metadata-level policy records both controllers' ServiceAccounts).
+pub struct OwnRequests {
+    pub total: f64,
+    pub writes: f64,
+    pub top: Vec<(String, f64)>,
+}
+
+pub fn audit_requests(path: &Path, from: u64, user: &str) -> anyhow::Result<OwnRequests> {
+    let mut file = std::fs::File::open(path)?;
+    file.seek(std::io::SeekFrom::Start(from))?;
+    let mut by_kind: BTreeMap<String, f64> = BTreeMap::new();
+    let (mut total, mut writes) = (0.0, 0.0);
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line?;
+        let Ok(ev) = serde_json::from_str::<Value>(&line) else {
+            continue; // a line cut by the copy: not a whole event
+        };
+        if ev["user"]["username"] != user || ev["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let verb = ev["verb"].as_str().unwrap_or_default();
+        let resource = ev["objectRef"]["resource"].as_str().unwrap_or("-");
+        total += 1.0;
+        if matches!(
+            verb,
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        ) {
+            writes += 1.0;
+        }
+        *by_kind.entry(format!("{verb} {resource}")).or_default() += 1.0;
+    }
+    let mut top: Vec<(String, f64)> = by_kind.into_iter().collect();
+    top.sort_by(|a, b| b.1.total_cmp(&a.1));
+    top.truncate(8);
+    Ok(OwnRequests { total, writes, top })
+}
+
+/// The one-minute load average, for the record of each run.
+pub fn load_average() -> Value {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .map_or(Value::Null, |v| json!(v))
+}
+
+/// Why a run did not complete: the state of what the systems and KubeRay were working on, from
+/// the API server at the end (RayJobs by deployment status, admitted RayJobs without a bound
+/// submitter, pods by phase and unbound ones, Kueue's Workloads by condition with the commonest
+/// reasons).
+pub async fn diagnose(
+    client: &kube::Client,
+    system: System,
+    snap: &Snapshot,
+    w: &Workload,
+) -> Value {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DynamicObject, ListParams};
+    let mut out = json!({});
+    let rayjobs: Api<DynamicObject> =
+        Api::all_with(client.clone(), &crate::kueue::rayjob_resource());
+    if let Ok(list) = rayjobs
+        .list(&ListParams::default().labels(crate::KEY_LABEL))
+        .await
+    {
+        let mut by_status: BTreeMap<String, u64> = BTreeMap::new();
+        for rj in &list.items {
+            let status = rj.data["status"]["jobDeploymentStatus"]
+                .as_str()
+                .unwrap_or("(none yet)");
+            let suspended = rj.data["spec"]["suspend"] == Value::Bool(true);
+            let key = if suspended {
+                format!("{status}, suspended")
+            } else {
+                status.to_owned()
+            };
+            *by_status.entry(key).or_default() += 1;
+        }
+        out["rayjobs_by_deployment_status"] = json!(by_status);
+    }
+    let bound = snap.bound_by_job();
+    let gang_keys: Vec<&crate::workload::Job> = w
+        .jobs
+        .iter()
+        .filter(|j| j.series.is_some() && snap.admitted_at(&j.key).is_some())
+        .collect();
+    // A gang whose machines are bound but whose submitter is not (or does not exist): KubeRay
+    // creates the submitter only once the Ray cluster is ready.
+    let without_submitter = gang_keys
+        .iter()
+        .filter(|j| {
+            bound.get(&j.key).is_some_and(|(times, machines)| {
+                *machines >= j.nodes as usize && times.len() <= *machines
+            })
+        })
+        .count();
+    out["admitted_gangs"] = json!(gang_keys.len());
+    out["admitted_gangs_with_machines_bound_but_no_bound_submitter"] = json!(without_submitter);
+    let pods: Api<Pod> = Api::all(client.clone());
+    if let Ok(list) = pods.list(&ListParams::default()).await {
+        let mut by_phase: BTreeMap<String, u64> = BTreeMap::new();
+        let mut unbound = 0u64;
+        for p in &list.items {
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            *by_phase.entry(phase).or_default() += 1;
+            if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
+                unbound += 1;
+            }
+        }
+        out["pods_by_phase"] = json!(by_phase);
+        out["pods_unbound"] = json!(unbound);
+    }
+    if system == System::Kueue {
+        let workloads: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &kube::api::ApiResource::from_gvk_with_plural(
+                &kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "Workload"),
+                "workloads",
+            ),
+        );
+        if let Ok(list) = workloads.list(&ListParams::default()).await {
+            let mut states: BTreeMap<String, u64> = BTreeMap::new();
+            let mut reasons: HashMap<String, u64> = HashMap::new();
+            for wl in &list.items {
+                let conds = wl.data["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let is = |t: &str| {
+                    conds
+                        .iter()
+                        .any(|c| c["type"] == t && c["status"] == "True")
+                };
+                let state = if is("Admitted") {
+                    "Admitted"
+                } else if is("QuotaReserved") {
+                    "QuotaReserved, not Admitted"
+                } else {
+                    "pending"
+                };
+                *states.entry(state.to_owned()).or_default() += 1;
+                if state == "pending"
+                    && let Some(c) = conds.iter().find(|c| c["type"] == "QuotaReserved")
+                {
+                    let m = c["message"].as_str().unwrap_or_default();
+                    // The message names counts that differ per workload: keep its first clause.
+                    let m = m.split(',').next().unwrap_or(m);
+                    *reasons.entry(m.to_owned()).or_default() += 1;
+                }
+            }
+            let mut reasons: Vec<(String, u64)> = reasons.into_iter().collect();
+            reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
+            reasons.truncate(3);
+            out["workloads"] = json!(states);
+            out["pending_workload_reasons"] = json!(reasons);
+        }
+    }
+    out
+}
+
 /// User + system CPU seconds of a process so far.
 pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -129,12 +299,28 @@ fn percentile(sorted: &[f64], pending: usize, floor: f64, p: f64) -> Value {
     }
 }
 
+/// Median and p95 of `values` (seconds, rounded), or nulls when there are none.
+fn spread(mut values: Vec<f64>) -> Value {
+    if values.is_empty() {
+        return json!({"p50": null, "p95": null, "n": 0});
+    }
+    values.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        let i = ((values.len() as f64 - 1.0) * p).round() as usize;
+        (values[i] * 100.0).round() / 100.0
+    };
+    json!({"p50": at(0.5), "p95": at(0.95), "n": values.len()})
+}
+
+#[allow(clippy::too_many_arguments)] // one run's readings, each from its own source
 pub fn figures(
     w: &Workload,
     out: &Outcome,
     snap: &Snapshot,
+    decisions: &HashMap<String, Instant>,
     started: Instant,
     requests: &RequestDelta,
+    own: &OwnRequests,
     cpu: f64,
     peak_mib: f64,
 ) -> Value {
@@ -186,6 +372,38 @@ pub fn figures(
     };
     let floor = out.ended.saturating_sub(last_submit).as_secs_f64();
     let window = last_admission.saturating_sub(first_submit).as_secs_f64();
+    // Per job, from the start of its submission: the system's decision, Kueue's Admitted, the
+    // workload able to run, its first pod bound, all its pods bound.
+    let mut phases: [Vec<f64>; 5] = Default::default();
+    for (job, sub) in w.jobs.iter().zip(&out.submitted) {
+        let Some(sub) = sub else { continue };
+        let since = |t: Instant| rel(t).saturating_sub(*sub).as_secs_f64();
+        if let Some(t) = decisions.get(&job.key) {
+            phases[0].push(since(*t));
+        }
+        if let Some(t) = snap.kueue_admitted.get(&job.key) {
+            phases[1].push(since(*t));
+        }
+        if let Some(t) = snap.admitted_at(&job.key) {
+            phases[2].push(since(t));
+        }
+        if let Some((times, _)) = bound.get(&job.key)
+            && let Some(first) = times.iter().min()
+        {
+            phases[3].push(since(*first));
+        }
+        if let Some(t) = snap.all_bound_at(&bound, job) {
+            phases[4].push(since(t));
+        }
+    }
+    let [decided, kueue_admitted, workload, first_bound, all_bound] = phases;
+    let per_job = |v: f64| {
+        if admitted > 0 {
+            ((v / admitted as f64) * 100.0).round() / 100.0
+        } else {
+            0.0
+        }
+    };
     let mut f = json!({
         "jobs": w.jobs.len(),
         "refused": out.refused,
@@ -197,12 +415,24 @@ pub fn figures(
         "admission_p99_seconds": percentile(&latencies, pending, floor, 0.99),
         "admitted_jobs_fully_bound": fully_bound,
         "all_bound_seconds": (fully_bound == admitted && admitted > 0).then(|| secs(last_bound.saturating_sub(first_submit))),
+        "timeline_seconds": {
+            "decision": spread(decided),
+            "kueue_admitted": spread(kueue_admitted),
+            "workload": spread(workload),
+            "first_pod_bound": spread(first_bound),
+            "all_pods_bound": spread(all_bound),
+        },
+        "controller_requests": own.total,
+        "controller_requests_per_job": per_job(own.total),
+        "controller_writes_per_job": per_job(own.writes),
+        "controller_top_requests": own.top.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
         "api_requests": requests.total,
-        "api_requests_per_job": if admitted > 0 { ((requests.total / admitted as f64) * 10.0).round() / 10.0 } else { 0.0 },
-        "api_writes_per_job": if admitted > 0 { ((requests.writes / admitted as f64) * 10.0).round() / 10.0 } else { 0.0 },
+        "api_requests_per_job": per_job(requests.total),
+        "api_writes_per_job": per_job(requests.writes),
         "node_heartbeat_requests": requests.heartbeats,
         "top_requests": requests.top.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
         "controller_cpu_seconds": (cpu * 10.0).round() / 10.0,
+        "controller_cpu_ms_per_job": per_job(cpu * 1000.0),
         "controller_peak_rss_mib": peak_mib.round(),
         "partially_placed_gangs": partial,
         "run_seconds": secs(out.ended),
@@ -281,7 +511,7 @@ pub fn versions(o: &Options) -> Value {
         "tuneplane_commit": command_line("git", &["-C", &o.root.display().to_string(), "rev-parse", "--short", "HEAD"]),
         "kueue": module("kueue", "sigs.k8s.io/kueue"),
         "kubernetes": module("kube", "k8s.io/kubernetes"),
-        "kuberay": module("kuberay", "github.com/ray-project/kuberay/ray-operator"),
+        "kuberay": module("kuberay-compare", "github.com/ray-project/kuberay/ray-operator"),
         "etcd": module("etcd", "go.etcd.io/etcd/server/v3"),
         "go": command_line("go", &["env", "GOVERSION"]),
         "rustc": command_line("rustc", &["--version"]),
@@ -294,15 +524,20 @@ pub fn settings(o: &Options) -> Value {
         "node_agent": "kubesim agent, release build, --start-seconds 0.2, pods run until deleted, Leases every 10 s, heartbeats every 30 s",
         "kube_controller_manager": KCM_ARGS,
         "kube_scheduler": "defaults (client QPS 50, burst 100)",
-        "kuberay_operator": "defaults, --use-kubernetes-proxy",
-        "controller_client_limits": format!("qps {CONTROLLER_QPS}, burst {CONTROLLER_BURST} (Kueue's shipped configuration; TUNEPLANE_KUBE_QPS/BURST for TunePlane)"),
-        "tuneplane": "one-machine stack (API + embedded stores + reconciler) as `tuneplane dev --kubeconfig` runs it, reconciler as its ServiceAccount, pass interval 3 s plus watch events",
-        "kueue": "shipped controller_manager_config.yaml (leader election, groupKindConcurrency, internal cert management), integrations batch/job and ray.io/rayjob, VisibilityOnDemand off (needs in-cluster credentials), admin credentials, webhooks not registered (jobs created suspended), one ClusterQueue (BestEffortFIFO) with a ResourceFlavor per series and quotas equal to the fleet, Admission Fair Sharing (usageHalfLifeTime 168h, usageSamplingInterval 5m), LocalQueues team-a and team-b",
+        "kuberay_operator": format!("v1.5.0 (testenv/kuberay-compare), --use-kubernetes-proxy {KUBERAY_ARGS}"),
+        "identity": format!("each controller as its own ServiceAccount ({TUNEPLANE_USER}: infra/kustomize's RBAC; {KUEUE_USER}: the release's config/components/rbac), neither exempt from API Priority and Fairness; the harness submits as admin and its requests count for neither"),
+        "audit_policy": "Metadata level for both controllers' ServiceAccounts, nothing else",
+        "setups": o.setups.iter().map(|s| s.name()).collect::<Vec<_>>(),
+        "controller_client_limits": format!("qps Q, burst 2Q for the setup's Q; Kueue as shipped: qps {SHIPPED_QPS}, burst {}", SHIPPED_QPS * 2),
+        "tuneplane": "one-machine stack (API + embedded stores + reconciler) as `tuneplane dev --kubeconfig` runs it, reconciler as its ServiceAccount, pass interval 3 s plus watch events, TUNEPLANE_KUBE_QPS/BURST",
+        "kueue_shipped": "the release's controller_manager_config.yaml: groupKindConcurrency Job.batch 5, Pod 5, Workload 5 (RayJob.ray.io not named: 1 worker), clientConnection 50/100",
+        "kueue_tuned": "groupKindConcurrency Job.batch 50, RayJob.ray.io 50, Pod 50, Workload 50; clientConnection Q/2Q",
+        "kueue_common": "integrations batch/job and ray.io/rayjob, internal cert management, leader election, VisibilityOnDemand off (needs in-cluster credentials), webhooks not registered (jobs created suspended), one ClusterQueue (BestEffortFIFO) with a ResourceFlavor per series and quotas equal to the fleet, LocalQueues team-a and team-b; Admission Fair Sharing (usageHalfLifeTime 168h, usageSamplingInterval 5m) in the fair workload only",
         "submitters": SUBMITTERS,
         "workloads": {
             "small": format!("{} single-pod CPU jobs (1 CPU, 1 GiB): TunePlane Pod, Kueue batch/v1 Job", o.small),
             "gang": format!("{} RayJobs of 2-8 machines x 8 GPUs (32 CPUs, 256 GiB) on one series each", o.gang),
-            "fair": format!("team-a submits {} small jobs, then team-b one", o.flood),
+            "fair": format!("team-a submits {} small jobs; team-b one, {} s after team-a's first", o.flood, o.team_b_after.as_secs()),
         },
         "run_end": format!("complete: every job admitted with all pods bound, or (fleet full) every admitted job bound and no admission for {q} s; stalled: nothing admitted, created or bound for {q} s; timeout: {} s", o.timeout.as_secs(), q = o.quiet.as_secs()),
     })
@@ -323,64 +558,154 @@ fn ratio(a: &Value, b: &Value) -> String {
     }
 }
 
+/// A figure of a run by its path (`timeline_seconds.decision.p50`).
+fn at<'v>(figures: &'v Value, path: &str) -> &'v Value {
+    path.split('.').fold(figures, |v, k| &v[k])
+}
+
+/// One table per workload, a column per setup, then TunePlane's ratios to Kueue at each QPS.
 pub fn markdown(doc: &Value) -> String {
     let results = doc["results"].as_array().cloned().unwrap_or_default();
-    let find = |system: &str, workload: &str| {
-        results
-            .iter()
-            .find(|r| r["system"] == system && r["workload"] == workload)
-            .map(|r| r["figures"].clone())
-            .unwrap_or(Value::Null)
-    };
-    let rows: [(&str, &str); 10] = [
+    let rows: Vec<(&str, &str)> = vec![
         ("jobs admitted", "admitted"),
         ("admitted per second", "admitted_per_second"),
-        ("submission → admission p50 (s)", "admission_p50_seconds"),
-        ("submission → admission p99 (s)", "admission_p99_seconds"),
+        ("→ decision p50 / p95 (s)", "timeline_seconds.decision"),
+        (
+            "→ Kueue Admitted p50 / p95 (s)",
+            "timeline_seconds.kueue_admitted",
+        ),
+        (
+            "→ workload runnable p50 / p95 (s)",
+            "timeline_seconds.workload",
+        ),
+        (
+            "→ first pod bound p50 / p95 (s)",
+            "timeline_seconds.first_pod_bound",
+        ),
+        (
+            "→ all pods bound p50 / p95 (s)",
+            "timeline_seconds.all_pods_bound",
+        ),
         (
             "first submission → every admitted pod bound (s)",
             "all_bound_seconds",
         ),
-        ("API requests per admitted job", "api_requests_per_job"),
-        ("API writes per admitted job", "api_writes_per_job"),
-        ("controller CPU seconds", "controller_cpu_seconds"),
+        (
+            "controller's API requests per admitted job",
+            "controller_requests_per_job",
+        ),
+        ("all API requests per admitted job", "api_requests_per_job"),
+        (
+            "controller CPU ms per admitted job",
+            "controller_cpu_ms_per_job",
+        ),
         ("controller peak memory (MiB)", "controller_peak_rss_mib"),
         (
             "gangs partially placed at the end",
             "partially_placed_gangs",
         ),
     ];
+    let fair_rows = [
+        ("team-b's wait for admission (s)", "team_b_wait_seconds"),
+        ("team-a jobs admitted before it", "team_a_admitted_before_b"),
+        (
+            "team-b's job in Kueue's queue after (s)",
+            "team_b_queued_after_seconds",
+        ),
+    ];
+    let two = |v: &Value| {
+        if v.get("p50").is_some() {
+            format!("{} / {}", cell(&v["p50"]), cell(&v["p95"]))
+        } else {
+            cell(v)
+        }
+    };
     let mut md = String::new();
     for workload in ["small", "gang", "fair"] {
-        let (t, k) = (find("tuneplane", workload), find("kueue", workload));
-        if t.is_null() && k.is_null() {
+        let runs: Vec<&Value> = results
+            .iter()
+            .filter(|r| r["workload"] == workload)
+            .collect();
+        if runs.is_empty() {
             continue;
         }
-        md.push_str(&format!("\n#### Workload `{workload}`\n\n| | TunePlane | Kueue | TunePlane / Kueue |\n|---|---:|---:|---:|\n"));
-        let mut rows: Vec<(&str, &str)> = rows.to_vec();
+        md.push_str(&format!("\n#### Workload `{workload}`\n\n|"));
+        for r in &runs {
+            md.push_str(&format!(" | {}", cell(&r["setup"])));
+        }
+        md.push_str(" |\n|---|");
+        md.push_str(&"---:|".repeat(runs.len()));
+        md.push('\n');
+        let mut these = rows.clone();
         if workload == "fair" {
-            rows.push((
-                "team-b's wait for its first admission (s)",
-                "team_b_wait_seconds",
-            ));
-            rows.push(("team-a jobs admitted before it", "team_a_admitted_before_b"));
-            rows.push((
-                "team-b's job in Kueue's queue after (s)",
-                "team_b_queued_after_seconds",
+            these.extend(fair_rows);
+        }
+        these.push(("run ended by", "end"));
+        for (label, key) in &these {
+            md.push_str(&format!("| {label} |"));
+            for r in &runs {
+                md.push_str(&format!(" {} |", two(at(&r["figures"], key))));
+            }
+            md.push('\n');
+        }
+        md.push_str("| load average before / after |");
+        for r in &runs {
+            md.push_str(&format!(
+                " {} / {} |",
+                cell(&r["load_average"]["before"]),
+                cell(&r["load_average"]["after"])
             ));
         }
-        rows.push(("run ended by", "end"));
-        for (label, key) in rows {
-            md.push_str(&format!(
-                "| {label} | {} | {} | {} |\n",
-                cell(&t[key]),
-                cell(&k[key]),
-                if key == "end" {
-                    String::new()
-                } else {
-                    ratio(&t[key], &k[key])
-                }
-            ));
+        md.push('\n');
+        // TunePlane against Kueue at the same client limit (shipped Kueue at its own).
+        let pairs: Vec<(&Value, &Value)> = runs
+            .iter()
+            .filter(|r| r["system"] == "tuneplane")
+            .flat_map(|t| {
+                runs.iter()
+                    .filter(move |k| k["system"] == "kueue" && k["qps"] == t["qps"])
+                    .map(move |k| (*t, *k))
+            })
+            .collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        md.push_str("\n| TunePlane ÷ Kueue |");
+        for (t, k) in &pairs {
+            md.push_str(&format!(" {} ÷ {} |", cell(&t["setup"]), cell(&k["setup"])));
+        }
+        md.push_str("\n|---|");
+        md.push_str(&"---:|".repeat(pairs.len()));
+        md.push('\n');
+        let mut ratios: Vec<(&str, &str)> = vec![
+            ("admitted per second", "admitted_per_second"),
+            ("→ decision p50", "timeline_seconds.decision.p50"),
+            (
+                "→ all pods bound p50",
+                "timeline_seconds.all_pods_bound.p50",
+            ),
+            (
+                "controller's API requests per admitted job",
+                "controller_requests_per_job",
+            ),
+            ("all API requests per admitted job", "api_requests_per_job"),
+            (
+                "controller CPU ms per admitted job",
+                "controller_cpu_ms_per_job",
+            ),
+        ];
+        if workload == "fair" {
+            ratios.push(("team-b's wait", "team_b_wait_seconds"));
+        }
+        for (label, key) in ratios {
+            md.push_str(&format!("| {label} |"));
+            for (t, k) in &pairs {
+                md.push_str(&format!(
+                    " {} |",
+                    ratio(at(&t["figures"], key), at(&k["figures"], key))
+                ));
+            }
+            md.push('\n');
         }
     }
     md.push_str(&format!(

@@ -12,7 +12,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::workload::Job;
-use crate::{CONTROLLER_BURST, CONTROLLER_QPS, Controller, KEY_LABEL};
+use crate::{Controller, KEY_LABEL, Setup};
 
 /// First argument of the child process.
 pub const SERVE: &str = "serve-tuneplane";
@@ -92,14 +92,15 @@ pub async fn start(
     kubeconfig: &Path,
     work: &Path,
     fleet_nodes: usize,
+    setup: Setup,
 ) -> anyhow::Result<Controller> {
     let log = std::fs::File::create(work.join("tuneplane.log"))?;
     let mut child = Command::new(std::env::current_exe()?)
         .arg(SERVE)
         .arg(kubeconfig)
         .arg(work.join("stack"))
-        .env("TUNEPLANE_KUBE_QPS", CONTROLLER_QPS.to_string())
-        .env("TUNEPLANE_KUBE_BURST", CONTROLLER_BURST.to_string())
+        .env("TUNEPLANE_KUBE_QPS", setup.qps.to_string())
+        .env("TUNEPLANE_KUBE_BURST", setup.burst().to_string())
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
@@ -204,4 +205,37 @@ pub async fn submit(
         bail!("HTTP {status}: {text}");
     }
     Ok(())
+}
+
+/// TunePlane's decisions: when the reconciler admitted each job (the record's `admitted_at_ms`),
+/// by the job's key, read from the stack's job store once its process has ended. Wall-clock
+/// milliseconds become instants of this process through the run's start (`started` at
+/// `started_wall`): both processes read the same clock.
+pub async fn decisions(
+    work: &Path,
+    started: Instant,
+    started_wall: std::time::SystemTime,
+) -> anyhow::Result<std::collections::HashMap<String, Instant>> {
+    use tuneplane_core::store::JobStore;
+    let store = tuneplane_stores::embedded::EmbeddedJobStore::open(work.join("stack/jobs"))
+        .with_context(|| format!("opening the job store in {}", work.join("stack").display()))?;
+    let base_ms = started_wall
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    let mut out = std::collections::HashMap::new();
+    for job in store.list_active().await? {
+        let (Some(key), Some(at)) = (job.spec.labels.get(KEY_LABEL), job.admitted_at_ms) else {
+            continue;
+        };
+        let offset = at - base_ms;
+        let when = if offset >= 0 {
+            started + Duration::from_millis(offset as u64)
+        } else {
+            started
+                .checked_sub(Duration::from_millis(offset.unsigned_abs()))
+                .unwrap_or(started)
+        };
+        out.insert(key.clone(), when);
+    }
+    Ok(out)
 }

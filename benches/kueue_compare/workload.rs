@@ -14,7 +14,8 @@ pub enum Shape {
     Small,
     /// Gang jobs of 2-8 machines x 8 GPUs on one series: a RayJob in both.
     Gang,
-    /// Tenant `team-a` floods with small jobs, then `team-b` submits one.
+    /// Tenant `team-a` floods with small jobs; `team-b` submits one a fixed time after the flood
+    /// began (`--team-b-after`), while it goes on.
     Fair,
 }
 
@@ -96,7 +97,8 @@ impl Workload {
         Workload { shape, jobs }
     }
 
-    /// Submits every job (the fair workload's last one after the rest) and watches until done.
+    /// Submits every job (the fair workload's last one at its fixed offset) and watches until
+    /// done.
     pub async fn run(
         &self,
         controller: &Controller,
@@ -120,25 +122,30 @@ impl Workload {
                 first_error.get_or_insert_with(|| format!("{}: {e:#}", self.jobs[i].key));
             }
         };
-        let results: Vec<(usize, Duration, anyhow::Result<()>)> =
-            futures_util::stream::iter(flood.iter().enumerate())
-                .map(|(i, job)| {
-                    let s = submitter.clone();
-                    async move {
-                        let at = started.elapsed();
-                        (i, at, s.submit(job).await)
-                    }
-                })
-                .buffer_unordered(SUBMITTERS)
-                .collect()
-                .await;
-        for (i, at, r) in results {
+        let flooding = futures_util::stream::iter(flood.iter().enumerate())
+            .map(|(i, job)| {
+                let s = submitter.clone();
+                async move {
+                    let at = started.elapsed();
+                    (i, at, s.submit(job).await)
+                }
+            })
+            .buffer_unordered(SUBMITTERS)
+            .collect::<Vec<(usize, Duration, anyhow::Result<()>)>>();
+        // The late tenant: at a fixed offset from the flood's start, whatever the flood's pace
+        // (one rule for both systems).
+        let late = async {
+            let mut out = Vec::new();
+            for job in last {
+                tokio::time::sleep_until((started + o.team_b_after).into()).await;
+                let at = started.elapsed();
+                out.push((self.jobs.len() - 1, at, submitter.submit(job).await));
+            }
+            out
+        };
+        let (results, late) = tokio::join!(flooding, late);
+        for (i, at, r) in results.into_iter().chain(late) {
             record(i, at, r);
-        }
-        for job in last {
-            let at = started.elapsed();
-            let r = submitter.submit(job).await;
-            record(self.jobs.len() - 1, at, r);
         }
         let submit_done = started.elapsed();
         eprintln!(
