@@ -9,9 +9,14 @@
 //! client QPS 50, burst 100, five workers for Jobs and Workloads, none named for RayJobs), and
 //! tuned as Kueue's documentation allows (see [`config`]).
 //!
-//! Kueue's webhooks are not registered with the API server (the harness creates jobs already
+//! Kueue's job webhooks are not registered with the API server (the harness creates jobs already
 //! suspended and labelled, which is what the mutating webhook would do), so the webhook
-//! configurations the certificate rotator updates exist without webhooks in them.
+//! configurations the certificate rotator updates exist without webhooks in them. Tuned Kueue
+//! runs the bare-pod workloads (small, fair) through its `pod` integration instead, as TunePlane
+//! runs them as bare Pods: then its pod webhooks are registered with the API server (at
+//! 127.0.0.1, with a certificate the harness makes for that address, since the rotator's names a
+//! Service no resolver here reaches), and the harness creates plain Pods with the queue label,
+//! which Kueue gates until it admits them.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -79,8 +84,13 @@ async fn create(
     }
 }
 
-/// Installs Kueue's CRDs and waits until they are established.
-async fn install_crds(client: &kube::Client, dir: &Path) -> anyhow::Result<()> {
+/// Installs Kueue's CRDs and waits until they are established. With `webhook` (own-certificate
+/// mode: port and CA), conversion webhooks point at the manager's loopback address.
+async fn install_crds(
+    client: &kube::Client,
+    dir: &Path,
+    webhook: Option<(u16, &str)>,
+) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
     let mut files: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
@@ -94,10 +104,18 @@ async fn install_crds(client: &kube::Client, dir: &Path) -> anyhow::Result<()> {
             .unwrap_or_default()
             .to_string();
         if CONVERTED.contains(&name.as_str()) {
+            let client_config = match webhook {
+                None => {
+                    json!({"service": {"name": SERVICE, "namespace": NAMESPACE, "path": "/convert"}})
+                }
+                Some((port, ca)) => {
+                    json!({"url": format!("https://127.0.0.1:{port}/convert"), "caBundle": ca})
+                }
+            };
             v["spec"]["conversion"] = json!({
                 "strategy": "Webhook",
                 "webhook": {
-                    "clientConfig": {"service": {"name": SERVICE, "namespace": NAMESPACE, "path": "/convert"}},
+                    "clientConfig": client_config,
                     "conversionReviewVersions": ["v1"],
                 },
             });
@@ -171,7 +189,7 @@ fn concurrency(variant: Variant) -> &'static str {
 /// orders workloads by usage, which the throughput runs do not need. The on-demand visibility API
 /// is off: it is an aggregated API server that needs in-cluster credentials for delegated
 /// authentication, and admission does not use it.
-fn config(work: &Path, ports: (u16, u16, u16), setup: Setup, fair: bool) -> String {
+fn config(work: &Path, ports: (u16, u16, u16), setup: Setup, fair: bool, pods: bool) -> String {
     let (health, metrics, webhook) = ports;
     let fair_sharing = if fair {
         "admissionFairSharing:\n  usageHalfLifeTime: \"168h\"\n  usageSamplingInterval: \"5m\"\n"
@@ -201,21 +219,82 @@ clientConnection:
   qps: {qps}
   burst: {burst}
 internalCertManagement:
-  enable: true
+  enable: {rotate}
   webhookServiceName: {SERVICE}
   webhookSecretName: {SECRET}
 integrations:
   frameworks:
   - "batch/job"
   - "ray.io/rayjob"
-{fair_sharing}featureGates:
+{pod}{fair_sharing}featureGates:
   VisibilityOnDemand: false
 "#,
         certs = work.join("certs").display(),
         workers = concurrency(setup.variant),
+        rotate = !pods,
+        pod = if pods { "  - \"pod\"\n" } else { "" },
         qps = setup.qps,
         burst = setup.burst(),
     )
+}
+
+/// A self-signed certificate for the webhook server at 127.0.0.1 (and the Service name the
+/// rotator would use), written as `tls.crt`/`tls.key` into `certs`; returns the CA bundle (the
+/// certificate itself), base64.
+fn own_certificate(certs: &Path) -> anyhow::Result<String> {
+    std::fs::create_dir_all(certs)?;
+    let out = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .arg("-keyout")
+        .arg(certs.join("tls.key"))
+        .arg("-out")
+        .arg(certs.join("tls.crt"))
+        .args(["-subj", "/CN=kueue-webhook"])
+        .args([
+            "-addext",
+            &format!("subjectAltName=IP:127.0.0.1,DNS:{SERVICE}.{NAMESPACE}.svc"),
+        ])
+        .output()
+        .context("running openssl for the webhook certificate")?;
+    if !out.status.success() {
+        bail!(
+            "openssl could not make the webhook certificate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    use base64::Engine;
+    Ok(base64::engine::general_purpose::STANDARD.encode(std::fs::read(certs.join("tls.crt"))?))
+}
+
+/// Registers Kueue's pod webhooks (the release's `mpod.kb.io` and `vpod.kb.io`) for the tenant
+/// namespaces, at the manager's loopback address.
+async fn register_pod_webhooks(client: &kube::Client, port: u16, ca: &str) -> anyhow::Result<()> {
+    let adm =
+        |kind: &str, plural: &str| resource("admissionregistration.k8s.io", "v1", kind, plural);
+    let hook = |name: &str, path: &str, ops: &[&str]| {
+        json!({
+            "name": name,
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "namespaceSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": TENANTS},
+            ]},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ops, "resources": ["pods"]}],
+        })
+    };
+    create(client, &adm("MutatingWebhookConfiguration", "mutatingwebhookconfigurations"), None,
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+               "metadata": {"name": "kueue-pod-mutating"},
+               "webhooks": [hook("mpod.kb.io", "/mutate--v1-pod", &["CREATE"])]})).await?;
+    create(client, &adm("ValidatingWebhookConfiguration", "validatingwebhookconfigurations"), None,
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+               "metadata": {"name": "kueue-pod-validating"},
+               "webhooks": [hook("vpod.kb.io", "/validate--v1-pod", &["CREATE", "UPDATE"])]})).await?;
+    Ok(())
 }
 
 /// Installs the release's RBAC for the controller manager (`rbac/` beside the build: the manager's
@@ -322,8 +401,22 @@ pub async fn start(
     work: &Path,
     setup: Setup,
     fair: bool,
+    pods: bool,
 ) -> anyhow::Result<Controller> {
-    install_crds(client, &o.kueue.join("crds")).await?;
+    let (health, metrics, webhook, visibility) =
+        (free_port()?, free_port()?, free_port()?, free_port()?);
+    let certs = work.join("certs");
+    let own_ca = if pods {
+        Some(own_certificate(&certs)?)
+    } else {
+        None
+    };
+    install_crds(
+        client,
+        &o.kueue.join("crds"),
+        own_ca.as_deref().map(|ca| (webhook, ca)),
+    )
+    .await?;
     let v1 = |kind: &str, plural: &str| resource("", "v1", kind, plural);
     let ns = v1("Namespace", "namespaces");
     for name in [NAMESPACE].iter().chain(TENANTS.iter()) {
@@ -352,13 +445,11 @@ pub async fn start(
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
                "metadata": {"name": "kueue-mutating-webhook-configuration"}})).await?;
 
-    let (health, metrics, webhook, visibility) =
-        (free_port()?, free_port()?, free_port()?, free_port()?);
-    std::fs::create_dir_all(work.join("certs"))?;
+    std::fs::create_dir_all(&certs)?;
     let config_path = work.join("kueue-config.yaml");
     std::fs::write(
         &config_path,
-        config(work, (health, metrics, webhook), setup, fair),
+        config(work, (health, metrics, webhook), setup, fair, pods),
     )?;
     let as_sa = service_account_kubeconfig(client, o, kubeconfig, work).await?;
     let log = std::fs::File::create(work.join("kueue.log"))?;
@@ -375,8 +466,8 @@ pub async fn start(
     // the webhook server's certDir: here the harness copies them.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(client.clone(), NAMESPACE);
-    let certs = work.join("certs");
-    let mut mounted = false;
+    // With its own certificate the harness wrote it before the start.
+    let mut mounted = own_ca.is_some();
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -412,11 +503,15 @@ pub async fn start(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    if let Some(ca) = &own_ca {
+        register_pod_webhooks(client, webhook, ca).await?;
+    }
     create_queues(client, fair).await?;
     Ok(Controller {
         pid: child.id(),
         child,
         api: None,
+        kueue_pods: pods,
     })
 }
 
@@ -534,10 +629,23 @@ fn template(job: &Job, head: bool) -> Value {
     })
 }
 
-/// Creates the job as Kueue expects it: suspended, labelled with its LocalQueue.
-pub async fn submit(client: &kube::Client, job: &Job) -> anyhow::Result<()> {
+/// Creates the job as Kueue expects it: suspended, labelled with its LocalQueue; with `pods`
+/// (the pod integration), a CPU job as a plain Pod with the queue label, which Kueue's webhook
+/// gates until admission.
+pub async fn submit(client: &kube::Client, job: &Job, pods: bool) -> anyhow::Result<()> {
     let name = &job.key;
     match job.series {
+        None if pods => {
+            let mut pod = template(job, true);
+            pod["apiVersion"] = json!("v1");
+            pod["kind"] = json!("Pod");
+            pod["metadata"] = json!({"name": name, "namespace": job.tenant, "labels": labels(job)});
+            pod["spec"]["activeDeadlineSeconds"] = json!(7200);
+            let obj: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod)?;
+            let api: Api<k8s_openapi::api::core::v1::Pod> =
+                Api::namespaced(client.clone(), job.tenant);
+            api.create(&PostParams::default(), &obj).await?;
+        }
         None => {
             let obj: BatchJob = serde_json::from_value(json!({
                 "apiVersion": "batch/v1", "kind": "Job",

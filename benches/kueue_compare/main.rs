@@ -139,6 +139,12 @@ impl Setup {
         }
     }
 
+    /// Whether Kueue runs `shape` through its pod integration: tuned Kueue on the workloads
+    /// TunePlane runs as bare Pods (small, fair).
+    pub fn pods(self, shape: Shape) -> bool {
+        self.system == System::Kueue && self.variant == Variant::Tuned && shape != Shape::Gang
+    }
+
     /// A folder name for the setup's runs.
     pub fn slug(self) -> String {
         self.name().replace('@', "-q")
@@ -410,7 +416,17 @@ async fn run_one(o: &Options, fleet: &Path, setup: Setup, shape: Shape) -> anyho
     let mut controller = match setup.system {
         System::TunePlane => tuneplane_side::start(&kubeconfig, &work, fleet_nodes, setup).await?,
         System::Kueue => {
-            kueue::start(o, &client, &kubeconfig, &work, setup, shape == Shape::Fair).await?
+            let fair = shape == Shape::Fair;
+            kueue::start(
+                o,
+                &client,
+                &kubeconfig,
+                &work,
+                setup,
+                fair,
+                setup.pods(shape),
+            )
+            .await?
         }
     };
     eprintln!(
@@ -500,6 +516,8 @@ pub struct Controller {
     pub child: std::process::Child,
     /// TunePlane: API URL and the keys of tenants `default` and `team-b`.
     pub api: Option<tuneplane_side::ApiAccess>,
+    /// Kueue: CPU jobs go in as plain Pods (its pod integration).
+    pub kueue_pods: bool,
 }
 
 impl Controller {

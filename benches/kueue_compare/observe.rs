@@ -120,11 +120,19 @@ impl Observer {
                     .as_ref()
                     .and_then(|s| s.node_name.as_ref())
                     .is_some();
+                // Kueue's pod integration creates the Pod gated and admits it by lifting its gate.
+                let gated = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.scheduling_gates.as_ref())
+                    .is_some_and(|g| g.iter().any(|g| g.name == "kueue.x-k8s.io/admission"));
                 let mut s = state.lock().unwrap();
                 let now = Instant::now();
-                // A pod of the job exists: its workload was admitted (TunePlane's CPU jobs are
-                // their Pod; every other pod follows its workload).
+                // A pod of the job exists (and Kueue has lifted its admission gate, if it set one):
+                // its workload was admitted (TunePlane's CPU jobs are their Pod; every other pod
+                // follows its workload).
                 if let Some(k) = &key
+                    && !gated
                     && !s.admitted.contains_key(k)
                 {
                     s.admitted.insert(k.clone(), now);

@@ -146,6 +146,7 @@ pub async fn start(
         pid: child.id(),
         child,
         api: Some(api),
+        kueue_pods: false,
     })
 }
 

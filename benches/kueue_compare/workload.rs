@@ -217,6 +217,7 @@ enum Submitter {
     },
     Kueue {
         client: kube::Client,
+        pods: bool,
     },
 }
 
@@ -232,6 +233,7 @@ impl Submitter {
             },
             System::Kueue => Submitter::Kueue {
                 client: client.clone(),
+                pods: c.kueue_pods,
             },
         })
     }
@@ -241,7 +243,7 @@ impl Submitter {
             Submitter::TunePlane { http, api, code } => {
                 crate::tuneplane_side::submit(http, api, code, job).await
             }
-            Submitter::Kueue { client } => crate::kueue::submit(client, job).await,
+            Submitter::Kueue { client, pods } => crate::kueue::submit(client, job, *pods).await,
         }
     }
 }
