@@ -407,7 +407,21 @@ pub async fn start(
         (free_port()?, free_port()?, free_port()?, free_port()?);
     let certs = work.join("certs");
     let own_ca = if pods {
-        Some(own_certificate(&certs)?)
+        let ca = own_certificate(&certs)?;
+        // Without internal certificate management Kueue serves its metrics with certificates
+        // from a fixed path (cmd/kueue/main.go: /etc/kueue/metrics/certs), which a Deployment
+        // would mount: the harness puts the same certificate there.
+        let metrics_certs = Path::new("/etc/kueue/metrics/certs");
+        std::fs::create_dir_all(metrics_certs)
+            .and_then(|()| std::fs::copy(certs.join("tls.crt"), metrics_certs.join("tls.crt")))
+            .and_then(|_| std::fs::copy(certs.join("tls.key"), metrics_certs.join("tls.key")))
+            .with_context(|| {
+                format!(
+                    "writing Kueue's metrics certificates into {} (tuned Kueue's pod integration needs them there; run as root or pass --systems tuneplane,kueue-shipped)",
+                    metrics_certs.display()
+                )
+            })?;
+        Some(ca)
     } else {
         None
     };
