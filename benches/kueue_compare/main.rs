@@ -73,6 +73,9 @@ kueue_compare: TunePlane and Kueue on one real control plane (see BENCHMARKS.md)
   --agent FILE       the node agent binary (kubesim, release build)
   --kuberay DIR      the KubeRay operator build both systems run with (bin/kuberay-operator,
                      crds/; scripts/kueue-build.sh prints it)
+  --kuberay-args S   the operator's options (default: --reconcile-concurrency=20 --qps=500
+                     --burst=1000; an empty value for its own defaults, e.g. with the test
+                     tier's v1.4.0)
   --out DIR          results and cluster state (default target/kueue-compare)
   --systems LIST     tuneplane, kueue-shipped, kueue-tuned (kueue: both); default all three
   --qps LIST         client QPS of the sweep, burst twice that (default 50,200,500); TunePlane and
@@ -96,6 +99,7 @@ pub struct Options {
     pub kueue: PathBuf,
     pub agent: PathBuf,
     pub kuberay: PathBuf,
+    pub kuberay_args: String,
     pub out: PathBuf,
     pub setups: Vec<Setup>,
     pub workloads: Vec<Shape>,
@@ -202,6 +206,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
         kueue: PathBuf::new(),
         agent: PathBuf::new(),
         kuberay: PathBuf::new(),
+        kuberay_args: KUBERAY_ARGS.to_owned(),
         out: root.join("target/kueue-compare"),
         root,
         setups: Vec::new(),
@@ -236,6 +241,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
             "--kueue" => o.kueue = PathBuf::from(value(a)?),
             "--agent" => o.agent = PathBuf::from(value(a)?),
             "--kuberay" => o.kuberay = PathBuf::from(value(a)?),
+            "--kuberay-args" => o.kuberay_args = value(a)?,
             "--out" => o.out = PathBuf::from(value(a)?),
             "--systems" => {
                 kinds.clear();
@@ -335,7 +341,7 @@ fn cluster_up(o: &Options, fleet: &Path) -> anyhow::Result<PathBuf> {
         // Pods run until deleted: the runs measure admission and binding, not completion.
         .env("TUNEPLANE_K8S_AGENT_ARGS", "--simulate --start-seconds 0.2")
         .env("TUNEPLANE_K8S_KCM_ARGS", KCM_ARGS)
-        .env("TUNEPLANE_K8S_KUBERAY_ARGS", KUBERAY_ARGS)
+        .env("TUNEPLANE_K8S_KUBERAY_ARGS", &o.kuberay_args)
         .env("TUNEPLANE_K8S_KUBERAY_DIR", &o.kuberay)
         .env("TUNEPLANE_K8S_AUDIT_USERS", KUEUE_USER)
         .stderr(std::process::Stdio::inherit())

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use crate::observe::Snapshot;
 use crate::workload::{Outcome, Shape, Workload};
 use crate::{
-    KCM_ARGS, KUBERAY_ARGS, KUEUE_USER, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES_PER_SERIES,
-    Options, SERIES, SHIPPED_QPS, SUBMITTERS, System, TUNEPLANE_USER,
+    KCM_ARGS, KUEUE_USER, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES_PER_SERIES, Options, SERIES,
+    SHIPPED_QPS, SUBMITTERS, System, TUNEPLANE_USER,
 };
 
 /// `apiserver_request_total` summed by (verb, resource).
@@ -511,7 +511,7 @@ pub fn versions(o: &Options) -> Value {
         "tuneplane_commit": command_line("git", &["-C", &o.root.display().to_string(), "rev-parse", "--short", "HEAD"]),
         "kueue": module("kueue", "sigs.k8s.io/kueue"),
         "kubernetes": module("kube", "k8s.io/kubernetes"),
-        "kuberay": module("kuberay-compare", "github.com/ray-project/kuberay/ray-operator"),
+        "kuberay_compare_module": module("kuberay-compare", "github.com/ray-project/kuberay/ray-operator"),
         "etcd": module("etcd", "go.etcd.io/etcd/server/v3"),
         "go": command_line("go", &["env", "GOVERSION"]),
         "rustc": command_line("rustc", &["--version"]),
@@ -524,7 +524,7 @@ pub fn settings(o: &Options) -> Value {
         "node_agent": "kubesim agent, release build, --start-seconds 0.2, pods run until deleted, Leases every 10 s, heartbeats every 30 s",
         "kube_controller_manager": KCM_ARGS,
         "kube_scheduler": "defaults (client QPS 50, burst 100)",
-        "kuberay_operator": format!("v1.5.0 (testenv/kuberay-compare), --use-kubernetes-proxy {KUBERAY_ARGS}"),
+        "kuberay_operator": format!("{}, --use-kubernetes-proxy {}", o.kuberay.display(), o.kuberay_args),
         "identity": format!("each controller as its own ServiceAccount ({TUNEPLANE_USER}: infra/kustomize's RBAC; {KUEUE_USER}: the release's config/components/rbac), neither exempt from API Priority and Fairness; the harness submits as admin and its requests count for neither"),
         "audit_policy": "Metadata level for both controllers' ServiceAccounts, nothing else",
         "setups": o.setups.iter().map(|s| s.name()).collect::<Vec<_>>(),

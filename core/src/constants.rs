@@ -62,6 +62,10 @@ pub const RESERVED_DIR: &str = ".tuneplane";
 /// Label naming the pool a Ray pod belongs to.
 pub const POOL_LABEL: &str = "tuneplane.io/pool";
 
+/// Label of a CPU-only job's Pod (`pod`): the namespace's shared NetworkPolicy for single-pod jobs
+/// selects it.
+pub const WORKLOAD_LABEL: &str = "tuneplane.io/workload";
+
 /// Label holding the playground id on playground pods.
 pub const PLAYGROUND_LABEL: &str = "tuneplane.io/playground-id";
 

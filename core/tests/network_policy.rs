@@ -3,7 +3,8 @@
 //! `TUNEPLANE_NETPOL_EVAL`, which the test command sets): fake nodes enforce no policy, so the
 //! YAML alone proves nothing. The truth table: traffic to a job's pods is allowed from the job's
 //! own pods and its submitter on every port, from the operator, the reconciler and the API server
-//! on the dashboard gate only, and from nothing else — another tenant's job least of all.
+//! on the dashboard gate only, and from nothing else — another tenant's job least of all. A CPU-only
+//! job's Pod, under its namespace's shared policy, is reached by nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
@@ -11,9 +12,11 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-use tuneplane_core::constants::JOB_ID_LABEL;
+use tuneplane_core::constants::{JOB_ID_LABEL, MANAGED_BY, MANAGED_BY_LABEL, WORKLOAD_LABEL};
 use tuneplane_core::job::JobRecord;
-use tuneplane_core::render::network::{JOB_NAME_LABEL, NetworkSettings, render_network_policy};
+use tuneplane_core::render::network::{
+    JOB_NAME_LABEL, NetworkSettings, render_network_policy, render_single_pod_policy,
+};
 use tuneplane_core::render::rayjob::{GATE_PORT, RAY_DASHBOARD_PORT};
 use tuneplane_core::render::workload_name;
 use tuneplane_core::spec::{Defaults, validate};
@@ -138,6 +141,68 @@ fn only_the_jobs_own_pods_and_the_platform_reach_a_jobs_pods() {
     assert_eq!(verdicts, expected, "truth table:\n{table}");
 
     // The evaluator is not vacuous: without the policies, everything is allowed.
+    let open = evaluate(&[], &cases);
+    assert!(open.iter().all(|(_, allowed)| *allowed), "{open:?}");
+}
+
+/// The Pod of CPU-only job `id`, labelled as `render_pod` labels it.
+fn cpu_pod(id: &str, ip: &str) -> Value {
+    json!({"namespace": JOBS, "pod_labels": {JOB_ID_LABEL: id, MANAGED_BY_LABEL: MANAGED_BY, WORKLOAD_LABEL: "pod", "tuneplane.io/pool": "main"}, "ip": ip})
+}
+
+#[test]
+fn a_cpu_jobs_pod_is_reached_by_nothing_and_the_shared_policy_leaves_ray_jobs_as_they_were() {
+    let settings = NetworkSettings {
+        api_server_cidrs: vec![format!("{API_SERVER}/32")],
+        ..NetworkSettings::default()
+    };
+    let a = job("j-a", "acme");
+    let policies = [
+        render_single_pod_policy(JOBS),
+        render_network_policy(&a, &settings),
+    ];
+    // A Ray pod as the operator makes it: the platform's labels too, but not the Pod's.
+    let head = json!({"namespace": JOBS, "pod_labels": {JOB_ID_LABEL: "j-a", MANAGED_BY_LABEL: MANAGED_BY, "ray.io/node-type": "head"}, "ip": "10.244.0.9"});
+    let sources = [
+        ("A's head", head.clone()),
+        ("A's worker", ray_pod("j-a", "worker")),
+        ("another CPU job's pod", cpu_pod("j-d", "10.244.0.21")),
+        (
+            "the operator",
+            named(&settings.operator_namespace, "kuberay-operator"),
+        ),
+        (
+            "the reconciler",
+            named("tuneplane-system", "tuneplane-reconciler"),
+        ),
+        ("the API server", json!({"ip": API_SERVER})),
+        ("an outside address", json!({"ip": "198.51.100.7"})),
+    ];
+    let mut cases = Vec::new();
+    let mut expected = Vec::new();
+    for (source, peer) in &sources {
+        for (port_name, port) in [("gate", GATE_PORT), ("http", 8080), ("ssh", 22)] {
+            let name = format!("{source} -> C's pod:{port_name}");
+            cases.push(json!({"name": name, "port": port, "protocol": "TCP", "source": peer, "destination": cpu_pod("j-c", "10.244.0.20")}));
+            expected.push((name, false));
+        }
+    }
+    // The Ray job keeps its own table with the shared policy beside it.
+    for (source, peer, allowed) in [
+        ("A's worker", ray_pod("j-a", "worker"), true),
+        ("C's pod", cpu_pod("j-c", "10.244.0.20"), false),
+    ] {
+        let name = format!("{source} -> A's head:gcs");
+        cases.push(json!({"name": name, "port": 6379, "protocol": "TCP", "source": peer, "destination": head}));
+        expected.push((name, allowed));
+    }
+    let verdicts = evaluate(&policies, &cases);
+    let table: String = verdicts
+        .iter()
+        .map(|(n, a)| format!("{n}: {}\n", if *a { "allowed" } else { "denied" }))
+        .collect();
+    println!("{table}");
+    assert_eq!(verdicts, expected, "truth table:\n{table}");
     let open = evaluate(&[], &cases);
     assert!(open.iter().all(|(_, allowed)| *allowed), "{open:?}");
 }

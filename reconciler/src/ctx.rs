@@ -27,6 +27,9 @@ pub struct Ctx {
     pub seen_events: Mutex<HashMap<String, HashSet<String>>>,
     /// When this process last wrote each queued job's pending reason.
     pub pending_written: Mutex<HashMap<String, i64>>,
+    /// When this process last made sure each namespace has the shared NetworkPolicy of CPU-only
+    /// job Pods (`workload::ensure_single_pod_policy`).
+    pub single_pod_policies: Mutex<HashMap<String, std::time::Instant>>,
     /// Log archives of a job that failed on API server errors so far, as this process counted
     /// them (jobs with an active record also count them on it: `JobRecord::archive_failures`).
     pub archive_failures: Mutex<HashMap<String, u32>>,
@@ -71,6 +74,7 @@ impl Ctx {
             leadership,
             seen_events: Mutex::new(HashMap::new()),
             pending_written: Mutex::new(HashMap::new()),
+            single_pod_policies: Mutex::new(HashMap::new()),
             archive_failures: Mutex::new(HashMap::new()),
             published: Mutex::new(None),
         }

@@ -10,7 +10,9 @@ use kube::api::{Api, DeleteParams, PostParams};
 use tuneplane_core::capsule::storage_key;
 use tuneplane_core::constants::FIELD_MANAGER;
 use tuneplane_core::job::JobRecord;
-use tuneplane_core::render::network::{network_policy_name, render_network_policy};
+use tuneplane_core::render::network::{
+    SINGLE_POD_POLICY, network_policy_name, render_network_policy, render_single_pod_policy,
+};
 use tuneplane_core::render::rayjob::{auth_secret_name, render_auth_secret};
 use tuneplane_core::render::{
     CapsuleRef, grant_secret_name, job_workload_name, render_grant_secret, render_pod,
@@ -156,16 +158,60 @@ async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     )
 }
 
+/// How often a namespace's shared policy of CPU-only job Pods is made sure of again (one create,
+/// answered "already exists" when nobody removed it).
+const SINGLE_POD_POLICY_RECHECK: Duration = Duration::from_secs(600);
+
+/// Makes sure `namespace` has the NetworkPolicy all CPU-only job Pods share (refusing them every
+/// ingress) before such a Pod is created there: created once, then again at most every
+/// [`SINGLE_POD_POLICY_RECHECK`] in case someone removed it. A failed create leaves the namespace
+/// unchecked, so the Pod is not created and the next pass tries again.
+async fn ensure_single_pod_policy(ctx: &Ctx, namespace: &str) -> Result<()> {
+    let fresh = ctx
+        .single_pod_policies
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(namespace)
+        .is_some_and(|at| at.elapsed() < SINGLE_POD_POLICY_RECHECK);
+    if fresh {
+        return Ok(());
+    }
+    let typed: NetworkPolicy = serde_json::from_value(render_single_pod_policy(namespace))
+        .map_err(|source| Error::Convert {
+            job_id: format!("(namespace {namespace})"),
+            kind: "NetworkPolicy",
+            source,
+        })?;
+    let object = format!("{namespace}/{SINGLE_POD_POLICY}");
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), namespace);
+    let params = post_params();
+    created(
+        ctx.kube
+            .call("create networkpolicy", &object, || {
+                api.create(&params, &typed)
+            })
+            .await,
+    )?;
+    ctx.single_pod_policies
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(namespace.to_owned(), std::time::Instant::now());
+    Ok(())
+}
+
 /// Creates the job's RayJob or Pod unless it exists; returns its name. The job's NetworkPolicy
-/// and (for a RayJob) its token Secret are created first, so no pod of it ever starts unguarded
-/// or without its token.
+/// (a CPU-only job: its namespace's shared one) and (for a RayJob) its token Secret are created
+/// first, so no pod of it ever starts unguarded or without its token.
 pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
     let name = job_workload_name(job);
     let ns = job.spec.namespace.as_str();
     let value = render(ctx, job).await?;
     let object = format!("{ns}/{name}");
     let params = post_params();
-    create_network_policy(ctx, job).await?;
+    match job.spec.kind() {
+        WorkloadKind::RayJob => create_network_policy(ctx, job).await?,
+        WorkloadKind::Pod => ensure_single_pod_policy(ctx, ns).await?,
+    }
     create_grant_secret(ctx, job).await?;
     match job.spec.kind() {
         WorkloadKind::RayJob => {

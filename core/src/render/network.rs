@@ -1,16 +1,18 @@
-//! The NetworkPolicy of a job (docs/design.md §5): the job's pods accept traffic only from the
+//! The NetworkPolicy of a job (docs/design.md §5): a RayJob's pods accept traffic only from the
 //! job's own pods (Ray's head and workers talk on every port), its KubeRay submitter, and, on the
 //! head's dashboard gate only, the KubeRay operator, the reconciler and the API server (whose
 //! service proxy the operator reads the job's status through). Every other pod, another tenant's
-//! job among them, is refused on every port. Egress is not restricted (capsule downloads, package
-//! indexes, the user's own services).
+//! job among them, is refused on every port. A CPU-only job is one Pod with no peer and no server
+//! the platform reaches: one NetworkPolicy per namespace, shared by every such Pod, refuses all
+//! ingress to them (one object per namespace instead of one create and one delete per job).
+//! Egress is not restricted (capsule downloads, package indexes, the user's own services).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::rayjob::GATE_PORT;
 use super::{job_labels, job_workload_name, label_value};
-use crate::constants::JOB_ID_LABEL;
+use crate::constants::{JOB_ID_LABEL, MANAGED_BY, MANAGED_BY_LABEL, WORKLOAD_LABEL};
 use crate::job::JobRecord;
 
 /// Label the Job controller puts on its pods (KubeRay's submitter among them).
@@ -44,6 +46,29 @@ impl Default for NetworkSettings {
             api_server_cidrs: Vec::new(),
         }
     }
+}
+
+/// Name of the shared NetworkPolicy of a namespace's CPU-only job Pods.
+pub const SINGLE_POD_POLICY: &str = "tp-single-pod-jobs";
+
+/// The NetworkPolicy every CPU-only job's Pod in `namespace` shares: it selects TunePlane's Pods
+/// labelled `tuneplane.io/workload: pod` and admits no ingress at all (such a Pod has no peer;
+/// its logs come through the kubelet, not its network).
+pub fn render_single_pod_policy(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": SINGLE_POD_POLICY,
+            "namespace": namespace,
+            "labels": { MANAGED_BY_LABEL: MANAGED_BY },
+        },
+        "spec": {
+            "podSelector": {"matchLabels": { MANAGED_BY_LABEL: MANAGED_BY, WORKLOAD_LABEL: "pod" }},
+            "policyTypes": ["Ingress"],
+            "ingress": [],
+        },
+    })
 }
 
 /// Name of the NetworkPolicy of `job`'s current attempt (its workload's name).

@@ -12,7 +12,7 @@ use super::{
     termination_grace_seconds, tolerations,
 };
 use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
-use crate::constants::POOL_LABEL;
+use crate::constants::{POOL_LABEL, WORKLOAD_LABEL};
 use crate::job::JobRecord;
 use crate::spec::WorkloadKind;
 
@@ -46,6 +46,7 @@ pub fn render_pod(
     env.extend(grant_env(job, settings));
     let mut labels = job_labels(job);
     labels.insert(POOL_LABEL.into(), json!(pool.name));
+    labels.insert(WORKLOAD_LABEL.into(), json!("pod"));
     let mut annotations = job_annotations(job);
     annotations[ADMITTED_GPUS_ANNOTATION] = json!("0");
     let mut pod = json!({
