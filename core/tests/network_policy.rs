@@ -77,6 +77,20 @@ fn evaluate(policies: &[Value], cases: &[Value]) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// Asserts the evaluator's verdicts on `cases` under `policies` (printing the table), and that
+/// the evaluator is not vacuous: without the policies, everything is allowed.
+fn assert_truth_table(policies: &[Value], cases: &[Value], expected: &[(String, bool)]) {
+    let verdicts = evaluate(policies, cases);
+    let table: String = verdicts
+        .iter()
+        .map(|(n, a)| format!("{n}: {}\n", if *a { "allowed" } else { "denied" }))
+        .collect();
+    println!("{table}");
+    assert_eq!(verdicts, expected, "truth table:\n{table}");
+    let open = evaluate(&[], cases);
+    assert!(open.iter().all(|(_, allowed)| *allowed), "{open:?}");
+}
+
 #[test]
 fn only_the_jobs_own_pods_and_the_platform_reach_a_jobs_pods() {
     let settings = NetworkSettings {
@@ -132,17 +146,7 @@ fn only_the_jobs_own_pods_and_the_platform_reach_a_jobs_pods() {
             expected.push((name, allowed));
         }
     }
-    let verdicts = evaluate(&policies, &cases);
-    let table: String = verdicts
-        .iter()
-        .map(|(n, a)| format!("{n}: {}\n", if *a { "allowed" } else { "denied" }))
-        .collect();
-    println!("{table}");
-    assert_eq!(verdicts, expected, "truth table:\n{table}");
-
-    // The evaluator is not vacuous: without the policies, everything is allowed.
-    let open = evaluate(&[], &cases);
-    assert!(open.iter().all(|(_, allowed)| *allowed), "{open:?}");
+    assert_truth_table(&policies, &cases, &expected);
 }
 
 /// The Pod of CPU-only job `id`, labelled as `render_pod` labels it.
@@ -196,13 +200,5 @@ fn a_cpu_jobs_pod_is_reached_by_nothing_and_the_shared_policy_leaves_ray_jobs_as
         cases.push(json!({"name": name, "port": 6379, "protocol": "TCP", "source": peer, "destination": head}));
         expected.push((name, allowed));
     }
-    let verdicts = evaluate(&policies, &cases);
-    let table: String = verdicts
-        .iter()
-        .map(|(n, a)| format!("{n}: {}\n", if *a { "allowed" } else { "denied" }))
-        .collect();
-    println!("{table}");
-    assert_eq!(verdicts, expected, "truth table:\n{table}");
-    let open = evaluate(&[], &cases);
-    assert!(open.iter().all(|(_, allowed)| *allowed), "{open:?}");
+    assert_truth_table(&policies, &cases, &expected);
 }

@@ -137,17 +137,22 @@ async fn create_grant_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     )
 }
 
-/// Creates the job's NetworkPolicy unless it exists.
-async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
-    let ns = job.spec.namespace.as_str();
-    let value = render_network_policy(job, &ctx.config.render.network);
+/// Creates the NetworkPolicy `value` (named `name` in `namespace`, rendered for `whose`) unless
+/// it exists.
+async fn create_policy(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+    whose: String,
+    value: serde_json::Value,
+) -> Result<()> {
     let typed: NetworkPolicy = serde_json::from_value(value).map_err(|source| Error::Convert {
-        job_id: job.id.clone(),
+        job_id: whose,
         kind: "NetworkPolicy",
         source,
     })?;
-    let object = format!("{ns}/{}", network_policy_name(job));
-    let api: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), ns);
+    let object = format!("{namespace}/{name}");
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), namespace);
     let params = post_params();
     created(
         ctx.kube
@@ -156,6 +161,13 @@ async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
             })
             .await,
     )
+}
+
+/// Creates the job's NetworkPolicy unless it exists.
+async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
+    let value = render_network_policy(job, &ctx.config.render.network);
+    let name = network_policy_name(job);
+    create_policy(ctx, &job.spec.namespace, &name, job.id.clone(), value).await
 }
 
 /// How often a namespace's shared policy of CPU-only job Pods is made sure of again (one create,
@@ -176,22 +188,9 @@ async fn ensure_single_pod_policy(ctx: &Ctx, namespace: &str) -> Result<()> {
     if fresh {
         return Ok(());
     }
-    let typed: NetworkPolicy = serde_json::from_value(render_single_pod_policy(namespace))
-        .map_err(|source| Error::Convert {
-            job_id: format!("(namespace {namespace})"),
-            kind: "NetworkPolicy",
-            source,
-        })?;
-    let object = format!("{namespace}/{SINGLE_POD_POLICY}");
-    let api: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), namespace);
-    let params = post_params();
-    created(
-        ctx.kube
-            .call("create networkpolicy", &object, || {
-                api.create(&params, &typed)
-            })
-            .await,
-    )?;
+    let value = render_single_pod_policy(namespace);
+    let whose = format!("(namespace {namespace})");
+    create_policy(ctx, namespace, SINGLE_POD_POLICY, whose, value).await?;
     ctx.single_pod_policies
         .lock()
         .unwrap_or_else(|p| p.into_inner())
