@@ -554,6 +554,8 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let begun = Instant::now();
+    // Before the runs: the commit and versions are those of what runs, whatever changes meanwhile.
+    let versions = report::versions(&o);
     let mut results = Vec::new();
     for &shape in &o.workloads {
         for &setup in &o.setups {
@@ -569,7 +571,7 @@ fn main() -> anyhow::Result<()> {
     }
     let doc = json!({
         "machine": report::machine(),
-        "versions": report::versions(&o),
+        "versions": versions,
         "settings": report::settings(&o),
         "results": results,
         "elapsed_seconds": begun.elapsed().as_secs(),
