@@ -30,6 +30,10 @@ pub struct Ctx {
     /// When this process last made sure each namespace has the shared NetworkPolicy of CPU-only
     /// job Pods (`workload::ensure_single_pod_policy`).
     pub single_pod_policies: Mutex<HashMap<String, std::time::Instant>>,
+    /// Workloads this process created, and when: until the watch shows one (or
+    /// `workload::TRUST_OWN_CREATE` passes), a pass does not take its absence from the cluster
+    /// cache for a lost workload and create it again.
+    pub created_workloads: Mutex<HashMap<String, std::time::Instant>>,
     /// Log archives of a job that failed on API server errors so far, as this process counted
     /// them (jobs with an active record also count them on it: `JobRecord::archive_failures`).
     pub archive_failures: Mutex<HashMap<String, u32>>,
@@ -75,6 +79,7 @@ impl Ctx {
             seen_events: Mutex::new(HashMap::new()),
             pending_written: Mutex::new(HashMap::new()),
             single_pod_policies: Mutex::new(HashMap::new()),
+            created_workloads: Mutex::new(HashMap::new()),
             archive_failures: Mutex::new(HashMap::new()),
             published: Mutex::new(None),
         }

@@ -322,6 +322,10 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     match decide(job, &observed, now, cap_ms) {
         Step::Wait => {}
+        // Created by this process moments ago, not yet in the watch's cache: not lost.
+        Step::Create
+            if workload::recently_created(ctx, &tuneplane_core::render::job_workload_name(job)) => {
+        }
         Step::Create => {
             let name = workload::create(ctx, job).await?;
             if job.workload_name.is_none() {
