@@ -224,11 +224,13 @@ fn number<T: std::str::FromStr>(var: &'static str, raw: &str, what: &str) -> Res
 }
 
 impl Config {
-    /// Most admissions one pass makes: what the client's rate limit creates in one pass interval
-    /// (at least 10), so a pass never plans further ahead than it can act.
-    pub fn admissions_per_pass(&self) -> usize {
-        let per_interval = f64::from(self.kube_qps) * self.pass_interval.as_secs_f64();
-        (per_interval as usize).max(10)
+    /// The create requests one pass's admissions may spend: what the client's rate limit sends in
+    /// one pass interval, but at most one second's worth (at least 10), so a pass never plans
+    /// further ahead than it can act soon: a job that arrives meanwhile, another tenant's first
+    /// among them, waits at most about a second of creates before the pass that plans it.
+    pub fn requests_per_pass(&self) -> usize {
+        let secs = self.pass_interval.as_secs_f64().min(1.0);
+        ((f64::from(self.kube_qps) * secs) as usize).max(10)
     }
 
     /// Reads the process environment.
@@ -515,16 +517,17 @@ mod tests {
     }
 
     #[test]
-    fn a_pass_admits_what_its_rate_limit_creates_in_one_interval() {
+    fn a_pass_spends_what_its_rate_limit_sends_in_one_interval_at_most_a_second() {
         let c = |qps, ms| Config {
             kube_qps: qps,
             pass_interval: Duration::from_millis(ms),
             ..Config::default()
         };
-        assert_eq!(c(20, 3000).admissions_per_pass(), 60);
-        assert_eq!(c(50, 3000).admissions_per_pass(), 150);
-        assert_eq!(c(500, 100).admissions_per_pass(), 50);
-        assert_eq!(c(1, 100).admissions_per_pass(), 10, "never fewer than 10");
+        assert_eq!(c(20, 3000).requests_per_pass(), 20);
+        assert_eq!(c(50, 3000).requests_per_pass(), 50);
+        assert_eq!(c(500, 3000).requests_per_pass(), 500);
+        assert_eq!(c(500, 100).requests_per_pass(), 50);
+        assert_eq!(c(1, 100).requests_per_pass(), 10, "never fewer than 10");
     }
 
     fn parse(pairs: &[(&str, &str)]) -> Result<Config> {

@@ -376,20 +376,36 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             });
         }
     }
-    // The plan lists admissions in fair-share order. A pass creates the workloads of what it
-    // admits within the client's rate limit, so it admits about one pass interval's worth: a
-    // job that arrives meanwhile — another tenant's first among them — is planned at the next
-    // pass instead of waiting behind a creation backlog planned before it came. The rest stay
-    // QUEUED and are planned again.
-    let budget = ctx.config.admissions_per_pass();
-    if plan.admit.len() > budget {
-        report.deferred = plan.admit.len() - budget;
-        plan.admit.truncate(budget);
-    }
     // Plans name jobs by id: look them up once each (10,000 queued jobs made a scan per job
     // quadratic).
     let by_id: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.id.as_str(), j)).collect();
     let playground_ids: BTreeSet<&str> = active[jobs..].iter().map(|j| j.id.as_str()).collect();
+    // The plan lists admissions in fair-share order. A pass creates the workloads of what it
+    // admits within the client's rate limit, so it admits what about a second of creates makes
+    // (each admission counted by the objects it creates, `Config::requests_per_pass`): a job that
+    // arrives meanwhile — another tenant's first among them — is planned at the next pass
+    // instead of waiting behind a creation backlog planned before it came. The rest stay QUEUED
+    // and are planned again.
+    let budget = ctx.config.requests_per_pass();
+    let (mut spent, mut keep) = (0usize, 0usize);
+    for a in &plan.admit {
+        let cost = if playground_ids.contains(a.job_id.as_str()) {
+            2 // its server key's Secret and its Pod
+        } else {
+            by_id
+                .get(a.job_id.as_str())
+                .map_or(1, |j| workload::creates_per_admission(ctx, j.spec.kind()))
+        };
+        if keep > 0 && spent + cost > budget {
+            break;
+        }
+        spent += cost;
+        keep += 1;
+    }
+    if plan.admit.len() > keep {
+        report.deferred = plan.admit.len() - keep;
+        plan.admit.truncate(keep);
+    }
     let (playground_admits, job_admits): (Vec<_>, Vec<_>) = plan
         .admit
         .into_iter()

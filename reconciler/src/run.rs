@@ -270,7 +270,7 @@ async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
         .clamp(Duration::from_millis(20), Duration::from_millis(500));
     let mut failures: u32 = 0;
     let mut step_failed = false;
-    // A pass that left planned admissions for later (its budget, see `Config::admissions_per_pass`)
+    // A pass that left planned admissions for later (its budget, see `Config::requests_per_pass`)
     // is followed by the next one after the gap, without waiting for an event.
     let mut deferred = false;
     loop {

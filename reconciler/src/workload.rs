@@ -170,6 +170,17 @@ async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     create_policy(ctx, &job.spec.namespace, &name, job.id.clone(), value).await
 }
 
+/// The create requests admitting a job of `kind` costs: its workload and what is created with it
+/// (a RayJob's NetworkPolicy and Ray token Secret; the grant Secret when grants are on). A CPU
+/// job's shared NetworkPolicy is made once per namespace and not counted.
+pub fn creates_per_admission(ctx: &Ctx, kind: WorkloadKind) -> usize {
+    let grant = usize::from(ctx.config.grant_key.is_some());
+    match kind {
+        WorkloadKind::RayJob => 3 + grant,
+        WorkloadKind::Pod => 1 + grant,
+    }
+}
+
 /// How long a workload this process created is taken to exist though the cluster cache does not
 /// show it yet: the watch that brings it lags the create, most under load (a 1,000-node comparison
 /// run at 200 requests/s re-created 91 of 200 RayJobs a pass later: four refused creates each).

@@ -68,7 +68,7 @@ async fn a_late_tenant_is_not_planned_behind_another_tenants_creation_backlog() 
         pass_interval: Duration::from_millis(500),
         ..test_config("r1")
     };
-    assert_eq!(config.admissions_per_pass(), 10);
+    assert_eq!(config.requests_per_pass(), 10);
     let (_task, _ctx) = h.reconciler(config).await;
     let a: Vec<String> = (0..100).map(|i| format!("a-{i:03}")).collect();
     for id in &a {
@@ -84,7 +84,7 @@ async fn a_late_tenant_is_not_planned_behind_another_tenants_creation_backlog() 
     let mut b = cpu_job("b-000");
     b.tenant = "team-b".into();
     let a_before = submit_and_count_before(&h, &b, &a).await;
-    // Planned all at once, the 100 would all come first; 10 a pass, b waits a pass or two.
+    // Planned all at once, the 100 would all come first; 10 creates a pass, b waits a pass or two.
     assert!(
         a_before < 60,
         "b admitted after {a_before} of a's 100 jobs: it waited behind a backlog planned before it came"
