@@ -14,6 +14,7 @@
 # bad-image example's image cannot be pulled. TUNEPLANE_K8S_AGENT_ARGS replaces the agent's options
 # (see `kubesim agent --help`). TUNEPLANE_K8S_AGENT_BIN runs a prebuilt node agent instead of building
 # the debug one; TUNEPLANE_K8S_KCM_ARGS adds options to kube-controller-manager (e.g. its API QPS),
+# TUNEPLANE_K8S_SCHEDULER_ARGS to kube-scheduler (e.g. --kube-api-qps, its binding rate),
 # TUNEPLANE_K8S_KUBERAY_ARGS to the KubeRay operator (e.g. --reconcile-concurrency),
 # TUNEPLANE_K8S_KUBERAY_DIR runs another KubeRay build (its bin/kuberay-operator and crds/), and
 # TUNEPLANE_K8S_AUDIT_USERS (comma-separated) names further users the audit log records beside the
@@ -199,7 +200,8 @@ start kube-controller-manager "$BIN/kube-controller-manager" \
   --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
   ${TUNEPLANE_K8S_KCM_ARGS:-}
 start kube-scheduler "$BIN/kube-scheduler" \
-  --kubeconfig "$DIR/run/scheduler.kubeconfig" --leader-elect=false --secure-port 0
+  --kubeconfig "$DIR/run/scheduler.kubeconfig" --leader-elect=false --secure-port 0 \
+  ${TUNEPLANE_K8S_SCHEDULER_ARGS:-}
 # The controller manager is up when it has created the default namespace's service account.
 wait_until kube-controller-manager 90 curl -sf "${ADMIN[@]}" \
   "https://127.0.0.1:$PORT/api/v1/namespaces/default/serviceaccounts/default"

@@ -54,6 +54,10 @@ pub const SHIPPED_QPS: u32 = 50;
 /// 20/30, would make the Job controller, not the systems compared, the bottleneck of Kueue's
 /// batch/Job path) and the Job controller's workers (`--concurrent-job-syncs`, default 5).
 pub const KCM_ARGS: &str = "--kube-api-qps=200 --kube-api-burst=400 --concurrent-job-syncs=50";
+/// kube-scheduler in every run: its client limit (its default 50/100 throttled the bindings of a
+/// 5,000-pod flood: the first comparison's tuned-Kueue small runs stopped with ~2,300 Pods unbound
+/// and the scheduler logging client-side throttling), raised for both systems alike.
+pub const SCHEDULER_ARGS: &str = "--kube-api-qps=500 --kube-api-burst=1000";
 /// The KubeRay operator in every run (v1.5.0, `--kuberay`, the first release with a client-limit
 /// option): 20 reconcile workers instead of 1, client limit 500/1000 instead of its 100/200, so
 /// that the operator both systems' RayJobs share is not what limits either.
@@ -341,6 +345,7 @@ fn cluster_up(o: &Options, fleet: &Path) -> anyhow::Result<PathBuf> {
         // Pods run until deleted: the runs measure admission and binding, not completion.
         .env("TUNEPLANE_K8S_AGENT_ARGS", "--simulate --start-seconds 0.2")
         .env("TUNEPLANE_K8S_KCM_ARGS", KCM_ARGS)
+        .env("TUNEPLANE_K8S_SCHEDULER_ARGS", SCHEDULER_ARGS)
         .env("TUNEPLANE_K8S_KUBERAY_ARGS", &o.kuberay_args)
         .env("TUNEPLANE_K8S_KUBERAY_DIR", &o.kuberay)
         .env("TUNEPLANE_K8S_AUDIT_USERS", KUEUE_USER)

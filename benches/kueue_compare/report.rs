@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use crate::observe::Snapshot;
 use crate::workload::{Outcome, Shape, Workload};
 use crate::{
-    KCM_ARGS, KUEUE_USER, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES_PER_SERIES, Options, SERIES,
-    SHIPPED_QPS, SUBMITTERS, System, TUNEPLANE_USER,
+    KCM_ARGS, KUEUE_USER, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES_PER_SERIES, Options,
+    SCHEDULER_ARGS, SERIES, SHIPPED_QPS, SUBMITTERS, System, TUNEPLANE_USER,
 };
 
 /// `apiserver_request_total` summed by (verb, resource).
@@ -523,7 +523,7 @@ pub fn settings(o: &Options) -> Value {
         "fleet": format!("{} series ({}) x {NODES_PER_SERIES} nodes, {NODE_GPUS} GPUs, {NODE_CPUS} CPUs, {NODE_MEMORY_GB} GiB each, no taints", SERIES.len(), SERIES.join(", ")),
         "node_agent": "kubesim agent, release build, --start-seconds 0.2, pods run until deleted, Leases every 10 s, heartbeats every 30 s",
         "kube_controller_manager": KCM_ARGS,
-        "kube_scheduler": "defaults (client QPS 50, burst 100)",
+        "kube_scheduler": SCHEDULER_ARGS,
         "kuberay_operator": format!("{}, --use-kubernetes-proxy {}", o.kuberay.display(), o.kuberay_args),
         "identity": format!("each controller as its own ServiceAccount ({TUNEPLANE_USER}: infra/kustomize's RBAC; {KUEUE_USER}: the release's config/components/rbac), neither exempt from API Priority and Fairness; the harness submits as admin and its requests count for neither"),
         "audit_policy": "Metadata level for both controllers' ServiceAccounts, nothing else",
