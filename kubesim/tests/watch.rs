@@ -78,8 +78,14 @@ async fn watcher_sees_create_modify_delete_in_order() {
     .unwrap();
     pods.delete("w1", &DeleteParams::default()).await.unwrap();
 
-    let mut seen = Vec::new();
-    while seen.len() < 3 {
+    // The scheduler may also write the pod (no nodes: `PodScheduled=False`, as a real one does),
+    // which shows as a further Apply of the same step; the test's own three changes must arrive
+    // in order, so repeats of one state are folded before comparing.
+    let mut seen: Vec<String> = Vec::new();
+    for _ in 0..50 {
+        if seen.last().is_some_and(|s| s.starts_with("delete:")) {
+            break;
+        }
         match next_event(&mut stream).await {
             watcher::Event::Apply(p) => {
                 let step = p
@@ -89,7 +95,10 @@ async fn watcher_sees_create_modify_delete_in_order() {
                     .and_then(|l| l.get("step"))
                     .cloned()
                     .unwrap_or_else(|| "1".into());
-                seen.push(format!("apply:{}:{step}", name_of(&p)));
+                let entry = format!("apply:{}:{step}", name_of(&p));
+                if seen.last() != Some(&entry) {
+                    seen.push(entry);
+                }
             }
             watcher::Event::Delete(p) => seen.push(format!("delete:{}", name_of(&p))),
             other => panic!("unexpected {other:?}"),
