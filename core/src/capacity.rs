@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fleet::{CpuJobHost, FleetShape, SeriesShape};
+use crate::fleet::{CpuJobHost, Fleet, FleetShape, SeriesShape};
 
 /// Capacity of the fleet at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -31,37 +31,7 @@ pub struct CapacitySnapshot {
     pub tenants: BTreeMap<String, crate::quota::TenantUsage>,
 }
 
-/// The CPU and memory each free GPU of a node keeps for GPU jobs: a CPU-only job placed on a GPU
-/// node may use only what is left after `free GPUs × share`, so CPU work never turns free GPUs
-/// into GPUs no job can use. Defaults to the JobSpec's per-GPU defaults (4 CPUs, 32 GiB).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct GpuShare {
-    /// CPU cores kept per free GPU.
-    pub cpus: f64,
-    /// Memory kept per free GPU, GiB.
-    pub memory_gb: f64,
-}
-
-impl Default for GpuShare {
-    fn default() -> Self {
-        GpuShare {
-            cpus: crate::spec::DEFAULT_CPUS_PER_GPU,
-            memory_gb: crate::spec::DEFAULT_MEMORY_GB_PER_GPU,
-        }
-    }
-}
-
-impl GpuShare {
-    /// What a CPU-only job may use of `free_cpus` and `free_memory_gb` on a node with
-    /// `free_gpus` free GPUs.
-    pub fn cpu_job_room(&self, free_gpus: u32, free_cpus: f64, free_memory_gb: f64) -> (f64, f64) {
-        let g = f64::from(free_gpus);
-        (
-            (free_cpus - g * self.cpus).max(0.0),
-            (free_memory_gb - g * self.memory_gb).max(0.0),
-        )
-    }
-}
+pub use crate::fleet::GpuShare;
 
 /// CPU and memory totals over schedulable nodes. The free figures are what CPU-only jobs may
 /// use: on GPU nodes, what is left after each free GPU's [`GpuShare`].
@@ -165,6 +135,31 @@ impl NodeCapacity {
 }
 
 impl CapacitySnapshot {
+    /// The capacity of `fleet` with nothing running: node `<group>-<i>`, the last `cordoned`
+    /// nodes of a group cordoned and the `not_ready` ones before them NotReady (as the simulated
+    /// cluster and the node agent create them). For dry runs such as `tuneplane render`.
+    pub fn idle(fleet: &Fleet, share: GpuShare) -> Self {
+        let mut nodes = Vec::new();
+        for g in &fleet.node_groups {
+            for i in 0..g.count {
+                let cordoned = i >= g.count - g.cordoned;
+                let not_ready = !cordoned && i >= g.count - g.cordoned - g.not_ready;
+                nodes.push(NodeCapacity {
+                    name: format!("{}-{i}", g.name),
+                    series: g.series.clone(),
+                    gpus: g.gpus,
+                    gpus_capacity: g.gpus,
+                    cpus: f64::from(g.cpus),
+                    memory_gb: f64::from(g.memory_gb),
+                    cordoned,
+                    ready: !not_ready,
+                    ..Default::default()
+                });
+            }
+        }
+        Self::from_nodes_with_share(0, nodes, share)
+    }
+
     /// Builds a snapshot from per-node figures, computing the series totals, with the default
     /// [`GpuShare`].
     pub fn from_nodes(taken_at_ms: u64, nodes: Vec<NodeCapacity>) -> Self {

@@ -6,6 +6,13 @@ pub const SERIES_LABEL: &str = "tuneplane/gpu-series";
 /// Extended resource name of NVIDIA GPUs on Kubernetes nodes and containers.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
+/// CPUs per GPU when a GPU pool names no `cpus` (and what each free GPU keeps from CPU-only
+/// jobs by default).
+pub const DEFAULT_CPUS_PER_GPU: f64 = 4.0;
+
+/// Memory (GiB) per GPU when a GPU pool names no `memory_gb`.
+pub const DEFAULT_MEMORY_GB_PER_GPU: f64 = 32.0;
+
 /// Label holding the job id on every workload TunePlane creates.
 pub const JOB_ID_LABEL: &str = "tuneplane.io/job-id";
 

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::capacity::GpuShare;
 
 /// A fleet file: groups of identical nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,7 +91,7 @@ impl Fleet {
                 path: format!("node_groups[{i}].{field}"),
                 message,
             };
-            if !crate::spec::is_dns_label(&g.name, 40) {
+            if !crate::ids::is_dns_label(&g.name, 40) {
                 return Err(bad("name", format!("{:?} is not a DNS label", g.name)));
             }
             if !names.insert(g.name.as_str()) {
@@ -106,7 +105,7 @@ impl Fleet {
                 _ => {}
             }
             if let Some(s) = &g.series
-                && !crate::spec::is_dns_label(s, 63)
+                && !crate::ids::is_dns_label(s, 63)
             {
                 return Err(bad("series", format!("{s:?} is not a valid label value")));
             }
@@ -118,31 +117,6 @@ impl Fleet {
             }
         }
         Ok(())
-    }
-
-    /// The capacity of this fleet with nothing running: node `<group>-<i>`, the last `cordoned`
-    /// nodes of a group cordoned and the `not_ready` ones before them NotReady (as the simulated
-    /// cluster and the node agent create them). For dry runs such as `tuneplane render`.
-    pub fn idle_capacity(&self, share: GpuShare) -> crate::capacity::CapacitySnapshot {
-        let mut nodes = Vec::new();
-        for g in &self.node_groups {
-            for i in 0..g.count {
-                let cordoned = i >= g.count - g.cordoned;
-                let not_ready = !cordoned && i >= g.count - g.cordoned - g.not_ready;
-                nodes.push(crate::capacity::NodeCapacity {
-                    name: format!("{}-{i}", g.name),
-                    series: g.series.clone(),
-                    gpus: g.gpus,
-                    gpus_capacity: g.gpus,
-                    cpus: f64::from(g.cpus),
-                    memory_gb: f64::from(g.memory_gb),
-                    cordoned,
-                    ready: !not_ready,
-                    ..Default::default()
-                });
-            }
-        }
-        crate::capacity::CapacitySnapshot::from_nodes_with_share(0, nodes, share)
     }
 
     /// The shape validation needs: nodes per series and the largest node sizes, with the default
@@ -173,6 +147,38 @@ impl Fleet {
             }
         }
         shape
+    }
+}
+
+/// The CPU and memory each free GPU of a node keeps for GPU jobs: a CPU-only job placed on a GPU
+/// node may use only what is left after `free GPUs × share`, so CPU work never turns free GPUs
+/// into GPUs no job can use. Defaults to the JobSpec's per-GPU defaults (4 CPUs, 32 GiB).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GpuShare {
+    /// CPU cores kept per free GPU.
+    pub cpus: f64,
+    /// Memory kept per free GPU, GiB.
+    pub memory_gb: f64,
+}
+
+impl Default for GpuShare {
+    fn default() -> Self {
+        GpuShare {
+            cpus: crate::constants::DEFAULT_CPUS_PER_GPU,
+            memory_gb: crate::constants::DEFAULT_MEMORY_GB_PER_GPU,
+        }
+    }
+}
+
+impl GpuShare {
+    /// What a CPU-only job may use of `free_cpus` and `free_memory_gb` on a node with
+    /// `free_gpus` free GPUs.
+    pub fn cpu_job_room(&self, free_gpus: u32, free_cpus: f64, free_memory_gb: f64) -> (f64, f64) {
+        let g = f64::from(free_gpus);
+        (
+            (free_cpus - g * self.cpus).max(0.0),
+            (free_memory_gb - g * self.memory_gb).max(0.0),
+        )
     }
 }
 

@@ -13,7 +13,6 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::admission::PoolPlacement;
 use crate::spec::JobSpec;
 
 /// Lifecycle state of a job. Terminal states are final.
@@ -356,6 +355,15 @@ pub struct TransitionError {
     pub from: JobState,
     /// The refused target state.
     pub to: JobState,
+}
+
+/// Where one pool of an admitted job goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolPlacement {
+    /// The pool of the job's spec (`pools[].name`) these nodes are for.
+    pub pool: String,
+    /// One distinct node per machine.
+    pub nodes: Vec<String>,
 }
 
 impl JobRecord {

@@ -14,6 +14,7 @@ pub mod constants;
 pub mod control;
 pub mod fleet;
 pub mod grant;
+pub mod ids;
 pub mod job;
 pub mod live;
 pub mod outputs;

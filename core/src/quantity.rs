@@ -164,6 +164,17 @@ pub fn from_json(v: Option<&serde_json::Value>) -> Milli {
     }
 }
 
+
+/// A count of CPUs, GiB or GPUs for people: one decimal at most, no needless `.0` (`2`, `0.5`).
+pub fn plain(v: f64) -> String {
+    let s = format!("{v:.1}");
+    match s.strip_suffix(".0") {
+        Some(whole) if whole == "-0" => "0".to_owned(),
+        Some(whole) => whole.to_owned(),
+        None => s,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::job::{JobRecord, JobState};
+use crate::quantity::plain;
 use crate::spec::{JobSpec, is_dns_label};
 
 /// Largest GPU limit accepted (a sanity bound, far above any fleet).
@@ -313,11 +314,6 @@ pub fn tenant_usage(jobs: &[JobRecord]) -> BTreeMap<String, TenantUsage> {
     out
 }
 
-fn trim(v: f64) -> String {
-    let s = format!("{v:.1}");
-    s.strip_suffix(".0").map(str::to_owned).unwrap_or(s)
-}
-
 /// Where a job stands against its tenant's quota, given what the tenant holds now.
 #[derive(Debug, Clone, PartialEq)]
 pub enum QuotaCheck {
@@ -406,9 +402,9 @@ impl<'a> Over<'a> {
         };
         format!(
             "tenant {tenant} uses {} of {} {what}; this job needs {}",
-            trim(used),
-            trim(limit),
-            trim(need)
+            plain(used),
+            plain(limit),
+            plain(need)
         )
     }
 }
@@ -592,8 +588,8 @@ pub fn never_within(quota: &TenantQuota, demand: &Demand) -> Option<String> {
             {
                 reasons.push(format!(
                     "tenant {tenant}'s quota is {} {what} for CPU-only jobs; this job needs {}",
-                    trim(max),
-                    trim(need)
+                    plain(max),
+                    plain(need)
                 ));
             }
         }

@@ -237,17 +237,7 @@ impl JobQuery {
 }
 
 /// How many queued jobs (not being stopped) come before `job` in admission order among `jobs`.
-pub fn queue_ahead(job: &JobRecord, jobs: &[JobRecord]) -> u64 {
-    let key = |j: &JobRecord| (std::cmp::Reverse(j.spec.priority), j.submitted_at_ms);
-    let mine = key(job);
-    jobs.iter()
-        .filter(|j| j.state == crate::job::JobState::Queued && !j.stop_requested && j.id != job.id)
-        .filter(|j| {
-            let k = key(j);
-            k < mine || (k == mine && j.id < job.id)
-        })
-        .count() as u64
-}
+pub use crate::admission::order::queue_ahead;
 
 /// What [`JobStore::create`] stores in one write.
 #[derive(Debug, Clone, Copy)]
@@ -311,7 +301,7 @@ pub trait JobStore: Send + Sync {
     /// job first where it fits nodes this one cannot use (backfill). This default reads the
     /// active index; the DynamoDB store counts on the index instead.
     async fn queue_position(&self, job: &JobRecord) -> Result<Option<u64>> {
-        if job.state != crate::job::JobState::Queued || job.stop_requested {
+        if !crate::admission::order::in_queue(job) {
             return Ok(None);
         }
         let active = self.list_active().await?;

@@ -35,6 +35,13 @@ pub struct AppState {
     pub grant_key: Option<tuneplane_core::grant::GrantKey>,
 }
 
+impl AppState {
+    /// The stop and playground operations over the submission service's stores.
+    pub fn control(&self) -> tuneplane_core::control::ControlService {
+        tuneplane_core::control::ControlService::new(self.submit.clone())
+    }
+}
+
 /// The raw request body, with the API's error format when it is over the size limit.
 #[derive(Debug, Clone)]
 pub struct RawBody(pub Bytes);

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use tuneplane_core::admission::{PoolPlacement, plan_admissions};
-use tuneplane_core::capacity::GpuShare;
+use tuneplane_core::capacity::{CapacitySnapshot, GpuShare};
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::JobRecord;
 use tuneplane_core::render::{
@@ -86,7 +86,7 @@ fn plan(job: &JobRecord, fleet: Option<&std::path::Path>) -> anyhow::Result<Vec<
             .collect());
     };
     let fleet = Fleet::from_yaml(&super::read_text(path)?)?;
-    let capacity = fleet.idle_capacity(GpuShare::default());
+    let capacity = CapacitySnapshot::idle(&fleet, GpuShare::default());
     let plan = plan_admissions(std::slice::from_ref(job), &capacity, &[], &[]);
     match (plan.admit.into_iter().next(), plan.waiting.first()) {
         (Some(a), _) => Ok(a.placements),

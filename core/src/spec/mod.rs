@@ -177,16 +177,7 @@ impl JobSpec {
     }
 }
 
-/// True if `s` is a lower-case RFC 1123 DNS label of at most `max` characters that starts with a letter.
-pub fn is_dns_label(s: &str, max: usize) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= max
-        && b[0].is_ascii_lowercase()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-}
+pub use crate::ids::is_dns_label;
 
 #[cfg(test)]
 mod tests {

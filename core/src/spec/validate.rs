@@ -29,10 +29,7 @@ pub const MAX_GPUS_PER_NODE: u64 = 16;
 pub const MAX_ENV: usize = 128;
 /// Most labels.
 pub const MAX_LABELS: usize = 32;
-/// CPUs per GPU when a GPU pool names no `cpus`.
-pub const DEFAULT_CPUS_PER_GPU: f64 = 4.0;
-/// Memory (GiB) per GPU when a GPU pool names no `memory_gb`.
-pub const DEFAULT_MEMORY_GB_PER_GPU: f64 = 32.0;
+pub use crate::constants::{DEFAULT_CPUS_PER_GPU, DEFAULT_MEMORY_GB_PER_GPU};
 
 const ROOT_FIELDS: &[&str] = &[
     "name",

@@ -251,12 +251,9 @@ pub fn tenant_sort_key(submitted_at_ms: i64, id: &str) -> String {
     format!("{:013}#{id}", submitted_at_ms.max(0))
 }
 
-/// Sort key of the active index (ascending = admission order): inverted priority, then
-/// submission time, then id.
-pub fn active_sort_key(priority: i32, submitted_at_ms: i64, id: &str) -> String {
-    let inverted = i64::from(i32::MAX) - i64::from(priority);
-    format!("{inverted:010}#{:013}#{id}", submitted_at_ms.max(0))
-}
+/// Sort key of the active index (ascending = admission order), spelled by the admission order
+/// itself so that the stored order and the planner's can never differ.
+pub use crate::admission::order::active_sort_key;
 
 /// Sort key of a job's events (ascending = log order): `<at ms>#<event key>`.
 pub fn event_sort_key(at_ms: i64, key: &str) -> String {

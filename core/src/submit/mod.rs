@@ -247,11 +247,6 @@ impl SubmitService {
             .map(|s| s.shape()))
     }
 
-    /// The stop and playground operations over the same stores.
-    pub fn control(&self) -> crate::control::ControlService {
-        crate::control::ControlService::new(self.clone())
-    }
-
     /// Runs one submission end to end (see the module docs). `now_ms` is the submission time.
     pub async fn submit(&self, req: SubmitRequest, now_ms: i64) -> Result<Submitted> {
         let SubmitRequest {

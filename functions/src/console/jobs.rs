@@ -255,7 +255,6 @@ pub async fn stop(
 ) -> Result<Response, ConsoleError> {
     // The service the API's stop route calls too: one set of rules for both doors.
     let stop = state
-        .submit
         .control()
         .stop_job(&viewer.principal.tenant, &id)
         .await

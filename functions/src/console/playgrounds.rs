@@ -183,7 +183,6 @@ pub async fn create(
     };
     // The service the API's create route calls too.
     let created = state
-        .submit
         .control()
         .create_playground(
             &viewer.principal.tenant,
@@ -221,7 +220,6 @@ pub async fn delete(
     WriteForm { viewer, .. }: WriteForm<CsrfForm>,
 ) -> Result<Response, ConsoleError> {
     state
-        .submit
         .control()
         .delete_playground(&viewer.principal.tenant, &id, (state.clock)())
         .await

@@ -118,7 +118,6 @@ pub async fn readable_job(
 ) -> Result<JobRecord, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
     Ok(state
-        .submit
         .control()
         .owned_job(&principal.tenant, id)
         .await?)
@@ -259,7 +258,6 @@ pub async fn stop(
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
     match state
-        .submit
         .control()
         .stop_job(&principal.tenant, &id)
         .await?

@@ -141,7 +141,6 @@ pub async fn forward(
         SCOPE_JOBS_WRITE
     })?;
     let pg = state
-        .submit
         .control()
         .owned_playground(&principal.tenant, &id)
         .await?;

@@ -60,7 +60,6 @@ pub async fn create(
         ttl_seconds: req.ttl_seconds.unwrap_or(playground::DEFAULT_TTL_SECONDS),
     };
     let created = state
-        .submit
         .control()
         .create_playground(
             &principal.tenant,
@@ -117,7 +116,6 @@ pub async fn get_one(
 ) -> Result<Json<PlaygroundView>, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
     let pg = state
-        .submit
         .control()
         .owned_playground(&principal.tenant, &id)
         .await?;
@@ -133,7 +131,6 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
     let pg = state
-        .submit
         .control()
         .delete_playground(&principal.tenant, &id, (state.clock)())
         .await?;
