@@ -13,4 +13,3 @@ pub fn is_dns_label(s: &str, max: usize) -> bool {
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
-

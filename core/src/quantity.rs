@@ -164,7 +164,6 @@ pub fn from_json(v: Option<&serde_json::Value>) -> Milli {
     }
 }
 
-
 /// A count of CPUs, GiB or GPUs for people: one decimal at most, no needless `.0` (`2`, `0.5`).
 pub fn plain(v: f64) -> String {
     let s = format!("{v:.1}");

@@ -166,7 +166,11 @@ pub fn plan_admissions<'q>(
                 break;
             }
             if !alone {
-                turns.push(Reverse(order::turn(tenants[t].share, next_job(&tenants, t), t)));
+                turns.push(Reverse(order::turn(
+                    tenants[t].share,
+                    next_job(&tenants, t),
+                    t,
+                )));
                 break;
             }
         }

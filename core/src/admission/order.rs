@@ -43,9 +43,7 @@ impl Rank {
 
 /// Rules 2–4: whether `a` comes before `b` in the queue.
 pub fn job_order(a: &JobRecord, b: &JobRecord) -> Ordering {
-    Rank::of(a)
-        .cmp(&Rank::of(b))
-        .then_with(|| a.id.cmp(&b.id))
+    Rank::of(a).cmp(&Rank::of(b)).then_with(|| a.id.cmp(&b.id))
 }
 
 /// Rules 2–4 spelled as a string that orders byte-wise like [`job_order`] (the active index's

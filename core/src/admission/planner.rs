@@ -507,7 +507,10 @@ impl<'c> Planner<'c> {
     /// largest machine times their machines (enough when it fits); answers are remembered per
     /// series until resources of it are taken, so a long queue of jobs that wait for reserved
     /// nodes costs no scans.
-    pub(super) fn fits_unreserved<'p>(&mut self, pools: &'p [Pool]) -> Result<Option<usize>, Misfit<'p>> {
+    pub(super) fn fits_unreserved<'p>(
+        &mut self,
+        pools: &'p [Pool],
+    ) -> Result<Option<usize>, Misfit<'p>> {
         if pools.len() > 1 && pools.iter().any(|p| p.series.is_none()) {
             return self.exact_owner(pools);
         }

@@ -103,7 +103,11 @@ impl<'c, 'q> Round<'c, 'q> {
         let pools = &job.spec.pools;
         let planner = &mut self.planner;
         if let Some(m) = planner.never_fits(pools) {
-            self.wait(job, PendingReason::NoMatchingNode, reasons::never_fits(&m).into());
+            self.wait(
+                job,
+                PendingReason::NoMatchingNode,
+                reasons::never_fits(&m).into(),
+            );
             return false;
         }
         // Would it fit without this pass's reservations? Then it waits for a reserved node.

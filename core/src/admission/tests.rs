@@ -280,13 +280,7 @@ fn job_that_fits_idle_fleet_only_by_mixing_node_sizes_is_not_reported_as_never_f
     );
 }
 
-fn sized(
-    name: &str,
-    series: Option<&str>,
-    gpus: u32,
-    cpus: f64,
-    memory_gb: f64,
-) -> NodeCapacity {
+fn sized(name: &str, series: Option<&str>, gpus: u32, cpus: f64, memory_gb: f64) -> NodeCapacity {
     NodeCapacity {
         cpus,
         memory_gb,
@@ -351,9 +345,7 @@ fn the_new_user_scenario_uses_cpu_nodes_first_and_keeps_the_h200_gpus_usable() {
     let mut queue: Vec<JobRecord> = (0..30)
         .map(|i| job(&format!("small-{i:02}"), 0, i, vec![cpu_pool(1.0, 2.0)]))
         .collect();
-    queue.extend(
-        (0..8).map(|i| job(&format!("wide-{i}"), 0, 100 + i, vec![cpu_pool(30.0, 8.0)])),
-    );
+    queue.extend((0..8).map(|i| job(&format!("wide-{i}"), 0, 100 + i, vec![cpu_pool(30.0, 8.0)])));
     let mut cap = snapshot(sample_fleet());
     let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(plan.admit.len(), 38, "{:?}", plan.waiting);
@@ -417,9 +409,7 @@ fn cpu_jobs_larger_than_every_cpu_node_never_hold_gpu_nodes_from_a_gpu_job() {
     let mut queue: Vec<JobRecord> = (0..2)
         .map(|i| job(&format!("cpu32-{i}"), 0, i, vec![cpu_pool(32.0, 8.0)]))
         .collect();
-    queue.extend(
-        (0..6).map(|i| job(&format!("cpu90-{i}"), 0, 10 + i, vec![cpu_pool(90.0, 8.0)])),
-    );
+    queue.extend((0..6).map(|i| job(&format!("cpu90-{i}"), 0, 10 + i, vec![cpu_pool(90.0, 8.0)])));
     let mut cap = snapshot(sample_fleet());
     let plan = plan_admissions(&queue, &cap, &[], &[]);
     assert_eq!(
@@ -843,9 +833,8 @@ fn borrowing_uses_idle_nodes_only_after_jobs_within_quota() {
         Some(PendingReason::QuotaExceeded)
     );
     assert!(
-        message(&plan, "a-borrow-2").starts_with(
-            "tenant a uses 16 of 8 h200 GPUs; this job needs 8; it may borrow only"
-        ),
+        message(&plan, "a-borrow-2")
+            .starts_with("tenant a uses 16 of 8 h200 GPUs; this job needs 8; it may borrow only"),
         "{}",
         message(&plan, "a-borrow-2")
     );

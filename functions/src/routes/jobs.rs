@@ -117,10 +117,7 @@ pub async fn readable_job(
     id: &str,
 ) -> Result<JobRecord, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
-    Ok(state
-        .control()
-        .owned_job(&principal.tenant, id)
-        .await?)
+    Ok(state.control().owned_job(&principal.tenant, id).await?)
 }
 
 /// The job of a `/v1/jobs/{id}/...` request, read with [`readable_job`], and the request's query
@@ -257,11 +254,7 @@ pub async fn stop(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
-    match state
-        .control()
-        .stop_job(&principal.tenant, &id)
-        .await?
-    {
+    match state.control().stop_job(&principal.tenant, &id).await? {
         Stop::Requested(stored) => {
             tracing::info!(job_id = %stored.id, "stop requested");
             Ok((StatusCode::ACCEPTED, Json(stored)).into_response())
