@@ -168,7 +168,7 @@ pub fn from_json(v: Option<&serde_json::Value>) -> Milli {
 pub fn plain(v: f64) -> String {
     let s = format!("{v:.1}");
     match s.strip_suffix(".0") {
-        Some(whole) if whole == "-0" => "0".to_owned(),
+        Some("-0") => "0".to_owned(),
         Some(whole) => whole.to_owned(),
         None => s,
     }
