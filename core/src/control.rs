@@ -3,6 +3,8 @@
 //! sees only its tenant's objects, and a write that meets a concurrent one (the reconciler's) reads
 //! again and retries a bounded number of times.
 
+use crate::audit::{Actor, AuditAction, AuditEntry};
+use crate::clock::now_ms;
 use crate::job::JobRecord;
 use crate::playground::{self, PlaygroundRequest};
 use crate::spec::FieldError;
@@ -89,8 +91,23 @@ impl ControlService {
         owned("job", id, || jobs.get_job(id), |j| j.tenant == tenant).await
     }
 
-    /// Requests a stop of job `id` of `tenant`.
-    pub async fn stop_job(&self, tenant: &str, id: &str) -> Result<Stop> {
+    /// Appends the audit entry of a change `actor` made.
+    async fn audit(
+        &self,
+        actor: &Actor,
+        tenant: &str,
+        action: AuditAction,
+        target: &str,
+        change: serde_json::Value,
+        at_ms: i64,
+    ) -> Result<()> {
+        let entry = AuditEntry::new(actor, tenant, action, target, change, at_ms);
+        Ok(self.submit.jobs().append_audit(&entry).await?)
+    }
+
+    /// Requests a stop of job `id` of `tenant`, made by `actor` (audited when it changes
+    /// something).
+    pub async fn stop_job(&self, tenant: &str, id: &str, actor: &Actor) -> Result<Stop> {
         for _ in 0..ATTEMPTS {
             let mut job = self.owned_job(tenant, id).await?;
             if job.is_terminal() || job.stop_requested {
@@ -98,7 +115,12 @@ impl ControlService {
             }
             job.stop_requested = true;
             match self.submit.jobs().update_job(&job).await {
-                Ok(stored) => return Ok(Stop::Requested(stored)),
+                Ok(stored) => {
+                    let change = serde_json::json!({"state": stored.state});
+                    self.audit(actor, tenant, AuditAction::JobStop, id, change, now_ms())
+                        .await?;
+                    return Ok(Stop::Requested(stored));
+                }
                 // The reconciler wrote in between: read again and retry.
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
@@ -132,6 +154,7 @@ impl ControlService {
         id: String,
         server_key: String,
         now_ms: i64,
+        actor: &Actor,
     ) -> Result<CreatedPlayground> {
         let shape = self.submit.stored_fleet_shape().await?;
         let notes = playground::validate(request, shape.as_ref())
@@ -185,6 +208,21 @@ impl ControlService {
         );
         record.server_key = Some(server_key);
         let record = self.submit.jobs().put_playground(&record).await?;
+        let change = serde_json::json!({
+            "model": record.model,
+            "series": record.series,
+            "gpus": record.gpus,
+            "expires_at_ms": record.expires_at_ms,
+        });
+        self.audit(
+            actor,
+            tenant,
+            AuditAction::PlaygroundCreate,
+            &record.id,
+            change,
+            now_ms,
+        )
+        .await?;
         Ok(CreatedPlayground { record, notes })
     }
 
@@ -195,6 +233,7 @@ impl ControlService {
         tenant: &str,
         id: &str,
         now_ms: i64,
+        actor: &Actor,
     ) -> Result<PlaygroundRecord> {
         for _ in 0..ATTEMPTS {
             let mut pg = self.owned_playground(tenant, id).await?;
@@ -203,7 +242,18 @@ impl ControlService {
             }
             pg.expires_at_ms = now_ms;
             match self.submit.jobs().put_playground(&pg).await {
-                Ok(stored) => return Ok(stored),
+                Ok(stored) => {
+                    self.audit(
+                        actor,
+                        tenant,
+                        AuditAction::PlaygroundDelete,
+                        id,
+                        serde_json::Value::Null,
+                        now_ms,
+                    )
+                    .await?;
+                    return Ok(stored);
+                }
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }

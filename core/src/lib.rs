@@ -5,6 +5,7 @@
 //! functions and do the I/O.
 
 pub mod admission;
+pub mod audit;
 pub mod canonical;
 pub mod capacity;
 pub mod capacity_compute;

@@ -248,6 +248,8 @@ pub struct NewJob<'a> {
     pub idem: Option<&'a Idempotency>,
     /// Events stored with the job (the `Submitted` event), none on an idempotent repeat.
     pub events: &'a [JobEvent],
+    /// The submission's audit entry, stored with the job (not on an idempotent repeat).
+    pub audit: Option<&'a crate::audit::AuditEntry>,
 }
 
 /// The job table: job records, events, idempotency keys, API keys, capacity, schedules, playgrounds.
@@ -266,7 +268,13 @@ pub trait JobStore: Send + Sync {
         idem: Option<&Idempotency>,
     ) -> Result<CreateOutcome> {
         let events = &[];
-        self.create(NewJob { job, idem, events }).await
+        self.create(NewJob {
+            job,
+            idem,
+            events,
+            audit: None,
+        })
+        .await
     }
 
     /// Reads one job (strongly consistent).
@@ -372,6 +380,16 @@ pub trait JobStore: Send + Sync {
 
     /// Deletes a tenant's quota (no error if absent): the tenant is unlimited again.
     async fn delete_quota(&self, tenant: &str) -> Result<()>;
+
+    /// Appends `entry` to the audit trail, unless an entry with its id is there already (the
+    /// same change of a retried request). There is no way to change or delete an entry.
+    async fn append_audit(&self, entry: &crate::audit::AuditEntry) -> Result<()>;
+
+    /// The audit entries `query` selects, oldest first ([`AuditQuery::finish`](crate::audit::AuditQuery::finish)).
+    async fn list_audit(
+        &self,
+        query: &crate::audit::AuditQuery,
+    ) -> Result<Vec<crate::audit::AuditEntry>>;
 }
 
 /// SHA-256 (hex) of an API key secret: the only form in which keys are stored.

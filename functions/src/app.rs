@@ -37,6 +37,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/uploads"),
     ("get", "/v1/capacity"),
     ("get", "/v1/quota"),
+    ("get", "/v1/audit"),
     ("post", "/v1/playgrounds"),
     ("get", "/v1/playgrounds"),
     ("get", "/v1/playgrounds/{id}"),
@@ -76,6 +77,7 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .route("/uploads", post(routes::misc::create_upload))
         .route("/capacity", get(routes::misc::capacity))
         .route("/quota", get(routes::quota::get_quota))
+        .route("/audit", get(routes::audit::list))
         .route(
             "/playgrounds",
             post(routes::playgrounds::create).get(routes::playgrounds::list),

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use tuneplane_core::audit::{Actor, AuditSource};
 use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitError, SubmitRequest};
 
 use tuneplane_core::store::{BLOB_KEY_PUNCTUATION, sanitize_blob_key, validate_blob_key};
@@ -107,6 +108,11 @@ pub async fn handle_scheduled(state: &AppState, event: &Value) -> Result<Outcome
         },
         idempotency_key: Some(format!("schedule:{id}:{time}")),
         origin: Origin::Schedule(id.clone()),
+        actor: Actor {
+            key_id: format!("schedule:{id}"),
+            source: AuditSource::Schedule,
+            request_id: format!("schedule:{id}:{time}"),
+        },
     };
     finish(state.submit.submit(request, (state.clock)()).await)
 }
@@ -206,6 +212,11 @@ async fn inbox_object(
                 code: Code::Blob { key: key.clone() },
                 idempotency_key: Some(format!("inbox:{key}:{}", tag.unwrap_or("-"))),
                 origin: Origin::Inbox(key.clone()),
+                actor: Actor {
+                    key_id: format!("inbox:{key}"),
+                    source: AuditSource::Inbox,
+                    request_id: format!("inbox:{key}:{}", tag.unwrap_or("-")),
+                },
             };
             state.submit.submit(request, (state.clock)()).await
         }
@@ -295,7 +306,12 @@ async fn submission_event(state: &AppState, event: &Value) -> Result<Outcome, Su
     let parsed = serde_json::from_value::<SubmissionBody>(body)
         .map_err(|e| format!("detail: {e}"))
         .and_then(|b| {
-            b.into_request(tenant, Some(key), Origin::Event(id.to_owned()))
+            let actor = Actor {
+                key_id: format!("event:{id}"),
+                source: AuditSource::Event,
+                request_id: key.clone(),
+            };
+            b.into_request(tenant, Some(key), Origin::Event(id.to_owned()), actor)
                 .map_err(|e| e.to_string())
         });
     match parsed {

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use tuneplane_core::audit::{Actor, AuditAction, AuditEntry, AuditSource};
 use tuneplane_core::store::{JobStore, ScheduleRecord};
 use tuneplane_core::submit::{SCOPE_ADMIN, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, new_api_key};
 use tuneplane_functions::runtime::{now_ms, random_bytes, valid_id};
@@ -31,6 +32,9 @@ pub enum Command {
     /// fair-share weights.
     #[command(subcommand)]
     Quota(super::quota::AdminCommand),
+    /// Show the audit trail: every change made through the API, the console, triggers and
+    /// these admin commands, by whom, when and through which door.
+    Audit(super::audit::AuditArgs),
 }
 
 /// Where the job store is (shared by the admin commands).
@@ -85,6 +89,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Keys(c) => super::keys::run(c),
         Command::CreateSchedule(args) => create_schedule(&args),
         Command::Quota(c) => super::quota::run_admin(c),
+        Command::Audit(args) => super::audit::run(&args),
     }
 }
 
@@ -185,13 +190,67 @@ fn create_schedule(args: &CreateScheduleArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Checks the tenant and scopes, stores a new key in `store` and returns its secret.
+/// The operator running this command as the actor of its changes: `operator:<user>` (from
+/// `$USER`), through the admin CLI, with one fresh request id per command.
+pub fn operator() -> &'static Actor {
+    static ACTOR: std::sync::OnceLock<Actor> = std::sync::OnceLock::new();
+    ACTOR.get_or_init(|| {
+        let user = std::env::var("USER")
+            .ok()
+            .filter(|u| !u.is_empty() && u.len() <= 64)
+            .unwrap_or_else(|| "unknown".into());
+        Actor {
+            key_id: format!("operator:{user}"),
+            source: AuditSource::AdminCli,
+            request_id: format!(
+                "cli-{}",
+                random_bytes::<8>()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            ),
+        }
+    })
+}
+
+/// Appends the audit entry of a change this admin command made.
+pub async fn audit(
+    store: &dyn JobStore,
+    tenant: &str,
+    action: AuditAction,
+    target: &str,
+    change: serde_json::Value,
+) -> anyhow::Result<()> {
+    let entry = AuditEntry::new(operator(), tenant, action, target, change, now_ms());
+    store.append_audit(&entry).await.with_context(|| {
+        format!(
+            "the change was made, but its audit entry ({} {target}) could not be written",
+            action.as_str()
+        )
+    })
+}
+
+/// Checks the tenant and scopes, stores a new key in `store` and returns its secret; audited
+/// as `key.create`.
 pub async fn issue_key(
     store: &dyn JobStore,
     tenant: &str,
     scopes: &[String],
     name: &str,
 ) -> anyhow::Result<String> {
+    let (secret, record) = store_new_key(store, tenant, scopes, name).await?;
+    let change = serde_json::json!({"name": record.name, "scopes": record.scopes});
+    audit(store, tenant, AuditAction::KeyCreate, &record.id(), change).await?;
+    Ok(secret)
+}
+
+/// [`issue_key`] without its audit entry (a rotation records one entry of its own).
+pub async fn store_new_key(
+    store: &dyn JobStore,
+    tenant: &str,
+    scopes: &[String],
+    name: &str,
+) -> anyhow::Result<(String, tuneplane_core::store::ApiKeyRecord)> {
     if !valid_id(tenant) || tenant.len() > 40 {
         bail!("tenant {tenant:?}: use 1-40 lower-case letters, digits and '-'");
     }
@@ -201,7 +260,7 @@ pub async fn issue_key(
     }
     let (secret, record) = new_api_key(random_bytes(), tenant, scopes.to_vec(), name, now_ms());
     store.put_api_key(&record).await?;
-    Ok(secret)
+    Ok((secret, record))
 }
 
 fn create_key(args: &CreateKeyArgs) -> anyhow::Result<ExitCode> {

@@ -13,9 +13,10 @@ use anyhow::{Context, bail};
 use tuneplane_core::store::{ApiKeyChange, ApiKeyRecord, JobStore};
 use tuneplane_functions::runtime::now_ms;
 
-use super::admin::{StoreArgs, issue_key, with_store};
+use super::admin::{StoreArgs, audit, store_new_key, with_store};
 use super::output::{age, print_table};
 use crate::client::Output;
+use tuneplane_core::audit::AuditAction;
 
 /// Subcommands of `admin keys`.
 #[derive(clap::Subcommand, Debug)]
@@ -102,11 +103,25 @@ pub async fn revoke(store: &dyn JobStore, id: &str) -> anyhow::Result<(ApiKeyRec
     let keys = store.list_api_keys().await?;
     let key = find_key(&keys, id)?;
     let was_active = key.is_active();
-    let stored = store
+    let stored = revoke_record(store, key).await?;
+    if was_active {
+        audit(
+            store,
+            &stored.tenant,
+            AuditAction::KeyRevoke,
+            &stored.id(),
+            serde_json::json!({"name": stored.name}),
+        )
+        .await?;
+    }
+    Ok((stored, was_active))
+}
+
+async fn revoke_record(store: &dyn JobStore, key: &ApiKeyRecord) -> anyhow::Result<ApiKeyRecord> {
+    store
         .update_api_key(&key.key_sha256, ApiKeyChange::Revoke { at_ms: now_ms() })
         .await?
-        .with_context(|| format!("key {} disappeared while it was being revoked", key.id()))?;
-    Ok((stored, was_active))
+        .with_context(|| format!("key {} disappeared while it was being revoked", key.id()))
 }
 
 /// Creates a key like the one `id` names and then revokes that one; returns the new secret and
@@ -122,14 +137,23 @@ pub async fn rotate(store: &dyn JobStore, id: &str) -> anyhow::Result<(String, A
         );
     }
     // The new key exists before the old one stops working, so a client can switch without a gap.
-    let secret = issue_key(store, &old.tenant, &old.scopes, &old.name).await?;
-    let (old, _) = revoke(store, &old.id()).await.with_context(|| {
+    let (secret, new) = store_new_key(store, &old.tenant, &old.scopes, &old.name).await?;
+    let old = revoke_record(store, old).await.with_context(|| {
         format!(
             "the new key was created, but revoking {} failed: run `tuneplane admin keys revoke {}`",
             old.id(),
             old.id()
         )
     })?;
+    let change = serde_json::json!({"new_key": new.id(), "name": new.name, "scopes": new.scopes});
+    audit(
+        store,
+        &old.tenant,
+        AuditAction::KeyRotate,
+        &old.id(),
+        change,
+    )
+    .await?;
     Ok((secret, old))
 }
 
@@ -197,6 +221,7 @@ mod tests {
     use tuneplane_core::submit::{SCOPE_JOBS_READ, SubmitError, authenticate};
     use tuneplane_stores::EmbeddedJobStore;
 
+    use super::super::admin::issue_key;
     use super::*;
 
     fn store() -> (tempfile::TempDir, EmbeddedJobStore) {

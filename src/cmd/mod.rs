@@ -1,6 +1,7 @@
 //! One module per subcommand; each parses nothing itself and calls into `tuneplane-core`.
 
 pub mod admin;
+pub mod audit;
 pub mod capsule;
 pub mod demo;
 pub mod jobs;

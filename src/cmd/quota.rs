@@ -11,6 +11,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use tuneplane_core::audit::AuditAction;
 use tuneplane_core::quota::{CpuLimit, TenantQuota};
 use tuneplane_core::quota_view::QuotaView;
 use tuneplane_core::store::JobStore;
@@ -211,6 +212,8 @@ pub async fn set(store: &dyn JobStore, args: &SetArgs) -> anyhow::Result<TenantQ
     let existing = store.get_quota(&args.tenant).await?;
     let q = merge(existing, args)?;
     store.put_quota(&q).await?;
+    let change = serde_json::to_value(&q).unwrap_or_default();
+    super::admin::audit(store, &q.tenant, AuditAction::QuotaSet, &q.tenant, change).await?;
     Ok(q)
 }
 
@@ -237,6 +240,22 @@ pub async fn unset(
             "tenant {tenant:?} has no quota to remove (tuneplane admin quota list shows the tenants that have one)"
         );
     };
+    let removed = match what {
+        Removal::Series(s) => serde_json::json!({"removed": format!("series {s}")}),
+        Removal::Cpu => serde_json::json!({"removed": "cpu"}),
+        Removal::All => serde_json::json!({"removed": "all"}),
+    };
+    let left = unset_inner(store, &mut q, tenant, what).await?;
+    super::admin::audit(store, tenant, AuditAction::QuotaUnset, tenant, removed).await?;
+    Ok(left)
+}
+
+async fn unset_inner(
+    store: &dyn JobStore,
+    q: &mut TenantQuota,
+    tenant: &str,
+    what: &Removal,
+) -> anyhow::Result<Option<TenantQuota>> {
     match what {
         Removal::Series(s) => {
             if q.series.remove(s).is_none() {
@@ -266,8 +285,8 @@ pub async fn unset(
         return Ok(None);
     }
     q.updated_at_ms = now_ms();
-    store.put_quota(&q).await?;
-    Ok(Some(q))
+    store.put_quota(q).await?;
+    Ok(Some(q.clone()))
 }
 
 fn number(v: f64) -> String {

@@ -58,6 +58,7 @@ async fn one_job_lifecycle_costs_five_writes_plus_the_shared_active_scan() {
                 job: &job("j-life", "acme", 1_000, 0),
                 idem: Some(&idem),
                 events: &[event(1_000, "submitted", "submitted")],
+                audit: None,
             })
             .await,
         "submit",

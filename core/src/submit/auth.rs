@@ -23,6 +23,9 @@ pub struct Principal {
     pub scopes: Vec<String>,
     /// Key label (for logs; never the secret).
     pub key_name: String,
+    /// The key's id (`k-` and 16 hex digits of its hash), as the audit trail and
+    /// `tuneplane admin keys list` name it.
+    pub key_id: String,
 }
 
 impl Principal {
@@ -34,6 +37,19 @@ impl Principal {
             Err(SubmitError::Forbidden {
                 scope: scope.to_owned(),
             })
+        }
+    }
+
+    /// This caller as the actor of changes made through `source` in request `request_id`.
+    pub fn actor(
+        &self,
+        source: crate::audit::AuditSource,
+        request_id: &str,
+    ) -> crate::audit::Actor {
+        crate::audit::Actor {
+            key_id: self.key_id.clone(),
+            source,
+            request_id: request_id.to_owned(),
         }
     }
 }
@@ -61,6 +77,7 @@ pub fn principal_of(record: ApiKeyRecord) -> Result<Principal> {
         return Err(SubmitError::Unauthenticated);
     }
     Ok(Principal {
+        key_id: record.id(),
         tenant: record.tenant,
         scopes: record.scopes,
         key_name: record.name,

@@ -30,6 +30,7 @@ use code::prepare;
 pub use code::{Prepared, SPEC_FILE_IN_ARCHIVE};
 pub use error::SubmitError;
 
+use crate::audit::{Actor, AuditAction, AuditEntry, AuditSource};
 use crate::capacity::CapacitySnapshot;
 use crate::capsule::{Limits, storage_key};
 use crate::fleet::FleetShape;
@@ -78,6 +79,8 @@ pub enum Code {
 pub enum Origin {
     /// `POST /v1/jobs`.
     Api,
+    /// The console's submit form.
+    Console,
     /// `POST /v1/webhooks/{source}`.
     Webhook(String),
     /// A schedule firing (schedule id).
@@ -92,6 +95,7 @@ impl Origin {
     fn describe(&self) -> String {
         match self {
             Origin::Api => "submitted through the API".into(),
+            Origin::Console => "submitted from the console".into(),
             Origin::Webhook(s) => format!("submitted by webhook {s}"),
             Origin::Schedule(s) => format!("started by schedule {s}"),
             Origin::Inbox(k) => format!("submitted from inbox object {k}"),
@@ -113,6 +117,22 @@ pub struct SubmitRequest {
     pub idempotency_key: Option<String>,
     /// Entry point.
     pub origin: Origin,
+    /// Who submits, for the audit trail (its source follows from `origin`).
+    pub actor: Actor,
+}
+
+impl Origin {
+    /// The audit trail's name for this entry point.
+    pub fn audit_source(&self) -> AuditSource {
+        match self {
+            Origin::Api => AuditSource::Api,
+            Origin::Console => AuditSource::Console,
+            Origin::Webhook(_) => AuditSource::Webhook,
+            Origin::Schedule(_) => AuditSource::Schedule,
+            Origin::Inbox(_) => AuditSource::Inbox,
+            Origin::Event(_) => AuditSource::Event,
+        }
+    }
 }
 
 /// What a submission produced.
@@ -255,6 +275,7 @@ impl SubmitService {
             code,
             idempotency_key,
             origin,
+            actor,
         } = req;
         if let Some(key) = &idempotency_key {
             check_idempotency_key(key)?;
@@ -331,11 +352,25 @@ impl SubmitService {
             ),
             object: None,
         };
-        // The job and its first event in one atomic write: no crash leaves a job without it.
+        let audit = AuditEntry::new(
+            &actor,
+            &record.tenant,
+            AuditAction::JobSubmit,
+            &record.id,
+            serde_json::json!({
+                "name": record.spec.name,
+                "capsule_sha256": record.capsule_sha256,
+                "origin": origin.describe(),
+            }),
+            now_ms,
+        );
+        // The job, its first event and its audit entry in one atomic write: no crash leaves a
+        // job without them.
         let new = NewJob {
             job: &record,
             idem: idem.as_ref(),
             events: &[event],
+            audit: Some(&audit),
         };
         let outcome = self.jobs.create(new).await?;
         let created = matches!(outcome, CreateOutcome::Created(_));
@@ -483,6 +518,7 @@ mod tests {
     fn admin_scope_implies_every_other_scope() {
         let p = |scopes: &[&str]| Principal {
             tenant: "t".into(),
+            key_id: "k-0".into(),
             scopes: scopes.iter().map(|s| s.to_string()).collect(),
             key_name: "k".into(),
         };

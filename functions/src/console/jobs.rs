@@ -256,7 +256,7 @@ pub async fn stop(
     // The service the API's stop route calls too: one set of rules for both doors.
     let stop = state
         .control()
-        .stop_job(&viewer.principal.tenant, &id)
+        .stop_job(&viewer.principal.tenant, &id, &viewer.actor())
         .await
         .map_err(ApiError::from)?;
     let notice = match stop {

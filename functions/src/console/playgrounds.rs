@@ -190,6 +190,7 @@ pub async fn create(
             (state.new_id)("pg"),
             crate::runtime::new_server_key(),
             (state.clock)(),
+            &viewer.actor(),
         )
         .await;
     match created {
@@ -221,7 +222,12 @@ pub async fn delete(
 ) -> Result<Response, ConsoleError> {
     state
         .control()
-        .delete_playground(&viewer.principal.tenant, &id, (state.clock)())
+        .delete_playground(
+            &viewer.principal.tenant,
+            &id,
+            (state.clock)(),
+            &viewer.actor(),
+        )
         .await
         .map_err(ApiError::from)?;
     Ok(Redirect::to("/console/playgrounds").into_response())

@@ -193,7 +193,8 @@ pub async fn submit(
         spec: SpecInput::Text(f.spec.clone()),
         code: Code::Archive(code),
         idempotency_key: Some(f.idempotency_key.clone()),
-        origin: Origin::Api,
+        origin: Origin::Console,
+        actor: viewer.actor(),
     };
     match state.submit.submit(request, (state.clock)()).await {
         Ok(s) => {

@@ -35,6 +35,14 @@ pub struct Viewer {
 }
 
 impl Viewer {
+    /// The signed-in key as the actor of the changes a console request makes.
+    pub fn actor(&self) -> tuneplane_core::audit::Actor {
+        self.principal.actor(
+            tuneplane_core::audit::AuditSource::Console,
+            &crate::error::current_request_id(),
+        )
+    }
+
     /// Fails unless `token` is this session's CSRF token.
     pub fn check_csrf(&self, token: &str) -> Result<(), ConsoleError> {
         if self.keys.session.check_csrf(&self.sid, token) {

@@ -61,8 +61,12 @@ pub async fn submit(
                 .to_owned(),
         ),
     };
-    let request =
-        parse_body(&body)?.into_request(&principal.tenant, idempotency_key, Origin::Api)?;
+    let request = parse_body(&body)?.into_request(
+        &principal.tenant,
+        idempotency_key,
+        Origin::Api,
+        super::api_actor(&principal),
+    )?;
     let submitted = state.submit.submit(request, (state.clock)()).await?;
     tracing::info!(job_id = %submitted.job.id, tenant = %principal.tenant, created = submitted.created, capsule = %submitted.job.capsule_sha256, "submitted");
     Ok(submitted_response(&submitted))
@@ -254,7 +258,12 @@ pub async fn stop(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
-    match state.control().stop_job(&principal.tenant, &id).await? {
+    let actor = super::api_actor(&principal);
+    match state
+        .control()
+        .stop_job(&principal.tenant, &id, &actor)
+        .await?
+    {
         Stop::Requested(stored) => {
             tracing::info!(job_id = %stored.id, "stop requested");
             Ok((StatusCode::ACCEPTED, Json(stored)).into_response())

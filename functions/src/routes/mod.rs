@@ -1,5 +1,6 @@
 //! Handlers of the `/v1` routes, one module per resource.
 
+pub mod audit;
 pub mod jobs;
 pub mod live;
 pub mod misc;
@@ -8,3 +9,11 @@ pub mod playground_proxy;
 pub mod playgrounds;
 pub mod quota;
 pub mod submission;
+
+use tuneplane_core::audit::{Actor, AuditSource};
+use tuneplane_core::submit::Principal;
+
+/// The caller of an API request as the actor of the changes it makes (the audit trail).
+pub fn api_actor(principal: &Principal) -> Actor {
+    principal.actor(AuditSource::Api, &crate::error::current_request_id())
+}

@@ -67,6 +67,7 @@ pub async fn create(
             (state.new_id)("pg"),
             crate::runtime::new_server_key(),
             (state.clock)(),
+            &super::api_actor(&principal),
         )
         .await?;
     let (stored, notes) = (created.record, created.notes);
@@ -132,7 +133,12 @@ pub async fn delete(
     principal.require(SCOPE_JOBS_WRITE)?;
     let pg = state
         .control()
-        .delete_playground(&principal.tenant, &id, (state.clock)())
+        .delete_playground(
+            &principal.tenant,
+            &id,
+            (state.clock)(),
+            &super::api_actor(&principal),
+        )
         .await?;
     Ok((StatusCode::ACCEPTED, Json(view(&state, pg))).into_response())
 }

@@ -4,6 +4,7 @@
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::Value;
+use tuneplane_core::audit::Actor;
 use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitRequest};
 
 use crate::config::MAX_INLINE_CODE_BYTES;
@@ -67,6 +68,7 @@ impl SubmissionBody {
         tenant: &str,
         idempotency_key: Option<String>,
         origin: Origin,
+        actor: Actor,
     ) -> Result<SubmitRequest, ApiError> {
         let spec = SpecInput::Text(spec_text(&self.spec)?);
         let code = code_of(self.code, tenant)?;
@@ -76,6 +78,7 @@ impl SubmissionBody {
             code,
             idempotency_key,
             origin,
+            actor,
         })
     }
 }

@@ -32,6 +32,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
+use tuneplane_core::audit::{Actor, AuditSource};
 use tuneplane_core::store::PutOutcome;
 use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitRequest};
 
@@ -161,6 +162,12 @@ async fn submit_payload(
     // From signed data only: the same signed message is the same job.
     let key = Some(format!("webhook:{source}:{signature}"));
     let origin = Origin::Webhook(source.to_owned());
+    // Signed by the source's secret: the source is the actor, its signed message the request.
+    let actor = Actor {
+        key_id: format!("webhook:{source}"),
+        source: AuditSource::Webhook,
+        request_id: key.clone().unwrap_or_default(),
+    };
     let request = if payload.get("spec").is_some() {
         let body: SubmissionBody = serde_json::from_value(payload).map_err(|e| {
             ApiError::bad_request(
@@ -168,7 +175,7 @@ async fn submit_payload(
                 format!("expected {{\"spec\", \"code\"}}: {e}"),
             )
         })?;
-        body.into_request(tenant, key, origin)?
+        body.into_request(tenant, key, origin, actor)?
     } else {
         let name = match payload.get("template").and_then(Value::as_str) {
             Some(name) => name.to_owned(),
@@ -186,6 +193,7 @@ async fn submit_payload(
             code,
             idempotency_key: key,
             origin,
+            actor,
         }
     };
     let submitted = state.submit.submit(request, now_ms).await?;

@@ -332,6 +332,16 @@ impl JobStore for FaultyJobStore {
         let call = self.inner.delete_quota(tenant);
         self.faults.run("delete_quota", tenant, call).await
     }
+    async fn append_audit(&self, entry: &tuneplane_core::audit::AuditEntry) -> Result<()> {
+        let call = self.inner.append_audit(entry);
+        self.faults.run("append_audit", &entry.id, call).await
+    }
+    async fn list_audit(
+        &self,
+        query: &tuneplane_core::audit::AuditQuery,
+    ) -> Result<Vec<tuneplane_core::audit::AuditEntry>> {
+        self.inner.list_audit(query).await
+    }
 }
 
 /// A [`BlobStore`] that injects [`Faults`] in front of a real one.

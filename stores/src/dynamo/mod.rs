@@ -266,7 +266,12 @@ impl DynamoJobStore {
 
     /// One attempt of [`JobStore::create`]: a single transaction.
     async fn create_once(&self, new: NewJob<'_>) -> Result<CreateOutcome> {
-        let NewJob { job, idem, events } = new;
+        let NewJob {
+            job,
+            idem,
+            events,
+            audit,
+        } = new;
         let mut job = job.clone();
         job.version = 1;
         let key = job_pk(&job.id);
@@ -301,6 +306,15 @@ impl DynamoJobStore {
             idem_pk = Some((idem, pk));
         }
         items.extend(self.event_puts(&job.id, events)?);
+        if let Some(entry) = audit {
+            // A fresh job's entry: its id is new, so the put needs no condition.
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(records::audit_item(entry)))
+                .build()
+                .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
+            items.push(TransactWriteItem::builder().put(put).build());
+        }
         let result = self
             .client
             .transact_write_items()

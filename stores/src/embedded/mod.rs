@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use redb::{ConcurrencyMode, Database, ReadableDatabase};
+use tuneplane_core::audit::{AuditEntry, AuditQuery};
 use tuneplane_core::clock::now_secs;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
@@ -180,11 +181,16 @@ impl JobStore for EmbeddedJobStore {
         let job = new.job.clone();
         let idem = new.idem.cloned();
         let events = new.events.to_vec();
-        // One redb write transaction: the job, its idempotency record and its events.
+        let audit = new.audit.cloned();
+        // One redb write transaction: the job, its idempotency record, its events and its
+        // audit entry.
         self.write(move |tx| {
             let outcome = tx.create_job(job, idem, now_secs())?;
             if let CreateOutcome::Created(created) = &outcome {
                 tx.append_events(&created.id, &events)?;
+                if let Some(entry) = &audit {
+                    tx.append_audit(entry)?;
+                }
             }
             Ok(outcome)
         })
@@ -328,6 +334,20 @@ impl JobStore for EmbeddedJobStore {
 
     async fn delete_quota(&self, tenant: &str) -> Result<()> {
         self.delete_meta(format!("QUOTA#{tenant}")).await
+    }
+
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<()> {
+        let entry = entry.clone();
+        self.write(move |tx| tx.append_audit(&entry)).await
+    }
+
+    async fn list_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>> {
+        let prefix = match &query.tenant {
+            Some(t) => tables::audit_key(t, ""),
+            None => tables::AUDIT_PREFIX.to_owned(),
+        };
+        let entries: Vec<AuditEntry> = self.read(move |tx| tx.list_meta(&prefix)).await?;
+        Ok(query.finish(entries))
     }
 }
 

@@ -6,6 +6,7 @@
 use redb::{ReadableTable, Table, TableDefinition, TableHandle, WriteTransaction};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tuneplane_core::audit::AuditEntry;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
     CreateOutcome, Idempotency, IdempotencyRecord, Result, StoreError, active_sort_key,
@@ -20,6 +21,14 @@ pub(super) const ACTIVE: Def = TableDefinition::new("active_jobs");
 pub(super) const IDEM: Def = TableDefinition::new("idempotency");
 pub(super) const EVENTS: Def = TableDefinition::new("events");
 pub(super) const META: Def = TableDefinition::new("meta");
+
+/// Prefix of audit entries in the meta table: `AUDIT#<tenant>` U+001F `<id>`.
+pub const AUDIT_PREFIX: &str = "AUDIT#";
+
+/// The meta key of audit entry `id` of `tenant` (`id` empty: the tenant's prefix).
+pub fn audit_key(tenant: &str, id: &str) -> String {
+    format!("{AUDIT_PREFIX}{tenant}{SEP}{id}")
+}
 
 /// Key of the capacity snapshot in the meta table.
 pub const CAPACITY_KEY: &str = "CAPACITY#CURRENT";
@@ -312,6 +321,15 @@ impl<'t> Tx<'t> {
     /// Reads a meta record inside the write transaction.
     pub fn get_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
         get(&self.meta, &self.label, key)
+    }
+
+    /// Appends an audit entry unless one with its id is stored (the same change retried).
+    pub fn append_audit(&mut self, entry: &AuditEntry) -> Result<()> {
+        let key = audit_key(&entry.tenant, &entry.id);
+        if self.get_meta::<AuditEntry>(&key)?.is_none() {
+            self.put_meta(&key, entry)?;
+        }
+        Ok(())
     }
 
     /// Deletes a meta record.

@@ -487,6 +487,7 @@ async fn create_with_event(
             job: &job(id, "acme", at, 0),
             idem: key,
             events: &[event(at, "submitted", message)],
+            audit: None,
         })
         .await
 }

@@ -6,6 +6,7 @@
 
 #![allow(dead_code, unused_macros, unused_imports)]
 
+pub mod audit;
 pub mod aws_env;
 pub mod blobs;
 pub mod fixtures;
@@ -41,6 +42,10 @@ macro_rules! job_store_contract {
             revoking_a_key_keeps_its_first_time_and_ends_its_sessions,
             ending_sessions_keeps_the_key_valid_and_concurrent_changes_all_land,
             changing_a_missing_key_writes_nothing,
+        );
+        job_store_contract!(@in audit; $make;
+            audit_entries_append_once_and_list_by_tenant_and_window_oldest_first,
+            a_submissions_audit_entry_lands_with_its_job_and_never_on_a_repeat,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
