@@ -103,3 +103,108 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use tuneplane_core::audit::{AuditAction, AuditSource};
+    use tuneplane_core::store::JobStore;
+    use tuneplane_core::submit::SCOPE_JOBS_READ;
+    use tuneplane_stores::EmbeddedJobStore;
+
+    use super::super::admin::{StoreArgs, issue_key, operator};
+    use super::super::{keys, quota};
+    use super::*;
+
+    fn args(since: &str, tenant: Option<&str>, limit: usize) -> AuditArgs {
+        AuditArgs {
+            tenant: tenant.map(str::to_owned),
+            since: since.into(),
+            until: None,
+            limit,
+            output: Output::Json,
+            store: StoreArgs {
+                table: None,
+                data_dir: ".".into(),
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn every_admin_change_is_audited_once_as_the_operator_through_the_cli() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedJobStore::open(dir.path()).unwrap();
+        let scopes = vec![SCOPE_JOBS_READ.to_owned()];
+        issue_key(&store, "acme", &scopes, "ci").await.unwrap();
+        issue_key(&store, "acme", &scopes, "ops").await.unwrap();
+        let listed = store.list_api_keys().await.unwrap();
+        let (first, second) = (listed[0].id(), listed[1].id());
+        keys::revoke(&store, &first).await.unwrap();
+        // Revoking it again changes nothing: no entry.
+        keys::revoke(&store, &first).await.unwrap();
+        keys::rotate(&store, &second).await.unwrap();
+        let set = quota::SetArgs {
+            tenant: "acme".into(),
+            series: Some("h200".into()),
+            gpus: Some(8),
+            borrow: None,
+            cpus: None,
+            memory_gb: None,
+            weight: Some(2.0),
+            store: StoreArgs {
+                table: None,
+                data_dir: ".".into(),
+            },
+        };
+        quota::set(&store, &set).await.unwrap();
+        quota::unset(&store, "acme", &quota::Removal::All)
+            .await
+            .unwrap();
+
+        let entries = store
+            .list_audit(&query_of(&args("1d", None, 1000), now_ms()).unwrap())
+            .await
+            .unwrap();
+        let actions: Vec<AuditAction> = entries.iter().map(|e| e.action).collect();
+        assert_eq!(
+            actions,
+            vec![
+                AuditAction::KeyCreate,
+                AuditAction::KeyCreate,
+                AuditAction::KeyRevoke,
+                AuditAction::KeyRotate,
+                AuditAction::QuotaSet,
+                AuditAction::QuotaUnset,
+            ]
+        );
+        assert_eq!(entries[2].target, first);
+        assert_eq!(entries[3].target, second);
+        assert_eq!(entries[4].change["weight"], 2.0);
+        for e in &entries {
+            assert_eq!(e.tenant, "acme");
+            assert_eq!(e.actor.source, AuditSource::AdminCli);
+            assert_eq!(e.actor.key_id, operator().key_id);
+            assert!(e.actor.key_id.starts_with("operator:"), "{e:?}");
+        }
+        // Another tenant's listing is empty.
+        let other = query_of(&args("1d", Some("globex"), 1000), now_ms()).unwrap();
+        assert!(store.list_audit(&other).await.unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_arguments_name_the_flag_and_what_to_give() {
+        let now = now_ms();
+        let e = query_of(&args("yesterday", None, 10), now)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--since:") && e.contains("RFC 3339"), "{e}");
+        let e = query_of(&args("1d", Some("Acme Corp"), 10), now)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--tenant"), "{e}");
+        let e = query_of(&args("1d", None, 0), now).unwrap_err().to_string();
+        assert!(e.starts_with("--limit 0"), "{e}");
+        let q = query_of(&args("2h", Some("acme"), 5), now).unwrap();
+        assert_eq!(q.since_ms, Some(now - 7_200_000));
+        assert_eq!(q.limit, 5);
+    }
+}

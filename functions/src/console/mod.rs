@@ -146,6 +146,7 @@ mod tests {
     use crate::state::AppState;
 
     mod attempts_outputs;
+    mod audit;
     mod revocation;
 
     struct Stack {

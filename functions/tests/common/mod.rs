@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod archives;
+pub mod audit;
 pub mod grants;
 pub mod live;
 pub mod security;

@@ -41,6 +41,9 @@ macro_rules! api_suite {
             a_tenant_over_its_playground_limit_gets_a_clear_409,
             a_playground_is_reached_through_the_api_which_adds_the_servers_key,
         );
+        $crate::api_suite!(@cases $make; audit;
+            every_change_through_every_door_is_audited_once_with_its_actor_and_source,
+        );
         $crate::api_suite!(@cases $make; triggers;
             signed_webhook_submits_once_and_a_replay_is_401,
             a_failed_webhook_delivery_stays_remembered_and_a_re_signed_retry_is_heard,
