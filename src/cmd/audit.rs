@@ -40,10 +40,8 @@ pub struct AuditArgs {
 
 /// The listing `args` ask for, checked.
 pub fn query_of(args: &AuditArgs, now: i64) -> anyhow::Result<AuditQuery> {
-    if let Some(t) = &args.tenant {
-        if !valid_tenant(t) {
-            bail!("--tenant {t:?}: use 1-40 lower-case letters, digits and '-'");
-        }
+    if let Some(t) = args.tenant.as_ref().filter(|t| !valid_tenant(t)) {
+        bail!("--tenant {t:?}: use 1-40 lower-case letters, digits and '-'");
     }
     if !(1..=AUDIT_LIST_LIMIT).contains(&args.limit) {
         bail!("--limit {}: give 1 to {AUDIT_LIST_LIMIT}", args.limit);
