@@ -190,15 +190,24 @@ fn create_schedule(args: &CreateScheduleArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The operator running this command as the actor of its changes: `operator:<user>` (from
-/// `$USER`), through the admin CLI, with one fresh request id per command.
+/// The operator running this command as the actor of its changes: `operator:<user>` (the
+/// person behind `sudo`, else `$USER` or `$LOGNAME`, else `uid-<n>`), through the admin CLI, with
+/// one fresh request id per command.
 pub fn operator() -> &'static Actor {
     static ACTOR: std::sync::OnceLock<Actor> = std::sync::OnceLock::new();
     ACTOR.get_or_init(|| {
-        let user = std::env::var("USER")
-            .ok()
-            .filter(|u| !u.is_empty() && u.len() <= 64)
-            .unwrap_or_else(|| "unknown".into());
+        let named = ["SUDO_USER", "USER", "LOGNAME"]
+            .into_iter()
+            .find_map(|var| {
+                std::env::var(var).ok().filter(|u| {
+                    !u.is_empty() && u.len() <= 64 && u.bytes().all(|b| b.is_ascii_graphic())
+                })
+            });
+        let user = named.unwrap_or_else(|| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self")
+                .map_or_else(|_| "unknown".into(), |m| format!("uid-{}", m.uid()))
+        });
         Actor {
             key_id: format!("operator:{user}"),
             source: AuditSource::AdminCli,
