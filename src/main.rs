@@ -119,6 +119,13 @@ enum Command {
         #[command(flatten)]
         client: client::ClientArgs,
     },
+    /// Show what your tenant held: GPU-hours, CPU- and memory-hours per series, day or job.
+    Usage {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        #[command(flatten)]
+        args: cmd::usage::UsageArgs,
+    },
     /// Print a shell completion script (`source <(tuneplane completion bash)`).
     Completion {
         /// The shell.
@@ -221,6 +228,7 @@ fn main() -> ExitCode {
         Command::Quota { client } => client_command(&client, (), async |api, out, ()| {
             cmd::quota::show(api, out).await
         }),
+        Command::Usage { client, args } => client_command(&client, args, cmd::usage::usage),
         Command::Completion { shell } => completion(shell),
         Command::Playground { client, command } => {
             client_command(&client, command, cmd::playground::run)

@@ -28,3 +28,4 @@ pub mod render;
 pub mod spec;
 pub mod store;
 pub mod submit;
+pub mod usage;

@@ -38,6 +38,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/capacity"),
     ("get", "/v1/quota"),
     ("get", "/v1/audit"),
+    ("get", "/v1/usage"),
     ("post", "/v1/playgrounds"),
     ("get", "/v1/playgrounds"),
     ("get", "/v1/playgrounds/{id}"),
@@ -78,6 +79,7 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .route("/capacity", get(routes::misc::capacity))
         .route("/quota", get(routes::quota::get_quota))
         .route("/audit", get(routes::audit::list))
+        .route("/usage", get(routes::usage::usage))
         .route(
             "/playgrounds",
             post(routes::playgrounds::create).get(routes::playgrounds::list),

@@ -34,6 +34,8 @@ pub const ENV_TENANT_NAMESPACES: &str = "TUNEPLANE_TENANT_NAMESPACES";
 pub const ENV_DEFAULT_QUOTA: &str = "TUNEPLANE_DEFAULT_QUOTA";
 /// Most live playgrounds a tenant may have at once (default 2).
 pub const ENV_PLAYGROUND_LIMIT: &str = "TUNEPLANE_PLAYGROUND_LIMIT";
+/// Price of a GPU-hour per series for usage reports' cost column, JSON: `{"h200": 4.5}`.
+pub const ENV_GPU_PRICES: &str = "TUNEPLANE_GPU_PRICES";
 /// Pod networks the API's playground proxy may forward to, comma-separated CIDRs
 /// (`10.244.0.0/16`); unset: the proxy answers 503.
 pub const ENV_PLAYGROUND_POD_CIDRS: &str = "TUNEPLANE_PLAYGROUND_POD_CIDRS";
@@ -211,6 +213,10 @@ impl Config {
                         message: format!("{v:?} is not a whole number from 1 to 100"),
                     })?,
             },
+            gpu_prices: match non_empty(ENV_GPU_PRICES) {
+                None => BTreeMap::new(),
+                Some(json) => parse_gpu_prices(&json)?,
+            },
             default_quota: match non_empty(ENV_DEFAULT_QUOTA) {
                 None => Default::default(),
                 Some(json) => {
@@ -304,6 +310,35 @@ fn parse_tenant_namespaces(json: &str) -> Result<BTreeMap<String, String>, Confi
             .map_err(|e| fail(format!("tenant {tenant}: {}", e.message)))?;
     }
     Ok(map)
+}
+
+/// `TUNEPLANE_GPU_PRICES`: a JSON object of series (label values) to a price per GPU-hour
+/// (finite, 0 or more).
+pub fn parse_gpu_prices(json: &str) -> Result<BTreeMap<String, f64>, ConfigError> {
+    let err = |message: String| ConfigError {
+        var: ENV_GPU_PRICES,
+        message,
+    };
+    let map: BTreeMap<String, serde_json::Value> = serde_json::from_str(json).map_err(|e| {
+        err(format!(
+            "expected a JSON object of series to the price of a GPU-hour, e.g. {{\"h200\": 4.5}}: {e}"
+        ))
+    })?;
+    map.into_iter()
+        .map(|(series, v)| {
+            if !tuneplane_core::ids::is_dns_label(&series, 63) {
+                return Err(err(format!(
+                    "series {series:?}: use the series' node label value (lower-case letters, digits and '-')"
+                )));
+            }
+            match v.as_f64() {
+                Some(p) if p.is_finite() && p >= 0.0 => Ok((series, p)),
+                _ => Err(err(format!(
+                    "series {series}: the price {v} is not a number of 0 or more"
+                ))),
+            }
+        })
+        .collect()
 }
 
 fn parse_event_senders(json: &str) -> Result<BTreeMap<String, String>, ConfigError> {

@@ -35,6 +35,8 @@ pub enum Output {
     Table,
     /// JSON, one document per command.
     Json,
+    /// CSV with a header line (`usage`, `admin usage`); the other commands print their table.
+    Csv,
 }
 
 /// An API error as the server described it.

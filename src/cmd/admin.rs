@@ -35,6 +35,9 @@ pub enum Command {
     /// Show the audit trail: every change made through the API, the console, triggers and
     /// these admin commands, by whom, when and through which door.
     Audit(super::audit::AuditArgs),
+    /// GPU-hours, CPU- and memory-hours per tenant and series, day or job (every attempt from
+    /// admission to its end; optional prices give a cost column).
+    Usage(super::usage::AdminUsageArgs),
 }
 
 /// Where the job store is (shared by the admin commands).
@@ -90,6 +93,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::CreateSchedule(args) => create_schedule(&args),
         Command::Quota(c) => super::quota::run_admin(c),
         Command::Audit(args) => super::audit::run(&args),
+        Command::Usage(args) => super::usage::admin_usage(&args),
     }
 }
 

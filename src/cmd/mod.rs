@@ -12,6 +12,7 @@ pub mod outputs;
 pub mod playground;
 pub mod quota;
 pub mod render;
+pub mod usage;
 pub mod validate;
 
 use std::path::Path;

@@ -161,6 +161,8 @@ pub struct SubmitConfig {
     pub default_quota: crate::quota::DefaultQuota,
     /// Most live playgrounds a tenant may have at once.
     pub playground_limit: u32,
+    /// Price of a GPU-hour per series, for the cost column of usage reports (none: no costs).
+    pub gpu_prices: std::collections::BTreeMap<String, f64>,
 }
 
 impl Default for SubmitConfig {
@@ -172,6 +174,7 @@ impl Default for SubmitConfig {
             idempotency_ttl_seconds: 24 * 3600,
             default_quota: Default::default(),
             playground_limit: 2,
+            gpu_prices: Default::default(),
         }
     }
 }

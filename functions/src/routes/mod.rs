@@ -1,6 +1,7 @@
 //! Handlers of the `/v1` routes, one module per resource.
 
 pub mod audit;
+pub mod usage;
 pub mod jobs;
 pub mod live;
 pub mod misc;
