@@ -14,14 +14,7 @@ use crate::submit::SubmitService;
 /// Attempts of a write that keeps meeting concurrent writes before [`ControlError::Busy`].
 pub const ATTEMPTS: usize = 5;
 
-/// True for ids the API hands out: 1-64 of `a-z`, `0-9` and `-` (safe in keys and paths).
-pub fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-}
+pub use crate::ids::valid_id;
 
 /// Why an operation was refused or failed.
 #[derive(Debug, thiserror::Error)]

@@ -223,13 +223,7 @@ impl DefaultQuota {
     }
 }
 
-/// True for tenant names: 1-40 of `a-z`, `0-9` and `-`.
-pub fn valid_tenant(t: &str) -> bool {
-    !t.is_empty()
-        && t.len() <= 40
-        && t.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-}
+pub use crate::ids::valid_tenant;
 
 /// A quota that breaks the rules; every problem is listed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

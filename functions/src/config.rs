@@ -303,7 +303,8 @@ fn parse_tenant_namespaces(json: &str) -> Result<BTreeMap<String, String>, Confi
     for (tenant, ns) in &map {
         if !tuneplane_core::quota::valid_tenant(tenant) {
             return Err(fail(format!(
-                "tenant {tenant:?} must be 1-40 lowercase letters, digits or '-'"
+                "tenant {tenant:?} must be {}",
+                tuneplane_core::ids::TENANT_RULE
             )));
         }
         namespace_value(ENV_TENANT_NAMESPACES, ns.clone())
@@ -357,9 +358,10 @@ fn parse_event_senders(json: &str) -> Result<BTreeMap<String, String>, ConfigErr
                 "{account:?} is not an AWS account id (12 digits)"
             )));
         }
-        if !crate::runtime::valid_id(tenant) {
+        if !tuneplane_core::ids::valid_tenant(tenant) {
             return Err(fail(format!(
-                "tenant {tenant:?} of account {account} must be 1-64 lowercase letters, digits or '-'"
+                "tenant {tenant:?} of account {account} must be {}",
+                tuneplane_core::ids::TENANT_RULE
             )));
         }
     }

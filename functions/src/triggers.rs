@@ -195,7 +195,7 @@ async fn inbox_object(
     let tenant = key[INBOX_PREFIX.len()..]
         .split_once('/')
         .map(|(t, _)| t)
-        .filter(|t| crate::runtime::valid_id(t));
+        .filter(|t| tuneplane_core::ids::valid_tenant(t));
     let result = match tenant {
         None => Err(SubmitError::InvalidRequest(
             "put console archives under inbox/<tenant>/ (e.g. inbox/acme/job.zip)".into(),

@@ -139,7 +139,7 @@ pub async fn schedule_from_job(
     expression: &str,
 ) -> anyhow::Result<ScheduleRecord> {
     if !valid_id(id) {
-        bail!("schedule id {id:?}: use 1-64 lower-case letters, digits and '-'");
+        bail!("schedule id {id:?}: use {}", tuneplane_core::ids::ID_RULE);
     }
     if !(expression.starts_with("cron(")
         || expression.starts_with("rate(")
@@ -264,8 +264,11 @@ pub async fn store_new_key(
     scopes: &[String],
     name: &str,
 ) -> anyhow::Result<(String, tuneplane_core::store::ApiKeyRecord)> {
-    if !valid_id(tenant) || tenant.len() > 40 {
-        bail!("tenant {tenant:?}: use 1-40 lower-case letters, digits and '-'");
+    if !tuneplane_core::ids::valid_tenant(tenant) {
+        bail!(
+            "tenant {tenant:?}: use {}",
+            tuneplane_core::ids::TENANT_RULE
+        );
     }
     let known = [SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, SCOPE_ADMIN];
     if let Some(bad) = scopes.iter().find(|s| !known.contains(&s.as_str())) {

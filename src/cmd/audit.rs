@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use tuneplane_core::audit::{AUDIT_LIST_LIMIT, AuditEntry, AuditQuery};
-use tuneplane_core::quota::valid_tenant;
+use tuneplane_core::ids::{TENANT_RULE, valid_tenant};
 use tuneplane_functions::routes::audit::parse_time;
 use tuneplane_functions::runtime::now_ms;
 
@@ -41,7 +41,7 @@ pub struct AuditArgs {
 /// The listing `args` ask for, checked.
 pub fn query_of(args: &AuditArgs, now: i64) -> anyhow::Result<AuditQuery> {
     if let Some(t) = args.tenant.as_ref().filter(|t| !valid_tenant(t)) {
-        bail!("--tenant {t:?}: use 1-40 lower-case letters, digits and '-'");
+        bail!("--tenant {t:?}: use {TENANT_RULE}");
     }
     if !(1..=AUDIT_LIST_LIMIT).contains(&args.limit) {
         bail!("--limit {}: give 1 to {AUDIT_LIST_LIMIT}", args.limit);

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-use tuneplane_core::quota::valid_tenant;
+use tuneplane_core::ids::{TENANT_RULE, valid_tenant};
 use tuneplane_core::usage::{GroupBy, Row, known_tenants, report, tenant_slices, totals};
 use tuneplane_functions::routes::audit::parse_time;
 use tuneplane_functions::runtime::now_ms;
@@ -145,7 +145,7 @@ pub async fn usage(api: &Api, out: Output, args: UsageArgs) -> anyhow::Result<Ex
 pub fn admin_usage(args: &AdminUsageArgs) -> anyhow::Result<ExitCode> {
     let now = now_ms();
     if let Some(t) = args.tenant.as_ref().filter(|t| !valid_tenant(t)) {
-        bail!("--tenant {t:?}: use 1-40 lower-case letters, digits and '-'");
+        bail!("--tenant {t:?}: use {TENANT_RULE}");
     }
     let w = &args.window;
     let group_by = GroupBy::parse(&w.group_by).map_err(|e| anyhow::anyhow!("--group-by: {e}"))?;

@@ -119,8 +119,11 @@ fn parse_source(entry: &Value) -> Result<WebhookSource, String> {
         ));
     }
     let tenant = text("tenant")?.ok_or("add \"tenant\" (the tenant its jobs belong to)")?;
-    if !crate::runtime::valid_id(tenant) || tenant.len() > 40 {
-        return Err("\"tenant\" must be 1-40 lower-case letters, digits and '-'".into());
+    if !tuneplane_core::ids::valid_tenant(tenant) {
+        return Err(format!(
+            "\"tenant\" must be {}",
+            tuneplane_core::ids::TENANT_RULE
+        ));
     }
     let scheme = match text("scheme")? {
         Some("tuneplane") => SignatureScheme::TunePlane,
@@ -141,7 +144,10 @@ fn parse_source(entry: &Value) -> Result<WebhookSource, String> {
         .as_deref()
         .is_some_and(|t| !crate::runtime::valid_id(t))
     {
-        return Err("\"template\" must be 1-64 lower-case letters, digits and '-'".into());
+        return Err(format!(
+            "\"template\" must be {}",
+            tuneplane_core::ids::ID_RULE
+        ));
     }
     Ok(WebhookSource {
         secret: Secret::new(secret),
