@@ -234,15 +234,7 @@ async fn serve_api(dir: &Path) -> (String, String, Arc<dyn JobStore>) {
 }
 
 async fn quota_cli(url: &str, key: &str, args: &[&str]) -> Output {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tuneplane"));
-    cmd.arg("quota")
-        .args(args)
-        .env("TUNEPLANE_API", url)
-        .env("TUNEPLANE_API_KEY", key);
-    tokio::time::timeout(Duration::from_secs(60), cmd.output())
-        .await
-        .expect("the CLI did not finish within 60 s")
-        .unwrap()
+    cli_support::client(url, key, "quota", args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

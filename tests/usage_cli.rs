@@ -35,15 +35,7 @@ fn held(job: &JobRecord) -> (f64, f64) {
 }
 
 async fn usage_cli(url: &str, key: &str, args: &[&str]) -> std::process::Output {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tuneplane"));
-    cmd.arg("usage")
-        .args(args)
-        .env("TUNEPLANE_API", url)
-        .env("TUNEPLANE_API_KEY", key);
-    tokio::time::timeout(Duration::from_secs(60), cmd.output())
-        .await
-        .expect("the CLI did not finish within 60 s")
-        .unwrap()
+    cli_support::client(url, key, "usage", args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,3 +35,16 @@ pub fn ok(out: &Output) -> String {
     );
     text(&out.stdout)
 }
+
+/// `tuneplane COMMAND ARGS` as a client of the API at `url` with `key` (60 s at most).
+pub async fn client(url: &str, key: &str, command: &str, args: &[&str]) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tuneplane"));
+    cmd.arg(command)
+        .args(args)
+        .env("TUNEPLANE_API", url)
+        .env("TUNEPLANE_API_KEY", key);
+    tokio::time::timeout(std::time::Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the CLI did not finish within 60 s")
+        .unwrap()
+}

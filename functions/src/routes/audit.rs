@@ -36,17 +36,11 @@ pub async fn list(
     Query(params): Query<AuditParams>,
 ) -> Result<Json<Value>, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
-    let now = (state.clock)();
-    let bound = |field: &str, text: &str| {
-        parse_time(text, now)
-            .map_err(|e| ApiError::bad_request("invalid_query", format!("{field}: {e}")))
-    };
-    let since = bound("since", params.since.as_deref().unwrap_or(DEFAULT_SINCE))?;
-    let until = params
-        .until
-        .as_deref()
-        .map(|t| bound("until", t))
-        .transpose()?;
+    let (since, until) = window(
+        ("since", params.since.as_deref().unwrap_or(DEFAULT_SINCE)),
+        ("until", params.until.as_deref()),
+        (state.clock)(),
+    )?;
     let limit = match params.limit {
         None => AUDIT_LIST_LIMIT,
         Some(n) if (1..=AUDIT_LIST_LIMIT).contains(&n) => n,
@@ -70,6 +64,28 @@ pub async fn list(
         "until_ms": until,
         "entries": entries,
     })))
+}
+
+/// A query's window: its start (`name`, text) and its optional end, parsed with [`parse_time`]
+/// against `now_ms`; an error names the parameter, and an end not after the start is refused.
+pub fn window(
+    (start_name, start): (&str, &str),
+    (end_name, end): (&str, Option<&str>),
+    now_ms: i64,
+) -> Result<(i64, Option<i64>), ApiError> {
+    let bound = |field: &str, text: &str| {
+        parse_time(text, now_ms)
+            .map_err(|e| ApiError::bad_request("invalid_query", format!("{field}: {e}")))
+    };
+    let from = bound(start_name, start)?;
+    let to = end.map(|t| bound(end_name, t)).transpose()?;
+    if to.is_some_and(|to| to <= from) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("{end_name}: the window's end must be after its start ({start_name})"),
+        ));
+    }
+    Ok((from, to))
 }
 
 /// A time bound from outside: a duration back from `now_ms` (`90s`, `30m`, `12h`, `7d`), an

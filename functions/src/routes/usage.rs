@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tuneplane_core::submit::SCOPE_JOBS_READ;
 use tuneplane_core::usage::{GroupBy, report, tenant_slices, totals};
 
-use super::audit::parse_time;
+use super::audit::window;
 use crate::error::ApiError;
 use crate::state::{AppState, Auth};
 
@@ -37,19 +37,16 @@ pub async fn usage(
 ) -> Result<Json<Value>, ApiError> {
     principal.require(SCOPE_JOBS_READ)?;
     let now = (state.clock)();
-    let bound = |field: &str, text: &str| {
-        parse_time(text, now)
-            .map_err(|e| ApiError::bad_request("invalid_query", format!("{field}: {e}")))
-    };
-    let from = bound("from", params.from.as_deref().unwrap_or(DEFAULT_FROM))?;
-    let to = match params.to.as_deref() {
-        None => now,
-        Some(t) => bound("to", t)?,
-    };
+    let (from, to) = window(
+        ("from", params.from.as_deref().unwrap_or(DEFAULT_FROM)),
+        ("to", params.to.as_deref()),
+        now,
+    )?;
+    let to = to.unwrap_or(now);
     if to <= from {
         return Err(ApiError::bad_request(
             "invalid_query",
-            "to: the window's end must be after its start (from)",
+            "from: the window's start must be in the past",
         ));
     }
     let group_by = GroupBy::parse(params.group_by.as_deref().unwrap_or("series"))
