@@ -20,6 +20,8 @@ pub enum Nav {
     Capacity,
     /// `/console/playgrounds`, the vLLM playgrounds list and create form.
     Playgrounds,
+    /// `/console/usage`, GPU-hours per day and series.
+    Usage,
     /// Sign-in and error pages.
     None,
 }
@@ -29,6 +31,7 @@ const NAV: &[(Nav, &str, &str)] = &[
     (Nav::Submit, "/console/submit", "Submit"),
     (Nav::Capacity, "/console/capacity", "Capacity"),
     (Nav::Playgrounds, "/console/playgrounds", "Playgrounds"),
+    (Nav::Usage, "/console/usage", "Usage"),
 ];
 
 /// A whole HTML page.

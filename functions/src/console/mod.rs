@@ -22,6 +22,7 @@ pub mod logs;
 pub mod playgrounds;
 pub mod session;
 pub mod submit;
+pub mod usage;
 pub mod view;
 pub mod viewer;
 
@@ -87,6 +88,7 @@ pub fn router_with(keys: ConsoleKeys) -> Router<Arc<AppState>> {
         .route("/jobs/{id}/logs", get(jobs::logs_download))
         .route("/jobs/{id}/outputs/{*path}", get(jobs::output_download))
         .route("/capacity", get(capacity::page_route))
+        .route("/usage", get(usage::page_route))
         .route(
             "/playgrounds",
             get(playgrounds::list).post(playgrounds::create),
@@ -147,6 +149,7 @@ mod tests {
 
     mod attempts_outputs;
     mod audit;
+    mod usage;
     mod revocation;
 
     struct Stack {
