@@ -9,6 +9,14 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// Nanoseconds since the Unix epoch (0 before it): a seed for names that must not repeat
+/// (scratch folders, write tokens, simulated uids), never compared as time.
+pub fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
 /// Seconds since the Unix epoch (0 before it).
 pub fn now_secs() -> i64 {
     now_ms() / 1000

@@ -145,10 +145,7 @@ static SUFFIX_COUNTER: AtomicU64 = AtomicU64::new(0x9e37_79b9);
 pub fn random_suffix(len: usize) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let seed = SUFFIX_COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() as u64)
-        .unwrap_or(0);
+    let nanos = (tuneplane_core::clock::now_nanos() % 1_000_000_000) as u64;
     let mut x = seed ^ nanos.rotate_left(17);
     (0..len)
         .map(|_| {

@@ -82,9 +82,7 @@ impl Drop for TempDir {
 pub(crate) fn tempdir_in(parent: &Path) -> Result<TempDir> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let nanos = crate::clock::now_nanos();
     let name = format!(
         ".tuneplane-stage-{}-{nanos}-{}",
         std::process::id(),

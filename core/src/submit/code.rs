@@ -133,9 +133,7 @@ impl Scratch {
     pub(crate) fn new(parent: &Path) -> Result<Scratch> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static SEQ: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        let nanos = crate::clock::now_nanos();
         let path = parent.join(format!(
             "tuneplane-submit-{}-{nanos}-{}",
             std::process::id(),

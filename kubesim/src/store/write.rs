@@ -460,10 +460,7 @@ fn spec_changed(old: &Value, new: &Value) -> bool {
 }
 
 fn make_uid(seq: u64) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
+    let nanos = tuneplane_core::clock::now_nanos() as u64;
     let a = nanos.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seq;
     let b = seq.wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ nanos.rotate_left(29);
     format!(

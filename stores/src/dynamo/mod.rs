@@ -478,12 +478,7 @@ pub(super) const WRITE_TOKEN: &str = "write_token";
 pub(super) fn write_token() -> String {
     static START: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let start = START.get_or_init(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    });
+    let start = START.get_or_init(tuneplane_core::clock::now_nanos);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{:x}-{start:x}-{n:x}", std::process::id())
 }
