@@ -289,10 +289,7 @@ async fn unset_inner(
     Ok(Some(q.clone()))
 }
 
-fn number(v: f64) -> String {
-    let s = format!("{v:.1}");
-    s.strip_suffix(".0").map(str::to_owned).unwrap_or(s)
-}
+use tuneplane_core::quantity::plain as number;
 
 /// `h200=16 (borrow), l40s=8`, or `-`.
 fn series_cell(q: &TenantQuota) -> String {
