@@ -10,7 +10,6 @@ use cli_support::{admin, ok, text};
 use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};

@@ -133,7 +133,9 @@ impl GroupBy {
             "series" => Ok(GroupBy::Series),
             "day" => Ok(GroupBy::Day),
             "job" => Ok(GroupBy::Job),
-            other => Err(format!("{other:?} is not a grouping; give series, day or job")),
+            other => Err(format!(
+                "{other:?} is not a grouping; give series, day or job"
+            )),
         }
     }
 }
@@ -243,9 +245,7 @@ pub async fn tenant_slices(
 }
 
 /// Every tenant the store knows (its API keys' and quotas' tenants), sorted.
-pub async fn known_tenants(
-    jobs: &dyn crate::store::JobStore,
-) -> crate::store::Result<Vec<String>> {
+pub async fn known_tenants(jobs: &dyn crate::store::JobStore) -> crate::store::Result<Vec<String>> {
     let mut tenants: std::collections::BTreeSet<String> = jobs
         .list_api_keys()
         .await?
@@ -310,13 +310,19 @@ mod tests {
             });
         }
         j.admitted_at_ms = Some(300_000);
-        assert_eq!(held_intervals(&j, 350_000), vec![(1_000, 101_000), (300_000, 350_000)]);
+        assert_eq!(
+            held_intervals(&j, 350_000),
+            vec![(1_000, 101_000), (300_000, 350_000)]
+        );
         let slices = job_slices(&j, 0, i64::MAX, 350_000);
         let h200 = slices.iter().find(|s| s.series == "h200").unwrap();
         assert_eq!(h200.gpu_seconds, 16.0 * 150.0);
         assert_eq!(h200.cpu_seconds, 64.0 * 150.0);
         let cpu = slices.iter().find(|s| s.series == CPU_ONLY).unwrap();
-        assert_eq!((cpu.gpu_seconds, cpu.cpu_seconds, cpu.memory_gb_seconds), (0.0, 600.0, 2400.0));
+        assert_eq!(
+            (cpu.gpu_seconds, cpu.cpu_seconds, cpu.memory_gb_seconds),
+            (0.0, 600.0, 2400.0)
+        );
         // Finished: counted until then, not until now.
         j.finished_at_ms = Some(310_000);
         let done = job_slices(&j, 0, i64::MAX, 999_999_999);
@@ -357,18 +363,31 @@ mod tests {
         let prices: BTreeMap<String, f64> = [("h200".to_owned(), 4.0)].into();
         let by_series = report(&slices, GroupBy::Series, &prices);
         assert_eq!(by_series.len(), 3);
-        assert_eq!((by_series[1].series.as_str(), by_series[1].gpu_hours), ("h200", 3.0));
+        assert_eq!(
+            (by_series[1].series.as_str(), by_series[1].gpu_hours),
+            ("h200", 3.0)
+        );
         assert_eq!(by_series[1].cost, Some(12.0));
         assert_eq!(by_series[0].cost, None, "no price for cpu");
         let by_day = report(&slices, GroupBy::Day, &BTreeMap::new());
         assert_eq!(by_day.len(), 4);
         assert_eq!(by_day[0].day.as_deref(), Some("2026-12-01"));
         let by_job = report(&slices, GroupBy::Job, &BTreeMap::new());
-        assert_eq!(by_job.iter().filter(|r| r.job_id.as_deref() == Some("j2")).count(), 2);
+        assert_eq!(
+            by_job
+                .iter()
+                .filter(|r| r.job_id.as_deref() == Some("j2"))
+                .count(),
+            2
+        );
         let t = totals(&by_series);
         assert_eq!(t["gpu_hours"], 4.0);
         assert_eq!(t["cost"], 16.0);
         assert_eq!(totals(&by_day)["cost"], serde_json::Value::Null);
-        assert!(GroupBy::parse("week").unwrap_err().contains("series, day or job"));
+        assert!(
+            GroupBy::parse("week")
+                .unwrap_err()
+                .contains("series, day or job")
+        );
     }
 }

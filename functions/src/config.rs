@@ -418,7 +418,7 @@ mod tests {
         assert_eq!(config.event_senders["111122223333"], "acme");
         for (bad, needle) in [
             (r#"{"1111": "acme"}"#, "12 digits"),
-            (r#"{"111122223333": "Acme"}"#, "lowercase"),
+            (r#"{"111122223333": "Acme"}"#, "1-40 lower-case"),
             (r#"["acme"]"#, "account id to tenant"),
         ] {
             let vars = [
@@ -432,6 +432,39 @@ mod tests {
                 Some(ENV_EVENT_SENDERS),
                 "{bad}"
             );
+            let message = err.map(|e| e.message).unwrap_or_default();
+            assert!(message.contains(needle), "{bad}: {message}");
+        }
+    }
+
+    #[test]
+    fn gpu_prices_parse_and_bad_entries_name_the_series_and_the_fix() {
+        let base = [(ENV_TABLE, "t"), (ENV_BUCKET, "b")];
+        let mut vars = base.to_vec();
+        vars.push((ENV_GPU_PRICES, r#"{"h200": 4.5, "l40s": 0}"#));
+        let prices = parse(&vars).unwrap().submit.gpu_prices;
+        assert_eq!(prices.get("h200"), Some(&4.5));
+        assert_eq!(prices.get("l40s"), Some(&0.0));
+        assert!(parse(&base).unwrap().submit.gpu_prices.is_empty());
+        for (bad, needle) in [
+            (
+                r#"{"h200": -1}"#,
+                "series h200: the price -1 is not a number of 0 or more",
+            ),
+            (r#"{"h200": "cheap"}"#, "series h200"),
+            (
+                r#"{"H200": 1}"#,
+                "series \"H200\": use the series' node label value",
+            ),
+            (
+                r#"[4.5]"#,
+                "JSON object of series to the price of a GPU-hour",
+            ),
+        ] {
+            let mut vars = base.to_vec();
+            vars.push((ENV_GPU_PRICES, bad));
+            let err = parse(&vars).err();
+            assert_eq!(err.as_ref().map(|e| e.var), Some(ENV_GPU_PRICES), "{bad}");
             let message = err.map(|e| e.message).unwrap_or_default();
             assert!(message.contains(needle), "{bad}: {message}");
         }
@@ -452,7 +485,7 @@ mod tests {
                 r#"{"acme": "ML_Acme"}"#,
                 "tenant acme: namespace \"ML_Acme\" must be a DNS label",
             ),
-            (r#"{"Acme": "ml"}"#, "lowercase"),
+            (r#"{"Acme": "ml"}"#, "1-40 lower-case"),
             (r#"["acme"]"#, "tenant to namespace"),
         ] {
             let mut vars = base.to_vec();

@@ -213,6 +213,9 @@ mod tests {
             ..args
         };
         let e = path_of(&bad).unwrap_err().to_string();
-        assert!(e.contains("--group-by") && e.contains("series, day or job"), "{e}");
+        assert!(
+            e.contains("--group-by") && e.contains("series, day or job"),
+            "{e}"
+        );
     }
 }

@@ -149,8 +149,8 @@ mod tests {
 
     mod attempts_outputs;
     mod audit;
-    mod usage;
     mod revocation;
+    mod usage;
 
     struct Stack {
         app: Router,

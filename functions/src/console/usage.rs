@@ -101,7 +101,10 @@ pub async fn page_route(
     for d in 0..=days {
         let at = from + i64::from(d) * 86_400_000;
         if at <= now {
-            per_day.insert(tuneplane_core::usage::day_name(at.div_euclid(86_400_000) * 86_400_000), 0.0);
+            per_day.insert(
+                tuneplane_core::usage::day_name(at.div_euclid(86_400_000) * 86_400_000),
+                0.0,
+            );
         }
     }
     for r in report(&slices, GroupBy::Day, prices) {
@@ -125,5 +128,8 @@ pub async fn page_route(
         }
         p.legend { "The same figures: " code { "tuneplane usage --since " (days) "d" } " or " code { "GET /v1/usage?from=" (days) "d" } "." }
     };
-    Ok(respond(StatusCode::OK, page("Usage", Some(&viewer), Nav::Usage, body)))
+    Ok(respond(
+        StatusCode::OK,
+        page("Usage", Some(&viewer), Nav::Usage, body),
+    ))
 }

@@ -1,7 +1,6 @@
 //! Handlers of the `/v1` routes, one module per resource.
 
 pub mod audit;
-pub mod usage;
 pub mod jobs;
 pub mod live;
 pub mod misc;
@@ -10,6 +9,7 @@ pub mod playground_proxy;
 pub mod playgrounds;
 pub mod quota;
 pub mod submission;
+pub mod usage;
 
 use tuneplane_core::audit::{Actor, AuditSource};
 use tuneplane_core::submit::Principal;

@@ -15,7 +15,9 @@ async fn api_json(s: &super::Stack, key: &str, path: &str) -> serde_json::Value 
         .unwrap();
     let res = s.call(req).await;
     assert_eq!(res.status(), StatusCode::OK);
-    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
+        .await
+        .unwrap();
     serde_json::from_slice(&bytes).unwrap()
 }
 
@@ -49,8 +51,18 @@ async fn the_usage_page_shows_the_apis_figures_per_series_and_day() {
     let session = s.sign_in(&s.key_a).await;
     let page = s.get("/console/usage?days=2", Some(&session)).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    assert!(page.body.contains("data-series=\"h200\" data-gpu-hours=\"12.00\""), "{}", page.body);
-    assert!(page.body.contains("<strong class=\"total-gpu-hours\">12.00</strong>"), "{}", page.body);
+    assert!(
+        page.body
+            .contains("data-series=\"h200\" data-gpu-hours=\"12.00\""),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("<strong class=\"total-gpu-hours\">12.00</strong>"),
+        "{}",
+        page.body
+    );
     // The days of the chart add up to the same total; globex's 24 GPU-hours are not shown.
     let days: f64 = page
         .body
