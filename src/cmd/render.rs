@@ -123,7 +123,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     job.placements = plan(&job, args.fleet.as_deref())?;
     let capsule = CapsuleRef { sha256: sha, url };
     let object = match job.spec.kind() {
-        WorkloadKind::RayJob => render_rayjob(&job, &capsule, &settings)?,
+        WorkloadKind::RayJob => render_rayjob(&job, &capsule, &settings)?.to_json(),
         WorkloadKind::Pod => render_pod(&job, &capsule, &settings)?,
     };
     print!("{}", yaml_serde::to_string(&object)?);

@@ -1,14 +1,17 @@
 //! Rendering of the Kubernetes objects TunePlane creates (docs/design.md §5), as pure functions.
 //!
-//! - [`rayjob::render_rayjob`]: a KubeRay `ray.io/v1` RayJob for any job with GPUs;
+//! - [`rayjob::render_rayjob`]: a KubeRay `ray.io/v1` RayJob for any job with GPUs, typed
+//!   ([`kuberay::RayJob`]: the reconciler creates that very spec, `tuneplane render` prints it);
 //! - [`pod::render_pod`]: a plain Pod for a CPU-only custom job;
 //! - [`playground::render_playground`]: a standalone vLLM Pod.
 //!
-//! Output is `serde_json::Value` in the exact Kubernetes shape, so core needs no kube crates; the
-//! reconciler turns it into typed objects at the edge and `tuneplane render` prints it as YAML.
+//! Pods, Secrets and NetworkPolicies are `serde_json::Value` in the exact Kubernetes shape, so core
+//! needs no kube crates; the reconciler reads them into k8s-openapi's types at the edge (core's
+//! tests round-trip every one through those types, so no field is lost there).
 //! Everything that varies by installation is in [`RenderSettings`], parsed once by the binaries.
 
 pub mod bootstrap;
+pub mod kuberay;
 pub mod network;
 pub mod playground;
 pub mod pod;
@@ -397,6 +400,15 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    /// The rendered RayJob as JSON, as these tests read it (with JSON pointers).
+    fn render_rayjob(
+        job: &JobRecord,
+        capsule: &CapsuleRef,
+        settings: &RenderSettings,
+    ) -> Result<Value, RenderError> {
+        super::render_rayjob(job, capsule, settings).map(|rj| rj.to_json())
+    }
     use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
     use crate::spec::JobSpec;
     use crate::store::PlaygroundRecord;
