@@ -211,6 +211,7 @@ async fn serve_api(dir: &Path) -> (String, String, Arc<dyn JobStore>) {
         rate_per_key: None,
         rate_per_source: None,
         grant_key: None,
+        console_secret: None,
     };
     let (jobs, blobs) = tuneplane_functions::runtime::stores(&config).await.unwrap();
     let (secret, record) = new_api_key(

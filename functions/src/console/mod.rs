@@ -36,7 +36,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 
 use crate::state::AppState;
-use session::{ENV_CONSOLE_SECRET, SessionKey};
+use session::SessionKey;
 
 /// Path prefix of every console page.
 pub const BASE: &str = "/console";
@@ -49,21 +49,15 @@ pub struct ConsoleKeys {
 }
 
 impl ConsoleKeys {
-    /// Keys from [`ENV_CONSOLE_SECRET`] when set (read once, when the router is built), else a
-    /// random key for this process, which suits one-process deployments (`tuneplane dev`).
-    pub fn from_env() -> ConsoleKeys {
-        match std::env::var(ENV_CONSOLE_SECRET) {
-            Ok(secret) if secret.len() >= 32 => ConsoleKeys {
-                session: SessionKey::from_secret(secret.as_bytes()),
+    /// Keys from the configured secret ([`ENV_CONSOLE_SECRET`](crate::config::ENV_CONSOLE_SECRET), parsed with the rest of the
+    /// [`Config`](crate::config::Config)) when set, else a random key for this process, which
+    /// suits one-process deployments (`tuneplane dev`).
+    pub fn from_config(config: &crate::config::Config) -> ConsoleKeys {
+        match &config.console_secret {
+            Some(secret) => ConsoleKeys {
+                session: SessionKey::from_secret(secret.expose().as_bytes()),
             },
-            Ok(_) => {
-                tracing::warn!(
-                    var = ENV_CONSOLE_SECRET,
-                    "console secret shorter than 32 bytes ignored; sessions last as long as this process"
-                );
-                ConsoleKeys::random()
-            }
-            Err(_) => ConsoleKeys::random(),
+            None => ConsoleKeys::random(),
         }
     }
 
@@ -225,6 +219,7 @@ mod tests {
             rate_per_key: None,
             rate_per_source: None,
             grant_key: None,
+            console_secret: None,
         };
         let (jobs, blobs) = crate::runtime::stores(&config).await.unwrap();
         let state = crate::runtime::state_with(&config, jobs, blobs);

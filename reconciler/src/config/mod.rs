@@ -10,6 +10,10 @@ use tuneplane_core::render::{CapsuleDelivery, RenderSettings, Toleration};
 
 use crate::error::{Error, Result};
 
+pub mod process;
+
+pub use process::StoreSettings;
+
 /// Namespace of the reconciler itself (its Lease lives there).
 pub const ENV_NAMESPACE: &str = "TUNEPLANE_NAMESPACE";
 /// `1` (default): pods request `nvidia.com/gpu`; `0`: they do not (kind/CI), Ray keeps `num-gpus`.
@@ -178,6 +182,11 @@ pub struct Config {
     pub interruption_taints: Vec<String>,
     /// The key attempts' grants are signed with (with `render.api_url`; both or neither).
     pub grant_key: Option<tuneplane_core::grant::GrantKey>,
+    /// Where jobs and blobs live; `None` when unset (the binary refuses to start; tests build
+    /// their own stores).
+    pub stores: Option<StoreSettings>,
+    /// JSON log lines ([`process::ENV_LOG_FORMAT`]).
+    pub json_logs: bool,
 }
 
 impl Default for Config {
@@ -206,6 +215,8 @@ impl Default for Config {
                 .map(|t| (*t).to_owned())
                 .collect(),
             grant_key: None,
+            stores: None,
+            json_logs: true,
         }
     }
 }
@@ -465,6 +476,8 @@ impl Config {
                 )
             })?;
         }
+        c.stores = process::stores(&get)?;
+        c.json_logs = process::json_logs(&get)?;
         Ok(c)
     }
 }
