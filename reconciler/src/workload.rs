@@ -1,4 +1,5 @@
-//! Creating and deleting workloads: render with core, convert to typed objects at the edge, create
+//! Creating and deleting workloads: render with core (a RayJob is typed already and its spec is
+//! sent as rendered; Pods, Secrets and NetworkPolicies are read into k8s-openapi's types here), create
 //! idempotently (deterministic names; 409 AlreadyExists is success), delete with background
 //! propagation (404 is success).
 
