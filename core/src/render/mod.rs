@@ -33,6 +33,22 @@ pub use rayjob::render_rayjob;
 /// Longest workload name KubeRay accepts for a RayJob.
 pub const MAX_WORKLOAD_NAME: usize = 47;
 
+/// `1` (default): pods request `nvidia.com/gpu`; `0`: they do not (kind/CI), Ray keeps `num-gpus`.
+/// Read by the reconciler's config and by `tuneplane render` (one name, one parser:
+/// [`parse_gpu_passthrough`]).
+pub const ENV_GPU_PASSTHROUGH: &str = "TUNEPLANE_K8S_GPU_PASSTHROUGH";
+/// `presigned` (default) or `init-container` ([`CapsuleDelivery::parse`]).
+pub const ENV_CAPSULE_DELIVERY: &str = "TUNEPLANE_CAPSULE_DELIVERY";
+
+/// A [`ENV_GPU_PASSTHROUGH`] value: `1`/`true` or `0`/`false` (surrounding blanks ignored).
+pub fn parse_gpu_passthrough(raw: &str) -> Option<bool> {
+    match raw.trim() {
+        "1" | "true" => Some(true),
+        "0" | "false" => Some(false),
+        _ => None,
+    }
+}
+
 /// How workloads get the capsule (docs/design.md §4), `TUNEPLANE_CAPSULE_DELIVERY`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

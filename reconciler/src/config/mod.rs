@@ -16,10 +16,9 @@ pub use process::StoreSettings;
 
 /// Namespace of the reconciler itself (its Lease lives there).
 pub const ENV_NAMESPACE: &str = "TUNEPLANE_NAMESPACE";
-/// `1` (default): pods request `nvidia.com/gpu`; `0`: they do not (kind/CI), Ray keeps `num-gpus`.
-pub const ENV_GPU_PASSTHROUGH: &str = "TUNEPLANE_K8S_GPU_PASSTHROUGH";
-/// `presigned` (default) or `init-container`.
-pub const ENV_CAPSULE_DELIVERY: &str = "TUNEPLANE_CAPSULE_DELIVERY";
+/// `1` (default): pods request `nvidia.com/gpu`; `0`: they do not (kind/CI), Ray keeps `num-gpus`;
+/// `presigned` (default) or `init-container` (named in core: `tuneplane render` reads them too).
+pub use tuneplane_core::render::{ENV_CAPSULE_DELIVERY, ENV_GPU_PASSTHROUGH};
 /// JSON list of tolerations added to every workload (default: tolerate the `nvidia.com/gpu` taint).
 pub const ENV_TOLERATIONS: &str = "TUNEPLANE_TOLERATIONS";
 /// Upper bound on any job's pre-running deadline, seconds (optional).
@@ -256,11 +255,8 @@ impl Config {
             c.namespace = v;
         }
         if let Some(v) = get(ENV_GPU_PASSTHROUGH) {
-            c.render.gpu_passthrough = match v.trim() {
-                "1" | "true" => true,
-                "0" | "false" => false,
-                other => return Err(bad(ENV_GPU_PASSTHROUGH, format!("{other:?}: use 1 or 0"))),
-            };
+            c.render.gpu_passthrough = tuneplane_core::render::parse_gpu_passthrough(&v)
+                .ok_or_else(|| bad(ENV_GPU_PASSTHROUGH, format!("{:?}: use 1 or 0", v.trim())))?;
         }
         if let Some(v) = get(ENV_CAPSULE_DELIVERY) {
             c.render.delivery = CapsuleDelivery::parse(v.trim()).ok_or_else(|| {
