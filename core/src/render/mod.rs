@@ -856,6 +856,65 @@ mod tests {
         assert!(!validator.is_valid(&broken));
     }
 
+    /// The paths of `value` the API server would prune under the structural `schema` (fields the
+    /// CRD does not declare, where it neither preserves unknown fields nor takes any key).
+    fn pruned_paths(value: &Value, schema: &Value, path: &str) -> Vec<String> {
+        if schema["x-kubernetes-preserve-unknown-fields"] == json!(true) {
+            return Vec::new();
+        }
+        match value {
+            Value::Object(map) => map
+                .iter()
+                .flat_map(|(k, v)| {
+                    let here = format!("{path}/{k}");
+                    match (
+                        schema["properties"].get(k),
+                        schema.get("additionalProperties"),
+                    ) {
+                        (Some(field), _) => pruned_paths(v, field, &here),
+                        (None, Some(any)) if any.is_object() => pruned_paths(v, any, &here),
+                        _ => vec![here],
+                    }
+                })
+                .collect(),
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .flat_map(|(i, v)| pruned_paths(v, &schema["items"], &format!("{path}/{i}")))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_api_server_prunes_nothing_of_a_rendered_rayjob_spec() {
+        let schema = rayjob_schema();
+        let spec_schema = &schema["properties"]["spec"];
+        for settings in &settings_variants() {
+            let mut with_grants = settings.clone();
+            with_grants.api_url = Some("https://api.example".into());
+            for s in [settings, &with_grants] {
+                for j in [gpu_job(), placed(gpu_job())] {
+                    let rj = render_rayjob(&j, &capsule(), s).unwrap();
+                    let pruned = pruned_paths(&rj["spec"], spec_schema, "/spec");
+                    assert_eq!(pruned, Vec::<String>::new(), "{s:?}");
+                }
+            }
+        }
+        // The check is not vacuous: a field the CRD does not know is found, nested or not.
+        let mut extra = render_rayjob(&gpu_job(), &capsule(), &RenderSettings::default()).unwrap();
+        extra["spec"]["someFutureField"] = json!(1);
+        extra["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["bogus"] =
+            json!(2);
+        assert_eq!(
+            pruned_paths(&extra["spec"], spec_schema, "/spec"),
+            [
+                "/spec/rayClusterSpec/headGroupSpec/template/spec/containers/0/bogus",
+                "/spec/someFutureField"
+            ]
+        );
+    }
+
     /// `job` as admission leaves it: every pool with its planned nodes.
     fn placed(mut job: JobRecord) -> JobRecord {
         job.placements = job
