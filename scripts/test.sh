@@ -82,6 +82,9 @@ cargo fmt --all -- --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "the client-only CLI still builds (cargo check --no-default-features: no dev/demo stack)"
+cargo check --locked -p tuneplane --no-default-features --bins
+
 step "cargo test (with a private moto_server on 127.0.0.1)"
 scripts/with-moto.sh cargo test --workspace --locked
 
@@ -93,7 +96,8 @@ step "scenario suite on the real control plane (TUNEPLANE_TEST_K8S=real)"
 export TUNEPLANE_TEST_KUBECONFIG="$REAL_KUBECONFIG"
 TUNEPLANE_TEST_K8S=real cargo test --workspace --locked \
   --test lifecycle --test pending --test placement --test sharing --test cleanup --test leader --test crash \
-  --test differential --test rbac_real --test agent_cluster --test real_cluster --test real_logs -- --test-threads=1
+  --test differential --test rbac_real --test agent_cluster --test real_cluster --test real_logs \
+  --test rendered_examples -- --test-threads=1
 
 step "the reconciler's requests in the API server's audit log match infra/kustomize's RBAC"
 TUNEPLANE_TEST_K8S=real TUNEPLANE_TEST_AUDIT_LOG="$K8S_DIR/logs/audit.log" \

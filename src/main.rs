@@ -28,11 +28,13 @@ enum Command {
     #[command(subcommand)]
     Capsule(cmd::capsule::Command),
     /// Run the example job end to end on this machine (the README's main-job command).
+    #[cfg(feature = "dev")]
     Demo(cmd::demo::Args),
     /// Operator commands on the stores (create API keys and schedules, set tenants' quotas).
     #[command(subcommand)]
     Admin(cmd::admin::Command),
     /// Start the whole platform on this machine (API, stores, simulated cluster, reconciler).
+    #[cfg(feature = "dev")]
     Dev(tuneplane::dev::DevArgs),
     /// Submit a job (code + JobSpec) to the API.
     Submit {
@@ -191,8 +193,10 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(&args),
         Command::Render(args) => cmd::render::run(&args),
         Command::Capsule(c) => cmd::capsule::run(c),
+        #[cfg(feature = "dev")]
         Command::Demo(args) => cmd::demo::run(&args),
         Command::Admin(c) => cmd::admin::run(c),
+        #[cfg(feature = "dev")]
         Command::Dev(args) => tuneplane::dev::run(&args),
         Command::Submit { client, args } => client_command(&client, &args, cmd::jobs::submit),
         Command::Jobs {

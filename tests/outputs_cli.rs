@@ -56,6 +56,7 @@ async fn serve(dir: &Path) -> Served {
         rate_per_key: None,
         rate_per_source: None,
         grant_key: None,
+        console_secret: None,
     };
     let (jobs, blobs) = tuneplane_functions::runtime::stores(&config).await.unwrap();
     let mut keys = Vec::new();

@@ -211,6 +211,7 @@ async fn serve_api(dir: &Path) -> (String, String, Arc<dyn JobStore>) {
         rate_per_key: None,
         rate_per_source: None,
         grant_key: None,
+        console_secret: None,
     };
     let (jobs, blobs) = tuneplane_functions::runtime::stores(&config).await.unwrap();
     let (secret, record) = new_api_key(
@@ -258,15 +259,8 @@ async fn quota_shows_the_callers_limits_usage_and_queued_demand_per_series() {
         borrow: true,
     });
     jobs.put_quota(&quota).await.unwrap();
-    let node = |name: &str, series: &str, used: u32| NodeCapacity {
-        name: name.into(),
-        series: Some(series.into()),
-        gpus: 8,
-        gpus_used: used,
-        cpus: 64.0,
-        memory_gb: 512.0,
-        ready: true,
-        ..Default::default()
+    let node = |name: &str, series: &str, used: u32| {
+        NodeCapacity::ready(name, Some(series), 8, 64.0, 512.0).with_gpus_used(used)
     };
     let mut snap = CapacitySnapshot::from_nodes(
         1_000,

@@ -119,6 +119,33 @@ pub struct Holder {
 }
 
 impl NodeCapacity {
+    /// A Ready, uncordoned node `name` with `gpus` GPUs of `series` (`None`: a CPU-only node),
+    /// `cpus` cores and `memory_gb` GiB, nothing in use: the one builder of test fixtures and
+    /// examples (then [`NodeCapacity::with_gpus_used`], or struct update syntax for the rest).
+    pub fn ready(
+        name: &str,
+        series: Option<&str>,
+        gpus: u32,
+        cpus: f64,
+        memory_gb: f64,
+    ) -> NodeCapacity {
+        NodeCapacity {
+            name: name.to_owned(),
+            series: series.map(str::to_owned),
+            gpus,
+            cpus,
+            memory_gb,
+            ready: true,
+            ..NodeCapacity::default()
+        }
+    }
+
+    /// This node with `used` of its GPUs held.
+    pub fn with_gpus_used(mut self, used: u32) -> NodeCapacity {
+        self.gpus_used = used;
+        self
+    }
+
     /// Schedulable: Ready and not cordoned.
     pub fn schedulable(&self) -> bool {
         self.ready && !self.cordoned
@@ -245,16 +272,7 @@ mod tests {
     use super::*;
 
     fn node(name: &str, series: &str, gpus: u32, used: u32) -> NodeCapacity {
-        NodeCapacity {
-            name: name.into(),
-            series: Some(series.into()),
-            gpus,
-            gpus_used: used,
-            cpus: 64.0,
-            memory_gb: 512.0,
-            ready: true,
-            ..Default::default()
-        }
+        NodeCapacity::ready(name, Some(series), gpus, 64.0, 512.0).with_gpus_used(used)
     }
 
     #[test]

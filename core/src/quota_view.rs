@@ -174,15 +174,8 @@ mod tests {
     use crate::quota::{CpuLimit, Demand};
 
     fn snapshot() -> CapacitySnapshot {
-        let node = |name: &str, series: &str, used: u32| NodeCapacity {
-            name: name.into(),
-            series: Some(series.into()),
-            gpus: 8,
-            gpus_used: used,
-            cpus: 64.0,
-            memory_gb: 512.0,
-            ready: true,
-            ..Default::default()
+        let node = |name: &str, series: &str, used: u32| {
+            NodeCapacity::ready(name, Some(series), 8, 64.0, 512.0).with_gpus_used(used)
         };
         let mut s = CapacitySnapshot::from_nodes(
             7,

@@ -65,6 +65,7 @@ async fn main() {
         rate_per_key: None,
         rate_per_source: None,
         grant_key: None,
+        console_secret: None,
     };
     let Ok((jobs, blobs)) = runtime::stores(&config).await else {
         eprintln!("cannot open the stores");

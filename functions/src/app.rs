@@ -49,12 +49,15 @@ pub const ROUTES: &[(&str, &str)] = &[
 ];
 
 /// The router with every `/v1` route, the body limit and the request-id middleware; console
-/// sessions are signed with the key from `TUNEPLANE_CONSOLE_SECRET` (random when unset).
+/// sessions are signed with a random key of this process (the API binary passes the configured
+/// one to [`router_with_console`]).
 pub fn router(state: Arc<AppState>) -> Router {
-    router_with_console(state, crate::console::ConsoleKeys::from_env())
+    router_with_console(state, crate::console::ConsoleKeys::random())
 }
 
-/// [`router`] with explicit console keys (a one-process stack persists its own).
+/// [`router`] with explicit console keys: the configured ones
+/// ([`ConsoleKeys::from_config`](crate::console::ConsoleKeys::from_config)), or those a
+/// one-process stack persists.
 pub fn router_with_console(state: Arc<AppState>, console: crate::console::ConsoleKeys) -> Router {
     let v1 = Router::new()
         .route("/healthz", get(routes::misc::healthz))

@@ -59,6 +59,11 @@ pub const ENV_LISTEN: &str = "TUNEPLANE_LISTEN";
 /// AWS accounts allowed to put "TunePlane Job Submission" events, each mapped to the tenant its
 /// jobs belong to: `{"111122223333": "acme"}`. Unset: no account may.
 pub const ENV_EVENT_SENDERS: &str = "TUNEPLANE_EVENT_SENDERS";
+/// The console's signing secret (at least [`MIN_CONSOLE_SECRET_BYTES`]); several processes serving
+/// one console (Lambda instances) must share it. Unset: a random key per process.
+pub const ENV_CONSOLE_SECRET: &str = "TUNEPLANE_CONSOLE_SECRET";
+/// Shortest accepted [`ENV_CONSOLE_SECRET`], bytes.
+pub const MIN_CONSOLE_SECRET_BYTES: usize = 32;
 
 /// Largest inline code archive (decoded), bytes: keeps requests within API Gateway and Lambda limits.
 pub const MAX_INLINE_CODE_BYTES: usize = 4 * 1024 * 1024;
@@ -120,6 +125,8 @@ pub struct Config {
     pub rate_per_source: Option<crate::rate::Rate>,
     /// The key attempts' grants are checked with ([`ENV_GRANT_KEY`]).
     pub grant_key: Option<tuneplane_core::grant::GrantKey>,
+    /// The console's session-signing secret ([`ENV_CONSOLE_SECRET`]); `None`: random per process.
+    pub console_secret: Option<Secret>,
 }
 
 /// Parses a rate variable, `default` when unset.
@@ -246,6 +253,19 @@ impl Config {
                 non_empty(ENV_RATE_LIMIT_PER_SOURCE),
                 "50/100",
             )?,
+            console_secret: match non_empty(ENV_CONSOLE_SECRET) {
+                None => None,
+                Some(v) if v.len() >= MIN_CONSOLE_SECRET_BYTES => Some(Secret::new(v)),
+                Some(v) => {
+                    return Err(ConfigError {
+                        var: ENV_CONSOLE_SECRET,
+                        message: format!(
+                            "{} bytes: use at least {MIN_CONSOLE_SECRET_BYTES} (e.g. openssl rand -hex 32)",
+                            v.len()
+                        ),
+                    });
+                }
+            },
             grant_key: match non_empty(ENV_GRANT_KEY) {
                 None => None,
                 Some(v) => Some(
@@ -384,6 +404,19 @@ mod tests {
     fn table_without_bucket_names_the_missing_variable() {
         let err = parse(&[(ENV_TABLE, "jobs")]).err().map(|e| e.var);
         assert_eq!(err, Some(ENV_BUCKET));
+    }
+
+    #[test]
+    fn a_console_secret_is_kept_secret_and_a_short_one_names_the_variable() {
+        let base = [(ENV_TABLE, "t"), (ENV_BUCKET, "b")];
+        assert!(parse(&base).map(|c| c.console_secret).ok() == Some(None));
+        let long = "s".repeat(MIN_CONSOLE_SECRET_BYTES);
+        let set = parse(&[base[0], base[1], (ENV_CONSOLE_SECRET, long.as_str())]).ok();
+        let secret = set.and_then(|c| c.console_secret);
+        assert_eq!(secret.as_ref().map(Secret::expose), Some(long.as_str()));
+        assert!(!format!("{secret:?}").contains(&long), "redacted in Debug");
+        let err = parse(&[base[0], base[1], (ENV_CONSOLE_SECRET, "short")]).err();
+        assert_eq!(err.map(|e| e.var), Some(ENV_CONSOLE_SECRET));
     }
 
     #[test]

@@ -21,7 +21,7 @@ fn limited(h: &common::Harness, per_key: Option<Rate>, per_source: Option<Rate>)
     state.rate_limits = Arc::new(RateLimits::new(per_key, per_source));
     tuneplane_functions::app::router_with_console(
         Arc::new(state),
-        tuneplane_functions::console::ConsoleKeys::from_env(),
+        tuneplane_functions::console::ConsoleKeys::random(),
     )
 }
 

@@ -1,54 +1,11 @@
-//! A partial typed KubeRay `RayJob` (`ray.io/v1`): the spec fields TunePlane sets, typed, with the
-//! cluster spec kept as JSON (it is produced by core's renderer), and the status fields it reads.
+//! The KubeRay `RayJob` (`ray.io/v1`) as the reconciler creates and watches it: core's typed
+//! [`RayJobSpec`] (the very spec `render_rayjob` returns and `tuneplane render` prints, with
+//! flattened catch-alls) and the status fields the reconciler reads.
 
-use kube::core::{ApiResource, GroupVersionKind, Object};
+use kube::core::{ApiResource, GroupVersionKind, Object, ObjectMeta};
 use serde::{Deserialize, Serialize};
-
-/// The RayJob spec as rendered by `tuneplane_core::render::render_rayjob`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RayJobSpec {
-    /// Driver command.
-    pub entrypoint: String,
-    /// Runtime env (working_dir, env_vars) as YAML.
-    #[serde(
-        rename = "runtimeEnvYAML",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub runtime_env_yaml: Option<String>,
-    /// Delete the RayCluster when the job ends.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shutdown_after_job_finishes: Option<bool>,
-    /// Fallback TTL of the cluster after the end.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds_after_finished: Option<i64>,
-    /// Run deadline.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_deadline_seconds: Option<i64>,
-    /// Retries of the whole job (0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backoff_limit: Option<i64>,
-    /// `K8sJobMode`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub submission_mode: Option<String>,
-    /// Submitter settings (its `backoffLimit`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub submitter_config: Option<serde_json::Value>,
-    /// Ray's submission id of the job (the workload's name; the dashboard gate answers for it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<String>,
-    /// KubeRay's submitter pod (image, the Ray token, hardening).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub submitter_pod_template: Option<serde_json::Value>,
-    /// The RayCluster spec (head and worker groups).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ray_cluster_spec: Option<serde_json::Value>,
-    /// Any other field core renders: carried to the API server as rendered, so a field added to
-    /// the renderer is never dropped here.
-    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
-    pub other: serde_json::Map<String, serde_json::Value>,
-}
+pub use tuneplane_core::render::kuberay::RayJobSpec;
+use tuneplane_core::render::kuberay::{self, RenderedMeta};
 
 /// The RayJob status fields the reconciler reads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -71,12 +28,42 @@ pub struct RayJobStatus {
     pub message: Option<String>,
 }
 
-/// The partial typed RayJob.
+/// The RayJob: core's spec, the status the reconciler reads.
 pub type RayJob = Object<RayJobSpec, RayJobStatus>;
 
 /// The `ray.io/v1` `RayJob` API resource.
 pub fn resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("ray.io", "v1", "RayJob"), "rayjobs")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ray.io", "v1", kuberay::KIND),
+        "rayjobs",
+    )
+}
+
+/// The object to create for core's rendered RayJob: its spec moved over whole, its metadata field
+/// by field (the destructuring is exhaustive, so a field added to core's metadata does not
+/// compile until it is carried here).
+pub fn from_rendered(rendered: kuberay::RayJob) -> RayJob {
+    let kuberay::RayJob {
+        api_version: _,
+        kind: _,
+        metadata,
+        spec,
+    } = rendered;
+    let RenderedMeta {
+        name,
+        namespace,
+        labels,
+        annotations,
+    } = metadata;
+    let mut object = RayJob::new(&name, &resource(), spec);
+    object.metadata = ObjectMeta {
+        name: Some(name),
+        namespace: Some(namespace),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        ..ObjectMeta::default()
+    };
+    object
 }
 
 #[cfg(test)]
@@ -84,10 +71,10 @@ mod round_trip {
     use super::*;
     use tuneplane_core::render::{CapsuleRef, RenderSettings, render_rayjob};
 
-    /// What core renders reaches the API server whole: every field survives the typed RayJob,
-    /// including ones this type does not name (a field added to the renderer later).
+    /// What core renders reaches the API server whole: the object the reconciler sends is the
+    /// rendered one, field for field, including a field the renderer sets that no type names.
     #[test]
-    fn every_rendered_field_survives_the_typed_rayjob() {
+    fn every_rendered_field_reaches_the_object_the_reconciler_sends() {
         let text = "name: t\nimage: rayproject/ray:2.60.0\nentrypoint: python train.py\npools: [{name: main, series: h200, nodes: 2, gpus_per_node: 8}]\n";
         let spec = tuneplane_core::spec::validate(text, None, &Default::default())
             .expect("spec")
@@ -100,11 +87,29 @@ mod round_trip {
         };
         let mut rendered =
             render_rayjob(&job, &capsule, &RenderSettings::default()).expect("render");
-        rendered["spec"]["someFutureField"] = serde_json::json!({"on": true});
-        let typed: RayJob = serde_json::from_value(rendered.clone()).expect("typed");
-        let back = serde_json::to_value(&typed).expect("json");
-        assert_eq!(back["spec"], rendered["spec"]);
-        assert!(typed.spec.job_id.is_some() && typed.spec.submitter_pod_template.is_some());
-        assert_eq!(typed.spec.other.len(), 1, "{:?}", typed.spec.other);
+        // A field core might render before it is typed anywhere, at two levels.
+        let future = serde_json::json!({"on": true});
+        rendered
+            .spec
+            .extra
+            .insert("someFutureField".into(), future.clone());
+        if let Some(cluster) = rendered.spec.ray_cluster_spec.as_mut() {
+            cluster
+                .extra
+                .insert("enableInTreeAutoscaling".into(), false.into());
+        }
+        let printed = rendered.to_json();
+        let sent = serde_json::to_value(from_rendered(rendered)).expect("json");
+        assert_eq!(sent, printed, "what render prints is what create sends");
+        assert_eq!(sent["spec"]["someFutureField"], future);
+        assert_eq!(
+            sent["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"],
+            serde_json::json!(false)
+        );
+        assert_eq!(sent["apiVersion"], "ray.io/v1");
+        assert_eq!(sent["metadata"]["labels"]["tuneplane.io/job-id"], "j-1");
+        // Read back (as the reflector reads a stored RayJob), nothing is dropped either.
+        let read: RayJob = serde_json::from_value(sent.clone()).expect("typed");
+        assert_eq!(serde_json::to_value(&read).expect("json"), sent);
     }
 }

@@ -1,4 +1,5 @@
-//! Creating and deleting workloads: render with core, convert to typed objects at the edge, create
+//! Creating and deleting workloads: render with core (a RayJob is typed already and its spec is
+//! sent as rendered; Pods, Secrets and NetworkPolicies are read into k8s-openapi's types here), create
 //! idempotently (deterministic names; 409 AlreadyExists is success), delete with background
 //! propagation (404 is success).
 
@@ -10,6 +11,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use tuneplane_core::capsule::storage_key;
 use tuneplane_core::constants::FIELD_MANAGER;
 use tuneplane_core::job::JobRecord;
+use tuneplane_core::render::kuberay::RayJob as RenderedRayJob;
 use tuneplane_core::render::network::{
     SINGLE_POD_POLICY, network_policy_name, render_network_policy, render_single_pod_policy,
 };
@@ -59,8 +61,17 @@ pub(crate) fn created<T>(outcome: Result<T>) -> Result<()> {
     }
 }
 
-/// Renders the job's workload as JSON (what `tuneplane render` prints), signing the capsule URL.
-pub async fn render(ctx: &Ctx, job: &JobRecord) -> Result<serde_json::Value> {
+/// A job's rendered workload (what `tuneplane render` prints).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rendered {
+    /// A GPU job's RayJob, typed: its spec is sent as it is.
+    RayJob(Box<RenderedRayJob>),
+    /// A CPU-only job's Pod, in the exact Kubernetes shape.
+    Pod(serde_json::Value),
+}
+
+/// Renders the job's workload, signing the capsule URL.
+pub async fn render(ctx: &Ctx, job: &JobRecord) -> Result<Rendered> {
     let validity = url_validity(job, ctx.config.max_presign);
     let url = ctx
         .blobs
@@ -76,8 +87,10 @@ pub async fn render(ctx: &Ctx, job: &JobRecord) -> Result<serde_json::Value> {
         url,
     };
     Ok(match job.spec.kind() {
-        WorkloadKind::RayJob => render_rayjob(job, &capsule, &ctx.config.render)?,
-        WorkloadKind::Pod => render_pod(job, &capsule, &ctx.config.render)?,
+        WorkloadKind::RayJob => {
+            Rendered::RayJob(Box::new(render_rayjob(job, &capsule, &ctx.config.render)?))
+        }
+        WorkloadKind::Pod => Rendered::Pod(render_pod(job, &capsule, &ctx.config.render)?),
     })
 }
 
@@ -248,24 +261,26 @@ async fn ensure_single_pod_policy(ctx: &Ctx, namespace: &str) -> Result<()> {
 /// (a CPU-only job: its namespace's shared one) and (for a RayJob) its token Secret are created
 /// first, so no pod of it ever starts unguarded or without its token.
 pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
+    let rendered = render(ctx, job).await?;
+    create_rendered(ctx, job, rendered).await
+}
+
+/// [`create`] with the workload already rendered ([`render`] of `job`).
+pub async fn create_rendered(ctx: &Ctx, job: &JobRecord, rendered: Rendered) -> Result<String> {
     let name = job_workload_name(job);
     let ns = job.spec.namespace.as_str();
-    let value = render(ctx, job).await?;
     let object = format!("{ns}/{name}");
     let params = post_params();
-    match job.spec.kind() {
-        WorkloadKind::RayJob => create_network_policy(ctx, job).await?,
-        WorkloadKind::Pod => ensure_single_pod_policy(ctx, ns).await?,
+    match &rendered {
+        Rendered::RayJob(_) => create_network_policy(ctx, job).await?,
+        Rendered::Pod(_) => ensure_single_pod_policy(ctx, ns).await?,
     }
     create_grant_secret(ctx, job).await?;
-    match job.spec.kind() {
-        WorkloadKind::RayJob => {
+    match rendered {
+        Rendered::RayJob(rendered) => {
             create_auth_secret(ctx, job).await?;
-            let typed: RayJob = serde_json::from_value(value).map_err(|source| Error::Convert {
-                job_id: job.id.clone(),
-                kind: "RayJob",
-                source,
-            })?;
+            // Core's spec, moved over whole: nothing rendered is dropped on the way.
+            let typed = rayjob::from_rendered(*rendered);
             let api: Api<RayJob> =
                 Api::namespaced_with(ctx.kube.client.clone(), ns, &rayjob::resource());
             created(
@@ -274,7 +289,7 @@ pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
                     .await,
             )?;
         }
-        WorkloadKind::Pod => {
+        Rendered::Pod(value) => {
             let typed: Pod = serde_json::from_value(value).map_err(|source| Error::Convert {
                 job_id: job.id.clone(),
                 kind: "Pod",

@@ -15,7 +15,7 @@ use kube::api::PostParams;
 use tuneplane_core::render::{CapsuleRef, RenderSettings, render_rayjob};
 use tuneplane_core::store::{PlaygroundRecord, PlaygroundState};
 use tuneplane_reconciler::metrics::Metrics;
-use tuneplane_reconciler::rayjob::RayJob;
+use tuneplane_reconciler::rayjob;
 use tuneplane_reconciler::{Error, Reconciler};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,8 +27,8 @@ async fn workload_without_a_live_job_record_is_archived_and_deleted() {
         sha256: SHA.into(),
         url: format!("https://x.example/c/{SHA}/capsule.zip"),
     };
-    let value = render_rayjob(&ghost, &capsule, &RenderSettings::default()).unwrap();
-    let rj: RayJob = serde_json::from_value(value).unwrap();
+    let rj =
+        rayjob::from_rendered(render_rayjob(&ghost, &capsule, &RenderSettings::default()).unwrap());
     let api = h.rayjobs();
     api.create(&PostParams::default(), &rj).await.unwrap();
     wait_for(20, "ghost pods running", || async {

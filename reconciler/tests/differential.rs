@@ -883,8 +883,8 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
         "ghcr.io/acme/train:1",
         60,
     );
-    let value = render_rayjob(&job, &capsule(), &RenderSettings::default()).expect("render");
-    let typed: RayJob = serde_json::from_value(value).expect("rayjob");
+    let rendered = render_rayjob(&job, &capsule(), &RenderSettings::default()).expect("render");
+    let typed: RayJob = rayjob::from_rendered(rendered);
     let api = h.rayjobs();
     let (statuses, watcher) = record(api.clone(), "tp-g1");
     let created = api.create(&create_params(), &typed).await.expect("create");
@@ -1516,8 +1516,8 @@ async fn a_rayjob_run_to_success_matches_the_real_control_plane() {
     let dir = tempfile::tempdir().unwrap();
     let (job, capsule, server) = served_capsule(dir.path(), run_seconds).await;
     let mut r = Redactor::default();
-    let value = render_rayjob(&job, &capsule, &RenderSettings::default()).expect("render");
-    let typed: RayJob = serde_json::from_value(value).expect("rayjob");
+    let rendered = render_rayjob(&job, &capsule, &RenderSettings::default()).expect("render");
+    let typed: RayJob = rayjob::from_rendered(rendered);
     // The job's Ray token first, as the reconciler creates it: its pods read it from the Secret.
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
         tuneplane_core::render::rayjob::render_auth_secret(&job, &"ab".repeat(32)),

@@ -84,7 +84,8 @@ async fn multi_pool_job_is_admitted_only_when_every_pool_fits_and_a_stopped_job_
 
     h.wait_state(20, "multi", JobState::Running).await;
     let rj = h.rayjobs().get("tp-multi").await.unwrap();
-    let cluster = rj.spec.ray_cluster_spec.clone().unwrap_or_default();
+    let cluster =
+        serde_json::to_value(rj.spec.ray_cluster_spec.clone().unwrap_or_default()).unwrap();
     let head = &cluster["headGroupSpec"]["template"]["spec"];
     assert_eq!(head["nodeSelector"]["tuneplane/gpu-series"], "h200");
     assert_eq!(

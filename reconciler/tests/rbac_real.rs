@@ -287,7 +287,9 @@ fn rendered_pods(namespace: &str) -> Vec<(String, serde_json::Value)> {
         };
         let pod = render_pod(&record("j-cpu", cpu.clone()), &capsule, &settings).unwrap();
         pods.push(("the pod of a CPU job".to_owned(), pod));
-        let rj = render_rayjob(&record("j-gpu", gpu.clone()), &capsule, &settings).unwrap();
+        let rj = render_rayjob(&record("j-gpu", gpu.clone()), &capsule, &settings)
+            .unwrap()
+            .to_json();
         let cluster = &rj["spec"]["rayClusterSpec"];
         let mut templates = vec![(
             "head".to_owned(),

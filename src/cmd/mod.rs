@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod audit;
 pub mod capsule;
+#[cfg(feature = "dev")]
 pub mod demo;
 pub mod jobs;
 pub mod keys;

@@ -15,7 +15,8 @@ use tuneplane_core::capacity::{CapacitySnapshot, GpuShare};
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::JobRecord;
 use tuneplane_core::render::{
-    CapsuleDelivery, CapsuleRef, RenderSettings, render_pod, render_rayjob,
+    CapsuleDelivery, CapsuleRef, ENV_CAPSULE_DELIVERY, ENV_GPU_PASSTHROUGH, RenderSettings,
+    parse_gpu_passthrough, render_pod, render_rayjob,
 };
 use tuneplane_core::spec::WorkloadKind;
 
@@ -44,22 +45,23 @@ pub struct Args {
     #[arg(long)]
     pub capsule_sha256: Option<String>,
     /// Request `nvidia.com/gpu` in pod limits (1) or not (0, kind/CI).
-    #[arg(long, env = "TUNEPLANE_K8S_GPU_PASSTHROUGH", default_value = "1")]
+    #[arg(long, env = ENV_GPU_PASSTHROUGH, default_value = "1")]
     pub gpu_passthrough: String,
     /// Capsule delivery: `presigned` or `init-container`.
-    #[arg(long, env = "TUNEPLANE_CAPSULE_DELIVERY", default_value = "presigned")]
+    #[arg(long, env = ENV_CAPSULE_DELIVERY, default_value = "presigned")]
     pub capsule_delivery: String,
 }
 
 fn settings(args: &Args) -> anyhow::Result<RenderSettings> {
-    let gpu_passthrough = match args.gpu_passthrough.as_str() {
-        "1" | "true" => true,
-        "0" | "false" => false,
-        other => bail!("--gpu-passthrough (TUNEPLANE_K8S_GPU_PASSTHROUGH): {other:?}: use 1 or 0"),
-    };
+    let gpu_passthrough = parse_gpu_passthrough(&args.gpu_passthrough).with_context(|| {
+        format!(
+            "--gpu-passthrough ({ENV_GPU_PASSTHROUGH}): {:?}: use 1 or 0",
+            args.gpu_passthrough
+        )
+    })?;
     let delivery = CapsuleDelivery::parse(&args.capsule_delivery).with_context(|| {
         format!(
-            "--capsule-delivery (TUNEPLANE_CAPSULE_DELIVERY): {:?}: use presigned or init-container",
+            "--capsule-delivery ({ENV_CAPSULE_DELIVERY}): {:?}: use presigned or init-container",
             args.capsule_delivery
         )
     })?;
@@ -123,7 +125,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     job.placements = plan(&job, args.fleet.as_deref())?;
     let capsule = CapsuleRef { sha256: sha, url };
     let object = match job.spec.kind() {
-        WorkloadKind::RayJob => render_rayjob(&job, &capsule, &settings)?,
+        WorkloadKind::RayJob => render_rayjob(&job, &capsule, &settings)?.to_json(),
         WorkloadKind::Pod => render_pod(&job, &capsule, &settings)?,
     };
     print!("{}", yaml_serde::to_string(&object)?);

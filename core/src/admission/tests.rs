@@ -8,16 +8,7 @@ use crate::quota;
 use crate::spec::JobSpec;
 
 fn node(name: &str, series: Option<&str>, gpus: u32, used: u32) -> NodeCapacity {
-    NodeCapacity {
-        name: name.into(),
-        series: series.map(String::from),
-        gpus,
-        gpus_used: used,
-        cpus: 96.0,
-        memory_gb: 1024.0,
-        ready: true,
-        ..NodeCapacity::default()
-    }
+    NodeCapacity::ready(name, series, gpus, 96.0, 1024.0).with_gpus_used(used)
 }
 
 fn snapshot(nodes: Vec<NodeCapacity>) -> CapacitySnapshot {
@@ -281,11 +272,7 @@ fn job_that_fits_idle_fleet_only_by_mixing_node_sizes_is_not_reported_as_never_f
 }
 
 fn sized(name: &str, series: Option<&str>, gpus: u32, cpus: f64, memory_gb: f64) -> NodeCapacity {
-    NodeCapacity {
-        cpus,
-        memory_gb,
-        ..node(name, series, gpus, 0)
-    }
+    NodeCapacity::ready(name, series, gpus, cpus, memory_gb)
 }
 
 fn cpu_pool(cpus: f64, memory_gb: f64) -> serde_json::Value {

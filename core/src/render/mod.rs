@@ -1,14 +1,17 @@
 //! Rendering of the Kubernetes objects TunePlane creates (docs/design.md §5), as pure functions.
 //!
-//! - [`rayjob::render_rayjob`]: a KubeRay `ray.io/v1` RayJob for any job with GPUs;
+//! - [`rayjob::render_rayjob`]: a KubeRay `ray.io/v1` RayJob for any job with GPUs, typed
+//!   ([`kuberay::RayJob`]: the reconciler creates that very spec, `tuneplane render` prints it);
 //! - [`pod::render_pod`]: a plain Pod for a CPU-only custom job;
 //! - [`playground::render_playground`]: a standalone vLLM Pod.
 //!
-//! Output is `serde_json::Value` in the exact Kubernetes shape, so core needs no kube crates; the
-//! reconciler turns it into typed objects at the edge and `tuneplane render` prints it as YAML.
+//! Pods, Secrets and NetworkPolicies are `serde_json::Value` in the exact Kubernetes shape, so core
+//! needs no kube crates; the reconciler reads them into k8s-openapi's types at the edge (core's
+//! tests round-trip every one through those types, so no field is lost there).
 //! Everything that varies by installation is in [`RenderSettings`], parsed once by the binaries.
 
 pub mod bootstrap;
+pub mod kuberay;
 pub mod network;
 pub mod playground;
 pub mod pod;
@@ -29,6 +32,22 @@ pub use rayjob::render_rayjob;
 
 /// Longest workload name KubeRay accepts for a RayJob.
 pub const MAX_WORKLOAD_NAME: usize = 47;
+
+/// `1` (default): pods request `nvidia.com/gpu`; `0`: they do not (kind/CI), Ray keeps `num-gpus`.
+/// Read by the reconciler's config and by `tuneplane render` (one name, one parser:
+/// [`parse_gpu_passthrough`]).
+pub const ENV_GPU_PASSTHROUGH: &str = "TUNEPLANE_K8S_GPU_PASSTHROUGH";
+/// `presigned` (default) or `init-container` ([`CapsuleDelivery::parse`]).
+pub const ENV_CAPSULE_DELIVERY: &str = "TUNEPLANE_CAPSULE_DELIVERY";
+
+/// A [`ENV_GPU_PASSTHROUGH`] value: `1`/`true` or `0`/`false` (surrounding blanks ignored).
+pub fn parse_gpu_passthrough(raw: &str) -> Option<bool> {
+    match raw.trim() {
+        "1" | "true" => Some(true),
+        "0" | "false" => Some(false),
+        _ => None,
+    }
+}
 
 /// How workloads get the capsule (docs/design.md §4), `TUNEPLANE_CAPSULE_DELIVERY`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -397,6 +416,15 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    /// The rendered RayJob as JSON, as these tests read it (with JSON pointers).
+    fn render_rayjob(
+        job: &JobRecord,
+        capsule: &CapsuleRef,
+        settings: &RenderSettings,
+    ) -> Result<Value, RenderError> {
+        super::render_rayjob(job, capsule, settings).map(|rj| rj.to_json())
+    }
     use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
     use crate::spec::JobSpec;
     use crate::store::PlaygroundRecord;
@@ -826,6 +854,65 @@ mod tests {
         let mut broken = render_rayjob(&gpu_job(), &capsule(), &RenderSettings::default()).unwrap();
         broken["spec"]["backoffLimit"] = json!("zero");
         assert!(!validator.is_valid(&broken));
+    }
+
+    /// The paths of `value` the API server would prune under the structural `schema` (fields the
+    /// CRD does not declare, where it neither preserves unknown fields nor takes any key).
+    fn pruned_paths(value: &Value, schema: &Value, path: &str) -> Vec<String> {
+        if schema["x-kubernetes-preserve-unknown-fields"] == json!(true) {
+            return Vec::new();
+        }
+        match value {
+            Value::Object(map) => map
+                .iter()
+                .flat_map(|(k, v)| {
+                    let here = format!("{path}/{k}");
+                    match (
+                        schema["properties"].get(k),
+                        schema.get("additionalProperties"),
+                    ) {
+                        (Some(field), _) => pruned_paths(v, field, &here),
+                        (None, Some(any)) if any.is_object() => pruned_paths(v, any, &here),
+                        _ => vec![here],
+                    }
+                })
+                .collect(),
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .flat_map(|(i, v)| pruned_paths(v, &schema["items"], &format!("{path}/{i}")))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_api_server_prunes_nothing_of_a_rendered_rayjob_spec() {
+        let schema = rayjob_schema();
+        let spec_schema = &schema["properties"]["spec"];
+        for settings in &settings_variants() {
+            let mut with_grants = settings.clone();
+            with_grants.api_url = Some("https://api.example".into());
+            for s in [settings, &with_grants] {
+                for j in [gpu_job(), placed(gpu_job())] {
+                    let rj = render_rayjob(&j, &capsule(), s).unwrap();
+                    let pruned = pruned_paths(&rj["spec"], spec_schema, "/spec");
+                    assert_eq!(pruned, Vec::<String>::new(), "{s:?}");
+                }
+            }
+        }
+        // The check is not vacuous: a field the CRD does not know is found, nested or not.
+        let mut extra = render_rayjob(&gpu_job(), &capsule(), &RenderSettings::default()).unwrap();
+        extra["spec"]["someFutureField"] = json!(1);
+        extra["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["bogus"] =
+            json!(2);
+        assert_eq!(
+            pruned_paths(&extra["spec"], spec_schema, "/spec"),
+            [
+                "/spec/rayClusterSpec/headGroupSpec/template/spec/containers/0/bogus",
+                "/spec/someFutureField"
+            ]
+        );
     }
 
     /// `job` as admission leaves it: every pool with its planned nodes.

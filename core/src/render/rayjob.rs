@@ -13,9 +13,15 @@
 //! gate (`ray_gate.py`), which lets the operator read the job's status and nothing else without
 //! the token (KubeRay v1.4 cannot send one).
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 use super::bootstrap::{FETCH_CONTAINER, RAY_CAPSULE_DIR, SHA_ENV, URL_ENV, ray_fetch_script};
+use super::kuberay::{
+    self, HeadGroupSpec, RayClusterSpec, RayJob, RayJobSpec, RenderedMeta, SubmitterConfig,
+    WorkerGroupSpec,
+};
 use super::{
     CapsuleDelivery, CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity,
     grant_env, harden, job_annotations, job_env, job_labels, job_workload_name, memory_quantity,
@@ -222,16 +228,16 @@ fn group_template(
     })
 }
 
-fn start_params(pool: &Pool, head: bool) -> Value {
+fn start_params(pool: &Pool, head: bool) -> BTreeMap<String, String> {
     // Single-quoted JSON: KubeRay pastes the value into a bash command line as-is.
     let resources = format!("'{{\"{}\": 1}}'", pool_resource(&pool.name));
-    let mut p = json!({
-        "num-gpus": pool.gpus_per_node.to_string(),
-        "resources": resources,
-    });
+    let mut p = BTreeMap::from([
+        ("num-gpus".to_owned(), pool.gpus_per_node.to_string()),
+        ("resources".to_owned(), resources),
+    ]);
     if head {
-        p["dashboard-host"] = json!("0.0.0.0");
-        p["dashboard-port"] = json!(RAY_DASHBOARD_PORT.to_string());
+        p.insert("dashboard-host".to_owned(), "0.0.0.0".to_owned());
+        p.insert("dashboard-port".to_owned(), RAY_DASHBOARD_PORT.to_string());
     }
     p
 }
@@ -242,23 +248,26 @@ fn worker_group(
     replicas: u32,
     capsule: &CapsuleRef,
     settings: &RenderSettings,
-) -> Value {
-    json!({
-        "groupName": pool.name,
-        "replicas": replicas,
-        "minReplicas": replicas,
-        "maxReplicas": replicas,
-        "rayStartParams": start_params(pool, false),
-        "template": group_template(job, pool, false, capsule, settings),
-    })
+) -> WorkerGroupSpec {
+    let replicas = Some(i64::from(replicas));
+    WorkerGroupSpec {
+        group_name: pool.name.clone(),
+        replicas,
+        min_replicas: replicas,
+        max_replicas: replicas,
+        ray_start_params: start_params(pool, false),
+        template: group_template(job, pool, false, capsule, settings),
+        extra: BTreeMap::new(),
+    }
 }
 
-/// Renders the RayJob of `job` (a GPU job) that downloads `capsule`.
+/// Renders the RayJob of `job` (a GPU job) that downloads `capsule`: the typed object the
+/// reconciler creates and `tuneplane render` prints ([`RayJob::to_json`]).
 pub fn render_rayjob(
     job: &JobRecord,
     capsule: &CapsuleRef,
     settings: &RenderSettings,
-) -> Result<Value, RenderError> {
+) -> Result<RayJob, RenderError> {
     let shape = |message: &str| RenderError::Shape {
         job_id: job.id.clone(),
         message: message.to_owned(),
@@ -282,34 +291,55 @@ pub fn render_rayjob(
     for pool in &job.spec.pools[1..] {
         workers.push(worker_group(job, pool, pool.nodes, capsule, settings));
     }
-    Ok(json!({
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {
-            "name": job_workload_name(job),
-            "namespace": job.spec.namespace,
-            "labels": job_labels(job),
-            "annotations": job_annotations(job),
+    let strings = |map: serde_json::Map<String, Value>| -> BTreeMap<String, String> {
+        map.into_iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => (k, s),
+                other => (k, other.to_string()),
+            })
+            .collect()
+    };
+    let annotations = match job_annotations(job) {
+        Value::Object(map) => strings(map),
+        _ => BTreeMap::new(),
+    };
+    Ok(RayJob {
+        api_version: kuberay::API_VERSION.to_owned(),
+        kind: kuberay::KIND.to_owned(),
+        metadata: RenderedMeta {
+            name: job_workload_name(job),
+            namespace: job.spec.namespace.clone(),
+            labels: strings(job_labels(job)),
+            annotations,
         },
-        "spec": {
-            "entrypoint": ENTRYPOINT,
-            "runtimeEnvYAML": runtime_env_yaml(job, capsule, settings),
-            "shutdownAfterJobFinishes": true,
-            "ttlSecondsAfterFinished": settings.ttl_after_finished_seconds.max(1),
-            "activeDeadlineSeconds": job.spec.deadlines.run_seconds.min(i32::MAX as u64),
-            "backoffLimit": 0,
-            "submissionMode": "K8sJobMode",
+        spec: RayJobSpec {
+            entrypoint: Some(ENTRYPOINT.to_owned()),
+            runtime_env_yaml: Some(runtime_env_yaml(job, capsule, settings)),
+            shutdown_after_job_finishes: Some(true),
+            ttl_seconds_after_finished: Some(i64::from(settings.ttl_after_finished_seconds.max(1))),
+            active_deadline_seconds: Some(
+                i64::try_from(job.spec.deadlines.run_seconds.min(i32::MAX as u64))
+                    .unwrap_or(i64::from(i32::MAX)),
+            ),
+            backoff_limit: Some(0),
+            submission_mode: Some("K8sJobMode".to_owned()),
             // The gate answers the operator for this submission id only.
-            "jobId": job_workload_name(job),
-            "submitterConfig": {"backoffLimit": 0},
-            "submitterPodTemplate": submitter_template(job, settings),
-            "rayClusterSpec": {
-                "headGroupSpec": {
-                    "rayStartParams": start_params(primary, true),
-                    "template": group_template(job, primary, true, capsule, settings),
-                },
-                "workerGroupSpecs": workers,
-            },
+            job_id: Some(job_workload_name(job)),
+            submitter_config: Some(SubmitterConfig {
+                backoff_limit: Some(0),
+                extra: BTreeMap::new(),
+            }),
+            submitter_pod_template: Some(submitter_template(job, settings)),
+            ray_cluster_spec: Some(RayClusterSpec {
+                head_group_spec: Some(HeadGroupSpec {
+                    ray_start_params: start_params(primary, true),
+                    template: group_template(job, primary, true, capsule, settings),
+                    extra: BTreeMap::new(),
+                }),
+                worker_group_specs: workers,
+                extra: BTreeMap::new(),
+            }),
+            extra: BTreeMap::new(),
         },
-    }))
+    })
 }

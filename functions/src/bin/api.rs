@@ -2,14 +2,16 @@
 //! `TUNEPLANE_LISTEN` is set (local runs and the cold-start benchmark).
 
 use anyhow::Context;
-use tuneplane_functions::{lambda, router, runtime};
+use tuneplane_functions::app::router_with_console;
+use tuneplane_functions::console::ConsoleKeys;
+use tuneplane_functions::{lambda, runtime};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (config, state) = runtime::startup()
         .await
         .context("starting the API function")?;
-    let app = router(state);
+    let app = router_with_console(state, ConsoleKeys::from_config(&config));
     match &config.listen {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)

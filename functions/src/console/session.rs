@@ -23,9 +23,9 @@ pub const SIGNIN_COOKIE: &str = "tp_signin";
 pub const SESSION_TTL_SECONDS: i64 = 8 * 3600;
 /// Lifetime of the sign-in nonce cookie, seconds.
 pub const SIGNIN_TTL_SECONDS: i64 = 15 * 60;
-/// Environment variable holding the console's signing secret (at least 32 bytes). Several
-/// processes serving one console (Lambda instances) must share it.
-pub const ENV_CONSOLE_SECRET: &str = "TUNEPLANE_CONSOLE_SECRET";
+/// Environment variable holding the console's signing secret (parsed with the rest of the
+/// functions' [`Config`](crate::config::Config)).
+pub use crate::config::ENV_CONSOLE_SECRET;
 
 const VERSION: &str = "v2";
 

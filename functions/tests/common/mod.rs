@@ -120,6 +120,7 @@ fn config(dir: &std::path::Path) -> Config {
         rate_per_key: None,
         rate_per_source: None,
         grant_key: Some(grant_key()),
+        console_secret: None,
     }
 }
 

@@ -376,15 +376,7 @@ pub async fn job_that_cannot_fit_the_published_capacity_is_rejected_at_submit(h:
     let accepted = h.submit(&body(SPEC, &code()), None).await;
     let notes = accepted.json["notes"].to_string();
     assert!(notes.contains("capacity"), "{notes}");
-    let node = |name: &str| NodeCapacity {
-        name: name.into(),
-        series: Some("h200".into()),
-        gpus: 4,
-        cpus: 96.0,
-        memory_gb: 1024.0,
-        ready: true,
-        ..Default::default()
-    };
+    let node = |name: &str| NodeCapacity::ready(name, Some("h200"), 4, 96.0, 1024.0);
     let snapshot = CapacitySnapshot::from_nodes(1, vec![node("n1"), node("n2")]);
     let value = serde_json::to_value(&snapshot).unwrap_or_default();
     h.jobs().put_capacity(&value).await.unwrap();
@@ -476,15 +468,8 @@ pub async fn quota_shows_the_callers_limits_and_usage_and_never_another_tenants(
     let mut quota = h200_quota(TENANT_A, 16, false);
     quota.weight = 2.0;
     h.jobs().put_quota(&quota).await.unwrap();
-    let node = |name: &str, gpus_used: u32| NodeCapacity {
-        name: name.into(),
-        series: Some("h200".into()),
-        gpus: 8,
-        gpus_used,
-        cpus: 96.0,
-        memory_gb: 1024.0,
-        ready: true,
-        ..Default::default()
+    let node = |name: &str, gpus_used: u32| {
+        NodeCapacity::ready(name, Some("h200"), 8, 96.0, 1024.0).with_gpus_used(gpus_used)
     };
     let mut snapshot = CapacitySnapshot::from_nodes(5, vec![node("n1", 8), node("n2", 4)]);
     let usage = |series: &str, admitted: u32, queued: u32| TenantUsage {
@@ -688,14 +673,8 @@ pub async fn playgrounds_are_created_listed_and_expired_per_tenant(h: &Harness) 
 
 /// Publishes a snapshot of two 8-GPU h200 nodes and one 4-GPU l40s node.
 async fn publish_fleet(h: &Harness) {
-    let node = |name: &str, series: &str, gpus: u32| NodeCapacity {
-        name: name.into(),
-        series: Some(series.into()),
-        gpus,
-        cpus: 96.0,
-        memory_gb: 1024.0,
-        ready: true,
-        ..Default::default()
+    let node = |name: &str, series: &str, gpus: u32| {
+        NodeCapacity::ready(name, Some(series), gpus, 96.0, 1024.0)
     };
     let snapshot = CapacitySnapshot::from_nodes(
         1,

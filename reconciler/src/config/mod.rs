@@ -10,12 +10,15 @@ use tuneplane_core::render::{CapsuleDelivery, RenderSettings, Toleration};
 
 use crate::error::{Error, Result};
 
+pub mod process;
+
+pub use process::StoreSettings;
+
 /// Namespace of the reconciler itself (its Lease lives there).
 pub const ENV_NAMESPACE: &str = "TUNEPLANE_NAMESPACE";
-/// `1` (default): pods request `nvidia.com/gpu`; `0`: they do not (kind/CI), Ray keeps `num-gpus`.
-pub const ENV_GPU_PASSTHROUGH: &str = "TUNEPLANE_K8S_GPU_PASSTHROUGH";
-/// `presigned` (default) or `init-container`.
-pub const ENV_CAPSULE_DELIVERY: &str = "TUNEPLANE_CAPSULE_DELIVERY";
+/// `1` (default): pods request `nvidia.com/gpu`; `0`: they do not (kind/CI), Ray keeps `num-gpus`;
+/// `presigned` (default) or `init-container` (named in core: `tuneplane render` reads them too).
+pub use tuneplane_core::render::{ENV_CAPSULE_DELIVERY, ENV_GPU_PASSTHROUGH};
 /// JSON list of tolerations added to every workload (default: tolerate the `nvidia.com/gpu` taint).
 pub const ENV_TOLERATIONS: &str = "TUNEPLANE_TOLERATIONS";
 /// Upper bound on any job's pre-running deadline, seconds (optional).
@@ -178,6 +181,11 @@ pub struct Config {
     pub interruption_taints: Vec<String>,
     /// The key attempts' grants are signed with (with `render.api_url`; both or neither).
     pub grant_key: Option<tuneplane_core::grant::GrantKey>,
+    /// Where jobs and blobs live; `None` when unset (the binary refuses to start; tests build
+    /// their own stores).
+    pub stores: Option<StoreSettings>,
+    /// JSON log lines ([`process::ENV_LOG_FORMAT`]).
+    pub json_logs: bool,
 }
 
 impl Default for Config {
@@ -206,6 +214,8 @@ impl Default for Config {
                 .map(|t| (*t).to_owned())
                 .collect(),
             grant_key: None,
+            stores: None,
+            json_logs: true,
         }
     }
 }
@@ -245,11 +255,8 @@ impl Config {
             c.namespace = v;
         }
         if let Some(v) = get(ENV_GPU_PASSTHROUGH) {
-            c.render.gpu_passthrough = match v.trim() {
-                "1" | "true" => true,
-                "0" | "false" => false,
-                other => return Err(bad(ENV_GPU_PASSTHROUGH, format!("{other:?}: use 1 or 0"))),
-            };
+            c.render.gpu_passthrough = tuneplane_core::render::parse_gpu_passthrough(&v)
+                .ok_or_else(|| bad(ENV_GPU_PASSTHROUGH, format!("{:?}: use 1 or 0", v.trim())))?;
         }
         if let Some(v) = get(ENV_CAPSULE_DELIVERY) {
             c.render.delivery = CapsuleDelivery::parse(v.trim()).ok_or_else(|| {
@@ -465,6 +472,8 @@ impl Config {
                 )
             })?;
         }
+        c.stores = process::stores(&get)?;
+        c.json_logs = process::json_logs(&get)?;
         Ok(c)
     }
 }

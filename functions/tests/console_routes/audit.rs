@@ -5,7 +5,7 @@
 use tuneplane_core::audit::{AuditAction, AuditQuery, AuditSource};
 use tuneplane_core::store::hash_api_key;
 
-use super::{csrf_of, stack};
+use super::harness::{csrf_of, stack};
 
 const SPEC: &str = "name: hello\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 hello.py\npools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n";
 

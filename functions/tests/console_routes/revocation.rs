@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use tuneplane_core::store::{ApiKeyChange, hash_api_key};
 
-use super::{Stack, csrf_of, stack};
+use super::harness::{Stack, csrf_of, stack};
 
 /// How long a revocation may take to be refused everywhere.
 const DEADLINE: Duration = Duration::from_secs(5);
@@ -44,7 +44,7 @@ async fn a_revoked_key_gets_401_and_its_console_session_ends_within_five_seconds
         .update_api_key(
             &hash_api_key(&s.key_a),
             ApiKeyChange::Revoke {
-                at_ms: crate::runtime::now_ms(),
+                at_ms: tuneplane_functions::runtime::now_ms(),
             },
         )
         .await

@@ -5,10 +5,10 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use tuneplane_core::job::JobState;
 
-use super::stack;
+use super::harness::stack;
 
 /// `GET path` with `key`, as JSON.
-async fn api_json(s: &super::Stack, key: &str, path: &str) -> serde_json::Value {
+async fn api_json(s: &super::harness::Stack, key: &str, path: &str) -> serde_json::Value {
     let req = Request::get(path)
         .header(header::AUTHORIZATION, format!("Bearer {key}"))
         .body(Body::empty())

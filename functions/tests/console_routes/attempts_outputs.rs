@@ -6,7 +6,7 @@
 use axum::http::StatusCode;
 use tuneplane_core::job::{Attempt, Failure, FailureReason, JobState};
 
-use super::{Stack, stack};
+use super::harness::{Stack, stack};
 
 /// An output name with characters a link must encode (and HTML must not be confused by).
 const ODD: &str = "model/it's w+1 (final).bin";
