@@ -68,6 +68,16 @@ pub(super) struct Counts {
     pub(super) all: u32,
 }
 
+/// When a scan of a scope stops.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// Once this many nodes fit (first fit: any will do).
+    FirstFit(u32),
+    /// Once this many nodes fit and no node left can rank before them by best fit (a series'
+    /// bucket of fewer free GPUs is done); every node of the CPU scope is visited.
+    Best(u32),
+}
+
 /// A remembered failure: placing `shape` × `machines` failed in this scope and view, so every
 /// shape that covers it with at least as many machines fails too.
 #[derive(Debug, Clone, Copy)]
@@ -424,19 +434,23 @@ impl<'c> Planner<'c> {
 
     /// Scans the nodes of `scope` this view may use (not reserved for the open view, not marked
     /// taken) for machines of `shape`, counting how many pass each test and pushing those that
-    /// fit onto `fitting`; stops once `limit` fit. The one scan behind every placement question.
+    /// fit onto `fitting`; stops as `stop` says. The one scan behind every placement question.
     fn scan(
         &self,
         scope: usize,
         shape: &Shape,
         view: View,
-        limit: Option<u32>,
+        stop: Stop,
         fitting: &mut Vec<usize>,
     ) -> Counts {
+        let limit = match stop {
+            Stop::FirstFit(l) => Some(l),
+            Stop::Best(_) => None,
+        };
         let mut counts = Counts::default();
         let sc = &self.scopes[scope];
         // Returns true once `limit` nodes fit.
-        let mut visit = |i: usize| -> bool {
+        let visit = |i: usize, counts: &mut Counts, fitting: &mut Vec<usize>| -> bool {
             if (view == View::Open && self.reserved[i].is_some()) || self.marked(i) {
                 return false;
             }
@@ -459,7 +473,7 @@ impl<'c> Planner<'c> {
         if scope == CPU_SCOPE {
             // Every node, CPU nodes first.
             for &i in &sc.nodes {
-                if visit(i) {
+                if visit(i, &mut counts, fitting) {
                     break;
                 }
             }
@@ -469,9 +483,16 @@ impl<'c> Planner<'c> {
             let from = (shape.gpus as usize).min(sc.by_free.len());
             'buckets: for bucket in &sc.by_free[from..] {
                 for &i in bucket {
-                    if visit(i) {
+                    if visit(i, &mut counts, fitting) {
                         break 'buckets;
                     }
+                }
+                // Buckets go up in free GPUs, which is what best fit ranks first: once `best`
+                // nodes fit, no node of a later bucket can be among the best.
+                if let Stop::Best(best) = stop
+                    && counts.all >= best
+                {
+                    break;
                 }
             }
         }
@@ -489,7 +510,7 @@ impl<'c> Planner<'c> {
         view: View,
     ) -> Result<Vec<usize>, Counts> {
         let mut candidates: Vec<usize> = Vec::new();
-        let counts = self.scan(scope, shape, view, None, &mut candidates);
+        let counts = self.scan(scope, shape, view, Stop::Best(count), &mut candidates);
         if counts.all < count {
             return Err(counts);
         }
@@ -566,7 +587,7 @@ impl<'c> Planner<'c> {
             // Reservations do not matter here, earlier questions' marks must not either.
             self.begin();
             let mut fitting: Vec<usize> = Vec::new();
-            let counts = self.scan(scope, &shape, View::All, Some(machines), &mut fitting);
+            let counts = self.scan(scope, &shape, View::All, Stop::FirstFit(machines), &mut fitting);
             let found_owner = fitting.iter().find_map(|&i| self.reserved[i]);
             if counts.all >= machines {
                 let list = &mut self.scopes[scope].fits_all;
@@ -613,7 +634,7 @@ impl<'c> Planner<'c> {
                 return Err(Misfit { pool, counts });
             }
             let start = taken.len();
-            let counts = self.scan(scope, &shape, view, Some(pool.nodes), &mut taken);
+            let counts = self.scan(scope, &shape, view, Stop::FirstFit(pool.nodes), &mut taken);
             for &i in &taken[start..] {
                 self.mark(i);
             }
