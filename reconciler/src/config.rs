@@ -176,8 +176,6 @@ pub struct Config {
     pub node_lost_grace: Duration,
     /// Taint keys that announce a node's interruption.
     pub interruption_taints: Vec<String>,
-    /// The key attempts' grants are signed with (with `render.api_url`; both or neither).
-    pub grant_key: Option<tuneplane_core::grant::GrantKey>,
 }
 
 impl Default for Config {
@@ -205,7 +203,6 @@ impl Default for Config {
                 .iter()
                 .map(|t| (*t).to_owned())
                 .collect(),
-            grant_key: None,
         }
     }
 }
@@ -369,7 +366,7 @@ impl Config {
                         ),
                     ));
                 }
-                c.grant_key = Some(
+                c.render.grant_key = Some(
                     tuneplane_core::grant::GrantKey::parse(&key)
                         .map_err(|e| bad(ENV_GRANT_KEY, e))?,
                 );
@@ -486,10 +483,10 @@ mod tests {
         let key = "ab".repeat(32);
         let c = with(&[(ENV_API_URL, "https://api.example/"), (ENV_GRANT_KEY, &key)]).unwrap();
         assert_eq!(c.render.api_url.as_deref(), Some("https://api.example"));
-        assert!(c.grant_key.is_some());
+        assert!(c.render.grant_key.is_some());
         // Both empty (the Deployment's optional Secret is absent): off.
         let off = with(&[(ENV_API_URL, ""), (ENV_GRANT_KEY, "")]).unwrap();
-        assert!(off.grant_key.is_none() && off.render.api_url.is_none());
+        assert!(off.render.grant_key.is_none() && off.render.api_url.is_none());
         for (pairs, var) in [
             (vec![(ENV_API_URL, "https://api.example")], ENV_GRANT_KEY),
             (vec![(ENV_GRANT_KEY, key.as_str())], ENV_API_URL),

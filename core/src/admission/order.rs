@@ -122,7 +122,8 @@ impl<'q> Sorted<'q> {
         }
         // Sorted as one packed integer per job (tenant, priority, time order as the tuple does),
         // the id read only for ties: comparing the tuples themselves was a tenth of a long pass.
-        let mut packed: Vec<(u128, usize)> = keys.iter().map(|&(t, r, k)| (pack(t, r), k)).collect();
+        let mut packed: Vec<(u128, usize)> =
+            keys.iter().map(|&(t, r, k)| (pack(t, r), k)).collect();
         packed.sort_unstable_by(|a, b| {
             a.0.cmp(&b.0)
                 .then_with(|| queue[a.1].id.cmp(&queue[b.1].id))
@@ -157,7 +158,9 @@ impl<'q> Sorted<'q> {
 /// inverted (high first), then the submission time (never negative in a rank).
 fn pack(tenant: u32, rank: Rank) -> u128 {
     let priority = !((rank.priority.0 as u32) ^ 0x8000_0000);
-    (u128::from(tenant) << 96) | (u128::from(priority) << 64) | u128::from(rank.submitted_at_ms as u64)
+    (u128::from(tenant) << 96)
+        | (u128::from(priority) << 64)
+        | u128::from(rank.submitted_at_ms as u64)
 }
 
 /// The inverse of [`pack`].

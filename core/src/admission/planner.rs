@@ -587,7 +587,13 @@ impl<'c> Planner<'c> {
             // Reservations do not matter here, earlier questions' marks must not either.
             self.begin();
             let mut fitting: Vec<usize> = Vec::new();
-            let counts = self.scan(scope, &shape, View::All, Stop::FirstFit(machines), &mut fitting);
+            let counts = self.scan(
+                scope,
+                &shape,
+                View::All,
+                Stop::FirstFit(machines),
+                &mut fitting,
+            );
             let found_owner = fitting.iter().find_map(|&i| self.reserved[i]);
             if counts.all >= machines {
                 let list = &mut self.scopes[scope].fits_all;
@@ -974,7 +980,11 @@ fn best_nodes(
         .into_iter()
         .map(|i| {
             let (flag, n, x) = key(i);
-            ((u64::from(flag) << 32) | u64::from(n), total_order_bits(x), i)
+            (
+                (u64::from(flag) << 32) | u64::from(n),
+                total_order_bits(x),
+                i,
+            )
         })
         .collect();
     if count == 1 {
