@@ -218,7 +218,9 @@ fn warm_ahead(queue: &[JobRecord], keys: &[(u32, order::Rank, usize)], at: usize
     if let Some(j) = job(3) {
         for p in &j.spec.pools {
             sum += usize::from(p.name.as_bytes().first().copied().unwrap_or(0));
-            sum += p.series.as_deref().map_or(0, |s| usize::from(s.as_bytes().first().copied().unwrap_or(0)));
+            sum += p.series.as_deref().map_or(0, |s| {
+                usize::from(s.as_bytes().first().copied().unwrap_or(0))
+            });
         }
         sum += usize::from(j.id.as_bytes().first().copied().unwrap_or(0));
     }

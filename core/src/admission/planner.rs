@@ -1157,7 +1157,10 @@ mod tests {
                 }
             }
         }
-        assert!(picked > 100, "only {picked} picks found nodes: the check says little");
+        assert!(
+            picked > 100,
+            "only {picked} picks found nodes: the check says little"
+        );
     }
 
     proptest! {
