@@ -326,3 +326,55 @@ async fn a_cpu_job_costs_one_create_and_one_delete_over_its_life() {
         .sum();
     assert_eq!(creates_and_deletes, 2 * JOBS + 2, "{diff:?}");
 }
+
+/// A CPU job's Pod made before its grant was sealed and its namespace's policy shared (no
+/// `tuneplane.io/grant` or `tuneplane.io/workload` label) still takes its own grant Secret and
+/// NetworkPolicy with it when it is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_cpu_pod_still_takes_its_own_secret_and_policy_with_it() {
+    kubesim_only!("counts requests inside kubesim");
+    let h = start(sim_config(
+        FLEET,
+        Duration::from_secs(2),
+        Some(Duration::from_secs(3)),
+    ))
+    .await;
+    let mut config = test_config("r1");
+    config.render.api_url = Some("http://127.0.0.1:9".into());
+    config.render.grant_key =
+        Some(tuneplane_core::grant::GrantKey::parse(&"ab".repeat(32)).unwrap());
+    let (_task, _ctx) = h.reconciler(config).await;
+    h.submit(&cpu_job("old")).await;
+    wait_for(20, "pod tp-old", || async {
+        h.pods().get_opt("tp-old").await.ok().flatten()
+    })
+    .await;
+    // What an older reconciler's Pod looks like: neither label.
+    let patch = serde_json::json!({"metadata": {"labels": {
+        tuneplane_core::render::GRANT_LABEL: null,
+        tuneplane_core::constants::WORKLOAD_LABEL: null,
+    }}});
+    h.pods()
+        .patch(
+            "tp-old",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = h.sim().fault_counts().by_verb;
+    h.wait_state(30, "old", JobState::Succeeded).await;
+    let sim = h.sim();
+    let deleted = |k: &str| {
+        let now = sim.fault_counts().by_verb.get(k).copied().unwrap_or(0);
+        now - before.get(k).copied().unwrap_or(0)
+    };
+    wait_for(20, "the Pod deleted", || async {
+        (deleted("delete pods") >= 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(deleted("delete secrets"), 1, "its grant Secret");
+    assert_eq!(deleted("delete networkpolicies"), 1, "its own policy");
+}
