@@ -352,10 +352,10 @@ pub struct Leftovers {
 }
 
 impl Leftovers {
-    /// Every object a workload of `kind` may have left, whatever made it: a RayJob's grant Secret
-    /// (grants on) and NetworkPolicy; for a Pod the same, which only a Pod made before its grant
-    /// was sealed and its policy shared has.
-    pub fn all(ctx: &Ctx, _kind: WorkloadKind) -> Leftovers {
+    /// Every object a workload may have left, whatever made it: its grant Secret (grants on) and
+    /// its own NetworkPolicy. A RayJob has both; a CPU job's Pod only when it was made before its
+    /// grant was sealed and its policy shared.
+    pub fn all(ctx: &Ctx) -> Leftovers {
         Leftovers {
             grant_secret: ctx.config.render.grant_key.is_some(),
             network_policy: true,
@@ -373,7 +373,7 @@ impl Leftovers {
         namespace: &str,
         name: &str,
     ) -> Leftovers {
-        let all = Leftovers::all(ctx, kind);
+        let all = Leftovers::all(ctx);
         if kind != WorkloadKind::Pod {
             return all;
         }
