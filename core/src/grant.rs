@@ -97,6 +97,95 @@ impl GrantKey {
     }
 }
 
+/// A tenant's seal key in one namespace: what a CPU job's Pod needs, besides the sealed token in
+/// its own spec, to recover its grant. Derived from the grant key (a reconciler that restarts, and
+/// cannot read Secrets, derives the same one), one Secret per tenant and namespace instead of one
+/// per attempt.
+///
+/// Why sealed and not a plain environment value: a pod spec is readable by whoever may read pods
+/// (schedulers, operators, monitoring), a Secret only by whoever may read Secrets. The sealed
+/// token alone opens nothing; the seal key alone mints nothing (the grant key stays with the
+/// reconciler and the API), and it opens only tokens of its own tenant's jobs in its namespace.
+/// Pods have no ServiceAccount token, so a job's pod cannot read another pod's spec.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SealKey([u8; 32]);
+
+impl std::fmt::Debug for SealKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SealKey(..)")
+    }
+}
+
+/// The label every sealing input starts with (the runner's bootstrap spells it too).
+pub const SEAL_LABEL: &str = "tuneplane-grant-seal-v1";
+
+impl GrantKey {
+    /// The seal key of `tenant`'s jobs in `namespace`.
+    pub fn seal_key(&self, namespace: &str, tenant: &str) -> SealKey {
+        let mut mac = self.mac.clone();
+        mac.update(SEAL_LABEL.as_bytes());
+        mac.update(b"\nkey\n");
+        mac.update(namespace.as_bytes());
+        mac.update(b"\n");
+        mac.update(tenant.as_bytes());
+        SealKey(mac.finalize().into_bytes().into())
+    }
+}
+
+impl SealKey {
+    /// The key as hex text (the Secret's value; the bootstrap reads it so).
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Name of the Secret that holds this key for `tenant`: the tenant, then eight hex digits
+    /// that change with the key, so that a new grant key gets a new Secret rather than meet the
+    /// old one's "already exists".
+    pub fn secret_name(&self, tenant: &str) -> String {
+        let tag = self.block(b"secret-name");
+        format!("tp-grant-seal-{tenant}-{}", hex::encode(&tag[..4]))
+    }
+
+    fn block(&self, input: &[u8]) -> [u8; 32] {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).unwrap_or_else(|_| {
+            // HMAC takes keys of any length; this arm exists only in the type.
+            unreachable!("HMAC-SHA256 accepts a 32-byte key")
+        });
+        mac.update(input);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// `len` bytes of key stream for `attempt` of job `job_id`: HMAC-SHA256 blocks over
+    /// "tuneplane-grant-seal-v1\n<job>\n<attempt>\n<block number>".
+    fn stream(&self, job_id: &str, attempt: u32, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 32);
+        let mut block = 0_u32;
+        while out.len() < len {
+            let input = format!("{SEAL_LABEL}\n{job_id}\n{attempt}\n{block}");
+            out.extend_from_slice(&self.block(input.as_bytes()));
+            block += 1;
+        }
+        out.truncate(len);
+        out
+    }
+
+    /// `token` sealed for `attempt` of job `job_id`, as hex: the token XOR its key stream (one
+    /// stream per job and attempt, and only that attempt's token is ever sealed with it).
+    pub fn seal(&self, job_id: &str, attempt: u32, token: &str) -> String {
+        let stream = self.stream(job_id, attempt, token.len());
+        let sealed: Vec<u8> = token.bytes().zip(stream).map(|(a, b)| a ^ b).collect();
+        hex::encode(sealed)
+    }
+
+    /// The token [`SealKey::seal`] sealed, if `sealed` is hex of ASCII under this key.
+    pub fn unseal(&self, job_id: &str, attempt: u32, sealed: &str) -> Option<String> {
+        let bytes = hex::decode(sealed).ok()?;
+        let stream = self.stream(job_id, attempt, bytes.len());
+        let token: Vec<u8> = bytes.iter().zip(stream).map(|(a, b)| a ^ b).collect();
+        String::from_utf8(token).ok().filter(|t| t.is_ascii())
+    }
+}
+
 /// Where job `job_id` of `tenant` keeps its outputs: `outputs/<tenant>/<job>/`.
 pub fn outputs_prefix(tenant: &str, job_id: &str) -> String {
     format!("outputs/{tenant}/{job_id}/")
@@ -162,6 +251,49 @@ mod tests {
         assert_eq!(other.verify("job-1", &t), None);
         assert_eq!(key().verify("job-1", "Bearer x"), None);
         assert_eq!(key().verify("job-1", "tpg1.0.00"), None);
+    }
+
+    #[test]
+    fn a_sealed_token_opens_only_with_its_tenants_key_for_its_own_job_and_attempt() {
+        let k = key();
+        let token = k.token("job-1", 2);
+        let seal = k.seal_key("jobs", "acme");
+        let sealed = seal.seal("job-1", 2, &token);
+        assert!(!sealed.contains(&token) && sealed.len() == 2 * token.len());
+        assert_eq!(
+            seal.unseal("job-1", 2, &sealed).as_deref(),
+            Some(token.as_str())
+        );
+        // Another job, attempt, tenant, namespace or grant key recovers nothing usable.
+        let wrong = [
+            seal.unseal("job-2", 2, &sealed),
+            seal.unseal("job-1", 3, &sealed),
+            k.seal_key("jobs", "globex").unseal("job-1", 2, &sealed),
+            k.seal_key("other", "acme").unseal("job-1", 2, &sealed),
+            GrantKey::parse(&"cd".repeat(32))
+                .expect("key")
+                .seal_key("jobs", "acme")
+                .unseal("job-1", 2, &sealed),
+        ];
+        for got in wrong {
+            assert!(got.is_none_or(|t| k.verify("job-1", &t).is_none()));
+        }
+        // Deterministic (a restarted reconciler renders the same), a new grant key a new Secret.
+        assert_eq!(k.seal_key("jobs", "acme"), seal);
+        assert_eq!(seal.to_hex().len(), 64);
+        let name = seal.secret_name("acme");
+        assert!(
+            name.starts_with("tp-grant-seal-acme-")
+                && name.len() == "tp-grant-seal-acme-".len() + 8
+        );
+        let rotated = GrantKey::parse(&"cd".repeat(32))
+            .expect("key")
+            .seal_key("jobs", "acme");
+        assert_ne!(rotated.secret_name("acme"), name);
+        assert!(crate::ids::is_dns_label(
+            &k.seal_key("jobs", "a-").secret_name("a-"),
+            63
+        ));
     }
 
     #[test]

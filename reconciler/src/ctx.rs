@@ -27,9 +27,10 @@ pub struct Ctx {
     pub seen_events: Mutex<HashMap<String, HashSet<String>>>,
     /// When this process last wrote each queued job's pending reason.
     pub pending_written: Mutex<HashMap<String, i64>>,
-    /// When this process last made sure each namespace has the shared NetworkPolicy of CPU-only
-    /// job Pods (`workload::ensure_single_pod_policy`).
-    pub single_pod_policies: Mutex<HashMap<String, std::time::Instant>>,
+    /// When this process last made sure of each shared object CPU-only job Pods need (its
+    /// namespace's NetworkPolicy, its tenant's grant seal Secret), by kind, namespace and name
+    /// (`workload::ensure_shared`).
+    pub shared_objects: Mutex<HashMap<String, std::time::Instant>>,
     /// Workloads this process created, and when: until the watch shows one (or
     /// `workload::TRUST_OWN_CREATE` passes), a pass does not take its absence from the cluster
     /// cache for a lost workload and create it again.
@@ -78,7 +79,7 @@ impl Ctx {
             leadership,
             seen_events: Mutex::new(HashMap::new()),
             pending_written: Mutex::new(HashMap::new()),
-            single_pod_policies: Mutex::new(HashMap::new()),
+            shared_objects: Mutex::new(HashMap::new()),
             created_workloads: Mutex::new(HashMap::new()),
             archive_failures: Mutex::new(HashMap::new()),
             published: Mutex::new(None),

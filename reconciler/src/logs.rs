@@ -422,6 +422,10 @@ pub async fn archive(
     let own = format!("{JOB_ID_LABEL}={}", label_value(job_id));
     let submitter = format!("{SUBMITTER_LABEL}={workload}");
     for selector in [own, submitter] {
+        // A CPU job's workload is its one Pod, named like it: no submitter to look for.
+        if selector.starts_with(SUBMITTER_LABEL) && pods.contains_key(workload) {
+            break;
+        }
         // Labels find candidates; who made each pod decides (`belongs_to`).
         for p in list(kube, &api, &selector).await? {
             if crate::cluster::belongs_to(&p, job_id, workload) {

@@ -16,17 +16,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tuneplane_core::capacity_compute::ADMITTED_GPUS_ANNOTATION;
 use tuneplane_core::constants::{
     GPU_RESOURCE, JOB_ID_LABEL, MANAGED_BY_LABEL, PLAYGROUND_LABEL, POOL_LABEL, SERIES_LABEL,
+    WORKLOAD_LABEL,
 };
+use tuneplane_core::render::GRANT_LABEL;
 
 use crate::rayjob::{RayJob, RayJobSpec};
 
 /// Pod labels a pass reads (the submitter's `job-name` finds KubeRay's submitter pod, whose
-/// controller [`crate::cluster::belongs_to`] then checks).
-const POD_LABELS: [&str; 4] = [
+/// controller [`crate::cluster::belongs_to`] then checks; the workload and grant labels tell
+/// what deleting a CPU job's Pod leaves, `workload::Leftovers::of`).
+const POD_LABELS: [&str; 6] = [
     JOB_ID_LABEL,
     POOL_LABEL,
     MANAGED_BY_LABEL,
     crate::cluster::SUBMITTER_LABEL,
+    WORKLOAD_LABEL,
+    GRANT_LABEL,
 ];
 /// Resource names `pod_info` and `node_info` read.
 const RESOURCES: [&str; 3] = [GPU_RESOURCE, "cpu", "memory"];

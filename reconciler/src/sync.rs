@@ -362,7 +362,7 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
                 f.exit_code = exit_code(cluster, job, Some(f.reason));
                 f
             });
-            finish(ctx, job, state, failure, now).await?;
+            finish(ctx, cluster, job, state, failure, now).await?;
         }
     }
     Ok(())
@@ -460,6 +460,7 @@ fn exit_code(cluster: &Cluster, job: &JobRecord, reason: Option<FailureReason>) 
 /// conditional writes, so no second attempt is ever made from one failure.
 pub async fn finish(
     ctx: &Ctx,
+    cluster: &Cluster,
     job: &JobRecord,
     state: JobState,
     failure: Option<Failure>,
@@ -507,7 +508,9 @@ pub async fn finish(
     } else {
         tracing::info!(job_id = %job.id, attempt = next.attempt, "attempt lost to the infrastructure; job queued again");
     }
-    workload::delete(ctx, job.spec.kind(), ns, &name).await?;
+    let kind = job.spec.kind();
+    let leftovers = workload::Leftovers::of(ctx, cluster, kind, ns, &name);
+    workload::delete(ctx, kind, ns, &name, leftovers).await?;
     // The archive now holds everything the live segments did.
     crate::live_logs::discard(ctx, &job.id).await;
     ctx.seen_events
@@ -601,7 +604,8 @@ pub async fn sweep_orphans(
         if earlier {
             // The requeue wrote the record (with this attempt's archive) and crashed, or its
             // delete lost a race with the reflector: finish the delete.
-            workload::delete(ctx, kind, &ns, &name).await?;
+            let leftovers = workload::Leftovers::of(ctx, cluster, kind, &ns, &name);
+            workload::delete(ctx, kind, &ns, &name, leftovers).await?;
             tracing::info!(job_id = %id, workload = %name, "earlier attempt's workload deleted");
             continue;
         }
@@ -628,7 +632,8 @@ pub async fn sweep_orphans(
             // Being archived: a later pass deletes it.
             continue;
         }
-        workload::delete(ctx, kind, &ns, &name).await?;
+        let leftovers = workload::Leftovers::of(ctx, cluster, kind, &ns, &name);
+        workload::delete(ctx, kind, &ns, &name, leftovers).await?;
         // Counted once the workload is gone, before the live segments are tidied away.
         if !finished && !archived {
             ctx.metrics.inc_orphans();

@@ -10,6 +10,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, PostParams};
 use tuneplane_core::capsule::storage_key;
 use tuneplane_core::constants::FIELD_MANAGER;
+use tuneplane_core::constants::WORKLOAD_LABEL;
 use tuneplane_core::job::JobRecord;
 use tuneplane_core::render::kuberay::RayJob as RenderedRayJob;
 use tuneplane_core::render::network::{
@@ -17,13 +18,14 @@ use tuneplane_core::render::network::{
 };
 use tuneplane_core::render::rayjob::{auth_secret_name, render_auth_secret};
 use tuneplane_core::render::{
-    CapsuleRef, grant_secret_name, job_workload_name, render_grant_secret, render_pod,
-    render_rayjob,
+    CapsuleRef, GRANT_LABEL, grant_secret_name, job_workload_name, render_grant_secret, render_pod,
+    render_rayjob, render_seal_secret,
 };
 use tuneplane_core::spec::WorkloadKind;
 use tuneplane_core::store::PresignMethod;
 
 use crate::Ctx;
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::kube_io::{is_conflict, is_not_found};
 use crate::rayjob::{self, RayJob};
@@ -126,28 +128,38 @@ async fn create_auth_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     )
 }
 
-/// Creates the Secret holding the grant of the job's current attempt unless it exists (the token
-/// is deterministic, so an existing Secret holds the same one). Nothing without a grant key.
-async fn create_grant_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
-    let Some(key) = &ctx.config.grant_key else {
-        return Ok(());
-    };
-    let ns = job.spec.namespace.as_str();
-    let value = render_grant_secret(job, &key.token(&job.id, job.attempt));
+/// Creates the Secret `value` (named `name` in `namespace`, for `whose`) unless it exists.
+async fn create_secret(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+    whose: String,
+    value: serde_json::Value,
+) -> Result<()> {
     let typed: Secret = serde_json::from_value(value).map_err(|source| Error::Convert {
-        job_id: job.id.clone(),
+        job_id: whose,
         kind: "Secret",
         source,
     })?;
-    let name = grant_secret_name(&job_workload_name(job));
-    let object = format!("{ns}/{name}");
-    let api: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), ns);
+    let object = format!("{namespace}/{name}");
+    let api: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), namespace);
     let params = post_params();
     created(
         ctx.kube
             .call("create secret", &object, || api.create(&params, &typed))
             .await,
     )
+}
+
+/// Creates the Secret holding the grant of a RayJob's current attempt unless it exists (the token
+/// is deterministic, so an existing Secret holds the same one). Nothing without a grant key.
+async fn create_grant_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
+    let Some(key) = &ctx.config.render.grant_key else {
+        return Ok(());
+    };
+    let value = render_grant_secret(job, &key.token(&job.id, job.attempt));
+    let name = grant_secret_name(&job_workload_name(job));
+    create_secret(ctx, &job.spec.namespace, &name, job.id.clone(), value).await
 }
 
 /// Creates the NetworkPolicy `value` (named `name` in `namespace`, rendered for `whose`) unless
@@ -184,13 +196,13 @@ async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
 }
 
 /// The create requests admitting a job of `kind` costs: its workload and what is created with it
-/// (a RayJob's NetworkPolicy and Ray token Secret; the grant Secret when grants are on). A CPU
-/// job's shared NetworkPolicy is made once per namespace and not counted.
+/// (a RayJob's NetworkPolicy and Ray token Secret; its grant Secret when grants are on). A CPU
+/// job's Pod is all: its namespace's NetworkPolicy and its tenant's grant seal Secret are shared,
+/// made once and not counted.
 pub fn creates_per_admission(ctx: &Ctx, kind: WorkloadKind) -> usize {
-    let grant = usize::from(ctx.config.grant_key.is_some());
     match kind {
-        WorkloadKind::RayJob => 3 + grant,
-        WorkloadKind::Pod => 1 + grant,
+        WorkloadKind::RayJob => 3 + usize::from(ctx.config.render.grant_key.is_some()),
+        WorkloadKind::Pod => 1,
     }
 }
 
@@ -229,37 +241,68 @@ fn remember_created(ctx: &Ctx, name: &str) {
     created.insert(name.to_owned(), std::time::Instant::now());
 }
 
-/// How often a namespace's shared policy of CPU-only job Pods is made sure of again (one create,
-/// answered "already exists" when nobody removed it).
-const SINGLE_POD_POLICY_RECHECK: Duration = Duration::from_secs(600);
+/// How often a shared object of CPU-only job Pods is made sure of again (one create, answered
+/// "already exists" when nobody removed it).
+const SHARED_RECHECK: Duration = Duration::from_secs(600);
 
-/// Makes sure `namespace` has the NetworkPolicy all CPU-only job Pods share (refusing them every
-/// ingress) before such a Pod is created there: created once, then again at most every
-/// [`SINGLE_POD_POLICY_RECHECK`] in case someone removed it. A failed create leaves the namespace
-/// unchecked, so the Pod is not created and the next pass tries again.
-async fn ensure_single_pod_policy(ctx: &Ctx, namespace: &str) -> Result<()> {
+/// Makes sure a shared object CPU-only job Pods need exists before such a Pod is created: `create`
+/// runs once per `key`, then again at most every [`SHARED_RECHECK`] in case someone removed the
+/// object. A failed create leaves it unchecked, so the Pod is not created and the next pass tries
+/// again.
+async fn ensure_shared<F>(ctx: &Ctx, key: String, create: F) -> Result<()>
+where
+    F: std::future::Future<Output = Result<()>>,
+{
     let fresh = ctx
-        .single_pod_policies
+        .shared_objects
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(namespace)
-        .is_some_and(|at| at.elapsed() < SINGLE_POD_POLICY_RECHECK);
+        .get(&key)
+        .is_some_and(|at| at.elapsed() < SHARED_RECHECK);
     if fresh {
         return Ok(());
     }
-    let value = render_single_pod_policy(namespace);
-    let whose = format!("(namespace {namespace})");
-    create_policy(ctx, namespace, SINGLE_POD_POLICY, whose, value).await?;
-    ctx.single_pod_policies
+    create.await?;
+    ctx.shared_objects
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(namespace.to_owned(), std::time::Instant::now());
+        .insert(key, std::time::Instant::now());
     Ok(())
 }
 
+/// Makes sure `namespace` has the NetworkPolicy all CPU-only job Pods share (refusing them every
+/// ingress) before such a Pod is created there ([`ensure_shared`]).
+async fn ensure_single_pod_policy(ctx: &Ctx, namespace: &str) -> Result<()> {
+    let key = format!("networkpolicy {namespace}/{SINGLE_POD_POLICY}");
+    ensure_shared(ctx, key, async {
+        let value = render_single_pod_policy(namespace);
+        let whose = format!("(namespace {namespace})");
+        create_policy(ctx, namespace, SINGLE_POD_POLICY, whose, value).await
+    })
+    .await
+}
+
+/// With grants on, makes sure `job`'s tenant has its grant seal Secret in the job's namespace
+/// before the job's Pod (whose grant is sealed under it) is created ([`ensure_shared`]). The
+/// Secret's name changes with the grant key, so a new key never meets the old Secret.
+async fn ensure_grant_seal(ctx: &Ctx, job: &JobRecord) -> Result<()> {
+    let Some(key) = &ctx.config.render.grant_key else {
+        return Ok(());
+    };
+    let (ns, tenant) = (job.spec.namespace.as_str(), job.tenant.as_str());
+    let seal = key.seal_key(ns, tenant);
+    let name = seal.secret_name(tenant);
+    ensure_shared(ctx, format!("secret {ns}/{name}"), async {
+        let value = render_seal_secret(ns, tenant, &seal);
+        create_secret(ctx, ns, &name, format!("(tenant {tenant})"), value).await
+    })
+    .await
+}
+
 /// Creates the job's RayJob or Pod unless it exists; returns its name. The job's NetworkPolicy
-/// (a CPU-only job: its namespace's shared one) and (for a RayJob) its token Secret are created
-/// first, so no pod of it ever starts unguarded or without its token.
+/// (a CPU-only job: its namespace's shared one), its grant Secret (a CPU-only job: its tenant's
+/// shared seal Secret) and (for a RayJob) its token Secret are created first, so no pod of it
+/// ever starts unguarded or without its token.
 pub async fn create(ctx: &Ctx, job: &JobRecord) -> Result<String> {
     let rendered = render(ctx, job).await?;
     create_rendered(ctx, job, rendered).await
@@ -272,10 +315,15 @@ pub async fn create_rendered(ctx: &Ctx, job: &JobRecord, rendered: Rendered) -> 
     let object = format!("{ns}/{name}");
     let params = post_params();
     match &rendered {
-        Rendered::RayJob(_) => create_network_policy(ctx, job).await?,
-        Rendered::Pod(_) => ensure_single_pod_policy(ctx, ns).await?,
+        Rendered::RayJob(_) => {
+            create_network_policy(ctx, job).await?;
+            create_grant_secret(ctx, job).await?;
+        }
+        Rendered::Pod(_) => {
+            ensure_single_pod_policy(ctx, ns).await?;
+            ensure_grant_seal(ctx, job).await?;
+        }
     }
-    create_grant_secret(ctx, job).await?;
     match rendered {
         Rendered::RayJob(rendered) => {
             create_auth_secret(ctx, job).await?;
@@ -308,8 +356,68 @@ pub async fn create_rendered(ctx: &Ctx, job: &JobRecord, rendered: Rendered) -> 
     Ok(name)
 }
 
-/// Deletes a workload of `kind` (no error if it is gone); a RayJob's token Secret goes with it.
-pub async fn delete(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) -> Result<()> {
+/// What deleting a workload must delete besides it: objects named after it that nothing else
+/// removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leftovers {
+    /// The attempt's grant Secret (`<workload>-grant`).
+    pub grant_secret: bool,
+    /// The workload's own NetworkPolicy (named like it).
+    pub network_policy: bool,
+}
+
+impl Leftovers {
+    /// Every object a workload may have left, whatever made it: its grant Secret (grants on) and
+    /// its own NetworkPolicy. A RayJob has both; a CPU job's Pod only when it was made before its
+    /// grant was sealed and its policy shared.
+    pub fn all(ctx: &Ctx) -> Leftovers {
+        Leftovers {
+            grant_secret: ctx.config.render.grant_key.is_some(),
+            network_policy: true,
+        }
+    }
+
+    /// What workload `name` of `kind` left, from its object in the cluster cache: a CPU job's Pod
+    /// labelled `tuneplane.io/workload: pod` uses its namespace's shared NetworkPolicy and one
+    /// labelled `tuneplane.io/grant: sealed` has no grant Secret, so deleting it is one request
+    /// (not three, two of them answered 404). A workload the cache does not show: [`Leftovers::all`].
+    pub fn of(
+        ctx: &Ctx,
+        cluster: &Cluster,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+    ) -> Leftovers {
+        let all = Leftovers::all(ctx);
+        if kind != WorkloadKind::Pod {
+            return all;
+        }
+        let Some(pod) = cluster.pod(namespace, name) else {
+            return all;
+        };
+        let label = |key: &str| {
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(key))
+                .map(String::as_str)
+        };
+        Leftovers {
+            grant_secret: all.grant_secret && label(GRANT_LABEL) != Some("sealed"),
+            network_policy: label(WORKLOAD_LABEL) != Some("pod"),
+        }
+    }
+}
+
+/// Deletes a workload of `kind` (no error if it is gone); a RayJob's token Secret goes with it,
+/// and so do its `leftovers`.
+pub async fn delete(
+    ctx: &Ctx,
+    kind: WorkloadKind,
+    namespace: &str,
+    name: &str,
+    leftovers: Leftovers,
+) -> Result<()> {
     let params = DeleteParams::background();
     let object = format!("{namespace}/{name}");
     let outcome = match kind {
@@ -346,7 +454,7 @@ pub async fn delete(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) 
         Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
         other => other,
     }?;
-    if ctx.config.grant_key.is_some() {
+    if leftovers.grant_secret {
         // The grant's Secret goes with the workload (the grant itself dies with the attempt's
         // record: the API checks the record, not the Secret).
         let secret = grant_secret_name(name);
@@ -361,6 +469,9 @@ pub async fn delete(ctx: &Ctx, kind: WorkloadKind, namespace: &str, name: &str) 
             Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
             other => other.map(|_| ()),
         }?;
+    }
+    if !leftovers.network_policy {
+        return Ok(());
     }
     // The NetworkPolicy is named like the workload; it goes last, once no pod needs it.
     let policies: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), namespace);

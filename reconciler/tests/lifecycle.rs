@@ -245,3 +245,137 @@ async fn without_gpu_passthrough_pods_request_no_gpus_and_admission_still_never_
     let capacity = h.capacity().await;
     assert_eq!(capacity["series"]["l40s"]["free_gpus"], 0, "{capacity}");
 }
+
+/// Every request the reconciler sends the API server for CPU jobs over their whole life (admission,
+/// run, logs archived, deletion), counted by kubesim by verb and resource as an audit log names
+/// them, with grants on: the Pod's create is the only create per job (its grant is sealed in its
+/// spec under its tenant's one seal Secret; the NetworkPolicy is its namespace's) and the Pod's
+/// delete the only delete (no grant Secret of its own, no policy of its own to answer 404).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_job_costs_one_create_and_one_delete_over_its_life() {
+    kubesim_only!("counts requests inside kubesim");
+    let h = start(sim_config(
+        FLEET,
+        Duration::from_secs(2),
+        Some(Duration::from_millis(1500)),
+    ))
+    .await;
+    let mut config = test_config("r1");
+    config.render.api_url = Some("http://127.0.0.1:9".into());
+    config.render.grant_key =
+        Some(tuneplane_core::grant::GrantKey::parse(&"ab".repeat(32)).unwrap());
+    let (_task, _ctx) = h.reconciler(config).await;
+    // The reconciler's watches and first lists are made before any job: not a job's cost.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = h.sim().fault_counts().by_verb;
+    const JOBS: u64 = 6;
+    for k in 0..JOBS {
+        h.submit(&cpu_job(&format!("cpu{k}"))).await;
+    }
+    for k in 0..JOBS {
+        h.wait_state(30, &format!("cpu{k}"), JobState::Succeeded)
+            .await;
+    }
+    let sim = h.sim();
+    wait_for(20, "every Pod deleted", || async {
+        let deleted = sim
+            .fault_counts()
+            .by_verb
+            .get("delete pods")
+            .copied()
+            .unwrap_or(0);
+        (deleted >= JOBS).then_some(())
+    })
+    .await;
+    // A pass or two more, to see any late request (a leftover delete would come right after).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = h.sim().fault_counts().by_verb;
+    let diff: std::collections::BTreeMap<&str, u64> = after
+        .iter()
+        .map(|(k, v)| (k.as_str(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    let n = |k: &str| diff.get(k).copied().unwrap_or(0);
+    eprintln!("requests for {JOBS} CPU jobs: {diff:?}");
+    assert_eq!(n("create pods"), JOBS, "{diff:?}");
+    assert_eq!(
+        n("create secrets"),
+        1,
+        "one seal Secret for the tenant: {diff:?}"
+    );
+    assert_eq!(
+        n("create networkpolicies"),
+        1,
+        "the namespace's shared policy: {diff:?}"
+    );
+    assert_eq!(n("delete pods"), JOBS, "{diff:?}");
+    assert_eq!(n("delete secrets"), 0, "no grant Secret per job: {diff:?}");
+    assert_eq!(
+        n("delete networkpolicies"),
+        0,
+        "no policy per job: {diff:?}"
+    );
+    // Its logs are archived with one list (no submitter to look for) and one read per container.
+    assert_eq!(n("list pods"), JOBS, "{diff:?}");
+    assert_eq!(n("get pods/log"), JOBS, "{diff:?}");
+    // Everything else a job costs is reading its logs once it ended (and whatever the live
+    // logs' budget spends while it runs).
+    let creates_and_deletes: u64 = diff
+        .iter()
+        .filter(|(k, _)| k.starts_with("create ") || k.starts_with("delete"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(creates_and_deletes, 2 * JOBS + 2, "{diff:?}");
+}
+
+/// A CPU job's Pod made before its grant was sealed and its namespace's policy shared (no
+/// `tuneplane.io/grant` or `tuneplane.io/workload` label) still takes its own grant Secret and
+/// NetworkPolicy with it when it is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_cpu_pod_still_takes_its_own_secret_and_policy_with_it() {
+    kubesim_only!("counts requests inside kubesim");
+    let h = start(sim_config(
+        FLEET,
+        Duration::from_secs(2),
+        Some(Duration::from_secs(3)),
+    ))
+    .await;
+    let mut config = test_config("r1");
+    config.render.api_url = Some("http://127.0.0.1:9".into());
+    config.render.grant_key =
+        Some(tuneplane_core::grant::GrantKey::parse(&"ab".repeat(32)).unwrap());
+    let (_task, _ctx) = h.reconciler(config).await;
+    h.submit(&cpu_job("old")).await;
+    wait_for(20, "pod tp-old", || async {
+        h.pods().get_opt("tp-old").await.ok().flatten()
+    })
+    .await;
+    // What an older reconciler's Pod looks like: neither label.
+    let patch = serde_json::json!({"metadata": {"labels": {
+        tuneplane_core::render::GRANT_LABEL: null,
+        tuneplane_core::constants::WORKLOAD_LABEL: null,
+    }}});
+    h.pods()
+        .patch(
+            "tp-old",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = h.sim().fault_counts().by_verb;
+    h.wait_state(30, "old", JobState::Succeeded).await;
+    let sim = h.sim();
+    let deleted = |k: &str| {
+        let now = sim.fault_counts().by_verb.get(k).copied().unwrap_or(0);
+        now - before.get(k).copied().unwrap_or(0)
+    };
+    wait_for(20, "the Pod deleted", || async {
+        (deleted("delete pods") >= 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(deleted("delete secrets"), 1, "its grant Secret");
+    assert_eq!(deleted("delete networkpolicies"), 1, "its own policy");
+}

@@ -186,9 +186,15 @@ async fn every_example_rayjob_is_stored_as_it_was_rendered() {
             expected["metadata"]["labels"],
             "{name}: labels"
         );
-        workload::delete(&ctx, WorkloadKind::RayJob, ns, &workload)
-            .await
-            .expect("delete");
+        workload::delete(
+            &ctx,
+            WorkloadKind::RayJob,
+            ns,
+            &workload,
+            workload::Leftovers::all(&ctx),
+        )
+        .await
+        .expect("delete");
         h.wait_rayjob_gone(30, &workload).await;
         compared.push(name);
     }

@@ -302,7 +302,7 @@ impl Stack {
         // Pods reach the API on their own 127.0.0.1 (kubesim runs them here; the real tier's
         // node agent relays each pod's loopback ports to the host's).
         rc.render.api_url = Some(api_url.clone());
-        rc.grant_key = Some(
+        rc.render.grant_key = Some(
             tuneplane_core::grant::GrantKey::parse(&grant_key)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("grant-key").display()))?,
         );

@@ -107,7 +107,7 @@ impl<'q> Sorted<'q> {
             last = Some((name, i));
             i
         };
-        let mut keys = Vec::new();
+        let mut keys: Vec<(u32, Rank, usize)> = Vec::new();
         let mut holding = Vec::new();
         for (k, j) in queue.iter().enumerate() {
             if j.state.is_terminal() || (j.state == JobState::Queued && j.stop_requested) {
@@ -120,11 +120,21 @@ impl<'q> Sorted<'q> {
                 holding.push((t as usize, k));
             }
         }
-        keys.sort_unstable_by(|a, b| {
-            (a.0, a.1)
-                .cmp(&(b.0, b.1))
-                .then_with(|| queue[a.2].id.cmp(&queue[b.2].id))
+        // Sorted as one packed integer per job (tenant, priority, time order as the tuple does),
+        // the id read only for ties: comparing the tuples themselves was a tenth of a long pass.
+        let mut packed: Vec<(u128, usize)> =
+            keys.iter().map(|&(t, r, k)| (pack(t, r), k)).collect();
+        packed.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| queue[a.1].id.cmp(&queue[b.1].id))
         });
+        let keys: Vec<(u32, Rank, usize)> = packed
+            .into_iter()
+            .map(|(p, k)| {
+                let (t, r) = unpack(p);
+                (t, r, k)
+            })
+            .collect();
         let mut runs = vec![0..0; tenants.len()];
         let mut at = 0;
         while at < keys.len() {
@@ -142,6 +152,25 @@ impl<'q> Sorted<'q> {
             holding,
         }
     }
+}
+
+/// `(tenant, rank)` as one integer that orders as the tuple: the tenant, then the priority
+/// inverted (high first), then the submission time (never negative in a rank).
+fn pack(tenant: u32, rank: Rank) -> u128 {
+    let priority = !((rank.priority.0 as u32) ^ 0x8000_0000);
+    (u128::from(tenant) << 96)
+        | (u128::from(priority) << 64)
+        | u128::from(rank.submitted_at_ms as u64)
+}
+
+/// The inverse of [`pack`].
+fn unpack(p: u128) -> (u32, Rank) {
+    let priority = ((!((p >> 64) as u32)) ^ 0x8000_0000) as i32;
+    let rank = Rank {
+        priority: Reverse(priority),
+        submitted_at_ms: (p as u64) as i64,
+    };
+    ((p >> 96) as u32, rank)
 }
 
 #[cfg(test)]
@@ -178,6 +207,17 @@ mod tests {
     }
 
     proptest! {
+        /// The packed sort key orders as (tenant, rank) and unpacks to them.
+        #[test]
+        fn the_packed_key_orders_as_tenant_then_rank(
+            a in (any::<u32>(), any::<i32>(), 0i64..i64::MAX),
+            b in (any::<u32>(), any::<i32>(), 0i64..i64::MAX),
+        ) {
+            let (ra, rb) = (Rank::new(a.1, a.2), Rank::new(b.1, b.2));
+            prop_assert_eq!(pack(a.0, ra).cmp(&pack(b.0, rb)), (a.0, ra).cmp(&(b.0, rb)));
+            prop_assert_eq!(unpack(pack(a.0, ra)), (a.0, ra));
+        }
+
         /// The stored sort key and the comparator are one order.
         #[test]
         fn the_sort_key_orders_as_the_comparator(

@@ -67,13 +67,42 @@ pub fn ray_fetch_script(sha256: &str) -> String {
     )
 }
 
-/// Script of a CPU Pod: fetch + verify, extract safely, run the platform runner in the capsule root.
-pub fn pod_bootstrap_script() -> String {
+/// Recovers a CPU Pod's grant from its sealed form and its tenant's seal key (the same key stream
+/// as `crate::grant::SealKey::seal`) and prints it; the key and the sealed text come from the
+/// environment, never from the script.
+const UNSEAL_PY: &str = r#"import hashlib, hmac, os, sys
+key = bytes.fromhex(os.environ["TUNEPLANE_GRANT_SEAL_KEY"].strip())
+sealed = bytes.fromhex(os.environ["TUNEPLANE_GRANT_SEALED"])
+label = "tuneplane-grant-seal-v1\n%s\n%s\n" % (os.environ["TUNEPLANE_JOB_ID"], os.environ["TUNEPLANE_ATTEMPT"])
+stream, block = b"", 0
+while len(stream) < len(sealed):
+    stream += hmac.new(key, (label + str(block)).encode(), hashlib.sha256).digest()
+    block += 1
+sys.stdout.write(bytes(a ^ b for a, b in zip(sealed, stream)).decode("ascii"))
+"#;
+
+/// The bootstrap lines that turn the sealed grant into `TUNEPLANE_GRANT` for the runner (which
+/// keeps it from the entrypoint) and drop the sealed text and the seal key from the environment.
+fn unseal_lines() -> String {
+    format!(
+        "TUNEPLANE_GRANT=$(\"$PY\" - <<'TUNEPLANE_PY'\n{UNSEAL_PY}TUNEPLANE_PY\n)\n\
+         export TUNEPLANE_GRANT\nunset TUNEPLANE_GRANT_SEALED TUNEPLANE_GRANT_SEAL_KEY\n"
+    )
+}
+
+/// Script of a CPU Pod: fetch + verify, extract safely, run the platform runner in the capsule
+/// root; with `sealed`, the Pod's grant is unsealed for the runner first.
+pub fn pod_bootstrap_script(sealed: bool) -> String {
+    let unseal = if sealed {
+        unseal_lines()
+    } else {
+        String::new()
+    };
     format!(
         "set -euo pipefail\nPY=$(command -v python3 || command -v python)\n\
          \"$PY\" - {work}/capsule.zip <<'TUNEPLANE_PY'\n{FETCH_PY}TUNEPLANE_PY\n\
          \"$PY\" - {work}/capsule.zip {work}/root <<'TUNEPLANE_PY'\n{EXTRACT_PY}TUNEPLANE_PY\n\
-         cd {work}/root\nexec \"$PY\" .tuneplane/runner.pex\n",
+         {unseal}cd {work}/root\nexec \"$PY\" .tuneplane/runner.pex\n",
         work = POD_WORK_DIR
     )
 }
@@ -84,13 +113,69 @@ mod tests {
 
     #[test]
     fn scripts_verify_before_extracting_and_take_the_url_from_the_environment() {
-        let script = pod_bootstrap_script();
+        let script = pod_bootstrap_script(false);
         let verify = script.find("hexdigest").unwrap_or(usize::MAX);
         let extract = script.find("zipfile.ZipFile").unwrap_or(0);
         assert!(verify < extract, "hash checked before extraction");
         assert!(script.contains("os.environ[\"TUNEPLANE_CAPSULE_URL\"]"));
         assert!(script.ends_with("exec \"$PY\" .tuneplane/runner.pex\n"));
         assert!(ray_fetch_script("ab").contains("/tuneplane/capsule/ab/capsule.zip"));
+        assert!(!script.contains("TUNEPLANE_GRANT"));
+        let sealed = pod_bootstrap_script(true);
+        let unseal = sealed.find("TUNEPLANE_GRANT=$(").unwrap_or(usize::MAX);
+        assert!(sealed.find("zipfile.ZipFile").unwrap_or(0) < unseal);
+        assert!(
+            unseal
+                < sealed
+                    .find("exec \"$PY\" .tuneplane/runner.pex")
+                    .unwrap_or(0)
+        );
+    }
+
+    #[test]
+    fn the_bootstrap_unseals_the_grant_the_reconciler_sealed_and_drops_the_key() {
+        // Runs the real unseal lines with python3 when available.
+        let Ok(py) = std::process::Command::new("python3")
+            .arg("-c")
+            .arg("1")
+            .status()
+        else {
+            return;
+        };
+        assert!(py.success());
+        let key = crate::grant::GrantKey::parse(&"5a".repeat(32)).unwrap();
+        let token = key.token("job-7", 3);
+        let seal = key.seal_key("jobs", "acme");
+        let script = format!(
+            "set -euo pipefail\nPY=python3\n{}printf '%s|%s|%s' \"$TUNEPLANE_GRANT\" \"${{TUNEPLANE_GRANT_SEAL_KEY:-gone}}\" \"${{TUNEPLANE_GRANT_SEALED:-gone}}\"\n",
+            unseal_lines()
+        );
+        let run = |seal_hex: String| {
+            std::process::Command::new("bash")
+                .arg("-c")
+                .arg(&script)
+                .env("TUNEPLANE_JOB_ID", "job-7")
+                .env("TUNEPLANE_ATTEMPT", "3")
+                .env("TUNEPLANE_GRANT_SEALED", seal.seal("job-7", 3, &token))
+                .env("TUNEPLANE_GRANT_SEAL_KEY", seal_hex)
+                .output()
+                .unwrap()
+        };
+        let out = run(seal.to_hex());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{token}|gone|gone")
+        );
+        // Another tenant's key recovers no valid grant (or fails to decode, which stops the pod).
+        let other = run(key.seal_key("jobs", "globex").to_hex());
+        let got = String::from_utf8_lossy(&other.stdout).to_string();
+        let recovered = got.split('|').next().unwrap_or_default();
+        assert!(!other.status.success() || key.verify("job-7", recovered).is_none());
     }
 
     #[test]

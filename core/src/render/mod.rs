@@ -106,8 +106,13 @@ pub struct RenderSettings {
     pub network: network::NetworkSettings,
     /// The API's base URL as the job's pods reach it, when attempts get grants to write their
     /// outputs and checkpoints (the reconciler's `TUNEPLANE_API_URL` with a grant key): the
-    /// runner's `TUNEPLANE_API_URL`, with the attempt's token from its grant Secret.
+    /// runner's `TUNEPLANE_API_URL`, with the attempt's token from its grant Secret (a RayJob)
+    /// or sealed in its spec (a CPU job's Pod).
     pub api_url: Option<String>,
+    /// The key attempts' grants are signed with (with `api_url`; both or neither): a CPU job's
+    /// Pod carries its grant sealed ([`crate::grant::SealKey`]). Never serialized.
+    #[serde(skip)]
+    pub grant_key: Option<crate::grant::GrantKey>,
 }
 
 impl Default for RenderSettings {
@@ -125,6 +130,7 @@ impl Default for RenderSettings {
             playground_image: "vllm/vllm-openai:v0.11.0".to_owned(),
             network: network::NetworkSettings::default(),
             api_url: None,
+            grant_key: None,
         }
     }
 }
@@ -314,6 +320,48 @@ pub fn grant_env(job: &JobRecord, settings: &RenderSettings) -> Vec<Value> {
     vec![
         json!({"name": "TUNEPLANE_API_URL", "value": url}),
         json!({"name": "TUNEPLANE_GRANT", "valueFrom": {"secretKeyRef": {"name": secret, "key": GRANT_SECRET_KEY}}}),
+    ]
+}
+
+/// Key of the seal key in a tenant's seal Secret.
+pub const SEAL_SECRET_KEY: &str = "key";
+/// Environment variable of a CPU job's Pod carrying its grant, sealed.
+pub const GRANT_SEALED_ENV: &str = "TUNEPLANE_GRANT_SEALED";
+/// Environment variable of a CPU job's Pod carrying its tenant's seal key (from the Secret).
+pub const GRANT_SEAL_KEY_ENV: &str = "TUNEPLANE_GRANT_SEAL_KEY";
+/// Label of a CPU job's Pod whose grant is sealed in its spec (no grant Secret of its own to
+/// delete with it), value `sealed`.
+pub const GRANT_LABEL: &str = "tuneplane.io/grant";
+
+/// The Secret holding `tenant`'s seal key in `namespace` (made once, shared by the tenant's CPU
+/// jobs there; never deleted by a job).
+pub fn render_seal_secret(namespace: &str, tenant: &str, seal: &crate::grant::SealKey) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": seal.secret_name(tenant),
+            "namespace": namespace,
+            "labels": { crate::constants::MANAGED_BY_LABEL: crate::constants::MANAGED_BY },
+        },
+        "type": "Opaque",
+        "data": { SEAL_SECRET_KEY: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, seal.to_hex()) },
+    })
+}
+
+/// A CPU job's grant environment: the API's URL, the attempt's token sealed under its tenant's
+/// seal key, and that key from the tenant's seal Secret; the Pod's bootstrap unseals it into
+/// `TUNEPLANE_GRANT` for the runner. Empty when grants are off.
+pub fn sealed_grant_env(job: &JobRecord, settings: &RenderSettings) -> Vec<Value> {
+    let (Some(url), Some(key)) = (&settings.api_url, &settings.grant_key) else {
+        return Vec::new();
+    };
+    let seal = key.seal_key(&job.spec.namespace, &job.tenant);
+    let sealed = seal.seal(&job.id, job.attempt, &key.token(&job.id, job.attempt));
+    vec![
+        json!({"name": "TUNEPLANE_API_URL", "value": url}),
+        json!({"name": GRANT_SEALED_ENV, "value": sealed}),
+        json!({"name": GRANT_SEAL_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": seal.secret_name(&job.tenant), "key": SEAL_SECRET_KEY}}}),
     ]
 }
 
@@ -698,6 +746,73 @@ mod tests {
         assert!(c["env"].to_string().contains("TUNEPLANE_CAPSULE_SHA256"));
         assert!(render_rayjob(&cpu_job(), &capsule(), &RenderSettings::default()).is_err());
         assert!(render_pod(&gpu_job(), &capsule(), &RenderSettings::default()).is_err());
+    }
+
+    #[test]
+    fn a_cpu_pods_grant_is_sealed_in_its_spec_and_never_there_in_plain() {
+        let key = crate::grant::GrantKey::parse(&"ab".repeat(32)).unwrap();
+        let settings = RenderSettings {
+            api_url: Some("https://api.example".into()),
+            grant_key: Some(key.clone()),
+            ..RenderSettings::default()
+        };
+        let job = cpu_job();
+        let pod = render_pod(&job, &capsule(), &settings).unwrap();
+        let token = key.token(&job.id, job.attempt);
+        assert!(
+            !pod.to_string().contains(&token),
+            "the plain grant is in the Pod"
+        );
+        let env = at(&pod, "/spec/containers/0/env")
+            .as_array()
+            .unwrap()
+            .clone();
+        let var = |name: &str| {
+            env.iter()
+                .find(|e| e["name"] == name)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let seal = key.seal_key(&job.spec.namespace, &job.tenant);
+        let sealed = var(GRANT_SEALED_ENV)["value"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(seal.unseal(&job.id, job.attempt, &sealed), Some(token));
+        assert_eq!(
+            var(GRANT_SEAL_KEY_ENV)["valueFrom"]["secretKeyRef"],
+            json!({"name": seal.secret_name(&job.tenant), "key": SEAL_SECRET_KEY})
+        );
+        assert_eq!(
+            var("TUNEPLANE_GRANT"),
+            Value::Null,
+            "no grant Secret of its own"
+        );
+        assert_eq!(
+            at(
+                &pod,
+                &format!("/metadata/labels/{}", GRANT_LABEL.replace('/', "~1"))
+            ),
+            "sealed"
+        );
+        assert!(
+            at(&pod, "/spec/containers/0/command/2")
+                .as_str()
+                .unwrap_or_default()
+                .contains("TUNEPLANE_GRANT=$(")
+        );
+        let secret = render_seal_secret(&job.spec.namespace, &job.tenant, &seal);
+        assert_eq!(secret["metadata"]["name"], seal.secret_name(&job.tenant));
+        // Grants off: nothing of it.
+        let off = render_pod(&job, &capsule(), &RenderSettings::default()).unwrap();
+        assert!(!off.to_string().contains("TUNEPLANE_GRANT"));
+        assert!(!off.to_string().contains(GRANT_LABEL));
+        // A RayJob keeps its grant Secret (created with its Ray token Secret).
+        let rj = render_rayjob(&gpu_job(), &capsule(), &settings).unwrap();
+        assert!(
+            rj.to_string()
+                .contains(&grant_secret_name(&job_workload_name(&gpu_job())))
+        );
     }
 
     #[test]

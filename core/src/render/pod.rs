@@ -7,9 +7,9 @@ use serde_json::{Value, json};
 
 use super::bootstrap::{POD_WORK_DIR, SHA_ENV, URL_ENV, pod_bootstrap_script};
 use super::{
-    CapsuleRef, RenderError, RenderSettings, check_capsule, cpu_quantity, grant_env, harden,
+    CapsuleRef, GRANT_LABEL, RenderError, RenderSettings, check_capsule, cpu_quantity, harden,
     job_annotations, job_env, job_labels, job_workload_name, memory_quantity, placement_affinity,
-    termination_grace_seconds, tolerations,
+    sealed_grant_env, termination_grace_seconds, tolerations,
 };
 use crate::capacity_compute::ADMITTED_GPUS_ANNOTATION;
 use crate::constants::{POOL_LABEL, WORKLOAD_LABEL};
@@ -43,10 +43,15 @@ pub fn render_pod(
             .into_iter()
             .map(|(name, value)| json!({"name": name, "value": value})),
     );
-    env.extend(grant_env(job, settings));
+    let grant = sealed_grant_env(job, settings);
+    let sealed = !grant.is_empty();
+    env.extend(grant);
     let mut labels = job_labels(job);
     labels.insert(POOL_LABEL.into(), json!(pool.name));
     labels.insert(WORKLOAD_LABEL.into(), json!("pod"));
+    if sealed {
+        labels.insert(GRANT_LABEL.into(), json!("sealed"));
+    }
     let mut annotations = job_annotations(job);
     annotations[ADMITTED_GPUS_ANNOTATION] = json!("0");
     let mut pod = json!({
@@ -66,7 +71,7 @@ pub fn render_pod(
             "containers": [{
                 "name": CONTAINER,
                 "image": job.spec.image,
-                "command": ["bash", "-c", pod_bootstrap_script()],
+                "command": ["bash", "-c", pod_bootstrap_script(sealed)],
                 "env": env,
                 "resources": {"requests": {"cpu": cpu, "memory": mem}, "limits": {"cpu": cpu, "memory": mem}},
                 "volumeMounts": [{"name": "work", "mountPath": POD_WORK_DIR}],

@@ -128,6 +128,9 @@ pub struct FaultCounts {
     pub lost_responses: u64,
     /// Requests delayed.
     pub slow: u64,
+    /// Resource requests by verb and resource, as an audit log names them (`create pods`,
+    /// `delete secrets`, `get pods/log`, `list pods`, `watch pods`), faulted or not.
+    pub by_verb: BTreeMap<String, u64>,
 }
 
 impl FaultCounts {
@@ -224,11 +227,12 @@ impl Faults {
         self.lock().counts.clone()
     }
 
-    /// Counts one resource request and decides its faults: a pending `fail_next` first, then the
-    /// plan if the request is in its scope.
-    pub fn verdict(&self, method: &Method, path: &str) -> Verdict {
+    /// Counts one resource request under `verb` (see [`FaultCounts::by_verb`]) and decides its
+    /// faults: a pending `fail_next` first, then the plan if the request is in its scope.
+    pub fn verdict(&self, method: &Method, path: &str, verb: String) -> Verdict {
         let mut state = self.lock();
         state.counts.requests += 1;
+        *state.counts.by_verb.entry(verb).or_default() += 1;
         if let Some((left, code)) = state.next {
             state.next = (left > 1).then_some((left - 1, code));
             *state.counts.errors.entry(code).or_default() += 1;
@@ -436,7 +440,7 @@ mod tests {
         let faults = Faults::default();
         faults.set_plan(Some(plan));
         for _ in 0..n {
-            let _ = faults.verdict(method, "/api/v1/nodes");
+            let _ = faults.verdict(method, "/api/v1/nodes", String::new());
         }
         faults.counts()
     }
@@ -475,10 +479,15 @@ mod tests {
             ..FaultPlan::outage(500, FaultScope::All)
         }));
         let logs = "/api/v1/namespaces/a/pods/p/log";
-        assert!(faults.verdict(&Method::GET, logs).fault.is_some());
         assert!(
             faults
-                .verdict(&Method::GET, "/api/v1/namespaces/a/pods/p")
+                .verdict(&Method::GET, logs, String::new())
+                .fault
+                .is_some()
+        );
+        assert!(
+            faults
+                .verdict(&Method::GET, "/api/v1/namespaces/a/pods/p", String::new())
                 .fault
                 .is_none()
         );
@@ -490,15 +499,15 @@ mod tests {
         faults.set_plan(Some(FaultPlan::outage(500, FaultScope::All)));
         faults.fail_next(1, 429);
         assert!(
-            matches!(faults.verdict(&Method::GET, "/api/v1/nodes").fault, Some(Fault::Status(r)) if r.status() == 429)
+            matches!(faults.verdict(&Method::GET, "/api/v1/nodes", String::new()).fault, Some(Fault::Status(r)) if r.status() == 429)
         );
         assert!(
-            matches!(faults.verdict(&Method::GET, "/api/v1/nodes").fault, Some(Fault::Status(r)) if r.status() == 500)
+            matches!(faults.verdict(&Method::GET, "/api/v1/nodes", String::new()).fault, Some(Fault::Status(r)) if r.status() == 500)
         );
         faults.set_plan(None);
         assert!(
             faults
-                .verdict(&Method::GET, "/api/v1/nodes")
+                .verdict(&Method::GET, "/api/v1/nodes", String::new())
                 .fault
                 .is_none()
         );

@@ -138,6 +138,27 @@ pub fn parse_path(path: &str, kuberay: bool) -> Option<Route> {
     Some(Route::Resource(route))
 }
 
+/// A request as an audit log names it: verb and resource (`create pods`, `get pods/log`,
+/// `watch rayjobs`).
+pub fn audit_verb(method: &Method, path: &ResourcePath, query: &HashMap<String, String>) -> String {
+    let named = path.name.is_some();
+    let verb = match *method {
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if named => "delete",
+        Method::DELETE => "deletecollection",
+        Method::GET if named => "get",
+        Method::GET if query.get("watch").is_some_and(|w| w == "true" || w == "1") => "watch",
+        Method::GET => "list",
+        _ => "other",
+    };
+    match &path.sub {
+        Some(sub) => format!("{verb} {}/{sub}", path.rt.plural),
+        None => format!("{verb} {}", path.rt.plural),
+    }
+}
+
 /// Decodes a query string into a map (last value wins).
 pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
     let mut out = HashMap::new();
@@ -230,7 +251,10 @@ async fn dispatch(
     tracing::debug!(%method, path = uri.path(), "request");
     let result = match route {
         Route::Resource(path) => {
-            let verdict = state.faults.verdict(&method, uri.path());
+            let verdict =
+                state
+                    .faults
+                    .verdict(&method, uri.path(), audit_verb(&method, &path, &query));
             if let Some(delay) = verdict.delay {
                 tokio::time::sleep(delay).await;
             }

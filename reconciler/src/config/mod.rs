@@ -179,8 +179,6 @@ pub struct Config {
     pub node_lost_grace: Duration,
     /// Taint keys that announce a node's interruption.
     pub interruption_taints: Vec<String>,
-    /// The key attempts' grants are signed with (with `render.api_url`; both or neither).
-    pub grant_key: Option<tuneplane_core::grant::GrantKey>,
     /// Where jobs and blobs live; `None` when unset (the binary refuses to start; tests build
     /// their own stores).
     pub stores: Option<StoreSettings>,
@@ -213,7 +211,6 @@ impl Default for Config {
                 .iter()
                 .map(|t| (*t).to_owned())
                 .collect(),
-            grant_key: None,
             stores: None,
             json_logs: true,
         }
@@ -376,7 +373,7 @@ impl Config {
                         ),
                     ));
                 }
-                c.grant_key = Some(
+                c.render.grant_key = Some(
                     tuneplane_core::grant::GrantKey::parse(&key)
                         .map_err(|e| bad(ENV_GRANT_KEY, e))?,
                 );
@@ -495,10 +492,10 @@ mod tests {
         let key = "ab".repeat(32);
         let c = with(&[(ENV_API_URL, "https://api.example/"), (ENV_GRANT_KEY, &key)]).unwrap();
         assert_eq!(c.render.api_url.as_deref(), Some("https://api.example"));
-        assert!(c.grant_key.is_some());
+        assert!(c.render.grant_key.is_some());
         // Both empty (the Deployment's optional Secret is absent): off.
         let off = with(&[(ENV_API_URL, ""), (ENV_GRANT_KEY, "")]).unwrap();
-        assert!(off.grant_key.is_none() && off.render.api_url.is_none());
+        assert!(off.render.grant_key.is_none() && off.render.api_url.is_none());
         for (pairs, var) in [
             (vec![(ENV_API_URL, "https://api.example")], ENV_GRANT_KEY),
             (vec![(ENV_GRANT_KEY, key.as_str())], ENV_API_URL),
