@@ -118,10 +118,7 @@ pub fn parse_events<S: AsRef<str>>(names: &[S]) -> Result<Vec<EventKind>, String
                 set.insert(*k);
             }
             None => {
-                return Err(format!(
-                    "unknown event {name:?}; known: {}",
-                    event_names()
-                ));
+                return Err(format!("unknown event {name:?}; known: {}", event_names()));
             }
         }
     }
@@ -129,7 +126,9 @@ pub fn parse_events<S: AsRef<str>>(names: &[S]) -> Result<Vec<EventKind>, String
 }
 
 /// How a delivery's body is shaped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Format {
     /// TunePlane's JSON event (`payload::body`).

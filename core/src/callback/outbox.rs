@@ -206,7 +206,12 @@ pub fn event_id(job_id: &str, key: &str) -> String {
 
 /// The outbox entries of a job write: one per event of `events` that reports a change, for the
 /// record `job` as stored with `version`, at `now_ms`.
-pub fn entries_for(job: &JobRecord, events: &[JobEvent], version: u64, now_ms: i64) -> Vec<OutboxEntry> {
+pub fn entries_for(
+    job: &JobRecord,
+    events: &[JobEvent],
+    version: u64,
+    now_ms: i64,
+) -> Vec<OutboxEntry> {
     events
         .iter()
         .filter_map(|e| kind_of(e).map(|kind| (e, kind)))
@@ -371,7 +376,10 @@ pub fn failed(d: &mut Delivery, error: String, permanent: bool, created_ms: i64,
         let reason = if permanent {
             error.clone()
         } else {
-            format!("no answer 2xx within 24 h ({} attempts); last: {error}", d.attempts)
+            format!(
+                "no answer 2xx within 24 h ({} attempts); last: {error}",
+                d.attempts
+            )
         };
         d.end = Some(DeliveryEnd::GaveUp {
             at_ms: now_ms,
@@ -439,15 +447,27 @@ mod tests {
 
     #[test]
     fn event_ids_are_stable_and_distinct_per_job_and_key() {
-        assert_eq!(event_id("j1", "state-RUNNING"), event_id("j1", "state-RUNNING"));
-        assert_ne!(event_id("j1", "state-RUNNING"), event_id("j2", "state-RUNNING"));
-        assert_ne!(event_id("j1", "state-RUNNING"), event_id("j1", "a2-state-RUNNING"));
+        assert_eq!(
+            event_id("j1", "state-RUNNING"),
+            event_id("j1", "state-RUNNING")
+        );
+        assert_ne!(
+            event_id("j1", "state-RUNNING"),
+            event_id("j2", "state-RUNNING")
+        );
+        assert_ne!(
+            event_id("j1", "state-RUNNING"),
+            event_id("j1", "a2-state-RUNNING")
+        );
     }
 
     #[test]
     fn backoff_doubles_to_its_cap() {
         let delays: Vec<i64> = (1..=7).map(retry_delay_ms).collect();
-        assert_eq!(delays, vec![1_000, 2_000, 4_000, 8_000, 16_000, 20_000, 20_000]);
+        assert_eq!(
+            delays,
+            vec![1_000, 2_000, 4_000, 8_000, 16_000, 20_000, 20_000]
+        );
         assert_eq!(retry_delay_ms(u32::MAX), MAX_RETRY_DELAY_MS);
     }
 
@@ -501,7 +521,11 @@ mod tests {
         ];
         assert_eq!(due(&entries, 0), vec![(0, 0), (0, 1), (2, 0)]);
         // The first to /2 delivered, the first to /1 waits for a retry: /2's next may go.
-        delivered(entries[0].deliveries.as_mut().unwrap().get_mut(1).unwrap(), 200, 5);
+        delivered(
+            entries[0].deliveries.as_mut().unwrap().get_mut(1).unwrap(),
+            200,
+            5,
+        );
         failed(
             entries[0].deliveries.as_mut().unwrap().get_mut(0).unwrap(),
             "500".into(),
@@ -577,7 +601,13 @@ mod tests {
             .collect();
         assert_eq!(urls, vec![("https://x/1", "job"), ("https://x/2", "s2")]);
         fan_out(&mut e, &subs, 99, 100, 7);
-        let ends: Vec<bool> = e.deliveries.as_ref().unwrap().iter().map(Delivery::ended).collect();
+        let ends: Vec<bool> = e
+            .deliveries
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(Delivery::ended)
+            .collect();
         assert_eq!(ends, vec![false, true], "only one more fits under the cap");
         assert_eq!(e.outstanding(), 1);
     }

@@ -72,10 +72,7 @@ pub fn body(entry: &OutboxEntry, format: Format, public_url: Option<&str>) -> Ve
             "links": links,
         }),
         Format::Slack => {
-            let mut text = format!(
-                "TunePlane job *{}* (`{}`) {}",
-                e.job_name, e.job_id, e.kind
-            );
+            let mut text = format!("TunePlane job *{}* (`{}`) {}", e.job_name, e.job_id, e.kind);
             if e.attempt > 1 || e.kind == super::EventKind::Requeued {
                 text.push_str(&format!(" (attempt {})", e.attempt));
             }
@@ -130,25 +127,40 @@ mod tests {
 
     #[test]
     fn the_json_body_carries_id_state_reason_clocks_and_links() {
-        let body: Value =
-            serde_json::from_slice(&body(&entry(), Format::Json, Some("https://tp.example.com/")))
-                .unwrap();
+        let body: Value = serde_json::from_slice(&body(
+            &entry(),
+            Format::Json,
+            Some("https://tp.example.com/"),
+        ))
+        .unwrap();
         assert_eq!(body["id"], "ev_1");
         assert_eq!(body["type"], "job.failed");
         assert_eq!(body["job"]["state"], "FAILED");
         assert_eq!(body["job"]["reason"], "OutOfMemory");
         assert_eq!(body["job"]["running_at_ms"], 3);
-        assert_eq!(body["links"]["console"], "https://tp.example.com/console/jobs/j1");
+        assert_eq!(
+            body["links"]["console"],
+            "https://tp.example.com/console/jobs/j1"
+        );
     }
 
     #[test]
     fn the_slack_body_is_one_text_with_the_job_and_its_link() {
-        let body: Value =
-            serde_json::from_slice(&body(&entry(), Format::Slack, Some("https://tp.example.com")))
-                .unwrap();
+        let body: Value = serde_json::from_slice(&body(
+            &entry(),
+            Format::Slack,
+            Some("https://tp.example.com"),
+        ))
+        .unwrap();
         let text = body["text"].as_str().unwrap();
-        assert!(text.starts_with("TunePlane job *llama-sft* (`j1`) failed (attempt 2): OutOfMemory"), "{text}");
-        assert!(text.ends_with("<https://tp.example.com/console/jobs/j1|Open in TunePlane>"), "{text}");
+        assert!(
+            text.starts_with("TunePlane job *llama-sft* (`j1`) failed (attempt 2): OutOfMemory"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("<https://tp.example.com/console/jobs/j1|Open in TunePlane>"),
+            "{text}"
+        );
         assert_eq!(body.as_object().unwrap().len(), 1);
     }
 

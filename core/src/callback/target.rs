@@ -140,12 +140,7 @@ fn check_v6(ip: Ipv6Addr, allow_loopback: bool) -> Result<(), String> {
     let s = ip.segments();
     // NAT64 (64:ff9b::/96) reaches the IPv4 address in its last 32 bits.
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        let v4 = Ipv4Addr::new(
-            (s[6] >> 8) as u8,
-            s[6] as u8,
-            (s[7] >> 8) as u8,
-            s[7] as u8,
-        );
+        let v4 = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
         return check_v4(v4, allow_loopback);
     }
     if ip.is_loopback() {
@@ -194,7 +189,10 @@ mod tests {
     #[test]
     fn the_metadata_service_private_ranges_and_loopback_are_refused_with_their_names() {
         let cases = [
-            ("https://169.254.169.254/latest/meta-data/", "metadata service"),
+            (
+                "https://169.254.169.254/latest/meta-data/",
+                "metadata service",
+            ),
             ("https://10.1.2.3/hook", "private (10.0.0.0/8)"),
             ("https://172.20.0.1/hook", "private (172.16.0.0/12)"),
             ("https://192.168.1.1/hook", "private (192.168.0.0/16)"),
@@ -243,9 +241,11 @@ mod tests {
         assert!(check_ip(ip("127.0.0.1"), true).is_ok());
         assert!(check_ip(ip("127.0.0.1"), false).is_err());
         assert!(check_ip(ip("10.255.0.1"), true).is_err());
-        assert!(check_ip(ip("64:ff9b::a9fe:a9fe"), false)
-            .unwrap_err()
-            .contains("metadata"));
+        assert!(
+            check_ip(ip("64:ff9b::a9fe:a9fe"), false)
+                .unwrap_err()
+                .contains("metadata")
+        );
         assert!(check_ip(ip("::a00:1"), false).is_err());
         assert!(check_ip(ip("2001:db8::1"), false).is_err());
         assert!(check_ip(ip("2606:4700::1111"), false).is_ok());

@@ -269,7 +269,10 @@ pools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]
             spec.notify[0].events,
             crate::callback::EventKind::TERMINAL.to_vec()
         );
-        assert_eq!(spec.notify[1].events, crate::callback::EventKind::ALL.to_vec());
+        assert_eq!(
+            spec.notify[1].events,
+            crate::callback::EventKind::ALL.to_vec()
+        );
         assert_eq!(spec.notify[1].format, crate::callback::Format::Slack);
         let plain = serde_json::to_value(ok(CPU_JOB)).unwrap();
         assert!(plain.get("notify").is_none(), "no key while empty: {plain}");
@@ -291,7 +294,10 @@ pools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]
         };
         let text = format!("{CPU_JOB}notify: [{{url: 'http://127.0.0.1:9/x'}}]\n");
         assert!(validate(&text, None, &dev).is_ok());
-        let six = format!("{CPU_JOB}notify: [{}]\n", vec!["{url: https://h.example.com/}"; 6].join(", "));
+        let six = format!(
+            "{CPU_JOB}notify: [{}]\n",
+            vec!["{url: https://h.example.com/}"; 6].join(", ")
+        );
         has(&errors(&six), &["notify", "at most 5 per job"]);
     }
 

@@ -12,10 +12,10 @@ use super::{
     Checkpoints, DEFAULT_GRACE_SECONDS, Deadlines, JobSpec, MAX_RETRIES, Pool, Retries,
     is_dns_label,
 };
+use crate::callback;
 use crate::constants::{
     DEFAULT_NAMESPACE, KNOWN_PLUGINS, PLATFORM_VERSION, PLUGIN_CUSTOM, RESERVED_ENV_PREFIX,
 };
-use crate::callback;
 use crate::fleet::FleetShape;
 
 /// Largest spec text accepted, in bytes; specs are small, anything bigger is a mistake or an attack.
@@ -745,7 +745,13 @@ impl Checker {
         for (i, item) in list.iter().enumerate().take(callback::MAX_NOTIFY) {
             let p = format!("notify[{i}]");
             let Some(m) = item.as_object() else {
-                self.err(&p, format!("must be a mapping with url and events, not {}", type_name(item)));
+                self.err(
+                    &p,
+                    format!(
+                        "must be a mapping with url and events, not {}",
+                        type_name(item)
+                    ),
+                );
                 continue;
             };
             self.unknown_fields(m, NOTIFY_FIELDS, &format!("{p}."));
@@ -762,9 +768,16 @@ impl Checker {
                 None | Some(Value::Null) => Ok(Vec::new()),
                 Some(Value::Array(names)) => names
                     .iter()
-                    .map(|n| n.as_str().map(str::to_owned).ok_or_else(|| format!("event names are strings, not {}", type_name(n))))
+                    .map(|n| {
+                        n.as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| format!("event names are strings, not {}", type_name(n)))
+                    })
                     .collect::<Result<Vec<String>, String>>(),
-                Some(other) => Err(format!("must be a list of event names, not {}", type_name(other))),
+                Some(other) => Err(format!(
+                    "must be a list of event names, not {}",
+                    type_name(other)
+                )),
             }
             .and_then(|names| callback::parse_events(&names));
             let events = match events {
@@ -780,12 +793,19 @@ impl Checker {
                     .map_err(|why| self.err(format!("{p}.format"), why))
                     .ok(),
                 Some(other) => {
-                    self.err(format!("{p}.format"), format!("must be json or slack, not {}", type_name(other)));
+                    self.err(
+                        format!("{p}.format"),
+                        format!("must be json or slack, not {}", type_name(other)),
+                    );
                     None
                 }
             };
             if let (Some(url), Some(events), Some(format)) = (url, events, format) {
-                out.push(callback::Notify { url, events, format });
+                out.push(callback::Notify {
+                    url,
+                    events,
+                    format,
+                });
             }
         }
         out
