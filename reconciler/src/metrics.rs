@@ -89,6 +89,8 @@ pub struct Metrics {
     /// Held while the tenant families are replaced and while they are written, so a scrape sees
     /// one pass's tenants, never a mix.
     tenants: Mutex<()>,
+    /// The callback sender's counters.
+    pub callbacks: Arc<crate::callbacks::CallbackMetrics>,
 }
 
 impl Default for Metrics {
@@ -118,6 +120,7 @@ impl Default for Metrics {
             tenant_queued_jobs: Family::default(),
             tenant_admitted_jobs: Family::default(),
             tenants: Mutex::new(()),
+            callbacks: Arc::default(),
             registry: Registry::default(),
         };
         // Every labelled counter starts at 0, so a rate over it exists before the first event.
@@ -232,6 +235,7 @@ impl Default for Metrics {
             "Jobs of a tenant admitted and not finished.",
             m.tenant_admitted_jobs.clone(),
         );
+        m.callbacks.register(r);
         Metrics { registry, ..m }
     }
 }
