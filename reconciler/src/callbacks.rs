@@ -252,18 +252,21 @@ impl Sender {
                 secrets.insert(tenant.clone(), secret);
             }
         }
-        let sends = due.iter().map(|&(i, j)| {
-            let entry = &entries[i];
-            let target = entries[i]
-                .deliveries
-                .as_ref()
-                .and_then(|d| d.get(j))
-                .map(|d| d.target.clone());
-            let secret = secrets
-                .get(&entry.event.tenant)
-                .map(|s| s.secret.clone())
-                .unwrap_or_default();
-            async move {
+        let (entries_ref, secrets_ref) = (&entries, &secrets);
+        let sends: Vec<_> = due
+            .iter()
+            .copied()
+            .map(|(i, j)| async move {
+                let entry = &entries_ref[i];
+                let target = entry
+                    .deliveries
+                    .as_ref()
+                    .and_then(|d| d.get(j))
+                    .map(|d| d.target.clone());
+                let secret = secrets_ref
+                    .get(&entry.event.tenant)
+                    .map(|s| s.secret.clone())
+                    .unwrap_or_default();
                 let outcome = match target {
                     Some(target) => self.deliver(entry, &target, &secret).await,
                     None => Attempt::Failed {
@@ -272,8 +275,8 @@ impl Sender {
                     },
                 };
                 (i, j, outcome)
-            }
-        });
+            })
+            .collect();
         let outcomes: Vec<(usize, usize, Attempt)> = futures_util::stream::iter(sends)
             .buffer_unordered(CONCURRENCY)
             .collect()
