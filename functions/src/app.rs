@@ -81,6 +81,22 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .route("/audit", get(routes::audit::list))
         .route("/usage", get(routes::usage::usage))
         .route(
+            "/subscriptions",
+            post(routes::subscriptions::create).get(routes::subscriptions::list),
+        )
+        .route(
+            "/subscriptions/secret",
+            get(routes::subscriptions::get_secret),
+        )
+        .route(
+            "/subscriptions/secret/rotate",
+            post(routes::subscriptions::rotate_secret),
+        )
+        .route(
+            "/subscriptions/{id}",
+            axum::routing::delete(routes::subscriptions::delete),
+        )
+        .route(
             "/playgrounds",
             post(routes::playgrounds::create).get(routes::playgrounds::list),
         )

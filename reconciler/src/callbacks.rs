@@ -369,11 +369,7 @@ impl Sender {
                 ),
                 object: None,
             };
-            if let Err(e) = self
-                .jobs
-                .append_events(&entry.event.job_id, &[event])
-                .await
-            {
+            if let Err(e) = self.jobs.append_events(&entry.event.job_id, &[event]).await {
                 tracing::warn!(error = %e, job_id = %entry.event.job_id, "could not note a given-up callback");
             }
         }
@@ -386,7 +382,12 @@ impl Sender {
         }
         let mut random = [0u8; 32];
         getrandom::fill(&mut random).map_err(|e| {
-            StoreError::backend("random", "callback secret", tenant, std::io::Error::other(e.to_string()))
+            StoreError::backend(
+                "random",
+                "callback secret",
+                tenant,
+                std::io::Error::other(e.to_string()),
+            )
         })?;
         let fresh = CallbackSecret::from_random(tenant, random, now_ms());
         self.jobs.put_callback_secret(&fresh, false).await
@@ -470,7 +471,10 @@ impl Sender {
         let sent = client
             .post(url)
             .header("content-type", "application/json")
-            .header("user-agent", concat!("TunePlane-Callbacks/", env!("CARGO_PKG_VERSION")))
+            .header(
+                "user-agent",
+                concat!("TunePlane-Callbacks/", env!("CARGO_PKG_VERSION")),
+            )
             .header(SIGNATURE_HEADER, signature)
             .header(EVENT_ID_HEADER, &entry.id)
             .header(EVENT_HEADER, format!("job.{}", entry.event.kind))

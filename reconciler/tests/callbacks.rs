@@ -116,7 +116,12 @@ async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_
     outbox_empty(h.jobs.as_ref(), 60).await;
     task.abort();
 
-    let secret = h.jobs.get_callback_secret("acme").await.unwrap().expect("secret made");
+    let secret = h
+        .jobs
+        .get_callback_secret("acme")
+        .await
+        .unwrap()
+        .expect("secret made");
     let all = rx.got();
     assert!(
         all.iter().take(3).all(|g| g.status == 500),
@@ -131,7 +136,11 @@ async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_
         assert_eq!(first, &g.body, "a retry of {} changed its body", g.id);
     }
     let accepted = rx.accepted_once(&secret.secret);
-    let hooks: Vec<receiver::Got> = accepted.iter().filter(|g| g.path == "/hook").cloned().collect();
+    let hooks: Vec<receiver::Got> = accepted
+        .iter()
+        .filter(|g| g.path == "/hook")
+        .cloned()
+        .collect();
     let per_job = by_job(&hooks);
     for id in &ids {
         let job = h.job(id).await;
@@ -320,8 +329,14 @@ async fn killing_the_sender_at_random_points_loses_no_event_and_keeps_each_jobs_
     let last = tokio::spawn(async move { sender.run(None).await });
     outbox_empty(jobs.as_ref(), 90).await;
     last.abort();
-    println!("callbacks: seed {seed}: {kills} sender kills, {} requests", rx.got().len());
-    assert!(kills >= 10, "only {kills} kills: the test did not test much");
+    println!(
+        "callbacks: seed {seed}: {kills} sender kills, {} requests",
+        rx.got().len()
+    );
+    assert!(
+        kills >= 10,
+        "only {kills} kills: the test did not test much"
+    );
 
     let secret = jobs.get_callback_secret("acme").await.unwrap().unwrap();
     let per_job = by_job(&rx.accepted_once(&secret.secret));

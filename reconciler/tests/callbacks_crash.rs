@@ -32,7 +32,9 @@ const LIFETIME_MS: (u64, u64) = (20, 700);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hundred_jobs_lose_no_callback_while_the_reconciler_is_killed_at_random_points() {
     let seed = scale::seed(0xCA11_BAC5);
-    println!("callbacks_crash: seed {seed} (TUNEPLANE_CRASH_SEED={seed} replays the kill schedule)");
+    println!(
+        "callbacks_crash: seed {seed} (TUNEPLANE_CRASH_SEED={seed} replays the kill schedule)"
+    );
     let mut rng = Rng::new(seed);
     let rx = Receiver::start(
         Policy {
@@ -67,24 +69,45 @@ async fn a_hundred_jobs_lose_no_callback_while_the_reconciler_is_killed_at_rando
             break;
         }
         let (task, _ctx) = run.h.reconciler(config("crashy")).await;
-        tokio::time::sleep(Duration::from_millis(rng.range(LIFETIME_MS.0, LIFETIME_MS.1))).await;
+        tokio::time::sleep(Duration::from_millis(
+            rng.range(LIFETIME_MS.0, LIFETIME_MS.1),
+        ))
+        .await;
         task.abort();
         let _ = task.await;
         kills += 1;
     }
-    assert!(run.all_submitted(), "the kill phase ended before every wave was submitted");
-    assert!(kills >= 10, "only {kills} kills: the test did not test much");
+    assert!(
+        run.all_submitted(),
+        "the kill phase ended before every wave was submitted"
+    );
+    assert!(
+        kills >= 10,
+        "only {kills} kills: the test did not test much"
+    );
 
     // One last reconciler runs undisturbed until every job ended and the outbox is empty.
     let (task, _ctx) = run.h.reconciler(config("crashy")).await;
     run.check().await;
     wait_for(90, "the outbox drained", || async {
-        run.h.jobs.list_outbox(10).await.ok()?.is_empty().then_some(())
+        run.h
+            .jobs
+            .list_outbox(10)
+            .await
+            .ok()?
+            .is_empty()
+            .then_some(())
     })
     .await;
     task.abort();
 
-    let secret = run.h.jobs.get_callback_secret("acme").await.unwrap().unwrap();
+    let secret = run
+        .h
+        .jobs
+        .get_callback_secret("acme")
+        .await
+        .unwrap()
+        .unwrap();
     let per_job = by_job(&rx.accepted_once(&secret.secret));
     let mut broken = Vec::new();
     let mut delivered = 0usize;
@@ -124,6 +147,11 @@ async fn a_hundred_jobs_lose_no_callback_while_the_reconciler_is_killed_at_rando
         "callbacks_crash: seed {seed}: {kills} kills; {} requests, {delivered} events delivered once",
         rx.got().len()
     );
-    assert!(broken.is_empty(), "{} jobs broken:\n{}", broken.len(), broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "{} jobs broken:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
     assert!(delivered >= JOBS * 2, "too few events: {delivered}");
 }

@@ -18,6 +18,7 @@
 //! was written sends again, with the same event id ([`OutboxEntry::id`]), so receivers
 //! deduplicate by it.
 
+pub mod manage;
 pub mod outbox;
 pub mod payload;
 pub mod subscription;

@@ -175,7 +175,10 @@ pub fn assert_valid_signature(g: &Got, secret: &str) {
 pub fn by_job(got: &[Got]) -> BTreeMap<String, Vec<Got>> {
     let mut out: BTreeMap<String, Vec<Got>> = BTreeMap::new();
     for g in got {
-        let job = g.json()["job"]["id"].as_str().unwrap_or_default().to_owned();
+        let job = g.json()["job"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         out.entry(job).or_default().push(g.clone());
     }
     out
