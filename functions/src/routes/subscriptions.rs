@@ -92,12 +92,13 @@ pub async fn list(
     })))
 }
 
-/// `DELETE /v1/subscriptions/{id}`: 204, or 404 for none of the caller's tenant.
+/// `DELETE /v1/subscriptions/{id}`: 200 `{id, deleted: true}`, or 404 for none of the caller's
+/// tenant.
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
     Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Json<Value>, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
     manage::delete(
         state.submit.jobs().as_ref(),
@@ -107,7 +108,7 @@ pub async fn delete(
         (state.clock)(),
     )
     .await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(Json(json!({"id": id, "deleted": true})))
 }
 
 /// `GET /v1/subscriptions/secret`: the tenant's signing secret (made on first use). A
