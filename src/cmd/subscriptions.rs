@@ -67,7 +67,10 @@ pub async fn run(api: &Api, out: Output, cmd: Command) -> anyhow::Result<ExitCod
             let Some(body) = api.get_or_print("/subscriptions", out).await? else {
                 return Ok(ExitCode::SUCCESS);
             };
-            let subs = body["subscriptions"].as_array().cloned().unwrap_or_default();
+            let subs = body["subscriptions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             if subs.is_empty() {
                 println!("no subscriptions (tuneplane subscriptions add URL)");
             } else {

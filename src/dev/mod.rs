@@ -541,8 +541,8 @@ fn functions_config(
 ) -> anyhow::Result<tuneplane_functions::config::Config> {
     use tuneplane_functions::config::{
         ENV_BLOB_SECRET, ENV_BLOB_URL, ENV_CALLBACKS_ALLOW_LOOPBACK, ENV_DATA_DIR, ENV_GRANT_KEY,
-        ENV_PLAYGROUND_POD_CIDRS,
-        ENV_RATE_LIMIT_PER_KEY, ENV_RATE_LIMIT_PER_SOURCE, ENV_SCRATCH, ENV_WEBHOOKS,
+        ENV_PLAYGROUND_POD_CIDRS, ENV_RATE_LIMIT_PER_KEY, ENV_RATE_LIMIT_PER_SOURCE, ENV_SCRATCH,
+        ENV_WEBHOOKS,
     };
     let scratch = dir.join("scratch");
     std::fs::create_dir_all(&scratch)?;
