@@ -407,6 +407,10 @@ pub trait JobStore: Send + Sync {
     /// Deletes `entry` if its `rev` is the stored one (no error if it is gone already).
     async fn delete_outbox(&self, entry: &crate::callback::OutboxEntry) -> Result<()>;
 
+    /// Deletes entries that no target wants (never fanned out), many per request and without
+    /// revision checks: most state changes notify nobody, and their entries go in bulk.
+    async fn discard_outbox(&self, entries: &[crate::callback::OutboxEntry]) -> Result<()>;
+
     /// Stores a tenant's subscription (its id is new).
     async fn put_subscription(&self, sub: &crate::callback::Subscription) -> Result<()>;
 

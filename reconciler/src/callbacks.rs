@@ -215,6 +215,8 @@ impl Sender {
         }
         let mut subscriptions: HashMap<String, Vec<Subscription>> = HashMap::new();
         let mut keep = Vec::with_capacity(entries.len());
+        // Entries no target wants (most state changes): deleted together at the end.
+        let mut unwanted = Vec::new();
         for mut entry in entries.drain(..) {
             if entry.deliveries.is_none() {
                 let tenant = entry.event.tenant.clone();
@@ -225,6 +227,10 @@ impl Sender {
                 let held = outstanding.get(&tenant).copied().unwrap_or(0);
                 let subs = subscriptions.get(&tenant).map_or(&[][..], Vec::as_slice);
                 outbox::fan_out(&mut entry, subs, held, self.settings.max_outstanding, now);
+                if entry.deliveries.as_ref().is_some_and(Vec::is_empty) {
+                    unwanted.push(entry);
+                    continue;
+                }
                 *outstanding.entry(tenant).or_default() += entry.outstanding();
                 self.note_given_up(&entry, None).await;
                 match self.save(entry).await? {
@@ -235,6 +241,8 @@ impl Sender {
                 keep.push(entry);
             }
         }
+        tick.finished += unwanted.len();
+        self.jobs.discard_outbox(&unwanted).await?;
         let entries = keep;
         self.metrics
             .outstanding

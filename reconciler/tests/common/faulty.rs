@@ -352,6 +352,9 @@ impl JobStore for FaultyJobStore {
     async fn delete_outbox(&self, entry: &OutboxEntry) -> Result<()> {
         self.inner.delete_outbox(entry).await
     }
+    async fn discard_outbox(&self, entries: &[OutboxEntry]) -> Result<()> {
+        self.inner.discard_outbox(entries).await
+    }
     async fn put_subscription(&self, sub: &Subscription) -> Result<()> {
         self.inner.put_subscription(sub).await
     }

@@ -3,7 +3,7 @@
 //! secret (`CBSECRET#<tenant>` / `CURRENT`). An entry's `version` attribute is its `rev`, so the
 //! sender's updates are conditional like every other write.
 
-use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{DeleteRequest, Put, TransactWriteItem, WriteRequest};
 use tuneplane_core::callback::{CallbackSecret, OutboxEntry, Subscription};
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{Result, StoreError};
@@ -154,6 +154,47 @@ impl DynamoJobStore {
             }
             Err(e) => Err(self.backend("DeleteItem", OUTBOX_PK, e)),
         }
+    }
+
+    pub(super) async fn discard_outbox_inner(&self, entries: &[OutboxEntry]) -> Result<()> {
+        for chunk in entries.chunks(25) {
+            let mut requests: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|entry| {
+                    DeleteRequest::builder()
+                        .key("pk", s(OUTBOX_PK))
+                        .key("sk", s(entry.key()))
+                        .build()
+                        .map(|d| WriteRequest::builder().delete_request(d).build())
+                        .map_err(|e| self.backend("BatchWriteItem", OUTBOX_PK, e))
+                })
+                .collect::<Result<_>>()?;
+            for attempt in 0..8u32 {
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(self.table(), requests)
+                    .send()
+                    .await
+                    .map_err(|e| self.backend("BatchWriteItem", OUTBOX_PK, e))?;
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut m| m.remove(self.table()))
+                    .unwrap_or_default();
+                if requests.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(25 << attempt)).await;
+            }
+            if !requests.is_empty() {
+                let e = std::io::Error::other(format!(
+                    "{} outbox deletes stayed unprocessed after retries",
+                    requests.len()
+                ));
+                return Err(self.backend("BatchWriteItem", OUTBOX_PK, e));
+            }
+        }
+        Ok(())
     }
 
     pub(super) async fn list_subscriptions_inner(&self, tenant: &str) -> Result<Vec<Subscription>> {

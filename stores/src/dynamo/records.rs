@@ -347,6 +347,10 @@ impl JobStore for DynamoJobStore {
         self.delete_outbox_inner(entry).await
     }
 
+    async fn discard_outbox(&self, entries: &[OutboxEntry]) -> Result<()> {
+        self.discard_outbox_inner(entries).await
+    }
+
     async fn put_subscription(&self, sub: &Subscription) -> Result<()> {
         let pk = super::outbox::subscriptions_pk(&sub.tenant);
         self.put_doc(&pk, &sub.id, sub, None, Vec::new()).await

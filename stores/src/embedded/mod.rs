@@ -405,6 +405,20 @@ impl JobStore for EmbeddedJobStore {
         .await
     }
 
+    async fn discard_outbox(&self, entries: &[OutboxEntry]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = entries.iter().map(tables::outbox_key).collect();
+        self.write(move |tx| {
+            for key in &keys {
+                tx.delete_meta(key)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     async fn put_subscription(&self, sub: &Subscription) -> Result<()> {
         self.put_meta(tables::subscription_key(&sub.tenant, &sub.id), sub.clone())
             .await

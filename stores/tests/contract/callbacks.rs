@@ -121,6 +121,24 @@ pub async fn outbox_entries_change_and_go_only_at_their_revision(store: Store) {
         store.delete_outbox(&stored).await,
         "a second delete is no error",
     );
+
+    // Entries nobody wants go in bulk (more than one request's worth on DynamoDB).
+    for i in 0..30 {
+        let new = NewJob {
+            job: &job(&format!("j-bulk-{i:02}"), "acme", 5, 0),
+            idem: None,
+            events: &[event(5, "submitted", "submitted")],
+            audit: None,
+        };
+        ok(store.create(new).await, "create");
+    }
+    let all = ok(store.list_outbox(100).await, "list");
+    assert_eq!(all.len(), 30);
+    ok(store.discard_outbox(&all[..29]).await, "discard");
+    let left = ok(store.list_outbox(100).await, "list");
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].event.job_id, "j-bulk-29");
+    ok(store.discard_outbox(&[]).await, "nothing to discard");
 }
 
 pub async fn subscriptions_and_signing_secrets_are_kept_per_tenant(store: Store) {
