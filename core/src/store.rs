@@ -369,6 +369,13 @@ pub trait JobStore: Send + Sync {
     /// Deletes a playground (no error if absent).
     async fn delete_playground(&self, id: &str) -> Result<()>;
 
+    /// Replaces playground `pg.id` by its retired copy `pg` (with `ended_at_ms`) in one atomic
+    /// write: it leaves the live list and stays in its tenant's usage for good.
+    async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()>;
+
+    /// The retired playgrounds of `tenant` (for usage), in id order.
+    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>>;
+
     /// Stores a tenant's quota and weight (overwrites the tenant's previous record).
     async fn put_quota(&self, quota: &crate::quota::TenantQuota) -> Result<()>;
 

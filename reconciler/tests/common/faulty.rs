@@ -352,6 +352,12 @@ impl JobStore for FaultyJobStore {
     async fn delete_outbox(&self, entry: &OutboxEntry) -> Result<()> {
         self.inner.delete_outbox(entry).await
     }
+    async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()> {
+        self.inner.retire_playground(pg).await
+    }
+    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>> {
+        self.inner.list_retired_playgrounds(tenant).await
+    }
     async fn discard_outbox(&self, entries: &[OutboxEntry]) -> Result<()> {
         self.inner.discard_outbox(entries).await
     }

@@ -1,4 +1,4 @@
-//! Callbacks in the table: outbox entries (`OUTBOX` / `<job id>#<order>`, written only inside
+//! Retired playgrounds (`PGDONE#<tenant>` / `<id>`, kept for usage) and callbacks in the table: outbox entries (`OUTBOX` / `<job id>#<order>`, written only inside
 //! their job's transaction), subscriptions (`SUB#<tenant>` / `<id>`) and each tenant's signing
 //! secret (`CBSECRET#<tenant>` / `CURRENT`). An entry's `version` attribute is its `rev`, so the
 //! sender's updates are conditional like every other write.
@@ -194,6 +194,36 @@ impl DynamoJobStore {
                 return Err(self.backend("BatchWriteItem", OUTBOX_PK, e));
             }
         }
+        Ok(())
+    }
+
+    pub(super) async fn retire_playground_inner(
+        &self,
+        pg: &tuneplane_core::store::PlaygroundRecord,
+    ) -> Result<()> {
+        let pk = format!("PGDONE#{}", pg.tenant);
+        let put = Put::builder()
+            .table_name(self.table())
+            .set_item(Some(Item::from([
+                ("pk".to_owned(), s(&pk)),
+                ("sk".to_owned(), s(&pg.id)),
+                ("body".to_owned(), s(to_json(pg))),
+            ])))
+            .build()
+            .map_err(|e| self.backend("TransactWriteItems", &pk, e))?;
+        let delete = aws_sdk_dynamodb::types::Delete::builder()
+            .table_name(self.table())
+            .key("pk", s(format!("PG#{}", pg.id)))
+            .key("sk", s("PG"))
+            .build()
+            .map_err(|e| self.backend("TransactWriteItems", &pk, e))?;
+        self.client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .transact_items(TransactWriteItem::builder().delete(delete).build())
+            .send()
+            .await
+            .map_err(|e| self.backend("TransactWriteItems", &pk, e))?;
         Ok(())
     }
 

@@ -293,6 +293,17 @@ impl JobStore for DynamoJobStore {
         self.delete_doc(&format!("PG#{id}"), "PG").await
     }
 
+    async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()> {
+        self.retire_playground_inner(pg).await
+    }
+
+    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>> {
+        let items = self
+            .query_partition(None, "pk", &format!("PGDONE#{tenant}"))
+            .await?;
+        self.bodies(&items)
+    }
+
     async fn put_quota(&self, quota: &TenantQuota) -> Result<()> {
         self.put_doc(QUOTA_PK, &quota.tenant, quota, None, Vec::new())
             .await

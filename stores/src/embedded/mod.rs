@@ -333,6 +333,21 @@ impl JobStore for EmbeddedJobStore {
         self.delete_meta(format!("PG#{id}")).await
     }
 
+    async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()> {
+        let pg = pg.clone();
+        // One write transaction: the live record goes and the retired one comes together.
+        self.write(move |tx| {
+            tx.delete_meta(&format!("PG#{}", pg.id))?;
+            tx.put_meta(&tables::retired_playground_key(&pg.tenant, &pg.id), &pg)
+        })
+        .await
+    }
+
+    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>> {
+        let prefix = tables::retired_playground_key(tenant, "");
+        self.read(move |tx| tx.list_meta(&prefix)).await
+    }
+
     async fn put_quota(&self, quota: &TenantQuota) -> Result<()> {
         self.put_meta(format!("QUOTA#{}", quota.tenant), quota.clone())
             .await

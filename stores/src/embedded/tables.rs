@@ -44,6 +44,11 @@ pub fn subscription_key(tenant: &str, id: &str) -> String {
     format!("SUB#{tenant}{SEP}{id}")
 }
 
+/// The meta key of retired playground `id` of `tenant` (`id` empty: the tenant's prefix).
+pub fn retired_playground_key(tenant: &str, id: &str) -> String {
+    format!("PGDONE#{tenant}{SEP}{id}")
+}
+
 /// Key of the capacity snapshot in the meta table.
 pub const CAPACITY_KEY: &str = "CAPACITY#CURRENT";
 
