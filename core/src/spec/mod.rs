@@ -296,7 +296,7 @@ pools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]
         assert!(validate(&text, None, &dev).is_ok());
         let six = format!(
             "{CPU_JOB}notify: [{}]\n",
-            vec!["{url: https://h.example.com/}"; 6].join(", ")
+            ["{url: https://h.example.com/}"; 6].join(", ")
         );
         has(&errors(&six), &["notify", "at most 5 per job"]);
     }
