@@ -128,6 +128,13 @@ enum Command {
         #[command(flatten)]
         args: cmd::usage::UsageArgs,
     },
+    /// Manage your tenant's job-event callbacks (subscriptions) and their signing secret.
+    Subscriptions {
+        #[command(flatten)]
+        client: client::ClientArgs,
+        #[command(subcommand)]
+        command: cmd::subscriptions::Command,
+    },
     /// Print a shell completion script (`source <(tuneplane completion bash)`).
     Completion {
         /// The shell.
@@ -233,6 +240,9 @@ fn main() -> ExitCode {
             cmd::quota::show(api, out).await
         }),
         Command::Usage { client, args } => client_command(&client, args, cmd::usage::usage),
+        Command::Subscriptions { client, command } => {
+            client_command(&client, command, cmd::subscriptions::run)
+        }
         Command::Completion { shell } => completion(shell),
         Command::Playground { client, command } => {
             client_command(&client, command, cmd::playground::run)

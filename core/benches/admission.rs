@@ -105,6 +105,7 @@ fn queue(jobs: usize) -> Vec<JobRecord> {
                 labels: Default::default(),
                 namespace: "ns".into(),
                 platform_version: "0".into(),
+                notify: Vec::new(),
             };
             JobRecord::new_queued(format!("job-{i:06}"), "t", spec, "ab", i as i64)
         })

@@ -85,6 +85,15 @@ pub enum AuditAction {
     /// An API key was rotated (a new key created, the old one revoked).
     #[serde(rename = "key.rotate")]
     KeyRotate,
+    /// A callback subscription was created.
+    #[serde(rename = "subscription.create")]
+    SubscriptionCreate,
+    /// A callback subscription was deleted.
+    #[serde(rename = "subscription.delete")]
+    SubscriptionDelete,
+    /// The tenant's callback signing secret was replaced.
+    #[serde(rename = "subscription.secret_rotate")]
+    CallbackSecretRotate,
 }
 
 impl AuditAction {
@@ -100,6 +109,9 @@ impl AuditAction {
             AuditAction::KeyCreate => "key.create",
             AuditAction::KeyRevoke => "key.revoke",
             AuditAction::KeyRotate => "key.rotate",
+            AuditAction::SubscriptionCreate => "subscription.create",
+            AuditAction::SubscriptionDelete => "subscription.delete",
+            AuditAction::CallbackSecretRotate => "subscription.secret_rotate",
         }
     }
 }

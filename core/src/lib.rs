@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod audit;
+pub mod callback;
 pub mod canonical;
 pub mod capacity;
 pub mod capacity_compute;

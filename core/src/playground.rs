@@ -314,6 +314,7 @@ pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
         labels: BTreeMap::new(),
         namespace: namespace.into(),
         platform_version: crate::constants::PLATFORM_VERSION.into(),
+        notify: Vec::new(),
     };
     let mut job = JobRecord::new_queued(&pg.id, &pg.tenant, spec, "", pg.created_at_ms);
     if pg.is_admitted() {

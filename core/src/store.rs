@@ -369,6 +369,13 @@ pub trait JobStore: Send + Sync {
     /// Deletes a playground (no error if absent).
     async fn delete_playground(&self, id: &str) -> Result<()>;
 
+    /// Replaces playground `pg.id` by its retired copy `pg` (with `ended_at_ms`) in one atomic
+    /// write: it leaves the live list and stays in its tenant's usage for good.
+    async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()>;
+
+    /// The retired playgrounds of `tenant` (for usage), in id order.
+    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>>;
+
     /// Stores a tenant's quota and weight (overwrites the tenant's previous record).
     async fn put_quota(&self, quota: &crate::quota::TenantQuota) -> Result<()>;
 
@@ -390,6 +397,49 @@ pub trait JobStore: Send + Sync {
         &self,
         query: &crate::audit::AuditQuery,
     ) -> Result<Vec<crate::audit::AuditEntry>>;
+
+    /// At most `limit` outbox entries of job-event callbacks, in key order (each job's in the
+    /// order its writes made them). Entries are written only with their job write
+    /// ([`crate::callback::outbox::entries_for`] of the events of [`JobStore::create`] and
+    /// [`JobStore::update_job_with_events`]).
+    async fn list_outbox(&self, limit: usize) -> Result<Vec<crate::callback::OutboxEntry>>;
+
+    /// Replaces `entry` if its `rev` is the stored one; returns it with the next `rev`.
+    /// [`StoreError::Conflict`] when it changed or is gone.
+    async fn update_outbox(
+        &self,
+        entry: &crate::callback::OutboxEntry,
+    ) -> Result<crate::callback::OutboxEntry>;
+
+    /// Deletes `entry` if its `rev` is the stored one (no error if it is gone already).
+    async fn delete_outbox(&self, entry: &crate::callback::OutboxEntry) -> Result<()>;
+
+    /// Deletes entries that no target wants (never fanned out), many per request and without
+    /// revision checks: most state changes notify nobody, and their entries go in bulk.
+    async fn discard_outbox(&self, entries: &[crate::callback::OutboxEntry]) -> Result<()>;
+
+    /// Stores a tenant's subscription (its id is new).
+    async fn put_subscription(&self, sub: &crate::callback::Subscription) -> Result<()>;
+
+    /// A tenant's subscriptions, oldest first.
+    async fn list_subscriptions(&self, tenant: &str) -> Result<Vec<crate::callback::Subscription>>;
+
+    /// Deletes subscription `id` of `tenant`; false when there was none.
+    async fn delete_subscription(&self, tenant: &str, id: &str) -> Result<bool>;
+
+    /// The secret `tenant`'s deliveries are signed with, if it has one.
+    async fn get_callback_secret(
+        &self,
+        tenant: &str,
+    ) -> Result<Option<crate::callback::CallbackSecret>>;
+
+    /// Stores `secret` (replacing the tenant's when `replace`, else only if it has none) and
+    /// returns the one stored.
+    async fn put_callback_secret(
+        &self,
+        secret: &crate::callback::CallbackSecret,
+        replace: bool,
+    ) -> Result<crate::callback::CallbackSecret>;
 }
 
 /// SHA-256 (hex) of an API key secret: the only form in which keys are stored.

@@ -217,8 +217,41 @@ pub fn totals(rows: &[Row]) -> serde_json::Value {
     })
 }
 
-/// Every slice of `tenant`'s jobs inside `[from_ms, to_ms)`, read page by page from the tenant's
-/// job listing (every job of the tenant: a long run submitted long ago may still hold GPUs).
+/// The slices of a playground inside `[from_ms, to_ms)`: its GPUs and its pod's requests from
+/// its admission until it was reclaimed (or now), per UTC day; `job_id` is the playground's id.
+pub fn playground_slices(
+    pg: &crate::store::PlaygroundRecord,
+    from_ms: i64,
+    to_ms: i64,
+    now_ms: i64,
+) -> Vec<Slice> {
+    use crate::render::playground::{REQUEST_CPUS, REQUEST_MEMORY_GB};
+    let Some((start, end)) = pg.held(now_ms) else {
+        return Vec::new();
+    };
+    let (mut t, end) = (start.max(from_ms), end.min(to_ms));
+    let mut out = Vec::new();
+    while t < end {
+        let day = t.div_euclid(DAY_MS) * DAY_MS;
+        let cut = (day + DAY_MS).min(end);
+        let secs = (cut - t) as f64 / 1000.0;
+        out.push(Slice {
+            tenant: pg.tenant.clone(),
+            job_id: pg.id.clone(),
+            series: pg.series.clone(),
+            day: day_name(day),
+            gpu_seconds: f64::from(pg.gpus) * secs,
+            cpu_seconds: f64::from(REQUEST_CPUS) * secs,
+            memory_gb_seconds: f64::from(REQUEST_MEMORY_GB) * secs,
+        });
+        t = cut;
+    }
+    out
+}
+
+/// Every slice of `tenant`'s jobs and playgrounds (live and retired) inside `[from_ms, to_ms)`,
+/// the jobs read page by page from the tenant's job listing (every job of the tenant: a long run
+/// submitted long ago may still hold GPUs).
 pub async fn tenant_slices(
     jobs: &dyn crate::store::JobStore,
     tenant: &str,
@@ -239,9 +272,15 @@ pub async fn tenant_slices(
         }
         match page.next {
             Some(next) => query.cursor = Some(next),
-            None => return Ok(out),
+            None => break,
         }
     }
+    let live = jobs.list_playgrounds().await?;
+    let retired = jobs.list_retired_playgrounds(tenant).await?;
+    for pg in live.iter().filter(|p| p.tenant == tenant).chain(&retired) {
+        out.extend(playground_slices(pg, from_ms, to_ms, now_ms));
+    }
+    Ok(out)
 }
 
 /// Every tenant the store knows (its API keys' and quotas' tenants), sorted.
@@ -285,6 +324,38 @@ mod tests {
     }
 
     const D: i64 = DAY_MS;
+
+    #[test]
+    fn a_playground_counts_from_its_admission_to_its_reclaim_per_day() {
+        let mut pg =
+            crate::store::PlaygroundRecord::requested("pg-1", "acme", "m", "l40s", 2, 0, 0);
+        assert!(
+            playground_slices(&pg, 0, 3 * D, 3 * D).is_empty(),
+            "never admitted"
+        );
+        pg.node = Some("l40s-0".into());
+        pg.admitted_at_ms = Some(D - 3_600_000);
+        pg.ended_at_ms = Some(D + 1_800_000);
+        let slices = playground_slices(&pg, 0, 3 * D, 3 * D);
+        let got: Vec<(&str, f64, f64)> = slices
+            .iter()
+            .map(|s| (s.day.as_str(), s.gpu_seconds, s.cpu_seconds))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("1970-01-01", 2.0 * 3600.0, 4.0 * 3600.0),
+                ("1970-01-02", 2.0 * 1800.0, 4.0 * 1800.0)
+            ]
+        );
+        assert_eq!(slices[0].job_id, "pg-1");
+        assert_eq!(slices[0].series, "l40s");
+        // A live one counts until now; the window cuts both ends.
+        pg.ended_at_ms = None;
+        let live = playground_slices(&pg, D, 3 * D, D + 60_000);
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].gpu_seconds, 2.0 * 60.0);
+    }
 
     #[test]
     fn days_are_named_in_utc() {

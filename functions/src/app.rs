@@ -39,6 +39,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/quota"),
     ("get", "/v1/audit"),
     ("get", "/v1/usage"),
+    ("post", "/v1/subscriptions"),
+    ("get", "/v1/subscriptions"),
+    ("delete", "/v1/subscriptions/{id}"),
+    ("get", "/v1/subscriptions/secret"),
+    ("post", "/v1/subscriptions/secret/rotate"),
     ("post", "/v1/playgrounds"),
     ("get", "/v1/playgrounds"),
     ("get", "/v1/playgrounds/{id}"),
@@ -83,6 +88,22 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .route("/quota", get(routes::quota::get_quota))
         .route("/audit", get(routes::audit::list))
         .route("/usage", get(routes::usage::usage))
+        .route(
+            "/subscriptions",
+            post(routes::subscriptions::create).get(routes::subscriptions::list),
+        )
+        .route(
+            "/subscriptions/secret",
+            get(routes::subscriptions::get_secret),
+        )
+        .route(
+            "/subscriptions/secret/rotate",
+            post(routes::subscriptions::rotate_secret),
+        )
+        .route(
+            "/subscriptions/{id}",
+            axum::routing::delete(routes::subscriptions::delete),
+        )
         .route(
             "/playgrounds",
             post(routes::playgrounds::create).get(routes::playgrounds::list),

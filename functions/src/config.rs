@@ -34,6 +34,11 @@ pub const ENV_TENANT_NAMESPACES: &str = "TUNEPLANE_TENANT_NAMESPACES";
 pub const ENV_DEFAULT_QUOTA: &str = "TUNEPLANE_DEFAULT_QUOTA";
 /// Most live playgrounds a tenant may have at once (default 2).
 pub const ENV_PLAYGROUND_LIMIT: &str = "TUNEPLANE_PLAYGROUND_LIMIT";
+/// Most callback subscriptions a tenant may keep (default 10, 1 to 100).
+pub const ENV_SUBSCRIPTION_LIMIT: &str = "TUNEPLANE_SUBSCRIPTION_LIMIT";
+/// `1`: job callbacks and subscriptions may name loopback receivers, over http too (`tuneplane
+/// dev` sets it; default 0). The reconciler's sender reads the same variable.
+pub const ENV_CALLBACKS_ALLOW_LOOPBACK: &str = "TUNEPLANE_CALLBACKS_ALLOW_LOOPBACK";
 /// Price of a GPU-hour per series for usage reports' cost column, JSON: `{"h200": 4.5}`.
 pub const ENV_GPU_PRICES: &str = "TUNEPLANE_GPU_PRICES";
 /// Pod networks the API's playground proxy may forward to, comma-separated CIDRs
@@ -192,6 +197,16 @@ impl Config {
                 None => BTreeMap::new(),
                 Some(json) => parse_tenant_namespaces(&json)?,
             },
+            allow_loopback_callbacks: match non_empty(ENV_CALLBACKS_ALLOW_LOOPBACK).as_deref() {
+                None | Some("0" | "false") => false,
+                Some("1" | "true") => true,
+                Some(other) => {
+                    return Err(ConfigError {
+                        var: ENV_CALLBACKS_ALLOW_LOOPBACK,
+                        message: format!("{other:?}: use 1 or 0"),
+                    });
+                }
+            },
         };
         let webhooks = match non_empty(ENV_WEBHOOKS) {
             None => BTreeMap::new(),
@@ -217,6 +232,18 @@ impl Config {
                     .filter(|n| (1..=100).contains(n))
                     .ok_or_else(|| ConfigError {
                         var: ENV_PLAYGROUND_LIMIT,
+                        message: format!("{v:?} is not a whole number from 1 to 100"),
+                    })?,
+            },
+            subscription_limit: match non_empty(ENV_SUBSCRIPTION_LIMIT) {
+                None => tuneplane_core::callback::subscription::DEFAULT_SUBSCRIPTION_LIMIT as u32,
+                Some(v) => v
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=100).contains(n))
+                    .ok_or_else(|| ConfigError {
+                        var: ENV_SUBSCRIPTION_LIMIT,
                         message: format!("{v:?} is not a whole number from 1 to 100"),
                     })?,
             },

@@ -6,6 +6,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use tuneplane_core::callback::manage::SubscriptionError;
 use tuneplane_core::capsule::CapsuleError;
 use tuneplane_core::control::ControlError;
 use tuneplane_core::spec::FieldError;
@@ -115,6 +116,24 @@ impl From<ControlError> for ApiError {
                 message: e.to_string(),
             },
             ControlError::Store(e) => ApiError::Store(e),
+        }
+    }
+}
+
+impl From<SubscriptionError> for ApiError {
+    fn from(e: SubscriptionError) -> Self {
+        match e {
+            SubscriptionError::Invalid(fields) => ApiError::InvalidFields {
+                code: "invalid_request",
+                subject: "subscription",
+                fields,
+            },
+            e @ SubscriptionError::Limit { .. } => ApiError::Conflict {
+                code: "subscription_limit",
+                message: e.to_string(),
+            },
+            e @ SubscriptionError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            SubscriptionError::Store(e) => ApiError::Store(e),
         }
     }
 }

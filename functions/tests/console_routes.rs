@@ -15,6 +15,8 @@ mod harness;
 mod attempts_outputs;
 #[path = "console_routes/audit.rs"]
 mod audit;
+#[path = "console_routes/callbacks.rs"]
+mod callbacks;
 #[path = "console_routes/pages.rs"]
 mod pages;
 #[path = "console_routes/revocation.rs"]

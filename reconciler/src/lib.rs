@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod archives;
+pub mod callbacks;
 pub mod cluster;
 pub mod config;
 mod ctx;

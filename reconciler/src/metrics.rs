@@ -86,9 +86,15 @@ pub struct Metrics {
     tenant_queued_gpus: Family<TenantSeriesLabel, Gauge>,
     tenant_queued_jobs: Family<TenantLabel, Gauge>,
     tenant_admitted_jobs: Family<TenantLabel, Gauge>,
+    tenant_gpu_seconds: Family<TenantSeriesLabel, Counter<f64, AtomicU64>>,
+    tenant_cpu_seconds: Family<TenantLabel, Counter<f64, AtomicU64>>,
+    /// When the usage counters last advanced (Unix ms; 0 before the first pass).
+    usage_at_ms: AtomicI64,
     /// Held while the tenant families are replaced and while they are written, so a scrape sees
     /// one pass's tenants, never a mix.
     tenants: Mutex<()>,
+    /// The callback sender's counters.
+    pub callbacks: Arc<crate::callbacks::CallbackMetrics>,
 }
 
 impl Default for Metrics {
@@ -117,7 +123,11 @@ impl Default for Metrics {
             tenant_queued_gpus: Family::default(),
             tenant_queued_jobs: Family::default(),
             tenant_admitted_jobs: Family::default(),
+            tenant_gpu_seconds: Family::default(),
+            tenant_cpu_seconds: Family::default(),
+            usage_at_ms: AtomicI64::new(0),
             tenants: Mutex::new(()),
+            callbacks: Arc::default(),
             registry: Registry::default(),
         };
         // Every labelled counter starts at 0, so a rate over it exists before the first event.
@@ -232,6 +242,17 @@ impl Default for Metrics {
             "Jobs of a tenant admitted and not finished.",
             m.tenant_admitted_jobs.clone(),
         );
+        r.register(
+            "tuneplane_tenant_gpu_seconds",
+            "GPU-seconds a tenant's admitted jobs and playgrounds held, per series, as the passes of this replica saw them (the ledger of record is GET /v1/usage).",
+            m.tenant_gpu_seconds.clone(),
+        );
+        r.register(
+            "tuneplane_tenant_cpu_seconds",
+            "CPU-seconds a tenant's admitted jobs held, as the passes of this replica saw them.",
+            m.tenant_cpu_seconds.clone(),
+        );
+        m.callbacks.register(r);
         Metrics { registry, ..m }
     }
 }
@@ -260,6 +281,34 @@ impl Metrics {
     /// (tenants without active jobs drop out).
     pub fn set_tenants(&self, usage: &BTreeMap<String, TenantUsage>) {
         let _replacing = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        // The usage counters advance by what is held now times the time since the last pass
+        // (at most a minute: a replica that just took the lead does not count its wait).
+        let now = crate::now_ms();
+        let last = self.usage_at_ms.swap(now, Relaxed);
+        let secs = if last == 0 {
+            0.0
+        } else {
+            ((now - last).clamp(0, 60_000) as f64) / 1000.0
+        };
+        if secs > 0.0 {
+            for (tenant, u) in usage {
+                for (series, n) in &u.admitted.gpus {
+                    let labels = TenantSeriesLabel {
+                        tenant: tenant.clone(),
+                        series: series.clone(),
+                    };
+                    self.tenant_gpu_seconds
+                        .get_or_create(&labels)
+                        .inc_by(f64::from(*n) * secs);
+                }
+                let labels = TenantLabel {
+                    tenant: tenant.clone(),
+                };
+                self.tenant_cpu_seconds
+                    .get_or_create(&labels)
+                    .inc_by(u.admitted.cpus * secs);
+            }
+        }
         self.tenant_admitted_gpus.clear();
         self.tenant_queued_gpus.clear();
         self.tenant_queued_jobs.clear();
@@ -483,4 +532,41 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, token: Option<String
             addr: addr.to_string(),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(gpus: u32, cpus: f64) -> BTreeMap<String, TenantUsage> {
+        let mut u = TenantUsage::default();
+        u.admitted.gpus.insert("h200".into(), gpus);
+        u.admitted.cpus = cpus;
+        BTreeMap::from([("acme".to_owned(), u)])
+    }
+
+    #[test]
+    fn usage_counters_add_what_is_held_times_the_time_between_passes() {
+        let m = Metrics::default();
+        m.set_tenants(&held(8, 32.0));
+        // As if the first pass had been 2.5 s ago.
+        m.usage_at_ms.store(crate::now_ms() - 2_500, Relaxed);
+        m.set_tenants(&held(8, 32.0));
+        let text = m.render();
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(-1.0)
+        };
+        let gpu = value("tuneplane_tenant_gpu_seconds_total{tenant=\"acme\",series=\"h200\"}");
+        assert!((20.0..20.5).contains(&gpu), "8 GPUs × 2.5 s: {gpu}\n{text}");
+        let cpu = value("tuneplane_tenant_cpu_seconds_total{tenant=\"acme\"}");
+        assert!((80.0..82.0).contains(&cpu), "32 CPUs × 2.5 s: {cpu}");
+        assert!(
+            !m.render_public().contains("tuneplane_tenant_gpu_seconds"),
+            "tenant figures only for a scrape with the token"
+        );
+    }
 }

@@ -206,6 +206,7 @@ pub async fn admit(
         updated_ms: now,
     });
     next.node = Some(node);
+    next.admitted_at_ms = Some(now);
     *pg = ctx.jobs.put_playground(&next).await?;
     tracing::info!(playground = %pg.id, node = ?pg.node, "playground admitted");
     Ok(())
@@ -305,7 +306,10 @@ pub async fn reconcile(
                 Err(e) => return Err(e),
             }
         }
-        ctx.jobs.delete_playground(&pg.id).await?;
+        // Kept, retired, for the tenant's usage (admission to now).
+        let mut retired = pg.clone();
+        retired.ended_at_ms = Some(now);
+        ctx.jobs.retire_playground(&retired).await?;
         tracing::info!(playground = %pg.id, pods = ?doomed, "playground reclaimed");
         return Ok(());
     }
@@ -536,6 +540,8 @@ mod tests {
             node: None,
             pod_ip: None,
             server_key: None,
+            admitted_at_ms: None,
+            ended_at_ms: None,
         };
         assert_eq!(candidates(&pg), ["pg-ab", "pg-pg-ab"]);
         pg.pod_name = Some("pg-pg-ab".into());

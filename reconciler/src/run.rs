@@ -166,13 +166,27 @@ impl Reconciler {
         let outcome = supervise(
             watches.map(drop),
             self.elector.run(&self.ctx.metrics),
-            pass_loop(&self.ctx, &stores, &notify),
+            passes_and_callbacks(&self.ctx, &stores, &notify),
             shutdown,
         )
         .await;
         self.elector.release().await;
         self.ctx.metrics.set_leader(false);
         outcome
+    }
+}
+
+/// The pass loop and, beside it on the leader, the callback sender; ends when the pass loop does
+/// (the sender never ends by itself).
+async fn passes_and_callbacks(ctx: &Arc<Ctx>, stores: &Stores, notify: &Arc<Notify>) {
+    let sender = crate::callbacks::Sender::new(
+        ctx.jobs.clone(),
+        ctx.config.callbacks.clone(),
+        ctx.metrics.callbacks.clone(),
+    );
+    tokio::select! {
+        _ = pass_loop(ctx, stores, notify) => {}
+        _ = sender.run(Some(ctx.leadership.clone())) => {}
     }
 }
 

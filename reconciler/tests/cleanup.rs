@@ -87,6 +87,8 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
         node: None,
         pod_ip: None,
         server_key: None,
+        admitted_at_ms: None,
+        ended_at_ms: None,
     };
     h.jobs.put_playground(&pg).await.unwrap();
     let (_task, _ctx) = h.reconciler(test_config("r1")).await;
@@ -109,6 +111,25 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
         reclaimed(&h, "pg1", "pg-pg1").await.then_some(())
     })
     .await;
+    // Its retired record stays for usage: admitted before it was reclaimed, at or after its TTL.
+    let retired = h.jobs.list_retired_playgrounds("acme").await.unwrap();
+    assert_eq!(retired.len(), 1, "{retired:?}");
+    let (admitted, ended) = (
+        retired[0].admitted_at_ms.unwrap(),
+        retired[0].ended_at_ms.unwrap(),
+    );
+    assert!(admitted >= now && admitted < ended, "{admitted} .. {ended}");
+    assert!(
+        ended >= pg.expires_at_ms,
+        "reclaimed at {ended}, TTL {}",
+        pg.expires_at_ms
+    );
+    let slices = tuneplane_core::usage::playground_slices(&retired[0], 0, i64::MAX, ended);
+    let held: f64 = slices.iter().map(|s| s.gpu_seconds).sum();
+    assert!(
+        (held - (ended - admitted) as f64 / 1000.0).abs() < 1e-6,
+        "{slices:?}"
+    );
 }
 
 /// Whether playground `id` is reclaimed: its pod `pod` and its record are gone.
@@ -135,6 +156,8 @@ fn playground(id: &str, series: &str, gpus: u32, ttl_ms: i64) -> PlaygroundRecor
         node: None,
         pod_ip: None,
         server_key: None,
+        admitted_at_ms: None,
+        ended_at_ms: None,
     }
 }
 

@@ -502,6 +502,8 @@ async fn a_dynamodb_write_whose_answer_was_lost_is_not_a_conflict_when_the_sdk_r
         node: None,
         pod_ip: None,
         server_key: None,
+        admitted_at_ms: None,
+        ended_at_ms: None,
     };
     proxy.fail_next(ProxyFault::DropAfter, 1);
     let pg = proxied

@@ -106,6 +106,7 @@ fn infra_manifests_render_with_kubectl_kustomize() {
         tuneplane_reconciler::config::ENV_KUBE_BURST,
         tuneplane_reconciler::config::ENV_API_URL,
         tuneplane_reconciler::config::ENV_GRANT_KEY,
+        tuneplane_reconciler::config::ENV_PUBLIC_URL,
         "TUNEPLANE_TABLE",
         "TUNEPLANE_BUCKET",
         "TUNEPLANE_LOG_FORMAT",

@@ -302,6 +302,9 @@ impl Stack {
         // Pods reach the API on their own 127.0.0.1 (kubesim runs them here; the real tier's
         // node agent relays each pod's loopback ports to the host's).
         rc.render.api_url = Some(api_url.clone());
+        // Callbacks may go to a receiver on this machine, and their links point at this API.
+        rc.callbacks.allow_loopback = true;
+        rc.callbacks.public_url = Some(api_url.clone());
         rc.render.grant_key = Some(
             tuneplane_core::grant::GrantKey::parse(&grant_key)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("grant-key").display()))?,
@@ -537,8 +540,9 @@ fn functions_config(
     pod_networks: Option<&str>,
 ) -> anyhow::Result<tuneplane_functions::config::Config> {
     use tuneplane_functions::config::{
-        ENV_BLOB_SECRET, ENV_BLOB_URL, ENV_DATA_DIR, ENV_GRANT_KEY, ENV_PLAYGROUND_POD_CIDRS,
-        ENV_RATE_LIMIT_PER_KEY, ENV_RATE_LIMIT_PER_SOURCE, ENV_SCRATCH, ENV_WEBHOOKS,
+        ENV_BLOB_SECRET, ENV_BLOB_URL, ENV_CALLBACKS_ALLOW_LOOPBACK, ENV_DATA_DIR, ENV_GRANT_KEY,
+        ENV_PLAYGROUND_POD_CIDRS, ENV_RATE_LIMIT_PER_KEY, ENV_RATE_LIMIT_PER_SOURCE, ENV_SCRATCH,
+        ENV_WEBHOOKS,
     };
     let scratch = dir.join("scratch");
     std::fs::create_dir_all(&scratch)?;
@@ -548,6 +552,8 @@ fn functions_config(
         (ENV_BLOB_URL, format!("{api_url}/blobs")),
         (ENV_SCRATCH, scratch.display().to_string()),
         (ENV_GRANT_KEY, grant_key.to_owned()),
+        // A receiver on this machine may be tried (http:// to loopback).
+        (ENV_CALLBACKS_ALLOW_LOOPBACK, "1".to_owned()),
     ];
     if let Some(w) = webhooks {
         vars.push((ENV_WEBHOOKS, w.json.clone()));

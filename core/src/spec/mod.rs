@@ -42,6 +42,10 @@ pub struct JobSpec {
     /// How many complete checkpoints the platform keeps.
     #[serde(default)]
     pub checkpoints: Checkpoints,
+    /// Callbacks of the job's state changes (docs/design.md §6, "Callbacks"); left out of the
+    /// spec's JSON while empty, so specs without callbacks keep their capsule digest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<crate::callback::Notify>,
     /// Higher runs first; ties are first come, first served.
     pub priority: i32,
     /// Labels copied onto the workload.
@@ -253,6 +257,48 @@ pools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]
         assert_eq!(spec.pools[1].memory_gb, 128.0, "default 32 GiB per GPU");
         assert_eq!(spec.namespace, crate::constants::DEFAULT_NAMESPACE);
         assert_eq!(spec.platform_version, crate::constants::PLATFORM_VERSION);
+    }
+
+    #[test]
+    fn callbacks_are_validated_expanded_and_kept_out_of_specs_without_them() {
+        let spec = ok(&format!(
+            "{CPU_JOB}notify:\n  - {{url: https://hooks.example.com/a, events: [terminal]}}\n  - {{url: https://hooks.slack.com/services/x, format: slack}}\n"
+        ));
+        assert_eq!(spec.notify.len(), 2);
+        assert_eq!(
+            spec.notify[0].events,
+            crate::callback::EventKind::TERMINAL.to_vec()
+        );
+        assert_eq!(
+            spec.notify[1].events,
+            crate::callback::EventKind::ALL.to_vec()
+        );
+        assert_eq!(spec.notify[1].format, crate::callback::Format::Slack);
+        let plain = serde_json::to_value(ok(CPU_JOB)).unwrap();
+        assert!(plain.get("notify").is_none(), "no key while empty: {plain}");
+    }
+
+    #[test]
+    fn a_callback_to_a_private_address_or_an_unknown_event_is_refused_by_field() {
+        let errs = errors(&format!(
+            "{CPU_JOB}notify:\n  - {{url: https://10.0.0.7/hook}}\n  - {{url: https://hooks.example.com/a, events: [done]}}\n  - {{url: 'https://169.254.169.254/', format: xml}}\n  - {{url: 'http://127.0.0.1:9/x'}}\n"
+        ));
+        has(&errs, &["notify[0].url", "private (10.0.0.0/8)"]);
+        has(&errs, &["notify[1].events", "unknown event \"done\""]);
+        has(&errs, &["notify[2].url", "metadata service"]);
+        has(&errs, &["notify[2].format", "json, slack"]);
+        has(&errs, &["notify[3].url", "loopback is allowed only in dev"]);
+        let dev = Defaults {
+            allow_loopback_callbacks: true,
+            ..Defaults::default()
+        };
+        let text = format!("{CPU_JOB}notify: [{{url: 'http://127.0.0.1:9/x'}}]\n");
+        assert!(validate(&text, None, &dev).is_ok());
+        let six = format!(
+            "{CPU_JOB}notify: [{}]\n",
+            ["{url: https://h.example.com/}"; 6].join(", ")
+        );
+        has(&errors(&six), &["notify", "at most 5 per job"]);
     }
 
     #[test]

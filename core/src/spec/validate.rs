@@ -12,6 +12,7 @@ use super::{
     Checkpoints, DEFAULT_GRACE_SECONDS, Deadlines, JobSpec, MAX_RETRIES, Pool, Retries,
     is_dns_label,
 };
+use crate::callback;
 use crate::constants::{
     DEFAULT_NAMESPACE, KNOWN_PLUGINS, PLATFORM_VERSION, PLUGIN_CUSTOM, RESERVED_ENV_PREFIX,
 };
@@ -41,6 +42,7 @@ const ROOT_FIELDS: &[&str] = &[
     "deadlines",
     "retries",
     "checkpoints",
+    "notify",
     "priority",
     "labels",
     "namespace",
@@ -56,6 +58,7 @@ const POOL_FIELDS: &[&str] = &[
 const DEADLINE_FIELDS: &[&str] = &["pre_running_seconds", "run_seconds", "grace_seconds"];
 const RETRY_FIELDS: &[&str] = &["infrastructure", "application"];
 const CHECKPOINT_FIELDS: &[&str] = &["keep"];
+const NOTIFY_FIELDS: &[&str] = &["url", "events", "format"];
 /// Fields users try that the platform deliberately does not support, with the reason.
 const UNSUPPORTED_FIELDS: &[(&str, &str)] = &[
     (
@@ -80,6 +83,8 @@ pub struct Defaults {
     /// The operator's mapping of tenants to namespaces; a tenant not named here uses
     /// `namespace`. A submission may only name its tenant's namespace.
     pub tenant_namespaces: BTreeMap<String, String>,
+    /// Callbacks may go to loopback receivers, over http too (`tuneplane dev` only).
+    pub allow_loopback_callbacks: bool,
 }
 
 impl Default for Defaults {
@@ -89,6 +94,7 @@ impl Default for Defaults {
             run_seconds: 86_400,
             namespace: DEFAULT_NAMESPACE.into(),
             tenant_namespaces: Default::default(),
+            allow_loopback_callbacks: false,
         }
     }
 }
@@ -520,6 +526,7 @@ impl Checker {
         let deadlines = self.deadlines(map, defaults);
         let retries = self.retries(map);
         let checkpoints = self.checkpoints(map);
+        let notify = self.notify(map, defaults.allow_loopback_callbacks);
         let pools = self.pools(map, &plugin);
 
         Some(JobSpec {
@@ -532,6 +539,7 @@ impl Checker {
             deadlines,
             retries,
             checkpoints,
+            notify,
             priority: i32::try_from(priority).ok()?,
             labels,
             namespace,
@@ -704,6 +712,103 @@ impl Checker {
             c.keep = u32::try_from(n).unwrap_or(1);
         }
         c
+    }
+
+    /// The job's callbacks: at most [`callback::MAX_NOTIFY`], each a checked URL, known events
+    /// (none: every event) and a known format.
+    fn notify(&mut self, map: &Map<String, Value>, allow_loopback: bool) -> Vec<callback::Notify> {
+        let list = match map.get("notify") {
+            None | Some(Value::Null) => return Vec::new(),
+            Some(Value::Array(list)) => list,
+            Some(other) => {
+                self.err(
+                    "notify",
+                    format!(
+                        "must be a list like [{{url: https://hooks.example.com/x, events: [terminal]}}], not {}",
+                        type_name(other)
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        if list.len() > callback::MAX_NOTIFY {
+            self.err(
+                "notify",
+                format!(
+                    "{} callbacks; at most {} per job (a tenant subscription covers every job)",
+                    list.len(),
+                    callback::MAX_NOTIFY
+                ),
+            );
+        }
+        let mut out = Vec::new();
+        for (i, item) in list.iter().enumerate().take(callback::MAX_NOTIFY) {
+            let p = format!("notify[{i}]");
+            let Some(m) = item.as_object() else {
+                self.err(
+                    &p,
+                    format!(
+                        "must be a mapping with url and events, not {}",
+                        type_name(item)
+                    ),
+                );
+                continue;
+            };
+            self.unknown_fields(m, NOTIFY_FIELDS, &format!("{p}."));
+            let url = self
+                .string(m, "url", &format!("{p}.url"), true)
+                .and_then(|u| match callback::check_url(&u, allow_loopback) {
+                    Ok(_) => Some(u),
+                    Err(why) => {
+                        self.err(format!("{p}.url"), format!("{u:?}: {why}"));
+                        None
+                    }
+                });
+            let events = match m.get("events") {
+                None | Some(Value::Null) => Ok(Vec::new()),
+                Some(Value::Array(names)) => names
+                    .iter()
+                    .map(|n| {
+                        n.as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| format!("event names are strings, not {}", type_name(n)))
+                    })
+                    .collect::<Result<Vec<String>, String>>(),
+                Some(other) => Err(format!(
+                    "must be a list of event names, not {}",
+                    type_name(other)
+                )),
+            }
+            .and_then(|names| callback::parse_events(&names));
+            let events = match events {
+                Ok(e) => Some(e),
+                Err(why) => {
+                    self.err(format!("{p}.events"), why);
+                    None
+                }
+            };
+            let format = match m.get("format") {
+                None | Some(Value::Null) => Some(callback::Format::Json),
+                Some(Value::String(f)) => callback::Format::parse(f)
+                    .map_err(|why| self.err(format!("{p}.format"), why))
+                    .ok(),
+                Some(other) => {
+                    self.err(
+                        format!("{p}.format"),
+                        format!("must be json or slack, not {}", type_name(other)),
+                    );
+                    None
+                }
+            };
+            if let (Some(url), Some(events), Some(format)) = (url, events, format) {
+                out.push(callback::Notify {
+                    url,
+                    events,
+                    format,
+                });
+            }
+        }
+        out
     }
 
     fn pools(&mut self, map: &Map<String, Value>, plugin: &str) -> Option<Vec<Pool>> {

@@ -160,9 +160,26 @@ pub struct PlaygroundRecord {
     /// is never shown (views drop it) and reaches the pod through a Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_key: Option<String>,
+    /// When admission placed it (it holds its GPUs from then; absent before, and on records of
+    /// older versions, which count from their creation once admitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_at_ms: Option<i64>,
+    /// When the reconciler reclaimed it: set on the retired record kept for usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<i64>,
 }
 
 impl PlaygroundRecord {
+    /// The time it held its GPUs, `[admitted, ended or now)`; `None` if it was never admitted.
+    pub fn held(&self, now_ms: i64) -> Option<(i64, i64)> {
+        if !self.is_admitted() {
+            return None;
+        }
+        let start = self.admitted_at_ms.unwrap_or(self.created_at_ms);
+        let end = self.ended_at_ms.unwrap_or(now_ms).max(start);
+        Some((start, end))
+    }
+
     /// A new playground as asked (no pod yet, version 0): `gpus` of `series` serving `model`
     /// for `tenant`, from `created_at_ms` until `expires_at_ms`.
     pub fn requested(
@@ -189,6 +206,8 @@ impl PlaygroundRecord {
             node: None,
             pod_ip: None,
             server_key: None,
+            admitted_at_ms: None,
+            ended_at_ms: None,
         }
     }
 

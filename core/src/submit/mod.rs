@@ -163,6 +163,8 @@ pub struct SubmitConfig {
     pub playground_limit: u32,
     /// Price of a GPU-hour per series, for the cost column of usage reports (none: no costs).
     pub gpu_prices: std::collections::BTreeMap<String, f64>,
+    /// Most callback subscriptions a tenant may keep.
+    pub subscription_limit: u32,
 }
 
 impl Default for SubmitConfig {
@@ -175,6 +177,7 @@ impl Default for SubmitConfig {
             default_quota: Default::default(),
             playground_limit: 2,
             gpu_prices: Default::default(),
+            subscription_limit: crate::callback::subscription::DEFAULT_SUBSCRIPTION_LIMIT as u32,
         }
     }
 }

@@ -22,6 +22,8 @@ pub enum Nav {
     Playgrounds,
     /// `/console/usage`, GPU-hours per day and series.
     Usage,
+    /// `/console/callbacks`, the tenant's subscriptions and signing secret.
+    Callbacks,
     /// Sign-in and error pages.
     None,
 }
@@ -32,6 +34,7 @@ const NAV: &[(Nav, &str, &str)] = &[
     (Nav::Capacity, "/console/capacity", "Capacity"),
     (Nav::Playgrounds, "/console/playgrounds", "Playgrounds"),
     (Nav::Usage, "/console/usage", "Usage"),
+    (Nav::Callbacks, "/console/callbacks", "Callbacks"),
 ];
 
 /// A whole HTML page.

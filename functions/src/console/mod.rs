@@ -14,6 +14,7 @@
 
 pub mod assets;
 pub mod auth;
+pub mod callbacks;
 pub mod capacity;
 pub mod jobs;
 pub mod jobs_detail;
@@ -88,6 +89,8 @@ pub fn router_with(keys: ConsoleKeys) -> Router<Arc<AppState>> {
             get(playgrounds::list).post(playgrounds::create),
         )
         .route("/playgrounds/{id}/delete", post(playgrounds::delete))
+        .route("/callbacks", get(callbacks::list).post(callbacks::add))
+        .route("/callbacks/{id}/delete", post(callbacks::delete))
         .route("/submit", get(submit::page_route).post(submit::submit))
         .route("/submit/validate", post(submit::validate_route))
         .layer(middleware::from_fn(security_headers))

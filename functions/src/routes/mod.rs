@@ -9,6 +9,7 @@ pub mod playground_proxy;
 pub mod playgrounds;
 pub mod quota;
 pub mod submission;
+pub mod subscriptions;
 pub mod usage;
 
 use tuneplane_core::audit::{Actor, AuditSource};

@@ -7,6 +7,7 @@
 
 pub mod archives;
 pub mod audit;
+pub mod callbacks;
 pub mod grants;
 pub mod live;
 pub mod security;
@@ -270,6 +271,12 @@ impl Harness {
             Vec::new(),
         )
         .await
+    }
+
+    /// `GET path` with `key`.
+    pub async fn get_with(&self, key: &str, path: &str) -> Reply {
+        self.call(Method::GET, path, Some(key), &[], Vec::new())
+            .await
     }
 
     /// `POST /v1/jobs` with a JSON body as tenant A, with an optional idempotency key.

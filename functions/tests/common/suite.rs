@@ -70,6 +70,10 @@ macro_rules! api_suite {
             a_text_plain_submission_is_415_and_stores_nothing,
             a_spec_may_name_only_its_tenants_namespace,
         );
+        $crate::api_suite!(@cases $make; callbacks;
+            subscriptions_are_kept_per_tenant_checked_by_field_capped_and_audited,
+            a_job_calling_back_to_an_internal_address_is_refused_at_submit_and_nothing_is_stored,
+        );
         $crate::api_suite!(@cases $make; grants;
             a_grant_opens_only_its_own_jobs_folders,
             a_grant_dies_with_its_attempt,

@@ -97,6 +97,14 @@ pub const ENV_API_URL: &str = "TUNEPLANE_API_URL";
 /// Hex key (at least 32 bytes) attempts' grants are signed with; the API's must be the same.
 pub const ENV_GRANT_KEY: &str = "TUNEPLANE_GRANT_KEY";
 
+/// `1`: job-event callbacks may go to loopback receivers, over http too (`tuneplane dev` sets
+/// it; default 0). The functions read the same variable for the check at submit.
+pub const ENV_CALLBACKS_ALLOW_LOOPBACK: &str = "TUNEPLANE_CALLBACKS_ALLOW_LOOPBACK";
+/// The API's public base URL, for the links callbacks carry (default: none, no links).
+pub const ENV_PUBLIC_URL: &str = "TUNEPLANE_PUBLIC_URL";
+/// Most undelivered callback deliveries per tenant before new ones are given up (default 1000).
+pub const ENV_CALLBACK_MAX_OUTSTANDING: &str = "TUNEPLANE_CALLBACK_MAX_OUTSTANDING";
+
 /// Smallest accepted [`ENV_LOG_ARCHIVE_MAX_BYTES`]: 1 MiB.
 pub const MIN_LOG_ARCHIVE_BYTES: u64 = 1 << 20;
 /// Largest accepted [`ENV_LOG_ARCHIVE_MAX_BYTES`]: 64 GiB.
@@ -184,6 +192,8 @@ pub struct Config {
     pub stores: Option<StoreSettings>,
     /// JSON log lines ([`process::ENV_LOG_FORMAT`]).
     pub json_logs: bool,
+    /// The callback sender's settings.
+    pub callbacks: crate::callbacks::CallbackSettings,
 }
 
 impl Default for Config {
@@ -213,8 +223,50 @@ impl Default for Config {
                 .collect(),
             stores: None,
             json_logs: true,
+            callbacks: Default::default(),
         }
     }
+}
+
+/// The callback sender's settings from [`ENV_CALLBACKS_ALLOW_LOOPBACK`], [`ENV_PUBLIC_URL`] and
+/// [`ENV_CALLBACK_MAX_OUTSTANDING`].
+fn callback_settings(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<crate::callbacks::CallbackSettings> {
+    let mut c = crate::callbacks::CallbackSettings::default();
+    if let Some(v) = get(ENV_CALLBACKS_ALLOW_LOOPBACK) {
+        c.allow_loopback = match v.trim() {
+            "1" | "true" => true,
+            "0" | "false" | "" => false,
+            other => {
+                return Err(bad(
+                    ENV_CALLBACKS_ALLOW_LOOPBACK,
+                    format!("{other:?}: use 1 or 0"),
+                ));
+            }
+        };
+    }
+    if let Some(v) = get(ENV_PUBLIC_URL).filter(|v| !v.trim().is_empty()) {
+        let v = v.trim().trim_end_matches('/').to_owned();
+        if !(v.starts_with("https://") || v.starts_with("http://")) {
+            return Err(bad(
+                ENV_PUBLIC_URL,
+                format!("{v:?} is not an http(s) URL (e.g. https://api.tuneplane.example)"),
+            ));
+        }
+        c.public_url = Some(v);
+    }
+    if let Some(v) = get(ENV_CALLBACK_MAX_OUTSTANDING) {
+        let n: usize = number(ENV_CALLBACK_MAX_OUTSTANDING, &v, "a whole number")?;
+        if !(1..=1_000_000).contains(&n) {
+            return Err(bad(
+                ENV_CALLBACK_MAX_OUTSTANDING,
+                format!("{n} is outside 1..=1000000"),
+            ));
+        }
+        c.max_outstanding = n;
+    }
+    Ok(c)
 }
 
 fn bad(var: &'static str, message: impl Into<String>) -> Error {
@@ -397,6 +449,7 @@ impl Config {
         if let Some(v) = get(ENV_PLAYGROUND_IMAGE) {
             c.render.playground_image = v;
         }
+        c.callbacks = callback_settings(&get)?;
         if let Some(v) = get(ENV_METRICS_TOKEN) {
             if v.trim().len() < 16 {
                 return Err(Error::Config {

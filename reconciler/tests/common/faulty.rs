@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use tuneplane_core::callback::{CallbackSecret, OutboxEntry, Subscription};
 
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
@@ -341,6 +342,43 @@ impl JobStore for FaultyJobStore {
         query: &tuneplane_core::audit::AuditQuery,
     ) -> Result<Vec<tuneplane_core::audit::AuditEntry>> {
         self.inner.list_audit(query).await
+    }
+    async fn list_outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>> {
+        self.inner.list_outbox(limit).await
+    }
+    async fn update_outbox(&self, entry: &OutboxEntry) -> Result<OutboxEntry> {
+        self.inner.update_outbox(entry).await
+    }
+    async fn delete_outbox(&self, entry: &OutboxEntry) -> Result<()> {
+        self.inner.delete_outbox(entry).await
+    }
+    async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()> {
+        self.inner.retire_playground(pg).await
+    }
+    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>> {
+        self.inner.list_retired_playgrounds(tenant).await
+    }
+    async fn discard_outbox(&self, entries: &[OutboxEntry]) -> Result<()> {
+        self.inner.discard_outbox(entries).await
+    }
+    async fn put_subscription(&self, sub: &Subscription) -> Result<()> {
+        self.inner.put_subscription(sub).await
+    }
+    async fn list_subscriptions(&self, tenant: &str) -> Result<Vec<Subscription>> {
+        self.inner.list_subscriptions(tenant).await
+    }
+    async fn delete_subscription(&self, tenant: &str, id: &str) -> Result<bool> {
+        self.inner.delete_subscription(tenant, id).await
+    }
+    async fn get_callback_secret(&self, tenant: &str) -> Result<Option<CallbackSecret>> {
+        self.inner.get_callback_secret(tenant).await
+    }
+    async fn put_callback_secret(
+        &self,
+        secret: &CallbackSecret,
+        replace: bool,
+    ) -> Result<CallbackSecret> {
+        self.inner.put_callback_secret(secret, replace).await
     }
 }
 

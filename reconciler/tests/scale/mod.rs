@@ -276,6 +276,9 @@ pub struct Run {
     /// When the run started (wave 0 is due then).
     pub started: tokio::time::Instant,
     stopper: tokio::task::JoinHandle<()>,
+    /// Callbacks every submitted job names; when set, each submission is stored with its
+    /// `submitted` event, as the submit service stores it (the `queued` callback).
+    pub notify: Vec<tuneplane_core::callback::Notify>,
     per_wave: usize,
     gap: Duration,
     submitted: usize,
@@ -296,6 +299,7 @@ impl Run {
             tracker,
             started: tokio::time::Instant::now(),
             stopper,
+            notify: Vec::new(),
             gap,
             submitted: 0,
         }
@@ -311,7 +315,28 @@ impl Run {
             }
             let to = (from + self.per_wave).min(self.jobs.len());
             for (id, kind) in &self.jobs[from..to] {
-                self.h.submit(&record(id, *kind)).await;
+                let mut job = record(id, *kind);
+                if self.notify.is_empty() {
+                    self.h.submit(&job).await;
+                    continue;
+                }
+                job.spec.notify = self.notify.clone();
+                let submitted = tuneplane_core::job::JobEvent {
+                    at_ms: job.submitted_at_ms,
+                    key: "submitted".into(),
+                    source: tuneplane_core::job::EventSource::Platform,
+                    kind: "Normal".into(),
+                    reason: "Submitted".into(),
+                    message: "submitted (test)".into(),
+                    object: None,
+                };
+                let new = tuneplane_core::store::NewJob {
+                    job: &job,
+                    idem: None,
+                    events: &[submitted],
+                    audit: None,
+                };
+                self.h.jobs.create(new).await.expect("create job");
             }
             self.submitted += 1;
         }

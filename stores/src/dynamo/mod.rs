@@ -33,6 +33,7 @@ macro_rules! guarded_put {
 
 pub mod item;
 mod keys;
+mod outbox;
 mod query;
 mod records;
 pub mod table;
@@ -306,6 +307,9 @@ impl DynamoJobStore {
             idem_pk = Some((idem, pk));
         }
         items.extend(self.event_puts(&job.id, events)?);
+        // The callbacks' outbox entry of the submission, in the same transaction.
+        let written: Vec<&JobEvent> = unique_events(events);
+        items.extend(self.outbox_puts(&job, &written)?);
         if let Some(entry) = audit {
             // A fresh job's entry: its id is new, so the put needs no condition.
             let put = Put::builder()

@@ -171,8 +171,12 @@ impl DynamoJobStore {
         if unique.is_empty() {
             return self.update_job_inner(job).await;
         }
-        let (now, later) = unique.split_at(unique.len().min(99));
         let write = GuardedJobWrite::new(job);
+        // The callbacks' outbox entries of this change go in the same transaction (at most 100
+        // items: the job, the outbox entries, then as many events as fit).
+        let refs: Vec<&JobEvent> = unique.iter().collect();
+        let outbox = self.outbox_puts(&write.next, &refs)?;
+        let (now, later) = unique.split_at(unique.len().min(99 - outbox.len().min(98)));
         let key = write.key.clone();
         let put_job = guarded_put!(Put::builder(), &self.table, write)
             .build()
@@ -181,6 +185,9 @@ impl DynamoJobStore {
             .client
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(put_job).build());
+        for put in outbox {
+            request = request.transact_items(put);
+        }
         for event in now {
             request = request.transact_items(self.event_put(&job.id, event)?);
         }

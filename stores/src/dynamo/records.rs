@@ -8,6 +8,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tuneplane_core::audit::{AuditEntry, AuditQuery};
+use tuneplane_core::callback::{CallbackSecret, OutboxEntry, Subscription};
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
@@ -292,6 +293,17 @@ impl JobStore for DynamoJobStore {
         self.delete_doc(&format!("PG#{id}"), "PG").await
     }
 
+    async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()> {
+        self.retire_playground_inner(pg).await
+    }
+
+    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>> {
+        let items = self
+            .query_partition(None, "pk", &format!("PGDONE#{tenant}"))
+            .await?;
+        self.bodies(&items)
+    }
+
     async fn put_quota(&self, quota: &TenantQuota) -> Result<()> {
         self.put_doc(QUOTA_PK, &quota.tenant, quota, None, Vec::new())
             .await
@@ -332,6 +344,48 @@ impl JobStore for DynamoJobStore {
             }
             Err(e) => Err(self.backend("PutItem", &audit_pk(&entry.tenant), e)),
         }
+    }
+
+    async fn list_outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>> {
+        self.list_outbox_inner(limit).await
+    }
+
+    async fn update_outbox(&self, entry: &OutboxEntry) -> Result<OutboxEntry> {
+        self.update_outbox_inner(entry).await
+    }
+
+    async fn delete_outbox(&self, entry: &OutboxEntry) -> Result<()> {
+        self.delete_outbox_inner(entry).await
+    }
+
+    async fn discard_outbox(&self, entries: &[OutboxEntry]) -> Result<()> {
+        self.discard_outbox_inner(entries).await
+    }
+
+    async fn put_subscription(&self, sub: &Subscription) -> Result<()> {
+        let pk = super::outbox::subscriptions_pk(&sub.tenant);
+        self.put_doc(&pk, &sub.id, sub, None, Vec::new()).await
+    }
+
+    async fn list_subscriptions(&self, tenant: &str) -> Result<Vec<Subscription>> {
+        self.list_subscriptions_inner(tenant).await
+    }
+
+    async fn delete_subscription(&self, tenant: &str, id: &str) -> Result<bool> {
+        self.delete_subscription_inner(tenant, id).await
+    }
+
+    async fn get_callback_secret(&self, tenant: &str) -> Result<Option<CallbackSecret>> {
+        self.get_doc(&super::outbox::secret_pk(tenant), "CURRENT")
+            .await
+    }
+
+    async fn put_callback_secret(
+        &self,
+        secret: &CallbackSecret,
+        replace: bool,
+    ) -> Result<CallbackSecret> {
+        self.put_callback_secret_inner(secret, replace).await
     }
 
     async fn list_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>> {

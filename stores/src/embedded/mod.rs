@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use redb::{ConcurrencyMode, Database, ReadableDatabase};
 use tuneplane_core::audit::{AuditEntry, AuditQuery};
-use tuneplane_core::clock::now_secs;
+use tuneplane_core::callback::{CallbackSecret, OutboxEntry, Subscription, outbox};
+use tuneplane_core::clock::{now_ms, now_secs};
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
@@ -188,6 +189,12 @@ impl JobStore for EmbeddedJobStore {
             let outcome = tx.create_job(job, idem, now_secs())?;
             if let CreateOutcome::Created(created) = &outcome {
                 tx.append_events(&created.id, &events)?;
+                tx.append_outbox(&outbox::entries_for(
+                    created,
+                    &events,
+                    created.version,
+                    now_ms(),
+                ))?;
                 if let Some(entry) = &audit {
                     tx.append_audit(entry)?;
                 }
@@ -219,6 +226,13 @@ impl JobStore for EmbeddedJobStore {
             let id = job.id.clone();
             let stored = tx.update_job(job)?;
             tx.append_events(&id, &events)?;
+            // The callbacks' outbox entries of this change, in the same transaction.
+            tx.append_outbox(&outbox::entries_for(
+                &stored,
+                &events,
+                stored.version,
+                now_ms(),
+            ))?;
             Ok(stored)
         })
         .await
@@ -319,6 +333,21 @@ impl JobStore for EmbeddedJobStore {
         self.delete_meta(format!("PG#{id}")).await
     }
 
+    async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()> {
+        let pg = pg.clone();
+        // One write transaction: the live record goes and the retired one comes together.
+        self.write(move |tx| {
+            tx.delete_meta(&format!("PG#{}", pg.id))?;
+            tx.put_meta(&tables::retired_playground_key(&pg.tenant, &pg.id), &pg)
+        })
+        .await
+    }
+
+    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>> {
+        let prefix = tables::retired_playground_key(tenant, "");
+        self.read(move |tx| tx.list_meta(&prefix)).await
+    }
+
     async fn put_quota(&self, quota: &TenantQuota) -> Result<()> {
         self.put_meta(format!("QUOTA#{}", quota.tenant), quota.clone())
             .await
@@ -348,6 +377,104 @@ impl JobStore for EmbeddedJobStore {
         };
         let entries: Vec<AuditEntry> = self.read(move |tx| tx.list_meta(&prefix)).await?;
         Ok(query.finish(entries))
+    }
+
+    async fn list_outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>> {
+        self.read(move |tx| tx.list_meta_limit(tables::OUTBOX_PREFIX, limit))
+            .await
+    }
+
+    async fn update_outbox(&self, entry: &OutboxEntry) -> Result<OutboxEntry> {
+        let mut entry = entry.clone();
+        let key = tables::outbox_key(&entry);
+        self.write(move |tx| {
+            let stored: Option<OutboxEntry> = tx.get_meta(&key)?;
+            if stored.map(|s| s.rev) != Some(entry.rev) {
+                return Err(StoreError::Conflict {
+                    table: tx.label().to_owned(),
+                    key,
+                    expected: entry.rev,
+                });
+            }
+            entry.rev += 1;
+            tx.put_meta(&key, &entry)?;
+            Ok(entry)
+        })
+        .await
+    }
+
+    async fn delete_outbox(&self, entry: &OutboxEntry) -> Result<()> {
+        let (key, rev) = (tables::outbox_key(entry), entry.rev);
+        self.write(move |tx| {
+            let stored: Option<OutboxEntry> = tx.get_meta(&key)?;
+            match stored {
+                None => Ok(()),
+                Some(s) if s.rev == rev => tx.delete_meta(&key),
+                Some(_) => Err(StoreError::Conflict {
+                    table: tx.label().to_owned(),
+                    key,
+                    expected: rev,
+                }),
+            }
+        })
+        .await
+    }
+
+    async fn discard_outbox(&self, entries: &[OutboxEntry]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = entries.iter().map(tables::outbox_key).collect();
+        self.write(move |tx| {
+            for key in &keys {
+                tx.delete_meta(key)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn put_subscription(&self, sub: &Subscription) -> Result<()> {
+        self.put_meta(tables::subscription_key(&sub.tenant, &sub.id), sub.clone())
+            .await
+    }
+
+    async fn list_subscriptions(&self, tenant: &str) -> Result<Vec<Subscription>> {
+        let prefix = tables::subscription_key(tenant, "");
+        let mut subs: Vec<Subscription> = self.read(move |tx| tx.list_meta(&prefix)).await?;
+        subs.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+        Ok(subs)
+    }
+
+    async fn delete_subscription(&self, tenant: &str, id: &str) -> Result<bool> {
+        let key = tables::subscription_key(tenant, id);
+        self.write(move |tx| {
+            let existed = tx.get_meta::<Subscription>(&key)?.is_some();
+            tx.delete_meta(&key)?;
+            Ok(existed)
+        })
+        .await
+    }
+
+    async fn get_callback_secret(&self, tenant: &str) -> Result<Option<CallbackSecret>> {
+        self.get_meta(format!("CBSECRET#{tenant}")).await
+    }
+
+    async fn put_callback_secret(
+        &self,
+        secret: &CallbackSecret,
+        replace: bool,
+    ) -> Result<CallbackSecret> {
+        let secret = secret.clone();
+        let key = format!("CBSECRET#{}", secret.tenant);
+        self.write(move |tx| {
+            if !replace && let Some(stored) = tx.get_meta::<CallbackSecret>(&key)? {
+                return Ok(stored);
+            }
+            tx.put_meta(&key, &secret)?;
+            Ok(secret)
+        })
+        .await
     }
 }
 

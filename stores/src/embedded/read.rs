@@ -128,4 +128,25 @@ impl ReadTx {
         }
         Ok(out)
     }
+
+    /// The first `limit` meta records whose key starts with `prefix`, in key order.
+    pub fn list_meta_limit<T: DeserializeOwned>(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<T>> {
+        let meta = self.table(META)?;
+        let mut out = Vec::new();
+        let range = meta
+            .range(prefix..)
+            .map_err(|e| db_err("range", &self.label, prefix, e))?;
+        for item in range.take(limit) {
+            let (k, v) = item.map_err(|e| db_err("range", &self.label, prefix, e))?;
+            if !k.value().starts_with(prefix) {
+                break;
+            }
+            out.push(from_json(&self.label, k.value(), v.value())?);
+        }
+        Ok(out)
+    }
 }

@@ -7,6 +7,7 @@ use redb::{ReadableTable, Table, TableDefinition, TableHandle, WriteTransaction}
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tuneplane_core::audit::AuditEntry;
+use tuneplane_core::callback::OutboxEntry;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
     CreateOutcome, Idempotency, IdempotencyRecord, Result, StoreError, active_sort_key,
@@ -28,6 +29,24 @@ pub const AUDIT_PREFIX: &str = "AUDIT#";
 /// The meta key of audit entry `id` of `tenant` (`id` empty: the tenant's prefix).
 pub fn audit_key(tenant: &str, id: &str) -> String {
     format!("{AUDIT_PREFIX}{tenant}{SEP}{id}")
+}
+
+/// Prefix of callback outbox entries in the meta table: `OUTBOX#<job id>#<order>`.
+pub const OUTBOX_PREFIX: &str = "OUTBOX#";
+
+/// The meta key of an outbox entry.
+pub fn outbox_key(entry: &OutboxEntry) -> String {
+    format!("{OUTBOX_PREFIX}{}", entry.key())
+}
+
+/// The meta key of subscription `id` of `tenant` (`id` empty: the tenant's prefix).
+pub fn subscription_key(tenant: &str, id: &str) -> String {
+    format!("SUB#{tenant}{SEP}{id}")
+}
+
+/// The meta key of retired playground `id` of `tenant` (`id` empty: the tenant's prefix).
+pub fn retired_playground_key(tenant: &str, id: &str) -> String {
+    format!("PGDONE#{tenant}{SEP}{id}")
 }
 
 /// Key of the capacity snapshot in the meta table.
@@ -328,6 +347,16 @@ impl<'t> Tx<'t> {
         let key = audit_key(&entry.tenant, &entry.id);
         if self.get_meta::<AuditEntry>(&key)?.is_none() {
             self.put_meta(&key, entry)?;
+        }
+        Ok(())
+    }
+
+    /// Writes new outbox entries (their first revision).
+    pub fn append_outbox(&mut self, entries: &[OutboxEntry]) -> Result<()> {
+        for entry in entries {
+            let mut entry = entry.clone();
+            entry.rev = 1;
+            self.put_meta(&outbox_key(&entry), &entry)?;
         }
         Ok(())
     }

@@ -611,6 +611,8 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
         node: None,
         pod_ip: None,
         server_key: None,
+        admitted_at_ms: None,
+        ended_at_ms: None,
     };
     let pg = ok(store.put_playground(&pg).await, "create playground");
     let pg2 = ok(
@@ -629,6 +631,23 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
     ok(store.delete_playground("pg-1").await, "delete playground");
     assert_eq!(ok(store.get_playground("pg-1").await, "get"), None);
     assert_eq!(ok(store.list_playgrounds().await, "list").len(), 1);
+
+    // Reclaimed: the live record goes and its retired copy stays for the tenant's usage.
+    let mut retired = ok(store.get_playground("pg-2").await, "get").expect("pg-2");
+    retired.ended_at_ms = Some(99);
+    ok(store.retire_playground(&retired).await, "retire");
+    assert_eq!(ok(store.get_playground("pg-2").await, "get"), None);
+    assert!(ok(store.list_playgrounds().await, "list").is_empty());
+    let kept = ok(store.list_retired_playgrounds(&pg.tenant).await, "retired");
+    assert_eq!(kept, vec![retired]);
+    assert!(
+        ok(
+            store.list_retired_playgrounds("someone-else").await,
+            "other"
+        )
+        .is_empty(),
+        "per tenant"
+    );
 }
 
 pub async fn playground_pod_and_status_round_trip_and_updates_are_versioned(store: Store) {
@@ -647,6 +666,8 @@ pub async fn playground_pod_and_status_round_trip_and_updates_are_versioned(stor
         node: None,
         pod_ip: None,
         server_key: None,
+        admitted_at_ms: None,
+        ended_at_ms: None,
     };
     let created = ok(store.put_playground(&pg).await, "create playground");
     assert_eq!(created.version, 1);

@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod aws_env;
 pub mod blobs;
+pub mod callbacks;
 pub mod fixtures;
 pub mod jobs;
 pub mod keys;
@@ -46,6 +47,11 @@ macro_rules! job_store_contract {
         job_store_contract!(@in audit; $make;
             audit_entries_append_once_and_list_by_tenant_and_window_oldest_first,
             a_submissions_audit_entry_lands_with_its_job_and_never_on_a_repeat,
+        );
+        job_store_contract!(@in callbacks; $make;
+            a_state_change_writes_its_outbox_entry_in_the_same_write_and_only_then,
+            outbox_entries_change_and_go_only_at_their_revision,
+            subscriptions_and_signing_secrets_are_kept_per_tenant,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
