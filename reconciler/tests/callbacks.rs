@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::*;
 use receiver::{Policy, Receiver, by_job};
-use tuneplane_core::callback::outbox::event_id;
+use tuneplane_core::callback::outbox::{event_id, kind_of};
 use tuneplane_core::callback::{EventKind, Format, Notify, Subscription};
 use tuneplane_core::job::{EventSource, JobEvent, JobRecord, JobState};
 use tuneplane_core::store::{JobStore, NewJob};
@@ -145,17 +145,29 @@ async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_
     for id in &ids {
         let job = h.job(id).await;
         let got = per_job.get(id).cloned().unwrap_or_default();
+        // The changes the job went through, as written with them: its platform events (a job
+        // that ends between two passes goes from ADMITTED straight to its end).
+        let mut changes: Vec<(i64, String, String)> = h
+            .jobs
+            .list_events(id, &tuneplane_core::store::EventQuery::first(100))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter_map(|e| kind_of(e).map(|k| (e.at_ms, event_id(id, &e.key), format!("job.{k}"))))
+            .collect();
+        changes.sort();
+        let want_types: Vec<String> = changes.iter().map(|c| c.2.clone()).collect();
         let end = format!("job.{}", job.state.as_str().to_ascii_lowercase());
+        assert_eq!(want_types.first().map(String::as_str), Some("job.queued"));
+        assert_eq!(want_types.get(1).map(String::as_str), Some("job.admitted"));
+        assert_eq!(want_types.last(), Some(&end));
         assert_eq!(
             types(&got),
-            vec!["job.queued", "job.admitted", "job.running", end.as_str()],
+            want_types,
             "job {id}: every state change, once, in order"
         );
-        let expected: Vec<String> = ["submitted", "state-ADMITTED", "state-RUNNING"]
-            .iter()
-            .map(|k| event_id(id, k))
-            .chain([event_id(id, &format!("state-{}", job.state))])
-            .collect();
+        let expected: Vec<String> = changes.iter().map(|c| c.1.clone()).collect();
         let got_ids: Vec<String> = got.iter().map(|g| g.id.clone()).collect();
         assert_eq!(got_ids, expected, "event ids are the platform events'");
         let last = got.last().unwrap();
@@ -183,7 +195,7 @@ async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_
     }
     assert_eq!(
         ctx.metrics.callbacks.delivered(),
-        (4 * 2 + 2) as u64,
+        all.iter().filter(|g| g.status == 200).count() as u64,
         "every accepted delivery counted once"
     );
 }
