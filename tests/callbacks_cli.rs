@@ -104,7 +104,7 @@ async fn a_subscription_and_a_jobs_own_callback_hear_every_change_signed_with_th
             })
             .collect()
     };
-    while (types("/ends").is_empty() || !types("/job").last().is_some_and(|t| t == "job.succeeded"))
+    while (types("/ends").is_empty() || types("/job").last().is_none_or(|t| t != "job.succeeded"))
         && tokio::time::Instant::now() < deadline
     {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
