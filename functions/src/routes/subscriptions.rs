@@ -111,40 +111,39 @@ pub async fn delete(
     Ok(Json(json!({"id": id, "deleted": true})))
 }
 
-/// `GET /v1/subscriptions/secret`: the tenant's signing secret (made on first use). A
-/// credential, so it needs the write scope.
-pub async fn get_secret(
-    State(state): State<Arc<AppState>>,
-    Auth(principal): Auth,
+/// The tenant's secret, made on first use, or replaced first when `rotate` (audited). A
+/// credential, so both routes need the write scope.
+async fn secret_reply(
+    state: &AppState,
+    principal: &tuneplane_core::submit::Principal,
+    rotate: bool,
 ) -> Result<Json<Value>, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
     let secret = manage::secret(
         state.submit.jobs().as_ref(),
         &principal.tenant,
-        false,
+        rotate,
         crate::runtime::random_bytes::<32>(),
-        &super::api_actor(&principal),
+        &super::api_actor(principal),
         (state.clock)(),
     )
     .await?;
     Ok(Json(secret_view(&secret)))
 }
 
+/// `GET /v1/subscriptions/secret`: the tenant's signing secret (made on first use).
+pub async fn get_secret(
+    State(state): State<Arc<AppState>>,
+    Auth(principal): Auth,
+) -> Result<Json<Value>, ApiError> {
+    secret_reply(&state, &principal, false).await
+}
+
 /// `POST /v1/subscriptions/secret/rotate`: a new signing secret; deliveries from now on are
-/// signed with it (audited).
+/// signed with it.
 pub async fn rotate_secret(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
 ) -> Result<Json<Value>, ApiError> {
-    principal.require(SCOPE_JOBS_WRITE)?;
-    let secret = manage::secret(
-        state.submit.jobs().as_ref(),
-        &principal.tenant,
-        true,
-        crate::runtime::random_bytes::<32>(),
-        &super::api_actor(&principal),
-        (state.clock)(),
-    )
-    .await?;
-    Ok(Json(secret_view(&secret)))
+    secret_reply(&state, &principal, true).await
 }
