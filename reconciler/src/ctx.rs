@@ -31,6 +31,9 @@ pub struct Ctx {
     /// namespace's NetworkPolicy, its tenant's grant seal Secret), by kind, namespace and name
     /// (`workload::ensure_shared`).
     pub shared_objects: Mutex<HashMap<String, std::time::Instant>>,
+    /// Held while a shared object is made sure of, so admissions running side by side in one
+    /// pass make it once, not once each.
+    pub shared_create: tokio::sync::Mutex<()>,
     /// Workloads this process created, and when: until the watch shows one (or
     /// `workload::TRUST_OWN_CREATE` passes), a pass does not take its absence from the cluster
     /// cache for a lost workload and create it again.
@@ -80,6 +83,7 @@ impl Ctx {
             seen_events: Mutex::new(HashMap::new()),
             pending_written: Mutex::new(HashMap::new()),
             shared_objects: Mutex::new(HashMap::new()),
+            shared_create: tokio::sync::Mutex::new(()),
             created_workloads: Mutex::new(HashMap::new()),
             archive_failures: Mutex::new(HashMap::new()),
             published: Mutex::new(None),

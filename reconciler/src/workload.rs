@@ -253,13 +253,19 @@ async fn ensure_shared<F>(ctx: &Ctx, key: String, create: F) -> Result<()>
 where
     F: std::future::Future<Output = Result<()>>,
 {
-    let fresh = ctx
-        .shared_objects
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-        .is_some_and(|at| at.elapsed() < SHARED_RECHECK);
-    if fresh {
+    let fresh = || {
+        ctx.shared_objects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .is_some_and(|at| at.elapsed() < SHARED_RECHECK)
+    };
+    if fresh() {
+        return Ok(());
+    }
+    // Admissions run side by side: the first makes the object, the others wait and see it made.
+    let _one_at_a_time = ctx.shared_create.lock().await;
+    if fresh() {
         return Ok(());
     }
     create.await?;

@@ -264,7 +264,7 @@ async fn a_cpu_job_costs_one_create_and_one_delete_over_its_life() {
     config.render.api_url = Some("http://127.0.0.1:9".into());
     config.render.grant_key =
         Some(tuneplane_core::grant::GrantKey::parse(&"ab".repeat(32)).unwrap());
-    let (_task, _ctx) = h.reconciler(config).await;
+    let (_task, ctx) = h.reconciler(config).await;
     // The reconciler's watches and first lists are made before any job: not a job's cost.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = h.sim().fault_counts().by_verb;
@@ -295,29 +295,27 @@ async fn a_cpu_job_costs_one_create_and_one_delete_over_its_life() {
         .map(|(k, v)| (k.as_str(), v - before.get(k).copied().unwrap_or(0)))
         .filter(|(_, v)| *v > 0)
         .collect();
+    // A request the client retried (a slow answer on a loaded machine) is counted twice by the
+    // server: the counts below hold exactly when the reconciler retried nothing.
+    let retried = ctx.metrics.api_retries();
     let n = |k: &str| diff.get(k).copied().unwrap_or(0);
+    let expect = |k: &str, want: u64, why: &str| {
+        let got = n(k);
+        assert!(
+            got >= want && got <= want + retried,
+            "{k}: {got}, want {want} ({why}; {retried} retried requests): {diff:?}"
+        );
+    };
     eprintln!("requests for {JOBS} CPU jobs: {diff:?}");
-    assert_eq!(n("create pods"), JOBS, "{diff:?}");
-    assert_eq!(
-        n("create secrets"),
-        1,
-        "one seal Secret for the tenant: {diff:?}"
-    );
-    assert_eq!(
-        n("create networkpolicies"),
-        1,
-        "the namespace's shared policy: {diff:?}"
-    );
-    assert_eq!(n("delete pods"), JOBS, "{diff:?}");
-    assert_eq!(n("delete secrets"), 0, "no grant Secret per job: {diff:?}");
-    assert_eq!(
-        n("delete networkpolicies"),
-        0,
-        "no policy per job: {diff:?}"
-    );
+    expect("create pods", JOBS, "one Pod per job");
+    expect("create secrets", 1, "one seal Secret for the tenant");
+    expect("create networkpolicies", 1, "the namespace's shared policy");
+    expect("delete pods", JOBS, "one delete per job");
+    expect("delete secrets", 0, "no grant Secret per job");
+    expect("delete networkpolicies", 0, "no policy per job");
     // Its logs are archived with one list (no submitter to look for) and one read per container.
-    assert_eq!(n("list pods"), JOBS, "{diff:?}");
-    assert_eq!(n("get pods/log"), JOBS, "{diff:?}");
+    expect("list pods", JOBS, "one list per archive");
+    expect("get pods/log", JOBS, "one read per container");
     // Everything else a job costs is reading its logs once it ended (and whatever the live
     // logs' budget spends while it runs).
     let creates_and_deletes: u64 = diff
@@ -325,7 +323,10 @@ async fn a_cpu_job_costs_one_create_and_one_delete_over_its_life() {
         .filter(|(k, _)| k.starts_with("create ") || k.starts_with("delete"))
         .map(|(_, v)| v)
         .sum();
-    assert_eq!(creates_and_deletes, 2 * JOBS + 2, "{diff:?}");
+    assert!(
+        creates_and_deletes >= 2 * JOBS + 2 && creates_and_deletes <= 2 * JOBS + 2 + retried,
+        "{diff:?}"
+    );
 }
 
 /// A CPU job's Pod made before its grant was sealed and its namespace's policy shared (no
