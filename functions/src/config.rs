@@ -223,30 +223,16 @@ impl Config {
                 .map(PathBuf::from)
                 .unwrap_or_else(std::env::temp_dir),
             idempotency_ttl_seconds: 24 * 3600,
-            playground_limit: match non_empty(ENV_PLAYGROUND_LIMIT) {
-                None => 2,
-                Some(v) => v
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=100).contains(n))
-                    .ok_or_else(|| ConfigError {
-                        var: ENV_PLAYGROUND_LIMIT,
-                        message: format!("{v:?} is not a whole number from 1 to 100"),
-                    })?,
-            },
-            subscription_limit: match non_empty(ENV_SUBSCRIPTION_LIMIT) {
-                None => tuneplane_core::callback::subscription::DEFAULT_SUBSCRIPTION_LIMIT as u32,
-                Some(v) => v
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=100).contains(n))
-                    .ok_or_else(|| ConfigError {
-                        var: ENV_SUBSCRIPTION_LIMIT,
-                        message: format!("{v:?} is not a whole number from 1 to 100"),
-                    })?,
-            },
+            playground_limit: per_tenant_limit(
+                ENV_PLAYGROUND_LIMIT,
+                non_empty(ENV_PLAYGROUND_LIMIT),
+                2,
+            )?,
+            subscription_limit: per_tenant_limit(
+                ENV_SUBSCRIPTION_LIMIT,
+                non_empty(ENV_SUBSCRIPTION_LIMIT),
+                tuneplane_core::callback::subscription::DEFAULT_SUBSCRIPTION_LIMIT as u32,
+            )?,
             gpu_prices: match non_empty(ENV_GPU_PRICES) {
                 None => BTreeMap::new(),
                 Some(json) => parse_gpu_prices(&json)?,
@@ -413,6 +399,26 @@ fn parse_event_senders(json: &str) -> Result<BTreeMap<String, String>, ConfigErr
         }
     }
     Ok(map)
+}
+
+/// A per-tenant limit from `var` (`raw`, unset: `default`): a whole number from 1 to 100.
+fn per_tenant_limit(
+    var: &'static str,
+    raw: Option<String>,
+    default: u32,
+) -> Result<u32, ConfigError> {
+    match raw {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| ConfigError {
+                var,
+                message: format!("{v:?} is not a whole number from 1 to 100"),
+            }),
+    }
 }
 
 #[cfg(test)]
