@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::Value;
 
 use crate::json;
+use crate::selector::{LabelSet, Requirement, Selector};
 
 use crate::fleet::UNSCHEDULABLE_TAINT;
 use crate::quantity::{self, Milli};
@@ -73,7 +74,7 @@ pub struct PodNeeds {
     /// `spec.nodeSelector`: every label must be on the node with exactly that value.
     pub node_selector: BTreeMap<String, String>,
     /// Required node affinity: any term must match, all expressions of a term.
-    pub affinity: Vec<Vec<(String, String, Vec<String>)>>,
+    pub affinity: Vec<Vec<Requirement>>,
     /// Tolerations of the pod (each node taint must be tolerated).
     pub tolerations: Vec<Taint>,
     /// The pod's namespace (what other pods' affinity terms match it by).
@@ -201,10 +202,7 @@ impl PodNeeds {
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
-                    .map(|e| {
-                        let values = json::strs(e.get("values")).map(str::to_string).collect();
-                        (json::string(e, "key"), json::string(e, "operator"), values)
-                    })
+                    .map(Requirement::from_json)
                     .collect()
             })
             .collect();
@@ -230,18 +228,7 @@ impl PodNeeds {
             .node_selector
             .iter()
             .all(|(k, v)| labels.get(k) == Some(v));
-        let term_ok = |term: &Vec<(String, String, Vec<String>)>| {
-            term.iter().all(|(k, op, values)| {
-                let have = labels.get(k);
-                match op.as_str() {
-                    "In" => have.is_some_and(|h| values.contains(h)),
-                    "NotIn" => !have.is_some_and(|h| values.contains(h)),
-                    "Exists" => have.is_some(),
-                    "DoesNotExist" => have.is_none(),
-                    _ => false,
-                }
-            })
-        };
+        let term_ok = |term: &Vec<Requirement>| term.iter().all(|r| r.matches(labels));
         selector_ok && (self.affinity.is_empty() || self.affinity.iter().any(term_ok))
     }
 
@@ -439,138 +426,6 @@ pub const POD_ANTI_AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod anti-aff
 /// rejects the incoming pod (`Unschedulable`).
 pub const EXISTING_ANTI_AFFINITY_NOT_MATCH: &str =
     "node(s) didn't satisfy existing pods anti-affinity rules";
-
-/// Labels as selectors read them: a pod's parsed labels or a stored object's `metadata.labels`.
-pub trait LabelSet {
-    /// The value of a label.
-    fn label(&self, key: &str) -> Option<&str>;
-}
-
-impl LabelSet for BTreeMap<String, String> {
-    fn label(&self, key: &str) -> Option<&str> {
-        self.get(key).map(String::as_str)
-    }
-}
-
-impl LabelSet for serde_json::Map<String, Value> {
-    fn label(&self, key: &str) -> Option<&str> {
-        self.get(key).and_then(Value::as_str)
-    }
-}
-
-impl<T: LabelSet> LabelSet for Option<&T> {
-    fn label(&self, key: &str) -> Option<&str> {
-        self.and_then(|l| l.label(key))
-    }
-}
-
-/// A label selector operator (`matchLabels` entries are `In` with one value).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operator {
-    /// The label is set to one of the values.
-    In,
-    /// The label is missing or set to none of the values.
-    NotIn,
-    /// The label is set.
-    Exists,
-    /// The label is missing.
-    DoesNotExist,
-    /// Anything else (the API server refuses such selectors); matches nothing.
-    Unknown,
-}
-
-/// One requirement of a label selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requirement {
-    /// The label the requirement is about.
-    pub key: String,
-    /// How `key` is compared with `values`.
-    pub operator: Operator,
-    /// The values `In` and `NotIn` compare with; empty for `Exists` and `DoesNotExist`.
-    pub values: Vec<String>,
-}
-
-impl Requirement {
-    fn matches(&self, labels: &impl LabelSet) -> bool {
-        let have = labels.label(&self.key);
-        match self.operator {
-            Operator::In => have.is_some_and(|h| self.values.iter().any(|v| v == h)),
-            Operator::NotIn => !have.is_some_and(|h| self.values.iter().any(|v| v == h)),
-            Operator::Exists => have.is_some(),
-            Operator::DoesNotExist => have.is_none(),
-            Operator::Unknown => false,
-        }
-    }
-}
-
-/// A `metav1.LabelSelector` as the scheduler converts it: a missing (`null`) selector selects
-/// nothing, an empty one (`{}`) everything, otherwise every requirement must hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Selector {
-    /// `null` or absent.
-    Nothing,
-    /// `matchLabels` and `matchExpressions`, all of which must hold.
-    All(Vec<Requirement>),
-}
-
-impl Selector {
-    /// Reads a `LabelSelector` object.
-    pub fn from_json(v: Option<&Value>) -> Self {
-        let Some(obj) = v.and_then(Value::as_object) else {
-            return Self::Nothing;
-        };
-        let mut reqs: Vec<Requirement> = string_map(obj.get("matchLabels"))
-            .into_iter()
-            .map(|(key, value)| Requirement {
-                key,
-                operator: Operator::In,
-                values: vec![value],
-            })
-            .collect();
-        for e in obj
-            .get("matchExpressions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let operator = match e.get("operator").and_then(Value::as_str) {
-                Some("In") => Operator::In,
-                Some("NotIn") => Operator::NotIn,
-                Some("Exists") => Operator::Exists,
-                Some("DoesNotExist") => Operator::DoesNotExist,
-                _ => Operator::Unknown,
-            };
-            reqs.push(Requirement {
-                key: e
-                    .get("key")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                operator,
-                values: json::strs(e.get("values")).map(str::to_string).collect(),
-            });
-        }
-        Self::All(reqs)
-    }
-
-    /// Whether the labels satisfy the selector.
-    pub fn matches(&self, labels: &impl LabelSet) -> bool {
-        match self {
-            Self::Nothing => false,
-            Self::All(reqs) => reqs.iter().all(|r| r.matches(labels)),
-        }
-    }
-
-    /// The `In` requirements: a matching object has the key set to one of the values, so an
-    /// index by label can find every candidate.
-    fn pinned(&self) -> impl Iterator<Item = &Requirement> {
-        let reqs = match self {
-            Self::Nothing => &[][..],
-            Self::All(r) => r.as_slice(),
-        };
-        reqs.iter().filter(|r| r.operator == Operator::In)
-    }
-}
 
 /// A required pod (anti-)affinity term, as kube-scheduler processes a `PodAffinityTerm`.
 #[derive(Debug, Clone, PartialEq, Eq)]
