@@ -148,7 +148,7 @@ async fn request_id(req: Request, next: Next) -> Response {
     let id = gateway
         .filter(|id| !id.is_empty())
         .or_else(client)
-        .unwrap_or_else(|| crate::runtime::random_id("req"));
+        .unwrap_or_else(|| crate::random::random_id("req"));
     let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
     let mut response = REQUEST_ID
         .scope(id.clone(), next.run(req))

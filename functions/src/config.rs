@@ -9,7 +9,7 @@ use tuneplane_core::spec::Defaults;
 use tuneplane_core::submit::SubmitConfig;
 
 pub use crate::secret::Secret;
-pub use crate::webhooks::sources::{SignatureScheme, WebhookSource};
+pub use crate::webhook_sources::{SignatureScheme, WebhookSource};
 
 /// DynamoDB table name; when set, the functions use DynamoDB and S3 (production).
 pub const ENV_TABLE: &str = "TUNEPLANE_TABLE";
@@ -22,7 +22,7 @@ pub const ENV_BLOB_SECRET: &str = "TUNEPLANE_BLOB_SECRET";
 /// Base URL of the local blob server (local mode), e.g. `http://127.0.0.1:8089/blobs`.
 pub const ENV_BLOB_URL: &str = "TUNEPLANE_BLOB_URL";
 /// Webhook sources as JSON: `{"<source>": {"secret": "...", "tenant": "...", "scheme":
-/// "tuneplane" | "hub", "template": "..."}}` (see [`crate::webhooks::sources`]).
+/// "tuneplane" | "hub", "template": "..."}}` (see [`crate::webhook_sources`]).
 pub const ENV_WEBHOOKS: &str = "TUNEPLANE_WEBHOOKS";
 /// Namespace filled into specs that name none.
 pub const ENV_NAMESPACE: &str = "TUNEPLANE_NAMESPACE";
@@ -123,7 +123,7 @@ pub struct Config {
     /// Plain-HTTP listen address (API binary outside Lambda).
     pub listen: Option<String>,
     /// Pod networks the playground proxy may forward to ([`ENV_PLAYGROUND_POD_CIDRS`]).
-    pub playground_pod_networks: Vec<crate::routes::playground_proxy::Cidr>,
+    pub playground_pod_networks: Vec<crate::pod_network::Cidr>,
     /// Limit per API key ([`ENV_RATE_LIMIT_PER_KEY`]); `None`: off.
     pub rate_per_key: Option<crate::rate::Rate>,
     /// Limit per source address ([`ENV_RATE_LIMIT_PER_SOURCE`]); `None`: off.
@@ -291,11 +291,9 @@ impl Config {
             playground_pod_networks: match non_empty(ENV_PLAYGROUND_POD_CIDRS) {
                 None => Vec::new(),
                 Some(v) => {
-                    crate::routes::playground_proxy::parse_networks(&v).map_err(|message| {
-                        ConfigError {
-                            var: ENV_PLAYGROUND_POD_CIDRS,
-                            message,
-                        }
+                    crate::pod_network::parse_networks(&v).map_err(|message| ConfigError {
+                        var: ENV_PLAYGROUND_POD_CIDRS,
+                        message,
                     })?
                 }
             },
@@ -304,7 +302,7 @@ impl Config {
 }
 
 fn parse_webhooks(json: &str) -> Result<BTreeMap<String, WebhookSource>, ConfigError> {
-    crate::webhooks::sources::parse_sources(json).map_err(|message| ConfigError {
+    crate::webhook_sources::parse_sources(json).map_err(|message| ConfigError {
         var: ENV_WEBHOOKS,
         message,
     })

@@ -16,12 +16,15 @@ pub mod config;
 pub mod console;
 pub mod error;
 pub mod lambda;
+pub mod pod_network;
+pub mod random;
 pub mod rate;
 pub mod routes;
 pub mod runtime;
 pub mod secret;
 pub mod state;
 pub mod triggers;
+pub mod webhook_sources;
 pub mod webhooks;
 
 pub use app::router;

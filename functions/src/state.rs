@@ -28,7 +28,7 @@ pub struct AppState {
     /// Random id generator for uploads and playgrounds.
     pub new_id: fn(&str) -> String,
     /// Where and how the playground proxy may forward.
-    pub playground_proxy: crate::routes::playground_proxy::PlaygroundProxy,
+    pub playground_proxy: crate::pod_network::PlaygroundProxy,
     /// Rate limits per key and per source, with their buckets.
     pub rate_limits: Arc<crate::rate::RateLimits>,
     /// The key jobs' attempt grants are checked with (none: grants are refused).

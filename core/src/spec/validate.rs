@@ -12,11 +12,11 @@ use super::{
     Checkpoints, DEFAULT_GRACE_SECONDS, Deadlines, JobSpec, MAX_RETRIES, Pool, Retries,
     is_dns_label,
 };
-use crate::callback;
 use crate::constants::{
     DEFAULT_NAMESPACE, KNOWN_PLUGINS, PLATFORM_VERSION, PLUGIN_CUSTOM, RESERVED_ENV_PREFIX,
 };
 use crate::fleet::FleetShape;
+use crate::notify;
 
 /// Largest spec text accepted, in bytes; specs are small, anything bigger is a mistake or an attack.
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
@@ -714,9 +714,9 @@ impl Checker {
         c
     }
 
-    /// The job's callbacks: at most [`callback::MAX_NOTIFY`], each a checked URL, known events
+    /// The job's callbacks: at most [`notify::MAX_NOTIFY`], each a checked URL, known events
     /// (none: every event) and a known format.
-    fn notify(&mut self, map: &Map<String, Value>, allow_loopback: bool) -> Vec<callback::Notify> {
+    fn notify(&mut self, map: &Map<String, Value>, allow_loopback: bool) -> Vec<notify::Notify> {
         let list = match map.get("notify") {
             None | Some(Value::Null) => return Vec::new(),
             Some(Value::Array(list)) => list,
@@ -731,18 +731,18 @@ impl Checker {
                 return Vec::new();
             }
         };
-        if list.len() > callback::MAX_NOTIFY {
+        if list.len() > notify::MAX_NOTIFY {
             self.err(
                 "notify",
                 format!(
                     "{} callbacks; at most {} per job (a tenant subscription covers every job)",
                     list.len(),
-                    callback::MAX_NOTIFY
+                    notify::MAX_NOTIFY
                 ),
             );
         }
         let mut out = Vec::new();
-        for (i, item) in list.iter().enumerate().take(callback::MAX_NOTIFY) {
+        for (i, item) in list.iter().enumerate().take(notify::MAX_NOTIFY) {
             let p = format!("notify[{i}]");
             let Some(m) = item.as_object() else {
                 self.err(
@@ -757,7 +757,7 @@ impl Checker {
             self.unknown_fields(m, NOTIFY_FIELDS, &format!("{p}."));
             let url = self
                 .string(m, "url", &format!("{p}.url"), true)
-                .and_then(|u| match callback::check_url(&u, allow_loopback) {
+                .and_then(|u| match notify::check_url(&u, allow_loopback) {
                     Ok(_) => Some(u),
                     Err(why) => {
                         self.err(format!("{p}.url"), format!("{u:?}: {why}"));
@@ -779,7 +779,7 @@ impl Checker {
                     type_name(other)
                 )),
             }
-            .and_then(|names| callback::parse_events(&names));
+            .and_then(|names| notify::parse_events(&names));
             let events = match events {
                 Ok(e) => Some(e),
                 Err(why) => {
@@ -788,8 +788,8 @@ impl Checker {
                 }
             };
             let format = match m.get("format") {
-                None | Some(Value::Null) => Some(callback::Format::Json),
-                Some(Value::String(f)) => callback::Format::parse(f)
+                None | Some(Value::Null) => Some(notify::Format::Json),
+                Some(Value::String(f)) => notify::Format::parse(f)
                     .map_err(|why| self.err(format!("{p}.format"), why))
                     .ok(),
                 Some(other) => {
@@ -801,7 +801,7 @@ impl Checker {
                 }
             };
             if let (Some(url), Some(events), Some(format)) = (url, events, format) {
-                out.push(callback::Notify {
+                out.push(notify::Notify {
                     url,
                     events,
                     format,

@@ -1,6 +1,6 @@
 //! The callbacks page: the tenant's subscriptions (every job's events of the chosen kinds go to a
 //! URL), an add form, delete buttons, and the secret deliveries are signed with. Changes go
-//! through core's `callback::manage`, as `/v1/subscriptions` does, so both doors check, cap and
+//! through core's `subscriptions`, as `/v1/subscriptions` does, so both doors check, cap and
 //! audit alike.
 
 use std::sync::Arc;
@@ -11,8 +11,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
 use tuneplane_core::callback::EventKind;
-use tuneplane_core::callback::manage::{self, SubscriptionError, SubscriptionRequest};
 use tuneplane_core::submit::SCOPE_JOBS_WRITE;
+use tuneplane_core::subscriptions::{
+    self as subscriptions, SubscriptionError, SubscriptionRequest,
+};
 
 use super::layout::{ConsoleError, Nav, csrf_field, page, respond, time};
 use super::viewer::{CsrfForm, CsrfToken, Viewer, WriteForm, encode_component};
@@ -42,11 +44,11 @@ pub async fn list(
     // The secret is a credential: shown to writers only, made on first use.
     let secret = if viewer.principal.require(SCOPE_JOBS_WRITE).is_ok() {
         Some(
-            manage::secret(
+            subscriptions::secret(
                 jobs.as_ref(),
                 tenant,
                 false,
-                crate::runtime::random_bytes::<32>(),
+                crate::random::random_bytes::<32>(),
                 &viewer.actor(),
                 (state.clock)(),
             )
@@ -72,7 +74,7 @@ pub async fn list(
                 tbody {
                     @for s in &subs {
                         tr data-subscription-id=(s.id) {
-                            td data-label="URL" { div { code.url { (manage::redacted(&s.url)) } br; code.small { (s.id) } } }
+                            td data-label="URL" { div { code.url { (subscriptions::redacted(&s.url)) } br; code.small { (s.id) } } }
                             td data-label="Events" {
                                 (s.events.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(", "))
                             }
@@ -80,7 +82,7 @@ pub async fn list(
                             td data-label="Created" { (time(s.created_ms, true)) }
                             td {
                                 form method="post" action=(format!("/console/callbacks/{}/delete", s.id))
-                                    data-confirm=(format!("Delete the subscription to {}?", manage::redacted(&s.url))) {
+                                    data-confirm=(format!("Delete the subscription to {}?", subscriptions::redacted(&s.url))) {
                                     (csrf_field(&viewer.csrf))
                                     button.danger type="submit" { "Delete" span.visually-hidden { " " (s.id) } }
                                 }
@@ -177,7 +179,7 @@ pub async fn add(
         format: Some(form.format.trim().to_owned()).filter(|f| !f.is_empty()),
     };
     let config = state.submit.config();
-    let made = manage::create(
+    let made = subscriptions::create(
         state.submit.jobs().as_ref(),
         &viewer.principal.tenant,
         &request,
@@ -213,7 +215,7 @@ pub async fn delete(
     Path(id): Path<String>,
     WriteForm { viewer, .. }: WriteForm<CsrfForm>,
 ) -> Result<Response, ConsoleError> {
-    manage::delete(
+    subscriptions::delete(
         state.submit.jobs().as_ref(),
         &viewer.principal.tenant,
         &id,

@@ -5,9 +5,10 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
+pub use super::error::ConsoleError;
 use super::view;
 use super::viewer::Viewer;
-use crate::error::{ApiError, current_request_id};
+use crate::error::current_request_id;
 
 /// Which navigation entry a page belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,35 +132,8 @@ pub fn raw(s: String) -> PreEscaped<String> {
     PreEscaped(s)
 }
 
-/// A failure shown as a console page.
-#[derive(Debug, thiserror::Error)]
-pub enum ConsoleError {
-    /// An API-level failure (store, not found, forbidden ...).
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    /// The form's CSRF token or origin does not check out.
-    #[error(
-        "this form has expired or did not come from this console; reload the page and try again"
-    )]
-    Csrf,
-    /// A request the console cannot use (an unknown status filter, an unreadable form): a 400
-    /// page that shows the message.
-    #[error("{0}")]
-    BadRequest(String),
-}
-
-impl From<tuneplane_core::store::StoreError> for ConsoleError {
-    fn from(e: tuneplane_core::store::StoreError) -> Self {
-        ConsoleError::Api(e.into())
-    }
-}
-
-impl From<tuneplane_core::submit::SubmitError> for ConsoleError {
-    fn from(e: tuneplane_core::submit::SubmitError) -> Self {
-        ConsoleError::Api(e.into())
-    }
-}
-
+// The page a `ConsoleError` is shown as: the type lives in `error.rs`, below the viewer that
+// raises it, and its page here with the rest of the layout.
 impl IntoResponse for ConsoleError {
     fn into_response(self) -> Response {
         let request_id = current_request_id();

@@ -16,6 +16,7 @@ pub mod assets;
 pub mod auth;
 pub mod callbacks;
 pub mod capacity;
+pub mod error;
 pub mod jobs;
 pub mod jobs_detail;
 pub mod layout;

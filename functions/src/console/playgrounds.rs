@@ -188,7 +188,7 @@ pub async fn create(
             &viewer.principal.tenant,
             &request,
             (state.new_id)("pg"),
-            crate::runtime::new_server_key(),
+            crate::random::new_server_key(),
             (state.clock)(),
             &viewer.actor(),
         )

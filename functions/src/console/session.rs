@@ -63,7 +63,7 @@ impl SessionKey {
 
     /// A fresh random key (sessions end when the process does).
     pub fn random() -> SessionKey {
-        SessionKey(crate::runtime::random_bytes::<32>())
+        SessionKey(crate::random::random_bytes::<32>())
     }
 
     fn mac(&self, parts: &[&str]) -> Vec<u8> {
@@ -96,7 +96,7 @@ impl SessionKey {
     /// The cookie value of a new session for `key_sha256` at session epoch `epoch`, valid until
     /// `now + SESSION_TTL_SECONDS`.
     pub fn issue(&self, key_sha256: &str, epoch: u64, now_s: i64) -> String {
-        let sid = hex::encode(crate::runtime::random_bytes::<16>());
+        let sid = hex::encode(crate::random::random_bytes::<16>());
         let expires = now_s.saturating_add(SESSION_TTL_SECONDS).to_string();
         let epoch = epoch.to_string();
         let tag = hex::encode(self.mac(&["session", VERSION, &sid, key_sha256, &epoch, &expires]));
@@ -145,7 +145,7 @@ impl SessionKey {
 
     /// A new sign-in nonce (the value of the sign-in cookie).
     pub fn signin_nonce(&self) -> String {
-        hex::encode(crate::runtime::random_bytes::<16>())
+        hex::encode(crate::random::random_bytes::<16>())
     }
 
     /// The CSRF token of the sign-in form bound to `nonce`.

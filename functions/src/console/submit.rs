@@ -33,7 +33,7 @@ struct FormState {
 }
 
 fn new_idempotency_key() -> String {
-    crate::runtime::random_id("console")
+    crate::random::random_id("console")
 }
 
 /// The list of spec problems (or a positive note), the fragment inline validation swaps in.

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use tuneplane_core::submit::{Principal, SCOPE_JOBS_READ, principal_of};
 
 use super::ConsoleKeys;
-use super::layout::ConsoleError;
+use super::error::ConsoleError;
 use super::session::{SESSION_COOKIE, cookie};
 use crate::state::AppState;
 

@@ -65,7 +65,7 @@ pub async fn create(
             &principal.tenant,
             &request,
             (state.new_id)("pg"),
-            crate::runtime::new_server_key(),
+            crate::random::new_server_key(),
             (state.clock)(),
             &super::api_actor(&principal),
         )

@@ -8,9 +8,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tuneplane_core::callback::manage::{self, SubscriptionRequest};
 use tuneplane_core::callback::{CallbackSecret, Subscription};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
+use tuneplane_core::subscriptions::{self as subscriptions, SubscriptionRequest};
 
 use crate::error::ApiError;
 use crate::state::{AppState, Auth};
@@ -22,7 +22,7 @@ pub const SCHEME: &str = "X-TunePlane-Signature: t=<unix seconds>,v1=<hex HMAC-S
 pub fn view(sub: &Subscription) -> Value {
     json!({
         "id": sub.id,
-        "url": manage::redacted(&sub.url),
+        "url": subscriptions::redacted(&sub.url),
         "events": sub.events,
         "format": sub.format,
         "created_ms": sub.created_ms,
@@ -56,7 +56,7 @@ pub async fn create(
         )
     })?;
     let config = state.submit.config();
-    let sub = manage::create(
+    let sub = subscriptions::create(
         state.submit.jobs().as_ref(),
         &principal.tenant,
         &request,
@@ -100,7 +100,7 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
-    manage::delete(
+    subscriptions::delete(
         state.submit.jobs().as_ref(),
         &principal.tenant,
         &id,
@@ -119,11 +119,11 @@ async fn secret_reply(
     rotate: bool,
 ) -> Result<Json<Value>, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
-    let secret = manage::secret(
+    let secret = subscriptions::secret(
         state.submit.jobs().as_ref(),
         &principal.tenant,
         rotate,
-        crate::runtime::random_bytes::<32>(),
+        crate::random::random_bytes::<32>(),
         &super::api_actor(principal),
         (state.clock)(),
     )

@@ -23,7 +23,8 @@
 //! names a default template.
 
 pub mod signature;
-pub mod sources;
+pub use crate::webhook_sources as sources;
+pub use crate::webhook_sources::{HUB_SIGNATURE_HEADER, TUNEPLANE_SIGNATURE_HEADER};
 
 use std::sync::Arc;
 
@@ -43,11 +44,6 @@ use crate::state::{AppState, JsonBody};
 
 pub use signature::{SignatureError, WINDOW_SECONDS, verify};
 pub use sources::{SignatureScheme, WebhookSource, valid_source_name};
-
-/// Git hosting signature header.
-pub const HUB_SIGNATURE_HEADER: &str = "x-hub-signature-256";
-/// TunePlane signature header (timestamped).
-pub const TUNEPLANE_SIGNATURE_HEADER: &str = "x-tuneplane-signature";
 
 /// Blob key of the replay marker of a verified signature.
 pub fn seen_key(source: &str, signature: &str) -> String {
@@ -77,7 +73,7 @@ pub async fn from_template(
     overrides: Option<&Value>,
 ) -> Result<(SpecInput, Code), ApiError> {
     let missing = || ApiError::NotFound(format!("template {name:?} not found"));
-    if !crate::runtime::valid_id(name) {
+    if !tuneplane_core::control::valid_id(name) {
         return Err(missing());
     }
     let bytes = state

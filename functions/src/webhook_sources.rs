@@ -13,6 +13,11 @@ use serde_json::Value;
 
 use crate::secret::Secret;
 
+/// Git hosting signature header.
+pub const HUB_SIGNATURE_HEADER: &str = "x-hub-signature-256";
+/// TunePlane signature header (timestamped).
+pub const TUNEPLANE_SIGNATURE_HEADER: &str = "x-tuneplane-signature";
+
 /// True for source names usable in paths and keys.
 pub fn valid_source_name(name: &str) -> bool {
     tuneplane_core::spec::is_dns_label(name, 40)
@@ -43,8 +48,8 @@ impl SignatureScheme {
     /// The header carrying this scheme's signature.
     pub fn header(self) -> &'static str {
         match self {
-            SignatureScheme::TunePlane => super::TUNEPLANE_SIGNATURE_HEADER,
-            SignatureScheme::Hub => super::HUB_SIGNATURE_HEADER,
+            SignatureScheme::TunePlane => TUNEPLANE_SIGNATURE_HEADER,
+            SignatureScheme::Hub => HUB_SIGNATURE_HEADER,
         }
     }
 }
@@ -142,7 +147,7 @@ fn parse_source(entry: &Value) -> Result<WebhookSource, String> {
     let template = text("template")?.map(str::to_owned);
     if template
         .as_deref()
-        .is_some_and(|t| !crate::runtime::valid_id(t))
+        .is_some_and(|t| !tuneplane_core::control::valid_id(t))
     {
         return Err(format!(
             "\"template\" must be {}",
