@@ -258,8 +258,46 @@ fn named_paths(code: &str) -> Vec<Vec<String>> {
     out
 }
 
-/// The module a path names: the longest known module it starts with, relative to `from`.
-fn resolve(path: &[String], from: &ModPath, modules: &BTreeSet<ModPath>) -> Option<ModPath> {
+/// Names a module re-exports (`pub use a::X;` in `m` makes `m::X` name module `a`), so a path
+/// through a re-export counts against the module that defines the item.
+type Reexports = BTreeMap<(ModPath, String), ModPath>;
+
+/// The paths of a module's `pub use` (and `pub(crate) use`) trees.
+fn pub_uses(code: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for mark in ["pub use ", "pub(crate) use "] {
+        let mut at = 0;
+        while let Some(found) = code[at..].find(mark) {
+            let start = at + found + mark.len();
+            at = start;
+            let Some(end) = code[start..].find(';') else {
+                break;
+            };
+            expand(&code[start..start + end], &[], &mut out);
+        }
+    }
+    out
+}
+
+/// The module a path names: the longest known module it starts with, relative to `from`, then
+/// through one re-export when the next name is re-exported there.
+fn resolve(
+    path: &[String],
+    from: &ModPath,
+    modules: &BTreeSet<ModPath>,
+    reexports: &Reexports,
+) -> Option<ModPath> {
+    let (base, next) = resolve_modules(path, from, modules)?;
+    let through = next.and_then(|name| reexports.get(&(base.clone(), name.clone())));
+    Some(through.cloned().unwrap_or(base))
+}
+
+/// The longest known module a path starts with, relative to `from`, and the name after it.
+fn resolve_modules<'p>(
+    path: &'p [String],
+    from: &ModPath,
+    modules: &BTreeSet<ModPath>,
+) -> Option<(ModPath, Option<&'p String>)> {
     let (mut base, rest) = match path.first().map(String::as_str) {
         Some("crate") => (Vec::new(), &path[1..]),
         Some("self") => (from.clone(), &path[1..]),
@@ -278,10 +316,10 @@ fn resolve(path: &[String], from: &ModPath, modules: &BTreeSet<ModPath>) -> Opti
         base.push(seg.clone());
         if !modules.contains(&base) {
             base.pop();
-            break;
+            return Some((base, Some(seg)));
         }
     }
-    Some(base)
+    Some((base, None))
 }
 
 /// Sibling edges: for `a` naming `b`, the children of their closest common module that hold
@@ -311,6 +349,23 @@ fn sibling_edges_with_witness(src: &Path) -> BTreeMap<ModPath, BTreeMap<(String,
         }
         code_of.insert(from, code);
     }
+    let mut reexports = Reexports::new();
+    for (module, code) in &code_of {
+        for path in pub_uses(code) {
+            let Some(name) = path.last().filter(|n| n.as_str() != "self") else {
+                continue;
+            };
+            // `pub use child::X` is relative to the module itself.
+            let path = if matches!(path[0].as_str(), "crate" | "self" | "super") {
+                path.clone()
+            } else {
+                std::iter::once("self".to_string()).chain(path.iter().cloned()).collect()
+            };
+            if let Some((target, _)) = resolve_modules(&path, module, &modules) {
+                reexports.insert((module.clone(), name.clone()), target);
+            }
+        }
+    }
     let mut groups: BTreeMap<ModPath, BTreeMap<(String, String), String>> = BTreeMap::new();
     for file in &files {
         let from = module_of(src, file);
@@ -319,7 +374,7 @@ fn sibling_edges_with_witness(src: &Path) -> BTreeMap<ModPath, BTreeMap<(String,
             continue;
         }
         for path in named_paths(&code_of[&from]) {
-            let Some(to) = resolve(&path, &from, &modules) else {
+            let Some(to) = resolve(&path, &from, &modules, &reexports) else {
                 continue;
             };
             let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
@@ -451,7 +506,7 @@ fn the_reader_finds_a_circle_it_is_shown_and_ignores_parent_child_use() {
     let src = dir.path();
     std::fs::create_dir_all(src.join("a")).expect("mkdir");
     let write = |p: &str, s: &str| std::fs::write(src.join(p), s).expect("write");
-    write("lib.rs", "mod a; mod b; mod c; pub use a::X;");
+    write("lib.rs", "mod a; mod b; mod c; pub use c::g;");
     write("a/mod.rs", "mod inner; use crate::b::Y; pub use inner::Z;");
     // A child naming its parent and the parent naming the child is not a circle.
     write(

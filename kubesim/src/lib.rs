@@ -23,6 +23,7 @@ mod config;
 pub mod controllers;
 pub mod error;
 pub mod exec;
+pub mod fit;
 pub mod fleet;
 pub mod json;
 pub mod kubeconfig;

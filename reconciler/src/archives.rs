@@ -17,7 +17,7 @@ use tokio::task::AbortHandle;
 use crate::error::Result;
 
 /// Most archives written at the same time (as many as jobs a pass syncs at once).
-pub const MAX_WRITING: usize = crate::pass::CONCURRENCY;
+pub const MAX_WRITING: usize = crate::config::PASS_CONCURRENCY;
 
 enum Slot {
     Running(AbortHandle),

@@ -18,9 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use tuneplane_core::callback::outbox::{self, TargetRef};
 use tuneplane_core::callback::payload::{EVENT_HEADER, EVENT_ID_HEADER};
 use tuneplane_core::callback::{
@@ -86,50 +83,7 @@ impl Resolve for SystemResolver {
     }
 }
 
-/// The sender's counters, on the reconciler's `/metrics`.
-#[derive(Debug, Default)]
-pub struct CallbackMetrics {
-    delivered: Counter,
-    failed: Counter,
-    given_up: Counter,
-    outstanding: Gauge,
-}
-
-impl CallbackMetrics {
-    /// Registers the counters in `registry`.
-    pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "tuneplane_callbacks_delivered",
-            "Callback deliveries a receiver answered 2xx.",
-            self.delivered.clone(),
-        );
-        registry.register(
-            "tuneplane_callback_attempts_failed",
-            "Callback delivery attempts that failed (retried with backoff unless given up).",
-            self.failed.clone(),
-        );
-        registry.register(
-            "tuneplane_callbacks_given_up",
-            "Callback deliveries given up: a refused address, 410 Gone, a day without success, or the tenant's cap.",
-            self.given_up.clone(),
-        );
-        registry.register(
-            "tuneplane_callbacks_outstanding",
-            "Callback deliveries waiting to succeed (as of the sender's last tick).",
-            self.outstanding.clone(),
-        );
-    }
-
-    /// Deliveries answered 2xx so far.
-    pub fn delivered(&self) -> u64 {
-        self.delivered.get()
-    }
-
-    /// Deliveries given up so far.
-    pub fn given_up(&self) -> u64 {
-        self.given_up.get()
-    }
-}
+pub use crate::metrics::CallbackMetrics;
 
 /// The result of one delivery attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]

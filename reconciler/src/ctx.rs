@@ -9,6 +9,19 @@ use tuneplane_core::store::{BlobStore, JobStore};
 
 use crate::{Config, Result, kube_io, leader, metrics};
 
+/// Counts of one pass, for tests and logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassReport {
+    /// Jobs admitted this pass (an admission that failed is not counted).
+    pub admitted: usize,
+    /// Jobs that stayed queued.
+    pub waiting: usize,
+    /// Per-job steps that failed (retried next pass).
+    pub errors: usize,
+    /// Admissions planned beyond this pass's budget, left QUEUED for the next pass.
+    pub deferred: usize,
+}
+
 /// Everything a pass needs.
 pub struct Ctx {
     /// Settings, parsed once at startup; a pass never reads the environment.

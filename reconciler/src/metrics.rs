@@ -94,7 +94,7 @@ pub struct Metrics {
     /// one pass's tenants, never a mix.
     tenants: Mutex<()>,
     /// The callback sender's counters.
-    pub callbacks: Arc<crate::callbacks::CallbackMetrics>,
+    pub callbacks: Arc<CallbackMetrics>,
 }
 
 impl Default for Metrics {
@@ -532,6 +532,51 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, token: Option<String
             addr: addr.to_string(),
             source,
         })
+}
+
+/// The sender's counters, on the reconciler's `/metrics`.
+#[derive(Debug, Default)]
+pub struct CallbackMetrics {
+    pub(crate) delivered: Counter,
+    pub(crate) failed: Counter,
+    pub(crate) given_up: Counter,
+    pub(crate) outstanding: Gauge,
+}
+
+impl CallbackMetrics {
+    /// Registers the counters in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "tuneplane_callbacks_delivered",
+            "Callback deliveries a receiver answered 2xx.",
+            self.delivered.clone(),
+        );
+        registry.register(
+            "tuneplane_callback_attempts_failed",
+            "Callback delivery attempts that failed (retried with backoff unless given up).",
+            self.failed.clone(),
+        );
+        registry.register(
+            "tuneplane_callbacks_given_up",
+            "Callback deliveries given up: a refused address, 410 Gone, a day without success, or the tenant's cap.",
+            self.given_up.clone(),
+        );
+        registry.register(
+            "tuneplane_callbacks_outstanding",
+            "Callback deliveries waiting to succeed (as of the sender's last tick).",
+            self.outstanding.clone(),
+        );
+    }
+
+    /// Deliveries answered 2xx so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered.get()
+    }
+
+    /// Deliveries given up so far.
+    pub fn given_up(&self) -> u64 {
+        self.given_up.get()
+    }
 }
 
 #[cfg(test)]

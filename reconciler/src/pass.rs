@@ -26,21 +26,8 @@ use crate::error::Result;
 use crate::sync::{platform_event, state_key, sweep_orphans, sync_job};
 use crate::{Ctx, workload};
 
-/// Jobs synced or admitted at the same time within a pass.
-pub const CONCURRENCY: usize = 16;
-
-/// Counts of one pass, for tests and logs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PassReport {
-    /// Jobs admitted this pass (an admission that failed is not counted).
-    pub admitted: usize,
-    /// Jobs that stayed queued.
-    pub waiting: usize,
-    /// Per-job steps that failed (retried next pass).
-    pub errors: usize,
-    /// Admissions planned beyond this pass's budget, left QUEUED for the next pass.
-    pub deferred: usize,
-}
+pub use crate::config::PASS_CONCURRENCY as CONCURRENCY;
+pub use crate::ctx::PassReport;
 
 /// Machines of admitted jobs that are not bound to a node yet, with the planned nodes they still
 /// wait for (planned nodes where no pod of the pool is bound yet).

@@ -29,7 +29,7 @@ use crate::cluster::{Cluster, pod_info};
 use crate::decide::MESSAGE_REFRESH_MS;
 use crate::error::{Error, Result};
 use crate::kube_io::{is_conflict, is_not_found};
-use crate::pass::PassReport;
+use crate::ctx::PassReport;
 use crate::{Ctx, status};
 
 /// What one pod shows: state, reason and message.

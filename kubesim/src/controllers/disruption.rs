@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::events::{NORMAL, Recorder};
-use super::fit::Taint;
+use crate::fit::Taint;
 use super::scheduler::set_condition;
 use crate::fleet::effect::NO_EXECUTE;
 use crate::json::{self, str_at};

@@ -6,10 +6,42 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::lifecycle::{KUBELET, KubeletEvent};
 use crate::json;
 use crate::resources::EVENTS;
 use crate::store::{Part, Store};
+
+/// `source.component` of the kubelet's events.
+pub const KUBELET: &str = "kubelet";
+
+/// One event the kubelet writes about a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletEvent {
+    /// `Normal` or `Warning`.
+    pub ty: &'static str,
+    /// The event reason (`Pulled`, `Failed`, `BackOff`, ...).
+    pub reason: &'static str,
+    /// The event message, in the kubelet's wording.
+    pub message: String,
+    /// The part of the pod the event is about (`spec.containers{main}`), as the kubelet's
+    /// `involvedObject.fieldPath`; `None` for the pod as a whole.
+    pub field_path: Option<String>,
+}
+
+impl KubeletEvent {
+    pub(crate) fn new(
+        ty: &'static str,
+        reason: &'static str,
+        message: String,
+        field_path: Option<String>,
+    ) -> Self {
+        Self {
+            ty,
+            reason,
+            message,
+            field_path,
+        }
+    }
+}
 
 /// Event type `Normal`.
 pub const NORMAL: &str = "Normal";

@@ -62,38 +62,7 @@ impl Step {
     }
 }
 
-/// `source.component` of the kubelet's events.
-pub const KUBELET: &str = "kubelet";
-
-/// One event the kubelet writes about a pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeletEvent {
-    /// `Normal` or `Warning`.
-    pub ty: &'static str,
-    /// The event reason (`Pulled`, `Failed`, `BackOff`, ...).
-    pub reason: &'static str,
-    /// The event message, in the kubelet's wording.
-    pub message: String,
-    /// The part of the pod the event is about (`spec.containers{main}`), as the kubelet's
-    /// `involvedObject.fieldPath`; `None` for the pod as a whole.
-    pub field_path: Option<String>,
-}
-
-impl KubeletEvent {
-    fn new(
-        ty: &'static str,
-        reason: &'static str,
-        message: String,
-        field_path: Option<String>,
-    ) -> Self {
-        Self {
-            ty,
-            reason,
-            message,
-            field_path,
-        }
-    }
-}
+pub use super::events::{KUBELET, KubeletEvent};
 
 /// The `(name, image)` of each container in the pod's `spec.<list>` (`containers` or
 /// `initContainers`).

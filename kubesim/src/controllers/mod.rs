@@ -6,7 +6,6 @@
 
 pub mod disruption;
 pub mod events;
-pub mod fit;
 pub mod jobs;
 pub mod kubelet;
 pub mod kuberay;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::events::{Recorder, WARNING};
-use super::fit::{self, BoundPods, NodeInfo, PodNeeds};
+use crate::fit::{self, BoundPods, NodeInfo, PodNeeds};
 use crate::json;
 use crate::resources::{NAMESPACES, NODES, PODS};
 use crate::store::Store;

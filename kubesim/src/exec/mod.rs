@@ -105,7 +105,7 @@ impl Executor {
         if json::label(pod, "ray.io/node-type").is_some() {
             return false;
         }
-        let needs = crate::controllers::fit::PodNeeds::from_pod(pod);
+        let needs = crate::fit::PodNeeds::from_pod(pod);
         needs
             .requests
             .get(tuneplane_core::constants::GPU_RESOURCE)

@@ -14,6 +14,9 @@ pub mod process;
 
 pub use process::StoreSettings;
 
+/// Jobs synced or admitted at the same time within a pass.
+pub const PASS_CONCURRENCY: usize = 16;
+
 /// Namespace of the reconciler itself (its Lease lives there).
 pub const ENV_NAMESPACE: &str = "TUNEPLANE_NAMESPACE";
 /// `1` (default): pods request `nvidia.com/gpu`; `0`: they do not (kind/CI), Ray keeps `num-gpus`;
