@@ -8,6 +8,7 @@ pub mod cmd;
 #[cfg(feature = "dev")]
 pub mod dev;
 pub mod examples;
+pub mod term;
 
 #[cfg(test)]
 mod repository {

@@ -26,10 +26,10 @@ use tuneplane_core::render::render_playground;
 use tuneplane_core::store::{PlaygroundRecord, PlaygroundState, PlaygroundStatus};
 
 use crate::cluster::{Cluster, pod_info};
+use crate::ctx::PassReport;
 use crate::decide::MESSAGE_REFRESH_MS;
 use crate::error::{Error, Result};
 use crate::kube_io::{is_conflict, is_not_found};
-use crate::ctx::PassReport;
 use crate::{Ctx, status};
 
 /// What one pod shows: state, reason and message.

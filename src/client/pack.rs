@@ -72,7 +72,7 @@ fn progress_line(
     bytes_total: u64,
     tty: bool,
 ) -> Option<String> {
-    let size = crate::cmd::capsule::human_bytes(bytes_done);
+    let size = human_bytes(bytes_done);
     if tty {
         let pct = (bytes_done * 100).checked_div(bytes_total).unwrap_or(100);
         Some(format!(
@@ -89,6 +89,22 @@ fn crc32(data: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(data);
     h.finalize()
+}
+
+/// `1.5 MiB`-style sizes.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 #[cfg(test)]

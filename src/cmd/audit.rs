@@ -10,8 +10,8 @@ use tuneplane_core::ids::{TENANT_RULE, valid_tenant};
 use tuneplane_functions::routes::audit::parse_time;
 use tuneplane_functions::runtime::now_ms;
 
-use super::admin::{StoreArgs, with_store};
 use super::output::{age, print_table};
+use super::store_access::{StoreArgs, with_store};
 use crate::client::Output;
 
 /// Arguments of `admin audit`.
@@ -109,7 +109,7 @@ mod tests {
     use tuneplane_core::submit::SCOPE_JOBS_READ;
     use tuneplane_stores::EmbeddedJobStore;
 
-    use super::super::admin::{StoreArgs, issue_key, operator};
+    use super::super::store_access::{StoreArgs, issue_key, operator};
     use super::super::{keys, quota};
     use super::*;
 

@@ -20,7 +20,8 @@ use serde_json::Value;
 use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::job::{JobRecord, JobState};
 
-use super::jobs::{print_capacity, read_logs_archive};
+use super::jobs::print_capacity;
+use super::logs::read_logs_archive;
 use super::output::{clock, pools_of, print_table};
 use crate::client::{Api, ClientArgs, Output};
 use crate::dev::{DevArgs, Stack};

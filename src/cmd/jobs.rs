@@ -4,7 +4,6 @@
 //! 1 an error (bad input, API unreachable, refused request), 3 the job FAILED, 4 the job was STOPPED.
 
 use std::collections::HashSet;
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -430,14 +429,7 @@ async fn last_lines(api: &Api, id: &str, no_wait: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Exit code for a finished job.
-pub fn exit_for(state: JobState) -> ExitCode {
-    match state {
-        JobState::Succeeded => ExitCode::SUCCESS,
-        JobState::Stopped => ExitCode::from(4),
-        _ => ExitCode::from(3),
-    }
-}
+pub use super::output::exit_for;
 
 /// `watch ID`: live state, pending reason and new events until the job ends.
 pub async fn watch_job(
@@ -544,26 +536,6 @@ pub async fn events(api: &Api, out: Output, id: &str) -> anyhow::Result<ExitCode
         &rows,
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// Every file of a `logs.tar.gz`, in archive order.
-pub fn read_logs_archive(bytes: &[u8]) -> anyhow::Result<Vec<(String, String)>> {
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
-    let mut files = Vec::new();
-    for entry in archive
-        .entries()
-        .context("the logs archive is not a tar.gz")?
-    {
-        let mut entry = entry?;
-        if !entry.header().entry_type().is_file() {
-            continue;
-        }
-        let name = entry.path()?.to_string_lossy().into_owned();
-        let mut text = String::new();
-        entry.by_ref().take(64 << 20).read_to_string(&mut text).ok();
-        files.push((name, text));
-    }
-    Ok(files)
 }
 
 /// `stop ID`.

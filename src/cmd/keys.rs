@@ -13,8 +13,8 @@ use anyhow::{Context, bail};
 use tuneplane_core::store::{ApiKeyChange, ApiKeyRecord, JobStore};
 use tuneplane_functions::runtime::now_ms;
 
-use super::admin::{StoreArgs, audit, store_new_key, with_store};
 use super::output::{age, print_table};
+use super::store_access::{StoreArgs, audit, store_new_key, with_store};
 use crate::client::Output;
 use tuneplane_core::audit::AuditAction;
 
@@ -221,7 +221,7 @@ mod tests {
     use tuneplane_core::submit::{SCOPE_JOBS_READ, SubmitError, authenticate};
     use tuneplane_stores::EmbeddedJobStore;
 
-    use super::super::admin::issue_key;
+    use super::super::store_access::issue_key;
     use super::*;
 
     fn store() -> (tempfile::TempDir, EmbeddedJobStore) {

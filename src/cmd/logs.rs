@@ -8,7 +8,7 @@
 //! followed job's output is printed whole, in order, each line once.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tuneplane_core::job::{JobRecord, JobState};
 
-use super::jobs::{exit_for, read_logs_archive};
+use super::output::exit_for;
 use super::output::written;
 use crate::client::{Api, Output};
 
@@ -508,6 +508,26 @@ async fn print_archive(api: &Api, out: Output, a: &LogsArgs) -> anyhow::Result<E
     drop(stdout);
     report_unreadable(&files, wanted);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every file of a `logs.tar.gz`, in archive order.
+pub fn read_logs_archive(bytes: &[u8]) -> anyhow::Result<Vec<(String, String)>> {
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let mut files = Vec::new();
+    for entry in archive
+        .entries()
+        .context("the logs archive is not a tar.gz")?
+    {
+        let mut entry = entry?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let name = entry.path()?.to_string_lossy().into_owned();
+        let mut text = String::new();
+        entry.by_ref().take(64 << 20).read_to_string(&mut text).ok();
+        files.push((name, text));
+    }
+    Ok(files)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod outputs;
 pub mod playground;
 pub mod quota;
 pub mod render;
+pub mod store_access;
 pub mod subscriptions;
 pub mod usage;
 pub mod validate;

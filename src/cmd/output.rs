@@ -1,13 +1,21 @@
 //! Human output: aligned tables, relative ages, clock durations.
 
+use std::process::ExitCode;
+
 use anyhow::Context;
 use serde::de::DeserializeOwned;
+use tuneplane_core::job::JobState;
 use tuneplane_core::spec::JobSpec;
 
-/// Colour only on a terminal and never when `NO_COLOR` is set to anything non-empty
-/// (no-color.org).
-pub fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
-    terminal && no_color.is_none_or(|v| v.is_empty())
+pub use crate::term::colour;
+
+/// Exit code for a finished job.
+pub fn exit_for(state: JobState) -> ExitCode {
+    match state {
+        JobState::Succeeded => ExitCode::SUCCESS,
+        JobState::Stopped => ExitCode::from(4),
+        _ => ExitCode::from(3),
+    }
 }
 
 /// Whether stdout gets colour.

@@ -17,8 +17,8 @@ use tuneplane_core::quota_view::QuotaView;
 use tuneplane_core::store::JobStore;
 use tuneplane_functions::runtime::now_ms;
 
-use super::admin::{StoreArgs, with_store};
 use super::output::{age, print_table};
+use super::store_access::{StoreArgs, with_store};
 use crate::client::{Api, Output};
 
 /// Subcommands of `admin quota`.
@@ -213,7 +213,7 @@ pub async fn set(store: &dyn JobStore, args: &SetArgs) -> anyhow::Result<TenantQ
     let q = merge(existing, args)?;
     store.put_quota(&q).await?;
     let change = serde_json::to_value(&q).unwrap_or_default();
-    super::admin::audit(store, &q.tenant, AuditAction::QuotaSet, &q.tenant, change).await?;
+    super::store_access::audit(store, &q.tenant, AuditAction::QuotaSet, &q.tenant, change).await?;
     Ok(q)
 }
 
@@ -246,7 +246,7 @@ pub async fn unset(
         Removal::All => serde_json::json!({"removed": "all"}),
     };
     let left = unset_inner(store, &mut q, tenant, what).await?;
-    super::admin::audit(store, tenant, AuditAction::QuotaUnset, tenant, removed).await?;
+    super::store_access::audit(store, tenant, AuditAction::QuotaUnset, tenant, removed).await?;
     Ok(left)
 }
 

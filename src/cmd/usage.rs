@@ -12,8 +12,8 @@ use tuneplane_core::usage::{GroupBy, Row, known_tenants, report, tenant_slices, 
 use tuneplane_functions::routes::audit::parse_time;
 use tuneplane_functions::runtime::now_ms;
 
-use super::admin::{StoreArgs, with_store};
 use super::output::print_table;
+use super::store_access::{StoreArgs, with_store};
 use crate::client::{Api, Output};
 
 /// Arguments of `tuneplane usage`.

@@ -229,7 +229,7 @@ fn init_logs() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(crate::cmd::output::colour(
+        .with_ansi(crate::term::colour(
             std::io::stderr().is_terminal(),
             std::env::var_os("NO_COLOR"),
         ))

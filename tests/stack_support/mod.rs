@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tuneplane::client::{Api, ClientArgs, Output, pack};
-use tuneplane::cmd::jobs::read_logs_archive;
+use tuneplane::cmd::logs::read_logs_archive;
 use tuneplane::dev::{Backend, Stack, StackOptions, UNPULLABLE_IMAGE};
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::{JobEvent, JobRecord};

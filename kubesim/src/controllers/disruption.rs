@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::events::{NORMAL, Recorder};
-use crate::fit::Taint;
 use super::scheduler::set_condition;
+use crate::fit::Taint;
 use crate::fleet::effect::NO_EXECUTE;
 use crate::json::{self, str_at};
 use crate::resources::{NODES, PODS};
