@@ -165,7 +165,7 @@ fn admin_quota_set_refuses_bad_values_naming_each_field_and_stores_nothing() {
     let err = text(&bad.stderr);
     for needle in [
         "the quota of tenant \"Team_A\" is invalid:",
-        "tenant: \"Team_A\" is not a tenant name",
+        "tenant: \"Team_A\" is not a valid tenant name: use 1-40",
         "weight: 0 is out of range; use a number from 0.01 to 1000",
         "series: \"H 200\" is not a series name",
         "cpus: -1 is out of range",

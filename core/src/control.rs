@@ -269,7 +269,7 @@ where
     Fut: std::future::Future<Output = Result<Option<T>, StoreError>>,
 {
     let not_found = || ControlError::NotFound(format!("{kind} {id} not found"));
-    if !valid_id(id) {
+    if crate::ids::Id::parse(id).is_err() {
         return Err(not_found());
     }
     match get().await? {

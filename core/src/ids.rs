@@ -2,6 +2,16 @@
 //! the ids the API hands out (jobs, playgrounds, keys). Every entry (API, console, triggers,
 //! webhooks, the admin CLI, quotas) checks through here, so a name one door accepts is never
 //! refused by another.
+//!
+//! [`TenantId`] and [`Id`] (alias [`JobId`]) are the checked forms: the only way to make one is
+//! [`TenantId::parse`] / [`Id::parse`] (or deserializing, which checks the same), so a value of
+//! either type has passed its rule. [`valid_tenant`] and [`valid_id`] ask the same question
+//! without keeping the value.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Most characters of a tenant name (namespaces, labels and keys are built from it).
 pub const TENANT_MAX: usize = 40;
@@ -30,6 +40,132 @@ pub fn valid_id(id: &str) -> bool {
     slug(id, ID_MAX)
 }
 
+/// A name or id that broke its rule: what it was meant to be, the value, and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a valid {what}: use {rule}")]
+pub struct IdError {
+    /// `tenant name` or `id`.
+    pub what: &'static str,
+    /// The value given.
+    pub value: String,
+    /// The rule in words ([`TENANT_RULE`] or [`ID_RULE`]).
+    pub rule: &'static str,
+}
+
+/// Defines a string newtype that can only hold values passing `check`.
+macro_rules! checked_name {
+    ($(#[$doc:meta])* $name:ident, $check:ident, $what:literal, $rule:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        /// Shown as the quoted text, like the `String` it replaces in messages.
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl $name {
+            /// Checks `value` against the rule; the error names the value and the rule.
+            pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
+                let value = value.into();
+                if $check(&value) {
+                    Ok(Self(value))
+                } else {
+                    Err(IdError {
+                        what: $what,
+                        value,
+                        rule: $rule,
+                    })
+                }
+            }
+
+            /// The checked text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The checked text, owned.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
+                Self::parse(s)
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(v: $name) -> String {
+                v.0
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                Self::parse(String::deserialize(d)?).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+checked_name!(
+    /// A tenant name that passed [`TENANT_RULE`]: what keys, quotas, webhook sources, triggers,
+    /// namespaces and the admin commands take.
+    TenantId,
+    valid_tenant,
+    "tenant name",
+    TENANT_RULE
+);
+
+checked_name!(
+    /// An id that passed [`ID_RULE`]: job ids, and the same rule for playgrounds, schedules,
+    /// templates and uploads.
+    Id,
+    valid_id,
+    "id",
+    ID_RULE
+);
+
+/// A job id ([`Id`]).
+pub type JobId = Id;
+
 /// True if `s` is a lower-case RFC 1123 DNS label of at most `max` characters that starts with a letter.
 pub fn is_dns_label(s: &str, max: usize) -> bool {
     let b = s.as_bytes();
@@ -55,5 +191,33 @@ mod tests {
         }
         assert!(TENANT_RULE.starts_with(&format!("1-{TENANT_MAX} ")));
         assert!(ID_RULE.starts_with(&format!("1-{ID_MAX} ")));
+    }
+
+    #[test]
+    fn the_checked_types_hold_only_what_their_rule_allows_however_they_are_made() {
+        let t40 = "a".repeat(40);
+        assert_eq!(
+            TenantId::parse(t40.clone()).map(String::from),
+            Ok(t40.clone())
+        );
+        let err = TenantId::parse("a".repeat(41)).expect_err("41 characters");
+        assert_eq!(err.rule, TENANT_RULE);
+        assert!(
+            err.to_string()
+                .contains("is not a valid tenant name: use 1-40"),
+            "{err}"
+        );
+        assert!("Acme".parse::<TenantId>().is_err() && "acme".parse::<TenantId>().is_ok());
+        // Deserializing checks the same rule; serializing writes the plain string.
+        let ok: Result<TenantId, _> = serde_json::from_str("\"acme\"");
+        assert_eq!(ok.as_deref().ok(), Some("acme"));
+        let bad: Result<JobId, _> = serde_json::from_str("\"../etc\"");
+        assert!(bad.is_err_and(|e| e.to_string().contains("is not a valid id: use 1-64")));
+        let id = JobId::parse("j-0123").expect("id");
+        assert_eq!(
+            serde_json::to_string(&id).ok().as_deref(),
+            Some("\"j-0123\"")
+        );
+        assert!(JobId::parse("a".repeat(64)).is_ok() && JobId::parse("a".repeat(65)).is_err());
     }
 }

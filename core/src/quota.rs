@@ -102,11 +102,8 @@ impl TenantQuota {
     /// Checks every field; the error lists each problem with its field and what to do.
     pub fn validate(&self) -> Result<(), QuotaError> {
         let mut problems = Vec::new();
-        if !valid_tenant(&self.tenant) {
-            problems.push(format!(
-                "tenant: {:?} is not a tenant name (1-40 of a-z, 0-9 and '-', as on API keys)",
-                self.tenant
-            ));
+        if let Err(e) = crate::ids::TenantId::parse(self.tenant.as_str()) {
+            problems.push(format!("tenant: {e} (as on API keys)"));
         }
         if !self.weight.is_finite() || !(MIN_WEIGHT..=MAX_WEIGHT).contains(&self.weight) {
             problems.push(format!(

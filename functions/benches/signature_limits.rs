@@ -45,7 +45,7 @@ async fn main() {
         "ci".to_owned(),
         WebhookSource {
             secret: SECRET.into(),
-            tenant: "acme".into(),
+            tenant: tuneplane_core::ids::TenantId::parse("acme").expect("tenant"),
             template: None,
             scheme: SignatureScheme::TunePlane,
         },

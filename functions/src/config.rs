@@ -332,11 +332,8 @@ fn parse_tenant_namespaces(json: &str) -> Result<BTreeMap<String, String>, Confi
         ))
     })?;
     for (tenant, ns) in &map {
-        if !tuneplane_core::quota::valid_tenant(tenant) {
-            return Err(fail(format!(
-                "tenant {tenant:?} must be {}",
-                tuneplane_core::ids::TENANT_RULE
-            )));
+        if let Err(e) = tuneplane_core::ids::TenantId::parse(tenant.as_str()) {
+            return Err(fail(format!("tenant {tenant:?} must be {}", e.rule)));
         }
         namespace_value(ENV_TENANT_NAMESPACES, ns.clone())
             .map_err(|e| fail(format!("tenant {tenant}: {}", e.message)))?;
@@ -389,10 +386,10 @@ fn parse_event_senders(json: &str) -> Result<BTreeMap<String, String>, ConfigErr
                 "{account:?} is not an AWS account id (12 digits)"
             )));
         }
-        if !tuneplane_core::ids::valid_tenant(tenant) {
+        if let Err(e) = tuneplane_core::ids::TenantId::parse(tenant.as_str()) {
             return Err(fail(format!(
                 "tenant {tenant:?} of account {account} must be {}",
-                tuneplane_core::ids::TENANT_RULE
+                e.rule
             )));
         }
     }

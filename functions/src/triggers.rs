@@ -195,7 +195,8 @@ async fn inbox_object(
     let tenant = key[INBOX_PREFIX.len()..]
         .split_once('/')
         .map(|(t, _)| t)
-        .filter(|t| tuneplane_core::ids::valid_tenant(t));
+        .and_then(|t| tuneplane_core::ids::TenantId::parse(t).ok());
+    let tenant = tenant.as_ref().map(|t| t.as_str());
     let result = match tenant {
         None => Err(SubmitError::InvalidRequest(
             "put console archives under inbox/<tenant>/ (e.g. inbox/acme/job.zip)".into(),

@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use tuneplane_core::ids::{Id, TenantId};
+
 use crate::secret::Secret;
 
 /// Git hosting signature header.
@@ -61,9 +63,9 @@ pub struct WebhookSource {
     /// HMAC-SHA256 secret shared with the sender (redacted in `Debug`).
     pub secret: Secret,
     /// Tenant the jobs belong to.
-    pub tenant: String,
+    pub tenant: TenantId,
     /// Template run when the payload names neither a spec nor a template (e.g. Git push events).
-    pub template: Option<String>,
+    pub template: Option<Id>,
     /// The only signature scheme accepted from this source.
     pub scheme: SignatureScheme,
 }
@@ -124,12 +126,8 @@ fn parse_source(entry: &Value) -> Result<WebhookSource, String> {
         ));
     }
     let tenant = text("tenant")?.ok_or("add \"tenant\" (the tenant its jobs belong to)")?;
-    if !tuneplane_core::ids::valid_tenant(tenant) {
-        return Err(format!(
-            "\"tenant\" must be {}",
-            tuneplane_core::ids::TENANT_RULE
-        ));
-    }
+    // The error never quotes the value (a secret pasted in the wrong field stays unprinted).
+    let tenant = TenantId::parse(tenant).map_err(|e| format!("\"tenant\" must be {}", e.rule))?;
     let scheme = match text("scheme")? {
         Some("tuneplane") => SignatureScheme::TunePlane,
         Some("hub") => SignatureScheme::Hub,
@@ -144,19 +142,12 @@ fn parse_source(entry: &Value) -> Result<WebhookSource, String> {
             );
         }
     };
-    let template = text("template")?.map(str::to_owned);
-    if template
-        .as_deref()
-        .is_some_and(|t| !tuneplane_core::control::valid_id(t))
-    {
-        return Err(format!(
-            "\"template\" must be {}",
-            tuneplane_core::ids::ID_RULE
-        ));
-    }
+    let template = text("template")?
+        .map(|t| Id::parse(t).map_err(|e| format!("\"template\" must be {}", e.rule)))
+        .transpose()?;
     Ok(WebhookSource {
         secret: Secret::new(secret),
-        tenant: tenant.to_owned(),
+        tenant,
         template,
         scheme,
     })

@@ -10,9 +10,10 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use tuneplane_core::ids::{Id, TenantId};
 use tuneplane_core::store::{JobStore, ScheduleRecord};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
-use tuneplane_functions::runtime::{now_ms, valid_id};
+use tuneplane_functions::runtime::now_ms;
 
 use super::store_access::{StoreArgs, issue_key, with_store};
 
@@ -61,7 +62,7 @@ pub struct CreateScheduleArgs {
 pub struct CreateKeyArgs {
     /// Tenant the key acts for (lower-case letters, digits and '-').
     #[arg(long)]
-    pub tenant: String,
+    pub tenant: TenantId,
     /// Scopes to grant (repeatable): jobs:read, jobs:write, admin.
     #[arg(long = "scope", default_values = [SCOPE_JOBS_READ, SCOPE_JOBS_WRITE])]
     pub scopes: Vec<String>,
@@ -92,8 +93,8 @@ pub async fn schedule_from_job(
     from_job: &str,
     expression: &str,
 ) -> anyhow::Result<ScheduleRecord> {
-    if !valid_id(id) {
-        bail!("schedule id {id:?}: use {}", tuneplane_core::ids::ID_RULE);
+    if let Err(e) = Id::parse(id) {
+        bail!("schedule id {e}");
     }
     if !(expression.starts_with("cron(")
         || expression.starts_with("rate(")

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use tuneplane_core::audit::{AUDIT_LIST_LIMIT, AuditEntry, AuditQuery};
-use tuneplane_core::ids::{TENANT_RULE, valid_tenant};
+use tuneplane_core::ids::TenantId;
 use tuneplane_functions::routes::audit::parse_time;
 use tuneplane_functions::runtime::now_ms;
 
@@ -19,7 +19,7 @@ use crate::client::Output;
 pub struct AuditArgs {
     /// Only this tenant's entries (default: every tenant's).
     #[arg(long)]
-    pub tenant: Option<String>,
+    pub tenant: Option<TenantId>,
     /// Entries made since: a duration back from now (30m, 12h, 1d, 2w), an RFC 3339 time or
     /// epoch milliseconds.
     #[arg(long, default_value = "1d")]
@@ -40,9 +40,6 @@ pub struct AuditArgs {
 
 /// The listing `args` ask for, checked.
 pub fn query_of(args: &AuditArgs, now: i64) -> anyhow::Result<AuditQuery> {
-    if let Some(t) = args.tenant.as_ref().filter(|t| !valid_tenant(t)) {
-        bail!("--tenant {t:?}: use {TENANT_RULE}");
-    }
     if !(1..=AUDIT_LIST_LIMIT).contains(&args.limit) {
         bail!("--limit {}: give 1 to {AUDIT_LIST_LIMIT}", args.limit);
     }
@@ -53,7 +50,7 @@ pub fn query_of(args: &AuditArgs, now: i64) -> anyhow::Result<AuditQuery> {
         .map(|u| parse_time(u, now).map_err(|e| anyhow::anyhow!("--until: {e}")))
         .transpose()?;
     Ok(AuditQuery {
-        tenant: args.tenant.clone(),
+        tenant: args.tenant.as_ref().map(TenantId::to_string),
         since_ms: Some(since),
         until_ms: until,
         limit: args.limit,
@@ -115,7 +112,7 @@ mod tests {
 
     fn args(since: &str, tenant: Option<&str>, limit: usize) -> AuditArgs {
         AuditArgs {
-            tenant: tenant.map(str::to_owned),
+            tenant: tenant.map(|t| TenantId::parse(t).expect("a tenant")),
             since: since.into(),
             until: None,
             limit,
@@ -195,10 +192,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("--since:") && e.contains("RFC 3339"), "{e}");
-        let e = query_of(&args("1d", Some("Acme Corp"), 10), now)
+        // The tenant is checked as the command line is read, by its type.
+        #[derive(clap::Parser, Debug)]
+        struct Line {
+            #[command(flatten)]
+            audit: AuditArgs,
+        }
+        let e = <Line as clap::Parser>::try_parse_from(["audit", "--tenant", "Acme Corp"])
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("--tenant"), "{e}");
+        assert!(
+            e.contains("--tenant")
+                && e.contains("\"Acme Corp\" is not a valid tenant name: use 1-40"),
+            "{e}"
+        );
         let e = query_of(&args("1d", None, 0), now).unwrap_err().to_string();
         assert!(e.starts_with("--limit 0"), "{e}");
         let q = query_of(&args("2h", Some("acme"), 5), now).unwrap();

@@ -126,17 +126,13 @@ pub async fn store_new_key(
     scopes: &[String],
     name: &str,
 ) -> anyhow::Result<(String, tuneplane_core::store::ApiKeyRecord)> {
-    if !tuneplane_core::ids::valid_tenant(tenant) {
-        bail!(
-            "tenant {tenant:?}: use {}",
-            tuneplane_core::ids::TENANT_RULE
-        );
-    }
+    let tenant =
+        tuneplane_core::ids::TenantId::parse(tenant).map_err(|e| anyhow::anyhow!("tenant {e}"))?;
     let known = [SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, SCOPE_ADMIN];
     if let Some(bad) = scopes.iter().find(|s| !known.contains(&s.as_str())) {
         bail!("unknown scope {bad:?}; known: {}", known.join(", "));
     }
-    let (secret, record) = new_api_key(random_bytes(), tenant, scopes.to_vec(), name, now_ms());
+    let (secret, record) = new_api_key(random_bytes(), &tenant, scopes.to_vec(), name, now_ms());
     store.put_api_key(&record).await?;
     Ok((secret, record))
 }

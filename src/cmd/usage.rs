@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-use tuneplane_core::ids::{TENANT_RULE, valid_tenant};
+use tuneplane_core::ids::TenantId;
 use tuneplane_core::usage::{GroupBy, Row, known_tenants, report, tenant_slices, totals};
 use tuneplane_functions::routes::audit::parse_time;
 use tuneplane_functions::runtime::now_ms;
@@ -35,7 +35,7 @@ pub struct UsageArgs {
 pub struct AdminUsageArgs {
     /// Only this tenant (default: every tenant the store has keys or quotas for).
     #[arg(long)]
-    pub tenant: Option<String>,
+    pub tenant: Option<TenantId>,
     /// The window and grouping.
     #[command(flatten)]
     pub window: UsageArgs,
@@ -144,9 +144,6 @@ pub async fn usage(api: &Api, out: Output, args: UsageArgs) -> anyhow::Result<Ex
 /// Runs `tuneplane admin usage`.
 pub fn admin_usage(args: &AdminUsageArgs) -> anyhow::Result<ExitCode> {
     let now = now_ms();
-    if let Some(t) = args.tenant.as_ref().filter(|t| !valid_tenant(t)) {
-        bail!("--tenant {t:?}: use {TENANT_RULE}");
-    }
     let w = &args.window;
     let group_by = GroupBy::parse(&w.group_by).map_err(|e| anyhow::anyhow!("--group-by: {e}"))?;
     let from = parse_time(&w.since, now).map_err(|e| anyhow::anyhow!("--since: {e}"))?;
@@ -164,7 +161,7 @@ pub fn admin_usage(args: &AdminUsageArgs) -> anyhow::Result<ExitCode> {
     };
     with_store(&args.store, async |store, location| {
         let tenants = match &args.tenant {
-            Some(t) => vec![t.clone()],
+            Some(t) => vec![t.to_string()],
             None => known_tenants(store)
                 .await
                 .with_context(|| format!("listing tenants in the {location}"))?,

@@ -101,7 +101,7 @@ fn code_of(code: CodeBody, tenant: &str) -> Result<Code, ApiError> {
             Ok(Code::Archive(bytes))
         }
         (None, Some(id)) => {
-            if !tuneplane_core::control::valid_id(&id) {
+            if tuneplane_core::ids::Id::parse(id.as_str()).is_err() {
                 return Err(ApiError::bad_request(
                     "invalid_body",
                     "code.upload_id is not an upload id from POST /v1/uploads",

@@ -73,7 +73,7 @@ pub async fn from_template(
     overrides: Option<&Value>,
 ) -> Result<(SpecInput, Code), ApiError> {
     let missing = || ApiError::NotFound(format!("template {name:?} not found"));
-    if !tuneplane_core::control::valid_id(name) {
+    if tuneplane_core::ids::Id::parse(name).is_err() {
         return Err(missing());
     }
     let bytes = state
@@ -175,7 +175,7 @@ async fn submit_payload(
     } else {
         let name = match payload.get("template").and_then(Value::as_str) {
             Some(name) => name.to_owned(),
-            None => config.template.clone().ok_or_else(|| {
+            None => config.template.clone().map(String::from).ok_or_else(|| {
                 ApiError::bad_request(
                     "invalid_body",
                     "payload names no spec or template, and the source has no default template",

@@ -85,8 +85,8 @@ fn config(dir: &std::path::Path) -> Config {
             name.to_owned(),
             WebhookSource {
                 secret: WEBHOOK_SECRET.into(),
-                tenant: TENANT_A.into(),
-                template: template.map(str::to_owned),
+                tenant: tuneplane_core::ids::TenantId::parse(TENANT_A).expect("tenant"),
+                template: template.map(|t| tuneplane_core::ids::Id::parse(t).expect("template")),
                 scheme,
             },
         );
