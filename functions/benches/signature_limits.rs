@@ -40,12 +40,16 @@ async fn main() {
         eprintln!("no temporary directory");
         return;
     };
+    let Ok(tenant) = tuneplane_core::ids::TenantId::parse("acme") else {
+        eprintln!("\"acme\" is not a tenant name");
+        return;
+    };
     let mut webhooks = BTreeMap::new();
     webhooks.insert(
         "ci".to_owned(),
         WebhookSource {
             secret: SECRET.into(),
-            tenant: tuneplane_core::ids::TenantId::parse("acme").expect("tenant"),
+            tenant,
             template: None,
             scheme: SignatureScheme::TunePlane,
         },
