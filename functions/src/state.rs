@@ -100,6 +100,15 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     }
 }
 
+impl JsonBody {
+    /// The body as a `T`; a body that does not parse is a 400 `invalid_body` saying what shape
+    /// was `expected` and why it did not fit.
+    pub fn parse<T: DeserializeOwned>(&self, expected: &str) -> Result<T, ApiError> {
+        serde_json::from_slice(&self.0)
+            .map_err(|e| ApiError::bad_request("invalid_body", format!("expected {expected}: {e}")))
+    }
+}
+
 /// Query parameters, with the API's error format when they do not parse.
 #[derive(Debug, Clone)]
 pub struct ApiQuery<T>(pub T);

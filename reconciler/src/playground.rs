@@ -525,24 +525,7 @@ mod tests {
 
     #[test]
     fn candidates_put_the_recorded_name_first_and_include_the_old_naming() {
-        let mut pg = PlaygroundRecord {
-            id: "pg-ab".into(),
-            tenant: "t".into(),
-            model: "m".into(),
-            series: "l40s".into(),
-            gpus: 1,
-            pod_name: None,
-            created_at_ms: 0,
-            expires_at_ms: 1,
-            version: 1,
-            pod_namespace: None,
-            status: None,
-            node: None,
-            pod_ip: None,
-            server_key: None,
-            admitted_at_ms: None,
-            ended_at_ms: None,
-        };
+        let mut pg = PlaygroundRecord::requested("pg-ab", "t", "m", "l40s", 1, 0, 1);
         assert_eq!(candidates(&pg), ["pg-ab", "pg-pg-ab"]);
         pg.pod_name = Some("pg-pg-ab".into());
         assert_eq!(candidates(&pg), ["pg-pg-ab", "pg-ab"]);

@@ -110,20 +110,40 @@ fn new_token(job_id: &str) -> Result<String> {
 /// Creates the Secret holding the job's Ray token unless it exists (then its token stands: the
 /// RayJob's pods read whichever token the Secret holds).
 async fn create_auth_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
-    let ns = job.spec.namespace.as_str();
     let value = render_auth_secret(job, &new_token(&job.id)?);
-    let typed: Secret = serde_json::from_value(value).map_err(|source| Error::Convert {
-        job_id: job.id.clone(),
-        kind: "Secret",
+    let name = auth_secret_name(&job_workload_name(job));
+    create_secret(ctx, &job.spec.namespace, &name, job.id.clone(), value).await
+}
+
+/// Creates the namespaced object `value` of kind `K` (named `name` in `namespace`, rendered for
+/// `whose`) unless it exists; `op` names the call in logs and metrics.
+async fn create_unless_exists<K>(
+    ctx: &Ctx,
+    op: &'static str,
+    namespace: &str,
+    name: &str,
+    whose: String,
+    value: serde_json::Value,
+) -> Result<()>
+where
+    K: k8s_openapi::Resource
+        + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + Clone
+        + std::fmt::Debug,
+{
+    let typed: K = serde_json::from_value(value).map_err(|source| Error::Convert {
+        job_id: whose,
+        kind: <K as k8s_openapi::Resource>::KIND,
         source,
     })?;
-    let name = auth_secret_name(&job_workload_name(job));
-    let object = format!("{ns}/{name}");
-    let api: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), ns);
+    let object = format!("{namespace}/{name}");
+    let api: Api<K> = Api::namespaced(ctx.kube.client.clone(), namespace);
     let params = post_params();
     created(
         ctx.kube
-            .call("create secret", &object, || api.create(&params, &typed))
+            .call(op, &object, || api.create(&params, &typed))
             .await,
     )
 }
@@ -136,19 +156,7 @@ async fn create_secret(
     whose: String,
     value: serde_json::Value,
 ) -> Result<()> {
-    let typed: Secret = serde_json::from_value(value).map_err(|source| Error::Convert {
-        job_id: whose,
-        kind: "Secret",
-        source,
-    })?;
-    let object = format!("{namespace}/{name}");
-    let api: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), namespace);
-    let params = post_params();
-    created(
-        ctx.kube
-            .call("create secret", &object, || api.create(&params, &typed))
-            .await,
-    )
+    create_unless_exists::<Secret>(ctx, "create secret", namespace, name, whose, value).await
 }
 
 /// Creates the Secret holding the grant of a RayJob's current attempt unless it exists (the token
@@ -171,21 +179,15 @@ async fn create_policy(
     whose: String,
     value: serde_json::Value,
 ) -> Result<()> {
-    let typed: NetworkPolicy = serde_json::from_value(value).map_err(|source| Error::Convert {
-        job_id: whose,
-        kind: "NetworkPolicy",
-        source,
-    })?;
-    let object = format!("{namespace}/{name}");
-    let api: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), namespace);
-    let params = post_params();
-    created(
-        ctx.kube
-            .call("create networkpolicy", &object, || {
-                api.create(&params, &typed)
-            })
-            .await,
+    create_unless_exists::<NetworkPolicy>(
+        ctx,
+        "create networkpolicy",
+        namespace,
+        name,
+        whose,
+        value,
     )
+    .await
 }
 
 /// Creates the job's NetworkPolicy unless it exists.

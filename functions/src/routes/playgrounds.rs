@@ -44,15 +44,10 @@ fn view(state: &AppState, record: PlaygroundRecord) -> PlaygroundView {
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
-    crate::state::JsonBody(body): crate::state::JsonBody,
+    body: crate::state::JsonBody,
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
-    let req: CreatePlayground = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_body",
-            format!("expected {{\"model\", \"series\", \"gpus\", \"ttl_seconds\"?}}: {e}"),
-        )
-    })?;
+    let req: CreatePlayground = body.parse(r#"{"model", "series", "gpus", "ttl_seconds"?}"#)?;
     let request = PlaygroundRequest {
         model: &req.model,
         series: &req.series,

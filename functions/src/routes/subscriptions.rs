@@ -44,17 +44,11 @@ pub fn secret_view(secret: &CallbackSecret) -> Value {
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Auth(principal): Auth,
-    crate::state::JsonBody(body): crate::state::JsonBody,
+    body: crate::state::JsonBody,
 ) -> Result<Response, ApiError> {
     principal.require(SCOPE_JOBS_WRITE)?;
-    let request: SubscriptionRequest = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_body",
-            format!(
-                "expected {{\"url\", \"events\"?: [...], \"format\"?: \"json\"|\"slack\"}}: {e}"
-            ),
-        )
-    })?;
+    let request: SubscriptionRequest =
+        body.parse(r#"{"url", "events"?: [...], "format"?: "json"|"slack"}"#)?;
     let config = state.submit.config();
     let sub = subscriptions::create(
         state.submit.jobs().as_ref(),
