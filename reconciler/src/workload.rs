@@ -112,7 +112,15 @@ fn new_token(job_id: &str) -> Result<String> {
 async fn create_auth_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     let value = render_auth_secret(job, &new_token(&job.id)?);
     let name = auth_secret_name(&job_workload_name(job));
-    create_secret(ctx, &job.spec.namespace, &name, job.id.clone(), value).await
+    create_unless_exists::<Secret>(
+        ctx,
+        "create secret",
+        &job.spec.namespace,
+        &name,
+        job.id.clone(),
+        value,
+    )
+    .await
 }
 
 /// Creates the namespaced object `value` of kind `K` (named `name` in `namespace`, rendered for
@@ -148,17 +156,6 @@ where
     )
 }
 
-/// Creates the Secret `value` (named `name` in `namespace`, for `whose`) unless it exists.
-async fn create_secret(
-    ctx: &Ctx,
-    namespace: &str,
-    name: &str,
-    whose: String,
-    value: serde_json::Value,
-) -> Result<()> {
-    create_unless_exists::<Secret>(ctx, "create secret", namespace, name, whose, value).await
-}
-
 /// Creates the Secret holding the grant of a RayJob's current attempt unless it exists (the token
 /// is deterministic, so an existing Secret holds the same one). Nothing without a grant key.
 async fn create_grant_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
@@ -167,24 +164,12 @@ async fn create_grant_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     };
     let value = render_grant_secret(job, &key.token(&job.id, job.attempt));
     let name = grant_secret_name(&job_workload_name(job));
-    create_secret(ctx, &job.spec.namespace, &name, job.id.clone(), value).await
-}
-
-/// Creates the NetworkPolicy `value` (named `name` in `namespace`, rendered for `whose`) unless
-/// it exists.
-async fn create_policy(
-    ctx: &Ctx,
-    namespace: &str,
-    name: &str,
-    whose: String,
-    value: serde_json::Value,
-) -> Result<()> {
-    create_unless_exists::<NetworkPolicy>(
+    create_unless_exists::<Secret>(
         ctx,
-        "create networkpolicy",
-        namespace,
-        name,
-        whose,
+        "create secret",
+        &job.spec.namespace,
+        &name,
+        job.id.clone(),
         value,
     )
     .await
@@ -194,7 +179,15 @@ async fn create_policy(
 async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     let value = render_network_policy(job, &ctx.config.render.network);
     let name = network_policy_name(job);
-    create_policy(ctx, &job.spec.namespace, &name, job.id.clone(), value).await
+    create_unless_exists::<NetworkPolicy>(
+        ctx,
+        "create networkpolicy",
+        &job.spec.namespace,
+        &name,
+        job.id.clone(),
+        value,
+    )
+    .await
 }
 
 /// The create requests admitting a job of `kind` costs: its workload and what is created with it
@@ -285,7 +278,15 @@ async fn ensure_single_pod_policy(ctx: &Ctx, namespace: &str) -> Result<()> {
     ensure_shared(ctx, key, async {
         let value = render_single_pod_policy(namespace);
         let whose = format!("(namespace {namespace})");
-        create_policy(ctx, namespace, SINGLE_POD_POLICY, whose, value).await
+        create_unless_exists::<NetworkPolicy>(
+            ctx,
+            "create networkpolicy",
+            namespace,
+            SINGLE_POD_POLICY,
+            whose,
+            value,
+        )
+        .await
     })
     .await
 }
@@ -302,7 +303,15 @@ async fn ensure_grant_seal(ctx: &Ctx, job: &JobRecord) -> Result<()> {
     let name = seal.secret_name(tenant);
     ensure_shared(ctx, format!("secret {ns}/{name}"), async {
         let value = render_seal_secret(ns, tenant, &seal);
-        create_secret(ctx, ns, &name, format!("(tenant {tenant})"), value).await
+        create_unless_exists::<Secret>(
+            ctx,
+            "create secret",
+            ns,
+            &name,
+            format!("(tenant {tenant})"),
+            value,
+        )
+        .await
     })
     .await
 }

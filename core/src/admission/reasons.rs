@@ -79,25 +79,22 @@ pub(super) fn shortage(planner: &mut Planner, m: &Misfit) -> (PendingReason, Str
             } else {
                 (PendingReason::InsufficientMemory, 2, "memory")
             };
+            let needs = format!(
+                "pool {}: needs {} node(s) with {}",
+                p.name,
+                p.nodes,
+                describe(p)
+            );
+            let (cpus, gib) = (plain(planner.share.cpus), plain(planner.share.memory_gb));
             let message = if planner.fits_cpu_node(&Shape::of(p)) {
                 format!(
-                    "pool {}: needs {} node(s) with {}, {} available (GPU nodes keep {} CPUs and {} GiB per free GPU for GPU jobs)",
-                    p.name,
-                    p.nodes,
-                    describe(p),
-                    c.all,
-                    plain(planner.share.cpus),
-                    plain(planner.share.memory_gb)
+                    "{needs}, {} available (GPU nodes keep {cpus} CPUs and {gib} GiB per free GPU for GPU jobs)",
+                    c.all
                 )
             } else {
                 format!(
-                    "pool {}: needs {} node(s) with {}; {SPILL}; {} GPU node(s) have it free now beyond the {} CPUs and {} GiB each free GPU keeps",
-                    p.name,
-                    p.nodes,
-                    describe(p),
-                    c.all,
-                    plain(planner.share.cpus),
-                    plain(planner.share.memory_gb)
+                    "{needs}; {SPILL}; {} GPU node(s) have it free now beyond the {cpus} CPUs and {gib} GiB each free GPU keeps",
+                    c.all
                 )
             };
             (reason, resource, short.to_owned(), message)
