@@ -22,6 +22,44 @@ async fn make() -> (Arc<dyn JobStore>, tempfile::TempDir) {
 
 job_store_contract!(make);
 
+/// The embedded store writes no outbox entry that nothing could want (the job names no callback
+/// and its tenant has no subscription, read in the same transaction); once the tenant subscribes,
+/// its next change has its entry.
+#[tokio::test]
+async fn changes_nothing_could_want_leave_no_outbox_entry() {
+    let (store, _dir) = make().await;
+    let submitted = event(5, "submitted", "submitted");
+    let new = tuneplane_core::store::NewJob {
+        job: &job("j-1", "acme", 5, 0),
+        idem: None,
+        events: std::slice::from_ref(&submitted),
+        audit: None,
+    };
+    ok(store.create(new).await, "create");
+    assert!(ok(store.list_outbox(10).await, "list").is_empty());
+    contract::callbacks::subscribe(&store, "acme").await;
+    let mut admitted = ok(store.get_job("j-1").await, "get").expect("j-1");
+    ok(admitted.transition(JobState::Admitted, 7), "admit");
+    ok(
+        store
+            .update_job_with_events(&admitted, &[event(7, "state-ADMITTED", "admitted")])
+            .await,
+        "admit write",
+    );
+    let listed = ok(store.list_outbox(10).await, "list");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].event.state, JobState::Admitted);
+    // Another tenant's subscription does not count.
+    let other = tuneplane_core::store::NewJob {
+        job: &job("j-2", "acme-2", 5, 0),
+        idem: None,
+        events: std::slice::from_ref(&submitted),
+        audit: None,
+    };
+    ok(store.create(other).await, "create other");
+    assert_eq!(ok(store.list_outbox(10).await, "list").len(), 1);
+}
+
 #[tokio::test]
 async fn data_survives_a_restart_of_the_store() {
     let dir = ok(tempfile::tempdir(), "tempdir");

@@ -351,14 +351,40 @@ impl<'t> Tx<'t> {
         Ok(())
     }
 
-    /// Writes new outbox entries (their first revision).
+    /// Writes new outbox entries (their first revision): the entries of one job's write. When
+    /// nothing could want them — the job names no callback and its tenant has no subscription,
+    /// read in this same transaction — none is written: the sender would only delete them. A
+    /// subscription hears every change written after it exists either way.
     pub fn append_outbox(&mut self, entries: &[OutboxEntry]) -> Result<()> {
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
+        if entries.iter().all(|e| e.notify.is_empty())
+            && !self.has_meta_prefix(&subscription_key(&first.event.tenant, ""))?
+        {
+            return Ok(());
+        }
         for entry in entries {
             let mut entry = entry.clone();
             entry.rev = 1;
             self.put_meta(&outbox_key(&entry), &entry)?;
         }
         Ok(())
+    }
+
+    /// Whether any meta record's key starts with `prefix`.
+    fn has_meta_prefix(&self, prefix: &str) -> Result<bool> {
+        let mut range = self
+            .meta
+            .range(prefix..)
+            .map_err(|e| db_err("range", &self.label, prefix, e))?;
+        match range.next() {
+            Some(item) => {
+                let (k, _) = item.map_err(|e| db_err("range", &self.label, prefix, e))?;
+                Ok(k.value().starts_with(prefix))
+            }
+            None => Ok(false),
+        }
     }
 
     /// Deletes a meta record.
