@@ -66,7 +66,8 @@ fn cpu_job(i: usize, state: JobState) -> JobRecord {
     }))
     .unwrap();
     let now = tuneplane_core::clock::now_ms();
-    let mut job = JobRecord::new_queued(format!("j{i:06}"), "bench", spec, SHA, now);
+    let mut job =
+        JobRecord::new_queued(format!("j{i:06}"), "bench".parse().unwrap(), spec, SHA, now);
     job.state = state;
     if state.is_terminal() {
         job.admitted_at_ms = Some(now);

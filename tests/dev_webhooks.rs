@@ -93,7 +93,7 @@ async fn a_delivery_signed_with_openssl_submits_a_job_on_the_dev_stack() {
     assert_eq!(status, 201, "{text}");
     let jobs = stack
         .jobs
-        .list_jobs("default", &JobQuery::default())
+        .list_jobs(&"default".parse().unwrap(), &JobQuery::default())
         .await
         .unwrap();
     assert_eq!(jobs.items.len(), 1);

@@ -20,7 +20,7 @@ async fn tenant_of(dir: &Path, secret: &str) -> Result<String, SubmitError> {
     let store = tuneplane_stores::EmbeddedJobStore::open(dir.join("jobs")).unwrap();
     authenticate(&store, Some(&format!("Bearer {secret}")))
         .await
-        .map(|p| p.tenant)
+        .map(|p| p.tenant.into_string())
 }
 
 #[tokio::test]

@@ -63,7 +63,7 @@ async fn serve(dir: &Path) -> Served {
     for tenant in ["team-a", "team-b"] {
         let (secret, record) = new_api_key(
             tuneplane_functions::runtime::random_bytes(),
-            tenant,
+            &tenant.parse().unwrap(),
             vec![SCOPE_JOBS_READ.to_owned()],
             "test",
             0,
@@ -142,7 +142,13 @@ async fn failed_job_with_outputs(s: &Served) -> JobRecord {
         .unwrap()
         .spec;
     let now = tuneplane_core::clock::now_ms();
-    let job = JobRecord::new_queued("j-out-1", "team-a", spec, "ab".repeat(32), now - 600_000);
+    let job = JobRecord::new_queued(
+        "j-out-1",
+        "team-a".parse().unwrap(),
+        spec,
+        "ab".repeat(32),
+        now - 600_000,
+    );
     s.jobs.create_job(&job, None).await.unwrap();
     let mut job = s.jobs.get_job("j-out-1").await.unwrap().unwrap();
 
@@ -496,7 +502,13 @@ async fn a_job_without_outputs_says_so() {
     let spec = tuneplane_core::spec::validate(spec, None, &Default::default())
         .unwrap()
         .spec;
-    let job = JobRecord::new_queued("j-idle", "team-a", spec, "cd".repeat(32), 0);
+    let job = JobRecord::new_queued(
+        "j-idle",
+        "team-a".parse().unwrap(),
+        spec,
+        "cd".repeat(32),
+        0,
+    );
     s.jobs.create_job(&job, None).await.unwrap();
     let listing = ok(&cli(&s.url, &s.key_a, t.path(), &["outputs", "j-idle"]).await);
     assert!(

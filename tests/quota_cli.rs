@@ -154,18 +154,30 @@ fn admin_quota_sets_merges_lists_and_unsets_on_the_embedded_store() {
 fn admin_quota_set_refuses_bad_values_naming_each_field_and_stores_nothing() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path();
+    // The tenant is checked where it is read, by the flag (a usage error, exit 2).
+    let bad_tenant = quota_admin(
+        dir,
+        &[
+            "set", "--tenant", "Team_A", "--series", "h200", "--gpus", "8",
+        ],
+    );
+    assert_eq!(bad_tenant.status.code(), Some(2), "{bad_tenant:?}");
+    let err = text(&bad_tenant.stderr);
+    assert!(
+        err.contains("--tenant") && err.contains("\"Team_A\" is not a valid tenant name: use 1-40"),
+        "{err}"
+    );
     let bad = quota_admin(
         dir,
         &[
-            "set", "--tenant", "Team_A", "--series", "H 200", "--gpus", "8", "--cpus", "-1",
+            "set", "--tenant", "team-a", "--series", "H 200", "--gpus", "8", "--cpus", "-1",
             "--weight", "0",
         ],
     );
     assert_eq!(bad.status.code(), Some(1), "{bad:?}");
     let err = text(&bad.stderr);
     for needle in [
-        "the quota of tenant \"Team_A\" is invalid:",
-        "tenant: \"Team_A\" is not a valid tenant name: use 1-40",
+        "the quota of tenant \"team-a\" is invalid:",
         "weight: 0 is out of range; use a number from 0.01 to 1000",
         "series: \"H 200\" is not a series name",
         "cpus: -1 is out of range",
@@ -216,7 +228,7 @@ async fn serve_api(dir: &Path) -> (String, String, Arc<dyn JobStore>) {
     let (jobs, blobs) = tuneplane_functions::runtime::stores(&config).await.unwrap();
     let (secret, record) = new_api_key(
         tuneplane_functions::runtime::random_bytes(),
-        "team-a",
+        &"team-a".parse().unwrap(),
         vec![SCOPE_JOBS_READ.to_owned()],
         "test",
         0,
@@ -251,7 +263,7 @@ async fn quota_shows_the_callers_limits_usage_and_queued_demand_per_series() {
     );
     assert!(out.contains("note: no capacity snapshot yet"), "{out}");
 
-    let mut quota = TenantQuota::unlimited("team-a");
+    let mut quota = TenantQuota::unlimited(&"team-a".parse().unwrap());
     quota.set_gpu_limit("h200", 16, false);
     quota.cpu = Some(CpuLimit {
         cpus: Some(32.0),

@@ -62,7 +62,7 @@ pub fn serve(args: &[String]) -> anyhow::Result<()> {
         ];
         let (team_b_key, record) = tuneplane_core::submit::new_api_key(
             random,
-            "team-b",
+            &"team-b".parse().unwrap(),
             scopes,
             "bench",
             tuneplane_core::clock::now_ms(),

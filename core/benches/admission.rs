@@ -107,7 +107,13 @@ fn queue(jobs: usize) -> Vec<JobRecord> {
                 platform_version: "0".into(),
                 notify: Vec::new(),
             };
-            JobRecord::new_queued(format!("job-{i:06}"), "t", spec, "ab", i as i64)
+            JobRecord::new_queued(
+                format!("job-{i:06}"),
+                "t".parse().unwrap(),
+                spec,
+                "ab",
+                i as i64,
+            )
         })
         .collect()
 }
@@ -131,14 +137,14 @@ fn reservations(count: usize) -> Vec<Reservation> {
 /// gives every tenant a quota per series (a third borrowing) and a weight of 1-3.
 fn tenants(mut q: Vec<JobRecord>, tenants: usize) -> (Vec<JobRecord>, Vec<TenantQuota>) {
     for (i, j) in q.iter_mut().enumerate() {
-        j.tenant = format!("team-{:02}", i % tenants);
+        j.tenant = format!("team-{:02}", i % tenants).parse().unwrap();
         if i % 10 == 0 {
             j.state = JobState::Running;
         }
     }
     let quotas = (0..tenants)
         .map(|t| {
-            let mut quota = TenantQuota::unlimited(&format!("team-{t:02}"));
+            let mut quota = TenantQuota::unlimited(&format!("team-{t:02}").parse().unwrap());
             quota.weight = 1.0 + (t % 3) as f64;
             for s in SERIES {
                 quota.set_gpu_limit(s, 64 + 32 * (t % 4) as u32, t % 3 == 0);

@@ -138,7 +138,7 @@ pub struct AuditEntry {
     /// When the change was made (ms since the epoch).
     pub at_ms: i64,
     /// The tenant whose job, playground, quota or key changed.
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// Who made it.
     pub actor: Actor,
     /// What changed.
@@ -154,7 +154,7 @@ impl AuditEntry {
     /// The entry of `action` on `target` of `tenant`, made by `actor` at `at_ms`.
     pub fn new(
         actor: &Actor,
-        tenant: &str,
+        tenant: &crate::ids::TenantId,
         action: AuditAction,
         target: &str,
         change: serde_json::Value,
@@ -191,7 +191,7 @@ pub fn entry_id(tenant: &str, action: AuditAction, target: &str, request_id: &st
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditQuery {
     /// Only this tenant's (all tenants when `None`: operators only).
-    pub tenant: Option<String>,
+    pub tenant: Option<crate::ids::TenantId>,
     /// Made at or after this time (ms).
     pub since_ms: Option<i64>,
     /// Made before this time (ms).
@@ -242,7 +242,7 @@ mod tests {
     fn the_same_change_of_one_request_has_one_id_and_any_other_another() {
         let a = AuditEntry::new(
             &actor("r1"),
-            "acme",
+            &"acme".parse().unwrap(),
             AuditAction::JobStop,
             "j1",
             serde_json::Value::Null,
@@ -250,7 +250,7 @@ mod tests {
         );
         let again = AuditEntry::new(
             &actor("r1"),
-            "acme",
+            &"acme".parse().unwrap(),
             AuditAction::JobStop,
             "j1",
             serde_json::Value::Null,
@@ -261,7 +261,7 @@ mod tests {
         for other in [
             AuditEntry::new(
                 &actor("r2"),
-                "acme",
+                &"acme".parse().unwrap(),
                 AuditAction::JobStop,
                 "j1",
                 serde_json::Value::Null,
@@ -269,7 +269,7 @@ mod tests {
             ),
             AuditEntry::new(
                 &actor("r1"),
-                "beta",
+                &"beta".parse().unwrap(),
                 AuditAction::JobStop,
                 "j1",
                 serde_json::Value::Null,
@@ -277,7 +277,7 @@ mod tests {
             ),
             AuditEntry::new(
                 &actor("r1"),
-                "acme",
+                &"acme".parse().unwrap(),
                 AuditAction::JobSubmit,
                 "j1",
                 serde_json::Value::Null,
@@ -285,7 +285,7 @@ mod tests {
             ),
             AuditEntry::new(
                 &actor("r1"),
-                "acme",
+                &"acme".parse().unwrap(),
                 AuditAction::JobStop,
                 "j2",
                 serde_json::Value::Null,
@@ -300,7 +300,7 @@ mod tests {
     fn entries_serialise_with_their_stored_names() {
         let e = AuditEntry::new(
             &actor("r"),
-            "acme",
+            &"acme".parse().unwrap(),
             AuditAction::KeyRotate,
             "k-1",
             serde_json::json!({"scopes": ["admin"]}),
@@ -320,7 +320,7 @@ mod tests {
         let mk = |tenant: &str, at: i64| {
             AuditEntry::new(
                 &actor(&format!("r{at}")),
-                tenant,
+                &tenant.parse().unwrap(),
                 AuditAction::JobStop,
                 "j",
                 serde_json::Value::Null,
@@ -334,7 +334,7 @@ mod tests {
             mk("acme", 40),
         ];
         let q = AuditQuery {
-            tenant: Some("acme".into()),
+            tenant: Some("acme".parse().unwrap()),
             since_ms: Some(10),
             until_ms: Some(40),
             limit: 0,

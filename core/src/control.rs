@@ -5,6 +5,7 @@
 
 use crate::audit::{Actor, AuditAction, AuditEntry};
 use crate::clock::now_ms;
+use crate::ids::TenantId;
 use crate::job::JobRecord;
 use crate::playground::{self, PlaygroundRequest};
 use crate::spec::FieldError;
@@ -79,16 +80,16 @@ impl ControlService {
     }
 
     /// Job `id` of `tenant`.
-    pub async fn owned_job(&self, tenant: &str, id: &str) -> Result<JobRecord> {
+    pub async fn owned_job(&self, tenant: &TenantId, id: &str) -> Result<JobRecord> {
         let jobs = self.submit.jobs();
-        owned("job", id, || jobs.get_job(id), |j| j.tenant == tenant).await
+        owned("job", id, || jobs.get_job(id), |j| j.tenant == *tenant).await
     }
 
     /// Appends the audit entry of a change `actor` made.
     async fn audit(
         &self,
         actor: &Actor,
-        tenant: &str,
+        tenant: &TenantId,
         action: AuditAction,
         target: &str,
         change: serde_json::Value,
@@ -100,7 +101,7 @@ impl ControlService {
 
     /// Requests a stop of job `id` of `tenant`, made by `actor` (audited when it changes
     /// something).
-    pub async fn stop_job(&self, tenant: &str, id: &str, actor: &Actor) -> Result<Stop> {
+    pub async fn stop_job(&self, tenant: &TenantId, id: &str, actor: &Actor) -> Result<Stop> {
         for _ in 0..ATTEMPTS {
             let mut job = self.owned_job(tenant, id).await?;
             if job.is_terminal() || job.stop_requested {
@@ -125,13 +126,13 @@ impl ControlService {
     }
 
     /// Playground `id` of `tenant`.
-    pub async fn owned_playground(&self, tenant: &str, id: &str) -> Result<PlaygroundRecord> {
+    pub async fn owned_playground(&self, tenant: &TenantId, id: &str) -> Result<PlaygroundRecord> {
         let jobs = self.submit.jobs();
         owned(
             "playground",
             id,
             || jobs.get_playground(id),
-            |p| p.tenant == tenant,
+            |p| p.tenant == *tenant,
         )
         .await
     }
@@ -142,7 +143,7 @@ impl ControlService {
     /// waits for admission like a job; the reconciler creates its pod once admitted.
     pub async fn create_playground(
         &self,
-        tenant: &str,
+        tenant: &TenantId,
         request: &PlaygroundRequest<'_>,
         id: String,
         server_key: String,
@@ -178,11 +179,11 @@ impl ControlService {
             .list_playgrounds()
             .await?
             .iter()
-            .filter(|p| p.tenant == tenant && p.expires_at_ms > now_ms)
+            .filter(|p| p.tenant == *tenant && p.expires_at_ms > now_ms)
             .count();
         if active >= limit as usize {
             return Err(ControlError::PlaygroundLimit {
-                tenant: tenant.to_owned(),
+                tenant: tenant.to_string(),
                 active,
                 limit,
             });
@@ -192,7 +193,7 @@ impl ControlService {
             .saturating_mul(1000);
         let mut record = PlaygroundRecord::requested(
             id,
-            tenant,
+            tenant.clone(),
             request.model,
             request.series,
             request.gpus,
@@ -223,7 +224,7 @@ impl ControlService {
     /// reconciler deletes the pod and the record within a pass). An expired one is returned as is.
     pub async fn delete_playground(
         &self,
-        tenant: &str,
+        tenant: &TenantId,
         id: &str,
         now_ms: i64,
         actor: &Actor,

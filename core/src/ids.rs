@@ -5,7 +5,8 @@
 //!
 //! [`TenantId`] and [`Id`] (alias [`JobId`]) are the checked forms: the only way to make one is
 //! [`TenantId::parse`] / [`Id::parse`] (or deserializing, which checks the same), so a value of
-//! either type has passed its rule. [`valid_tenant`] and [`valid_id`] ask the same question
+//! either type has passed its rule. Every stored record's tenant is a [`TenantId`] and the
+//! stores' tenant lookups take one, so a tenant is checked once, where it comes in. [`valid_tenant`] and [`valid_id`] ask the same question
 //! without keeping the value.
 
 use std::fmt;

@@ -278,7 +278,7 @@ pub struct JobRecord {
     /// Unique, URL-safe job id.
     pub id: String,
     /// Tenant that owns the job.
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// The authoritative JobSpec.
     pub spec: JobSpec,
     /// SHA-256 (hex) of the capsule zip.
@@ -370,14 +370,14 @@ impl JobRecord {
     /// A fresh `QUEUED` record (version 0, not yet stored).
     pub fn new_queued(
         id: impl Into<String>,
-        tenant: impl Into<String>,
+        tenant: crate::ids::TenantId,
         spec: JobSpec,
         capsule_sha256: impl Into<String>,
         submitted_at_ms: i64,
     ) -> JobRecord {
         JobRecord {
             id: id.into(),
-            tenant: tenant.into(),
+            tenant,
             spec,
             capsule_sha256: capsule_sha256.into(),
             state: JobState::Queued,
@@ -597,7 +597,7 @@ mod tests {
 
     #[test]
     fn lifecycle_starts_each_clock_once() {
-        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 1_000);
+        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 1_000);
         assert_eq!(job.clock_ms(1_500), 500);
         job.transition(JobState::Admitted, 2_000).unwrap();
         job.transition(JobState::Running, 3_000).unwrap();
@@ -621,7 +621,7 @@ mod tests {
 
     #[test]
     fn queued_job_cannot_jump_to_running() {
-        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 0);
+        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 0);
         let err = job.transition(JobState::Running, 1).err();
         assert_eq!(err.map(|e| e.to), Some(JobState::Running));
         assert_eq!(job.state, JobState::Queued);
@@ -629,7 +629,7 @@ mod tests {
 
     #[test]
     fn stop_request_ends_as_stopped_with_reason() {
-        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 0);
+        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 0);
         job.finish_with_failure(FailureReason::StopRequested, "by user", 5)
             .unwrap();
         assert_eq!(job.state, JobState::Stopped);
@@ -668,7 +668,7 @@ mod tests {
 
     #[test]
     fn requeue_keeps_the_submission_time_and_lists_the_attempt() {
-        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 1_000);
+        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 1_000);
         job.transition(JobState::Admitted, 2_000).unwrap();
         job.transition(JobState::Running, 3_000).unwrap();
         job.workload_name = Some("tp-j1".into());
@@ -710,7 +710,7 @@ mod tests {
 
     #[test]
     fn retries_are_counted_per_cause_and_a_stop_is_never_retried() {
-        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 0);
+        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 0);
         job.spec.retries = crate::spec::Retries {
             infrastructure: 2,
             application: 1,
@@ -731,7 +731,7 @@ mod tests {
 
     #[test]
     fn a_grant_lives_while_its_attempt_runs_and_its_grace_after() {
-        let mut job = JobRecord::new_queued("j1", "acme", spec(), "ab", 0);
+        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 0);
         job.spec.deadlines.grace_seconds = 10;
         job.transition(JobState::Admitted, 1_000).unwrap();
         assert_eq!(job.grant_valid_until_ms(1), Some(i64::MAX));

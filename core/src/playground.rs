@@ -316,7 +316,7 @@ pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
         platform_version: crate::constants::PLATFORM_VERSION.into(),
         notify: Vec::new(),
     };
-    let mut job = JobRecord::new_queued(&pg.id, &pg.tenant, spec, "", pg.created_at_ms);
+    let mut job = JobRecord::new_queued(&pg.id, pg.tenant.clone(), spec, "", pg.created_at_ms);
     if pg.is_admitted() {
         job.state = JobState::Admitted;
         job.admitted_at_ms = Some(pg.created_at_ms);
@@ -456,7 +456,8 @@ mod tests {
     }
 
     fn record() -> PlaygroundRecord {
-        let mut r = PlaygroundRecord::requested("pg-1", "acme", "m", "l40s", 1, 0, 1_000);
+        let mut r =
+            PlaygroundRecord::requested("pg-1", "acme".parse().unwrap(), "m", "l40s", 1, 0, 1_000);
         r.version = 1;
         r.server_key = Some("secret-key".into());
         r

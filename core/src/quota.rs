@@ -67,7 +67,7 @@ fn is_one(w: &f64) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TenantQuota {
     /// The tenant (as on its API keys).
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// Fair-share weight: a tenant of weight 2 is served as if it held half of what it holds.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub weight: f64,
@@ -84,7 +84,7 @@ pub struct TenantQuota {
 
 impl TenantQuota {
     /// A quota with no limits and weight 1 (what a tenant without a record has).
-    pub fn unlimited(tenant: &str) -> TenantQuota {
+    pub fn unlimited(tenant: &crate::ids::TenantId) -> TenantQuota {
         TenantQuota {
             tenant: tenant.to_owned(),
             weight: 1.0,
@@ -101,10 +101,8 @@ impl TenantQuota {
 
     /// Checks every field; the error lists each problem with its field and what to do.
     pub fn validate(&self) -> Result<(), QuotaError> {
+        // The tenant is a checked TenantId: made only by parsing, so it needs no check here.
         let mut problems = Vec::new();
-        if let Err(e) = crate::ids::TenantId::parse(self.tenant.as_str()) {
-            problems.push(format!("tenant: {e} (as on API keys)"));
-        }
         if !self.weight.is_finite() || !(MIN_WEIGHT..=MAX_WEIGHT).contains(&self.weight) {
             problems.push(format!(
                 "weight: {} is out of range; use a number from {MIN_WEIGHT} to {MAX_WEIGHT} (default 1)",
@@ -190,7 +188,11 @@ impl DefaultQuota {
     }
 
     /// The quota that applies to `tenant`, whose own record is `stored`.
-    pub fn effective(&self, tenant: &str, stored: Option<TenantQuota>) -> Option<TenantQuota> {
+    pub fn effective(
+        &self,
+        tenant: &crate::ids::TenantId,
+        stored: Option<TenantQuota>,
+    ) -> Option<TenantQuota> {
         stored.or_else(|| {
             self.0.as_ref().map(|d| TenantQuota {
                 tenant: tenant.to_owned(),
@@ -203,12 +205,12 @@ impl DefaultQuota {
     pub fn complete<'a>(
         &self,
         mut stored: Vec<TenantQuota>,
-        tenants: impl IntoIterator<Item = &'a str>,
+        tenants: impl IntoIterator<Item = &'a crate::ids::TenantId>,
     ) -> Vec<TenantQuota> {
         if self.0.is_some() {
-            let mut missing: Vec<&str> = tenants
+            let mut missing: Vec<&crate::ids::TenantId> = tenants
                 .into_iter()
-                .filter(|t| !stored.iter().any(|q| q.tenant == *t))
+                .filter(|t| !stored.iter().any(|q| q.tenant == **t))
                 .collect();
             missing.sort_unstable();
             missing.dedup();
@@ -288,7 +290,7 @@ pub struct TenantUsage {
 pub fn tenant_usage(jobs: &[JobRecord]) -> BTreeMap<String, TenantUsage> {
     let mut out: BTreeMap<String, TenantUsage> = BTreeMap::new();
     for job in jobs.iter().filter(|j| !j.state.is_terminal()) {
-        let u = out.entry(job.tenant.clone()).or_default();
+        let u = out.entry(job.tenant.to_string()).or_default();
         let d = Demand::of(&job.spec);
         if job.state == JobState::Queued {
             if job.stop_requested {
@@ -602,14 +604,22 @@ mod tests {
     fn a_default_quota_applies_to_tenants_without_their_own() {
         let d =
             DefaultQuota::parse(r#"{"series": {"h200": {"gpus": 8, "borrow": false}}}"#).unwrap();
-        let own = TenantQuota::unlimited("rich");
-        let q = d.effective("new", None).unwrap();
+        let own = TenantQuota::unlimited(&"rich".parse().unwrap());
+        let q = d.effective(&"new".parse().unwrap(), None).unwrap();
         assert_eq!((q.tenant.as_str(), q.series["h200"].gpus), ("new", 8));
-        assert_eq!(d.effective("rich", Some(own.clone())), Some(own.clone()));
-        let all = d.complete(vec![own], ["new", "rich", "new"]);
+        assert_eq!(
+            d.effective(&"rich".parse().unwrap(), Some(own.clone())),
+            Some(own.clone())
+        );
+        let ids: Vec<crate::ids::TenantId> =
+            ["new", "rich", "new"].map(|t| t.parse().unwrap()).into();
+        let all = d.complete(vec![own], &ids);
         let names: Vec<&str> = all.iter().map(|q| q.tenant.as_str()).collect();
         assert_eq!(names, ["rich", "new"]);
-        assert_eq!(DefaultQuota::default().effective("new", None), None);
+        assert_eq!(
+            DefaultQuota::default().effective(&"new".parse().unwrap(), None),
+            None
+        );
         for (bad, needle) in [
             (r#"{"tenant": "x"}"#, "leave out"),
             (r#"{"weight": 0}"#, "weight"),
@@ -622,7 +632,7 @@ mod tests {
     }
 
     fn quota() -> TenantQuota {
-        let mut q = TenantQuota::unlimited("team-a");
+        let mut q = TenantQuota::unlimited(&"team-a".parse().unwrap());
         q.set_gpu_limit("h200", 16, false);
         q
     }
@@ -671,7 +681,7 @@ mod tests {
 
     #[test]
     fn cpu_limits_count_cpu_only_jobs() {
-        let mut q = TenantQuota::unlimited("t");
+        let mut q = TenantQuota::unlimited(&"t".parse().unwrap());
         q.cpu = Some(CpuLimit {
             cpus: Some(64.0),
             memory_gb: Some(256.0),
@@ -712,7 +722,7 @@ mod tests {
 
     #[test]
     fn validation_names_every_bad_field() {
-        let mut q = TenantQuota::unlimited("Team A");
+        let mut q = TenantQuota::unlimited(&"team-a".parse().unwrap());
         q.weight = 0.0;
         q.set_gpu_limit("H 200", MAX_GPUS + 1, false);
         q.cpu = Some(CpuLimit {
@@ -722,24 +732,26 @@ mod tests {
         });
         let e = q.validate().unwrap_err();
         let text = e.to_string();
-        for field in [
-            "tenant:",
-            "weight:",
-            "series:",
-            "gpus",
-            "cpus:",
-            "memory_gb:",
-        ] {
+        for field in ["weight:", "series:", "gpus", "cpus:", "memory_gb:"] {
             assert!(text.contains(field), "{field} missing from {text}");
         }
-        assert_eq!(e.problems.len(), 6, "{text}");
+        assert_eq!(e.problems.len(), 5, "{text}");
+        // A stored quota's tenant is checked as it is read: the error names the value and rule.
+        let stored = serde_json::json!({"tenant": "Team A", "updated_at_ms": 1});
+        let err = serde_json::from_value::<TenantQuota>(stored)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"Team A\" is not a valid tenant name"),
+            "{err}"
+        );
         assert!(quota().validate().is_ok());
     }
 
     #[test]
     fn records_decode_with_defaults_and_round_trip() {
         let q: TenantQuota = serde_json::from_str(r#"{"tenant":"a"}"#).unwrap();
-        assert_eq!(q, TenantQuota::unlimited("a"));
+        assert_eq!(q, TenantQuota::unlimited(&"a".parse().unwrap()));
         assert!(q.is_default());
         let mut full = quota();
         full.weight = 2.0;
@@ -762,7 +774,7 @@ mod tests {
                 "priority": 0, "labels": {}, "namespace": "ns", "platform_version": "0"
             }))
             .expect("spec");
-            let mut j = JobRecord::new_queued(id, tenant, spec, "ab", 1);
+            let mut j = JobRecord::new_queued(id, tenant.parse().unwrap(), spec, "ab", 1);
             j.state = state;
             j
         };

@@ -93,7 +93,7 @@ pub struct QuotaView {
 /// The view of `tenant` from its stored quota (`None` = unlimited) and the latest snapshot
 /// (`None` = not published yet). Reads only `tenant`'s entry of the snapshot's `tenants`.
 pub fn quota_view(
-    tenant: &str,
+    tenant: &crate::ids::TenantId,
     quota: Option<&TenantQuota>,
     snapshot: Option<&CapacitySnapshot>,
 ) -> QuotaView {
@@ -101,7 +101,7 @@ pub fn quota_view(
     let quota = quota.unwrap_or(&unlimited);
     let none = TenantUsage::default();
     let usage = snapshot
-        .and_then(|s| s.tenants.get(tenant))
+        .and_then(|s| s.tenants.get(tenant.as_str()))
         .unwrap_or(&none);
     let mut names: BTreeSet<&str> = quota.series.keys().map(String::as_str).collect();
     names.extend(usage.admitted.gpus.keys().map(String::as_str));
@@ -138,7 +138,7 @@ pub fn quota_view(
         fleet_free_memory_gb: snapshot.map_or(0.0, |s| s.cpu.free_memory_gb),
     };
     QuotaView {
-        tenant: tenant.to_owned(),
+        tenant: tenant.to_string(),
         weight: quota.weight,
         series,
         cpu,
@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn series_of_the_fleet_the_quota_and_the_jobs_are_listed_with_usage_against_the_limit() {
-        let mut q = TenantQuota::unlimited("team-a");
+        let mut q = TenantQuota::unlimited(&"team-a".parse().unwrap());
         q.set_gpu_limit("h200", 16, false);
         q.set_gpu_limit("b200", 4, true);
         q.cpu = Some(CpuLimit {
@@ -214,7 +214,7 @@ mod tests {
             borrow: false,
         });
         let snap = snapshot();
-        let v = quota_view("team-a", Some(&q), Some(&snap));
+        let v = quota_view(&"team-a".parse().unwrap(), Some(&q), Some(&snap));
         let names: Vec<&str> = v.series.iter().map(|s| s.series.as_str()).collect();
         // team-b's a100 never shows: only the caller's own usage is read.
         assert_eq!(names, ["b200", "h200", "l40s"]);
@@ -244,7 +244,7 @@ mod tests {
     #[test]
     fn without_a_quota_or_a_snapshot_everything_is_unlimited_and_the_note_says_why_figures_are_zero()
      {
-        let v = quota_view("team-c", None, None);
+        let v = quota_view(&"team-c".parse().unwrap(), None, None);
         assert_eq!(v.weight, 1.0);
         assert!(v.series.is_empty());
         assert!(!v.cpu.is_relevant());
@@ -256,7 +256,7 @@ mod tests {
         );
         // A tenant without jobs in a published snapshot sees the fleet's series, all unlimited.
         let snap = snapshot();
-        let v = quota_view("team-c", None, Some(&snap));
+        let v = quota_view(&"team-c".parse().unwrap(), None, Some(&snap));
         assert_eq!(v.series.len(), 2);
         assert!(
             v.series

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::ids::TenantId;
 use crate::job::{JobEvent, JobRecord, JobState};
 
 mod records;
@@ -299,7 +300,7 @@ pub trait JobStore: Send + Sync {
     }
 
     /// A tenant's jobs, newest first, with an optional state filter.
-    async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>>;
+    async fn list_jobs(&self, tenant: &TenantId, query: &JobQuery) -> Result<Page<JobRecord>>;
 
     /// Every non-terminal job in admission order: priority (high first), then submission, then id.
     async fn list_active(&self) -> Result<Vec<JobRecord>>;
@@ -374,19 +375,19 @@ pub trait JobStore: Send + Sync {
     async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()>;
 
     /// The retired playgrounds of `tenant` (for usage), in id order.
-    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>>;
+    async fn list_retired_playgrounds(&self, tenant: &TenantId) -> Result<Vec<PlaygroundRecord>>;
 
     /// Stores a tenant's quota and weight (overwrites the tenant's previous record).
     async fn put_quota(&self, quota: &crate::quota::TenantQuota) -> Result<()>;
 
     /// Reads one tenant's quota; `None` when it has none (unlimited, weight 1).
-    async fn get_quota(&self, tenant: &str) -> Result<Option<crate::quota::TenantQuota>>;
+    async fn get_quota(&self, tenant: &TenantId) -> Result<Option<crate::quota::TenantQuota>>;
 
     /// Every stored quota, sorted by tenant (the reconciler reads them once per pass).
     async fn list_quotas(&self) -> Result<Vec<crate::quota::TenantQuota>>;
 
     /// Deletes a tenant's quota (no error if absent): the tenant is unlimited again.
-    async fn delete_quota(&self, tenant: &str) -> Result<()>;
+    async fn delete_quota(&self, tenant: &TenantId) -> Result<()>;
 
     /// Appends `entry` to the audit trail, unless an entry with its id is there already (the
     /// same change of a retried request). There is no way to change or delete an entry.
@@ -422,15 +423,18 @@ pub trait JobStore: Send + Sync {
     async fn put_subscription(&self, sub: &crate::callback::Subscription) -> Result<()>;
 
     /// A tenant's subscriptions, oldest first.
-    async fn list_subscriptions(&self, tenant: &str) -> Result<Vec<crate::callback::Subscription>>;
+    async fn list_subscriptions(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Vec<crate::callback::Subscription>>;
 
     /// Deletes subscription `id` of `tenant`; false when there was none.
-    async fn delete_subscription(&self, tenant: &str, id: &str) -> Result<bool>;
+    async fn delete_subscription(&self, tenant: &TenantId, id: &str) -> Result<bool>;
 
     /// The secret `tenant`'s deliveries are signed with, if it has one.
     async fn get_callback_secret(
         &self,
-        tenant: &str,
+        tenant: &TenantId,
     ) -> Result<Option<crate::callback::CallbackSecret>>;
 
     /// Stores `secret` (replacing the tenant's when `replace`, else only if it has none) and

@@ -81,7 +81,7 @@ pub fn check(
 /// Stores a new subscription of `tenant` (after [`check`] and the `limit`), audited.
 pub async fn create(
     jobs: &dyn JobStore,
-    tenant: &str,
+    tenant: &crate::ids::TenantId,
     request: &SubscriptionRequest,
     (limit, allow_loopback): (u32, bool),
     actor: &Actor,
@@ -91,7 +91,7 @@ pub async fn create(
     let count = jobs.list_subscriptions(tenant).await?.len();
     if count >= limit as usize {
         return Err(SubscriptionError::Limit {
-            tenant: tenant.to_owned(),
+            tenant: tenant.to_string(),
             count,
             limit,
         });
@@ -126,7 +126,7 @@ pub async fn create(
 /// Deletes subscription `id` of `tenant`, audited.
 pub async fn delete(
     jobs: &dyn JobStore,
-    tenant: &str,
+    tenant: &crate::ids::TenantId,
     id: &str,
     actor: &Actor,
     now_ms: i64,
@@ -150,7 +150,7 @@ pub async fn delete(
 /// one made from `random` (audited).
 pub async fn secret(
     jobs: &dyn JobStore,
-    tenant: &str,
+    tenant: &crate::ids::TenantId,
     rotate: bool,
     random: [u8; 32],
     actor: &Actor,

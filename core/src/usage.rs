@@ -103,7 +103,7 @@ pub fn job_slices(job: &JobRecord, from_ms: i64, to_ms: i64, now_ms: i64) -> Vec
     }
     acc.into_iter()
         .map(|((series, day), (g, c, m))| Slice {
-            tenant: job.tenant.clone(),
+            tenant: job.tenant.to_string(),
             job_id: job.id.clone(),
             series,
             day: day_name(day),
@@ -236,7 +236,7 @@ pub fn playground_slices(
         let cut = (day + DAY_MS).min(end);
         let secs = (cut - t) as f64 / 1000.0;
         out.push(Slice {
-            tenant: pg.tenant.clone(),
+            tenant: pg.tenant.to_string(),
             job_id: pg.id.clone(),
             series: pg.series.clone(),
             day: day_name(day),
@@ -254,7 +254,7 @@ pub fn playground_slices(
 /// submitted long ago may still hold GPUs).
 pub async fn tenant_slices(
     jobs: &dyn crate::store::JobStore,
-    tenant: &str,
+    tenant: &crate::ids::TenantId,
     from_ms: i64,
     to_ms: i64,
     now_ms: i64,
@@ -277,15 +277,17 @@ pub async fn tenant_slices(
     }
     let live = jobs.list_playgrounds().await?;
     let retired = jobs.list_retired_playgrounds(tenant).await?;
-    for pg in live.iter().filter(|p| p.tenant == tenant).chain(&retired) {
+    for pg in live.iter().filter(|p| p.tenant == *tenant).chain(&retired) {
         out.extend(playground_slices(pg, from_ms, to_ms, now_ms));
     }
     Ok(out)
 }
 
 /// Every tenant the store knows (its API keys' and quotas' tenants), sorted.
-pub async fn known_tenants(jobs: &dyn crate::store::JobStore) -> crate::store::Result<Vec<String>> {
-    let mut tenants: std::collections::BTreeSet<String> = jobs
+pub async fn known_tenants(
+    jobs: &dyn crate::store::JobStore,
+) -> crate::store::Result<Vec<crate::ids::TenantId>> {
+    let mut tenants: std::collections::BTreeSet<crate::ids::TenantId> = jobs
         .list_api_keys()
         .await?
         .into_iter()
@@ -320,15 +322,22 @@ mod tests {
     }
 
     fn job(pools: &[(Option<&str>, u32, u32, f64, f64)]) -> JobRecord {
-        JobRecord::new_queued("j1", "acme", spec(pools), "ab", 0)
+        JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(pools), "ab", 0)
     }
 
     const D: i64 = DAY_MS;
 
     #[test]
     fn a_playground_counts_from_its_admission_to_its_reclaim_per_day() {
-        let mut pg =
-            crate::store::PlaygroundRecord::requested("pg-1", "acme", "m", "l40s", 2, 0, 0);
+        let mut pg = crate::store::PlaygroundRecord::requested(
+            "pg-1",
+            "acme".parse().unwrap(),
+            "m",
+            "l40s",
+            2,
+            0,
+            0,
+        );
         assert!(
             playground_slices(&pg, 0, 3 * D, 3 * D).is_empty(),
             "never admitted"

@@ -117,7 +117,7 @@ pub struct Config {
     /// Webhook sources by name.
     pub webhooks: BTreeMap<String, WebhookSource>,
     /// Tenant of each AWS account that may put submission events.
-    pub event_senders: BTreeMap<String, String>,
+    pub event_senders: BTreeMap<String, tuneplane_core::ids::TenantId>,
     /// Whether logs are JSON lines (`TUNEPLANE_LOG_FORMAT=json`) rather than text.
     pub json_logs: bool,
     /// Plain-HTTP listen address (API binary outside Lambda).
@@ -370,7 +370,9 @@ pub fn parse_gpu_prices(json: &str) -> Result<BTreeMap<String, f64>, ConfigError
         .collect()
 }
 
-fn parse_event_senders(json: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+fn parse_event_senders(
+    json: &str,
+) -> Result<BTreeMap<String, tuneplane_core::ids::TenantId>, ConfigError> {
     let fail = |message: String| ConfigError {
         var: ENV_EVENT_SENDERS,
         message,
@@ -380,20 +382,24 @@ fn parse_event_senders(json: &str) -> Result<BTreeMap<String, String>, ConfigErr
             "expected a JSON object of account id to tenant, e.g. {{\"111122223333\": \"acme\"}}: {e}"
         ))
     })?;
-    for (account, tenant) in &map {
+    let mut senders = BTreeMap::new();
+    for (account, tenant) in map {
         if account.len() != 12 || !account.bytes().all(|b| b.is_ascii_digit()) {
             return Err(fail(format!(
                 "{account:?} is not an AWS account id (12 digits)"
             )));
         }
-        if let Err(e) = tuneplane_core::ids::TenantId::parse(tenant.as_str()) {
-            return Err(fail(format!(
-                "tenant {tenant:?} of account {account} must be {}",
-                e.rule
-            )));
-        }
+        match tuneplane_core::ids::TenantId::parse(tenant.as_str()) {
+            Ok(id) => senders.insert(account, id),
+            Err(e) => {
+                return Err(fail(format!(
+                    "tenant {tenant:?} of account {account} must be {}",
+                    e.rule
+                )));
+            }
+        };
     }
-    Ok(map)
+    Ok(senders)
 }
 
 /// A per-tenant limit from `var` (`raw`, unset: `default`): a whole number from 1 to 100.

@@ -22,7 +22,7 @@ pub struct AppState {
     /// Webhook sources by name.
     pub webhooks: BTreeMap<String, WebhookSource>,
     /// Tenant of each AWS account that may put submission events.
-    pub event_senders: BTreeMap<String, String>,
+    pub event_senders: BTreeMap<String, tuneplane_core::ids::TenantId>,
     /// Current time, Unix milliseconds (a function so tests can move the clock).
     pub clock: fn() -> i64,
     /// Random id generator for uploads and playgrounds.

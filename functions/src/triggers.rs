@@ -196,8 +196,7 @@ async fn inbox_object(
         .split_once('/')
         .map(|(t, _)| t)
         .and_then(|t| tuneplane_core::ids::TenantId::parse(t).ok());
-    let tenant = tenant.as_ref().map(|t| t.as_str());
-    let result = match tenant {
+    let result = match &tenant {
         None => Err(SubmitError::InvalidRequest(
             "put console archives under inbox/<tenant>/ (e.g. inbox/acme/job.zip)".into(),
         )),
@@ -208,7 +207,7 @@ async fn inbox_object(
         }
         Some(tenant) => {
             let request = SubmitRequest {
-                tenant: tenant.to_owned(),
+                tenant: tenant.clone(),
                 spec: SpecInput::InArchive,
                 code: Code::Blob { key: key.clone() },
                 idempotency_key: Some(format!("inbox:{key}:{}", tag.unwrap_or("-"))),

@@ -26,7 +26,13 @@ fn job(i: usize) -> JobRecord {
         "namespace": "tuneplane-jobs", "platform_version": "0"
     }))
     .expect("spec");
-    JobRecord::new_queued(format!("b{i:04}"), "t", spec, "ab".repeat(32), i as i64)
+    JobRecord::new_queued(
+        format!("b{i:04}"),
+        "t".parse().unwrap(),
+        spec,
+        "ab".repeat(32),
+        i as i64,
+    )
 }
 
 async fn count(jobs: &dyn JobStore, state: JobState) -> usize {

@@ -23,6 +23,7 @@ use tuneplane_core::callback::payload::{EVENT_HEADER, EVENT_ID_HEADER};
 use tuneplane_core::callback::{
     CallbackSecret, DeliveryEnd, OutboxEntry, SIGNATURE_HEADER, Subscription, check_ip, check_url,
 };
+use tuneplane_core::ids::TenantId;
 use tuneplane_core::job::{EventSource, JobEvent};
 use tuneplane_core::store::{JobStore, StoreError};
 
@@ -163,11 +164,11 @@ impl Sender {
             ..Tick::default()
         };
         let now = now_ms();
-        let mut outstanding: HashMap<String, usize> = HashMap::new();
+        let mut outstanding: HashMap<TenantId, usize> = HashMap::new();
         for e in &entries {
             *outstanding.entry(e.event.tenant.clone()).or_default() += e.outstanding();
         }
-        let mut subscriptions: HashMap<String, Vec<Subscription>> = HashMap::new();
+        let mut subscriptions: HashMap<TenantId, Vec<Subscription>> = HashMap::new();
         let mut keep = Vec::with_capacity(entries.len());
         // Entries no target wants (most state changes): deleted together at the end.
         let mut unwanted = Vec::new();
@@ -206,7 +207,7 @@ impl Sender {
         if due.is_empty() {
             return Ok(tick);
         }
-        let mut secrets: HashMap<String, CallbackSecret> = HashMap::new();
+        let mut secrets: HashMap<TenantId, CallbackSecret> = HashMap::new();
         for (i, _) in &due {
             let tenant = &entries[*i].event.tenant;
             if !secrets.contains_key(tenant) {
@@ -338,7 +339,7 @@ impl Sender {
     }
 
     /// The tenant's signing secret, made on first use.
-    async fn secret_of(&self, tenant: &str) -> Result<CallbackSecret, StoreError> {
+    async fn secret_of(&self, tenant: &TenantId) -> Result<CallbackSecret, StoreError> {
         if let Some(secret) = self.jobs.get_callback_secret(tenant).await? {
             return Ok(secret);
         }

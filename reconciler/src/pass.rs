@@ -327,7 +327,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         Ok(q) => ctx
             .config
             .default_quota
-            .complete(q, active.iter().map(|j| j.tenant.as_str())),
+            .complete(q, active.iter().map(|j| &j.tenant)),
         Err(e) => {
             note(ctx, &mut report, "quota read", "", Err(e.into()));
             playgrounds_step(ctx, cluster, now, playgrounds, &HashMap::new(), &mut report).await;

@@ -525,7 +525,8 @@ mod tests {
 
     #[test]
     fn candidates_put_the_recorded_name_first_and_include_the_old_naming() {
-        let mut pg = PlaygroundRecord::requested("pg-ab", "t", "m", "l40s", 1, 0, 1);
+        let mut pg =
+            PlaygroundRecord::requested("pg-ab", "t".parse().unwrap(), "m", "l40s", 1, 0, 1);
         assert_eq!(candidates(&pg), ["pg-ab", "pg-pg-ab"]);
         pg.pod_name = Some("pg-pg-ab".into());
         assert_eq!(candidates(&pg), ["pg-pg-ab", "pg-ab"]);

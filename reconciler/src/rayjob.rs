@@ -80,7 +80,13 @@ mod round_trip {
             .expect("spec")
             .spec;
         let sha = "ab".repeat(32);
-        let job = tuneplane_core::job::JobRecord::new_queued("j-1", "acme", spec, &sha, 1);
+        let job = tuneplane_core::job::JobRecord::new_queued(
+            "j-1",
+            "acme".parse().unwrap(),
+            spec,
+            &sha,
+            1,
+        );
         let capsule = CapsuleRef {
             sha256: sha.clone(),
             url: "http://127.0.0.1:9/c.zip".into(),

@@ -658,7 +658,7 @@ mod tests {
             "labels": {}, "namespace": "ns", "platform_version": "0"
         }))
         .unwrap();
-        JobRecord::new_queued("j", "t", spec, "ab", 0)
+        JobRecord::new_queued("j", "t".parse().unwrap(), spec, "ab", 0)
     }
 
     #[test]

@@ -538,7 +538,7 @@ mod tests {
             "priority": 0, "labels": {}, "namespace": "ns", "platform_version": "0"
         }))
         .expect("spec");
-        let job = JobRecord::new_queued("j-1", "t", spec, "00", 0);
+        let job = JobRecord::new_queued("j-1", "t".parse().unwrap(), spec, "00", 0);
         let week = Duration::from_secs(604_800);
         assert_eq!(
             url_validity(&job, week),

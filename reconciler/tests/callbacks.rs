@@ -84,7 +84,7 @@ async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_
     h.jobs
         .put_subscription(&Subscription {
             id: "sub_ends".into(),
-            tenant: "acme".into(),
+            tenant: "acme".parse().unwrap(),
             url: rx.url("slack"),
             events: EventKind::TERMINAL.to_vec(),
             format: Format::Slack,
@@ -118,7 +118,7 @@ async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_
 
     let secret = h
         .jobs
-        .get_callback_secret("acme")
+        .get_callback_secret(&"acme".parse().unwrap())
         .await
         .unwrap()
         .expect("secret made");
@@ -350,7 +350,11 @@ async fn killing_the_sender_at_random_points_loses_no_event_and_keeps_each_jobs_
         "only {kills} kills: the test did not test much"
     );
 
-    let secret = jobs.get_callback_secret("acme").await.unwrap().unwrap();
+    let secret = jobs
+        .get_callback_secret(&"acme".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     let per_job = by_job(&rx.accepted_once(&secret.secret));
     for (id, ids) in &expected {
         let got: Vec<String> = per_job

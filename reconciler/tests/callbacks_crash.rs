@@ -104,7 +104,7 @@ async fn a_hundred_jobs_lose_no_callback_while_the_reconciler_is_killed_at_rando
     let secret = run
         .h
         .jobs
-        .get_callback_secret("acme")
+        .get_callback_secret(&"acme".parse().unwrap())
         .await
         .unwrap()
         .unwrap();

@@ -74,7 +74,7 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
     let now = tuneplane_core::clock::now_ms();
     let pg = PlaygroundRecord {
         id: "pg1".into(),
-        tenant: "acme".into(),
+        tenant: "acme".parse().unwrap(),
         model: "Qwen/Qwen3-0.6B".into(),
         series: "l40s".into(),
         gpus: 1,
@@ -112,7 +112,11 @@ async fn playground_pod_is_created_and_reclaimed_when_its_ttl_expires() {
     })
     .await;
     // Its retired record stays for usage: admitted before it was reclaimed, at or after its TTL.
-    let retired = h.jobs.list_retired_playgrounds("acme").await.unwrap();
+    let retired = h
+        .jobs
+        .list_retired_playgrounds(&"acme".parse().unwrap())
+        .await
+        .unwrap();
     assert_eq!(retired.len(), 1, "{retired:?}");
     let (admitted, ended) = (
         retired[0].admitted_at_ms.unwrap(),
@@ -143,7 +147,7 @@ fn playground(id: &str, series: &str, gpus: u32, ttl_ms: i64) -> PlaygroundRecor
     let now = tuneplane_core::clock::now_ms();
     PlaygroundRecord {
         id: id.into(),
-        tenant: "acme".into(),
+        tenant: "acme".parse().unwrap(),
         model: "Qwen/Qwen3-0.6B".into(),
         series: series.into(),
         gpus,
@@ -276,7 +280,7 @@ async fn playgrounds_count_against_the_quota_and_wait_like_jobs() {
     use tuneplane_core::job::{JobState, PendingReason};
     use tuneplane_core::quota::TenantQuota;
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
-    let mut quota = TenantQuota::unlimited("acme");
+    let mut quota = TenantQuota::unlimited(&"acme".parse().unwrap());
     quota.set_gpu_limit("h200", 8, false);
     h.jobs.put_quota(&quota).await.unwrap();
     let ids = ["pg-q1", "pg-q2", "pg-q3"];
@@ -307,11 +311,11 @@ async fn playgrounds_count_against_the_quota_and_wait_like_jobs() {
     }
     // A job of the same tenant waits behind the quota the playground holds ...
     let mut mine = finishing(pre_running(gpu_job("j-acme", "h200", 1, 8), 600));
-    mine.tenant = "acme".into();
+    mine.tenant = "acme".parse().unwrap();
     h.submit(&mine).await;
     // ... while another tenant's job takes the idle h200 node.
     let mut theirs = finishing(pre_running(gpu_job("j-other", "h200", 1, 8), 600));
-    theirs.tenant = "globex".into();
+    theirs.tenant = "globex".parse().unwrap();
     h.submit(&theirs).await;
     wait_for(
         30,

@@ -489,7 +489,7 @@ async fn a_dynamodb_write_whose_answer_was_lost_is_not_a_conflict_when_the_sdk_r
     // Versioned documents (the reconciler records a playground's pod) behave the same.
     let pg = PlaygroundRecord {
         id: "pg-lost".into(),
-        tenant: "acme".into(),
+        tenant: "acme".parse().unwrap(),
         model: "m".into(),
         series: "h200".into(),
         gpus: 1,

@@ -123,14 +123,14 @@ async fn a_waiting_job_never_reads_another_tenants_job_id() {
     // Ids as the API mints them (`j-` + 20 hex), which is what the messages carry.
     let holder_id = "j-00000000000000000001";
     let mut holder = gpu_job(holder_id, "h200", 2, 8);
-    holder.tenant = "globex".into();
+    holder.tenant = "globex".parse().unwrap();
     h.submit(&holder).await;
     h.wait_state(20, holder_id, JobState::Running).await;
 
     let ours = "j-00000000000000000002";
     h.submit(&gpu_job(ours, "h200", 1, 8)).await;
     let mut theirs = gpu_job("j-00000000000000000003", "h200", 1, 8);
-    theirs.tenant = "globex".into();
+    theirs.tenant = "globex".parse().unwrap();
     h.submit(&theirs).await;
     let waiting = |j: &tuneplane_core::job::JobRecord| {
         j.pending

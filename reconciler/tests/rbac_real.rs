@@ -274,7 +274,13 @@ fn rendered_pods(namespace: &str) -> Vec<(String, serde_json::Value)> {
         url: "http://127.0.0.1:9/blobs/capsule.zip".into(),
     };
     let record = |id: &str, spec| {
-        tuneplane_core::job::JobRecord::new_queued(id, "acme", spec, &capsule.sha256, 1)
+        tuneplane_core::job::JobRecord::new_queued(
+            id,
+            "acme".parse().unwrap(),
+            spec,
+            &capsule.sha256,
+            1,
+        )
     };
     let mut pods = Vec::new();
     for delivery in [
@@ -311,7 +317,7 @@ fn rendered_pods(namespace: &str) -> Vec<(String, serde_json::Value)> {
     }
     let playground = tuneplane_core::store::PlaygroundRecord::requested(
         "pg-psa",
-        "acme",
+        "acme".parse().unwrap(),
         "Qwen/Qwen3-0.6B",
         "l40s",
         1,

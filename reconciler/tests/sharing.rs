@@ -25,7 +25,7 @@ node_groups:
 /// A one-node, 8-GPU h200 job of `tenant`, submitted now.
 fn h200(tenant: &str, id: &str) -> JobRecord {
     let mut j = finishing(pre_running(gpu_job(id, "h200", 1, 8), 600));
-    j.tenant = tenant.into();
+    j.tenant = tenant.parse().unwrap();
     j
 }
 
@@ -73,7 +73,7 @@ async fn a_late_tenant_is_not_planned_behind_another_tenants_creation_backlog() 
     let a: Vec<String> = (0..100).map(|i| format!("a-{i:03}")).collect();
     for id in &a {
         let mut j = cpu_job(id);
-        j.tenant = "team-a".into();
+        j.tenant = "team-a".parse().unwrap();
         h.submit(&j).await;
     }
     wait_for(30, "a's first admissions", || async {
@@ -82,7 +82,7 @@ async fn a_late_tenant_is_not_planned_behind_another_tenants_creation_backlog() 
     })
     .await;
     let mut b = cpu_job("b-000");
-    b.tenant = "team-b".into();
+    b.tenant = "team-b".parse().unwrap();
     let a_before = submit_and_count_before(&h, &b, &a).await;
     // Planned all at once, the 100 would all come first; 10 creates a pass, b waits a pass or two.
     assert!(
@@ -158,7 +158,7 @@ async fn a_tenant_without_a_quota_gets_the_default_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hard_quota_caps_a_tenant_and_borrowing_uses_idle_nodes_but_yields_to_others() {
     let h = start(sim_config(H200_X3, Duration::from_secs(8), None)).await;
-    let mut quota = TenantQuota::unlimited("team-a");
+    let mut quota = TenantQuota::unlimited(&"team-a".parse().unwrap());
     quota.set_gpu_limit("h200", 16, false);
     h.jobs.put_quota(&quota).await.expect("put quota");
     let (_task, ctx) = h.reconciler(test_config("r1")).await;

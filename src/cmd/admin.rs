@@ -176,7 +176,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap();
         let scopes = vec![SCOPE_JOBS_READ.to_owned()];
-        let secret = issue_key(&store, "acme", &scopes, "ci").await.unwrap();
+        let secret = issue_key(&store, &"acme".parse().unwrap(), &scopes, "ci")
+            .await
+            .unwrap();
         let header = format!("Bearer {secret}");
         let principal = authenticate(&store, Some(&header)).await.unwrap();
         assert_eq!(principal.tenant, "acme");
@@ -189,9 +191,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap();
         let ok = vec![SCOPE_JOBS_READ.to_owned()];
-        assert!(issue_key(&store, "Acme Corp", &ok, "x").await.is_err());
+        // A tenant is checked where it is read (the --tenant flag parses a TenantId).
+        let err = "Acme Corp"
+            .parse::<tuneplane_core::ids::TenantId>()
+            .unwrap_err();
+        assert!(err.to_string().contains("1-40 lower-case"), "{err}");
         let bad = vec!["root".to_owned()];
-        assert!(issue_key(&store, "acme", &bad, "x").await.is_err());
+        assert!(
+            issue_key(&store, &"acme".parse().unwrap(), &bad, "x")
+                .await
+                .is_err()
+        );
+        assert!(store.list_api_keys().await.unwrap().is_empty());
+        assert!(
+            issue_key(&store, &"acme".parse().unwrap(), &ok, "x")
+                .await
+                .is_ok()
+        );
     }
 
     #[tokio::test]
@@ -206,7 +222,7 @@ mod tests {
         )
         .unwrap()
         .spec;
-        let job = JobRecord::new_queued("j-1", "acme", spec, "ab".repeat(32), 1);
+        let job = JobRecord::new_queued("j-1", "acme".parse().unwrap(), spec, "ab".repeat(32), 1);
         assert!(store.create_job(&job, None).await.is_ok());
         let made = schedule_from_job(&store, "nightly", "j-1", "cron(0 2 * * ? *)")
             .await

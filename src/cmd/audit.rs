@@ -50,7 +50,7 @@ pub fn query_of(args: &AuditArgs, now: i64) -> anyhow::Result<AuditQuery> {
         .map(|u| parse_time(u, now).map_err(|e| anyhow::anyhow!("--until: {e}")))
         .transpose()?;
     Ok(AuditQuery {
-        tenant: args.tenant.as_ref().map(TenantId::to_string),
+        tenant: args.tenant.clone(),
         since_ms: Some(since),
         until_ms: until,
         limit: args.limit,
@@ -63,7 +63,7 @@ fn print_entries(entries: &[AuditEntry]) {
         .map(|e| {
             vec![
                 age(e.at_ms),
-                e.tenant.clone(),
+                e.tenant.to_string(),
                 e.action.as_str().to_owned(),
                 e.target.clone(),
                 e.actor.key_id.clone(),
@@ -129,8 +129,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedJobStore::open(dir.path()).unwrap();
         let scopes = vec![SCOPE_JOBS_READ.to_owned()];
-        issue_key(&store, "acme", &scopes, "ci").await.unwrap();
-        issue_key(&store, "acme", &scopes, "ops").await.unwrap();
+        issue_key(&store, &"acme".parse().unwrap(), &scopes, "ci")
+            .await
+            .unwrap();
+        issue_key(&store, &"acme".parse().unwrap(), &scopes, "ops")
+            .await
+            .unwrap();
         let listed = store.list_api_keys().await.unwrap();
         let (first, second) = (listed[0].id(), listed[1].id());
         keys::revoke(&store, &first).await.unwrap();
@@ -138,7 +142,7 @@ mod tests {
         keys::revoke(&store, &first).await.unwrap();
         keys::rotate(&store, &second).await.unwrap();
         let set = quota::SetArgs {
-            tenant: "acme".into(),
+            tenant: "acme".parse().unwrap(),
             series: Some("h200".into()),
             gpus: Some(8),
             borrow: None,
@@ -151,7 +155,7 @@ mod tests {
             },
         };
         quota::set(&store, &set).await.unwrap();
-        quota::unset(&store, "acme", &quota::Removal::All)
+        quota::unset(&store, &"acme".parse().unwrap(), &quota::Removal::All)
             .await
             .unwrap();
 

@@ -675,7 +675,7 @@ mod tests {
              pools:\n  - {{name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}}\n"
         );
         let v = tuneplane_core::spec::validate(&spec, None, &Default::default()).unwrap();
-        JobRecord::new_queued("j1", "acme", v.spec, "00", 0)
+        JobRecord::new_queued("j1", "acme".parse().unwrap(), v.spec, "00", 0)
     }
 
     fn lost(number: u32, evidence: &[&str]) -> Attempt {

@@ -10,6 +10,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use tuneplane_core::ids::TenantId;
 use tuneplane_core::store::{ApiKeyChange, ApiKeyRecord, JobStore};
 use tuneplane_functions::runtime::now_ms;
 
@@ -35,7 +36,7 @@ pub enum Command {
 pub struct ListArgs {
     /// Only keys of this tenant.
     #[arg(long)]
-    pub tenant: Option<String>,
+    pub tenant: Option<TenantId>,
     /// Output format: a table, or the stored records as JSON (with their ids).
     #[arg(long, short = 'o', value_enum, default_value = "table")]
     pub output: Output,
@@ -87,7 +88,7 @@ fn print_keys(keys: &[ApiKeyRecord]) {
         .map(|k| {
             vec![
                 k.id(),
-                k.tenant.clone(),
+                k.tenant.to_string(),
                 k.name.clone(),
                 k.scopes.join(","),
                 age(k.created_at_ms),
@@ -233,17 +234,19 @@ mod tests {
     async fn auth(store: &EmbeddedJobStore, secret: &str) -> Result<String, SubmitError> {
         authenticate(store, Some(&format!("Bearer {secret}")))
             .await
-            .map(|p| p.tenant)
+            .map(|p| p.tenant.into_string())
     }
 
     #[tokio::test]
     async fn rotation_issues_a_working_key_and_revokes_the_old_one() {
         let (_dir, store) = store();
         let scopes = vec![SCOPE_JOBS_READ.to_owned()];
-        let old = issue_key(&store, "acme", &scopes, "ci").await.unwrap();
+        let old = issue_key(&store, &"acme".parse().unwrap(), &scopes, "ci")
+            .await
+            .unwrap();
         let id = ApiKeyRecord {
             key_sha256: tuneplane_core::store::hash_api_key(&old),
-            tenant: String::new(),
+            tenant: "acme".parse().unwrap(),
             scopes: Vec::new(),
             name: String::new(),
             created_at_ms: 0,
@@ -271,7 +274,7 @@ mod tests {
     fn ids_must_be_well_formed_and_name_one_key() {
         let key = ApiKeyRecord {
             key_sha256: "ab".repeat(32),
-            tenant: "acme".into(),
+            tenant: "acme".parse().unwrap(),
             scopes: Vec::new(),
             name: "ci".into(),
             created_at_ms: 0,

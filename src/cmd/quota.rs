@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use tuneplane_core::audit::AuditAction;
+use tuneplane_core::ids::TenantId;
 use tuneplane_core::quota::{CpuLimit, TenantQuota};
 use tuneplane_core::quota_view::QuotaView;
 use tuneplane_core::store::JobStore;
@@ -37,7 +38,7 @@ pub enum AdminCommand {
 pub struct SetArgs {
     /// Tenant (as on its API keys).
     #[arg(long)]
-    pub tenant: String,
+    pub tenant: TenantId,
     /// GPU series whose limit to set (with --gpus); replaces that series' limit.
     #[arg(long)]
     pub series: Option<String>,
@@ -79,7 +80,7 @@ pub struct ListArgs {
 pub struct UnsetArgs {
     /// Tenant (as on its API keys).
     #[arg(long)]
-    pub tenant: String,
+    pub tenant: TenantId,
     /// Remove this series' GPU limit (the series becomes unlimited).
     #[arg(long, group = "what")]
     pub series: Option<String>,
@@ -232,7 +233,7 @@ pub enum Removal {
 /// deleted because nothing is left to limit).
 pub async fn unset(
     store: &dyn JobStore,
-    tenant: &str,
+    tenant: &TenantId,
     what: &Removal,
 ) -> anyhow::Result<Option<TenantQuota>> {
     let Some(mut q) = store.get_quota(tenant).await? else {
@@ -253,7 +254,7 @@ pub async fn unset(
 async fn unset_inner(
     store: &dyn JobStore,
     q: &mut TenantQuota,
-    tenant: &str,
+    tenant: &TenantId,
     what: &Removal,
 ) -> anyhow::Result<Option<TenantQuota>> {
     match what {
@@ -328,7 +329,7 @@ fn print_quotas(quotas: &[TenantQuota]) {
         .iter()
         .map(|q| {
             vec![
-                q.tenant.clone(),
+                q.tenant.to_string(),
                 number(q.weight),
                 series_cell(q),
                 cpu_cell(q),

@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 use tuneplane_core::admission::{PoolPlacement, plan_admissions};
 use tuneplane_core::capacity::{CapacitySnapshot, GpuShare};
 use tuneplane_core::fleet::Fleet;
+use tuneplane_core::ids::TenantId;
 use tuneplane_core::job::JobRecord;
 use tuneplane_core::render::{
     CapsuleDelivery, CapsuleRef, ENV_CAPSULE_DELIVERY, ENV_GPU_PASSTHROUGH, RenderSettings,
@@ -37,7 +38,7 @@ pub struct Args {
     pub job_id: String,
     /// Tenant label value.
     #[arg(long, default_value = "preview")]
-    pub tenant: String,
+    pub tenant: TenantId,
     /// Capsule URL (a presigned URL whose path ends in `.zip`); a placeholder by default.
     #[arg(long)]
     pub capsule_url: Option<String>,
@@ -121,7 +122,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             tuneplane_core::capsule::storage_key(&sha)
         )
     });
-    let mut job = JobRecord::new_queued(&args.job_id, &args.tenant, v.spec, &sha, 0);
+    let mut job = JobRecord::new_queued(&args.job_id, args.tenant.clone(), v.spec, &sha, 0);
     job.placements = plan(&job, args.fleet.as_deref())?;
     let capsule = CapsuleRef { sha256: sha, url };
     let object = match job.spec.kind() {

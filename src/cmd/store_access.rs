@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use tuneplane_core::audit::{Actor, AuditAction, AuditEntry, AuditSource};
+use tuneplane_core::ids::TenantId;
 use tuneplane_core::store::JobStore;
 use tuneplane_core::submit::{SCOPE_ADMIN, SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, new_api_key};
 use tuneplane_functions::runtime::{now_ms, random_bytes};
@@ -91,7 +92,7 @@ pub fn operator() -> &'static Actor {
 /// Appends the audit entry of a change this admin command made.
 pub async fn audit(
     store: &dyn JobStore,
-    tenant: &str,
+    tenant: &TenantId,
     action: AuditAction,
     target: &str,
     change: serde_json::Value,
@@ -109,7 +110,7 @@ pub async fn audit(
 /// as `key.create`.
 pub async fn issue_key(
     store: &dyn JobStore,
-    tenant: &str,
+    tenant: &TenantId,
     scopes: &[String],
     name: &str,
 ) -> anyhow::Result<String> {
@@ -122,17 +123,15 @@ pub async fn issue_key(
 /// [`issue_key`] without its audit entry (a rotation records one entry of its own).
 pub async fn store_new_key(
     store: &dyn JobStore,
-    tenant: &str,
+    tenant: &TenantId,
     scopes: &[String],
     name: &str,
 ) -> anyhow::Result<(String, tuneplane_core::store::ApiKeyRecord)> {
-    let tenant =
-        tuneplane_core::ids::TenantId::parse(tenant).map_err(|e| anyhow::anyhow!("tenant {e}"))?;
     let known = [SCOPE_JOBS_READ, SCOPE_JOBS_WRITE, SCOPE_ADMIN];
     if let Some(bad) = scopes.iter().find(|s| !known.contains(&s.as_str())) {
         bail!("unknown scope {bad:?}; known: {}", known.join(", "));
     }
-    let (secret, record) = new_api_key(random_bytes(), &tenant, scopes.to_vec(), name, now_ms());
+    let (secret, record) = new_api_key(random_bytes(), tenant, scopes.to_vec(), name, now_ms());
     store.put_api_key(&record).await?;
     Ok((secret, record))
 }

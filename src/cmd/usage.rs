@@ -161,7 +161,7 @@ pub fn admin_usage(args: &AdminUsageArgs) -> anyhow::Result<ExitCode> {
     };
     with_store(&args.store, async |store, location| {
         let tenants = match &args.tenant {
-            Some(t) => vec![t.to_string()],
+            Some(t) => vec![t.clone()],
             None => known_tenants(store)
                 .await
                 .with_context(|| format!("listing tenants in the {location}"))?,

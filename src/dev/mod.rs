@@ -513,7 +513,7 @@ async fn default_key(dir: &Path, jobs: &dyn JobStore) -> anyhow::Result<String> 
     let scopes = vec![SCOPE_JOBS_READ.to_string(), SCOPE_JOBS_WRITE.to_string()];
     let (secret, record) = new_api_key(
         random::<20>()?,
-        DEFAULT_TENANT,
+        &DEFAULT_TENANT.parse()?,
         scopes,
         "dev",
         tuneplane_reconciler::now_ms(),

@@ -194,7 +194,7 @@ async fn quotas_survive_a_new_client() {
         let client = dynamodb_client(&config, None);
         ok(create_table(&client, &table).await, "create table");
         let store = DynamoJobStore::new(client, table.clone());
-        let mut quota = tuneplane_core::quota::TenantQuota::unlimited("acme");
+        let mut quota = tuneplane_core::quota::TenantQuota::unlimited(&"acme".parse().unwrap());
         quota.set_gpu_limit("h200", 16, false);
         ok(store.put_quota(&quota).await, "put quota");
     }

@@ -84,7 +84,7 @@ async fn data_survives_a_restart_of_the_store() {
             store.put_capacity(&serde_json::json!({"h200": 8})).await,
             "capacity",
         );
-        let mut quota = tuneplane_core::quota::TenantQuota::unlimited("acme");
+        let mut quota = tuneplane_core::quota::TenantQuota::unlimited(&"acme".parse().unwrap());
         quota.weight = 3.0;
         ok(store.put_quota(&quota).await, "quota");
     }
@@ -107,7 +107,7 @@ async fn data_survives_a_restart_of_the_store() {
         Some(serde_json::json!({"h200": 8}))
     );
     assert_eq!(
-        ok(reopened.get_quota("acme").await, "quota").map(|q| q.weight),
+        ok(reopened.get_quota(&"acme".parse().unwrap()).await, "quota").map(|q| q.weight),
         Some(3.0),
         "quotas survive restarts"
     );

@@ -186,7 +186,7 @@ mod tests {
             "priority": priority, "labels": {}, "namespace": "ns", "platform_version": "0"
         }))
         .unwrap_or_else(|e| panic!("spec: {e}"));
-        JobRecord::new_queued(id, "acme", spec, "ab", submitted)
+        JobRecord::new_queued(id, "acme".parse().unwrap(), spec, "ab", submitted)
     }
 
     #[test]

@@ -27,7 +27,7 @@ fn job(id: &str, priority: i32, submitted: i64, pools: Vec<serde_json::Value>) -
         "priority": priority, "labels": {}, "namespace": "ns", "platform_version": "0"
     }))
     .expect("spec");
-    JobRecord::new_queued(id, "acme", spec, "ab", submitted)
+    JobRecord::new_queued(id, "acme".parse().unwrap(), spec, "ab", submitted)
 }
 
 /// One unbound 8-GPU h200 machine of an admitted job "earlier", waiting for `nodes`.
@@ -676,7 +676,7 @@ fn insufficient_gpu_is_only_said_when_too_few_nodes_have_the_free_gpus() {
 // Tenants: fair share, quotas, borrowing.
 
 fn of(tenant: &str, mut j: JobRecord) -> JobRecord {
-    j.tenant = tenant.into();
+    j.tenant = tenant.parse().unwrap();
     j
 }
 
@@ -697,7 +697,7 @@ fn h200_job(tenant: &str, id: &str, submitted: i64) -> JobRecord {
 }
 
 fn h200_quota(tenant: &str, gpus: u32, borrow: bool) -> TenantQuota {
-    let mut q = TenantQuota::unlimited(tenant);
+    let mut q = TenantQuota::unlimited(&tenant.parse().unwrap());
     q.set_gpu_limit("h200", gpus, borrow);
     q
 }
@@ -758,7 +758,7 @@ fn weights_scale_the_share() {
     ];
     queue.push(h200_job("b", "b-next", 1));
     queue.push(h200_job("a", "a-next", 2));
-    let mut a = TenantQuota::unlimited("a");
+    let mut a = TenantQuota::unlimited(&"a".parse().unwrap());
     a.weight = 4.0;
     let plan = plan_admissions(&queue, &h200_fleet(&[8, 8, 8, 0]), &[], &[a]);
     assert_eq!(admitted(&plan), ["a-next"]);
@@ -875,7 +875,7 @@ fn cpu_limits_hold_cpu_only_jobs() {
         of(tenant, job(id, 0, t, vec![p]))
     };
     let queue = vec![cpu_job("a", "c-1", 1), cpu_job("a", "c-2", 2)];
-    let mut q = TenantQuota::unlimited("a");
+    let mut q = TenantQuota::unlimited(&"a".parse().unwrap());
     q.cpu = Some(quota::CpuLimit {
         cpus: Some(12.0),
         memory_gb: None,

@@ -28,7 +28,7 @@ pub struct CallbackEvent {
     /// The job's name (its spec's).
     pub job_name: String,
     /// Its tenant.
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// The job's state after the change (`QUEUED` for a requeued job).
     pub state: JobState,
     /// The attempt the change belongs to (a requeue reports the attempt that ended).
@@ -479,7 +479,7 @@ mod tests {
                 kind: EventKind::Running,
                 job_id: job.into(),
                 job_name: "n".into(),
-                tenant: "t".into(),
+                tenant: "t".parse().unwrap(),
                 state: JobState::Running,
                 attempt: 1,
                 reason: None,
@@ -579,7 +579,7 @@ mod tests {
         ];
         let sub = |id: &str, url: &str, tenant: &str| Subscription {
             id: id.into(),
-            tenant: tenant.into(),
+            tenant: tenant.parse().unwrap(),
             url: url.into(),
             events: EventKind::ALL.to_vec(),
             format: Format::Json,

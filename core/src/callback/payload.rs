@@ -107,7 +107,7 @@ mod tests {
                 kind: EventKind::Failed,
                 job_id: "j1".into(),
                 job_name: "llama-sft".into(),
-                tenant: "t".into(),
+                tenant: "t".parse().unwrap(),
                 state: JobState::Failed,
                 attempt: 2,
                 reason: Some("OutOfMemory".into()),

@@ -18,7 +18,7 @@ pub struct Subscription {
     /// `sub_` and 16 hex digits.
     pub id: String,
     /// The tenant it belongs to.
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// Where deliveries go (checked like a job's callback URL).
     pub url: String,
     /// The events it wants.
@@ -53,7 +53,7 @@ impl Subscription {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallbackSecret {
     /// The tenant.
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// `whsec_` and 64 hex digits.
     pub secret: String,
     /// When it was made, Unix ms.
@@ -62,7 +62,11 @@ pub struct CallbackSecret {
 
 impl CallbackSecret {
     /// A secret of `tenant` from 32 random bytes.
-    pub fn from_random(tenant: &str, random: [u8; 32], now_ms: i64) -> CallbackSecret {
+    pub fn from_random(
+        tenant: &crate::ids::TenantId,
+        random: [u8; 32],
+        now_ms: i64,
+    ) -> CallbackSecret {
         CallbackSecret {
             tenant: tenant.to_owned(),
             secret: format!("whsec_{}", hex::encode(random)),

@@ -281,7 +281,7 @@ pub fn job_env(job: &JobRecord) -> Vec<(String, String)> {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     env.push(("TUNEPLANE_JOB_ID".into(), job.id.clone()));
-    env.push(("TUNEPLANE_TENANT".into(), job.tenant.clone()));
+    env.push(("TUNEPLANE_TENANT".into(), job.tenant.to_string()));
     env.push(("TUNEPLANE_ATTEMPT".into(), job.attempt.to_string()));
     env
 }
@@ -487,7 +487,7 @@ mod tests {
             "labels": {"team": "nlp"}, "namespace": "tuneplane-jobs", "platform_version": "0.1.0"
         }))
         .expect("spec");
-        JobRecord::new_queued("j-01abc", "acme", spec, SHA, 1)
+        JobRecord::new_queued("j-01abc", "acme".parse().unwrap(), spec, SHA, 1)
     }
 
     fn gpu_job() -> JobRecord {
@@ -838,7 +838,15 @@ mod tests {
 
     /// A one-GPU l40s playground of an hour, created at 0.
     fn playground() -> PlaygroundRecord {
-        PlaygroundRecord::requested("PG_1", "acme", "Qwen/Qwen3-0.6B", "l40s", 1, 0, 3_600_000)
+        PlaygroundRecord::requested(
+            "PG_1",
+            "acme".parse().unwrap(),
+            "Qwen/Qwen3-0.6B",
+            "l40s",
+            1,
+            0,
+            3_600_000,
+        )
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub struct ApiKeyRecord {
     /// SHA-256 (hex) of the secret.
     pub key_sha256: String,
     /// Tenant the key acts for.
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// Granted scopes (`jobs:write`, `admin`, ...).
     pub scopes: Vec<String>,
     /// Human label.
@@ -87,7 +87,7 @@ impl ApiKeyRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdempotencyRecord {
     /// Tenant the key belongs to (keys are scoped per tenant).
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// The client's key.
     pub key: String,
     /// SHA-256 (hex) of the first request.
@@ -104,7 +104,7 @@ pub struct ScheduleRecord {
     /// The schedule's id, which the idempotency key of each run starts from.
     pub id: String,
     /// The tenant whose quota and jobs each run counts against.
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// Schedule expression (`cron(...)` or `rate(...)`).
     pub expression: String,
     /// The authoritative spec each run uses.
@@ -125,7 +125,7 @@ pub struct PlaygroundRecord {
     /// The playground's id (`pg-` and 20 hex digits); also names its pod.
     pub id: String,
     /// The tenant whose GPU quota the pod counts against.
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// The model vLLM serves (a Hugging Face name).
     pub model: String,
     /// The GPU series the pod must run on.
@@ -184,7 +184,7 @@ impl PlaygroundRecord {
     /// for `tenant`, from `created_at_ms` until `expires_at_ms`.
     pub fn requested(
         id: impl Into<String>,
-        tenant: impl Into<String>,
+        tenant: crate::ids::TenantId,
         model: impl Into<String>,
         series: impl Into<String>,
         gpus: u32,
@@ -193,7 +193,7 @@ impl PlaygroundRecord {
     ) -> PlaygroundRecord {
         PlaygroundRecord {
             id: id.into(),
-            tenant: tenant.into(),
+            tenant,
             model: model.into(),
             series: series.into(),
             gpus,

@@ -18,7 +18,7 @@ pub const SCOPE_ADMIN: &str = "admin";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     /// Tenant the caller acts for.
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// Granted scopes.
     pub scopes: Vec<String>,
     /// Key label (for logs; never the secret).
@@ -87,7 +87,7 @@ pub fn principal_of(record: ApiKeyRecord) -> Result<Principal> {
 /// A new key from 20 random bytes: the secret to hand out once, and the record to store.
 pub fn new_api_key(
     random: [u8; 20],
-    tenant: &str,
+    tenant: &crate::ids::TenantId,
     scopes: Vec<String>,
     name: &str,
     now_ms: i64,

@@ -108,7 +108,7 @@ impl Origin {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubmitRequest {
     /// Tenant the job belongs to (from the caller's credentials, never from the body).
-    pub tenant: String,
+    pub tenant: crate::ids::TenantId,
     /// The JobSpec.
     pub spec: SpecInput,
     /// Where the code comes from: an archive in memory, an archive blob, or an existing capsule.
@@ -514,7 +514,13 @@ mod tests {
 
     #[test]
     fn new_keys_hash_to_their_record_and_carry_the_prefix() {
-        let (secret, record) = new_api_key([7; 20], "acme", vec![SCOPE_JOBS_READ.into()], "ci", 5);
+        let (secret, record) = new_api_key(
+            [7; 20],
+            &"acme".parse().unwrap(),
+            vec![SCOPE_JOBS_READ.into()],
+            "ci",
+            5,
+        );
         assert!(secret.starts_with(API_KEY_PREFIX));
         assert_eq!(record.key_sha256, crate::store::hash_api_key(&secret));
         assert_eq!(record.tenant, "acme");
@@ -523,7 +529,7 @@ mod tests {
     #[test]
     fn admin_scope_implies_every_other_scope() {
         let p = |scopes: &[&str]| Principal {
-            tenant: "t".into(),
+            tenant: "t".parse().unwrap(),
             key_id: "k-0".into(),
             scopes: scopes.iter().map(|s| s.to_string()).collect(),
             key_name: "k".into(),
@@ -577,7 +583,7 @@ mod tests {
     #[test]
     fn a_job_above_a_hard_quota_is_a_client_error_naming_the_limit_and_the_need() {
         use crate::quota::TenantQuota;
-        let mut quota = TenantQuota::unlimited("team-a");
+        let mut quota = TenantQuota::unlimited(&"team-a".parse().unwrap());
         quota.set_gpu_limit("h200", 16, false);
         // 3 nodes × 8 GPUs = 24 > 16: refused, saying why and what to do.
         let err = check_quota(Some(&quota), &gpu_spec(3, 8)).err();

@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
+use tuneplane_core::ids::TenantId;
 use tuneplane_core::quota_view::{QuotaView, describe_series, quota_view};
 
 use super::layout::{ConsoleError, Nav, page, respond, table_head, time};
@@ -88,7 +89,7 @@ fn team(view: &QuotaView) -> Markup {
 }
 
 /// The body of the capacity page for `tenant`.
-pub async fn body(state: &AppState, tenant: &str) -> Result<Markup, ConsoleError> {
+pub async fn body(state: &AppState, tenant: &TenantId) -> Result<Markup, ConsoleError> {
     let snap = snapshot(state).await?;
     let own = state.submit.jobs().get_quota(tenant).await?;
     let quota = state.submit.config().default_quota.effective(tenant, own);

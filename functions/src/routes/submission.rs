@@ -65,7 +65,7 @@ impl SubmissionBody {
     /// The core request for `tenant`.
     pub fn into_request(
         self,
-        tenant: &str,
+        tenant: &tuneplane_core::ids::TenantId,
         idempotency_key: Option<String>,
         origin: Origin,
         actor: Actor,
@@ -73,7 +73,7 @@ impl SubmissionBody {
         let spec = SpecInput::Text(spec_text(&self.spec)?);
         let code = code_of(self.code, tenant)?;
         Ok(SubmitRequest {
-            tenant: tenant.to_owned(),
+            tenant: tenant.clone(),
             spec,
             code,
             idempotency_key,

@@ -154,7 +154,7 @@ async fn submit_payload(
 ) -> Result<Response, ApiError> {
     let payload: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request("invalid_body", format!("payload is not JSON: {e}")))?;
-    let tenant = config.tenant.as_str();
+    let tenant = &config.tenant;
     // From signed data only: the same signed message is the same job.
     let key = Some(format!("webhook:{source}:{signature}"));
     let origin = Origin::Webhook(source.to_owned());
@@ -184,7 +184,7 @@ async fn submit_payload(
         };
         let (spec, code) = from_template(state, tenant, &name, payload.get("overrides")).await?;
         SubmitRequest {
-            tenant: tenant.to_owned(),
+            tenant: tenant.clone(),
             spec,
             code,
             idempotency_key: key,

@@ -109,7 +109,7 @@ fn config(dir: &std::path::Path) -> Config {
         },
         submit,
         webhooks,
-        event_senders: [(SENDER_ACCOUNT.to_owned(), TENANT_A.to_owned())].into(),
+        event_senders: [(SENDER_ACCOUNT.to_owned(), TENANT_A.parse().unwrap())].into(),
         json_logs: false,
         listen: None,
         // Fake playground servers listen on loopback addresses of their own.
@@ -201,8 +201,13 @@ impl Harness {
         let scopes = vec![SCOPE_JOBS_READ.to_owned(), SCOPE_JOBS_WRITE.to_owned()];
         let mut keys = Vec::new();
         for tenant in [TENANT_A, TENANT_B] {
-            let (secret, record) =
-                new_api_key(runtime::random_bytes(), tenant, scopes.clone(), "test", 0);
+            let (secret, record) = new_api_key(
+                runtime::random_bytes(),
+                &tenant.parse().unwrap(),
+                scopes.clone(),
+                "test",
+                0,
+            );
             jobs.put_api_key(&record).await.expect("put key");
             keys.push(secret);
         }
@@ -317,7 +322,7 @@ impl Harness {
             ..Default::default()
         };
         self.jobs()
-            .list_jobs(tenant, &q)
+            .list_jobs(&tenant.parse().unwrap(), &q)
             .await
             .map(|p| p.items.len())
             .expect("list")

@@ -396,7 +396,7 @@ pub async fn job_that_cannot_fit_the_published_capacity_is_rejected_at_submit(h:
 }
 
 fn h200_quota(tenant: &str, gpus: u32, borrow: bool) -> TenantQuota {
-    let mut q = TenantQuota::unlimited(tenant);
+    let mut q = TenantQuota::unlimited(&tenant.parse().unwrap());
     q.set_gpu_limit("h200", gpus, borrow);
     q
 }
@@ -578,7 +578,7 @@ pub async fn read_only_key_cannot_submit_or_stop(h: &Harness) {
     let id = job_id(&h.submit(&body(SPEC, &code()), None).await);
     let (secret, record) = new_api_key(
         tuneplane_functions::runtime::random_bytes(),
-        TENANT_A,
+        &TENANT_A.parse().unwrap(),
         vec![SCOPE_JOBS_READ.to_owned()],
         "reader",
         0,

@@ -176,7 +176,7 @@ pub async fn store_schedule(h: &Harness, id: &str) {
         serde_json::from_value(first.json["job"].clone()).unwrap();
     let schedule = ScheduleRecord {
         id: id.into(),
-        tenant: TENANT_A.into(),
+        tenant: TENANT_A.parse().unwrap(),
         expression: "cron(0 2 * * ? *)".into(),
         spec: template.spec.clone(),
         capsule_sha256: template.capsule_sha256.clone(),

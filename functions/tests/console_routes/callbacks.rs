@@ -53,7 +53,7 @@ async fn subscriptions_are_added_and_deleted_through_the_console_and_audited_as_
         .state
         .submit
         .jobs()
-        .list_subscriptions("acme")
+        .list_subscriptions(&"acme".parse().unwrap())
         .await
         .unwrap();
     assert_eq!(subs.len(), 1);
@@ -77,7 +77,7 @@ async fn subscriptions_are_added_and_deleted_through_the_console_and_audited_as_
         .state
         .submit
         .jobs()
-        .get_callback_secret("acme")
+        .get_callback_secret(&"acme".parse().unwrap())
         .await
         .unwrap()
         .expect("made for the page");
@@ -98,7 +98,7 @@ async fn subscriptions_are_added_and_deleted_through_the_console_and_audited_as_
         s.state
             .submit
             .jobs()
-            .list_subscriptions("acme")
+            .list_subscriptions(&"acme".parse().unwrap())
             .await
             .unwrap()
             .is_empty()
@@ -109,7 +109,7 @@ async fn subscriptions_are_added_and_deleted_through_the_console_and_audited_as_
         .submit
         .jobs()
         .list_audit(&AuditQuery {
-            tenant: Some("acme".into()),
+            tenant: Some("acme".parse().unwrap()),
             ..AuditQuery::default()
         })
         .await

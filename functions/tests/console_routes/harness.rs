@@ -245,7 +245,7 @@ impl Stack {
     /// The jobs stored for `tenant`.
     pub async fn stored_jobs(&self, tenant: &str) -> Vec<JobRecord> {
         let jobs = self.state.submit.jobs();
-        jobs.list_jobs(tenant, &Default::default())
+        jobs.list_jobs(&tenant.parse().unwrap(), &Default::default())
             .await
             .unwrap()
             .items

@@ -311,7 +311,7 @@ async fn capacity_page_shows_the_signed_in_tenants_usage_against_its_quota_and_n
     use tuneplane_core::quota::{Demand, TenantQuota, TenantUsage};
     let s = stack().await;
     let jobs = s.state.submit.jobs();
-    let mut quota = TenantQuota::unlimited("acme");
+    let mut quota = TenantQuota::unlimited(&"acme".parse().unwrap());
     quota.set_gpu_limit("h200", 16, false);
     jobs.put_quota(&quota).await.unwrap();
     // Before a snapshot the limits show already.
@@ -393,7 +393,7 @@ async fn capacity_page_shows_the_signed_in_tenants_usage_against_its_quota_and_n
 async fn a_job_above_the_quota_is_refused_in_the_submit_form_with_the_reason() {
     use tuneplane_core::quota::{CpuLimit, TenantQuota};
     let s = stack().await;
-    let mut quota = TenantQuota::unlimited("acme");
+    let mut quota = TenantQuota::unlimited(&"acme".parse().unwrap());
     quota.cpu = Some(CpuLimit {
         cpus: Some(0.5),
         memory_gb: None,

@@ -242,7 +242,11 @@ impl JobStore for FaultyJobStore {
         let call = self.inner.update_job_with_events(job, events);
         self.faults.run("update_job", &job.id, call).await
     }
-    async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
+    async fn list_jobs(
+        &self,
+        tenant: &tuneplane_core::ids::TenantId,
+        query: &JobQuery,
+    ) -> Result<Page<JobRecord>> {
         let call = self.inner.list_jobs(tenant, query);
         self.faults.run("list_jobs", tenant, call).await
     }
@@ -320,7 +324,10 @@ impl JobStore for FaultyJobStore {
         let call = self.inner.put_quota(quota);
         self.faults.run("put_quota", &quota.tenant, call).await
     }
-    async fn get_quota(&self, tenant: &str) -> Result<Option<tuneplane_core::quota::TenantQuota>> {
+    async fn get_quota(
+        &self,
+        tenant: &tuneplane_core::ids::TenantId,
+    ) -> Result<Option<tuneplane_core::quota::TenantQuota>> {
         let call = self.inner.get_quota(tenant);
         self.faults.run("get_quota", tenant, call).await
     }
@@ -329,7 +336,7 @@ impl JobStore for FaultyJobStore {
             .run("list_quotas", "", self.inner.list_quotas())
             .await
     }
-    async fn delete_quota(&self, tenant: &str) -> Result<()> {
+    async fn delete_quota(&self, tenant: &tuneplane_core::ids::TenantId) -> Result<()> {
         let call = self.inner.delete_quota(tenant);
         self.faults.run("delete_quota", tenant, call).await
     }
@@ -355,7 +362,10 @@ impl JobStore for FaultyJobStore {
     async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()> {
         self.inner.retire_playground(pg).await
     }
-    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>> {
+    async fn list_retired_playgrounds(
+        &self,
+        tenant: &tuneplane_core::ids::TenantId,
+    ) -> Result<Vec<PlaygroundRecord>> {
         self.inner.list_retired_playgrounds(tenant).await
     }
     async fn discard_outbox(&self, entries: &[OutboxEntry]) -> Result<()> {
@@ -364,13 +374,23 @@ impl JobStore for FaultyJobStore {
     async fn put_subscription(&self, sub: &Subscription) -> Result<()> {
         self.inner.put_subscription(sub).await
     }
-    async fn list_subscriptions(&self, tenant: &str) -> Result<Vec<Subscription>> {
+    async fn list_subscriptions(
+        &self,
+        tenant: &tuneplane_core::ids::TenantId,
+    ) -> Result<Vec<Subscription>> {
         self.inner.list_subscriptions(tenant).await
     }
-    async fn delete_subscription(&self, tenant: &str, id: &str) -> Result<bool> {
+    async fn delete_subscription(
+        &self,
+        tenant: &tuneplane_core::ids::TenantId,
+        id: &str,
+    ) -> Result<bool> {
         self.inner.delete_subscription(tenant, id).await
     }
-    async fn get_callback_secret(&self, tenant: &str) -> Result<Option<CallbackSecret>> {
+    async fn get_callback_secret(
+        &self,
+        tenant: &tuneplane_core::ids::TenantId,
+    ) -> Result<Option<CallbackSecret>> {
         self.inner.get_callback_secret(tenant).await
     }
     async fn put_callback_secret(

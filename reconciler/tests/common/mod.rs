@@ -379,7 +379,13 @@ pub fn job(
         "labels": {"team": "nlp"}, "namespace": "tuneplane-jobs", "platform_version": "0.1.0"
     }))
     .expect("spec");
-    JobRecord::new_queued(id, "acme", spec, SHA, tuneplane_core::clock::now_ms())
+    JobRecord::new_queued(
+        id,
+        "acme".parse().unwrap(),
+        spec,
+        SHA,
+        tuneplane_core::clock::now_ms(),
+    )
 }
 
 /// A queued job on one pool `main` of `nodes` × `gpus` of `series`, with the train image and a

@@ -84,6 +84,13 @@ impl Stored<'_> {
             .ok_or_else(|| self.corrupt(format!("missing string attribute {name}")))
     }
 
+    /// The required `tenant` attribute, checked against the tenant rule (a record naming a
+    /// tenant no door accepts is reported as corrupt, not passed on).
+    pub fn tenant(&self) -> Result<tuneplane_core::ids::TenantId, StoreError> {
+        tuneplane_core::ids::TenantId::parse(self.s("tenant")?)
+            .map_err(|e| self.corrupt(format!("attribute tenant: {e}")))
+    }
+
     /// An optional string attribute.
     pub fn opt_s(&self, name: &str) -> Result<Option<&str>, StoreError> {
         match self.item.get(name) {
@@ -142,7 +149,7 @@ impl From<&JobRecord> for JobItem {
             ("pk".to_owned(), s(job_pk(&job.id))),
             ("sk".to_owned(), s(JOB_SK)),
             ("id".to_owned(), s(&job.id)),
-            ("tenant".to_owned(), s(&job.tenant)),
+            ("tenant".to_owned(), s(job.tenant.as_str())),
             ("state".to_owned(), s(job.state.as_str())),
             ("version".to_owned(), n(job.version)),
             ("priority".to_owned(), n(job.spec.priority)),
@@ -213,7 +220,7 @@ impl TryFrom<Stored<'_>> for JobRecord {
             .map_err(|_| stored.corrupt("negative version".into()))?;
         Ok(JobRecord {
             id: stored.s("id")?.to_owned(),
-            tenant: stored.s("tenant")?.to_owned(),
+            tenant: stored.tenant()?,
             spec: stored.json("spec")?,
             capsule_sha256: stored.s("capsule_sha256")?.to_owned(),
             state,

@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tuneplane_core::audit::{AuditEntry, AuditQuery};
 use tuneplane_core::callback::{CallbackSecret, OutboxEntry, Subscription};
+use tuneplane_core::ids::TenantId;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
@@ -24,7 +25,7 @@ pub(super) fn idempotency_item(pk: &str, job: &JobRecord, idem: &Idempotency, tt
     Item::from([
         ("pk".to_owned(), s(pk)),
         ("sk".to_owned(), s("IDEM")),
-        ("tenant".to_owned(), s(&job.tenant)),
+        ("tenant".to_owned(), s(job.tenant.as_str())),
         ("idem_key".to_owned(), s(&idem.key)),
         ("request_sha256".to_owned(), s(&idem.request_sha256)),
         ("job_id".to_owned(), s(&job.id)),
@@ -36,7 +37,7 @@ pub(super) fn idempotency_item(pk: &str, job: &JobRecord, idem: &Idempotency, tt
 pub(super) fn idempotency_from(table: &str, item: &Item) -> Result<IdempotencyRecord> {
     let stored = Stored { table, item };
     Ok(IdempotencyRecord {
-        tenant: stored.s("tenant")?.to_owned(),
+        tenant: stored.tenant()?,
         key: stored.s("idem_key")?.to_owned(),
         request_sha256: stored.s("request_sha256")?.to_owned(),
         job_id: stored.s("job_id")?.to_owned(),
@@ -196,7 +197,7 @@ impl JobStore for DynamoJobStore {
         self.update_job_with_events_inner(job, events).await
     }
 
-    async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
+    async fn list_jobs(&self, tenant: &TenantId, query: &JobQuery) -> Result<Page<JobRecord>> {
         self.list_jobs_inner(tenant, query).await
     }
 
@@ -229,7 +230,7 @@ impl JobStore for DynamoJobStore {
     }
 
     async fn put_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
-        let extra = vec![("tenant", s(&key.tenant))];
+        let extra = vec![("tenant", s(key.tenant.as_str()))];
         self.put_doc(&format!("KEY#{}", key.key_sha256), "KEY", key, None, extra)
             .await
     }
@@ -254,7 +255,7 @@ impl JobStore for DynamoJobStore {
 
     async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord> {
         let pk = format!("SCHEDULE#{}", schedule.id);
-        let extra = vec![("tenant", s(&schedule.tenant))];
+        let extra = vec![("tenant", s(schedule.tenant.as_str()))];
         self.put_versioned((&pk, "SCHEDULE"), schedule, |r| &mut r.version, extra)
             .await
     }
@@ -270,7 +271,7 @@ impl JobStore for DynamoJobStore {
     async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord> {
         let pk = format!("PG#{}", playground.id);
         let extra = vec![
-            ("tenant", s(&playground.tenant)),
+            ("tenant", s(playground.tenant.as_str())),
             ("apk", s(PLAYGROUNDS_PK)),
             ("ask", s(&playground.id)),
         ];
@@ -297,7 +298,7 @@ impl JobStore for DynamoJobStore {
         self.retire_playground_inner(pg).await
     }
 
-    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>> {
+    async fn list_retired_playgrounds(&self, tenant: &TenantId) -> Result<Vec<PlaygroundRecord>> {
         let items = self
             .query_partition(None, "pk", &format!("PGDONE#{tenant}"))
             .await?;
@@ -309,7 +310,7 @@ impl JobStore for DynamoJobStore {
             .await
     }
 
-    async fn get_quota(&self, tenant: &str) -> Result<Option<TenantQuota>> {
+    async fn get_quota(&self, tenant: &TenantId) -> Result<Option<TenantQuota>> {
         self.get_doc(QUOTA_PK, tenant).await
     }
 
@@ -319,7 +320,7 @@ impl JobStore for DynamoJobStore {
         self.bodies(&items)
     }
 
-    async fn delete_quota(&self, tenant: &str) -> Result<()> {
+    async fn delete_quota(&self, tenant: &TenantId) -> Result<()> {
         self.delete_doc(QUOTA_PK, tenant).await
     }
 
@@ -367,15 +368,15 @@ impl JobStore for DynamoJobStore {
         self.put_doc(&pk, &sub.id, sub, None, Vec::new()).await
     }
 
-    async fn list_subscriptions(&self, tenant: &str) -> Result<Vec<Subscription>> {
+    async fn list_subscriptions(&self, tenant: &TenantId) -> Result<Vec<Subscription>> {
         self.list_subscriptions_inner(tenant).await
     }
 
-    async fn delete_subscription(&self, tenant: &str, id: &str) -> Result<bool> {
+    async fn delete_subscription(&self, tenant: &TenantId, id: &str) -> Result<bool> {
         self.delete_subscription_inner(tenant, id).await
     }
 
-    async fn get_callback_secret(&self, tenant: &str) -> Result<Option<CallbackSecret>> {
+    async fn get_callback_secret(&self, tenant: &TenantId) -> Result<Option<CallbackSecret>> {
         self.get_doc(&super::outbox::secret_pk(tenant), "CURRENT")
             .await
     }

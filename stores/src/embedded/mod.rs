@@ -15,6 +15,7 @@ use redb::{ConcurrencyMode, Database, ReadableDatabase};
 use tuneplane_core::audit::{AuditEntry, AuditQuery};
 use tuneplane_core::callback::{CallbackSecret, OutboxEntry, Subscription, outbox};
 use tuneplane_core::clock::{now_ms, now_secs};
+use tuneplane_core::ids::TenantId;
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
@@ -238,7 +239,7 @@ impl JobStore for EmbeddedJobStore {
         .await
     }
 
-    async fn list_jobs(&self, tenant: &str, query: &JobQuery) -> Result<Page<JobRecord>> {
+    async fn list_jobs(&self, tenant: &TenantId, query: &JobQuery) -> Result<Page<JobRecord>> {
         let tenant = tenant.to_owned();
         let query = query.clone();
         self.read(move |tx| tx.list_jobs(&tenant, &query)).await
@@ -343,7 +344,7 @@ impl JobStore for EmbeddedJobStore {
         .await
     }
 
-    async fn list_retired_playgrounds(&self, tenant: &str) -> Result<Vec<PlaygroundRecord>> {
+    async fn list_retired_playgrounds(&self, tenant: &TenantId) -> Result<Vec<PlaygroundRecord>> {
         let prefix = tables::retired_playground_key(tenant, "");
         self.read(move |tx| tx.list_meta(&prefix)).await
     }
@@ -353,7 +354,7 @@ impl JobStore for EmbeddedJobStore {
             .await
     }
 
-    async fn get_quota(&self, tenant: &str) -> Result<Option<TenantQuota>> {
+    async fn get_quota(&self, tenant: &TenantId) -> Result<Option<TenantQuota>> {
         self.get_meta(format!("QUOTA#{tenant}")).await
     }
 
@@ -361,7 +362,7 @@ impl JobStore for EmbeddedJobStore {
         self.list_meta("QUOTA#").await
     }
 
-    async fn delete_quota(&self, tenant: &str) -> Result<()> {
+    async fn delete_quota(&self, tenant: &TenantId) -> Result<()> {
         self.delete_meta(format!("QUOTA#{tenant}")).await
     }
 
@@ -439,14 +440,14 @@ impl JobStore for EmbeddedJobStore {
             .await
     }
 
-    async fn list_subscriptions(&self, tenant: &str) -> Result<Vec<Subscription>> {
+    async fn list_subscriptions(&self, tenant: &TenantId) -> Result<Vec<Subscription>> {
         let prefix = tables::subscription_key(tenant, "");
         let mut subs: Vec<Subscription> = self.read(move |tx| tx.list_meta(&prefix)).await?;
         subs.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
         Ok(subs)
     }
 
-    async fn delete_subscription(&self, tenant: &str, id: &str) -> Result<bool> {
+    async fn delete_subscription(&self, tenant: &TenantId, id: &str) -> Result<bool> {
         let key = tables::subscription_key(tenant, id);
         self.write(move |tx| {
             let existed = tx.get_meta::<Subscription>(&key)?.is_some();
@@ -456,7 +457,7 @@ impl JobStore for EmbeddedJobStore {
         .await
     }
 
-    async fn get_callback_secret(&self, tenant: &str) -> Result<Option<CallbackSecret>> {
+    async fn get_callback_secret(&self, tenant: &TenantId) -> Result<Option<CallbackSecret>> {
         self.get_meta(format!("CBSECRET#{tenant}")).await
     }
 

@@ -224,7 +224,7 @@ impl<'t> Tx<'t> {
             if let Some(first) = stored.filter(|r| r.expires_at > now_secs) {
                 if first.request_sha256 != i.request_sha256 {
                     return Err(StoreError::IdempotencyMismatch {
-                        tenant: job.tenant,
+                        tenant: job.tenant.to_string(),
                         key: i.key.clone(),
                         job_id: first.job_id,
                     });

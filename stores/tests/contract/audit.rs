@@ -17,7 +17,14 @@ fn entry(tenant: &str, request: &str, target: &str, at_ms: i64) -> AuditEntry {
         request_id: request.into(),
     };
     let change = serde_json::json!({"at": at_ms});
-    AuditEntry::new(&actor, tenant, AuditAction::JobStop, target, change, at_ms)
+    AuditEntry::new(
+        &actor,
+        &tenant.parse().unwrap(),
+        AuditAction::JobStop,
+        target,
+        change,
+        at_ms,
+    )
 }
 
 fn times(entries: &[AuditEntry]) -> Vec<i64> {
@@ -47,7 +54,7 @@ pub async fn audit_entries_append_once_and_list_by_tenant_and_window_oldest_firs
         vec![10, 20, 30, 40]
     );
     let acme = AuditQuery {
-        tenant: Some("acme".into()),
+        tenant: Some("acme".parse().unwrap()),
         ..AuditQuery::default()
     };
     let got = ok(store.list_audit(&acme).await, "acme");

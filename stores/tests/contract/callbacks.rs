@@ -24,7 +24,7 @@ fn kinds(entries: &[tuneplane_core::callback::OutboxEntry]) -> Vec<(String, Even
 pub async fn subscribe(store: &Store, tenant: &str) {
     let sub = Subscription {
         id: "sub_all".into(),
-        tenant: tenant.into(),
+        tenant: tenant.parse().unwrap(),
         url: "https://hooks.example.com/all".into(),
         events: EventKind::ALL.to_vec(),
         format: Format::Json,
@@ -161,7 +161,7 @@ pub async fn outbox_entries_change_and_go_only_at_their_revision(store: Store) {
 pub async fn subscriptions_and_signing_secrets_are_kept_per_tenant(store: Store) {
     let sub = |tenant: &str, id: &str, at: i64| Subscription {
         id: id.into(),
-        tenant: tenant.into(),
+        tenant: tenant.parse().unwrap(),
         url: format!("https://hooks.example.com/{id}"),
         events: vec![EventKind::Succeeded],
         format: Format::Slack,
@@ -175,28 +175,49 @@ pub async fn subscriptions_and_signing_secrets_are_kept_per_tenant(store: Store)
     ] {
         ok(store.put_subscription(&s).await, "put");
     }
-    let acme = ok(store.list_subscriptions("acme").await, "list");
+    let acme = ok(
+        store.list_subscriptions(&"acme".parse().unwrap()).await,
+        "list",
+    );
     assert_eq!(acme, vec![sub("acme", "sub_a", 1), sub("acme", "sub_b", 2)]);
     assert!(!ok(
-        store.delete_subscription("acme", "sub_c").await,
+        store
+            .delete_subscription(&"acme".parse().unwrap(), "sub_c")
+            .await,
         "other tenant's"
     ));
     assert!(ok(
-        store.delete_subscription("acme", "sub_a").await,
+        store
+            .delete_subscription(&"acme".parse().unwrap(), "sub_a")
+            .await,
         "delete"
     ));
-    assert_eq!(ok(store.list_subscriptions("acme").await, "list").len(), 1);
     assert_eq!(
-        ok(store.list_subscriptions("acme-2").await, "list").len(),
+        ok(
+            store.list_subscriptions(&"acme".parse().unwrap()).await,
+            "list"
+        )
+        .len(),
+        1
+    );
+    assert_eq!(
+        ok(
+            store.list_subscriptions(&"acme-2".parse().unwrap()).await,
+            "list"
+        )
+        .len(),
         1
     );
 
     assert_eq!(
-        ok(store.get_callback_secret("acme").await, "none yet"),
+        ok(
+            store.get_callback_secret(&"acme".parse().unwrap()).await,
+            "none yet"
+        ),
         None
     );
-    let one = CallbackSecret::from_random("acme", [1; 32], 10);
-    let two = CallbackSecret::from_random("acme", [2; 32], 20);
+    let one = CallbackSecret::from_random(&"acme".parse().unwrap(), [1; 32], 10);
+    let two = CallbackSecret::from_random(&"acme".parse().unwrap(), [2; 32], 20);
     assert_eq!(
         ok(store.put_callback_secret(&one, false).await, "first"),
         one
@@ -211,8 +232,17 @@ pub async fn subscriptions_and_signing_secrets_are_kept_per_tenant(store: Store)
         two
     );
     assert_eq!(
-        ok(store.get_callback_secret("acme").await, "get"),
+        ok(
+            store.get_callback_secret(&"acme".parse().unwrap()).await,
+            "get"
+        ),
         Some(two)
     );
-    assert_eq!(ok(store.get_callback_secret("acme-2").await, "other"), None);
+    assert_eq!(
+        ok(
+            store.get_callback_secret(&"acme-2".parse().unwrap()).await,
+            "other"
+        ),
+        None
+    );
 }

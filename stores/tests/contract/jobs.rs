@@ -149,7 +149,12 @@ pub async fn concurrent_identical_submissions_create_one_job(store: Store) {
         (1, 1),
         "one job for six identical requests: {ids:?}"
     );
-    let page = ok(store.list_jobs("acme", &JobQuery::default()).await, "list");
+    let page = ok(
+        store
+            .list_jobs(&"acme".parse().unwrap(), &JobQuery::default())
+            .await,
+        "list",
+    );
     assert_eq!(page.items.len(), 1);
 }
 
@@ -335,7 +340,10 @@ pub async fn tenant_listing_pages_newest_first_with_state_filter(store: Store) {
             limit: 2,
             cursor: cursor.clone(),
         };
-        let page = ok(store.list_jobs("acme", &query).await, "list page");
+        let page = ok(
+            store.list_jobs(&"acme".parse().unwrap(), &query).await,
+            "list page",
+        );
         pages += 1;
         seen.extend(page.items.into_iter().map(|j| j.id));
         cursor = page.next;
@@ -358,13 +366,19 @@ pub async fn tenant_listing_pages_newest_first_with_state_filter(store: Store) {
         limit: 1,
         cursor: None,
     };
-    let first = ok(store.list_jobs("acme", &query).await, "filtered");
+    let first = ok(
+        store.list_jobs(&"acme".parse().unwrap(), &query).await,
+        "filtered",
+    );
     assert_eq!(ids(&first.items), ["j-4"]);
     let query = JobQuery {
         cursor: first.next,
         ..query
     };
-    let second = ok(store.list_jobs("acme", &query).await, "filtered page 2");
+    let second = ok(
+        store.list_jobs(&"acme".parse().unwrap(), &query).await,
+        "filtered page 2",
+    );
     assert_eq!(ids(&second.items), ["j-2"]);
     assert_eq!(second.next, None);
 
@@ -373,7 +387,7 @@ pub async fn tenant_listing_pages_newest_first_with_state_filter(store: Store) {
         ..JobQuery::default()
     };
     assert!(matches!(
-        store.list_jobs("acme", &bad).await,
+        store.list_jobs(&"acme".parse().unwrap(), &bad).await,
         Err(StoreError::InvalidCursor { .. })
     ));
 }
@@ -543,7 +557,7 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
     let hash = hash_api_key("tp_secret");
     let key = ApiKeyRecord {
         key_sha256: hash.clone(),
-        tenant: "acme".into(),
+        tenant: "acme".parse().unwrap(),
         scopes: vec!["jobs:write".into()],
         name: "ci".into(),
         created_at_ms: 1,
@@ -559,7 +573,7 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
 
     let schedule = ScheduleRecord {
         id: "nightly".into(),
-        tenant: "acme".into(),
+        tenant: "acme".parse().unwrap(),
         expression: "cron(0 2 * * ? *)".into(),
         spec: spec(0),
         capsule_sha256: "cd".repeat(32),
@@ -598,7 +612,7 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
 
     let pg = PlaygroundRecord {
         id: "pg-1".into(),
-        tenant: "acme".into(),
+        tenant: "acme".parse().unwrap(),
         model: "qwen".into(),
         series: "l40s".into(),
         gpus: 1,
@@ -642,7 +656,9 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
     assert_eq!(kept, vec![retired]);
     assert!(
         ok(
-            store.list_retired_playgrounds("someone-else").await,
+            store
+                .list_retired_playgrounds(&"someone-else".parse().unwrap())
+                .await,
             "other"
         )
         .is_empty(),
@@ -653,7 +669,7 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
 pub async fn playground_pod_and_status_round_trip_and_updates_are_versioned(store: Store) {
     let pg = PlaygroundRecord {
         id: "pg-0a1b2c".into(),
-        tenant: "acme".into(),
+        tenant: "acme".parse().unwrap(),
         model: "Qwen/Qwen2.5-0.5B-Instruct".into(),
         series: "l40s".into(),
         gpus: 2,
@@ -745,9 +761,15 @@ pub async fn playground_pod_and_status_round_trip_and_updates_are_versioned(stor
 
 pub async fn quotas_round_trip_list_by_tenant_and_delete(store: Store) {
     use tuneplane_core::quota::{CpuLimit, SeriesLimit, TenantQuota};
-    assert_eq!(ok(store.get_quota("team-a").await, "get absent"), None);
+    assert_eq!(
+        ok(
+            store.get_quota(&"team-a".parse().unwrap()).await,
+            "get absent"
+        ),
+        None
+    );
     assert!(ok(store.list_quotas().await, "list empty").is_empty());
-    let mut a = TenantQuota::unlimited("team-a");
+    let mut a = TenantQuota::unlimited(&"team-a".parse().unwrap());
     a.set_gpu_limit("h200", 16, true);
     a.cpu = Some(CpuLimit {
         cpus: Some(64.0),
@@ -756,30 +778,46 @@ pub async fn quotas_round_trip_list_by_tenant_and_delete(store: Store) {
     });
     a.weight = 2.0;
     a.updated_at_ms = 7;
-    let mut b = TenantQuota::unlimited("team-b");
+    let mut b = TenantQuota::unlimited(&"team-b".parse().unwrap());
     b.set_gpu_limit("l40s", 4, false);
     // Written out of order: listing sorts by tenant.
     ok(store.put_quota(&b).await, "put b");
     ok(store.put_quota(&a).await, "put a");
     assert_eq!(
-        ok(store.get_quota("team-a").await, "get a"),
+        ok(store.get_quota(&"team-a".parse().unwrap()).await, "get a"),
         Some(a.clone())
     );
     let tenants: Vec<String> = ok(store.list_quotas().await, "list")
         .into_iter()
-        .map(|q| q.tenant)
+        .map(|q| q.tenant.into_string())
         .collect();
     assert_eq!(tenants, ["team-a", "team-b"]);
     // A put replaces the tenant's record whole.
     a.series.clear();
     ok(store.put_quota(&a).await, "replace a");
     assert_eq!(
-        ok(store.get_quota("team-a").await, "get replaced").map(|q| q.series.len()),
+        ok(
+            store.get_quota(&"team-a".parse().unwrap()).await,
+            "get replaced"
+        )
+        .map(|q| q.series.len()),
         Some(0)
     );
-    ok(store.delete_quota("team-b").await, "delete b");
-    ok(store.delete_quota("team-b").await, "delete absent");
-    assert_eq!(ok(store.get_quota("team-b").await, "get deleted"), None);
+    ok(
+        store.delete_quota(&"team-b".parse().unwrap()).await,
+        "delete b",
+    );
+    ok(
+        store.delete_quota(&"team-b".parse().unwrap()).await,
+        "delete absent",
+    );
+    assert_eq!(
+        ok(
+            store.get_quota(&"team-b".parse().unwrap()).await,
+            "get deleted"
+        ),
+        None
+    );
     assert_eq!(ok(store.list_quotas().await, "list after delete").len(), 1);
     // Quotas are not jobs, schedules or playgrounds.
     assert!(ok(store.list_active().await, "active").is_empty());

@@ -11,7 +11,7 @@ type Store = Arc<dyn JobStore>;
 fn key(secret: &str, tenant: &str) -> ApiKeyRecord {
     ApiKeyRecord {
         key_sha256: hash_api_key(secret),
-        tenant: tenant.into(),
+        tenant: tenant.parse().unwrap(),
         scopes: vec!["jobs:read".into()],
         name: format!("{tenant}-key"),
         created_at_ms: 1,
