@@ -318,8 +318,19 @@ async fn a_full_outage_backs_off_then_every_job_finishes_once() {
     for j in &during {
         h.submit(j).await;
     }
-    let outage = Duration::from_secs(4);
-    tokio::time::sleep(outage).await;
+    // At least 4 s, and on until a pass has failed and backed off (a pass under a loaded
+    // machine's scheduling can outlast 4 s of retries); 20 s at most.
+    let started = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for _ in 0..80 {
+        if ctx.metrics.pass_errors() > errors_before
+            && metric(&ctx, "tuneplane_pass_backoff_seconds_total") > backoff_before
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let outage = started.elapsed();
     let during_outage = h.sim().fault_counts().requests - requests_before;
     h.sim().set_fault_plan(None);
     let failed_passes = ctx.metrics.pass_errors() - errors_before;
@@ -338,7 +349,7 @@ async fn a_full_outage_backs_off_then_every_job_finishes_once() {
     // Bounded request rate: each failing call makes at most 5 attempts over 1.5 s of backoff,
     // passes after failed steps wait a pass interval, 4 watches back off from 0.8 s, the lease
     // polls 3 times a second. 100 requests a second is far above that and far below a tight loop.
-    let bound = 100 * outage.as_secs();
+    let bound = (100.0 * outage.as_secs_f64()).ceil() as u64;
     assert!(
         during_outage <= bound,
         "{during_outage} requests during a {outage:?} outage (bound {bound})"
