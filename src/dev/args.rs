@@ -174,10 +174,7 @@ pub fn run(args: &DevArgs) -> anyhow::Result<ExitCode> {
             println!("  webhook:    {}/v1/webhooks/{source}", stack.api_url);
         }
         if let Some(url) = &stack.pod_blob_url {
-            println!(
-                "  pods fetch: {url}/...   ({}, presigned)",
-                if url.starts_with("https:") { "HTTPS" } else { "HTTP" }
-            );
+            println!("  pods fetch: {url}/...   (HTTPS, presigned)");
         }
         println!("  kubeconfig: {}", stack.kubeconfig.display());
         if stack.sim.is_none() {

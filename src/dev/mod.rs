@@ -190,21 +190,7 @@ impl Stack {
         let (secret, _) = persisted(&dir.join("blob-secret"), || Ok(hex(&random::<32>()?)))?;
         let (jobs, blobs, fs_blobs) = stores(&opts.backend, &dir, &secret, &api_url).await?;
         // The blob store the reconciler signs pods' URLs with: the HTTPS endpoint's, if any.
-        // Against a real cluster, pods fetch capsules on a port of their own: the agent relays
-        // this machine's loopback ports into each pod, except those Ray takes inside its pods
-        // (8080 among them, the API's default), so the API's port may be unreachable from a pod.
-        let mut pod_plain = None;
         let (pod_blobs, tls_blobs) = match (&opts.blob_tls, &fs_blobs) {
-            (None, Some(_)) if matches!(opts.cluster, ClusterChoice::Real { .. }) => {
-                let tcp = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-                    .await
-                    .context("cannot listen for the pods' blob endpoint on 127.0.0.1")?;
-                let base = format!("http://{}/blobs", tcp.local_addr()?);
-                let store = FsBlobStore::open(dir.join("blobs"), secret.as_bytes(), base.clone())?;
-                let pod_blobs: Arc<dyn BlobStore> = Arc::new(store.clone());
-                pod_plain = Some((tcp, store, base));
-                (pod_blobs, None)
-            }
             (None, _) => (blobs.clone(), None),
             (Some(_), None) => bail!(
                 "--blob-tls-cert serves the embedded blob store; with S3 the pods fetch from S3 itself"
@@ -303,18 +289,7 @@ impl Stack {
                 tasks.push(serve_until(listener, app, stopped.clone(), what));
                 Some(base)
             }
-            None => match pod_plain {
-                Some((listener, store, base)) => {
-                    let app = axum::Router::new().nest(
-                        "/blobs",
-                        tuneplane_stores::blob_server::router(store, MAX_UPLOAD_BYTES),
-                    );
-                    let what = "pods' blob endpoint";
-                    tasks.push(serve_until(listener, app, stopped.clone(), what));
-                    Some(base)
-                }
-                None => None,
-            },
+            None => None,
         };
 
         // The reconciler, through a real kube client over HTTP.
