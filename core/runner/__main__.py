@@ -15,8 +15,10 @@ and `TUNEPLANE_GRANT`):
   the marker never is), then the API records them and keeps the newest few.
 - On attempt 2 and later (`TUNEPLANE_ATTEMPT`), the newest complete checkpoint is downloaded before
   the entrypoint starts and `TUNEPLANE_RESUME_FROM` names its folder.
-Uploads go through URLs the API signs for this job's own folders only; the pod holds no cloud
-credentials. Standard library only: it must work with whatever Python the job's image has.
+Uploads go through URLs the API signs for this job's own folders only, each for the file's exact
+size (the store refuses a body of another length; the API refuses a file above its per-object
+limit or past the tenant's storage quota, and such a refusal is not retried); the pod holds no
+cloud credentials. Standard library only: it must work with whatever Python the job's image has.
 """
 
 import hashlib
@@ -80,6 +82,19 @@ SCAN_SECONDS = 1.0
 COMPLETE = ".complete"
 
 
+class Refused(RuntimeError):
+    """The API answered a 4xx other than 429, with its status in `code`."""
+
+    def __init__(self, code, message):
+        RuntimeError.__init__(self, message)
+        self.code = code
+
+
+# Answers that asking again does not change: a bad request (a file above the per-object limit)
+# and a conflict (the tenant's storage quota).
+FINAL = (400, 409, 413)
+
+
 class Api:
     """The API's grant routes for this job's attempt (no proxies; loopback and the pod network)."""
 
@@ -107,7 +122,7 @@ class Api:
                 if e.code == 404 and method == "GET":
                     return None
                 if e.code < 500 and e.code != 429:
-                    raise RuntimeError("%s %s: %d %s" % (method, path, e.code, text))
+                    raise Refused(e.code, "%s %s: %d %s" % (method, path, e.code, text))
                 last = "%d %s" % (e.code, text)
             except (OSError, ValueError) as e:
                 last = str(e)
@@ -139,10 +154,12 @@ class Api:
         raise RuntimeError("%s %s: %s" % (method, url.split("?")[0], last))
 
     def upload(self, pairs):
-        """Uploads `(local file, job path)` pairs, a hundred per signing round."""
+        """Uploads `(local file, job path)` pairs, a hundred per signing round, each URL signed
+        for the file's size."""
         for i in range(0, len(pairs), 100):
             batch = pairs[i : i + 100]
-            signed = self.call("POST", "presign", {"method": "PUT", "paths": [p for _, p in batch]})
+            paths = [{"path": p, "size": os.path.getsize(local)} for local, p in batch]
+            signed = self.call("POST", "presign", {"method": "PUT", "paths": paths})
             for (local, _), entry in zip(batch, signed["urls"]):
                 self.send("PUT", entry["url"], [tuple(h) for h in entry.get("headers") or []], path=local)
 
@@ -190,6 +207,14 @@ class Checkpoints:
                 try:
                     self.api.upload(files)
                     answer = self.api.call("POST", "checkpoints/%s/complete" % urllib.parse.quote(name, safe=""), {})
+                except Refused as e:
+                    if e.code not in FINAL:
+                        log("checkpoint %s not uploaded yet: %s" % (name, e))
+                        return
+                    # Too large or over the storage quota: asking every second changes nothing.
+                    log("checkpoint %s not uploaded: %s" % (name, e))
+                    self.done.add(name)
+                    continue
                 except RuntimeError as e:
                     log("checkpoint %s not uploaded yet: %s" % (name, e))
                     return

@@ -9,7 +9,7 @@ use crate::ids::TenantId;
 use crate::job::JobRecord;
 use crate::playground::{self, PlaygroundRequest};
 use crate::spec::FieldError;
-use crate::store::{PlaygroundRecord, StoreError};
+use crate::store::{PlaygroundCreate, PlaygroundRecord, StoreError};
 use crate::submit::SubmitService;
 
 /// Attempts of a write that keeps meeting concurrent writes before [`ControlError::Busy`].
@@ -171,23 +171,6 @@ impl ControlService {
                 }]));
             }
         }
-        // A tenant may keep only a few at once (a loop of creates cannot take the fleet).
-        let limit = self.submit.config().playground_limit;
-        let active = self
-            .submit
-            .jobs()
-            .list_playgrounds()
-            .await?
-            .iter()
-            .filter(|p| p.tenant == *tenant && p.expires_at_ms > now_ms)
-            .count();
-        if active >= limit as usize {
-            return Err(ControlError::PlaygroundLimit {
-                tenant: tenant.to_string(),
-                active,
-                limit,
-            });
-        }
         let ttl_ms = i64::try_from(request.ttl_seconds)
             .unwrap_or(i64::MAX)
             .saturating_mul(1000);
@@ -201,7 +184,25 @@ impl ControlService {
             now_ms.saturating_add(ttl_ms),
         );
         record.server_key = Some(server_key);
-        let record = self.submit.jobs().put_playground(&record).await?;
+        // A tenant may keep only a few at once (a loop of creates cannot take the fleet): the
+        // store counts and writes in one conditional write, so concurrent creates cannot both
+        // take the last place.
+        let limit = self.submit.config().playground_limit;
+        let created = self
+            .submit
+            .jobs()
+            .create_playground(&record, limit, now_ms)
+            .await?;
+        let record = match created {
+            PlaygroundCreate::Created(record) => *record,
+            PlaygroundCreate::AtLimit { live } => {
+                return Err(ControlError::PlaygroundLimit {
+                    tenant: tenant.to_string(),
+                    active: live,
+                    limit,
+                });
+            }
+        };
         let change = serde_json::json!({
             "model": record.model,
             "series": record.series,

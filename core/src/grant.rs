@@ -197,6 +197,15 @@ pub fn checkpoints_prefix(tenant: &str, job_id: &str) -> String {
     format!("checkpoints/{tenant}/{job_id}/")
 }
 
+/// The folders of everything `tenant`'s jobs write through their grants: `outputs/<tenant>/` and
+/// `checkpoints/<tenant>/`: what its storage quota counts.
+pub fn tenant_prefixes(tenant: &str) -> [String; 2] {
+    [
+        format!("outputs/{tenant}/"),
+        format!("checkpoints/{tenant}/"),
+    ]
+}
+
 /// Name of the marker that makes a checkpoint complete (in the job's folder and in the store).
 pub const COMPLETE_MARKER: &str = ".complete";
 

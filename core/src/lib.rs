@@ -28,6 +28,7 @@ pub mod quota;
 pub mod quota_view;
 pub mod render;
 pub mod spec;
+pub mod storage;
 pub mod store;
 pub mod submit;
 pub mod subscriptions;

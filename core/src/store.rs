@@ -159,6 +159,24 @@ impl CreateOutcome {
     }
 }
 
+/// What [`JobStore::create_playground`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlaygroundCreate {
+    /// The playground was stored (version 1).
+    Created(Box<PlaygroundRecord>),
+    /// Its tenant already has `live` live playgrounds, `limit` or more; nothing was stored.
+    AtLimit {
+        /// The tenant's live playgrounds.
+        live: usize,
+    },
+}
+
+/// Whether `pg` is one of `tenant`'s live playgrounds at `now_ms` (before its TTL): what a
+/// playground limit counts.
+pub fn is_live_playground_of(pg: &PlaygroundRecord, tenant: &TenantId, now_ms: i64) -> bool {
+    pg.tenant == *tenant && pg.expires_at_ms > now_ms
+}
+
 /// One page of a listing; pass `next` back as the cursor to continue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page<T> {
@@ -361,6 +379,18 @@ pub trait JobStore: Send + Sync {
     /// Creates (version 0) or conditionally updates a playground; returns it with version + 1.
     async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord>;
 
+    /// Creates playground `playground` (version 0; [`StoreError::AlreadyExists`] if its id is
+    /// taken) unless its tenant already has `limit` live ones (expiring after `now_ms`), in one
+    /// conditional write with the count: of creates racing for a tenant's last places, as many
+    /// as fit win and the rest are [`PlaygroundCreate::AtLimit`]. (The embedded store counts in
+    /// its write transaction; DynamoDB guards a per-tenant item listing the live ones.)
+    async fn create_playground(
+        &self,
+        playground: &PlaygroundRecord,
+        limit: u32,
+        now_ms: i64,
+    ) -> Result<PlaygroundCreate>;
+
     /// Reads one playground.
     async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>>;
 
@@ -553,22 +583,25 @@ pub trait BlobStore: Send + Sync {
         key: &str,
         expires_in: Duration,
     ) -> Result<PresignedRequest> {
-        validate_blob_key(key)?;
-        let secs = i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX);
-        let expires_at = crate::clock::now_secs().saturating_add(secs);
-        let request = SignRequest {
-            method,
-            key,
-            expires_in,
-            expires_at,
-        };
+        let request = SignRequest::new(method, key, expires_in, None)?;
         let (url, headers) = self.sign(&request).await?;
-        Ok(PresignedRequest {
-            method,
-            url,
-            headers,
-            expires_at,
-        })
+        Ok(request.presigned(url, headers))
+    }
+
+    /// A `PUT` URL for `key`, valid for `expires_in`, that stores a body of exactly
+    /// `content_length` bytes and refuses any other: S3 signs the `Content-Length` header (the
+    /// client must send it, and S3 checks the body against it), the filesystem store's server
+    /// checks the length it signed. What bounds an upload whose client is not trusted (a job's
+    /// outputs and checkpoints); the returned headers include `content-length`.
+    async fn presign_upload(
+        &self,
+        key: &str,
+        expires_in: Duration,
+        content_length: u64,
+    ) -> Result<PresignedRequest> {
+        let request = SignRequest::new(PresignMethod::Put, key, expires_in, Some(content_length))?;
+        let (url, headers) = self.sign(&request).await?;
+        Ok(request.presigned(url, headers))
     }
 
     /// The store's half of [`BlobStore::presign`]: the signed URL of a checked request and the
@@ -576,7 +609,8 @@ pub trait BlobStore: Send + Sync {
     async fn sign(&self, request: &SignRequest<'_>) -> Result<(String, Vec<(String, String)>)>;
 }
 
-/// What [`BlobStore::sign`] signs: a checked key, the method and the validity.
+/// What [`BlobStore::sign`] signs: a checked key, the method, the validity and, for a bounded
+/// upload, the one body length it accepts.
 #[derive(Debug, Clone, Copy)]
 pub struct SignRequest<'a> {
     /// The only method the URL allows.
@@ -587,6 +621,39 @@ pub struct SignRequest<'a> {
     pub expires_in: Duration,
     /// The same, as Unix seconds.
     pub expires_at: i64,
+    /// For a `PUT`: the exact body length the URL accepts (`None`: any, up to the store's own
+    /// limit).
+    pub content_length: Option<u64>,
+}
+
+impl<'a> SignRequest<'a> {
+    /// A request for `method` on `key` (checked) for `expires_in` from now.
+    pub fn new(
+        method: PresignMethod,
+        key: &'a str,
+        expires_in: Duration,
+        content_length: Option<u64>,
+    ) -> Result<SignRequest<'a>> {
+        validate_blob_key(key)?;
+        let secs = i64::try_from(expires_in.as_secs()).unwrap_or(i64::MAX);
+        Ok(SignRequest {
+            method,
+            key,
+            expires_in,
+            expires_at: crate::clock::now_secs().saturating_add(secs),
+            content_length,
+        })
+    }
+
+    /// The presigned request of this one, signed as `url` with `headers`.
+    fn presigned(&self, url: String, headers: Vec<(String, String)>) -> PresignedRequest {
+        PresignedRequest {
+            method: self.method,
+            url,
+            headers,
+            expires_at: self.expires_at,
+        }
+    }
 }
 
 /// Checks a blob key: `/`-separated non-empty segments (not `.` or `..`) of ASCII letters, digits,

@@ -177,22 +177,30 @@ fn runner_is_built_reproducibly() {
 }
 
 /// A stand-in for the API's grant routes and the blob store on 127.0.0.1, answering one request
-/// per connection: presign gives URLs back to itself, `PUT /blob/<path>` stores, `complete`
-/// records the name, `latest` serves `latest` (or 404). Everything received is in `log`.
+/// per connection: presign (of uploads that name their size, as the API requires) gives URLs back
+/// to itself, or answers `refuse` when set; `PUT /blob/<path>` stores; `complete` records the
+/// name, `latest` serves `latest` (or 404). Everything received is in `log`, each upload's named
+/// size in `sizes`.
 struct FakeApi {
     addr: std::net::SocketAddr,
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     blobs: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, Vec<u8>>>>,
+    sizes: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
 }
 
 impl FakeApi {
     fn start(latest: Option<serde_json::Value>) -> FakeApi {
+        FakeApi::start_with(latest, None)
+    }
+
+    fn start_with(latest: Option<serde_json::Value>, refuse: Option<u16>) -> FakeApi {
         use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let blobs = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
-        let (l, b) = (log.clone(), blobs.clone());
+        let sizes = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+        let (l, b, z) = (log.clone(), blobs.clone(), sizes.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut s) = stream else { break };
@@ -238,16 +246,35 @@ impl FakeApi {
                     }
                 } else if path.ends_with("/grant/presign") {
                     let req: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                    let urls: Vec<serde_json::Value> = req["paths"]
-                        .as_array()
-                        .unwrap()
+                    let entries = req["paths"].as_array().cloned().unwrap_or_default();
+                    // Each upload names its path and size; anything else is a 400, as the API says.
+                    let named: Option<Vec<(String, u64)>> = entries
                         .iter()
-                        .map(|p| serde_json::json!({"path": p, "url": format!("http://{addr}/blob/{}", p.as_str().unwrap()), "headers": []}))
+                        .map(|p| Some((p["path"].as_str()?.to_owned(), p["size"].as_u64()?)))
                         .collect();
-                    (
-                        200,
-                        serde_json::to_vec(&serde_json::json!({"urls": urls})).unwrap(),
-                    )
+                    match (named, refuse) {
+                        (_, Some(status)) => (
+                            status,
+                            b"{\"error\": {\"code\": \"storage_quota_exceeded\"}}".to_vec(),
+                        ),
+                        (None, None) => (
+                            400,
+                            b"{\"error\": {\"code\": \"invalid_request\"}}".to_vec(),
+                        ),
+                        (Some(named), None) => {
+                            let urls: Vec<serde_json::Value> = named
+                                .iter()
+                                .map(|(p, size)| {
+                                    z.lock().unwrap().insert(p.clone(), *size);
+                                    serde_json::json!({"path": p, "url": format!("http://{addr}/blob/{p}"), "headers": [["content-length", size.to_string()]]})
+                                })
+                                .collect();
+                            (
+                                200,
+                                serde_json::to_vec(&serde_json::json!({"urls": urls})).unwrap(),
+                            )
+                        }
+                    }
                 } else if path.ends_with("/complete") {
                     (200, b"{\"deleted\": []}".to_vec())
                 } else if path.ends_with("/grant/checkpoints/latest") {
@@ -266,7 +293,12 @@ impl FakeApi {
                 let _ = s.write_all(&answer);
             }
         });
-        FakeApi { addr, log, blobs }
+        FakeApi {
+            addr,
+            log,
+            blobs,
+            sizes,
+        }
     }
 
     fn requests(&self) -> Vec<String> {
@@ -311,6 +343,13 @@ print('grant visible', 'TUNEPLANE_GRANT' in os.environ)\n";
         ["checkpoints/step-1/w.bin", "outputs/model.txt"],
         "{stderr}"
     );
+    // Every upload named its size, the size of what it then sent.
+    let sizes = api.sizes.lock().unwrap().clone();
+    let sent: std::collections::BTreeMap<String, u64> = blobs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.len() as u64))
+        .collect();
+    assert_eq!(sizes, sent);
     let requests = api.requests();
     assert!(
         requests.iter().any(|r| r.starts_with(
@@ -382,4 +421,40 @@ print('attempt', os.environ['TUNEPLANE_ATTEMPT'], 'resumes', open(os.path.join(r
         .unwrap();
     assert_eq!(out.status.code(), Some(87));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("resumes"));
+}
+
+#[test]
+fn a_checkpoint_the_api_refuses_for_its_size_or_quota_is_not_asked_for_again() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("capsule");
+    // The checkpoint is complete at once; the entrypoint then runs for a few of the runner's
+    // one-second looks.
+    let script = "import os, time\n\
+ck = os.environ['TUNEPLANE_CHECKPOINT_DIR']\n\
+os.makedirs(os.path.join(ck, 'step-1'))\n\
+open(os.path.join(ck, 'step-1', 'w.bin'), 'w').write('one')\n\
+open(os.path.join(ck, 'step-1', '.complete'), 'w').close()\n\
+time.sleep(3.5)\n";
+    extracted(&[("main.py", script)], "python3 main.py", &root);
+    let api = FakeApi::start_with(None, Some(409));
+    let out = Command::new("python3")
+        .arg(root.join(".tuneplane/runner.pex"))
+        .env("TUNEPLANE_JOB_ID", "job-1")
+        .env("TUNEPLANE_API_URL", format!("http://{}", api.addr))
+        .env("TUNEPLANE_GRANT", "tpg1.1.abc")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("checkpoint step-1 not uploaded: POST presign: 409"),
+        "{stderr}"
+    );
+    let presigns = api
+        .requests()
+        .iter()
+        .filter(|r| r.contains("/grant/presign"))
+        .count();
+    assert_eq!(presigns, 1, "asked again: {:?}", api.requests());
+    assert!(api.blobs.lock().unwrap().is_empty());
 }

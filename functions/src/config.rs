@@ -34,6 +34,12 @@ pub const ENV_TENANT_NAMESPACES: &str = "TUNEPLANE_TENANT_NAMESPACES";
 pub const ENV_DEFAULT_QUOTA: &str = "TUNEPLANE_DEFAULT_QUOTA";
 /// Most live playgrounds a tenant may have at once (default 2).
 pub const ENV_PLAYGROUND_LIMIT: &str = "TUNEPLANE_PLAYGROUND_LIMIT";
+/// Largest file a job may upload to its outputs or checkpoints, bytes or a quantity such as
+/// `100Gi` (default 100 GiB); every upload URL is signed for the size the runner names.
+pub const ENV_OUTPUT_OBJECT_MAX_BYTES: &str = "TUNEPLANE_OUTPUT_OBJECT_MAX_BYTES";
+/// Most a tenant's outputs and checkpoints may hold together, bytes or a quantity such as `10Ti`
+/// (default 10 TiB), or `off`.
+pub const ENV_TENANT_STORAGE_BYTES: &str = "TUNEPLANE_TENANT_STORAGE_BYTES";
 /// Most callback subscriptions a tenant may keep (default 10, 1 to 100).
 pub const ENV_SUBSCRIPTION_LIMIT: &str = "TUNEPLANE_SUBSCRIPTION_LIMIT";
 /// `1`: job callbacks and subscriptions may name loopback receivers, over http too (`tuneplane
@@ -237,6 +243,10 @@ impl Config {
                 None => BTreeMap::new(),
                 Some(json) => parse_gpu_prices(&json)?,
             },
+            storage: storage_limits(
+                non_empty(ENV_OUTPUT_OBJECT_MAX_BYTES),
+                non_empty(ENV_TENANT_STORAGE_BYTES),
+            )?,
             default_quota: match non_empty(ENV_DEFAULT_QUOTA) {
                 None => Default::default(),
                 Some(json) => {
@@ -402,6 +412,33 @@ fn parse_event_senders(
     Ok(senders)
 }
 
+/// The storage limits from [`ENV_OUTPUT_OBJECT_MAX_BYTES`] (`object`) and
+/// [`ENV_TENANT_STORAGE_BYTES`] (`tenant`, `off` for none); unset: the defaults.
+fn storage_limits(
+    object: Option<String>,
+    tenant: Option<String>,
+) -> Result<tuneplane_core::storage::StorageLimits, ConfigError> {
+    use tuneplane_core::storage::{StorageLimits, parse_bytes};
+    let mut limits = StorageLimits::default();
+    if let Some(v) = object {
+        limits.object_max_bytes = parse_bytes(v.trim()).map_err(|message| ConfigError {
+            var: ENV_OUTPUT_OBJECT_MAX_BYTES,
+            message,
+        })?;
+    }
+    match tenant.as_deref().map(str::trim) {
+        None => {}
+        Some(v) if v.eq_ignore_ascii_case("off") => limits.tenant_bytes = None,
+        Some(v) => {
+            limits.tenant_bytes = Some(parse_bytes(v).map_err(|message| ConfigError {
+                var: ENV_TENANT_STORAGE_BYTES,
+                message: format!("{message}, or off"),
+            })?);
+        }
+    }
+    Ok(limits)
+}
+
 /// A per-tenant limit from `var` (`raw`, unset: `default`): a whole number from 1 to 100.
 fn per_tenant_limit(
     var: &'static str,
@@ -432,6 +469,38 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn storage_limits_parse_sizes_and_off_and_bad_values_name_the_variable() {
+        let base = [(ENV_TABLE, "t"), (ENV_BUCKET, "b")];
+        let limits = parse(&base).unwrap().submit.storage;
+        assert_eq!(limits, tuneplane_core::storage::StorageLimits::default());
+        let mut vars = base.to_vec();
+        vars.push((ENV_OUTPUT_OBJECT_MAX_BYTES, "5Gi"));
+        vars.push((ENV_TENANT_STORAGE_BYTES, "off"));
+        let limits = parse(&vars).unwrap().submit.storage;
+        assert_eq!(
+            (limits.object_max_bytes, limits.tenant_bytes),
+            (5 << 30, None)
+        );
+        let mut vars = base.to_vec();
+        vars.push((ENV_TENANT_STORAGE_BYTES, "1000000"));
+        assert_eq!(
+            parse(&vars).unwrap().submit.storage.tenant_bytes,
+            Some(1_000_000)
+        );
+        for (var, bad) in [
+            (ENV_OUTPUT_OBJECT_MAX_BYTES, "big"),
+            (ENV_OUTPUT_OBJECT_MAX_BYTES, "0"),
+            (ENV_TENANT_STORAGE_BYTES, "-1Ti"),
+        ] {
+            let mut vars = base.to_vec();
+            vars.push((var, bad));
+            let err = parse(&vars).err();
+            assert_eq!(err.as_ref().map(|e| e.var), Some(var), "{bad}");
+            assert!(err.is_some_and(|e| e.to_string().contains(bad)), "{bad}");
+        }
     }
 
     #[test]

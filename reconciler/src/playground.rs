@@ -8,6 +8,10 @@
 //! at most every [`MESSAGE_REFRESH_MS`]. A pass over playgrounds whose pods are steady writes
 //! nothing.
 //!
+//! The record keeps the pod's IP (where the API's proxy sends prompts with the server's key) only
+//! while the pod runs and is not being deleted ([`serving_ip`]): a pod that is gone, ended or
+//! terminating leaves no address behind that another pod could be given.
+//!
 //! Pod names carry the `pg-` prefix once ([`playground_name`]); records of older versions name
 //! their `pg-pg-<id>` pod in `pod_name`, which stays authoritative, and a `pg-pg-<id>` pod that an
 //! older version created but never recorded is adopted rather than duplicated.
@@ -60,6 +64,13 @@ pub fn observe(pod: &Pod) -> Observation {
             None => "the vLLM container exited".to_owned(),
         }
     };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return (
+            PlaygroundState::Pending,
+            Some("PodDeleting".into()),
+            format!("pod {name} is being deleted; the reconciler creates it again once it is gone"),
+        );
+    }
     match status.and_then(|s| s.phase.as_deref()) {
         Some("Running") => {
             let node = pod
@@ -97,6 +108,18 @@ pub fn observe(pod: &Pod) -> Observation {
             )
         }
     }
+}
+
+/// Where the API's proxy may reach the server of the playground whose pod is `pod`: the pod's IP
+/// while it exists, runs and is not being deleted; `None` otherwise (its IP may soon be another
+/// pod's).
+pub fn serving_ip(pod: Option<&Pod>) -> Option<String> {
+    let pod = pod.filter(|p| p.metadata.deletion_timestamp.is_none())?;
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() != Some("Running") {
+        return None;
+    }
+    status.pod_ip.clone().filter(|ip| !ip.is_empty())
 }
 
 /// The status to store after `observed`, or `None` to leave the record alone: a new state or
@@ -309,6 +332,7 @@ pub async fn reconcile(
         // Kept, retired, for the tenant's usage (admission to now).
         let mut retired = pg.clone();
         retired.ended_at_ms = Some(now);
+        retired.pod_ip = None;
         ctx.jobs.retire_playground(&retired).await?;
         tracing::info!(playground = %pg.id, pods = ?doomed, "playground reclaimed");
         return Ok(());
@@ -346,13 +370,12 @@ pub async fn reconcile(
             if let Some(status) = next_status(pg.status.as_ref(), &observe(pod), now) {
                 next.status = Some(status);
             }
-            // Where the API's proxy reaches the server.
-            let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
-            if ip.is_some() {
-                next.pod_ip = ip;
-            }
+            // Where the API's proxy reaches the server, only while it serves.
+            next.pod_ip = serving_ip(Some(pod));
         }
         None => {
+            // Gone: its address may be another pod's by now.
+            next.pod_ip = None;
             // Not in the reflector: new, or gone (deleted outside TunePlane, its node removed).
             // Creating is idempotent (an existing pod answers 409), so a lagging reflector costs
             // one refused create, and a lost pod comes back.
@@ -496,6 +519,42 @@ mod tests {
             ..PodStatus::default()
         });
         assert_eq!(observe(&deadline).1.as_deref(), Some("TtlExpired"));
+    }
+
+    #[test]
+    fn only_a_running_pod_that_is_not_being_deleted_gives_its_address() {
+        let running = |ip: Option<&str>| {
+            pod(PodStatus {
+                phase: Some("Running".into()),
+                pod_ip: ip.map(str::to_owned),
+                ..PodStatus::default()
+            })
+        };
+        assert_eq!(
+            serving_ip(Some(&running(Some("10.244.0.7")))).as_deref(),
+            Some("10.244.0.7")
+        );
+        assert_eq!(serving_ip(None), None, "gone");
+        assert_eq!(serving_ip(Some(&running(None))), None);
+        assert_eq!(serving_ip(Some(&running(Some("")))), None);
+        for phase in ["Pending", "Failed", "Succeeded", "Unknown"] {
+            let mut p = running(Some("10.244.0.7"));
+            if let Some(s) = p.status.as_mut() {
+                s.phase = Some(phase.into());
+            }
+            assert_eq!(serving_ip(Some(&p)), None, "{phase}");
+        }
+        let mut deleting = running(Some("10.244.0.7"));
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert_eq!(serving_ip(Some(&deleting)), None, "being deleted");
+        // And it no longer reads as running, so the proxy refuses it by its state too.
+        let (state, reason, _) = observe(&deleting);
+        assert_eq!(
+            (state, reason.as_deref()),
+            (PlaygroundState::Pending, Some("PodDeleting"))
+        );
     }
 
     #[test]

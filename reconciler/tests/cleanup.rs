@@ -343,6 +343,53 @@ async fn playgrounds_count_against_the_quota_and_wait_like_jobs() {
     assert_eq!(h.job("j-acme").await.state, JobState::Queued);
 }
 
+/// A playground's recorded address goes as soon as its pod stops serving: while the pod is being
+/// deleted (held here by a finalizer) the record has no `pod_ip` and does not read Running, so
+/// the API's proxy sends no prompt and no server key to an address another pod may be given.
+/// Once the pod is gone a new one is created and its own address recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_playgrounds_address_is_forgotten_once_its_pod_is_being_deleted() {
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
+    h.jobs
+        .put_playground(&playground("pg-ip", "l40s", 1, 600_000))
+        .await
+        .unwrap();
+    let (_task, _ctx) = h.reconciler(test_config("r1")).await;
+    let serving = wait_playground(&h, "pg-ip", "running with its address", |p| {
+        state_reason(p).0 == Some(PlaygroundState::Running) && p.pod_ip.is_some()
+    })
+    .await;
+    let pods = h.pods();
+    let name = serving.pod_name.clone().expect("pod name");
+    let hold = serde_json::json!({"metadata": {"finalizers": ["tuneplane.test/hold"]}});
+    pods.patch(&name, &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+        .unwrap();
+    pods.delete(&name, &DeleteParams::default()).await.unwrap();
+    let deleting =
+        wait_playground(&h, "pg-ip", "without its address", |p| p.pod_ip.is_none()).await;
+    assert_ne!(
+        state_reason(&deleting).0,
+        Some(PlaygroundState::Running),
+        "{deleting:?}"
+    );
+    let release = serde_json::json!({"metadata": {"finalizers": null}});
+    pods.patch(&name, &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
+    let again = wait_playground(&h, "pg-ip", "running again in a new pod", |p| {
+        state_reason(p).0 == Some(PlaygroundState::Running) && p.pod_ip.is_some()
+    })
+    .await;
+    let pod = pods.get(&name).await.unwrap();
+    assert_eq!(
+        again.pod_ip,
+        pod.status.and_then(|s| s.pod_ip),
+        "the new pod's own address"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_playground_of_the_old_naming_is_followed_and_reclaimed_not_duplicated() {
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;

@@ -3,8 +3,11 @@
 //! Every request must carry a valid signature for its method and key and an expiry in the
 //! future; otherwise it gets 403 with the reason. Downloads stream from disk; uploads stream into
 //! a staging file (bounded by `max_upload_bytes`) and replace the object atomically, like a
-//! presigned S3 PUT. Mount it under a prefix with `Router::nest` and give the store that prefix
-//! in its base URL: the signature covers the key, not the prefix.
+//! presigned S3 PUT. A URL signed for one length ([`tuneplane_core::store::BlobStore::presign_upload`])
+//! stores only a body of exactly that length, as S3 does with a signed `Content-Length`: a
+//! longer body is cut off at the length (413), a shorter one or a `Content-Length` that differs is
+//! 400, and the object is left as it was. Mount it under a prefix with `Router::nest` and give the
+//! store that prefix in its base URL: the signature covers the key, not the prefix.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +15,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::StreamExt;
@@ -60,7 +63,7 @@ fn check(
     method: PresignMethod,
     key: &str,
     params: &HashMap<String, String>,
-) -> Result<(), Refusal> {
+) -> Result<Option<u64>, Refusal> {
     if let Err(e) = validate_blob_key(key) {
         return Err(text(StatusCode::BAD_REQUEST, e.to_string()));
     }
@@ -115,13 +118,30 @@ async fn upload(
     State(state): State<Arc<ServerState>>,
     Path(key): Path<String>,
     Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(refused) = check(&state, PresignMethod::Put, &key, &params) {
-        return refused.into_response();
+    let signed_length = match check(&state, PresignMethod::Put, &key, &params) {
+        Ok(length) => length,
+        Err(refused) => return refused.into_response(),
+    };
+    if let Some(signed) = signed_length {
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(declared) = declared
+            && declared != signed
+        {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("Content-Length {declared} differs from the {signed} bytes the URL was signed for"),
+            )
+            .into_response();
+        }
     }
     let staged = state.store.staging_path();
-    let written = receive(&staged, body, state.max_upload_bytes).await;
+    let written = receive(&staged, body, state.max_upload_bytes, signed_length).await;
     let meta = match written {
         Ok(meta) => meta,
         Err(refusal) => {
@@ -138,8 +158,14 @@ async fn upload(
     }
 }
 
-/// Streams the request body into `path`, hashing it and enforcing the size limit.
-async fn receive(path: &std::path::Path, body: Body, limit: u64) -> Result<BlobMeta, Refusal> {
+/// Streams the request body into `path`, hashing it and enforcing the size limit and, when the
+/// URL was signed for one, the exact length (`signed`).
+async fn receive(
+    path: &std::path::Path,
+    body: Body,
+    limit: u64,
+    signed: Option<u64>,
+) -> Result<BlobMeta, Refusal> {
     let io = |e: std::io::Error| internal_refusal("upload", &e);
     let mut file = tokio::fs::File::create(path).await.map_err(io)?;
     let mut hasher = Sha256::new();
@@ -153,6 +179,14 @@ async fn receive(path: &std::path::Path, body: Body, limit: u64) -> Result<BlobM
             )
         })?;
         size += chunk.len() as u64;
+        if let Some(signed) = signed
+            && size > signed
+        {
+            return Err(text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("upload exceeds the {signed} bytes the URL was signed for"),
+            ));
+        }
         if size > limit {
             return Err(text(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -161,6 +195,14 @@ async fn receive(path: &std::path::Path, body: Body, limit: u64) -> Result<BlobM
         }
         hasher.update(&chunk);
         file.write_all(&chunk).await.map_err(io)?;
+    }
+    if let Some(signed) = signed
+        && size != signed
+    {
+        return Err(text(
+            StatusCode::BAD_REQUEST,
+            format!("the body has {size} bytes; the URL was signed for exactly {signed}"),
+        ));
     }
     file.sync_all().await.map_err(io)?;
     Ok(BlobMeta {

@@ -6,7 +6,10 @@
 //! a replacing put with a rename.
 //!
 //! Presigned URLs carry `tp-method`, `tp-expires` and `tp-signature`: an HMAC-SHA256 over the
-//! method, key and expiry with the store's secret. [`crate::blob_server::router`] checks them.
+//! method, key and expiry with the store's secret. A bounded upload
+//! ([`BlobStore::presign_upload`]) also carries `tp-length`, which the signature covers too, and
+//! [`crate::blob_server::router`] stores only a body of exactly that length. The server checks
+//! them all.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -27,6 +30,8 @@ pub const METHOD_PARAM: &str = "tp-method";
 pub const EXPIRES_PARAM: &str = "tp-expires";
 /// Query parameter carrying the hex HMAC-SHA256 signature.
 pub const SIGNATURE_PARAM: &str = "tp-signature";
+/// Query parameter carrying the one body length a bounded upload accepts (signed).
+pub const LENGTH_PARAM: &str = "tp-length";
 
 /// [`BlobStore`] on a local directory; see the module docs.
 #[derive(Clone)]
@@ -97,24 +102,37 @@ impl FsBlobStore {
         io_err(op, &self.root, key, e)
     }
 
-    fn signature(&self, method: PresignMethod, key: &str, expires: i64) -> Result<Hmac<Sha256>> {
+    /// The MAC of a URL. A bounded upload's length is a fourth line, so a URL signed without
+    /// one cannot gain one and a signed length cannot be dropped or changed (keys hold no
+    /// newline).
+    fn signature(
+        &self,
+        method: PresignMethod,
+        key: &str,
+        expires: i64,
+        length: Option<u64>,
+    ) -> Result<Hmac<Sha256>> {
         let mut mac =
             Hmac::<Sha256>::new_from_slice(&self.secret).map_err(|e| StoreError::InvalidKey {
                 key: key.to_owned(),
                 reason: format!("signing secret: {e}"),
             })?;
         mac.update(format!("{}\n{key}\n{expires}", method_name(method)).as_bytes());
+        if let Some(length) = length {
+            mac.update(format!("\n{length}").as_bytes());
+        }
         Ok(mac)
     }
 
-    /// Checks a presigned request for `key` at `now` (Unix seconds), in constant time.
+    /// Checks a presigned request for `key` at `now` (Unix seconds), in constant time; the
+    /// body length the URL binds, if it binds one.
     pub fn verify(
         &self,
         method: PresignMethod,
         key: &str,
         params: &std::collections::HashMap<String, String>,
         now: i64,
-    ) -> std::result::Result<(), Denied> {
+    ) -> std::result::Result<Option<u64>, Denied> {
         let (Some(m), Some(exp), Some(sig)) = (
             params.get(METHOD_PARAM),
             params.get(EXPIRES_PARAM),
@@ -124,13 +142,17 @@ impl FsBlobStore {
         };
         let expires: i64 = exp.parse().map_err(|_| Denied::Malformed)?;
         let sig = hex::decode(sig).map_err(|_| Denied::Malformed)?;
+        let length = params
+            .get(LENGTH_PARAM)
+            .map(|l| l.parse::<u64>().map_err(|_| Denied::Malformed))
+            .transpose()?;
         let signed_method = match m.as_str() {
             "GET" => PresignMethod::Get,
             "PUT" => PresignMethod::Put,
             _ => return Err(Denied::Malformed),
         };
         let mac = self
-            .signature(signed_method, key, expires)
+            .signature(signed_method, key, expires, length)
             .map_err(|_| Denied::BadSignature)?;
         mac.verify_slice(&sig).map_err(|_| Denied::BadSignature)?;
         // Only a genuine URL gets to learn that it expired or was used with the wrong method.
@@ -140,7 +162,7 @@ impl FsBlobStore {
         if now > expires {
             return Err(Denied::Expired);
         }
-        Ok(())
+        Ok(length)
     }
 
     /// A fresh staging file path (unique in this process; the pid keeps processes apart).
@@ -412,21 +434,29 @@ impl BlobStore for FsBlobStore {
 
     async fn sign(&self, request: &SignRequest<'_>) -> Result<(String, Vec<(String, String)>)> {
         let (method, key, expires_at) = (request.method, request.key, request.expires_at);
+        // Only an upload is bounded by a length.
+        let length = request
+            .content_length
+            .filter(|_| method == PresignMethod::Put);
         let sig = hex::encode(
-            self.signature(method, key, expires_at)?
+            self.signature(method, key, expires_at, length)?
                 .finalize()
                 .into_bytes(),
         );
         let name = method_name(method);
-        let url = format!(
+        let mut url = format!(
             "{}/{}?{METHOD_PARAM}={name}&{EXPIRES_PARAM}={expires_at}&{SIGNATURE_PARAM}={sig}",
             self.base_url,
             encode_blob_key_path(key)
         );
-        let headers = match method {
+        let mut headers = match method {
             PresignMethod::Put => vec![("content-type".to_owned(), OCTET_STREAM.to_owned())],
             PresignMethod::Get => Vec::new(),
         };
+        if let Some(length) = length {
+            url.push_str(&format!("&{LENGTH_PARAM}={length}"));
+            headers.push(("content-length".to_owned(), length.to_string()));
+        }
         Ok((url, headers))
     }
 }

@@ -4,7 +4,8 @@
 //! content-addressed capsules are never rewritten even by racing writers. Every object carries its
 //! SHA-256 twice: as the `x-amz-checksum-sha256` S3 verifies on upload and as `sha256` metadata
 //! (hex) that [`BlobStore::head`] returns. Files above `multipart_threshold` upload in parts, each
-//! streamed from the file (memory stays bounded whatever the size).
+//! streamed from the file (memory stays bounded whatever the size). A bounded upload URL
+//! ([`BlobStore::presign_upload`]) signs `Content-Length`.
 
 use std::path::Path;
 
@@ -508,7 +509,14 @@ impl BlobStore for S3BlobStore {
                     .map_err(|e| self.backend("presign", key, e))?
             }
             PresignMethod::Put => {
-                let put = object_request!(self, put_object, key).content_type(OCTET_STREAM);
+                let mut put = object_request!(self, put_object, key).content_type(OCTET_STREAM);
+                // A set length is a signed header: S3 refuses a request without it or with
+                // another value, and a body that differs from it.
+                if let Some(length) = request.content_length {
+                    let length =
+                        i64::try_from(length).map_err(|e| self.backend("presign", key, e))?;
+                    put = put.content_length(length);
+                }
                 put.presigned(config)
                     .await
                     .map_err(|e| self.backend("presign", key, e))?

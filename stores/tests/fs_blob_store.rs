@@ -164,6 +164,108 @@ async fn upload_over_the_limit_is_refused_and_leaves_nothing() {
     assert_eq!(staged, 0, "no staging files are left behind");
 }
 
+/// Sends `PUT url` over a plain TCP connection with `body` in HTTP/1.1 chunks (no
+/// `Content-Length`, as a streaming client sends it); returns the status.
+async fn put_chunked(url: &str, body: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut conn = tokio::net::TcpStream::connect(host).await.unwrap();
+    let mut request = format!(
+        "PUT /{path} HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes();
+    for chunk in body.chunks(4) {
+        request.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        request.extend_from_slice(chunk);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    conn.write_all(&request).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer).await;
+    let text = String::from_utf8_lossy(&answer);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_sized_upload_url_stores_only_a_body_of_its_length_and_its_length_cannot_be_changed() {
+    let (store, _served) = serve(DEFAULT_MAX_UPLOAD_BYTES).await;
+    let key = "checkpoints/acme/j-1/step-1/w.bin";
+    let put = ok(
+        store.presign_upload(key, Duration::from_secs(60), 11).await,
+        "presign",
+    );
+    assert!(put.url.contains("tp-length=11"), "{}", put.url);
+    // The body as the client sends it, without the presigned headers (its own length).
+    let bare = |url: String| tuneplane_core::store::PresignedRequest {
+        url,
+        headers: Vec::new(),
+        ..put.clone()
+    };
+    for (body, status, reason) in [
+        (
+            &b"twelve bytes"[..],
+            400,
+            "Content-Length 12 differs from the 11 bytes",
+        ),
+        (
+            b"ten bytes!",
+            400,
+            "Content-Length 10 differs from the 11 bytes",
+        ),
+    ] {
+        let (got, text) = send(&bare(put.url.clone()), Some(body.to_vec())).await;
+        let text = String::from_utf8_lossy(&text).into_owned();
+        assert_eq!(got, status, "{text}");
+        assert!(text.starts_with(reason), "{text}");
+    }
+    // Streamed without a length: cut off past the signed length, or refused when short.
+    assert_eq!(put_chunked(&put.url, b"twelve bytes").await, 413);
+    assert_eq!(put_chunked(&put.url, b"ten bytes!").await, 400);
+    // The length is signed: changed or dropped, the URL is no longer valid.
+    for url in [
+        replace_param(&put.url, "tp-length", "12"),
+        put.url.replace("&tp-length=11", ""),
+    ] {
+        let (got, text) = send(&bare(url.clone()), Some(b"twelve bytes".to_vec())).await;
+        assert_eq!(
+            (got, String::from_utf8_lossy(&text).as_ref()),
+            (403, "signature does not match"),
+            "{url}"
+        );
+    }
+    assert_eq!(
+        ok(store.head(key).await, "head"),
+        None,
+        "nothing was stored"
+    );
+    let staged = ok(std::fs::read_dir(store.root().join("tmp")), "tmp dir").count();
+    assert_eq!(staged, 0, "no staging files are left behind");
+    // A URL signed without a length cannot gain one either.
+    let plain = ok(
+        store
+            .presign(PresignMethod::Put, key, Duration::from_secs(60))
+            .await,
+        "presign",
+    );
+    let (got, _) = send(
+        &bare(format!("{}&tp-length=5", plain.url)),
+        Some(b"12345".to_vec()),
+    )
+    .await;
+    assert_eq!(got, 403);
+    // The exact length is stored, streamed or not.
+    assert_eq!(put_chunked(&put.url, b"eleven byte").await, 200);
+    assert_eq!(
+        ok(store.get(key).await, "get"),
+        Some(b"eleven byte".to_vec())
+    );
+}
+
 /// A CA and a certificate it signed for IP 127.0.0.1 (`openssl`, as `scripts/k8s-up.sh` makes
 /// them): `(ca.pem, cert.pem, key.pem)` in `dir`.
 fn local_ca(dir: &std::path::Path) -> [std::path::PathBuf; 3] {

@@ -165,6 +165,8 @@ pub struct SubmitConfig {
     pub gpu_prices: std::collections::BTreeMap<String, f64>,
     /// Most callback subscriptions a tenant may keep.
     pub subscription_limit: u32,
+    /// Limits on what jobs upload through their grants (per object, per tenant).
+    pub storage: crate::storage::StorageLimits,
 }
 
 impl Default for SubmitConfig {
@@ -178,6 +180,7 @@ impl Default for SubmitConfig {
             playground_limit: 2,
             gpu_prices: Default::default(),
             subscription_limit: crate::callback::subscription::DEFAULT_SUBSCRIPTION_LIMIT as u32,
+            storage: crate::storage::StorageLimits::default(),
         }
     }
 }

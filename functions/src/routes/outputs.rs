@@ -4,7 +4,8 @@
 //!   links, and its complete checkpoints.
 //! - `/v1/jobs/{id}/grant/...` (the attempt's grant token, `Authorization: Bearer tpg1...`): what
 //!   the runner in the job's pods calls. `POST .../grant/presign` signs uploads (and checkpoint
-//!   downloads) under the job's own folders only; `POST .../grant/checkpoints/{name}/complete`
+//!   downloads) under the job's own folders only, each upload for the exact size it names and
+//!   within the storage limits ([`tuneplane_core::storage`]); `POST .../grant/checkpoints/{name}/complete`
 //!   records a checkpoint whose files are all uploaded and prunes old ones;
 //!   `GET .../grant/checkpoints/latest` names the newest complete checkpoint with download
 //!   links. A grant is the job's and one attempt's: refused for any other job, and once its
@@ -102,8 +103,51 @@ impl FromRequestParts<Arc<AppState>> for Granted {
 pub struct PresignBody {
     /// `PUT` (outputs and checkpoint files) or `GET` (checkpoint files, to resume).
     pub method: String,
-    /// Paths inside the job: `outputs/<path>` or `checkpoints/<name>/<path>`.
-    pub paths: Vec<String>,
+    /// Paths inside the job, `outputs/<path>` or `checkpoints/<name>/<path>`: for `PUT` each
+    /// `{"path": ..., "size": <bytes>}` (its URL takes exactly that many bytes), for `GET` the
+    /// path alone (or the same object).
+    pub paths: Vec<Value>,
+}
+
+/// One entry of [`PresignBody::paths`]: the path and, for an upload, its size.
+fn presign_entry(i: usize, value: &Value, put: bool) -> Result<(String, Option<u64>), ApiError> {
+    let shape = || {
+        ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "paths[{i}]: name an upload as {{\"path\": \"outputs/...\", \"size\": <bytes>}}, a download by its path"
+            ),
+        )
+    };
+    let (path, size) = match value {
+        Value::String(path) => (path.clone(), None),
+        Value::Object(map) => {
+            if map.keys().any(|k| k != "path" && k != "size") {
+                return Err(shape());
+            }
+            let path = map.get("path").and_then(Value::as_str).ok_or_else(shape)?;
+            let size = match map.get("size") {
+                None => None,
+                Some(v) => Some(v.as_u64().ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_request",
+                        format!("paths[{i}].size: {v} is not a whole number of bytes"),
+                    )
+                })?),
+            };
+            (path.to_owned(), size)
+        }
+        _ => return Err(shape()),
+    };
+    if put && size.is_none() {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "paths[{i}].size: name the size in bytes of {path:?} ({{\"path\": ..., \"size\": <bytes>}}); every upload URL is signed for its exact size"
+            ),
+        ));
+    }
+    Ok((path, size))
 }
 
 fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
@@ -138,26 +182,67 @@ pub async fn presign(
         ));
     }
     let job = &granted.job;
-    let mut urls = Vec::with_capacity(body.paths.len());
-    for (i, text) in body.paths.iter().enumerate() {
-        let path = JobPath::parse(text)
+    let put = method == PresignMethod::Put;
+    let mut entries = Vec::with_capacity(body.paths.len());
+    for (i, value) in body.paths.iter().enumerate() {
+        let (text, size) = presign_entry(i, value, put)?;
+        let path = JobPath::parse(&text)
             .map_err(|e| ApiError::bad_request("invalid_path", format!("paths[{i}]: {e}")))?;
-        if method == PresignMethod::Get && matches!(path, JobPath::Output(_)) {
+        if !put && matches!(path, JobPath::Output(_)) {
             return Err(ApiError::bad_request(
                 "invalid_path",
                 format!("paths[{i}]: a job reads back only its checkpoints, not {text:?}"),
             ));
         }
-        let key = path.key(&job.tenant, &job.id);
-        let signed = state
-            .submit
-            .blobs()
-            .presign(method, &key, GRANT_URL_TTL)
-            .await?;
+        entries.push((text, path.key(&job.tenant, &job.id), size));
+    }
+    let blobs = state.submit.blobs();
+    if put {
+        check_storage(&state, job, &entries).await?;
+    }
+    let mut urls = Vec::with_capacity(entries.len());
+    for (text, key, size) in entries {
+        let signed = match size.filter(|_| put) {
+            Some(size) => blobs.presign_upload(&key, GRANT_URL_TTL, size).await?,
+            None => blobs.presign(method, &key, GRANT_URL_TTL).await?,
+        };
         urls.push(json!({"path": text, "url": signed.url, "headers": signed.headers, "expires_at": signed.expires_at}));
     }
     tracing::info!(job_id = %job.id, attempt = granted.attempt, count = urls.len(), method = %body.method, "grant presigned");
     Ok(Json(json!({"urls": urls})))
+}
+
+/// Refuses uploads (`(path, key, size)` each) above the per-object limit (400 naming the field)
+/// or past the tenant's storage quota (409 `storage_quota_exceeded` with its use and quota). With
+/// a quota, this measures the tenant's stored bytes: one bounded listing of each of its two
+/// folders per request ([`tuneplane_core::storage::tenant_use`]).
+async fn check_storage(
+    state: &AppState,
+    job: &JobRecord,
+    entries: &[(String, String, Option<u64>)],
+) -> Result<(), ApiError> {
+    use tuneplane_core::storage::{StorageRefusal, check_uploads, tenant_use};
+    let limits = &state.submit.config().storage;
+    let sizes: Vec<u64> = entries.iter().filter_map(|(_, _, s)| *s).collect();
+    // The object limit first: a request it refuses costs no listing.
+    check_uploads(&job.tenant, &sizes, None, limits)
+        .map_err(|e| ApiError::bad_request("object_too_large", e.to_string()))?;
+    let used = match limits.tenant_bytes {
+        Some(_) => Some(tenant_use(state.submit.blobs().as_ref(), &job.tenant).await?),
+        None => None,
+    };
+    check_uploads(&job.tenant, &sizes, used, limits).map_err(|e| match e {
+        StorageRefusal::ObjectTooLarge { .. } => {
+            ApiError::bad_request("object_too_large", e.to_string())
+        }
+        StorageRefusal::QuotaExceeded { .. } | StorageRefusal::TooManyObjects { .. } => {
+            tracing::info!(job_id = %job.id, tenant = %job.tenant, refusal = %e, "uploads over the storage quota");
+            ApiError::Conflict {
+                code: "storage_quota_exceeded",
+                message: e.to_string(),
+            }
+        }
+    })
 }
 
 /// `POST /v1/jobs/{id}/grant/checkpoints/{name}/complete`.

@@ -1,7 +1,8 @@
 //! Attempts' grants and a job's outputs and checkpoints: a grant opens only its own job's folders,
-//! refuses paths that would leave them, dies with its attempt; checkpoints count only once
-//! recorded complete, the newest `keep` are kept, the newest is offered for resume; outputs list
-//! with download links for the job's tenant only.
+//! refuses paths that would leave them, dies with its attempt; every upload names its size, its
+//! URL is signed for that size, and sizes above the object limit or past the tenant's storage
+//! quota are refused; checkpoints count only once recorded complete, the newest `keep` are kept,
+//! the newest is offered for resume; outputs list with download links for the job's tenant only.
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -49,9 +50,17 @@ async fn presign(h: &Harness, token: &str, job: &str, method: &str, paths: Value
     .await
 }
 
+/// Uploads named by path alone, each `size` bytes (what a PUT presign request carries).
+fn sized(paths: &[&str], size: u64) -> Value {
+    paths
+        .iter()
+        .map(|p| json!({"path": p, "size": size}))
+        .collect()
+}
+
 /// Uploads `bytes` to job path `path` of `job` through the grant, as the runner does.
 async fn upload(h: &Harness, token: &str, job: &str, path: &str, bytes: &[u8]) {
-    let r = presign(h, token, job, "PUT", json!([path])).await;
+    let r = presign(h, token, job, "PUT", sized(&[path], bytes.len() as u64)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.json);
     let entry = &r.json["urls"][0];
     let url = entry["url"].as_str().expect("url");
@@ -86,7 +95,7 @@ pub async fn a_grant_opens_only_its_own_jobs_folders(h: &Harness) {
         &token,
         &a.id,
         "PUT",
-        json!(["outputs/model/w.bin", "checkpoints/step-1/opt.pt"]),
+        sized(&["outputs/model/w.bin", "checkpoints/step-1/opt.pt"], 10),
     )
     .await;
     assert_eq!(ok.status, StatusCode::OK, "{}", ok.json);
@@ -114,7 +123,14 @@ pub async fn a_grant_opens_only_its_own_jobs_folders(h: &Harness) {
         "logs/x",
         "capsules/sha256/x/capsule.zip",
     ] {
-        let r = presign(h, &token, &a.id, "PUT", json!(["outputs/fine.txt", bad])).await;
+        let r = presign(
+            h,
+            &token,
+            &a.id,
+            "PUT",
+            sized(&["outputs/fine.txt", bad], 1),
+        )
+        .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.json);
         assert!(
             r.json["error"]["message"]
@@ -134,7 +150,7 @@ pub async fn a_grant_opens_only_its_own_jobs_folders(h: &Harness) {
         (&a.id, h.key_a.clone()),
         (&a.id, format!("tpg1.1.{}", "0".repeat(64))),
     ] {
-        let r = presign(h, &tok, job, "PUT", json!(["outputs/x"])).await;
+        let r = presign(h, &tok, job, "PUT", sized(&["outputs/x"], 1)).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.json);
         assert_eq!(r.json["error"]["code"], "invalid_grant");
     }
@@ -153,7 +169,7 @@ pub async fn a_grant_dies_with_its_attempt(h: &Harness) {
     .expect("requeue");
     job.state = JobState::Running;
     let job = h.jobs().update_job(&job).await.expect("attempt 2");
-    let r = presign(h, &first, &job.id, "PUT", json!(["outputs/x"])).await;
+    let r = presign(h, &first, &job.id, "PUT", sized(&["outputs/x"], 1)).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.json);
     assert!(
         r.json["error"]["message"]
@@ -165,7 +181,7 @@ pub async fn a_grant_dies_with_its_attempt(h: &Harness) {
     );
     let second = grant_key().token(&job.id, 2);
     assert_eq!(
-        presign(h, &second, &job.id, "PUT", json!(["outputs/x"]))
+        presign(h, &second, &job.id, "PUT", sized(&["outputs/x"], 1))
             .await
             .status,
         StatusCode::OK
@@ -173,7 +189,7 @@ pub async fn a_grant_dies_with_its_attempt(h: &Harness) {
     // An attempt the record does not know.
     let third = grant_key().token(&job.id, 3);
     assert_eq!(
-        presign(h, &third, &job.id, "PUT", json!(["outputs/x"]))
+        presign(h, &third, &job.id, "PUT", sized(&["outputs/x"], 1))
             .await
             .status,
         StatusCode::UNAUTHORIZED
@@ -184,7 +200,7 @@ pub async fn a_grant_dies_with_its_attempt(h: &Harness) {
     ended.finished_at_ms = Some(now - 3_600_000);
     h.jobs().update_job(&ended).await.expect("ended");
     assert_eq!(
-        presign(h, &second, &job.id, "PUT", json!(["outputs/x"]))
+        presign(h, &second, &job.id, "PUT", sized(&["outputs/x"], 1))
             .await
             .status,
         StatusCode::UNAUTHORIZED
@@ -296,4 +312,106 @@ pub async fn outputs_are_listed_with_links_for_their_tenant_only(h: &Harness) {
         )
         .await;
     assert_eq!(other.status, StatusCode::NOT_FOUND);
+}
+
+/// Every upload names its size and its URL is signed for exactly that size; a size above the
+/// object limit is 400 naming the field, an upload without a size is 400 naming the field.
+pub async fn every_upload_names_its_size_and_its_url_is_signed_for_that_size(h: &Harness) {
+    let job = running_job(h).await;
+    let token = grant_key().token(&job.id, 1);
+    let r = presign(h, &token, &job.id, "PUT", sized(&["outputs/w.bin"], 1234)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json);
+    let headers: Vec<(String, String)> =
+        serde_json::from_value(r.json["urls"][0]["headers"].clone()).expect("headers");
+    assert!(
+        headers.contains(&("content-length".to_owned(), "1234".to_owned())),
+        "the URL binds the size (S3 signs Content-Length, the filesystem store tp-length): {headers:?}"
+    );
+    let url = r.json["urls"][0]["url"].as_str().unwrap_or_default();
+    assert!(
+        url.contains("tp-length=1234") || url.to_ascii_lowercase().contains("content-length"),
+        "{url}"
+    );
+    // Without a size, with a size that is no byte count, above the per-object limit.
+    let limit = h.state.submit.config().storage.object_max_bytes;
+    for (paths, field, code) in [
+        (json!(["outputs/w.bin"]), "paths[0].size", "invalid_request"),
+        (
+            json!([{"path": "outputs/a", "size": 1}, {"path": "outputs/w.bin", "size": -4}]),
+            "paths[1].size",
+            "invalid_request",
+        ),
+        (
+            json!([{"path": "outputs/w.bin", "size": limit + 1}]),
+            "paths[0].size",
+            "object_too_large",
+        ),
+    ] {
+        let r = presign(h, &token, &job.id, "PUT", paths.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{paths}: {}", r.json);
+        assert_eq!(r.json["error"]["code"], code, "{}", r.json);
+        let message = r.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(field), "{message}");
+    }
+    let r = presign(
+        h,
+        &token,
+        &job.id,
+        "PUT",
+        sized(&["outputs/w.bin"], limit + 1),
+    )
+    .await;
+    let message = r.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("100 GiB (107374182400 bytes)"),
+        "names the limit: {message}"
+    );
+    // Downloads of checkpoint files still name the path alone.
+    let r = presign(h, &token, &job.id, "GET", json!(["checkpoints/step-1/a"])).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json);
+}
+
+/// A tenant's stored outputs and checkpoints plus a request may not pass its storage quota
+/// (10 TiB by default): the refusal is a 409 naming its use and quota, and what is stored counts.
+pub async fn uploads_past_the_tenants_storage_quota_are_refused_with_its_use_and_quota(
+    h: &Harness,
+) {
+    let limits = h.state.submit.config().storage;
+    let quota = limits.tenant_bytes.expect("a quota by default");
+    let job = running_job(h).await;
+    let token = grant_key().token(&job.id, 1);
+    // What the tenant stores counts: 5 bytes of an earlier job's outputs.
+    let earlier = running_job(h).await;
+    let earlier_token = grant_key().token(&earlier.id, 1);
+    upload(h, &earlier_token, &earlier.id, "outputs/w.bin", b"12345").await;
+    // Sizes (each within the object limit) adding up to `total`.
+    let request = |total: u64| {
+        let mut sizes = Vec::new();
+        let mut left = total;
+        while left > 0 {
+            let size = left.min(limits.object_max_bytes);
+            sizes.push(
+                json!({"path": format!("checkpoints/big/part-{}", sizes.len()), "size": size}),
+            );
+            left -= size;
+        }
+        Value::Array(sizes)
+    };
+    let fits = presign(h, &token, &job.id, "PUT", request(quota - 5)).await;
+    assert_eq!(fits.status, StatusCode::OK, "{}", fits.json);
+    let over = presign(h, &token, &job.id, "PUT", request(quota - 4)).await;
+    assert_eq!(over.status, StatusCode::CONFLICT, "{}", over.json);
+    assert_eq!(over.json["error"]["code"], "storage_quota_exceeded");
+    let message = over.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("tenant {} stores 5 bytes", super::TENANT_A))
+            && message.contains("storage quota of 10 TiB (10995116277760 bytes)"),
+        "{message}"
+    );
+    // Signing URLs stores nothing: the quota counts what arrived, not what was signed.
+    assert_eq!(
+        h.object_count(&format!("checkpoints/{}/{}/", super::TENANT_A, job.id))
+            .await,
+        0
+    );
 }

@@ -77,6 +77,8 @@ macro_rules! api_suite {
         $crate::api_suite!(@cases $make; grants;
             a_grant_opens_only_its_own_jobs_folders,
             a_grant_dies_with_its_attempt,
+            every_upload_names_its_size_and_its_url_is_signed_for_that_size,
+            uploads_past_the_tenants_storage_quota_are_refused_with_its_use_and_quota,
             checkpoints_count_once_complete_and_only_the_newest_are_kept,
             outputs_are_listed_with_links_for_their_tenant_only,
         );

@@ -308,6 +308,17 @@ impl JobStore for FaultyJobStore {
             .run("put_playground", &playground.id, call)
             .await
     }
+    async fn create_playground(
+        &self,
+        playground: &PlaygroundRecord,
+        limit: u32,
+        now_ms: i64,
+    ) -> Result<tuneplane_core::store::PlaygroundCreate> {
+        let call = self.inner.create_playground(playground, limit, now_ms);
+        self.faults
+            .run("create_playground", &playground.id, call)
+            .await
+    }
     async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>> {
         let call = self.inner.get_playground(id);
         self.faults.run("get_playground", id, call).await

@@ -9,6 +9,7 @@
 //! | capacity | `CAPACITY` | `CURRENT` | |
 //! | schedule | `SCHEDULE#<id>` | `SCHEDULE` | |
 //! | playground | `PG#<id>` | `PG` | `apk`=`PLAYGROUNDS`, `ask`=`<id>` |
+//! | a tenant's live playgrounds (the limit's guard) | `PGSLOTS#<tenant>` | `PGSLOTS` | |
 //! | tenant quota | `QUOTA` | `<tenant>` | |
 //!
 //! Indexes (projection ALL): `active` (`apk`, `ask`: sparse, holds only non-terminal jobs and
@@ -34,6 +35,7 @@ macro_rules! guarded_put {
 pub mod item;
 mod keys;
 mod outbox;
+mod playgrounds;
 mod query;
 mod records;
 pub mod table;

@@ -14,7 +14,8 @@ use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
     ApiKeyChange, ApiKeyRecord, CreateOutcome, EventQuery, Idempotency, IdempotencyRecord,
-    JobQuery, JobStore, NewJob, Page, PlaygroundRecord, Result, ScheduleRecord, StoreError,
+    JobQuery, JobStore, NewJob, Page, PlaygroundCreate, PlaygroundRecord, Result, ScheduleRecord,
+    StoreError,
 };
 
 use super::item::{Item, PLAYGROUNDS_PK, Stored, n, s, to_json};
@@ -276,6 +277,16 @@ impl JobStore for DynamoJobStore {
             ("ask", s(&playground.id)),
         ];
         self.put_versioned((&pk, "PG"), playground, |r| &mut r.version, extra)
+            .await
+    }
+
+    async fn create_playground(
+        &self,
+        playground: &PlaygroundRecord,
+        limit: u32,
+        now_ms: i64,
+    ) -> Result<PlaygroundCreate> {
+        self.create_playground_inner(playground, limit, now_ms)
             .await
     }
 

@@ -20,7 +20,7 @@ use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
     ApiKeyChange, ApiKeyRecord, CreateOutcome, EventQuery, JobQuery, JobStore, NewJob, Page,
-    PlaygroundRecord, Result, ScheduleRecord, StoreError,
+    PlaygroundCreate, PlaygroundRecord, Result, ScheduleRecord, StoreError, is_live_playground_of,
 };
 
 use tables::{Tx, db_err};
@@ -320,6 +320,38 @@ impl JobStore for EmbeddedJobStore {
         let key = format!("PG#{}", playground.id);
         self.put_versioned(key, playground.clone(), |r| &mut r.version)
             .await
+    }
+
+    async fn create_playground(
+        &self,
+        playground: &PlaygroundRecord,
+        limit: u32,
+        now_ms: i64,
+    ) -> Result<PlaygroundCreate> {
+        let mut pg = playground.clone();
+        // One write transaction (redb runs one at a time): the count and the write cannot be
+        // separated by another create.
+        self.write(move |tx| {
+            let key = format!("PG#{}", pg.id);
+            if tx.get_meta::<PlaygroundRecord>(&key)?.is_some() {
+                return Err(StoreError::AlreadyExists {
+                    table: tx.label().to_owned(),
+                    key,
+                });
+            }
+            let live = tx
+                .list_meta::<PlaygroundRecord>("PG#")?
+                .iter()
+                .filter(|p| is_live_playground_of(p, &pg.tenant, now_ms))
+                .count();
+            if live >= limit as usize {
+                return Ok(PlaygroundCreate::AtLimit { live });
+            }
+            pg.version = 1;
+            tx.put_meta(&key, &pg)?;
+            Ok(PlaygroundCreate::Created(Box::new(pg)))
+        })
+        .await
     }
 
     async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>> {

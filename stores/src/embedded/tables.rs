@@ -372,6 +372,23 @@ impl<'t> Tx<'t> {
         Ok(())
     }
 
+    /// Every meta record whose key starts with `prefix`, read inside the write transaction.
+    pub fn list_meta<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>> {
+        let range = self
+            .meta
+            .range(prefix..)
+            .map_err(|e| db_err("range", &self.label, prefix, e))?;
+        let mut out = Vec::new();
+        for item in range {
+            let (k, v) = item.map_err(|e| db_err("range", &self.label, prefix, e))?;
+            if !k.value().starts_with(prefix) {
+                break;
+            }
+            out.push(from_json(&self.label, k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
     /// Whether any meta record's key starts with `prefix`.
     fn has_meta_prefix(&self, prefix: &str) -> Result<bool> {
         let mut range = self

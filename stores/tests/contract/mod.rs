@@ -13,6 +13,7 @@ pub mod callbacks;
 pub mod fixtures;
 pub mod jobs;
 pub mod keys;
+pub mod playgrounds;
 
 /// Expands the job-store contract into tests; `$make` is an async fn returning
 /// `(Arc<dyn JobStore>, guard)` where the guard keeps the store's resources alive.
@@ -48,6 +49,9 @@ macro_rules! job_store_contract {
             audit_entries_append_once_and_list_by_tenant_and_window_oldest_first,
             a_submissions_audit_entry_lands_with_its_job_and_never_on_a_repeat,
         );
+        job_store_contract!(@in playgrounds; $make;
+            concurrent_playground_creates_over_the_limit_leave_exactly_the_limit,
+        );
         job_store_contract!(@in callbacks; $make;
             a_state_change_writes_its_outbox_entry_in_the_same_write_and_only_then,
             outbox_entries_change_and_go_only_at_their_revision,
@@ -80,6 +84,7 @@ macro_rules! blob_store_contract {
             put_file_replaces_an_object_from_a_file_large_or_small,
             a_bounded_download_refuses_an_object_above_its_limit,
             presigned_put_then_get_round_trips_over_plain_http,
+            a_sized_upload_url_names_its_length_and_stores_a_body_of_it,
             keys_with_spaces_and_plus_round_trip,
             keys_that_escape_the_namespace_are_rejected,
             listing_a_folder_names_its_objects_sorted_and_bounded,
