@@ -176,12 +176,28 @@ pub async fn secret(
     Ok(stored)
 }
 
-/// `url` without its query (which may hold a token), for the audit trail and listings.
+/// `url` without what may hold a secret, for the audit trail, listings and logs: its query and
+/// fragment become `?…` (`#…`), a user name or password `…@`. Works on text that is not a valid
+/// URL too (a log line must never print more than this).
 pub fn redacted(url: &str) -> String {
-    match url.split_once('?') {
-        Some((base, _)) => format!("{base}?…"),
-        None => url.to_owned(),
+    let end = url.find(['?', '#']).unwrap_or(url.len());
+    let (base, tail) = url.split_at(end);
+    let mut out = match base.split_once("://") {
+        Some((scheme, rest)) => {
+            // The authority ends at the path; `\` counts as `/` in http(s) URLs.
+            let (authority, path) = rest.split_at(rest.find(['/', '\\']).unwrap_or(rest.len()));
+            match authority.rsplit_once('@') {
+                Some((_, host)) => format!("{scheme}://…@{host}{path}"),
+                None => base.to_owned(),
+            }
+        }
+        None => base.to_owned(),
+    };
+    if let Some(mark) = tail.chars().next() {
+        out.push(mark);
+        out.push('…');
     }
+    out
 }
 
 #[cfg(test)]
@@ -207,9 +223,36 @@ mod tests {
         let (events, format) = check(&good, false).unwrap();
         assert_eq!(events, crate::notify::EventKind::TERMINAL.to_vec());
         assert_eq!(format, Format::Slack);
-        assert_eq!(
-            redacted("https://h.example.com/x?token=s"),
-            "https://h.example.com/x?…"
-        );
+    }
+
+    #[test]
+    fn redacted_urls_keep_no_query_fragment_or_user_info() {
+        let cases = [
+            ("https://h.example.com/x", "https://h.example.com/x"),
+            (
+                "https://h.example.com/x?token=s",
+                "https://h.example.com/x?…",
+            ),
+            ("https://h.example.com/x?a=1#s", "https://h.example.com/x?…"),
+            ("https://h.example.com/x#s?t=2", "https://h.example.com/x#…"),
+            (
+                "https://user:s@h.example.com/x",
+                "https://…@h.example.com/x",
+            ),
+            ("https://s@h.example.com", "https://…@h.example.com"),
+            (
+                "https://u:p@ss@h.example.com:8443/x?t=s",
+                "https://…@h.example.com:8443/x?…",
+            ),
+            // An `@` in the path is not user info.
+            (
+                "https://h.example.com/u@x?t=s",
+                "https://h.example.com/u@x?…",
+            ),
+            ("not a url?s", "not a url?…"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redacted(url), want, "{url}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The head pod's dashboard gate (`core/src/render/ray_gate.py`), run by the machine's python3 in
 //! front of a stand-in dashboard on loopback that records what reaches it and answers like Ray
 //! (401 without a token, 403 with a wrong one). Real Ray behind the gate is tested on the real tier.
+//! Without the token, a failed job's status carries none of the driver's log Ray puts in it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
@@ -10,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tuneplane_core::render::bootstrap::MISMATCH_TEXT;
 use tuneplane_core::render::rayjob::GATE_SCRIPT;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -21,6 +23,16 @@ type Seen = Arc<Mutex<Vec<(String, Vec<(String, String)>)>>>;
 /// A stand-in for Ray's dashboard: job info with secrets in it for the token, Ray's refusals
 /// otherwise.
 fn dashboard() -> (u16, Seen) {
+    dashboard_answering(
+        "200 OK",
+        format!(
+            r#"{{"type":"SUBMISSION","job_id":"02000000","submission_id":"{SUBMISSION}","status":"RUNNING","message":"running","start_time":1,"end_time":null,"entrypoint":"python secret.py","runtime_env":{{"working_dir":"https://blobs/capsule.zip?signature=SECRET"}},"metadata":{{"k":"SECRET"}}}}"#
+        ),
+    )
+}
+
+/// A stand-in dashboard that answers `status` and `job` to the token, Ray's refusals otherwise.
+fn dashboard_answering(status: &'static str, job: String) -> (u16, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen: Seen = Arc::default();
@@ -57,12 +69,7 @@ fn dashboard() -> (u16, Seen) {
                     "403 Forbidden",
                     "Forbidden: Invalid authentication token".to_owned(),
                 ),
-                Some(_) => (
-                    "200 OK",
-                    format!(
-                        r#"{{"type":"SUBMISSION","job_id":"02000000","submission_id":"{SUBMISSION}","status":"RUNNING","message":"running","start_time":1,"end_time":null,"entrypoint":"python secret.py","runtime_env":{{"working_dir":"https://blobs/capsule.zip?signature=SECRET"}},"metadata":{{"k":"SECRET"}}}}"#
-                    ),
-                ),
+                Some(_) => (status, job.clone()),
             };
             let _ = write!(
                 conn,
@@ -203,4 +210,94 @@ fn the_gate_lets_the_operator_read_its_jobs_status_and_nothing_else_without_the_
         assert_eq!(connection, ["close"], "{headers:?}");
     }
     assert!(seen[1].0.starts_with("POST /api/jobs/"), "{:?}", seen[1]);
+}
+
+/// The operator's request: the job's status without credentials.
+fn status_request() -> String {
+    format!("GET /api/jobs/{SUBMISSION} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+}
+
+/// Ray's job info of a failed job whose message holds the tail of the driver's `log`.
+fn failed_job(log: &str) -> String {
+    let message = format!(
+        "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n{log}"
+    );
+    serde_json::json!({
+        "type": "SUBMISSION", "job_id": "02000000", "submission_id": SUBMISSION,
+        "status": "FAILED", "message": message, "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR",
+        "start_time": 1_700_000_000_000_u64, "end_time": 1_700_000_060_000_u64,
+        "driver_exit_code": 1, "driver_info": {"id": "01", "node_ip_address": "10.0.0.7"},
+    })
+    .to_string()
+}
+
+#[test]
+fn a_failed_jobs_answer_without_the_token_carries_no_log_text() {
+    let log = "Traceback (most recent call last):\n  File \"train.py\", line 9\nValueError: HF_TOKEN=hf_LEAKED";
+    let (upstream, _seen) = dashboard_answering("200 OK", failed_job(log));
+    let port = free_port();
+    let _gate = gate(port, upstream);
+
+    let (status, body) = send(port, &status_request());
+
+    assert_eq!(status, 200, "{body}");
+    for words in [
+        "hf_LEAKED",
+        "Traceback",
+        "train.py",
+        "last available logs",
+        "10.0.0.7",
+    ] {
+        assert!(!body.contains(words), "{words:?} in {body}");
+    }
+    let info: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(info.get("message").is_none(), "{body}");
+    // What KubeRay follows the job by is all there.
+    assert_eq!(info["status"], "FAILED");
+    assert_eq!(info["submission_id"], SUBMISSION);
+    assert_eq!(info["job_id"], "02000000");
+    assert_eq!(info["start_time"], 1_700_000_000_000_u64);
+    assert_eq!(info["end_time"], 1_700_000_060_000_u64);
+    assert_eq!(info["driver_exit_code"], 1);
+    assert_eq!(info["error_type"], "JOB_ENTRYPOINT_COMMAND_ERROR");
+}
+
+#[test]
+fn a_refused_capsule_is_still_named_without_the_log_that_names_it() {
+    let log = format!(
+        "[tuneplane-runner] {MISMATCH_TEXT}: secret_plan.py: sha256 ab, the manifest says cd; nothing was executed"
+    );
+    let (upstream, _seen) = dashboard_answering("200 OK", failed_job(&log));
+    let port = free_port();
+    let _gate = gate(port, upstream);
+
+    let (status, body) = send(port, &status_request());
+
+    assert_eq!(status, 200, "{body}");
+    let info: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let message = info["message"].as_str().unwrap_or_default();
+    // The reconciler tells a tampered capsule by these words (CapsuleMismatch).
+    assert!(message.contains(MISMATCH_TEXT), "{body}");
+    assert!(
+        !body.contains("secret_plan.py") && !body.contains("sha256 ab"),
+        "{body}"
+    );
+}
+
+#[test]
+fn the_dashboards_error_answer_is_not_passed_on_without_the_token() {
+    let (upstream, _seen) = dashboard_answering(
+        "500 Internal Server Error",
+        "Traceback: driver log line HF_TOKEN=hf_LEAKED".to_owned(),
+    );
+    let port = free_port();
+    let _gate = gate(port, upstream);
+
+    let (status, body) = send(port, &status_request());
+
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        !body.contains("hf_LEAKED") && !body.contains("Traceback"),
+        "{body}"
+    );
 }

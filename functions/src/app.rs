@@ -117,14 +117,18 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
             get(routes::playground_proxy::forward).post(routes::playground_proxy::forward),
         )
         .route("/webhooks/{source}", post(crate::webhooks::receive));
-    let limits = state.rate_limits.clone();
+    // Grant calls are charged per job, not to the shared address job pods call from.
+    let limiter = crate::rate::Limiter {
+        limits: state.rate_limits.clone(),
+        grant_key: state.grant_key.clone(),
+    };
     Router::new()
         .nest("/v1", v1)
         .merge(crate::console::router_with(console))
         .fallback(routes::misc::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         // Inside the request id: a 429 carries one too.
-        .layer(middleware::from_fn_with_state(limits, crate::rate::limit))
+        .layer(middleware::from_fn_with_state(limiter, crate::rate::limit))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
 }

@@ -1,6 +1,7 @@
 //! The API's own rate limits through the router: a key over its limit gets 429 `rate_limited`
 //! with `Retry-After` while another key goes on; a source address flooding bad keys is stopped
-//! per address while another address is served; configuration errors name the variable.
+//! per address while another address is served; a job's valid grant is charged to the job, not
+//! to the address it calls from; configuration errors name the variable.
 
 // Test code: an unwrapped error is a failed test that names its line.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode};
+use axum::http::{Method, Request, StatusCode};
 use tower::ServiceExt;
 use tuneplane_functions::config::Config;
 use tuneplane_functions::rate::{Rate, RateLimits};
@@ -26,9 +27,24 @@ fn limited(h: &common::Harness, per_key: Option<Rate>, per_source: Option<Rate>)
 }
 
 async fn get(app: &axum::Router, from: &str, key: &str) -> (StatusCode, Option<String>, String) {
-    let mut req = Request::get("/v1/jobs")
+    send(app, Method::GET, "/v1/jobs", from, key, Vec::new()).await
+}
+
+/// `method path` from address `from` with `Authorization: Bearer {key}` and a JSON `body`.
+async fn send(
+    app: &axum::Router,
+    method: Method,
+    path: &str,
+    from: &str,
+    key: &str,
+    body: Vec<u8>,
+) -> (StatusCode, Option<String>, String) {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
         .header("authorization", format!("Bearer {key}"))
-        .body(axum::body::Body::empty())
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body))
         .unwrap();
     let addr: SocketAddr = format!("{from}:40000").parse().unwrap();
     req.extensions_mut().insert(ConnectInfo(addr));
@@ -82,6 +98,74 @@ async fn an_address_flooding_bad_keys_is_stopped_and_another_address_is_served()
     assert_eq!(statuses[5..], [StatusCode::TOO_MANY_REQUESTS; 3]);
     let (status, _, body) = get(&app, "198.51.100.8", &h.key_a).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// A submitted job of tenant A, made RUNNING in the store (as the reconciler would), so that
+/// its first attempt's grant is valid.
+async fn running_job(h: &common::Harness) -> String {
+    use common::archives::{SPEC, body, code};
+    let reply = h.submit(&body(SPEC, &code()), None).await;
+    let id = reply.json["job_id"].as_str().unwrap().to_owned();
+    let mut job = h.jobs().get_job(&id).await.unwrap().unwrap();
+    job.state = tuneplane_core::job::JobState::Running;
+    job.admitted_at_ms = Some(tuneplane_core::clock::now_ms());
+    job.running_at_ms = job.admitted_at_ms;
+    h.jobs().update_job(&job).await.unwrap();
+    id
+}
+
+#[tokio::test]
+async fn a_flood_from_the_shared_address_does_not_delay_another_tenants_checkpoint_upload() {
+    let h = common::Harness::embedded().await;
+    let job = running_job(&h).await;
+    let rate = Rate {
+        per_second: 0.5,
+        burst: 5.0,
+    };
+    let app = limited(&h, Some(rate), Some(rate));
+    // Job pods of every tenant call from the cluster's one NAT address.
+    let nat = "100.64.0.1";
+    let presign = |token: String| {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "method": "PUT",
+            "paths": ["checkpoints/step-1/opt.pt"],
+        }))
+        .unwrap();
+        let app = app.clone();
+        let path = format!("/v1/jobs/{job}/grant/presign");
+        async move { send(&app, Method::POST, &path, nat, &token, body).await }
+    };
+    // One tenant's pods flood it with junk: wrong API keys and forged grants of the job, both
+    // charged to the address, until the address is over its limit.
+    let mut flooded = false;
+    for i in 0..20 {
+        let (status, _, body) = if i % 2 == 0 {
+            get(&app, nat, &format!("tp_wrong_{i}")).await
+        } else {
+            presign(format!("tpg1.1.{:064x}", i)).await
+        };
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            flooded = true;
+            break;
+        }
+        assert!(
+            [StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN].contains(&status),
+            "{status}: {body}"
+        );
+    }
+    assert!(flooded, "the flood was never limited");
+    let (status, _, body) = presign("tpg1.1.00".to_owned()).await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a forged grant: {body}"
+    );
+
+    // The job's real grant, from the same address, goes on its first try.
+    let (status, retry, body) = presign(common::grant_key().token(&job, 1)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(retry, None);
+    assert!(body.contains("step-1/opt.pt"), "{body}");
 }
 
 #[test]

@@ -26,6 +26,7 @@ use tuneplane_core::callback::{
 use tuneplane_core::ids::TenantId;
 use tuneplane_core::job::{EventSource, JobEvent};
 use tuneplane_core::store::{JobStore, StoreError};
+use tuneplane_core::subscriptions::redacted;
 
 use crate::leader::Leadership;
 use crate::now_ms;
@@ -275,7 +276,7 @@ impl Sender {
                             self.metrics.failed.inc();
                             tracing::info!(
                                 event_id = %entry.id, job_id = %entry.event.job_id,
-                                url = %d.target.url, attempt = d.attempts + 1, error = %error,
+                                url = %redacted(&d.target.url), attempt = d.attempts + 1, error = %error,
                                 "callback delivery failed"
                             );
                             outbox::failed(d, error, permanent, created, now);
@@ -316,7 +317,7 @@ impl Sender {
             }
             self.metrics.given_up.inc();
             tracing::warn!(
-                event_id = %entry.id, job_id = %entry.event.job_id, url = %d.target.url,
+                event_id = %entry.id, job_id = %entry.event.job_id, url = %redacted(&d.target.url),
                 reason = %reason, "callback delivery given up"
             );
             let event = JobEvent {
@@ -328,7 +329,7 @@ impl Sender {
                 message: format!(
                     "the {} callback to {} was not delivered: {reason}",
                     entry.event.kind,
-                    redact(&d.target)
+                    redacted(&d.target.url)
                 ),
                 object: None,
             };
@@ -364,10 +365,10 @@ impl Sender {
         };
         let url = match check_url(&target.url, self.settings.allow_loopback) {
             Ok(u) => u,
-            Err(why) => return refuse(format!("{}: {why}", redact(target))),
+            Err(why) => return refuse(format!("{}: {why}", redacted(&target.url))),
         };
         let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
-            return refuse(format!("{} names no host", redact(target)));
+            return refuse(format!("{} names no host", redacted(&target.url)));
         };
         let literal = host
             .trim_start_matches('[')
@@ -454,8 +455,10 @@ impl Sender {
                 } else {
                     "request failed".to_owned()
                 };
+                // reqwest's message names the URL, query and all; the error goes to logs and to
+                // the job's events.
                 return Attempt::Failed {
-                    error: format!("{what}: {e}"),
+                    error: format!("{what}: {}", e.without_url()),
                     permanent: false,
                 };
             }
@@ -477,13 +480,5 @@ impl Sender {
                 permanent: status == reqwest::StatusCode::GONE,
             }
         }
-    }
-}
-
-/// The target's URL without its query (which may hold a token), for events and logs.
-fn redact(target: &TargetRef) -> String {
-    match target.url.split_once('?') {
-        Some((base, _)) => format!("{base}?…"),
-        None => target.url.clone(),
     }
 }

@@ -7,7 +7,9 @@
 //! the URL, and addresses of the platform's own networks: loopback, private ranges, link-local
 //! (the cloud metadata services live there), carrier-grade NAT, multicast, reserved and
 //! documentation ranges, and their IPv6 counterparts (IPv4-mapped addresses are judged as the
-//! IPv4 address they carry). In dev (`allow_loopback`), `http://` and `https://` to loopback
+//! IPv4 address they carry). Tunnels and translators whose far end the platform's own routers may
+//! pick are refused whole: 6to4 (`2002::/16`), Teredo (`2001::/32`), NAT64 local use
+//! (`64:ff9b:1::/48`), and deprecated site-local addresses (`fec0::/10`). In dev (`allow_loopback`), `http://` and `https://` to loopback
 //! are allowed too, so a receiver on the same machine can be tried.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -158,8 +160,14 @@ fn check_v6(ip: Ipv6Addr, allow_loopback: bool) -> Result<(), String> {
     match s[0] {
         x if x & 0xfe00 == 0xfc00 => refuse("a unique local address (fc00::/7)"),
         x if x & 0xffc0 == 0xfe80 => refuse("link-local (fe80::/10)"),
+        x if x & 0xffc0 == 0xfec0 => refuse("site-local (fec0::/10, deprecated)"),
         x if x & 0xff00 == 0xff00 => refuse("multicast (ff00::/8)"),
         0x2001 if s[1] == 0x0db8 => refuse("a documentation range (2001:db8::/32)"),
+        // Tunnels to IPv4 addresses their relays choose, inside the platform's networks too.
+        0x2001 if s[1] == 0 => refuse("Teredo (2001::/32)"),
+        0x2002 => refuse("6to4 (2002::/16)"),
+        // Translation to IPv4 by the network's own translator, to any address it serves.
+        0x64 if s[1] == 0xff9b && s[2] == 1 => refuse("NAT64 local use (64:ff9b:1::/48)"),
         // Other IPv4-compatible forms (::a.b.c.d, deprecated) are refused outright.
         0 => refuse("a reserved IPv6 range (::/8)"),
         _ => Ok(()),
@@ -232,6 +240,59 @@ mod tests {
         assert!(url_err("not a url", false).contains("not a URL"));
         let long = format!("https://hooks.example.com/{}", "a".repeat(MAX_URL_BYTES));
         assert!(url_err(&long, false).contains("longer than"));
+    }
+
+    /// Each of `addrs` is refused, as a resolved address and as a URL's literal, in dev too,
+    /// with `words` naming the range.
+    fn assert_refused(addrs: &[&str], words: &str) {
+        for addr in addrs {
+            let ip: IpAddr = addr.parse().unwrap();
+            let err = check_ip(ip, false).expect_err(addr);
+            assert!(err.contains(words), "{addr}: {err}");
+            assert!(err.contains("public addresses"), "{addr}: {err}");
+            assert!(check_ip(ip, true).is_err(), "{addr} in dev");
+            let url = format!("https://[{addr}]/hook");
+            assert!(url_err(&url, false).contains(words), "{url}");
+        }
+    }
+
+    #[test]
+    fn six_to_four_addresses_are_refused() {
+        // 6to4 of 10.0.0.1 and of a public address alike: the relay is not ours to judge.
+        assert_refused(&["2002:a00:1::1", "2002:5db8:d822::1"], "6to4 (2002::/16)");
+    }
+
+    #[test]
+    fn teredo_addresses_are_refused() {
+        assert_refused(
+            &["2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001::1"],
+            "Teredo (2001::/32)",
+        );
+    }
+
+    #[test]
+    fn nat64_local_use_addresses_are_refused() {
+        assert_refused(
+            &["64:ff9b:1::a00:1", "64:ff9b:1:ffff::1"],
+            "NAT64 local use (64:ff9b:1::/48)",
+        );
+    }
+
+    #[test]
+    fn site_local_addresses_are_refused() {
+        assert_refused(&["fec0::1", "feff:ffff::1"], "site-local (fec0::/10");
+    }
+
+    #[test]
+    fn public_ipv6_beside_the_refused_ranges_is_allowed() {
+        for ok in ["2606:4700::1111", "2001:4860:4860::8888", "2003::1"] {
+            let ip: IpAddr = ok.parse().unwrap();
+            assert!(check_ip(ip, false).is_ok(), "{ok}");
+            assert!(
+                check_url(&format!("https://[{ok}]/hook"), false).is_ok(),
+                "{ok}"
+            );
+        }
     }
 
     #[test]

@@ -9,8 +9,12 @@ this gate, not Ray's:
   passed to Ray's dashboard, and Ray checks them (a wrong token is refused by Ray); it is marked
   `Connection: close`, so a client's next request on a kept-alive connection cannot skip the gate;
 - the one request the operator makes without, GET /api/jobs/<this job's submission id>, is
-  forwarded with the token and answered with the status fields only (no entrypoint, runtime
-  environment or metadata);
+  forwarded with the token and answered with the status fields only: status, ids, timestamps,
+  error type and exit code. No entrypoint, runtime environment or metadata, and not Ray's
+  `message`: on failure Ray puts the tail of the driver's log there, which only the token's
+  holders may read. The one thing of it the reconciler needs, that the runner refused a capsule
+  whose checksums do not match, is said in a fixed message of the gate's own. Ray's answer to
+  anything but 200 is not passed on either;
 - anything else is refused with 401.
 Only the Python standard library is used, so any image with Python 3 can run it.
 """
@@ -27,9 +31,17 @@ SUBMISSION = os.environ["TUNEPLANE_GATE_SUBMISSION_ID"]
 PORT = int(os.environ.get("TUNEPLANE_GATE_PORT", "8270"))
 UPSTREAM = ("127.0.0.1", int(os.environ.get("TUNEPLANE_GATE_UPSTREAM_PORT", "8265")))
 STATUS_FIELDS = (
-    "type", "job_id", "submission_id", "status", "message", "error_type",
+    "type", "job_id", "submission_id", "status", "error_type",
     "start_time", "end_time", "driver_exit_code",
 )
+# The runner's refusal of a capsule (core/runner, MISMATCH_TEXT in core/src/render/bootstrap.rs) in
+# Ray's message, and what the gate says instead: the reconciler fails the job as CapsuleMismatch.
+MISMATCH_MARK = "[tuneplane-runner] capsule checksum mismatch"
+MISMATCH_MESSAGE = (
+    "[tuneplane-runner] capsule checksum mismatch: the runner refused the capsule; "
+    "nothing was executed (the job's logs say which file)"
+)
+SCALARS = (str, int, float, bool, type(None))
 CREDENTIALS = {"authorization", "x-ray-authorization"}
 MAX_HEAD = 64 * 1024
 SLOTS = threading.BoundedSemaphore(128)
@@ -106,18 +118,28 @@ def passthrough(conn, head, rest):
         back.join()
 
 
+def status_of(info):
+    """The job's status fields from Ray's job info, with no text of the driver's log."""
+    # Scalars only: a field that turns into an object or a list in a later Ray stays out.
+    kept = {k: info[k] for k in STATUS_FIELDS if k in info and isinstance(info[k], SCALARS)}
+    message = info.get("message")
+    if isinstance(message, str) and MISMATCH_MARK in message:
+        kept["message"] = MISMATCH_MESSAGE
+    return kept
+
+
 def job_status(conn):
     up = http.client.HTTPConnection(*UPSTREAM, timeout=30)
     try:
         up.request("GET", "/api/jobs/" + SUBMISSION, headers={"X-Ray-Authorization": "Bearer " + TOKEN})
         r = up.getresponse()
         body = r.read()
-        ctype = r.getheader("Content-Type", "application/json")
         if r.status == 200:
-            info = json.loads(body)
-            body = json.dumps({k: info[k] for k in STATUS_FIELDS if k in info}).encode()
-            ctype = "application/json"
-        reply(conn, r.status, r.reason, body, ctype)
+            body = json.dumps(status_of(json.loads(body))).encode()
+            reply(conn, 200, "OK", body, "application/json")
+        else:
+            # Ray's own words about the failure stay inside; the operator needs the status.
+            reply(conn, r.status, r.reason, b"the job's dashboard answered %d\n" % r.status)
     finally:
         up.close()
 
