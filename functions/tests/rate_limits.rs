@@ -128,7 +128,7 @@ async fn a_flood_from_the_shared_address_does_not_delay_another_tenants_checkpoi
     let presign = |token: String| {
         let body = serde_json::to_vec(&serde_json::json!({
             "method": "PUT",
-            "paths": ["checkpoints/step-1/opt.pt"],
+            "paths": [{"path": "checkpoints/step-1/opt.pt", "size": 1}],
         }))
         .unwrap();
         let app = app.clone();

@@ -113,6 +113,7 @@ pub const REQUIRED: &[Access] = &[
     within(JOBS, "", "pods", "delete"),
     within(JOBS, "", "secrets", "create"),
     within(JOBS, "", "secrets", "delete"),
+    within(JOBS, "networking.k8s.io", "networkpolicies", "list"),
     within(JOBS, "networking.k8s.io", "networkpolicies", "create"),
     within(JOBS, "networking.k8s.io", "networkpolicies", "delete"),
     within(SYSTEM_NAMESPACE, "coordination.k8s.io", "leases", "get"),

@@ -51,6 +51,8 @@ pub struct Ctx {
     /// `workload::TRUST_OWN_CREATE` passes), a pass does not take its absence from the cluster
     /// cache for a lost workload and create it again.
     pub created_workloads: Mutex<HashMap<String, std::time::Instant>>,
+    /// NetworkPolicies kept after their workload until its last pod is gone (`policies`).
+    pub lingering: Mutex<crate::policies::Lingering>,
     /// Log archives of a job that failed on API server errors so far, as this process counted
     /// them (jobs with an active record also count them on it: `JobRecord::archive_failures`).
     pub archive_failures: Mutex<HashMap<String, u32>>,
@@ -99,6 +101,7 @@ impl Ctx {
             shared_create: tokio::sync::Mutex::new(()),
             created_workloads: Mutex::new(HashMap::new()),
             archive_failures: Mutex::new(HashMap::new()),
+            lingering: Mutex::new(crate::policies::Lingering::default()),
             published: Mutex::new(None),
         }
     }

@@ -22,6 +22,7 @@ pub mod loss;
 pub mod metrics;
 pub mod pass;
 pub mod playground;
+pub mod policies;
 pub mod rayjob;
 mod run;
 pub mod status;

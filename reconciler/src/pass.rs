@@ -317,6 +317,13 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         "",
         sweep_orphans(ctx, cluster, &ids).await,
     );
+    note(
+        ctx,
+        &mut report,
+        "network policy sweep",
+        "",
+        crate::policies::sweep(ctx, cluster, &ids).await,
+    );
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }

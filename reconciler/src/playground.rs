@@ -379,7 +379,9 @@ pub async fn reconcile(
             // Not in the reflector: new, or gone (deleted outside TunePlane, its node removed).
             // Creating is idempotent (an existing pod answers 409), so a lagging reflector costs
             // one refused create, and a lost pod comes back.
-            // The key's Secret first: the pod's server reads its key from it.
+            // Its policies first (only the API's proxy reaches the server; egress as any pod's),
+            // then the key's Secret: the pod's server reads its key from it.
+            crate::workload::ensure_playground_policies(ctx, &ns).await?;
             create_key_secret(ctx, &next, &ns).await?;
             let value = render_playground(&next, &ns, &ctx.config.render);
             let pod: Pod = serde_json::from_value(value).map_err(|source| Error::Convert {

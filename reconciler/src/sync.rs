@@ -509,7 +509,7 @@ pub async fn finish(
         tracing::info!(job_id = %job.id, attempt = next.attempt, "attempt lost to the infrastructure; job queued again");
     }
     let kind = job.spec.kind();
-    let leftovers = workload::Leftovers::of(ctx, cluster, kind, ns, &name);
+    let leftovers = workload::Leftovers::of(ctx, cluster, kind, ns, &name, &job.id);
     workload::delete(ctx, kind, ns, &name, leftovers).await?;
     // The archive now holds everything the live segments did.
     crate::live_logs::discard(ctx, &job.id).await;
@@ -604,7 +604,7 @@ pub async fn sweep_orphans(
         if earlier {
             // The requeue wrote the record (with this attempt's archive) and crashed, or its
             // delete lost a race with the reflector: finish the delete.
-            let leftovers = workload::Leftovers::of(ctx, cluster, kind, &ns, &name);
+            let leftovers = workload::Leftovers::of(ctx, cluster, kind, &ns, &name, &id);
             workload::delete(ctx, kind, &ns, &name, leftovers).await?;
             tracing::info!(job_id = %id, workload = %name, "earlier attempt's workload deleted");
             continue;
@@ -632,7 +632,7 @@ pub async fn sweep_orphans(
             // Being archived: a later pass deletes it.
             continue;
         }
-        let leftovers = workload::Leftovers::of(ctx, cluster, kind, &ns, &name);
+        let leftovers = workload::Leftovers::of(ctx, cluster, kind, &ns, &name, &id);
         workload::delete(ctx, kind, &ns, &name, leftovers).await?;
         // Counted once the workload is gone, before the live segments are tidied away.
         if !finished && !archived {

@@ -14,7 +14,8 @@ use tuneplane_core::constants::WORKLOAD_LABEL;
 use tuneplane_core::job::JobRecord;
 use tuneplane_core::render::kuberay::RayJob as RenderedRayJob;
 use tuneplane_core::render::network::{
-    SINGLE_POD_POLICY, network_policy_name, render_network_policy, render_single_pod_policy,
+    EGRESS_POLICY, PLAYGROUND_POLICY, SINGLE_POD_POLICY, network_policy_name, render_egress_policy,
+    render_network_policy, render_playground_policy, render_single_pod_policy,
 };
 use tuneplane_core::render::rayjob::{auth_secret_name, render_auth_secret};
 use tuneplane_core::render::{
@@ -271,24 +272,50 @@ where
     Ok(())
 }
 
-/// Makes sure `namespace` has the NetworkPolicy all CPU-only job Pods share (refusing them every
-/// ingress) before such a Pod is created there ([`ensure_shared`]).
-async fn ensure_single_pod_policy(ctx: &Ctx, namespace: &str) -> Result<()> {
-    let key = format!("networkpolicy {namespace}/{SINGLE_POD_POLICY}");
+/// Makes sure `namespace` has its shared NetworkPolicy `name` (rendered by `value`) before a pod
+/// that needs it is created there ([`ensure_shared`]).
+async fn ensure_shared_policy(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+    value: serde_json::Value,
+) -> Result<()> {
+    let key = format!("networkpolicy {namespace}/{name}");
     ensure_shared(ctx, key, async {
-        let value = render_single_pod_policy(namespace);
         let whose = format!("(namespace {namespace})");
         create_unless_exists::<NetworkPolicy>(
             ctx,
             "create networkpolicy",
             namespace,
-            SINGLE_POD_POLICY,
+            name,
             whose,
             value,
         )
         .await
     })
     .await
+}
+
+/// Makes sure `namespace` has the NetworkPolicy all CPU-only job Pods share (refusing them every
+/// ingress) before such a Pod is created there.
+async fn ensure_single_pod_policy(ctx: &Ctx, namespace: &str) -> Result<()> {
+    let value = render_single_pod_policy(namespace);
+    ensure_shared_policy(ctx, namespace, SINGLE_POD_POLICY, value).await
+}
+
+/// Makes sure `namespace` has the egress policy every pod there shares (DNS, the platform, the
+/// operator's additions; nothing else) before any pod of TunePlane's is created there.
+pub async fn ensure_egress_policy(ctx: &Ctx, namespace: &str) -> Result<()> {
+    let value = render_egress_policy(namespace, &ctx.config.render.network);
+    ensure_shared_policy(ctx, namespace, EGRESS_POLICY, value).await
+}
+
+/// Makes sure `namespace` has the policies a playground's pod needs before it is created: the
+/// shared egress policy and the playgrounds' own (only the API's proxy reaches the server).
+pub async fn ensure_playground_policies(ctx: &Ctx, namespace: &str) -> Result<()> {
+    ensure_egress_policy(ctx, namespace).await?;
+    let value = render_playground_policy(namespace, &ctx.config.render.network);
+    ensure_shared_policy(ctx, namespace, PLAYGROUND_POLICY, value).await
 }
 
 /// With grants on, makes sure `job`'s tenant has its grant seal Secret in the job's namespace
@@ -331,6 +358,7 @@ pub async fn create_rendered(ctx: &Ctx, job: &JobRecord, rendered: Rendered) -> 
     let ns = job.spec.namespace.as_str();
     let object = format!("{ns}/{name}");
     let params = post_params();
+    ensure_egress_policy(ctx, ns).await?;
     match &rendered {
         Rendered::RayJob(_) => {
             create_network_policy(ctx, job).await?;
@@ -398,16 +426,25 @@ impl Leftovers {
     /// labelled `tuneplane.io/workload: pod` uses its namespace's shared NetworkPolicy and one
     /// labelled `tuneplane.io/grant: sealed` has no grant Secret, so deleting it is one request
     /// (not three, two of them answered 404). A workload the cache does not show: [`Leftovers::all`].
+    ///
+    /// A RayJob whose pods the cache still shows keeps its NetworkPolicy until they are gone
+    /// ([`crate::policies`]).
     pub fn of(
         ctx: &Ctx,
         cluster: &Cluster,
         kind: WorkloadKind,
         namespace: &str,
         name: &str,
+        job_id: &str,
     ) -> Leftovers {
         let all = Leftovers::all(ctx);
         if kind != WorkloadKind::Pod {
-            return all;
+            return Leftovers {
+                network_policy: !crate::policies::linger_if_pods_remain(
+                    ctx, cluster, namespace, name, job_id,
+                ),
+                ..all
+            };
         }
         let Some(pod) = cluster.pod(namespace, name) else {
             return all;

@@ -11,6 +11,7 @@
 //! Everything that varies by installation is in [`RenderSettings`], parsed once by the binaries.
 
 pub mod bootstrap;
+pub mod egress;
 pub mod kuberay;
 pub mod network;
 pub mod playground;
@@ -127,7 +128,7 @@ impl Default for RenderSettings {
                 ..Toleration::default()
             }],
             ttl_after_finished_seconds: 3600,
-            playground_image: "vllm/vllm-openai:v0.11.0".to_owned(),
+            playground_image: "vllm/vllm-openai:v0.14.1".to_owned(),
             network: network::NetworkSettings::default(),
             api_url: None,
             grant_key: None,

@@ -19,6 +19,25 @@ use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 use crate::error::ApiError;
 use crate::state::{AppState, Auth, RawBody};
 
+/// The paths the proxy forwards, by method: vLLM's OpenAI-compatible API as TunePlane documents
+/// it (README, Playgrounds). vLLM checks its key only under `/v1`, `/v2` and `/inference`, and
+/// serves `/invocations`, `/tokenize`, `/score`, `/pooling` and `/metrics` without one: none of
+/// those is forwarded, whatever the caller asks.
+pub const FORWARDED: [(&str, &str); 5] = [
+    ("GET", "v1/models"),
+    ("POST", "v1/chat/completions"),
+    ("POST", "v1/completions"),
+    ("POST", "v1/embeddings"),
+    ("POST", "v1/responses"),
+];
+
+/// Whether `method` on `path` (after `/proxy/`) is one of [`FORWARDED`].
+pub fn forwarded(method: &Method, path: &str) -> bool {
+    FORWARDED
+        .iter()
+        .any(|(m, p)| method.as_str() == *m && path == *p)
+}
+
 /// Largest response passed back, bytes (a completion is far smaller).
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -111,11 +130,12 @@ pub async fn forward(
             "playground {id}'s pod address is outside the pod networks this API may reach; the operator checks TUNEPLANE_PLAYGROUND_POD_CIDRS"
         )));
     }
-    if path.chars().any(|c| c.is_control() || c == '#') {
-        return Err(ApiError::bad_request(
-            "invalid_path",
-            "the path after /proxy/ must be plain URL path characters, e.g. v1/models",
-        ));
+    if !forwarded(&method, &path) {
+        let list: Vec<String> = FORWARDED.iter().map(|(m, p)| format!("{m} {p}")).collect();
+        return Err(ApiError::NotFound(format!(
+            "{method} {path:?} is not forwarded to a playground; the proxy forwards {}",
+            list.join(", ")
+        )));
     }
     let host = match ip {
         IpAddr::V4(v4) => v4.to_string(),
@@ -177,6 +197,26 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]))
+    }
+
+    #[test]
+    fn only_the_documented_openai_paths_are_forwarded() {
+        assert!(forwarded(&Method::GET, "v1/models"));
+        assert!(forwarded(&Method::POST, "v1/chat/completions"));
+        for (method, path) in [
+            (Method::POST, "invocations"),
+            (Method::GET, "metrics"),
+            (Method::POST, "tokenize"),
+            (Method::POST, "score"),
+            (Method::POST, "pooling"),
+            (Method::POST, "v1/models"),
+            (Method::GET, "v1/chat/completions"),
+            (Method::POST, "v1/chat/completions/../../invocations"),
+            (Method::POST, "v1//chat/completions"),
+            (Method::POST, "/v1/chat/completions"),
+        ] {
+            assert!(!forwarded(&method, path), "{method} {path}");
+        }
     }
 
     #[test]

@@ -367,7 +367,11 @@ impl PodWorker {
                     // As the kubelet does: env from Secrets is read when the containers start;
                     // a missing Secret or key holds the pod (retried next step).
                     match with_secrets(&self.client, &pod).await {
-                        Ok(resolved) => rt.ensure_started(uid, &resolved),
+                        Ok(resolved) => {
+                            let named =
+                                super::real::relay::named_by_pod(&self.client, &resolved).await;
+                            rt.ensure_started(uid, &resolved, named)
+                        }
                         Err(e) => {
                             tracing::warn!(pod = %json::name(&pod), error = %e, "container config not ready");
                             return;

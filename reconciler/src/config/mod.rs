@@ -56,6 +56,22 @@ pub const ENV_OPERATOR_NAMESPACE: &str = "TUNEPLANE_OPERATOR_NAMESPACE";
 /// Comma-separated IPv4 CIDRs the API server's proxy traffic comes from, allowed to jobs'
 /// dashboard gates (default none).
 pub const ENV_API_SERVER_CIDRS: &str = "TUNEPLANE_API_SERVER_CIDRS";
+/// Comma-separated IPv4 CIDRs the API's playground proxy connects from (the counterpart of the
+/// functions' `TUNEPLANE_PLAYGROUND_POD_CIDRS`): the only sources a playground's server port
+/// accepts (default none: no pod reaches a playground).
+pub const ENV_PLAYGROUND_PROXY_CIDRS: &str = "TUNEPLANE_PLAYGROUND_PROXY_CIDRS";
+/// The cluster's DNS pods, `namespace/label=value` (default `kube-system/k8s-app=kube-dns`), or
+/// `off`: every pod may reach them on port 53.
+pub const ENV_EGRESS_DNS: &str = "TUNEPLANE_EGRESS_DNS";
+/// Where pods reach the TunePlane API and the object store, `CIDR[:PORT]`, comma-separated
+/// (default `0.0.0.0/0:443`: public HTTPS), with `TUNEPLANE_EGRESS_DENY_CIDRS` carved out.
+pub const ENV_EGRESS_PLATFORM: &str = "TUNEPLANE_EGRESS_PLATFORM";
+/// Ranges no pod reaches through the platform destinations (default: the private ranges, CGNAT,
+/// link-local with the metadata address, `0.0.0.0/8`).
+pub const ENV_EGRESS_DENY_CIDRS: &str = "TUNEPLANE_EGRESS_DENY_CIDRS";
+/// Further destinations every pod may reach, `CIDR[:PORT]`, comma-separated, allowed as written
+/// (a package mirror, an internal registry; default none).
+pub const ENV_EGRESS_ALLOW: &str = "TUNEPLANE_EGRESS_ALLOW";
 /// The quota of tenants without their own (a quota's JSON without `tenant`; the functions read
 /// the same variable); unset: such tenants are unlimited.
 pub const ENV_DEFAULT_QUOTA: &str = "TUNEPLANE_DEFAULT_QUOTA";
@@ -495,6 +511,52 @@ impl Config {
                 })
                 .collect::<Result<_>>()?;
         }
+        if let Some(v) = get(ENV_PLAYGROUND_PROXY_CIDRS) {
+            c.render.network.playground_proxy_cidrs = v
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(|cidr| {
+                    valid_cidr(cidr)
+                        .then(|| cidr.to_owned())
+                        .ok_or_else(|| Error::Config {
+                            var: ENV_PLAYGROUND_PROXY_CIDRS,
+                            message: format!("{cidr:?} is not an IPv4 CIDR such as 10.0.0.0/16 (where the API's proxy connects from)"),
+                        })
+                })
+                .collect::<Result<_>>()?;
+        }
+        let egress = &mut c.render.network.egress;
+        if let Some(v) = get(ENV_EGRESS_DNS) {
+            egress.dns = if v.trim().eq_ignore_ascii_case("off") {
+                None
+            } else {
+                Some(
+                    tuneplane_core::render::egress::DnsPeer::parse(&v).map_err(|message| {
+                        Error::Config {
+                            var: ENV_EGRESS_DNS,
+                            message,
+                        }
+                    })?,
+                )
+            };
+        }
+        for (var, list) in [
+            (ENV_EGRESS_PLATFORM, &mut egress.platform),
+            (ENV_EGRESS_DENY_CIDRS, &mut egress.deny),
+            (ENV_EGRESS_ALLOW, &mut egress.allow),
+        ] {
+            if let Some(v) = get(var) {
+                *list = tuneplane_core::render::egress::Destination::parse_list(&v)
+                    .map_err(|message| Error::Config { var, message })?;
+            }
+        }
+        if egress.deny.iter().any(|d| d.port.is_some()) {
+            return Err(Error::Config {
+                var: ENV_EGRESS_DENY_CIDRS,
+                message: "denied ranges are whole networks: write them without a port".into(),
+            });
+        }
         if let Some(v) = get(ENV_MAX_URL_SECONDS) {
             let secs: u64 = number(ENV_MAX_URL_SECONDS, &v, "a number of seconds")?;
             c.max_presign = Duration::from_secs(secs.max(60));
@@ -645,6 +707,38 @@ mod tests {
             (ENV_API_SERVER_CIDRS, "192.0.2.10"),
             (ENV_API_SERVER_CIDRS, "192.0.2.10/33"),
             (ENV_OPERATOR_NAMESPACE, "Ray_System"),
+        ] {
+            let err = parse(&[(var, bad)]).err().map(|e| e.to_string());
+            assert!(err.unwrap_or_default().contains(var), "{var}={bad}");
+        }
+    }
+
+    #[test]
+    fn egress_destinations_and_the_playground_proxy_are_parsed_and_bad_ones_name_their_variable() {
+        let c = parse(&[
+            (ENV_PLAYGROUND_PROXY_CIDRS, "10.0.0.0/16"),
+            (ENV_EGRESS_DNS, "dns/app=coredns"),
+            (ENV_EGRESS_PLATFORM, "52.216.0.0/15:443"),
+            (ENV_EGRESS_ALLOW, "10.20.30.40/32:3128, 198.51.100.0/24"),
+        ])
+        .unwrap();
+        let net = &c.render.network;
+        assert_eq!(net.playground_proxy_cidrs, ["10.0.0.0/16"]);
+        assert_eq!(
+            net.egress.dns.as_ref().map(|d| d.value.as_str()),
+            Some("coredns")
+        );
+        assert_eq!(net.egress.platform.len(), 1);
+        assert_eq!(net.egress.allow.len(), 2);
+        let off = parse(&[(ENV_EGRESS_DNS, "off")]).unwrap();
+        assert!(off.render.network.egress.dns.is_none());
+        assert!(!parse(&[]).unwrap().render.network.egress.deny.is_empty());
+        for (var, bad) in [
+            (ENV_PLAYGROUND_PROXY_CIDRS, "10.0.0.1"),
+            (ENV_EGRESS_DNS, "kube-dns"),
+            (ENV_EGRESS_PLATFORM, "s3.amazonaws.com:443"),
+            (ENV_EGRESS_ALLOW, "10.20.30.40/32:99999"),
+            (ENV_EGRESS_DENY_CIDRS, "10.0.0.0/8:443"),
         ] {
             let err = parse(&[(var, bad)]).err().map(|e| e.to_string());
             assert!(err.unwrap_or_default().contains(var), "{var}={bad}");

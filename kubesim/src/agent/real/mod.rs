@@ -13,6 +13,7 @@
 pub mod hosts;
 pub mod images;
 pub mod net;
+pub mod relay;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -198,7 +199,16 @@ impl Runtime {
     }
 
     /// Starts pod `uid` (namespace, init containers, containers) unless it already runs.
-    pub fn ensure_started(&mut self, uid: &str, pod: &Value) {
+    ///
+    /// `named`: the host loopback ports the pod's spec (and its RayJob's) names
+    /// ([`relay::named_by_pod`]); of those, the ones not the pod's own nor the control plane's
+    /// are relayed into the pod.
+    pub fn ensure_started(
+        &mut self,
+        uid: &str,
+        pod: &Value,
+        named: std::collections::BTreeSet<u16>,
+    ) {
         if self.runs.contains_key(uid) {
             return;
         }
@@ -215,7 +225,7 @@ impl Runtime {
             pod.clone(),
             uid.to_string(),
         );
-        tokio::spawn(async move { run_pod(ctx, uid_owned, pod, shared, rx).await });
+        tokio::spawn(async move { run_pod(ctx, uid_owned, pod, named, shared, rx).await });
         self.runs
             .insert(uid.to_string(), PodRun { state, control: tx });
     }
@@ -369,10 +379,12 @@ async fn run_pod(
     ctx: Ctx,
     uid: String,
     mut pod: Value,
+    named: std::collections::BTreeSet<u16>,
     state: Arc<Mutex<RunState>>,
     mut control: mpsc::UnboundedReceiver<Control>,
 ) {
-    let podnet = match ctx.net.create(&uid, &own_ports(&pod)).await {
+    let relayed = relay::to_relay(&named, &own_ports(&pod), &relay::control_plane_ports());
+    let podnet = match ctx.net.create(&uid, &relayed).await {
         Ok(n) => n,
         Err(e) => {
             tracing::error!(error = %e, pod = json::name(&pod), "pod sandbox not made");

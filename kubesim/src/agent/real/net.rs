@@ -6,11 +6,14 @@
 //!   dashboard calls). The host does not forward packets, so a pod reaches nothing but other pods
 //!   and the host itself: a pod's default route via the bridge only lets Ray find its own address
 //!   (it asks the kernel which source address would route outwards; no packet is sent).
-//! - Pods reach the host's loopback services (the dev blob server, moto) on their own
-//!   `127.0.0.1:PORT`: the agent listens inside the pod's namespace on every port the host listens
-//!   on at 127.0.0.1 when the pod starts (except the pod's own container ports and Ray's fixed
-//!   ports) and relays each connection to the host's `127.0.0.1:PORT`. No address outside loopback
-//!   and the pods is ever dialled.
+//! - Pods reach the host's loopback services (the dev blob server, the API, moto) on their own
+//!   `127.0.0.1:PORT`: the agent listens inside the pod's namespace on the ports the pod needs
+//!   ([`super::relay`]: those its spec names, never the control plane's, its own or Ray's) that
+//!   the host listens on at 127.0.0.1 when the pod starts, and relays each connection to the
+//!   host's `127.0.0.1:PORT`. No address outside loopback and the pods is ever dialled.
+//! - Link-local addresses (`169.254.0.0/16`, the metadata service's among them) are on the link,
+//!   as RFC 3927 has them: a pod asks the bridge for them directly, so a test can stand the
+//!   metadata address up in a namespace of its own and show a NetworkPolicy keeps pods from it.
 //! - Everything is made with `ip` (iproute2) and needs root.
 
 use std::collections::BTreeSet;
@@ -114,8 +117,8 @@ impl Network {
     }
 
     /// Makes the namespace of pod `uid`, with its address, routes and relays to the host's
-    /// loopback services (all but `own_ports`).
-    pub async fn create(&self, uid: &str, own_ports: &[u16]) -> Result<PodNet, String> {
+    /// loopback services on `relayed` (those the host listens on).
+    pub async fn create(&self, uid: &str, relayed: &BTreeSet<u16>) -> Result<PodNet, String> {
         let short: String = uid
             .chars()
             .filter(char::is_ascii_alphanumeric)
@@ -145,6 +148,15 @@ impl Network {
                 inside(&["link", "set", "eth0", "up"]),
                 inside(&["link", "set", "lo", "up"]),
                 inside(&["route", "add", "default", "via", &GATEWAY.to_string()]),
+                inside(&[
+                    "route",
+                    "add",
+                    "169.254.0.0/16",
+                    "dev",
+                    "eth0",
+                    "scope",
+                    "link",
+                ]),
             ] {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 ip(&args).await?;
@@ -157,7 +169,7 @@ impl Network {
             self.release(addr);
             return Err(e);
         }
-        let relays = match relay_host_ports(&netns, own_ports) {
+        let relays = match relay_host_ports(&netns, relayed) {
             Ok(r) => r,
             Err(e) => {
                 remove_namespace(&netns).await;
@@ -240,12 +252,12 @@ fn listening_ports(proc_net_tcp: &str) -> BTreeSet<u16> {
         .collect()
 }
 
-/// Listens inside `netns` on 127.0.0.1 for each of the host's loopback ports (but `own_ports` and
-/// Ray's) and relays connections to the host's port.
-fn relay_host_ports(netns: &str, own_ports: &[u16]) -> Result<Vec<JoinHandle<()>>, String> {
+/// Listens inside `netns` on 127.0.0.1 for each of `relayed` the host listens on (but Ray's
+/// fixed ports) and relays connections to the host's port.
+fn relay_host_ports(netns: &str, relayed: &BTreeSet<u16>) -> Result<Vec<JoinHandle<()>>, String> {
     let ports: Vec<u16> = host_loopback_ports()
         .into_iter()
-        .filter(|p| !own_ports.contains(p) && !RAY_PORTS.contains(p))
+        .filter(|p| relayed.contains(p) && !RAY_PORTS.contains(p))
         .collect();
     let listeners = bind_inside(netns, &ports)?;
     let mut tasks = Vec::new();
