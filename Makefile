@@ -34,5 +34,6 @@ help:
 	@echo "  scripts/testenv-build.sh      builds the real tier's Kubernetes components once per machine"
 	@echo "  scripts/testenv-lib.sh        sourced by the testenv build scripts (not run directly)"
 	@echo "  scripts/testenv-netpol.sh     builds the real tier's NetworkPolicy evaluator once per machine"
+	@echo "  scripts/testenv-enforcer.sh   builds the real tier's NetworkPolicy enforcer (kube-router's firewall) once per machine"
 	@echo "  scripts/testenv-runtimes.sh   builds the runtimes that play container images on the real tier"
 	@echo "  scripts/with-moto.sh CMD      runs CMD with a private local S3 + DynamoDB (moto) on 127.0.0.1"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stops the control plane that scripts/k8s-up.sh started (node agent, KubeRay operator, scheduler,
 # controller manager, API server, etcd, in that order) and keeps its logs. What the node agent's real
-# pods left running goes with their network namespaces (tp-*), and the pods' bridge with them.
+# pods left running goes with their network namespaces (tp-*), and the pods' bridge with them; the
+# NetworkPolicy enforcer's iptables chains and ipsets are removed after it stops (it leaves them).
 #   scripts/k8s-down.sh [--dir DIR] [--quiet]
 set -euo pipefail
 
@@ -17,7 +18,7 @@ while (($#)); do
 done
 
 stopped=0
-for name in node-agent kuberay-operator kube-scheduler kube-controller-manager kube-apiserver etcd; do
+for name in network-policy node-agent kuberay-operator kube-scheduler kube-controller-manager kube-apiserver etcd; do
   pidfile="$DIR/run/$name.pid"
   [[ -f "$pidfile" ]] || continue
   pid=$(cat "$pidfile")
@@ -38,5 +39,13 @@ if [[ -d /var/run/netns ]] && command -v ip >/dev/null 2>&1; then
     ip netns del "$ns" 2>/dev/null || true
   done
   ip link del tp-pods0 2>/dev/null || true
+fi
+# kube-router's rules and sets (its own --cleanup-config panics in v2.1.0 without removing them).
+if command -v iptables-save >/dev/null 2>&1 && iptables-save -t filter 2>/dev/null | grep -q 'KUBE-ROUTER-\|KUBE-NWPLCY-\|KUBE-POD-FW-'; then
+  pat='KUBE-ROUTER-(INPUT|FORWARD|OUTPUT)|KUBE-NWPLCY-|KUBE-POD-FW-'
+  iptables-save -t filter | grep -Ev -- "^:($pat)|^-A ($pat)|-j ($pat)" | iptables-restore || true
+fi
+if command -v ipset >/dev/null 2>&1; then
+  ipset list -n 2>/dev/null | grep -E '^KUBE-(SRC|DST)-' | xargs -r -n1 ipset destroy 2>/dev/null || true
 fi
 ((QUIET)) || echo "[k8s-down] stopped $stopped component(s); logs kept in $DIR/logs" >&2

@@ -4,7 +4,7 @@
 # kube-scheduler, the KubeRay CRDs and operator, and the fleet file's nodes played by `kubesim agent`
 # (nvidia.com/gpu capacity, tuneplane/gpu-series labels, cordons).
 #
-#   scripts/k8s-up.sh [--fleet FILE | --no-fleet] [--simulate] [--dir DIR] [--port PORT]
+#   scripts/k8s-up.sh [--fleet FILE | --no-fleet] [--simulate] [--no-netpol] [--dir DIR] [--port PORT]
 #
 # The agent runs the pods for real (needs root): each pod a network namespace with its own IP, its
 # containers processes with the runtime testenv/images.yaml gives their image (pinned virtualenvs,
@@ -17,7 +17,10 @@
 # TUNEPLANE_K8S_SCHEDULER_ARGS to kube-scheduler (e.g. --kube-api-qps, its binding rate),
 # TUNEPLANE_K8S_KUBERAY_ARGS to the KubeRay operator (e.g. --reconcile-concurrency),
 # TUNEPLANE_K8S_KUBERAY_DIR runs another KubeRay build (its bin/kuberay-operator and crds/), and
-# TUNEPLANE_K8S_AUDIT_USERS (comma-separated) names further users the audit log records beside the
+# NetworkPolicies are enforced on the real pods as a cluster's network plugin would: kube-router's
+# firewall controller (scripts/testenv-enforcer.sh; iptables + ipset on the pod bridge, needs root
+# and the Debian packages iptables and ipset) runs beside the agent; --no-netpol (or --simulate)
+# leaves it out. TUNEPLANE_K8S_AUDIT_USERS (comma-separated) names further users the audit log records beside the
 # reconciler's ServiceAccount (the Kueue comparison audits both controllers alike).
 # Components are built once per machine from the Go modules pinned in testenv/ (scripts/testenv-build.sh).
 # State, logs and kubeconfigs go to DIR (default .tuneplane-k8s/ in the checkout). Prints the admin
@@ -30,14 +33,16 @@ DIR="${TUNEPLANE_K8S_DIR:-$ROOT/.tuneplane-k8s}"
 PORT="${TUNEPLANE_K8S_PORT:-6443}"
 FLEET="$ROOT/examples/fleet.yaml"
 SIMULATE=""
+NO_NETPOL=""
 while (($#)); do
   case "$1" in
     --simulate) SIMULATE=1; shift ;;
+    --no-netpol) NO_NETPOL=1; shift ;;
     --fleet) FLEET="$2"; shift 2 ;;
     --no-fleet) FLEET=""; shift ;;
     --dir) DIR="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "k8s-up: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -99,6 +104,7 @@ cert scheduler "/CN=system:kube-scheduler"
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
 cert kuberay-operator "/O=system:masters/CN=kuberay-operator"
 cert node-agent "/O=system:masters/CN=tuneplane-node-agent"
+cert network-policy "/O=system:masters/CN=tuneplane-netpol-enforcer"
 cert kubelet "/CN=tuneplane-fake-kubelet" "IP:127.0.0.1,DNS:localhost"
 # The dev stack's HTTPS blob endpoint (tuneplane dev --blob-tls-cert): pods trust this CA.
 cert blob-store "/CN=tuneplane-dev-blob-store" "IP:127.0.0.1,DNS:localhost"
@@ -130,6 +136,7 @@ kubeconfig "$DIR/run/controller-manager.kubeconfig" controller-manager
 kubeconfig "$DIR/run/scheduler.kubeconfig" scheduler
 kubeconfig "$DIR/run/kuberay-operator.kubeconfig" kuberay-operator
 kubeconfig "$DIR/run/node-agent.kubeconfig" node-agent
+kubeconfig "$DIR/run/network-policy.kubeconfig" network-policy
 
 # --- processes ----------------------------------------------------------------------------------
 start() { # name, command...
@@ -249,6 +256,45 @@ if [[ -n "$FLEET" ]]; then
     --tls-cert "$PKI/kubelet.crt" --tls-key "$PKI/kubelet.key" --ready-file "$DIR/run/nodes-ready" \
     ${TUNEPLANE_K8S_AGENT_ARGS:-$MODE_ARGS}
   wait_until node-agent 60 test -f "$DIR/run/nodes-ready"
+fi
+
+# --- NetworkPolicy enforcement on the real pods -------------------------------------------------
+# kube-router treats as its own the pods whose hostIP is its node's address; every node the agent
+# plays has InternalIP 127.0.0.1, so one process enforces for all of them. It reads its node once,
+# at start: without a fleet (the test suite brings its own nodes and deletes them between
+# scenarios) a stand-in node is made for that moment and deleted again.
+if [[ -z "$SIMULATE" && -z "$NO_NETPOL" && $(id -u) -eq 0 ]]; then
+  command -v iptables >/dev/null 2>&1 && command -v ipset >/dev/null 2>&1 \
+    || die "enforcing NetworkPolicies needs iptables and ipset (apt-get install iptables ipset), or pass --no-netpol"
+  ENFORCER="$("$ROOT/scripts/testenv-enforcer.sh" | tail -n 1)"
+  # Bridged pod traffic must pass iptables for the firewall to see it.
+  modprobe br_netfilter 2>/dev/null || true
+  sysctl -qw net.bridge.bridge-nf-call-iptables=1 \
+    || die "net.bridge.bridge-nf-call-iptables cannot be set (the br_netfilter module is missing); pass --no-netpol"
+  NODE="tuneplane-netpol-host"
+  if [[ -n "$FLEET" ]]; then
+    NODE=$(curl -sf "${ADMIN[@]}" "https://127.0.0.1:$PORT/api/v1/nodes" \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["items"][0]["metadata"]["name"])')
+  else
+    code=$(curl -s -o "$DIR/run/node-answer.json" -w '%{http_code}' "${ADMIN[@]}" -X POST \
+      -H 'Content-Type: application/json' "https://127.0.0.1:$PORT/api/v1/nodes" --data-binary \
+      "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$NODE\"},\"spec\":{\"unschedulable\":true,\"taints\":[{\"key\":\"tuneplane.io/stand-in\",\"effect\":\"NoSchedule\"}]}}")
+    [[ $code == 201 ]] || { cat "$DIR/run/node-answer.json" >&2; die "making the enforcer's stand-in node answered HTTP $code"; }
+    curl -sf -o /dev/null "${ADMIN[@]}" -X PATCH -H 'Content-Type: application/merge-patch+json' \
+      "https://127.0.0.1:$PORT/api/v1/nodes/$NODE/status" \
+      --data-binary '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"}]}}' \
+      || die "setting the stand-in node's address failed"
+  fi
+  say "enforcing NetworkPolicies on the pods (kube-router firewall, node $NODE)"
+  start network-policy "$ENFORCER" --kubeconfig "$DIR/run/network-policy.kubeconfig" \
+    --hostname-override "$NODE" --run-firewall=true --run-router=false --run-service-proxy=false \
+    --health-port 0 --metrics-port 0 --service-cluster-ip-range 10.96.0.0/16 -v 1
+  wait_until network-policy 60 bash -c "iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1"
+  if [[ -z "$FLEET" ]]; then
+    curl -sf -o /dev/null "${ADMIN[@]}" -X DELETE "https://127.0.0.1:$PORT/api/v1/nodes/$NODE" \
+      || die "deleting the enforcer's stand-in node failed"
+  fi
+  echo "$ENFORCER" >"$DIR/run/network-policy.bin"
 fi
 
 cat >"$DIR/env" <<ENV

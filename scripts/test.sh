@@ -27,6 +27,9 @@ if ! command -v kubectl >/dev/null 2>&1; then
 fi
 # The real tier's node agent makes pods' network namespaces with ip (iproute2).
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+# Its NetworkPolicy enforcer (kube-router's firewall) programs iptables and ipset.
+command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
+command -v ipset >/dev/null 2>&1 || need_apt+=(ipset)
 # The console's browser tests drive Debian's headless Chromium through chromedriver.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
@@ -97,7 +100,7 @@ export TUNEPLANE_TEST_KUBECONFIG="$REAL_KUBECONFIG"
 TUNEPLANE_TEST_K8S=real cargo test --workspace --locked \
   --test lifecycle --test pending --test placement --test sharing --test cleanup --test leader --test crash \
   --test differential --test rbac_real --test agent_cluster --test real_cluster --test real_logs \
-  --test rendered_examples -- --test-threads=1
+  --test rendered_examples --test isolation -- --test-threads=1
 
 step "the reconciler's requests in the API server's audit log match infra/kustomize's RBAC"
 TUNEPLANE_TEST_K8S=real TUNEPLANE_TEST_AUDIT_LOG="$K8S_DIR/logs/audit.log" \

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, ResourceExt};
 use tuneplane_core::fleet::Fleet;
@@ -104,7 +105,9 @@ where
 
 /// Removes what earlier tests left: RayJobs (KubeRay then deletes their clusters), every pod of
 /// [`WORKLOAD_NAMESPACES`] (at once: no kubelet may be left to finish a graceful deletion), the
-/// reconciler's Leases and every Node; waits until they are gone.
+/// reconciler's Leases, the NetworkPolicies of [`WORKLOAD_NAMESPACES`] (the real tier enforces
+/// them: one scenario's policies must not wall in the next one's pods) and every Node; waits
+/// until they are gone.
 pub async fn clean_slate(admin: &Client) -> Result<(), TestbedError> {
     let api_err = |what: &str| {
         let what = what.to_string();
@@ -147,6 +150,12 @@ pub async fn clean_slate(admin: &Client) -> Result<(), TestbedError> {
         left == 0
     })
     .await?;
+    for ns in WORKLOAD_NAMESPACES {
+        let policies: Api<NetworkPolicy> = Api::namespaced(admin.clone(), ns);
+        let _ = policies
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await;
+    }
     for ns in LEASE_NAMESPACES {
         let leases: Api<Lease> = Api::namespaced(admin.clone(), ns);
         let _ = leases

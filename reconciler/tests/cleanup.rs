@@ -557,3 +557,77 @@ async fn tenant_metrics_need_the_scrape_token() {
     );
     server.abort();
 }
+
+/// Deleting a RayJob deletes its Ray cluster, but the Ray pods stop within their grace (up to an
+/// hour when a job saves a checkpoint on SIGTERM) and listen on Ray's ports until then: the job's
+/// NetworkPolicy stays while any of them remains (one held here by a finalizer) and goes within a
+/// pass of the last one. The namespace's shared egress policy was there before the workload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ray_clusters_policy_stays_until_its_last_pod_is_gone() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use kube::api::{ListParams, Patch, PatchParams};
+    let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
+    let (_task, _ctx) = h.reconciler(test_config("r1")).await;
+    h.submit(&gpu_job("linger", "h200", 1, 8)).await;
+    h.wait_state(30, "linger", tuneplane_core::job::JobState::Running)
+        .await;
+    let policies: kube::Api<NetworkPolicy> =
+        kube::Api::namespaced(h.client.clone(), "tuneplane-jobs");
+    for name in ["tp-linger", tuneplane_core::render::network::EGRESS_POLICY] {
+        assert!(
+            policies.get_opt(name).await.unwrap().is_some(),
+            "policy {name}"
+        );
+    }
+    let pods = h.pods();
+    let label = format!("{}=linger", tuneplane_core::constants::JOB_ID_LABEL);
+    let ray_pod = wait_for(30, "a Ray pod of the job", || async {
+        let list = pods
+            .list(&ListParams::default().labels(&label))
+            .await
+            .ok()?;
+        list.items.into_iter().find_map(|p| p.metadata.name)
+    })
+    .await;
+    let hold = serde_json::json!({"metadata": {"finalizers": ["tuneplane.test/hold"]}});
+    pods.patch(&ray_pod, &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+        .unwrap();
+    h.request_stop("linger").await;
+    h.wait_state(30, "linger", tuneplane_core::job::JobState::Stopped)
+        .await;
+    wait_for(30, "the RayJob deleted", || async {
+        h.rayjobs()
+            .get_opt("tp-linger")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    wait_for(30, "the held pod terminating", || async {
+        let p = pods.get_opt(&ray_pod).await.ok()??;
+        p.metadata.deletion_timestamp.map(|_| ())
+    })
+    .await;
+    // Several passes later the pod still stops, and its job's policy is still there.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(pods.get_opt(&ray_pod).await.unwrap().is_some());
+    assert!(
+        policies.get_opt("tp-linger").await.unwrap().is_some(),
+        "the policy went before the last Ray pod"
+    );
+    let release = serde_json::json!({"metadata": {"finalizers": null}});
+    pods.patch(&ray_pod, &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
+    wait_for(30, "the policy deleted after the last pod", || async {
+        policies
+            .get_opt("tp-linger")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}

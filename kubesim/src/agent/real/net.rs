@@ -53,6 +53,17 @@ async fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// The network namespace of the pod with `uid` (`tp-` and the uid's first 12 letters and
+/// digits): a test enters it with `ip netns exec` to act as the pod.
+pub fn netns_of(uid: &str) -> String {
+    let short: String = uid
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(12)
+        .collect();
+    format!("{NETNS_PREFIX}{short}")
+}
+
 /// Whether the process runs as root (the real execution mode needs it for namespaces and mounts).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
@@ -119,12 +130,8 @@ impl Network {
     /// Makes the namespace of pod `uid`, with its address, routes and relays to the host's
     /// loopback services on `relayed` (those the host listens on).
     pub async fn create(&self, uid: &str, relayed: &BTreeSet<u16>) -> Result<PodNet, String> {
-        let short: String = uid
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .take(12)
-            .collect();
-        let netns = format!("{NETNS_PREFIX}{short}");
+        let netns = netns_of(uid);
+        let short = &netns[NETNS_PREFIX.len()..];
         let (host_end, pod_end) = (format!("tpv{short}"), format!("tpp{short}"));
         let addr = self.allocate()?;
         let made = async {
