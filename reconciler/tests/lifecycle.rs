@@ -309,7 +309,11 @@ async fn a_cpu_job_costs_one_create_and_one_delete_over_its_life() {
     eprintln!("requests for {JOBS} CPU jobs: {diff:?}");
     expect("create pods", JOBS, "one Pod per job");
     expect("create secrets", 1, "one seal Secret for the tenant");
-    expect("create networkpolicies", 1, "the namespace's shared policy");
+    expect(
+        "create networkpolicies",
+        2,
+        "the namespace's two shared policies: CPU jobs' ingress and every pod's egress",
+    );
     expect("delete pods", JOBS, "one delete per job");
     expect("delete secrets", 0, "no grant Secret per job");
     expect("delete networkpolicies", 0, "no policy per job");
