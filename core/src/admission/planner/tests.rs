@@ -1,0 +1,128 @@
+//! The planner's own tests: best-fit selection against a plain reference.
+
+use super::search::{best_nodes, total_order_bits};
+use super::*;
+use crate::capacity::NodeCapacity;
+use proptest::prelude::*;
+
+/// What `best_nodes` must return: every candidate sorted by the key compared field by field
+/// (the number by `total_cmp`), then by index, and the first `count` kept.
+fn reference(
+    mut candidates: Vec<usize>,
+    count: usize,
+    key: impl Fn(usize) -> (bool, u32, f64),
+) -> Vec<usize> {
+    candidates.sort_by(|a, b| {
+        let (ka, kb) = (key(*a), key(*b));
+        ka.0.cmp(&kb.0)
+            .then(ka.1.cmp(&kb.1))
+            .then(ka.2.total_cmp(&kb.2))
+            .then(a.cmp(b))
+    });
+    candidates.truncate(count);
+    candidates
+}
+
+/// A best-fit pick that stops after the bucket of free GPUs where enough nodes fit chooses
+/// exactly the nodes, in the order, that ranking every fitting node of the scope would.
+#[test]
+fn a_best_fit_pick_that_stops_early_chooses_what_a_whole_scan_would() {
+    let mut seed = 0x2545_F491_4F6C_DD1D_u64;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut picked = 0;
+    for round in 0..300 {
+        let nodes: Vec<NodeCapacity> = (0..40)
+            .map(|i| NodeCapacity {
+                name: format!("n{i:02}"),
+                series: Some(["a", "b"][rnd(2) as usize].into()),
+                gpus: 8,
+                gpus_capacity: 8,
+                gpus_used: rnd(9) as u32,
+                cpus: 64.0,
+                cpus_used: rnd(64) as f64,
+                memory_gb: 512.0,
+                memory_gb_used: rnd(512) as f64,
+                ready: true,
+                ..NodeCapacity::default()
+            })
+            .collect();
+        let cap = CapacitySnapshot::from_nodes(0, nodes);
+        let mut p = Planner::new(&cap);
+        // Takes and reservations, so that free GPUs and the open view vary.
+        for _ in 0..rnd(20) {
+            let i = rnd(p.free.len() as u64) as usize;
+            let taken = Shape {
+                gpus: rnd(4) as u32,
+                cpus: rnd(8) as f64,
+                memory_gb: rnd(64) as f64,
+                cpu_only: false,
+            };
+            p.take(i, &taken);
+        }
+        for _ in 0..rnd(6) {
+            let i = rnd(p.free.len() as u64) as usize;
+            if p.reserved[i].is_none() {
+                p.reserve_node(i, 0);
+            }
+        }
+        let shape = Shape {
+            gpus: 1 + rnd(8) as u32,
+            cpus: rnd(40) as f64,
+            memory_gb: rnd(300) as f64,
+            cpu_only: false,
+        };
+        let count = 1 + rnd(6) as u32;
+        for scope in 1..p.scopes.len() {
+            for view in [View::Open, View::All] {
+                p.begin();
+                let got = p.pick(scope, &shape, count, view).ok();
+                let fitting: Vec<usize> = p.scopes[scope]
+                    .nodes
+                    .iter()
+                    .copied()
+                    .filter(|&i| !(view == View::Open && p.reserved[i].is_some()))
+                    .filter(|&i| p.fits(i, &p.free[i], &shape))
+                    .collect();
+                let want = (fitting.len() >= count as usize).then(|| {
+                    reference(fitting, count as usize, |i| {
+                        let r = p.room(i, &p.free[i], &shape);
+                        (shape.cpu_only && p.gpu_node[i], r.gpus, r.cpus)
+                    })
+                });
+                assert_eq!(got, want, "round {round}, scope {scope}, {view:?}");
+                picked += usize::from(got.is_some());
+            }
+        }
+    }
+    assert!(
+        picked > 100,
+        "only {picked} picks found nodes: the check says little"
+    );
+}
+
+proptest! {
+    #[test]
+    fn total_order_bits_order_as_total_cmp(a in any::<f64>(), b in any::<f64>()) {
+        prop_assert_eq!(total_order_bits(a).cmp(&total_order_bits(b)), a.total_cmp(&b));
+    }
+
+    /// Packed keys choose the same nodes in the same order as comparing the keys themselves,
+    /// ties (many nodes share a key) included.
+    #[test]
+    fn best_nodes_choose_as_the_plain_comparison(
+        keys in prop::collection::vec((any::<bool>(), 0u32..4, prop::sample::select(vec![-8.0, -0.0, 0.0, 0.5, 4.0, 96.0, f64::INFINITY])), 0..60),
+        count in 0usize..70,
+    ) {
+        let key = |i: usize| keys[i];
+        let candidates: Vec<usize> = (0..keys.len()).rev().collect();
+        prop_assert_eq!(
+            best_nodes(candidates.clone(), count, key),
+            reference(candidates, count, key)
+        );
+    }
+}
