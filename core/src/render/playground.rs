@@ -153,3 +153,82 @@ pub fn render_playground(
     super::harden(&mut pod["spec"]);
     pod
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::render::fixtures::*;
+    use crate::render::*;
+
+    #[test]
+    fn playground_is_a_vllm_pod_on_its_series_reached_through_the_api_proxy() {
+        let pg = playground();
+        let pod = render_playground(&pg, "tuneplane-jobs", &RenderSettings::default());
+        assert_eq!(at(&pod, "/metadata/name"), "pg-1");
+        assert_eq!(at(&pod, "/spec/nodeSelector/tuneplane~1gpu-series"), "l40s");
+        assert_eq!(
+            at(&pod, "/spec/containers/0/resources/limits/nvidia.com~1gpu"),
+            "1"
+        );
+        assert_eq!(at(&pod, "/spec/containers/0/resources/requests/cpu"), "4");
+        assert_eq!(
+            at(&pod, "/spec/containers/0/resources/requests/memory"),
+            "32Gi"
+        );
+        assert_eq!(at(&pod, "/spec/containers/0/ports/0/name"), "http");
+        assert_eq!(at(&pod, "/spec/activeDeadlineSeconds"), 3600);
+        // Without a plan or a key (an older version's record): neither affinity nor key.
+        assert!(pod["spec"].get("affinity").is_none());
+        assert!(pod["spec"]["containers"][0].get("env").is_none());
+        assert!(playground::render_key_secret(&pg, "tuneplane-jobs").is_none());
+        let mut planned = pg.clone();
+        planned.node = Some("l40s-3".into());
+        planned.server_key = Some("k3y".into());
+        let pod = render_playground(&planned, "tuneplane-jobs", &RenderSettings::default());
+        let terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions/0";
+        assert_eq!(at(&pod, &format!("{terms}/key")), HOSTNAME_LABEL);
+        assert_eq!(
+            pod.pointer(&format!("{terms}/values")),
+            Some(&json!(["l40s-3"]))
+        );
+        let env = "/spec/containers/0/env/0";
+        assert_eq!(at(&pod, &format!("{env}/name")), "VLLM_API_KEY");
+        assert_eq!(
+            at(&pod, &format!("{env}/valueFrom/secretKeyRef/name")),
+            "pg-1-api-key"
+        );
+        let secret = playground::render_key_secret(&planned, "tuneplane-jobs").unwrap_or_default();
+        assert_eq!(at(&secret, "/metadata/name"), "pg-1-api-key");
+        assert_eq!(at(&secret, "/data/api-key"), "azN5");
+        // A record of an older version keeps the pod name it recorded.
+        let old = PlaygroundRecord {
+            pod_name: Some("pg-pg-1".into()),
+            ..pg
+        };
+        let pod = render_playground(&old, "tuneplane-jobs", &RenderSettings::default());
+        assert_eq!(at(&pod, "/metadata/name"), "pg-pg-1");
+    }
+
+    #[test]
+    fn playground_pod_names_carry_the_prefix_once() {
+        use playground::{legacy_playground_name, playground_name};
+        // Ids as the API makes them (`pg-` + 20 hex): the pod is named like the id.
+        assert_eq!(
+            playground_name("pg-0123456789abcdef0123"),
+            "pg-0123456789abcdef0123"
+        );
+        assert_eq!(
+            legacy_playground_name("pg-0123456789abcdef0123"),
+            "pg-pg-0123456789abcdef0123"
+        );
+        // Ids without the prefix get it; odd characters become dashes; no trailing dash.
+        assert_eq!(playground_name("pg1"), "pg-pg1");
+        assert_eq!(playground_name("My_Playground--"), "pg-my-playground");
+        assert_eq!(playground_name("pg-"), "pg-pg");
+        let long = playground_name(&format!("pg-{}", "a".repeat(100)));
+        assert!(long.len() <= 63 && long.starts_with("pg-a"), "{long}");
+        assert!(!long.starts_with("pg-pg-"));
+    }
+}

@@ -343,3 +343,352 @@ pub fn render_rayjob(
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::render::fixtures::*;
+    use crate::render::*;
+
+    #[test]
+    fn rayjob_head_is_machine_zero_of_the_primary_pool_with_a_worker_group_per_pool() {
+        let rj = render_rayjob_json(&gpu_job(), &capsule(), &RenderSettings::default()).unwrap();
+        assert_eq!(at(&rj, "/metadata/name"), "tp-j-01abc");
+        assert_eq!(at(&rj, "/metadata/labels/tuneplane.io~1job-id"), "j-01abc");
+        assert_eq!(
+            at(&rj, "/metadata/labels/app.kubernetes.io~1managed-by"),
+            "tuneplane"
+        );
+        assert_eq!(at(&rj, "/metadata/labels/team"), "nlp");
+        let spec = at(&rj, "/spec");
+        assert_eq!(spec["entrypoint"], "python .tuneplane/runner.pex");
+        assert_eq!(
+            (
+                spec["shutdownAfterJobFinishes"].clone(),
+                spec["backoffLimit"].clone()
+            ),
+            (json!(true), json!(0))
+        );
+        assert_eq!(spec["activeDeadlineSeconds"], 86400);
+        assert_eq!(spec["submissionMode"], "K8sJobMode");
+        assert_eq!(spec["submitterConfig"]["backoffLimit"], 0);
+        assert!(spec["ttlSecondsAfterFinished"].as_u64().unwrap_or(0) > 0);
+
+        let head = at(spec, "/rayClusterSpec/headGroupSpec");
+        assert_eq!(
+            at(head, "/template/spec/nodeSelector/tuneplane~1gpu-series"),
+            "h200"
+        );
+        assert_eq!(
+            at(
+                head,
+                "/template/spec/containers/0/resources/limits/nvidia.com~1gpu"
+            ),
+            "8"
+        );
+        assert_eq!(at(head, "/rayStartParams/num-gpus"), "8");
+        assert_eq!(
+            at(head, "/rayStartParams/resources"),
+            "'{\"tuneplane.pool.main\": 1}'"
+        );
+        // The head Service's `dashboard` port is the gate's; Ray's own dashboard stays on 8265.
+        let ports = at(head, "/template/spec/containers/0/ports");
+        let dashboard = ports
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == "dashboard");
+        assert_eq!(
+            dashboard.map(|p| p["containerPort"].clone()),
+            Some(json!(rayjob::GATE_PORT))
+        );
+        assert_eq!(at(head, "/rayStartParams/dashboard-port"), "8265");
+        assert_eq!(
+            at(head, "/template/spec/containers/1/name"),
+            rayjob::GATE_CONTAINER
+        );
+        // Every Ray container, the gate and the submitter take the job's token from its Secret.
+        let secret = rayjob::auth_secret_name("tp-j-01abc");
+        let token_refs = |c: &Value| -> Vec<String> {
+            c["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| {
+                    e.pointer("/valueFrom/secretKeyRef/name")?
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .collect()
+        };
+        let mut containers = vec![
+            at(head, "/template/spec/containers/0").clone(),
+            at(head, "/template/spec/containers/1").clone(),
+            at(spec, "/submitterPodTemplate/spec/containers/0").clone(),
+        ];
+        for w in at(spec, "/rayClusterSpec/workerGroupSpecs")
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            containers.push(w["template"]["spec"]["containers"][0].clone());
+        }
+        for c in &containers {
+            assert_eq!(token_refs(c), std::slice::from_ref(&secret), "{c}");
+            let mode = c["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|e| e["name"] == "RAY_AUTH_MODE");
+            assert_eq!(
+                mode.map(|e| e["value"].clone()),
+                Some(json!("token")),
+                "{c}"
+            );
+        }
+        assert_eq!(at(spec, "/jobId"), "tp-j-01abc");
+        let secret_object = rayjob::render_auth_secret(&gpu_job(), "t0k3n");
+        assert_eq!(secret_object["metadata"]["name"], json!(secret));
+        assert_eq!(secret_object["data"][rayjob::AUTH_SECRET_KEY], "dDBrM24=");
+
+        let workers = at(spec, "/rayClusterSpec/workerGroupSpecs")
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(workers.len(), 2);
+        assert_eq!(
+            (
+                workers[0]["groupName"].clone(),
+                workers[0]["replicas"].clone()
+            ),
+            (json!("main"), json!(1))
+        );
+        assert_eq!(
+            (
+                workers[1]["groupName"].clone(),
+                workers[1]["replicas"].clone()
+            ),
+            (json!("eval"), json!(1))
+        );
+        assert_eq!(
+            at(
+                &workers[1],
+                "/template/spec/nodeSelector/tuneplane~1gpu-series"
+            ),
+            "l40s"
+        );
+        assert_eq!(
+            at(
+                &workers[1],
+                "/template/spec/containers/0/resources/requests/cpu"
+            ),
+            "16500m"
+        );
+        assert_eq!(
+            at(&workers[1], "/rayStartParams/resources"),
+            "'{\"tuneplane.pool.eval\": 1}'"
+        );
+        assert_eq!(
+            at(&workers[1], "/template/metadata/annotations").get(ADMITTED_GPUS_ANNOTATION),
+            Some(&json!("4"))
+        );
+
+        let env: Value = yaml_serde::from_str(spec["runtimeEnvYAML"].as_str().unwrap_or_default())
+            .unwrap_or_default();
+        assert_eq!(env["working_dir"], json!(capsule().url));
+        assert_eq!(env["env_vars"]["WANDB_MODE"], "offline");
+        assert_eq!(env["env_vars"]["TUNEPLANE_JOB_ID"], "j-01abc");
+    }
+
+    #[test]
+    fn without_gpu_passthrough_pods_request_no_gpus_but_ray_keeps_num_gpus() {
+        let settings = RenderSettings {
+            gpu_passthrough: false,
+            ..RenderSettings::default()
+        };
+        let rj = render_rayjob_json(&gpu_job(), &capsule(), &settings).unwrap();
+        assert!(
+            !rj.to_string().contains("nvidia.com/gpu\":\""),
+            "no GPU quantity anywhere"
+        );
+        assert_eq!(
+            at(
+                &rj,
+                "/spec/rayClusterSpec/headGroupSpec/rayStartParams/num-gpus"
+            ),
+            "8"
+        );
+        let head = at(&rj, "/spec/rayClusterSpec/headGroupSpec/template");
+        assert_eq!(
+            at(head, "/metadata/annotations").get(ADMITTED_GPUS_ANNOTATION),
+            Some(&json!("8"))
+        );
+    }
+
+    #[test]
+    fn init_container_delivery_fetches_into_a_shared_volume_and_uses_a_three_slash_file_url() {
+        let settings = RenderSettings {
+            delivery: CapsuleDelivery::InitContainer,
+            ..RenderSettings::default()
+        };
+        let rj = render_rayjob_json(&gpu_job(), &capsule(), &settings).unwrap();
+        let env: Value =
+            yaml_serde::from_str(at(&rj, "/spec/runtimeEnvYAML").as_str().unwrap_or_default())
+                .unwrap_or_default();
+        assert_eq!(
+            env["working_dir"],
+            json!(format!("file:///tuneplane/capsule/{SHA}/capsule.zip"))
+        );
+        for group in [
+            "/spec/rayClusterSpec/headGroupSpec",
+            "/spec/rayClusterSpec/workerGroupSpecs/1",
+        ] {
+            let t = at(&rj, group);
+            assert_eq!(
+                at(t, "/template/spec/initContainers/0/name"),
+                "fetch-capsule",
+                "{group}"
+            );
+            assert_eq!(at(t, "/template/spec/volumes/0/emptyDir"), &json!({}));
+            assert_eq!(
+                at(t, "/template/spec/containers/0/volumeMounts/0/mountPath"),
+                "/tuneplane/capsule"
+            );
+        }
+    }
+
+    #[test]
+    fn every_rendered_rayjob_validates_against_the_kuberay_crd_schema() {
+        let validator = jsonschema::validator_for(&rayjob_schema()).expect("schema");
+        let variants = settings_variants();
+        let single = job(
+            json!([{"name": "main", "series": "h200", "nodes": 1, "gpus_per_node": 8, "cpus": 8.0, "memory_gb": 64.0}]),
+        );
+        for settings in &variants {
+            for j in [gpu_job(), single.clone(), placed(gpu_job())] {
+                let rj = render_rayjob_json(&j, &capsule(), settings).unwrap();
+                let errors: Vec<String> = validator
+                    .iter_errors(&rj)
+                    .map(|e| format!("{} at {}", e, e.instance_path))
+                    .collect();
+                assert!(errors.is_empty(), "{settings:?}: {errors:#?}");
+            }
+        }
+        // The validator is not vacuous: a wrong type is refused.
+        let mut broken =
+            render_rayjob_json(&gpu_job(), &capsule(), &RenderSettings::default()).unwrap();
+        broken["spec"]["backoffLimit"] = json!("zero");
+        assert!(!validator.is_valid(&broken));
+    }
+
+    /// The paths of `value` the API server would prune under the structural `schema` (fields the
+    /// CRD does not declare, where it neither preserves unknown fields nor takes any key).
+    fn pruned_paths(value: &Value, schema: &Value, path: &str) -> Vec<String> {
+        if schema["x-kubernetes-preserve-unknown-fields"] == json!(true) {
+            return Vec::new();
+        }
+        match value {
+            Value::Object(map) => map
+                .iter()
+                .flat_map(|(k, v)| {
+                    let here = format!("{path}/{k}");
+                    match (
+                        schema["properties"].get(k),
+                        schema.get("additionalProperties"),
+                    ) {
+                        (Some(field), _) => pruned_paths(v, field, &here),
+                        (None, Some(any)) if any.is_object() => pruned_paths(v, any, &here),
+                        _ => vec![here],
+                    }
+                })
+                .collect(),
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .flat_map(|(i, v)| pruned_paths(v, &schema["items"], &format!("{path}/{i}")))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_api_server_prunes_nothing_of_a_rendered_rayjob_spec() {
+        let schema = rayjob_schema();
+        let spec_schema = &schema["properties"]["spec"];
+        for settings in &settings_variants() {
+            let mut with_grants = settings.clone();
+            with_grants.api_url = Some("https://api.example".into());
+            for s in [settings, &with_grants] {
+                for j in [gpu_job(), placed(gpu_job())] {
+                    let rj = render_rayjob_json(&j, &capsule(), s).unwrap();
+                    let pruned = pruned_paths(&rj["spec"], spec_schema, "/spec");
+                    assert_eq!(pruned, Vec::<String>::new(), "{s:?}");
+                }
+            }
+        }
+        // The check is not vacuous: a field the CRD does not know is found, nested or not.
+        let mut extra =
+            render_rayjob_json(&gpu_job(), &capsule(), &RenderSettings::default()).unwrap();
+        extra["spec"]["someFutureField"] = json!(1);
+        extra["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["bogus"] =
+            json!(2);
+        assert_eq!(
+            pruned_paths(&extra["spec"], spec_schema, "/spec"),
+            [
+                "/spec/rayClusterSpec/headGroupSpec/template/spec/containers/0/bogus",
+                "/spec/someFutureField"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_group_is_pinned_to_its_planned_nodes_one_pod_per_node() {
+        let rj =
+            render_rayjob_json(&placed(gpu_job()), &capsule(), &RenderSettings::default()).unwrap();
+        let terms = "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions/0";
+        let head = at(&rj, "/spec/rayClusterSpec/headGroupSpec/template/spec");
+        let main = at(&rj, "/spec/rayClusterSpec/workerGroupSpecs/0/template/spec");
+        let eval = at(&rj, "/spec/rayClusterSpec/workerGroupSpecs/1/template/spec");
+        for spec in [head, main] {
+            assert_eq!(at(spec, &format!("{terms}/key")), HOSTNAME_LABEL);
+            assert_eq!(at(spec, &format!("{terms}/operator")), "In");
+            assert_eq!(
+                at(spec, &format!("{terms}/values")),
+                &json!(["main-0", "main-1"])
+            );
+            // The head and the main workers share the pool's nodes, one pod on each.
+            let anti = at(
+                spec,
+                "/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution/0",
+            );
+            assert_eq!(at(anti, "/topologyKey"), HOSTNAME_LABEL);
+            assert_eq!(
+                at(anti, "/labelSelector/matchLabels"),
+                &json!({"tuneplane.io/job-id": "j-01abc", "tuneplane.io/pool": "main"})
+            );
+        }
+        assert_eq!(at(eval, &format!("{terms}/values")), &json!(["eval-0"]));
+        assert!(
+            at(eval, "/affinity/podAntiAffinity").is_null(),
+            "a one-machine pool needs no anti-affinity"
+        );
+        // Without a plan (rendered before admission) nothing is pinned.
+        let unplanned =
+            render_rayjob_json(&gpu_job(), &capsule(), &RenderSettings::default()).unwrap();
+        assert!(
+            at(
+                &unplanned,
+                "/spec/rayClusterSpec/headGroupSpec/template/spec/affinity"
+            )
+            .is_null()
+        );
+
+        let pod = render_pod(&placed(cpu_job()), &capsule(), &RenderSettings::default()).unwrap();
+        assert_eq!(
+            at(&pod, &format!("/spec{terms}/values")),
+            &json!(["main-0"])
+        );
+    }
+}
