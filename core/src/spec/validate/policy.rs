@@ -1,0 +1,97 @@
+//! Deadlines, retries and checkpoints: the sections that say how a job runs and ends.
+
+use super::*;
+
+impl Checker {
+    pub(super) fn deadlines(&mut self, map: &Map<String, Value>, defaults: &Defaults) -> Deadlines {
+        let mut d = Deadlines {
+            pre_running_seconds: defaults.pre_running_seconds,
+            run_seconds: defaults.run_seconds,
+            grace_seconds: DEFAULT_GRACE_SECONDS,
+        };
+        match map.get("deadlines") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) => {
+                self.unknown_fields(m, DEADLINE_FIELDS, "deadlines.");
+                let fields = [
+                    (
+                        "pre_running_seconds",
+                        PRE_RUNNING_RANGE,
+                        &mut d.pre_running_seconds,
+                    ),
+                    ("run_seconds", RUN_RANGE, &mut d.run_seconds),
+                    ("grace_seconds", GRACE_RANGE, &mut d.grace_seconds),
+                ];
+                for (key, (lo, hi), seconds) in fields {
+                    let path = format!("deadlines.{key}");
+                    if let Some(n) = self.integer(m, key, &path, (lo as i64, hi as i64)) {
+                        *seconds = n as u64;
+                    }
+                }
+            }
+            Some(other) => self.err(
+                "deadlines",
+                format!(
+                    "must be a mapping with pre_running_seconds, run_seconds and grace_seconds, not {}",
+                    type_name(other)
+                ),
+            ),
+        }
+        d
+    }
+
+    /// A mapping field of the spec (`None` when absent or null; an error for anything else).
+    pub(super) fn mapping<'m>(
+        &mut self,
+        map: &'m Map<String, Value>,
+        key: &str,
+        fields: &[&str],
+        example: &str,
+    ) -> Option<&'m Map<String, Value>> {
+        match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(m)) => {
+                self.unknown_fields(m, fields, &format!("{key}."));
+                Some(m)
+            }
+            Some(other) => {
+                self.err(
+                    key,
+                    format!("must be a mapping like {example}, not {}", type_name(other)),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn retries(&mut self, map: &Map<String, Value>) -> Retries {
+        let mut r = Retries::default();
+        if let Some(m) = self.mapping(
+            map,
+            "retries",
+            RETRY_FIELDS,
+            "{infrastructure: 2, application: 0}",
+        ) {
+            let max = i64::from(MAX_RETRIES);
+            for (key, count) in [
+                ("infrastructure", &mut r.infrastructure),
+                ("application", &mut r.application),
+            ] {
+                if let Some(n) = self.integer(m, key, &format!("retries.{key}"), (0, max)) {
+                    *count = u32::try_from(n).unwrap_or(0);
+                }
+            }
+        }
+        r
+    }
+
+    pub(super) fn checkpoints(&mut self, map: &Map<String, Value>) -> Checkpoints {
+        let mut c = Checkpoints::default();
+        if let Some(m) = self.mapping(map, "checkpoints", CHECKPOINT_FIELDS, "{keep: 2}")
+            && let Some(n) = self.integer(m, "keep", "checkpoints.keep", KEEP_RANGE)
+        {
+            c.keep = u32::try_from(n).unwrap_or(1);
+        }
+        c
+    }
+}
