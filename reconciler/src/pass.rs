@@ -1,5 +1,6 @@
-//! One reconcile pass (docs/design.md §8): capacity → sync active jobs → orphans → admission (jobs
-//! and playgrounds, one queue) → playgrounds.
+//! One reconcile pass (docs/design.md §8), a function per phase that [`pass`] calls in turn:
+//! [`read_queue`] → [`publish_capacity`] → [`sync_jobs`] → (leader) [`sweep`] → quotas →
+//! [`plan`] → [`within_budget`] → [`admit_planned`] → [`record_waiting`] → playgrounds → live logs.
 //!
 //! The pass reads the reflector stores once (a [`Cluster`]) and the active index once, then acts.
 //! It is a periodic pass over all jobs rather than a per-object reconcile, because admission is
@@ -11,14 +12,18 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use tuneplane_core::admission::{PoolPlacement, Reservation, Waiting, plan_admissions};
+use tuneplane_core::admission::{
+    Admission, AdmissionPlan, PoolPlacement, Reservation, Waiting, plan_admissions,
+};
+use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::PendingReason;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::playground::{STAND_IN_POOL, admission_stand_in};
 use tuneplane_core::privacy::redact_job_ids;
-use tuneplane_core::quota::tenant_usage;
+use tuneplane_core::quota::{TenantQuota, tenant_usage};
 use tuneplane_core::render::{job_workload_name, label_value, termination_grace_seconds};
+use tuneplane_core::store::PlaygroundRecord;
 
 use crate::cluster::{Cluster, pod_info};
 use crate::decide::next_pending;
@@ -247,7 +252,7 @@ async fn playgrounds_step(
     ctx: &Ctx,
     cluster: &Cluster,
     now: i64,
-    playgrounds: Option<Vec<tuneplane_core::store::PlaygroundRecord>>,
+    playgrounds: Option<Vec<PlaygroundRecord>>,
     waits: &HashMap<String, (String, String)>,
     report: &mut PassReport,
 ) {
@@ -256,18 +261,23 @@ async fn playgrounds_step(
     }
 }
 
-/// Runs one pass over `cluster` at `now`.
-#[tracing::instrument(name = "pass", skip(ctx, cluster), err)]
-pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> {
-    let mut report = PassReport::default();
+/// What a pass works on: the active jobs, then the live playgrounds standing in the queue as
+/// one-machine jobs (`active[..jobs]` are the jobs), and the playground records (`None` when
+/// they could not be read: then nothing is admitted, since a running playground's GPUs would be
+/// missing from its tenant's quota).
+struct Queue {
+    active: Vec<JobRecord>,
+    jobs: usize,
+    playgrounds: Option<Vec<PlaygroundRecord>>,
+}
+
+/// Phase 1: reads the active jobs and the playgrounds (one queue).
+async fn read_queue(ctx: &Ctx, now: i64, report: &mut PassReport) -> Result<Queue> {
     let mut active = ctx.jobs.list_active().await?;
-    // Playgrounds are admitted like jobs: each live one stands in the queue as a one-machine job
-    // (appended after the jobs, so `active[..jobs]` are the jobs). A pass that cannot read them
-    // admits nothing: a running playground's GPUs would be missing from its tenant's quota.
-    let mut playgrounds = match ctx.jobs.list_playgrounds().await {
+    let playgrounds = match ctx.jobs.list_playgrounds().await {
         Ok(all) => Some(all),
         Err(e) => {
-            note(ctx, &mut report, "playground read", "", Err(e.into()));
+            note(ctx, report, "playground read", "", Err(e.into()));
             None
         }
     };
@@ -283,78 +293,80 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
                 }),
         );
     }
+    Ok(Queue {
+        active,
+        jobs,
+        playgrounds,
+    })
+}
+
+/// Phase 2: the fleet's capacity with what each tenant holds and waits for, published (the
+/// API shows a tenant its own) and counted in the metrics.
+async fn publish_capacity(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    queue: &Queue,
+    now: i64,
+) -> Result<CapacitySnapshot> {
     let mut capacity = cluster.capacity(now, ctx.config.gpu_share, &ctx.config.interruption_taints);
-    // What each tenant holds and waits for, beside the fleet (the API shows a tenant its own).
-    capacity.tenants = tenant_usage(&active);
+    capacity.tenants = tenant_usage(&queue.active);
     ctx.metrics.set_tenants(&capacity.tenants);
     ctx.publish_capacity(&capacity).await?;
-    let queued = active[..jobs]
-        .iter()
-        .filter(|j| j.state == JobState::Queued)
-        .count();
-    ctx.metrics.set_jobs(queued, jobs);
-    // Jobs are independent: sync them (and below, admit them) a few at a time, so a pass with
-    // many changes is not a queue of store round trips.
+    let jobs = &queue.active[..queue.jobs];
+    let queued = jobs.iter().filter(|j| j.state == JobState::Queued).count();
+    ctx.metrics.set_jobs(queued, jobs.len());
+    Ok(capacity)
+}
+
+/// Phase 3: every active job followed a step (a few at a time: jobs are independent, and a
+/// pass with many changes must not be a queue of store round trips).
+async fn sync_jobs(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    jobs: &[JobRecord],
+    now: i64,
+    report: &mut PassReport,
+) {
     // Futures are collected first: a stream over a borrowing closure would not be `Send`.
-    let syncs: Vec<_> = active[..jobs]
+    let syncs: Vec<_> = jobs
         .iter()
         .map(|job| sync_one(ctx, cluster, job, now))
         .collect();
     for (id, outcome) in a_few_at_a_time(syncs).await {
-        note(ctx, &mut report, "sync", &id, outcome);
+        note(ctx, report, "sync", &id, outcome);
     }
-    if !ctx.leadership.is_leader() {
-        return Ok(report);
-    }
-    let ids: HashMap<String, u32> = active[..jobs]
-        .iter()
-        .map(|j| (j.id.clone(), j.attempt))
-        .collect();
-    note(
-        ctx,
-        &mut report,
-        "orphan sweep",
-        "",
-        sweep_orphans(ctx, cluster, &ids).await,
-    );
-    note(
-        ctx,
-        &mut report,
-        "network policy sweep",
-        "",
-        crate::policies::sweep(ctx, cluster, &ids).await,
-    );
-    if !ctx.leadership.is_leader() {
-        return Ok(report);
-    }
-    // Quotas are read every pass (one small query), so a change applies at the next pass. A pass
-    // that cannot read them admits nothing rather than admit past a limit.
-    let quotas = match ctx.jobs.list_quotas().await {
-        // Tenants without a record get the configured default (if any).
-        Ok(q) => ctx
-            .config
-            .default_quota
-            .complete(q, active.iter().map(|j| &j.tenant)),
-        Err(e) => {
-            note(ctx, &mut report, "quota read", "", Err(e.into()));
-            playgrounds_step(ctx, cluster, now, playgrounds, &HashMap::new(), &mut report).await;
-            return Ok(report);
-        }
-    };
-    let Some(pgs) = playgrounds.as_mut() else {
-        // Without the playgrounds nothing is admitted (see above); jobs were synced.
-        return Ok(report);
-    };
-    let mut held = reservations(cluster, &active[..jobs]);
+}
+
+/// Phase 4 (leader): workloads and NetworkPolicies no current attempt owns are deleted.
+async fn sweep(ctx: &Ctx, cluster: &Cluster, jobs: &[JobRecord], report: &mut PassReport) {
+    let ids: HashMap<String, u32> = jobs.iter().map(|j| (j.id.clone(), j.attempt)).collect();
+    let orphans = sweep_orphans(ctx, cluster, &ids).await;
+    note(ctx, report, "orphan sweep", "", orphans);
+    let policies = crate::policies::sweep(ctx, cluster, &ids).await;
+    note(ctx, report, "network policy sweep", "", policies);
+}
+
+/// Phase 5: the admission plan over the queue, with what admitted but unbound work holds; a job
+/// queued again waits while its previous attempt's pods still save their checkpoint.
+fn plan<'q>(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    queue: &'q Queue,
+    playgrounds: &[PlaygroundRecord],
+    capacity: &CapacitySnapshot,
+    quotas: &[TenantQuota],
+    now: i64,
+) -> AdmissionPlan<'q> {
+    let jobs = &queue.active[..queue.jobs];
+    let mut held = reservations(cluster, jobs);
     held.extend(crate::playground::reservations(
         cluster,
-        pgs,
-        playground_ns,
+        playgrounds,
+        &ctx.config.playground_namespace,
         now,
     ));
-    let mut plan = plan_admissions(&active, &capacity, &held, &quotas);
-    // A job queued again waits while its previous attempt's pods still save their checkpoint.
-    let stopping: HashMap<&str, String> = active[..jobs]
+    let mut plan = plan_admissions(&queue.active, capacity, &held, quotas);
+    let stopping: HashMap<&str, String> = jobs
         .iter()
         .filter_map(|j| previous_attempt_stopping(cluster, j, now).map(|m| (j.id.as_str(), m)))
         .collect();
@@ -362,7 +374,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         plan.admit
             .retain(|a| !stopping.contains_key(a.job_id.as_str()));
         plan.waiting.retain(|w| !stopping.contains_key(w.job_id));
-        for (id, message) in &stopping {
+        for (id, message) in stopping {
             plan.waiting.push(Waiting {
                 job_id: id,
                 reason: PendingReason::PreviousAttemptStopping,
@@ -370,19 +382,23 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             });
         }
     }
-    // Plans name jobs by id: look them up once each (10,000 queued jobs made a scan per job
-    // quadratic).
-    let by_id: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.id.as_str(), j)).collect();
-    let playground_ids: BTreeSet<&str> = active[jobs..].iter().map(|j| j.id.as_str()).collect();
-    // The plan lists admissions in fair-share order. A pass creates the workloads of what it
-    // admits within the client's rate limit, so it admits what about a second of creates makes
-    // (each admission counted by the objects it creates, `Config::requests_per_pass`): a job that
-    // arrives meanwhile — another tenant's first among them — is planned at the next pass
-    // instead of waiting behind a creation backlog planned before it came. The rest stay QUEUED
-    // and are planned again.
+    plan
+}
+
+/// Phase 6: the plan's admissions cut to what the client's rate limit creates in about a
+/// second (each admission counted by the objects it creates, `Config::requests_per_pass`): a job
+/// that arrives meanwhile (another tenant's first among them) is planned at the next pass instead
+/// of waiting behind a creation backlog planned before it came. The rest stay QUEUED and are
+/// planned again. Returns how many were deferred.
+fn within_budget(
+    ctx: &Ctx,
+    admit: &mut Vec<Admission>,
+    by_id: &HashMap<&str, &JobRecord>,
+    playground_ids: &BTreeSet<&str>,
+) -> usize {
     let budget = ctx.config.requests_per_pass();
     let (mut spent, mut keep) = (0usize, 0usize);
-    for a in &plan.admit {
+    for a in admit.iter() {
         let cost = if playground_ids.contains(a.job_id.as_str()) {
             2 // its server key's Secret and its Pod
         } else {
@@ -396,22 +412,33 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         spent += cost;
         keep += 1;
     }
-    if plan.admit.len() > keep {
-        report.deferred = plan.admit.len() - keep;
-        plan.admit.truncate(keep);
-    }
-    let (playground_admits, job_admits): (Vec<_>, Vec<_>) = plan
-        .admit
+    let deferred = admit.len().saturating_sub(keep);
+    admit.truncate(keep);
+    deferred
+}
+
+/// Phase 7: the kept admissions carried out: playgrounds recorded for their pods, jobs'
+/// workloads created (a few at a time).
+async fn admit_planned(
+    ctx: &Ctx,
+    admit: Vec<Admission>,
+    by_id: &HashMap<&str, &JobRecord>,
+    playground_ids: &BTreeSet<&str>,
+    playgrounds: &mut [PlaygroundRecord],
+    now: i64,
+    report: &mut PassReport,
+) {
+    let (playground_admits, job_admits): (Vec<_>, Vec<_>) = admit
         .into_iter()
         .partition(|a| playground_ids.contains(a.job_id.as_str()));
     for a in playground_admits {
         let node = a.placements.first().and_then(|p| p.nodes.first()).cloned();
         let Some(node) = node else { continue };
-        let outcome = crate::playground::admit(ctx, pgs, &a.job_id, node, now).await;
+        let outcome = crate::playground::admit(ctx, playgrounds, &a.job_id, node, now).await;
         report.admitted += usize::from(outcome.is_ok());
-        note(ctx, &mut report, "admit playground", &a.job_id, outcome);
+        note(ctx, report, "admit playground", &a.job_id, outcome);
     }
-    let admissions: Vec<(&JobRecord, Vec<PoolPlacement>, String)> = job_admits
+    let admits: Vec<_> = job_admits
         .into_iter()
         .filter_map(|a| {
             let job = *by_id.get(a.job_id.as_str())?;
@@ -421,27 +448,31 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
                 .map(|p| format!("{}: {}", p.pool, p.nodes.join(", ")))
                 .collect::<Vec<_>>()
                 .join("; ");
-            Some((
-                job,
-                a.placements,
-                format!("admitted; planned nodes {placement}"),
-            ))
+            let message = format!("admitted; planned nodes {placement}");
+            Some(admit_one(ctx, job, a.placements, message, now))
         })
-        .collect();
-    let admits: Vec<_> = admissions
-        .into_iter()
-        .map(|(job, placements, message)| admit_one(ctx, job, placements, message, now))
         .collect();
     for (id, outcome) in a_few_at_a_time(admits).await {
         report.admitted += usize::from(outcome.is_ok());
-        note(ctx, &mut report, "admit", &id, outcome);
+        note(ctx, report, "admit", &id, outcome);
     }
-    let mut playground_waits: HashMap<String, (String, String)> = HashMap::new();
-    for mut w in plan.waiting {
+}
+
+/// Phase 8: why each job that was not admitted waits, recorded on it (naming only its own
+/// tenant's jobs); a playground's reason is returned for the playground step, by id.
+async fn record_waiting(
+    ctx: &Ctx,
+    waiting: Vec<Waiting<'_>>,
+    by_id: &HashMap<&str, &JobRecord>,
+    playground_ids: &BTreeSet<&str>,
+    now: i64,
+    report: &mut PassReport,
+) -> HashMap<String, (String, String)> {
+    let mut playground_waits = HashMap::new();
+    for mut w in waiting {
         let Some(&job) = by_id.get(w.job_id) else {
             continue;
         };
-        // A waiting job's reason names only its own tenant's jobs and playgrounds.
         let tenant_of = |id: &str| by_id.get(id).map(|j| j.tenant.as_str());
         if let Cow::Owned(text) = redact_job_ids(&w.message, &job.tenant, tenant_of) {
             w.message = Arc::from(text);
@@ -456,19 +487,74 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             continue;
         }
         let outcome = set_queued_pending(ctx, job, w, now).await;
-        note(ctx, &mut report, "pending", &job.id, outcome);
+        note(ctx, report, "pending", &job.id, outcome);
     }
-    playgrounds_step(
-        ctx,
-        cluster,
-        now,
-        playgrounds,
-        &playground_waits,
-        &mut report,
-    )
-    .await;
+    playground_waits
+}
+
+/// Runs one pass over `cluster` at `now`, phase by phase (docs/design.md §8): read the queue,
+/// publish capacity, sync jobs; as the leader also sweep, read quotas, plan, cut the plan to the
+/// pass's budget, admit, record why the rest wait, run the playgrounds and ship live logs.
+#[tracing::instrument(name = "pass", skip(ctx, cluster), err)]
+pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> {
+    let mut report = PassReport::default();
+    let mut queue = read_queue(ctx, now, &mut report).await?;
+    let capacity = publish_capacity(ctx, cluster, &queue, now).await?;
+    sync_jobs(ctx, cluster, &queue.active[..queue.jobs], now, &mut report).await;
+    if !ctx.leadership.is_leader() {
+        return Ok(report);
+    }
+    sweep(ctx, cluster, &queue.active[..queue.jobs], &mut report).await;
+    if !ctx.leadership.is_leader() {
+        return Ok(report);
+    }
+    // Quotas are read every pass (one small query), so a change applies at the next pass. A pass
+    // that cannot read them admits nothing rather than admit past a limit.
+    let quotas = match ctx.jobs.list_quotas().await {
+        // Tenants without a record get the configured default (if any).
+        Ok(q) => ctx
+            .config
+            .default_quota
+            .complete(q, queue.active.iter().map(|j| &j.tenant)),
+        Err(e) => {
+            note(ctx, &mut report, "quota read", "", Err(e.into()));
+            let playgrounds = queue.playgrounds.take();
+            playgrounds_step(ctx, cluster, now, playgrounds, &HashMap::new(), &mut report).await;
+            return Ok(report);
+        }
+    };
+    let Some(mut playgrounds) = queue.playgrounds.take() else {
+        // Without the playgrounds nothing is admitted (see `Queue`); jobs were synced.
+        return Ok(report);
+    };
+    let waits = {
+        let mut plan = plan(ctx, cluster, &queue, &playgrounds, &capacity, &quotas, now);
+        // Plans name jobs by id: look them up once each (10,000 queued jobs made a scan per job
+        // quadratic).
+        let by_id: HashMap<&str, &JobRecord> =
+            queue.active.iter().map(|j| (j.id.as_str(), j)).collect();
+        let playground_ids: BTreeSet<&str> = queue.active[queue.jobs..]
+            .iter()
+            .map(|j| j.id.as_str())
+            .collect();
+        report.deferred = within_budget(ctx, &mut plan.admit, &by_id, &playground_ids);
+        let admit = std::mem::take(&mut plan.admit);
+        admit_planned(
+            ctx,
+            admit,
+            &by_id,
+            &playground_ids,
+            &mut playgrounds,
+            now,
+            &mut report,
+        )
+        .await;
+        record_waiting(ctx, plan.waiting, &by_id, &playground_ids, now, &mut report).await
+    };
+    playgrounds_step(ctx, cluster, now, Some(playgrounds), &waits, &mut report).await;
     if ctx.leadership.is_leader() {
-        for (id, e) in crate::live_logs::ship(ctx, cluster, &active[..jobs], now).await {
+        let jobs = &queue.active[..queue.jobs];
+        for (id, e) in crate::live_logs::ship(ctx, cluster, jobs, now).await {
             note(ctx, &mut report, "live logs", &id, Err(e));
         }
     }
