@@ -426,6 +426,21 @@ impl PodWorker {
                             )
                             .await;
                     }
+                    // As the kubelet does once the sandbox exists: the pod's address is in its
+                    // status while init containers run, so a network plugin knows the pod (the
+                    // NetworkPolicy enforcer lets a worker's wait-for-GCS init container through
+                    // only once it does).
+                    Some(Phase::Preparing | Phase::InitBackOff { .. })
+                        if json::str_at(&pod, "/status/podIP").is_none() =>
+                    {
+                        if let Some(ip) = rt.state(uid).and_then(|s| s.ip) {
+                            let mut next = pod.clone();
+                            lifecycle::set_pod_ip(&mut next, Some(&ip));
+                            next["status"]["hostIP"] = json!(NODE_IP);
+                            next["status"]["hostIPs"] = json!([{"ip": NODE_IP}]);
+                            self.write_status(uid, &pod, next, "pod address").await;
+                        }
+                    }
                     _ => {}
                 }
             }
