@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod archives;
+pub mod attempt_loss;
 pub mod callbacks;
 pub mod cluster;
 pub mod config;
@@ -18,7 +19,6 @@ pub mod kube_io;
 pub mod leader;
 pub mod live_logs;
 pub mod logs;
-pub mod loss;
 pub mod metrics;
 pub mod pass;
 pub mod playground;
@@ -26,8 +26,8 @@ pub mod policies;
 pub mod rayjob;
 mod run;
 pub mod status;
-pub mod strip;
 pub mod sync;
+pub mod watch_trim;
 pub mod workload;
 
 pub use config::Config;

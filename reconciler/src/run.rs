@@ -20,7 +20,7 @@ use crate::kube_io::{Kube, is_not_found};
 use crate::leader::Elector;
 use crate::metrics::Metrics;
 use crate::rayjob::{self, RayJob};
-use crate::strip;
+use crate::watch_trim;
 use crate::{Config, Ctx};
 
 /// A reconciler ready to run.
@@ -37,7 +37,7 @@ struct Watches {
 
 impl Watches {
     /// Mirrors `api` into `writer`'s store, each object reduced by `strip` to what a pass reads
-    /// (see `strip::strip_pod`) before it is stored, and wakes the pass loop on every change;
+    /// (see `watch_trim::strip_pod`) before it is stored, and wakes the pass loop on every change;
     /// counts watch failures in `tuneplane_watch_errors_total`.
     fn reflect<K>(
         &self,
@@ -130,8 +130,18 @@ impl Reconciler {
         // Nodes and pods cluster-wide (capacity needs every pod on every node); Events and
         // RayJobs only in the namespaces jobs and playgrounds run in, one watch each.
         let mut watches: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
-            Box::pin(w.reflect(Api::all(client.clone()), all(), strip::strip_node, nodes_w)),
-            Box::pin(w.reflect(Api::all(client.clone()), all(), strip::strip_pod, pods_w)),
+            Box::pin(w.reflect(
+                Api::all(client.clone()),
+                all(),
+                watch_trim::strip_node,
+                nodes_w,
+            )),
+            Box::pin(w.reflect(
+                Api::all(client.clone()),
+                all(),
+                watch_trim::strip_pod,
+                pods_w,
+            )),
         ];
         let (mut events, mut rayjobs) = (Vec::new(), Vec::new());
         for ns in self.ctx.config.watched_namespaces() {
@@ -141,7 +151,7 @@ impl Reconciler {
             watches.push(Box::pin(w.reflect(
                 api,
                 warnings,
-                strip::strip_event,
+                watch_trim::strip_event,
                 writer,
             )));
             events.push(store);
@@ -152,7 +162,7 @@ impl Reconciler {
             watches.push(Box::pin(w.reflect(
                 api,
                 managed,
-                strip::strip_rayjob,
+                watch_trim::strip_rayjob,
                 writer,
             )));
         }

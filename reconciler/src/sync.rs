@@ -23,10 +23,10 @@ use tuneplane_core::render::{attempt_of_workload, job_workload_name};
 use tuneplane_core::spec::WorkloadKind;
 
 use crate::archives::Progress;
+use crate::attempt_loss::{LossRules, infrastructure_loss, ray_nodes_replaced};
 use crate::cluster::{Cluster, managed};
 use crate::decide::{Step, decide};
 use crate::error::{Error, Result};
-use crate::loss::{LossRules, infrastructure_loss, ray_nodes_replaced};
 use crate::status::{Observed, assess_pod, assess_rayjob};
 use crate::{Ctx, logs, workload};
 

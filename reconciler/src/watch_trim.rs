@@ -483,8 +483,8 @@ mod tests {
 
     #[test]
     fn stripped_nodes_and_pods_give_the_same_infrastructure_losses() {
+        use crate::attempt_loss::{LossRules, infrastructure_loss};
         use crate::cluster::Cluster;
-        use crate::loss::{LossRules, infrastructure_loss};
         use std::sync::Arc;
         let node = |ready: &str, taint: &str| -> Node {
             serde_json::from_value(serde_json::json!({
