@@ -1,35 +1,49 @@
 //! TunePlane core: the pure domain logic shared by the CLI, the functions and the reconciler.
 //!
-//! Nothing in this crate talks to AWS or Kubernetes. It holds the JobSpec and its validation, the
-//! fleet description, and the deterministic capsule format. Adapters at the edges call these
-//! functions and do the I/O.
+//! Nothing in this crate talks to AWS or Kubernetes. Adapters at the edges call these functions
+//! and do the I/O. `core/README.md` tells where to start; the modules, by what they are about:
 
+// What a user asks for, and how it becomes a job.
+pub mod capsule;
+pub mod job;
+pub mod playground;
+pub mod spec;
+pub mod submit;
+
+// The fleet, its capacity, and how tenants share it.
 pub mod admission;
-pub mod audit;
-pub mod callback;
-pub mod canonical;
 pub mod capacity;
 pub mod capacity_compute;
-pub mod capsule;
-pub mod clock;
-pub mod constants;
-pub mod control;
 pub mod fleet;
-pub mod grant;
-pub mod ids;
-pub mod job;
-pub mod live;
-pub mod notify;
-pub mod outputs;
-pub mod playground;
-pub mod privacy;
-pub mod quantity;
 pub mod quota;
 pub mod quota_view;
-pub mod render;
-pub mod spec;
-pub mod storage;
-pub mod store;
-pub mod submit;
-pub mod subscriptions;
 pub mod usage;
+
+// What the reconciler creates in the cluster.
+pub mod render;
+
+// What jobs write and read while they run, and what limits it.
+pub mod grant;
+pub mod live;
+pub mod outputs;
+pub mod storage;
+
+// Telling people what happened: callbacks, subscriptions, audit.
+pub mod audit;
+pub mod callback;
+pub mod notify;
+pub mod subscriptions;
+
+// Operations on existing jobs, and what one tenant may see of another.
+pub mod control;
+pub mod privacy;
+
+// The storage traits every adapter implements.
+pub mod store;
+
+// Small shared pieces: names and ids, constants, quantities, canonical JSON, the clock.
+pub mod canonical;
+pub mod clock;
+pub mod constants;
+pub mod ids;
+pub mod quantity;

@@ -657,4 +657,37 @@ namespace: tuneplane-jobs
             "NOTIFY_FIELDS"
         );
     }
+
+    /// A spec that names no optional section serializes to the same keys as before the section
+    /// existed: the authoritative spec is hashed into every capsule's digest, so an optional field
+    /// added without `skip_serializing_if` (absent means empty) would change the digest of every
+    /// job submitted again with the same files.
+    #[test]
+    fn a_spec_without_optional_sections_serializes_to_the_keys_it_always_had() {
+        let text = "name: minimal\nimage: python:3.11\nentrypoint: python train.py\npools: [{name: main, series: h200, nodes: 1, gpus_per_node: 8}]\n";
+        let spec = validate(text, None, &Defaults::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .spec;
+        let json = serde_json::to_value(&spec).unwrap_or_default();
+        let always = [
+            "checkpoints",
+            "deadlines",
+            "entrypoint",
+            "env",
+            "image",
+            "labels",
+            "name",
+            "namespace",
+            "platform_version",
+            "plugin",
+            "pools",
+            "priority",
+            "retries",
+        ];
+        assert_eq!(
+            keys(&json, ""),
+            set(&always),
+            "a new optional field must be left out of the serialized spec when absent"
+        );
+    }
 }
