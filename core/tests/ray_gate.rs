@@ -81,13 +81,7 @@ fn dashboard_answering(status: &'static str, job: String) -> (u16, Seen) {
     (port, seen)
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use tuneplane_testkit::free_port;
 
 struct Gate(Child);
 

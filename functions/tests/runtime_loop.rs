@@ -32,12 +32,7 @@ fn cargo_lambda() -> PathBuf {
     venv_tool("cargo-lambda", "cargo-lambda")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+use tuneplane_testkit::free_port;
 
 /// One function behind its own emulated Lambda service; both processes end with the value.
 struct Function {

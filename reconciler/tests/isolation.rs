@@ -210,6 +210,9 @@ async fn probe(netns: Option<&str>, targets: &[String]) -> Vec<bool> {
     verdicts
 }
 
+/// Who connects: a name and the evaluator's description of the source.
+type Source<'a> = (&'static str, &'a Value);
+
 /// One traffic case: who connects, to what, as the evaluator describes the peers.
 struct Case {
     name: String,
@@ -389,7 +392,7 @@ async fn another_tenants_pod_reaches_no_playground_ray_cluster_cpu_pod_metadata_
     let proxy = outside(&GATEWAY.to_string());
     let (b_from, a_from) = (("B's worker", &b), ("A's worker", &a));
     #[rustfmt::skip]
-    let paths: Vec<((&'static str, &Value), &str, &str, u16, Value)> = vec![
+    let paths: Vec<(Source, &str, &str, u16, Value)> = vec![
         (b_from, "A's head", ip["a-head"].as_str(), 6379, head.clone()),
         (b_from, "A's head", ip["a-head"].as_str(), 10001, head.clone()),
         (b_from, "A's head", ip["a-head"].as_str(), 8265, head.clone()),

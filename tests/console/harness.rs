@@ -48,10 +48,7 @@ pub struct World {
     pub dir: tempfile::TempDir,
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().map(|a| a.port()).expect("addr")
-}
+use tuneplane_testkit::free_port;
 
 /// Polls `check` up to `tries` times, `pause` apart; panics with `what` if it never holds.
 pub async fn eventually<F, Fut>(what: &str, tries: u32, pause: Duration, mut check: F)

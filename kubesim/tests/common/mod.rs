@@ -44,32 +44,9 @@ pub async fn start(config: SimConfig) -> (KubeSim, kube::Client) {
     (sim, client)
 }
 
-/// Polls `check` every 20 ms until it returns `Some`, failing the test after `secs` seconds.
-pub async fn wait_for<T, F, Fut>(secs: u64, what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    poll_every(Duration::from_millis(20), secs, what, check).await
-}
-
-/// Polls `check` every `every` until it returns `Some`, failing the test after `secs` seconds.
-pub async fn poll_every<T, F, Fut>(every: Duration, secs: u64, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {secs}s waiting for {what}");
-        }
-        tokio::time::sleep(every).await;
-    }
-}
+// Not every test binary that includes this module polls.
+#[allow(unused_imports)]
+pub use tuneplane_testkit::{poll_every, wait_for};
 
 /// A pod with one container and optional GPU limit, node selector and annotations.
 pub fn pod(name: &str, image: &str, gpus: u32, series: Option<&str>) -> Pod {

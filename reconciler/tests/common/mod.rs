@@ -436,23 +436,14 @@ pub fn cpu_job(id: &str) -> JobRecord {
 }
 
 /// Polls `check` every 25 ms until it returns `Some`, failing after `secs` seconds.
-pub async fn wait_for<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(secs: u64, what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
+    // The real control plane is slower than kubesim: the same wait, three times as long.
     let secs = if real::is_real() { secs * 3 } else { secs };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {secs}s waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    tuneplane_testkit::poll_every(Duration::from_millis(25), secs, what, check).await
 }
 
 /// The entries of a `.tar.gz` as (path, text).
