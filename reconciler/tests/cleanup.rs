@@ -350,7 +350,8 @@ async fn playgrounds_count_against_the_quota_and_wait_like_jobs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_playgrounds_address_is_forgotten_once_its_pod_is_being_deleted() {
     use kube::api::{DeleteParams, Patch, PatchParams};
-    let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
+    // Real pods on the real tier: a simulated pod has no address (nothing may dial it).
+    let h = start_executing(sim_config(FLEET, Duration::from_secs(600), None)).await;
     h.jobs
         .put_playground(&playground("pg-ip", "l40s", 1, 600_000))
         .await
