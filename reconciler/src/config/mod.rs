@@ -157,6 +157,24 @@ impl Config {
     }
 }
 
+/// The comma-separated IPv4 CIDRs of `var` (empty entries skipped); a bad one is named with
+/// `example` of a good one.
+fn cidr_list(var: &'static str, value: &str, example: &str) -> Result<Vec<String>> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(|cidr| {
+            valid_cidr(cidr)
+                .then(|| cidr.to_owned())
+                .ok_or_else(|| Error::Config {
+                    var,
+                    message: format!("{cidr:?} is not an IPv4 CIDR such as {example}"),
+                })
+        })
+        .collect()
+}
+
 /// Whether `cidr` is `a.b.c.d/n` with `n` at most 32.
 fn valid_cidr(cidr: &str) -> bool {
     cidr.split_once('/').is_some_and(|(ip, bits)| {
@@ -497,34 +515,15 @@ impl Config {
             c.render.network.operator_namespace = v.trim().to_owned();
         }
         if let Some(v) = get(ENV_API_SERVER_CIDRS) {
-            c.render.network.api_server_cidrs = v
-                .split(',')
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .map(|cidr| {
-                    valid_cidr(cidr)
-                        .then(|| cidr.to_owned())
-                        .ok_or_else(|| Error::Config {
-                            var: ENV_API_SERVER_CIDRS,
-                            message: format!("{cidr:?} is not an IPv4 CIDR such as 192.0.2.10/32"),
-                        })
-                })
-                .collect::<Result<_>>()?;
+            c.render.network.api_server_cidrs =
+                cidr_list(ENV_API_SERVER_CIDRS, &v, "192.0.2.10/32")?;
         }
         if let Some(v) = get(ENV_PLAYGROUND_PROXY_CIDRS) {
-            c.render.network.playground_proxy_cidrs = v
-                .split(',')
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .map(|cidr| {
-                    valid_cidr(cidr)
-                        .then(|| cidr.to_owned())
-                        .ok_or_else(|| Error::Config {
-                            var: ENV_PLAYGROUND_PROXY_CIDRS,
-                            message: format!("{cidr:?} is not an IPv4 CIDR such as 10.0.0.0/16 (where the API's proxy connects from)"),
-                        })
-                })
-                .collect::<Result<_>>()?;
+            c.render.network.playground_proxy_cidrs = cidr_list(
+                ENV_PLAYGROUND_PROXY_CIDRS,
+                &v,
+                "10.0.0.0/16 (where the API's proxy connects from)",
+            )?;
         }
         let egress = &mut c.render.network.egress;
         if let Some(v) = get(ENV_EGRESS_DNS) {
