@@ -21,6 +21,8 @@ use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
 
+use tokio::io::AsyncBufReadExt;
+
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -160,7 +162,7 @@ impl StandIns {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             run("ip", &args).await;
         }
-        let server = tokio::process::Command::new("ip")
+        let mut server = tokio::process::Command::new("ip")
             .args([
                 "netns",
                 "exec",
@@ -172,10 +174,21 @@ impl StandIns {
                 "443",
                 "22",
             ])
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("stand-in server");
+        // Probes start only once every port listens: a probe that came first would be refused
+        // and read as a denial (the control below would fail for the wrong reason).
+        let stdout = server.stdout.take().expect("piped stdout");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("the stand-in server did not start listening within 30 s");
+        assert!(
+            matches!(&first, Ok(Some(l)) if l.starts_with("listening")),
+            "stand-in server: {first:?}"
+        );
         StandIns { server }
     }
 }
@@ -431,7 +444,16 @@ async fn another_tenants_pod_reaches_no_playground_ray_cluster_cpu_pod_metadata_
     .collect();
 
     // The control: with no policy every path is open, so a denial below is the policies' doing.
-    let open = enforce(&cases, &sources).await;
+    // The pods' servers start after their pods are Running, so the control is retried (bounded)
+    // until every path answers; one still closed after that fails the test.
+    let mut open = Vec::new();
+    for _ in 0..15 {
+        open = enforce(&cases, &sources).await;
+        if open.iter().all(|(_, ok)| *ok) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
     assert!(
         open.iter().all(|(_, ok)| *ok),
         "without policies:\n{}",
