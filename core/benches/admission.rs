@@ -102,6 +102,7 @@ fn queue(jobs: usize) -> Vec<JobRecord> {
                 retries: Default::default(),
                 checkpoints: Default::default(),
                 priority: rng.below(7) as i32,
+                preemptible: true,
                 labels: Default::default(),
                 namespace: "ns".into(),
                 platform_version: "0".into(),

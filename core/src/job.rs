@@ -116,6 +116,9 @@ pub enum PendingReason {
     /// Queued again after an attempt was stopped (an interruption, a lost pod): that attempt's
     /// pods still save a checkpoint within their grace, and the next attempt starts after them.
     PreviousAttemptStopping,
+    /// Admitted onto nodes whose jobs were preempted for it: they save a checkpoint and stop
+    /// within their grace, and this job's pods start once they are gone.
+    Preempting,
 }
 
 /// The current pending reason with its human message and when it was first seen.
@@ -161,6 +164,9 @@ pub enum FailureReason {
     Interrupted,
     /// A Ray head or worker pod was lost and replaced while the job ran.
     RayNodeLost,
+    /// The platform stopped the attempt to give its GPUs to another job (quota reclaim, or a
+    /// higher-priority job of its own tenant): it had its grace to save, and runs again.
+    Preempted,
 }
 
 impl FailureReason {
@@ -174,6 +180,7 @@ impl FailureReason {
                 FailureCause::Infrastructure
             }
             StopRequested => FailureCause::User,
+            Preempted => FailureCause::Preempted,
             EntrypointFailed
             | OutOfMemory
             | PreRunningDeadlineExceeded
@@ -195,15 +202,19 @@ pub enum FailureCause {
     Infrastructure,
     /// A person stopped the job.
     User,
+    /// The platform took the job's GPUs back for another job (never counted against the
+    /// spec's `retries`: the job always runs again).
+    Preempted,
 }
 
 impl FailureCause {
-    /// The wire name (`application`, `infrastructure`, `user`).
+    /// The wire name (`application`, `infrastructure`, `user`, `preempted`).
     pub fn as_str(self) -> &'static str {
         match self {
             FailureCause::Application => "application",
             FailureCause::Infrastructure => "infrastructure",
             FailureCause::User => "user",
+            FailureCause::Preempted => "preempted",
         }
     }
 }
@@ -226,6 +237,10 @@ pub struct Failure {
     /// DeletionByTaintManager: ...`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
+    /// For a preempted attempt: the seconds of its work since its newest complete checkpoint
+    /// when it was told to stop (what it lost at most, unless it saved within its grace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_seconds: Option<u64>,
 }
 
 /// Records written before causes were stored: treated as the job's own failure (never retried).
@@ -242,6 +257,7 @@ impl Failure {
             exit_code: None,
             cause: reason.cause(),
             evidence: Vec::new(),
+            lost_seconds: None,
         }
     }
 }
@@ -330,6 +346,13 @@ pub struct JobRecord {
     /// Earlier attempts, oldest first (the current one is the record itself).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<Attempt>,
+    /// Set on a running job the platform preempts: the reconciler ends the attempt with
+    /// [`FailureReason::Preempted`] and requeues it (see [`crate::preemption`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt: Option<crate::preemption::PreemptNotice>,
+    /// Set on a job admitted onto the nodes of jobs preempted for it, until it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempting: Option<crate::preemption::Preempting>,
 }
 
 fn first_attempt() -> u32 {
@@ -397,6 +420,8 @@ impl JobRecord {
             archive_failures: 0,
             attempt: 1,
             attempts: Vec::new(),
+            preempt: None,
+            preempting: None,
         }
     }
 
@@ -420,6 +445,7 @@ impl JobRecord {
             JobState::Running => {
                 self.running_at_ms = Some(now_ms);
                 self.pending = None;
+                self.preempting = None;
             }
             JobState::Succeeded | JobState::Failed | JobState::Stopped => {
                 self.finished_at_ms = Some(now_ms);
@@ -459,6 +485,8 @@ impl JobRecord {
             FailureCause::Infrastructure => self.spec.retries.infrastructure,
             FailureCause::Application => self.spec.retries.application,
             FailureCause::User => return false,
+            // Not the job's doing nor a loss: it always runs again.
+            FailureCause::Preempted => return true,
         };
         let used = self
             .attempts
@@ -503,6 +531,8 @@ impl JobRecord {
         self.logs_key = None;
         self.archive_failures = 0;
         self.logs_wanted_at_ms = None;
+        self.preempt = None;
+        self.preempting = None;
         Ok(())
     }
 

@@ -15,6 +15,7 @@ pub mod admission;
 pub mod capacity;
 pub mod capacity_compute;
 pub mod fleet;
+pub mod preemption;
 pub mod quota;
 pub mod quota_view;
 pub mod usage;

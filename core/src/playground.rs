@@ -284,7 +284,8 @@ pub const STAND_IN_POOL: &str = "server";
 /// with the pod's CPU and memory, queued since its creation, at default priority; admitted (with
 /// its node as the pool's placement) once [`PlaygroundRecord::is_admitted`]. With it a
 /// playground counts against its tenant's quota and fair share, waits with a reason, and never
-/// lands on nodes planned for jobs: the same planner decides both.
+/// lands on nodes planned for jobs: the same planner decides both. Not preemptible: it never
+/// borrows and is never preempted.
 pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
     let spec = JobSpec {
         name: "playground".into(),
@@ -311,6 +312,9 @@ pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
         },
         checkpoints: Default::default(),
         priority: 0,
+        // Interactive: a playground is never stopped for another job, and so never borrows
+        // above its tenant's quota (docs/design.md §3, "Preemption").
+        preemptible: false,
         labels: BTreeMap::new(),
         namespace: namespace.into(),
         platform_version: crate::constants::PLATFORM_VERSION.into(),

@@ -36,7 +36,9 @@
 //! The rooms: [`order`] is how jobs are ordered (one comparator, also behind `queue_position`
 //! and the stored sort key); `fair` holds tenants' shares and quota checks; `planner` the
 //! per-node resources, placements and reservations; `round` admits or records a wait, job by
-//! job; `reasons` the texts a waiting job is given. [`plan_admissions`] below runs the phases.
+//! job; `reasons` the texts a waiting job is given. [`plan_admissions`] below runs the phases;
+//! [`plan_preemptions`] (`preempt`) runs after it and says which running jobs stop for a waiting
+//! job that is owed room (quota reclaim, priority within a tenant).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -50,10 +52,15 @@ use crate::quota::{TenantQuota, Verdict};
 mod fair;
 pub mod order;
 mod planner;
+mod preempt;
 mod reasons;
 mod round;
 
 use planner::Planner;
+pub use preempt::{
+    CheckpointSeen, Preemption, PreemptionRules, Victim, plan_preemptions, preemption_candidates,
+};
+use reasons::QuotaWait;
 use round::Round;
 
 /// Machines of an admitted job that hold no node yet (their pods are not bound).
@@ -160,8 +167,11 @@ pub fn plan_admissions<'q>(
                         fair::hold(&mut tenants[t], &round.planner, &job.spec, &totals);
                     }
                 }
+                Verdict::Borrow(over) if !job.spec.preemptible => {
+                    round.held_by_quota(t, job, over, QuotaWait::NotPreemptible);
+                }
                 Verdict::Borrow(_) => borrowers.push((t, job)),
-                Verdict::Exceeded(over) => round.held_by_quota(t, job, over, false),
+                Verdict::Exceeded(over) => round.held_by_quota(t, job, over, QuotaWait::Limit),
             }
             if !tenants[t].waiting() {
                 break;
@@ -187,12 +197,12 @@ pub fn plan_admissions<'q>(
                     fair::hold(&mut tenants[t], &round.planner, &job.spec, &totals);
                 }
             }
-            Verdict::Exceeded(over) => round.held_by_quota(t, job, over, false),
+            Verdict::Exceeded(over) => round.held_by_quota(t, job, over, QuotaWait::Limit),
             Verdict::Borrow(over) => {
                 if round.try_admit(job) {
                     fair::hold(&mut tenants[t], &round.planner, &job.spec, &totals);
                 } else {
-                    round.held_by_quota(t, job, over, true);
+                    round.held_by_quota(t, job, over, QuotaWait::Borrowing);
                 }
             }
         }

@@ -143,13 +143,26 @@ pub(super) fn behind(who: &str, spill: bool) -> String {
 
 /// A job of `tenant` held by its quota; `borrowing`: above a borrowing limit, with no idle
 /// capacity for it.
-pub(super) fn quota(over: &Over, tenant: &str, borrowing: bool) -> String {
+pub(super) fn quota(over: &Over, tenant: &str, wait: QuotaWait) -> String {
     let text = over.message(tenant);
-    if borrowing {
-        format!(
+    match wait {
+        QuotaWait::Limit => text,
+        QuotaWait::Borrowing => format!(
             "{text}; it may borrow only capacity that no other job waiting within its quota needs, and none is free now"
-        )
-    } else {
-        text
+        ),
+        QuotaWait::NotPreemptible => format!(
+            "{text}; the job is not preemptible (preemptible: false), so it never borrows above the quota: it starts when the tenant's own jobs leave room"
+        ),
     }
+}
+
+/// How a job waits for its quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum QuotaWait {
+    /// Above a limit that does not allow borrowing.
+    Limit,
+    /// Above a borrowing limit, and nothing is free to borrow.
+    Borrowing,
+    /// Above a borrowing limit, but the job may not borrow (a borrowed job may be preempted).
+    NotPreemptible,
 }

@@ -20,7 +20,7 @@ pub(super) struct Round<'c, 'q> {
     short_messages: HashMap<ShortKey<'q>, (PendingReason, Arc<str>)>,
     /// Quota messages, formatted once per tenant and limit state (a long queue of one tenant
     /// waits for the same reason).
-    quota_messages: HashMap<(usize, bool, OverKey<'q>), Arc<str>>,
+    quota_messages: HashMap<(usize, reasons::QuotaWait, OverKey<'q>), Arc<str>>,
 }
 
 impl<'c, 'q> Round<'c, 'q> {
@@ -46,12 +46,12 @@ impl<'c, 'q> Round<'c, 'q> {
         t: usize,
         job: &'q JobRecord,
         over: Over<'q>,
-        borrowing: bool,
+        wait: reasons::QuotaWait,
     ) {
         let message = self
             .quota_messages
-            .entry((t, borrowing, over.key()))
-            .or_insert_with(|| reasons::quota(&over, &job.tenant, borrowing).into())
+            .entry((t, wait, over.key()))
+            .or_insert_with(|| reasons::quota(&over, &job.tenant, wait).into())
             .clone();
         self.wait(job, PendingReason::QuotaExceeded, message);
     }

@@ -48,12 +48,27 @@ pub struct JobSpec {
     pub notify: Vec<crate::notify::Notify>,
     /// Higher runs first; ties are first come, first served.
     pub priority: i32,
+    /// Whether the platform may stop the job to give its GPUs back to a tenant's guarantee or to
+    /// a higher-priority job of its own tenant (it saves a checkpoint and is requeued;
+    /// docs/design.md §3, "Preemption"). A job that is not preemptible never borrows above its
+    /// tenant's quota. Left out of the spec's JSON while `true`, so specs that do not name it
+    /// keep their capsule digest.
+    #[serde(default = "preemptible_default", skip_serializing_if = "is_preemptible")]
+    pub preemptible: bool,
     /// Labels copied onto the workload.
     pub labels: BTreeMap<String, String>,
     /// Kubernetes namespace of the workload.
     pub namespace: String,
     /// Version of the platform that produced this spec.
     pub platform_version: String,
+}
+
+fn preemptible_default() -> bool {
+    true
+}
+
+fn is_preemptible(p: &bool) -> bool {
+    *p
 }
 
 /// One pool of identical machines.

@@ -87,6 +87,9 @@ pub fn pending_words(reason: PendingReason) -> &'static str {
         PendingReason::PreviousAttemptStopping => {
             "Queued again: the previous attempt's pods are still saving a checkpoint; the next attempt starts from it."
         }
+        PendingReason::Preempting => {
+            "Admitted onto nodes whose jobs were preempted for it: they save a checkpoint and stop within their grace, then this job starts."
+        }
     }
 }
 
@@ -115,6 +118,9 @@ pub fn failure_words(reason: FailureReason) -> &'static str {
         FailureReason::Evicted => "Kubernetes evicted, preempted or deleted one of its pods.",
         FailureReason::Interrupted => "A node it ran on was reclaimed (an interruption notice).",
         FailureReason::RayNodeLost => "A Ray node of it was lost while it ran.",
+        FailureReason::Preempted => {
+            "The platform stopped it to give its GPUs to another job (quota reclaim or a higher-priority job of its tenant); it had its grace to save."
+        }
     }
 }
 
@@ -128,6 +134,9 @@ pub fn cause_words(cause: FailureCause) -> &'static str {
             "The platform lost the attempt (a node, an eviction, an interruption); retried as its spec's retries.infrastructure allow."
         }
         FailureCause::User => "Someone stopped it; never retried.",
+        FailureCause::Preempted => {
+            "Preempted for another job; always run again from its newest complete checkpoint, never counted against its retries."
+        }
     }
 }
 

@@ -193,6 +193,8 @@ impl From<&JobRecord> for JobItem {
             "attempts",
             (!job.attempts.is_empty()).then(|| s(to_json(&job.attempts))),
         );
+        put_opt("preempt", job.preempt.as_ref().map(|p| s(to_json(p))));
+        put_opt("preempting", job.preempting.as_ref().map(|p| s(to_json(p))));
         // Sparse index: only non-terminal jobs carry the active-index keys.
         if !job.is_terminal() {
             put_opt("apk", Some(s(active_pk(active_shard(&job.id)))));
@@ -253,6 +255,8 @@ impl TryFrom<Stored<'_>> for JobRecord {
                 })?,
             },
             attempts: stored.opt_json("attempts")?.unwrap_or_default(),
+            preempt: stored.opt_json("preempt")?,
+            preempting: stored.opt_json("preempting")?,
         })
     }
 }

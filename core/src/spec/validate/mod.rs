@@ -52,6 +52,7 @@ const ROOT_FIELDS: &[&str] = &[
     "checkpoints",
     "notify",
     "priority",
+    "preemptible",
     "labels",
     "namespace",
 ];
@@ -504,6 +505,20 @@ impl Checker {
         let priority = self
             .integer(map, "priority", "priority", (-1000, 1000))
             .unwrap_or(0);
+        let preemptible = match map.get("preemptible") {
+            None | Some(Value::Null) => true,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                self.err(
+                    "preemptible",
+                    format!(
+                        "must be true or false, not {}; false keeps the job from being stopped for another job (and from borrowing above the tenant's quota)",
+                        type_name(other)
+                    ),
+                );
+                true
+            }
+        };
         let deadlines = self.deadlines(map, defaults);
         let retries = self.retries(map);
         let checkpoints = self.checkpoints(map);
@@ -522,6 +537,7 @@ impl Checker {
             checkpoints,
             notify,
             priority: i32::try_from(priority).ok()?,
+            preemptible,
             labels,
             namespace,
             platform_version: PLATFORM_VERSION.into(),
@@ -624,6 +640,7 @@ retries: {infrastructure: 1, application: 1}
 checkpoints: {keep: 3}
 notify: [{url: "https://hooks.example.com/tp", events: [succeeded], format: json}]
 priority: 5
+preemptible: false
 labels: {team: nlp}
 namespace: tuneplane-jobs
 "#;
