@@ -170,16 +170,25 @@ mod tests {
             series: Some("h200".into()),
         };
         let m = n.message(120);
-        assert!(m.starts_with("preempted by quota reclaim: a tenant within its guaranteed h200 quota"), "{m}");
+        assert!(
+            m.starts_with("preempted by quota reclaim: a tenant within its guaranteed h200 quota"),
+            "{m}"
+        );
         assert!(m.contains("attempt 1 has 120s to save"), "{m}");
-        assert!(m.contains("resumes from checkpoint step-10: 4s of work"), "{m}");
+        assert!(
+            m.contains("resumes from checkpoint step-10: 4s of work"),
+            "{m}"
+        );
         let n = PreemptNotice {
             rule: PreemptionRule::Priority,
             checkpoint: None,
             ..n
         };
         let m = n.message(30);
-        assert!(m.starts_with("preempted by a higher-priority job of its own tenant;"), "{m}");
+        assert!(
+            m.starts_with("preempted by a higher-priority job of its own tenant;"),
+            "{m}"
+        );
         assert!(m.contains("no complete checkpoint: 4s of work"), "{m}");
     }
 }

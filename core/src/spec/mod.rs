@@ -53,7 +53,10 @@ pub struct JobSpec {
     /// docs/design.md §3, "Preemption"). A job that is not preemptible never borrows above its
     /// tenant's quota. Left out of the spec's JSON while `true`, so specs that do not name it
     /// keep their capsule digest.
-    #[serde(default = "preemptible_default", skip_serializing_if = "is_preemptible")]
+    #[serde(
+        default = "preemptible_default",
+        skip_serializing_if = "is_preemptible"
+    )]
     pub preemptible: bool,
     /// Labels copied onto the workload.
     pub labels: BTreeMap<String, String>,

@@ -91,6 +91,10 @@ pub const ENV_LOG_ARCHIVE_MAX_BYTES: &str = "TUNEPLANE_LOG_ARCHIVE_MAX_BYTES";
 /// Seconds a node a job runs on may stay NotReady before the job's attempt is counted lost to
 /// the infrastructure and requeued (default 40).
 pub const ENV_NODE_LOST_GRACE: &str = "TUNEPLANE_NODE_LOST_GRACE_SECONDS";
+/// Whether running jobs are preempted for quota reclaim and priority (`on` / `off`).
+pub const ENV_PREEMPTION: &str = "TUNEPLANE_PREEMPTION";
+/// How long a job's attempt runs before it may be preempted.
+pub const ENV_PREEMPTION_MIN_RUN: &str = "TUNEPLANE_PREEMPTION_MIN_RUN_SECONDS";
 /// Comma-separated taint keys that announce a node's interruption (a spot reclaim, a scale-down):
 /// a running job on such a node is stopped with its grace and requeued (default
 /// [`DEFAULT_INTERRUPTION_TAINTS`]).
@@ -224,6 +228,10 @@ pub struct Config {
     pub node_lost_grace: Duration,
     /// Taint keys that announce a node's interruption.
     pub interruption_taints: Vec<String>,
+    /// Whether running jobs are preempted (quota reclaim, priority within a tenant).
+    pub preemption: bool,
+    /// How long an attempt runs before it may be preempted.
+    pub preemption_min_run: Duration,
     /// Where jobs and blobs live; `None` when unset (the binary refuses to start; tests build
     /// their own stores).
     pub stores: Option<StoreSettings>,
@@ -258,6 +266,10 @@ impl Default for Config {
                 .iter()
                 .map(|t| (*t).to_owned())
                 .collect(),
+            preemption: true,
+            preemption_min_run: Duration::from_secs(
+                tuneplane_core::admission::PreemptionRules::DEFAULT_MIN_RUN_SECONDS,
+            ),
             stores: None,
             json_logs: true,
             callbacks: Default::default(),
@@ -430,6 +442,30 @@ impl Config {
                 ));
             }
             c.node_lost_grace = Duration::from_secs(secs);
+        }
+        if let Some(v) = get(ENV_PREEMPTION) {
+            c.preemption = match v.trim() {
+                "on" | "true" | "1" => true,
+                "off" | "false" | "0" => false,
+                other => {
+                    return Err(bad(
+                        ENV_PREEMPTION,
+                        format!(
+                            "{other:?} is neither on nor off (off: running jobs are never preempted, quotas are caps only)"
+                        ),
+                    ));
+                }
+            };
+        }
+        if let Some(v) = get(ENV_PREEMPTION_MIN_RUN) {
+            let secs: u64 = number(ENV_PREEMPTION_MIN_RUN, &v, "a number of seconds")?;
+            if secs > 7 * 86_400 {
+                return Err(bad(
+                    ENV_PREEMPTION_MIN_RUN,
+                    "must be at most 604800 seconds (a week); set TUNEPLANE_PREEMPTION=off to never preempt",
+                ));
+            }
+            c.preemption_min_run = Duration::from_secs(secs);
         }
         if let Some(v) = get(ENV_INTERRUPTION_TAINTS) {
             let keys: Vec<String> = v
@@ -632,6 +668,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(bad.contains(ENV_NODE_LOST_GRACE), "{bad}");
+        for (var, value) in [
+            (ENV_PREEMPTION, "sometimes"),
+            (ENV_PREEMPTION_MIN_RUN, "-1"),
+            (ENV_PREEMPTION_MIN_RUN, "9999999"),
+        ] {
+            let err = with(&[(var, value)]).unwrap_err().to_string();
+            assert!(err.contains(var), "{err}");
+        }
+        let p = with(&[(ENV_PREEMPTION, "off"), (ENV_PREEMPTION_MIN_RUN, "30")]).unwrap();
+        assert!(!p.preemption);
+        assert_eq!(p.preemption_min_run, Duration::from_secs(30));
+        let d = with(&[]).unwrap();
+        assert!(d.preemption);
+        assert_eq!(d.preemption_min_run, Duration::from_secs(600));
         let taints = with(&[(ENV_INTERRUPTION_TAINTS, "a/b, c")]).unwrap();
         assert_eq!(
             taints.interruption_taints,

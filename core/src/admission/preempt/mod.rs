@@ -121,9 +121,10 @@ pub fn preemption_candidates<'q>(
     plan: &AdmissionPlan<'_>,
     rules: &PreemptionRules,
 ) -> Vec<&'q JobRecord> {
-    let any_waiting = plan.waiting.iter().any(|w| {
-        waits_for_room(w.reason) || w.reason == PendingReason::QuotaExceeded
-    });
+    let any_waiting = plan
+        .waiting
+        .iter()
+        .any(|w| waits_for_room(w.reason) || w.reason == PendingReason::QuotaExceeded);
     if !any_waiting {
         return Vec::new();
     }
@@ -225,7 +226,8 @@ impl<'c> Nodes<'c> {
     /// leaves each free GPU its share, as the planner does).
     fn fits(&self, i: usize, room: &Room, pool: &Pool) -> bool {
         let (cpus, memory_gb) = if pool.series.is_none() && self.gpu_node[i] {
-            self.share.cpu_job_room(room.gpus, room.cpus, room.memory_gb)
+            self.share
+                .cpu_job_room(room.gpus, room.cpus, room.memory_gb)
         } else {
             (room.cpus, room.memory_gb)
         };
@@ -527,16 +529,18 @@ pub fn plan_preemptions(
                 .collect();
             // Within the tenant's limits once the victims are gone.
             let quota_ok = |set: &[usize]| {
-                needs.iter().all(|(s, g)| match limit(&quota_of, &job.tenant, s) {
-                    None => true,
-                    Some(l) => {
-                        let freed: u32 = set.iter().map(|&k| pool[k].gpus_of(s)).sum();
-                        held.get(&job.tenant, s)
-                            .saturating_sub(freed)
-                            .saturating_add(*g)
-                            <= l
-                    }
-                })
+                needs
+                    .iter()
+                    .all(|(s, g)| match limit(&quota_of, &job.tenant, s) {
+                        None => true,
+                        Some(l) => {
+                            let freed: u32 = set.iter().map(|&k| pool[k].gpus_of(s)).sum();
+                            held.get(&job.tenant, s)
+                                .saturating_sub(freed)
+                                .saturating_add(*g)
+                                <= l
+                        }
+                    })
             };
             found = search::cheapest(&nodes, job, &pool, &cands, &|_| true, &quota_ok, rules)
                 .map(|(set, placements)| (PreemptionRule::Priority, set, placements));

@@ -86,9 +86,10 @@ pub(super) fn cheapest(
         .iter()
         .copied()
         .filter(|&k| {
-            pool[k].held.iter().any(|(i, _)| {
-                job.spec.pools.iter().any(|p| nodes.in_scope(*i, p))
-            })
+            pool[k]
+                .held
+                .iter()
+                .any(|(i, _)| job.spec.pools.iter().any(|p| nodes.in_scope(*i, p)))
         })
         .collect();
     if cands.is_empty() {
@@ -130,7 +131,9 @@ pub(super) fn cheapest(
         for at in (0..set.len()).rev() {
             let k = set.remove(at);
             match enough(&set).then(|| fit.place(&set, &[])).flatten() {
-                Some(placed) if !set.is_empty() => best = Some((key(pool, &set), set.clone(), placed)),
+                Some(placed) if !set.is_empty() => {
+                    best = Some((key(pool, &set), set.clone(), placed))
+                }
                 _ => set.insert(at, k),
             }
         }

@@ -33,7 +33,13 @@ fn gpus(series: &str, nodes: u32, g: u32) -> serde_json::Value {
 }
 
 fn queued(id: &str, tenant: &str, priority: i32, pools: serde_json::Value) -> JobRecord {
-    JobRecord::new_queued(id, tenant.parse().unwrap(), spec(priority, pools, true), "ab", 1)
+    JobRecord::new_queued(
+        id,
+        tenant.parse().unwrap(),
+        spec(priority, pools, true),
+        "ab",
+        1,
+    )
 }
 
 /// A job of `tenant` running since `running_at` on `nodes` (one machine each).
@@ -86,8 +92,7 @@ fn fleet(names: &[&str], jobs: &[JobRecord]) -> CapacitySnapshot {
 
 fn quota(tenant: &str, gpus: u32, borrow: bool) -> TenantQuota {
     let mut q = TenantQuota::unlimited(&tenant.parse().unwrap());
-    q.series
-        .insert("h200".into(), SeriesLimit { gpus, borrow });
+    q.series.insert("h200".into(), SeriesLimit { gpus, borrow });
     q
 }
 
@@ -140,12 +145,19 @@ fn a_tenant_within_its_quota_reclaims_the_cheapest_borrowed_job_never_the_one_wi
     let p = &got[0];
     assert_eq!(p.job_id, "a");
     assert_eq!(p.rule, PreemptionRule::Reclaim);
-    assert_eq!(victims(p), ["b-saves-2"], "the newest checkpoint loses least");
+    assert_eq!(
+        victims(p),
+        ["b-saves-2"],
+        "the newest checkpoint loses least"
+    );
     assert_eq!(p.placements[0].nodes, ["n3"]);
     assert_eq!(p.lost_gpu_seconds, 8 * 2);
     let n = &p.victims[0].notice;
     assert_eq!(n.lost_seconds, 2);
-    assert_eq!(n.checkpoint.as_deref(), Some(&*format!("step-{}", NOW - 2_000)));
+    assert_eq!(
+        n.checkpoint.as_deref(),
+        Some(&*format!("step-{}", NOW - 2_000))
+    );
     assert_eq!(n.series.as_deref(), Some("h200"));
 }
 
@@ -199,9 +211,23 @@ fn a_tenant_above_its_limit_or_without_one_reclaims_nothing() {
 #[test]
 fn jobs_that_ran_less_than_the_minimum_or_are_not_preemptible_are_never_victims() {
     let queue = vec![
-        running("young", "team-b", 0, gpus("h200", 1, 8), &["n1"], NOW - MIN + 1),
+        running(
+            "young",
+            "team-b",
+            0,
+            gpus("h200", 1, 8),
+            &["n1"],
+            NOW - MIN + 1,
+        ),
         {
-            let mut j = running("pinned", "team-b", 0, gpus("h200", 1, 8), &["n2"], NOW - 600_000);
+            let mut j = running(
+                "pinned",
+                "team-b",
+                0,
+                gpus("h200", 1, 8),
+                &["n2"],
+                NOW - 600_000,
+            );
             j.spec.preemptible = false;
             j
         },
@@ -420,9 +446,19 @@ fn the_victim_choice_loses_no_more_than_the_best_subset_found_by_brute_force() {
                 Candidate::new(j, held, lookup(j).as_ref(), NOW)
             })
             .collect();
-        let limit_of = |t: &str| quotas.iter().find(|q| q.tenant.as_str() == t).unwrap().series["h200"].gpus;
+        let limit_of = |t: &str| {
+            quotas
+                .iter()
+                .find(|q| q.tenant.as_str() == t)
+                .unwrap()
+                .series["h200"]
+                .gpus
+        };
         let held_of = |t: &str| -> u32 {
-            runs.iter().filter(|j| j.tenant.as_str() == t).map(|j| j.spec.pools[0].nodes * j.spec.pools[0].gpus_per_node).sum()
+            runs.iter()
+                .filter(|j| j.tenant.as_str() == t)
+                .map(|j| j.spec.pools[0].nodes * j.spec.pools[0].gpus_per_node)
+                .sum()
         };
         let within = held_of("team-a") + machines * want <= 16;
         let mut best: Option<search::Key> = None;
@@ -455,7 +491,10 @@ fn the_victim_choice_loses_no_more_than_the_best_subset_found_by_brute_force() {
                     .iter()
                     .map(|v| pool.iter().position(|c| c.job.id == v.job_id).unwrap())
                     .collect();
-                assert!(fit.place(&set, &[]).is_some(), "round {round}: the set does not fit");
+                assert!(
+                    fit.place(&set, &[]).is_some(),
+                    "round {round}: the set does not fit"
+                );
                 assert_eq!(search::key(&pool, &set), b, "round {round}: {p:?}");
                 assert_eq!(p.lost_gpu_seconds, b.0, "round {round}");
             }
