@@ -27,11 +27,13 @@ pub enum AuditSource {
     Event,
     /// `tuneplane admin ...` on an operator's machine.
     AdminCli,
+    /// The reconciler itself (a preemption).
+    Reconciler,
 }
 
 impl AuditSource {
     /// Every source, in the order `--source` help and docs list them.
-    pub const ALL: [AuditSource; 7] = [
+    pub const ALL: [AuditSource; 8] = [
         AuditSource::Api,
         AuditSource::Console,
         AuditSource::Webhook,
@@ -39,6 +41,7 @@ impl AuditSource {
         AuditSource::Inbox,
         AuditSource::Event,
         AuditSource::AdminCli,
+        AuditSource::Reconciler,
     ];
 
     /// The name stored and printed (`api`, `admin_cli`, ...).
@@ -51,6 +54,7 @@ impl AuditSource {
             AuditSource::Inbox => "inbox",
             AuditSource::Event => "event",
             AuditSource::AdminCli => "admin_cli",
+            AuditSource::Reconciler => "reconciler",
         }
     }
 }
@@ -64,6 +68,9 @@ pub enum AuditAction {
     /// A job's stop was requested.
     #[serde(rename = "job.stop")]
     JobStop,
+    /// A running job was preempted (its attempt stopped and queued again) by the platform.
+    #[serde(rename = "job.preempt")]
+    JobPreempt,
     /// A playground was created.
     #[serde(rename = "playground.create")]
     PlaygroundCreate,
@@ -102,6 +109,7 @@ impl AuditAction {
         match self {
             AuditAction::JobSubmit => "job.submit",
             AuditAction::JobStop => "job.stop",
+            AuditAction::JobPreempt => "job.preempt",
             AuditAction::PlaygroundCreate => "playground.create",
             AuditAction::PlaygroundDelete => "playground.delete",
             AuditAction::QuotaSet => "quota.set",

@@ -109,10 +109,26 @@ impl PreemptNotice {
 pub struct Preempting {
     /// Why the victims were chosen.
     pub rule: PreemptionRule,
-    /// The victims (job ids; internal: never shown to this job's tenant, who may not own them).
-    pub victims: Vec<String>,
+    /// The victims (internal: never shown to this job's tenant, who may not own them).
+    pub victims: Vec<VictimRef>,
+    /// When the victims were told (Unix ms): a checkpoint they complete since lets their pods
+    /// go before their grace ends.
+    pub at_ms: i64,
     /// By when every victim's pods are gone at the latest (their grace from the decision).
     pub until_ms: i64,
+}
+
+/// A victim as the job it was preempted for finds it: its id and the namespace its pods run in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VictimRef {
+    /// The victim's job id.
+    pub job_id: String,
+    /// Its tenant (where its checkpoints are).
+    pub tenant: crate::ids::TenantId,
+    /// Its pods' namespace.
+    pub namespace: String,
+    /// Its attempt that was told to stop.
+    pub attempt: u32,
 }
 
 impl Preempting {
@@ -138,7 +154,13 @@ mod tests {
     fn the_waiting_jobs_message_counts_victims_and_time_left_and_names_no_job() {
         let p = Preempting {
             rule: PreemptionRule::Reclaim,
-            victims: vec!["job-of-team-b".into()],
+            victims: vec![VictimRef {
+                job_id: "job-of-team-b".into(),
+                tenant: "team-b".parse().unwrap(),
+                namespace: "ns".into(),
+                attempt: 1,
+            }],
+            at_ms: 10_000,
             until_ms: 60_000,
         };
         let m = p.message(1, 10_000);

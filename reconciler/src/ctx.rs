@@ -60,6 +60,8 @@ pub struct Ctx {
     pub live: crate::live_logs::LiveLogs,
     /// Log archives being written beside the passes, and their outcomes.
     pub archives: crate::archives::Archives,
+    /// Running jobs' newest complete checkpoints, as preemption last looked them up.
+    pub checkpoints: crate::preempt::CheckpointCache,
     /// Wakes the pass loop (watch events; an archive that ended).
     pub wake: Arc<tokio::sync::Notify>,
     /// The last published capacity (without its timestamp) and when it was published.
@@ -97,6 +99,7 @@ impl Ctx {
             leadership,
             seen_events: Mutex::new(HashMap::new()),
             pending_written: Mutex::new(HashMap::new()),
+            checkpoints: crate::preempt::CheckpointCache::default(),
             shared_objects: Mutex::new(HashMap::new()),
             shared_create: tokio::sync::Mutex::new(()),
             created_workloads: Mutex::new(HashMap::new()),

@@ -63,7 +63,13 @@ pub fn decide(job: &JobRecord, observed: &Observed, now_ms: i64, cap_ms: Option<
             "stopped at the user's request",
         );
     }
-    let admitted_for = now_ms - job.admitted_at_ms.unwrap_or(now_ms);
+    // A job admitted onto the nodes of preempted jobs counts its pre-running time from when
+    // their pods are gone at the latest (their grace).
+    let waited_from = job
+        .admitted_at_ms
+        .unwrap_or(now_ms)
+        .max(job.preempting.as_ref().map_or(i64::MIN, |p| p.until_ms));
+    let admitted_for = now_ms - waited_from;
     let deadline = pre_running_deadline_ms(job, cap_ms);
     let pre_running_over = job.state == JobState::Admitted && admitted_for > deadline;
     let last = |fallback: &str| match &job.pending {
@@ -79,6 +85,11 @@ pub fn decide(job: &JobRecord, observed: &Observed, now_ms: i64, cap_ms: Option<
             ),
         )
     };
+    if *observed != Observed::Succeeded
+        && let Some(failure) = preempted(job)
+    {
+        return fail_with(failure);
+    }
     match observed {
         Observed::Succeeded => Step::Finish {
             state: JobState::Succeeded,
@@ -131,6 +142,27 @@ pub fn decide(job: &JobRecord, observed: &Observed, now_ms: i64, cap_ms: Option<
             }
         }
     }
+}
+
+/// The failure that ends `job`'s attempt when a preemption notice names it (a notice of an
+/// earlier attempt is stale). An attempt that succeeded meanwhile keeps its success.
+pub fn preempted(job: &JobRecord) -> Option<Failure> {
+    let notice = job.preempt.as_ref()?;
+    if notice.attempt != job.attempt || !matches!(job.state, JobState::Admitted | JobState::Running)
+    {
+        return None;
+    }
+    let mut failure = Failure::new(
+        FailureReason::Preempted,
+        notice.message(job.spec.deadlines.grace_seconds),
+    );
+    failure.lost_seconds = Some(notice.lost_seconds);
+    failure.evidence = notice
+        .checkpoint
+        .iter()
+        .map(|c| format!("newest complete checkpoint {c}"))
+        .collect();
+    Some(failure)
 }
 
 /// A queued job's message may change every pass (free GPU counts, the blocking job); it is

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod pass;
 pub mod playground;
 pub mod policies;
+pub mod preempt;
 pub mod rayjob;
 mod run;
 pub mod status;

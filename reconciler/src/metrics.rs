@@ -23,6 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tuneplane_core::job::JobState;
+use tuneplane_core::preemption::PreemptionRule;
 use tuneplane_core::quota::TenantUsage;
 
 use crate::error::{Error, Result};
@@ -41,6 +42,11 @@ struct StateLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CauseLabel {
     cause: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabel {
+    reason: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -71,6 +77,8 @@ pub struct Metrics {
     terminal: Family<StateLabel, Counter>,
     orphans_deleted: Counter,
     requeued: Counter,
+    preemptions: Family<RuleLabel, Counter>,
+    preemption_lost: Counter<f64, AtomicU64>,
     pass_duration: Histogram,
     passes: AtomicU64,
     last_pass: Gauge<f64, AtomicU64>,
@@ -108,6 +116,8 @@ impl Default for Metrics {
             terminal: Family::default(),
             orphans_deleted: Counter::default(),
             requeued: Counter::default(),
+            preemptions: Family::default(),
+            preemption_lost: Counter::default(),
             pass_duration: Histogram::new(PASS_BUCKETS),
             passes: AtomicU64::new(0),
             last_pass: Gauge::default(),
@@ -139,6 +149,11 @@ impl Default for Metrics {
         for cause in CAUSES {
             let _ = m.step_errors.get_or_create(&CauseLabel { cause });
         }
+        for rule in [PreemptionRule::Reclaim, PreemptionRule::Priority] {
+            let _ = m.preemptions.get_or_create(&RuleLabel {
+                reason: rule.as_str(),
+            });
+        }
         let r = &mut registry;
         r.register(
             "tuneplane_queue_depth",
@@ -169,6 +184,16 @@ impl Default for Metrics {
             "tuneplane_jobs_requeued",
             "Attempts lost to the infrastructure (or failed with application retries left) after which the job was queued again.",
             m.requeued.clone(),
+        );
+        r.register(
+            "tuneplane_preemptions",
+            "Running jobs preempted (stopped to be queued again), by rule: reclaim (a tenant within its quota took back GPUs another held above its own) or priority (a higher-priority job of the same tenant).",
+            m.preemptions.clone(),
+        );
+        r.register(
+            "tuneplane_preemption_lost_gpu_seconds",
+            "GPU-seconds of work preempted jobs had done since their newest complete checkpoint when told to stop (at most what they lost; a CPU-only machine counts as one GPU).",
+            m.preemption_lost.clone(),
         );
         r.register(
             "tuneplane_orphans_deleted",
@@ -360,6 +385,17 @@ impl Metrics {
     /// Counts a job queued again for its next attempt.
     pub fn inc_requeued(&self) {
         self.requeued.inc();
+    }
+    /// Counts a preempted job and the GPU-seconds it stood to lose.
+    pub fn inc_preemption(&self, rule: PreemptionRule, lost_gpu_seconds: u64) {
+        self.preemptions
+            .get_or_create(&RuleLabel {
+                reason: rule.as_str(),
+            })
+            .inc();
+        // f64 holds every integer below 2^53 exactly: ~285 million GPU-years.
+        #[allow(clippy::cast_precision_loss)]
+        self.preemption_lost.inc_by(lost_gpu_seconds as f64);
     }
     /// Counts a deleted orphan workload.
     pub fn inc_orphans(&self) {

@@ -1,6 +1,6 @@
 //! One reconcile pass (docs/design.md §8), a function per phase that [`pass`] calls in turn:
 //! [`read_queue`] → [`publish_capacity`] → [`sync_jobs`] → (leader) [`sweep`] → quotas →
-//! [`plan`] → [`within_budget`] → [`admit_planned`] → [`record_waiting`] → playgrounds → live logs.
+//! [`plan`] → [`crate::preempt::phase`] → [`within_budget`] → [`admit_planned`] → [`record_waiting`] → playgrounds → live logs.
 //!
 //! The pass reads the reflector stores once (a [`Cluster`]) and the active index once, then acts.
 //! It is a periodic pass over all jobs rather than a per-object reconcile, because admission is
@@ -20,6 +20,7 @@ use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::PendingReason;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::playground::{STAND_IN_POOL, admission_stand_in};
+use tuneplane_core::preemption::Preempting;
 use tuneplane_core::privacy::redact_job_ids;
 use tuneplane_core::quota::{TenantQuota, tenant_usage};
 use tuneplane_core::render::{job_workload_name, label_value, termination_grace_seconds};
@@ -129,17 +130,21 @@ pub fn previous_attempt_stopping(cluster: &Cluster, job: &JobRecord, now: i64) -
     })
 }
 
-async fn admit(
+/// Admits `job` onto `placements` (the record with its `Admitted` event saying `placement`, then
+/// the workload); `preempting` when it was admitted onto nodes of jobs preempted for it.
+pub(crate) async fn admit(
     ctx: &Ctx,
     job: &JobRecord,
     placements: Vec<PoolPlacement>,
     placement: String,
+    preempting: Option<Preempting>,
     now: i64,
 ) -> Result<()> {
     let mut next = job.clone();
     next.transition(JobState::Admitted, now)?;
     next.workload_name = Some(job_workload_name(job));
     next.pending = None;
+    next.preempting = preempting;
     // The plan is part of the record: the workload is rendered pinned to it, also when a later
     // pass (after a crash) creates it.
     next.placements = placements;
@@ -226,7 +231,7 @@ async fn admit_one(
 ) -> (String, Result<()>) {
     (
         job.id.clone(),
-        admit(ctx, job, placements, message, now).await,
+        admit(ctx, job, placements, message, None, now).await,
     )
 }
 
@@ -238,7 +243,13 @@ async fn a_few_at_a_time<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
         .await
 }
 
-fn note(ctx: &Ctx, report: &mut PassReport, what: &str, job_id: &str, outcome: Result<()>) {
+pub(crate) fn note(
+    ctx: &Ctx,
+    report: &mut PassReport,
+    what: &str,
+    job_id: &str,
+    outcome: Result<()>,
+) {
     if let Err(e) = outcome {
         report.errors += 1;
         ctx.metrics.inc_step_error(&e);
@@ -346,8 +357,9 @@ async fn sweep(ctx: &Ctx, cluster: &Cluster, jobs: &[JobRecord], report: &mut Pa
     note(ctx, report, "network policy sweep", "", policies);
 }
 
-/// Phase 5: the admission plan over the queue, with what admitted but unbound work holds; a job
-/// queued again waits while its previous attempt's pods still save their checkpoint.
+/// Phase 5: the admission plan over the queue, with what admitted but unbound work holds (also
+/// returned: preemption plans on the same books); a job queued again waits while its previous
+/// attempt's pods still save their checkpoint.
 fn plan<'q>(
     ctx: &Ctx,
     cluster: &Cluster,
@@ -356,7 +368,7 @@ fn plan<'q>(
     capacity: &CapacitySnapshot,
     quotas: &[TenantQuota],
     now: i64,
-) -> AdmissionPlan<'q> {
+) -> (AdmissionPlan<'q>, Vec<Reservation>) {
     let jobs = &queue.active[..queue.jobs];
     let mut held = reservations(cluster, jobs);
     held.extend(crate::playground::reservations(
@@ -382,7 +394,7 @@ fn plan<'q>(
             });
         }
     }
-    plan
+    (plan, held)
 }
 
 /// Phase 6: the plan's admissions cut to what the client's rate limit creates in about a
@@ -528,7 +540,20 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         return Ok(report);
     };
     let waits = {
-        let mut plan = plan(ctx, cluster, &queue, &playgrounds, &capacity, &quotas, now);
+        let (mut plan, held) = plan(ctx, cluster, &queue, &playgrounds, &capacity, &quotas, now);
+        // Phase 5b: waiting jobs owed room take it from running ones (docs/design.md §3).
+        crate::preempt::phase(
+            ctx,
+            cluster,
+            &queue.active,
+            &capacity,
+            &held,
+            &quotas,
+            &mut plan,
+            now,
+            &mut report,
+        )
+        .await;
         // Plans name jobs by id: look them up once each (10,000 queued jobs made a scan per job
         // quadratic).
         let by_id: HashMap<&str, &JobRecord> =

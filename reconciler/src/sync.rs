@@ -320,7 +320,16 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
         .config
         .pre_running_cap
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    match decide(job, &observed, now, cap_ms) {
+    let mut step = decide(job, &observed, now, cap_ms);
+    if matches!(step, Step::Wait | Step::SetPending(_))
+        && job.preempting.is_some()
+        && let Some((reason, message)) = crate::preempt::follow(ctx, cluster, job, now).await?
+    {
+        // What the job waits for is the preempted jobs' pods stopping, whatever the scheduler
+        // says of its own pods meanwhile.
+        step = preempting_pending(ctx, job, reason, message, now);
+    }
+    match step {
         Step::Wait => {}
         // Created by this process moments ago, not yet in the watch's cache: not lost.
         Step::Create
@@ -366,6 +375,34 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
         }
     }
     Ok(())
+}
+
+/// The step recording `reason` and `message` on an admitted job that waits for preempted jobs:
+/// a new reason at once, a new message (the count, the time left) at most every
+/// [`crate::decide::MESSAGE_REFRESH_MS`].
+fn preempting_pending(
+    ctx: &Ctx,
+    job: &JobRecord,
+    reason: PendingReason,
+    message: String,
+    now: i64,
+) -> Step {
+    let last = ctx
+        .pending_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&job.id)
+        .copied();
+    match crate::decide::next_pending(job.pending.as_ref(), reason, &message, now, last) {
+        Some((pending, _)) => {
+            ctx.pending_written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(job.id.clone(), now);
+            Step::SetPending(pending)
+        }
+        None => Step::Wait,
+    }
 }
 
 /// The job's log archive: `Some(key)` once written; `None` while it is being written beside the

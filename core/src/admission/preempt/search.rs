@@ -171,14 +171,15 @@ impl Bound<'_, '_, '_> {
         if self.fit.checks >= self.budget {
             return;
         }
-        if !set.is_empty() && (self.enough)(set) {
-            if let Some(placed) = self.fit.place(set, &[]) {
-                let k = key(self.pool, set);
-                if self.best.as_ref().is_none_or(|(b, ..)| k < *b) {
-                    self.best = Some((k, set.clone(), placed));
-                }
-                return;
+        if !set.is_empty()
+            && (self.enough)(set)
+            && let Some(placed) = self.fit.place(set, &[])
+        {
+            let k = key(self.pool, set);
+            if self.best.as_ref().is_none_or(|(b, ..)| k < *b) {
+                self.best = Some((k, set.clone(), placed));
             }
+            return;
         }
         if at == self.cands.len() {
             return;

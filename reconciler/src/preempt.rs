@@ -1,0 +1,394 @@
+//! Preemption in a pass (docs/design.md §3, "Preemption"; the phase after the plan in §8), and
+//! what follows it until the preempting job's pods start.
+//!
+//! [`phase`] asks [`plan_preemptions`] which running jobs stop for which waiting job, then, for
+//! each decision, in this order: a notice on every victim (with its `Preempted` warning event and
+//! an audit entry), the waiting job admitted onto the nodes the victims free (its record says what
+//! it waits for: [`Preempting`]), and each victim synced at once, which ends its attempt as
+//! `Preempted` (logs archived, requeued in place, workload deleted with the spec's grace: the
+//! runner forwards SIGTERM and uploads the checkpoint the entrypoint saves). A crash between the
+//! steps leaves notices whose victims the next pass stops all the same, and a waiting job the next
+//! pass plans again on what is then free.
+//!
+//! [`follow`] runs for an admitted job that preempted: while a victim's pods still stop, the job's
+//! pending reason is `Preempting` with the count and the time left; a victim whose attempt has
+//! completed a checkpoint since the notice has its remaining pods deleted at once rather than at
+//! the end of their grace.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::DeleteParams;
+use tuneplane_core::admission::{
+    AdmissionPlan, CheckpointSeen, Preemption, PreemptionRules, Reservation, plan_preemptions,
+    preemption_candidates,
+};
+use tuneplane_core::audit::{Actor, AuditAction, AuditEntry, AuditSource};
+use tuneplane_core::capacity::CapacitySnapshot;
+use tuneplane_core::job::{JobRecord, JobState, PendingReason};
+use tuneplane_core::outputs::latest_checkpoint;
+use tuneplane_core::preemption::{Preempting, VictimRef};
+use tuneplane_core::quota::TenantQuota;
+use tuneplane_core::render::{attempt_workload_name, label_value, termination_grace_seconds};
+
+use crate::cluster::{Cluster, belongs_to, pod_info};
+use crate::ctx::PassReport;
+use crate::error::{Error, Result};
+use crate::sync::{platform_event, sync_job};
+use crate::{Ctx, pass};
+
+/// How long a looked-up checkpoint is trusted when choosing victims: a checkpoint completed
+/// since makes a victim look costlier than it is for at most this long.
+const CHECKPOINT_TTL_MS: i64 = 15_000;
+/// Most checkpoint lookups one pass makes; the candidates not looked up count as having no
+/// checkpoint (the costliest victims) until a later pass looks them up.
+const LOOKUPS_PER_PASS: usize = 256;
+/// Lookups in flight at once.
+const LOOKUP_CONCURRENCY: usize = 16;
+
+/// Newest complete checkpoints of running jobs, as last looked up (job id → when, and what).
+#[derive(Debug, Default)]
+pub struct CheckpointCache {
+    seen: Mutex<HashMap<String, (i64, Option<CheckpointSeen>)>>,
+}
+
+impl CheckpointCache {
+    fn fresh(&self, job_id: &str, now: i64) -> Option<Option<CheckpointSeen>> {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.get(job_id)
+            .filter(|(at, _)| now - at < CHECKPOINT_TTL_MS)
+            .map(|(_, c)| c.clone())
+    }
+
+    fn put(&self, job_id: &str, now: i64, found: Option<CheckpointSeen>) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        // Entries of jobs long gone are dropped now and then rather than tracked.
+        if seen.len() > 4 * LOOKUPS_PER_PASS * 16 {
+            seen.retain(|_, (at, _)| now - *at < CHECKPOINT_TTL_MS);
+        }
+        seen.insert(job_id.to_owned(), (now, found));
+    }
+}
+
+async fn lookup(ctx: &Ctx, job: &JobRecord) -> Result<Option<CheckpointSeen>> {
+    let found = latest_checkpoint(ctx.blobs.as_ref(), &job.tenant, &job.id)
+        .await
+        .map_err(Error::from)?;
+    Ok(found.map(|c| CheckpointSeen {
+        name: c.name,
+        completed_at_ms: c.completed_at_ms,
+    }))
+}
+
+async fn looked_up<'j>(
+    ctx: &Ctx,
+    job: &'j JobRecord,
+) -> (&'j JobRecord, Result<Option<CheckpointSeen>>) {
+    (job, lookup(ctx, job).await)
+}
+
+/// The newest complete checkpoint of each of `jobs`, from the cache or looked up (at most
+/// [`LOOKUPS_PER_PASS`] lookups); a job whose lookup failed or was not made is left out.
+async fn checkpoints(
+    ctx: &Ctx,
+    jobs: &[&JobRecord],
+    now: i64,
+) -> HashMap<String, Option<CheckpointSeen>> {
+    let mut known = HashMap::new();
+    let mut missing = Vec::new();
+    for &job in jobs {
+        match ctx.checkpoints.fresh(&job.id, now) {
+            Some(c) => {
+                known.insert(job.id.clone(), c);
+            }
+            None if missing.len() < LOOKUPS_PER_PASS => missing.push(job),
+            None => {}
+        }
+    }
+    // Futures are collected first: a stream over a borrowing closure would not be `Send`.
+    let lookups: Vec<_> = missing.into_iter().map(|job| looked_up(ctx, job)).collect();
+    let looked: Vec<_> = futures_util::stream::iter(lookups)
+        .buffer_unordered(LOOKUP_CONCURRENCY)
+        .collect()
+        .await;
+    for (job, outcome) in looked {
+        match outcome {
+            Ok(c) => {
+                ctx.checkpoints.put(&job.id, now, c.clone());
+                known.insert(job.id.clone(), c);
+            }
+            Err(e) => {
+                ctx.metrics.inc_step_error(&e);
+                tracing::warn!(job_id = %job.id, error = %e, "checkpoint lookup failed; the job counts as having none this pass");
+            }
+        }
+    }
+    known
+}
+
+/// The rules preemption runs with at `now`, from the configuration.
+pub fn rules(ctx: &Ctx, now: i64) -> PreemptionRules {
+    PreemptionRules {
+        min_run_ms: i64::try_from(ctx.config.preemption_min_run.as_millis()).unwrap_or(i64::MAX),
+        ..PreemptionRules::at(now)
+    }
+}
+
+/// The preemption phase: decides on the pass's snapshot after `plan` (made from the same
+/// `active`, `capacity`, `held` and `quotas`), carries each decision out and takes the jobs it
+/// admitted out of `plan.waiting`.
+#[allow(clippy::too_many_arguments)]
+pub async fn phase(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    active: &[JobRecord],
+    capacity: &CapacitySnapshot,
+    held: &[Reservation],
+    quotas: &[TenantQuota],
+    plan: &mut AdmissionPlan<'_>,
+    now: i64,
+    report: &mut PassReport,
+) {
+    if !ctx.config.preemption {
+        return;
+    }
+    let rules = rules(ctx, now);
+    let candidates = preemption_candidates(active, plan, &rules);
+    if candidates.is_empty() {
+        return;
+    }
+    let seen = checkpoints(ctx, &candidates, now).await;
+    let found = |j: &JobRecord| seen.get(&j.id).cloned().flatten();
+    let decisions = plan_preemptions(active, capacity, held, quotas, plan, &found, &rules);
+    if decisions.is_empty() {
+        return;
+    }
+    let by_id: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.id.as_str(), j)).collect();
+    for decision in decisions {
+        let id = decision.job_id.clone();
+        let outcome = carry_out(ctx, cluster, &by_id, decision, now).await;
+        if outcome.is_ok() {
+            report.admitted += 1;
+            plan.waiting.retain(|w| w.job_id != id);
+        }
+        pass::note(ctx, report, "preempt", &id, outcome);
+    }
+}
+
+/// One decision carried out: notices, the waiting job's admission, the victims stopped.
+async fn carry_out(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    by_id: &HashMap<&str, &JobRecord>,
+    decision: Preemption,
+    now: i64,
+) -> Result<()> {
+    let Some(&job) = by_id.get(decision.job_id.as_str()) else {
+        return Ok(());
+    };
+    // Every victim first: a waiting job admitted onto nodes whose jobs were never told to stop
+    // would wait for nothing. A victim that cannot be told fails the decision; those already
+    // told stop anyway, and the waiting job is planned again next pass.
+    let mut stopping = Vec::new();
+    let mut until_ms = now;
+    for victim in &decision.victims {
+        // The plan chose victims among `active`: always found.
+        let Some(&record) = by_id.get(victim.job_id.as_str()) else {
+            continue;
+        };
+        let grace = record.spec.deadlines.grace_seconds;
+        let mut next = record.clone();
+        next.preempt = Some(victim.notice.clone());
+        let event = platform_event(
+            now,
+            format!("attempt-{}-preempted", record.attempt),
+            "Warning",
+            "Preempted",
+            victim.notice.message(grace),
+        );
+        let stored = ctx.jobs.update_job_with_events(&next, &[event]).await?;
+        ctx.metrics.inc_preemption(
+            decision.rule,
+            victim
+                .notice
+                .lost_seconds
+                .saturating_mul(u64::from(victim.notice.gpus)),
+        );
+        audit(ctx, record, &victim.notice, now).await;
+        tracing::info!(
+            job_id = %record.id,
+            attempt = record.attempt,
+            rule = %decision.rule,
+            lost_seconds = victim.notice.lost_seconds,
+            "preempted"
+        );
+        let grace_ms = i64::try_from(termination_grace_seconds(record).saturating_mul(1000))
+            .unwrap_or(i64::MAX);
+        until_ms = until_ms.max(now.saturating_add(grace_ms));
+        stopping.push(VictimRef {
+            job_id: record.id.clone(),
+            tenant: record.tenant.clone(),
+            namespace: record.spec.namespace.clone(),
+            attempt: record.attempt,
+        });
+        // Stopped now rather than at the next pass: the grace runs from the notice.
+        if let Err(e) = Box::pin(sync_job(ctx, cluster, &stored, now)).await {
+            pass::note(
+                ctx,
+                &mut PassReport::default(),
+                "stop victim",
+                &record.id,
+                Err(e),
+            );
+        }
+    }
+    let preempting = Preempting {
+        rule: decision.rule,
+        victims: stopping,
+        at_ms: now,
+        until_ms,
+    };
+    let placement = decision
+        .placements
+        .iter()
+        .map(|p| format!("{}: {}", p.pool, p.nodes.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let message = format!(
+        "admitted; {}; planned nodes {placement}",
+        preempting.message(preempting.victims.len(), now)
+    );
+    pass::admit(
+        ctx,
+        job,
+        decision.placements,
+        message,
+        Some(preempting),
+        now,
+    )
+    .await
+}
+
+/// The audit entry of a preemption, in the victim's tenant's trail (its job changed); the rule,
+/// never the job it was preempted for.
+async fn audit(
+    ctx: &Ctx,
+    victim: &JobRecord,
+    notice: &tuneplane_core::preemption::PreemptNotice,
+    now: i64,
+) {
+    let actor = Actor {
+        key_id: "reconciler".into(),
+        source: AuditSource::Reconciler,
+        request_id: format!("preempt-{}-a{}", victim.id, victim.attempt),
+    };
+    let change = serde_json::json!({
+        "rule": notice.rule.as_str(),
+        "attempt": notice.attempt,
+        "gpus": notice.gpus,
+        "series": notice.series,
+        "lost_seconds": notice.lost_seconds,
+        "checkpoint": notice.checkpoint,
+    });
+    let entry = AuditEntry::new(
+        &actor,
+        &victim.tenant,
+        AuditAction::JobPreempt,
+        &victim.id,
+        change,
+        now,
+    );
+    if let Err(e) = ctx.jobs.append_audit(&entry).await {
+        let e = Error::from(e);
+        ctx.metrics.inc_step_error(&e);
+        tracing::warn!(job_id = %victim.id, error = %e, "preemption audit entry not written");
+    }
+}
+
+/// The pods of `victim`'s stopped attempt that have not ended.
+fn victim_pods<'c>(cluster: &'c Cluster, victim: &VictimRef) -> Vec<&'c Pod> {
+    let workload = attempt_workload_name(&victim.job_id, victim.attempt);
+    cluster
+        .job_pods(&victim.namespace, &label_value(&victim.job_id))
+        .into_iter()
+        .filter(|p| belongs_to(p, &victim.job_id, &workload))
+        .filter(|p| !pod_info(p).terminal)
+        .collect()
+}
+
+/// For an admitted `job` that preempted: how many of its victims' pods still stop, and the
+/// pending reason to show while they do (`None` once they are all gone). Victims that completed
+/// a checkpoint since the notice have their remaining pods deleted at once.
+pub async fn follow(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    job: &JobRecord,
+    now: i64,
+) -> Result<Option<(PendingReason, String)>> {
+    let Some(preempting) = job.preempting.as_ref() else {
+        return Ok(None);
+    };
+    if job.state != JobState::Admitted {
+        return Ok(None);
+    }
+    let mut stopping = 0;
+    for victim in &preempting.victims {
+        let pods = victim_pods(cluster, victim);
+        if pods.is_empty() {
+            continue;
+        }
+        stopping += 1;
+        let saved = victim_saved_since(ctx, victim, preempting.at_ms).await?;
+        if saved {
+            force_delete(ctx, &pods).await?;
+        }
+    }
+    Ok((stopping > 0).then(|| (PendingReason::Preempting, preempting.message(stopping, now))))
+}
+
+/// Whether `victim` completed a checkpoint at or after `since_ms` (looked up afresh: this is
+/// what lets its pods go before their grace ends).
+async fn victim_saved_since(ctx: &Ctx, victim: &VictimRef, since_ms: i64) -> Result<bool> {
+    let found = latest_checkpoint(ctx.blobs.as_ref(), &victim.tenant, &victim.job_id)
+        .await
+        .map_err(Error::from)?;
+    Ok(found.is_some_and(|c| c.completed_at_ms >= since_ms))
+}
+
+/// Deletes `pods` without their grace (their attempt's checkpoint is saved).
+async fn force_delete(ctx: &Ctx, pods: &[&Pod]) -> Result<()> {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::background()
+    };
+    for pod in pods {
+        let (Some(ns), Some(name)) = (
+            pod.metadata.namespace.as_deref(),
+            pod.metadata.name.as_deref(),
+        ) else {
+            continue;
+        };
+        // Already going without grace.
+        if pod.metadata.deletion_grace_period_seconds == Some(0) {
+            continue;
+        }
+        let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), ns);
+        let outcome = ctx
+            .kube
+            .call("delete pod", &format!("{ns}/{name}"), || {
+                api.delete(name, &params)
+            })
+            .await;
+        match outcome {
+            Err(Error::Kube { source, .. }) if crate::kube_io::is_not_found(&source) => {}
+            other => {
+                other?;
+            }
+        }
+        tracing::info!(pod = %name, "preempted pod deleted without its grace: its checkpoint is saved");
+    }
+    Ok(())
+}
