@@ -146,6 +146,7 @@ fn main() {
             webhooks: None,
             capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
             blob_tls: None,
+            preemption_min_run: None,
         })
         .await
         .unwrap();

@@ -34,6 +34,7 @@ fn options(dir: &Path, webhooks: Option<&Path>) -> StackOptions {
         webhooks: webhook_sources(webhooks, None).unwrap(),
         capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
         blob_tls: None,
+        preemption_min_run: None,
     }
 }
 

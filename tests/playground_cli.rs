@@ -45,6 +45,7 @@ async fn playground_create_refuses_what_the_fleet_cannot_host_and_list_explains_
         webhooks: None,
         capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
         blob_tls: None,
+        preemption_min_run: None,
     })
     .await;
 

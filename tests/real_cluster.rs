@@ -158,6 +158,9 @@ impl RealTier {
             webhooks: None,
             capsule_delivery: delivery,
             blob_tls,
+            // Preemption after 5 s of running: the preemption scenario's jobs run a minute. The
+            // other scenarios have no quotas and equal priorities, so nothing preempts there.
+            preemption_min_run: Some(Duration::from_secs(5)),
         })
         .await
         .unwrap();

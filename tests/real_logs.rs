@@ -52,6 +52,7 @@ async fn a_plain_look_at_a_running_job_shows_its_output_up_to_now_on_a_real_cont
         webhooks: None,
         capsule_delivery: CapsuleDelivery::Presigned,
         blob_tls: None,
+        preemption_min_run: None,
     })
     .await
     .unwrap();

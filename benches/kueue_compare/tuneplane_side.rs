@@ -52,6 +52,7 @@ pub fn serve(args: &[String]) -> anyhow::Result<()> {
             webhooks: None,
             capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
             blob_tls: None,
+            preemption_min_run: None,
         };
         let stack = tuneplane::dev::Stack::start(opts).await?;
         let mut random = [0u8; 20];

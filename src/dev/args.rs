@@ -139,6 +139,7 @@ impl DevArgs {
                 }),
                 _ => None,
             },
+            preemption_min_run: None,
             cluster: match &self.kubeconfig {
                 Some(path) => super::ClusterChoice::Real {
                     kubeconfig: path.clone(),

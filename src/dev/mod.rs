@@ -66,6 +66,9 @@ pub struct StackOptions {
     pub capsule_delivery: CapsuleDelivery,
     /// Serve the blob URLs pods fetch over HTTPS with this certificate (embedded backend only).
     pub blob_tls: Option<BlobTls>,
+    /// The reconciler's minimum run time before a job may be preempted, overriding
+    /// `TUNEPLANE_PREEMPTION_MIN_RUN_SECONDS` (`None`: that variable, or its default).
+    pub preemption_min_run: Option<Duration>,
 }
 
 /// The certificate of the HTTPS blob endpoint (PEM files).
@@ -229,19 +232,26 @@ impl Stack {
         )?;
         let webhook_sources: Vec<String> = fn_config.webhooks.keys().cloned().collect();
 
-        // The API rate limit is the one reconciler setting the stack takes from the environment
-        // (`TUNEPLANE_KUBE_QPS`, `TUNEPLANE_KUBE_BURST`, validated as the reconciler does).
-        use tuneplane_reconciler::config::{ENV_KUBE_BURST, ENV_KUBE_QPS};
-        let limits = tuneplane_reconciler::Config::from_lookup(|k| {
-            [ENV_KUBE_QPS, ENV_KUBE_BURST]
+        // The reconciler settings the stack takes from the environment, validated as the
+        // reconciler does: the API rate limit (`TUNEPLANE_KUBE_QPS`, `TUNEPLANE_KUBE_BURST`) and
+        // preemption (`TUNEPLANE_PREEMPTION`, `TUNEPLANE_PREEMPTION_MIN_RUN_SECONDS`).
+        use tuneplane_reconciler::config::{
+            ENV_KUBE_BURST, ENV_KUBE_QPS, ENV_PREEMPTION, ENV_PREEMPTION_MIN_RUN,
+        };
+        let from_env = tuneplane_reconciler::Config::from_lookup(|k| {
+            [ENV_KUBE_QPS, ENV_KUBE_BURST, ENV_PREEMPTION, ENV_PREEMPTION_MIN_RUN]
                 .contains(&k)
                 .then(|| std::env::var(k).ok())
                 .flatten()
         })?;
         let mut rc = tuneplane_reconciler::Config {
             pass_interval: opts.pass_interval,
-            kube_qps: limits.kube_qps,
-            kube_burst: limits.kube_burst,
+            kube_qps: from_env.kube_qps,
+            kube_burst: from_env.kube_burst,
+            preemption: from_env.preemption,
+            preemption_min_run: opts
+                .preemption_min_run
+                .unwrap_or(from_env.preemption_min_run),
             ..tuneplane_reconciler::Config::default()
         };
         let (sim, kube_config, kubeconfig, token) = match &opts.cluster {

@@ -5,6 +5,8 @@
 // Each test binary uses a part of this module.
 #![allow(dead_code)]
 
+pub mod preemption;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -50,6 +52,7 @@ pub async fn start(backend: Backend, data_dir: &Path) -> (Stack, Api) {
         webhooks: None,
         capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
         blob_tls: None,
+        preemption_min_run: None,
     })
     .await
 }
