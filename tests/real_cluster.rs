@@ -948,3 +948,98 @@ async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attemp
         );
     }
 }
+
+/// Preemption on the real control plane, pods run by the node agent: team-b borrows the h200
+/// series with a 2-node Ray job that saves every 5 s and a 1-node one that never saves; team-a,
+/// within its quota, submits a 1-node job, and the 2-node Ray job (the one losing the least) is
+/// preempted, resumes and succeeds. Within team-c, a priority-10 CPU job takes the place of one
+/// of its two priority-0 CPU jobs the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn preempted_ray_and_cpu_jobs_save_stop_and_resume_on_the_real_tier() {
+    use stack_support::preemption::{
+        GRACE_SECONDS, assert_preempted_and_resumed, cpu_training, h200_quota, job,
+        ray_training, running_with_checkpoints, submit, tenant_api,
+    };
+    if !real_tier_wanted() {
+        return;
+    }
+    let real = RealTier::start(CapsuleDelivery::Presigned, Transport::Https).await;
+    let stack = &real.stack;
+    capacity_with(&api_client(stack), "h200", 32).await;
+    h200_quota(stack, "team-b", 8, true).await;
+    h200_quota(stack, "team-a", 16, false).await;
+    let (a, b, c) = (
+        tenant_api(stack, "team-a").await,
+        tenant_api(stack, "team-b").await,
+        tenant_api(stack, "team-c").await,
+    );
+    const STEPS: u32 = 60;
+    let never = submit(&b, &ray_training(1, STEPS, 100_000)).await;
+    wait_until(&b, &never.id, 240, "running", |j| j.state == JobState::Running).await;
+    let gang = submit(&b, &ray_training(2, STEPS, 5)).await;
+    running_with_checkpoints(&b, &gang.id, 2, 240).await;
+    let lows = [
+        submit(&c, &cpu_training(STEPS, 5, 0)).await,
+        submit(&c, &cpu_training(STEPS, 5, 0)).await,
+    ];
+    for low in &lows {
+        running_with_checkpoints(&c, &low.id, 1, 120).await;
+    }
+
+    let mine = submit(&a, &ray_training(1, 10, 5)).await;
+    let urgent = submit(&c, &cpu_training(10, 5, 10)).await;
+    // While the victims save and stop, the preempting jobs say so.
+    let shown = wait_until(&a, &mine.id, 60, "waiting for the preempted job", |j| {
+        j.state == JobState::Running
+            || j.pending
+                .as_ref()
+                .is_some_and(|p| p.reason == PendingReason::Preempting)
+    })
+    .await;
+    if let Some(p) = &shown.pending {
+        assert!(
+            p.message.contains("of a borrowing tenant is saving and stopping"),
+            "{p:?}"
+        );
+        assert!(!p.message.contains(&gang.id), "{p:?}");
+    }
+    wait_until(&a, &mine.id, GRACE_SECONDS + 120, "running", |j| {
+        j.state == JobState::Running || j.state.is_terminal()
+    })
+    .await;
+    wait_until(&c, &urgent.id, GRACE_SECONDS + 60, "running", |j| {
+        j.state == JobState::Running || j.state.is_terminal()
+    })
+    .await;
+
+    // The gang (16 GPUs, a checkpoint at most ~5 s old) was the cheaper victim than the job that
+    // never saved (8 GPUs since it started).
+    assert_eq!(job(&b, &never.id).await.attempt, 1);
+    assert_preempted_and_resumed(&b, &gang.id, "preempted by quota reclaim", "team-a", STEPS)
+        .await;
+    let done = wait_until(&b, &never.id, 300, "terminal", |j| j.state.is_terminal()).await;
+    assert_eq!((done.state, done.attempt), (JobState::Succeeded, 1));
+
+    // One of team-c's low-priority jobs made room; the other ran on.
+    let mut preempted = Vec::new();
+    for low in &lows {
+        if job(&c, &low.id).await.attempt > 1 {
+            preempted.push(low.id.clone());
+        }
+    }
+    assert_eq!(preempted.len(), 1, "{preempted:?}");
+    assert_preempted_and_resumed(
+        &c,
+        &preempted[0],
+        "preempted by a higher-priority job of its own tenant",
+        &urgent.id,
+        STEPS,
+    )
+    .await;
+    for id in [&mine.id, &urgent.id] {
+        let api = if *id == mine.id { &a } else { &c };
+        let done = wait_until(api, id, 200, "terminal", |j| j.state.is_terminal()).await;
+        assert_eq!(done.state, JobState::Succeeded, "{done:?}");
+    }
+    real.stack.shutdown().await;
+}
