@@ -54,7 +54,10 @@ async fn a_tenant_takes_back_its_quota_from_a_borrower_that_loses_almost_nothing
     for j in &saving {
         running_with_checkpoints(&b, &j.id, 2, 120).await;
     }
-    wait_until(&b, &never.id, 120, "running", |j| j.state == JobState::Running).await;
+    wait_until(&b, &never.id, 120, "running", |j| {
+        j.state == JobState::Running
+    })
+    .await;
 
     // A non-preemptible job of team-b above its quota never borrows.
     let pinned_spec = format!("{}\npreemptible: false\n", ray_training(1, 5, 5));
@@ -97,14 +100,23 @@ async fn a_tenant_takes_back_its_quota_from_a_borrower_that_loses_almost_nothing
         }
     }
     assert_eq!(victims.len(), 1, "{victims:?}");
-    assert_ne!(victims[0], never.id, "the job without checkpoints was preempted");
+    assert_ne!(
+        victims[0], never.id,
+        "the job without checkpoints was preempted"
+    );
     let untouched: Vec<_> = saving
         .iter()
         .chain([&never])
         .filter(|j| j.id != victims[0])
         .collect();
-    assert_preempted_and_resumed(&b, &victims[0], "preempted by quota reclaim", "team-a", STEPS)
-        .await;
+    assert_preempted_and_resumed(
+        &b,
+        &victims[0],
+        "preempted by quota reclaim",
+        "team-a",
+        STEPS,
+    )
+    .await;
     for j in untouched {
         let done = wait_until(&b, &j.id, 200, "terminal", |j| j.state.is_terminal()).await;
         assert_eq!(

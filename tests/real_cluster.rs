@@ -957,8 +957,8 @@ async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attemp
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn preempted_ray_and_cpu_jobs_save_stop_and_resume_on_the_real_tier() {
     use stack_support::preemption::{
-        GRACE_SECONDS, assert_preempted_and_resumed, cpu_training, h200_quota, job,
-        ray_training, running_with_checkpoints, submit, tenant_api,
+        GRACE_SECONDS, assert_preempted_and_resumed, cpu_training, h200_quota, job, ray_training,
+        running_with_checkpoints, submit, tenant_api,
     };
     if !real_tier_wanted() {
         return;
@@ -975,7 +975,10 @@ async fn preempted_ray_and_cpu_jobs_save_stop_and_resume_on_the_real_tier() {
     );
     const STEPS: u32 = 60;
     let never = submit(&b, &ray_training(1, STEPS, 100_000)).await;
-    wait_until(&b, &never.id, 240, "running", |j| j.state == JobState::Running).await;
+    wait_until(&b, &never.id, 240, "running", |j| {
+        j.state == JobState::Running
+    })
+    .await;
     let gang = submit(&b, &ray_training(2, STEPS, 5)).await;
     running_with_checkpoints(&b, &gang.id, 2, 240).await;
     let lows = [
@@ -998,7 +1001,8 @@ async fn preempted_ray_and_cpu_jobs_save_stop_and_resume_on_the_real_tier() {
     .await;
     if let Some(p) = &shown.pending {
         assert!(
-            p.message.contains("of a borrowing tenant is saving and stopping"),
+            p.message
+                .contains("of a borrowing tenant is saving and stopping"),
             "{p:?}"
         );
         assert!(!p.message.contains(&gang.id), "{p:?}");
@@ -1015,8 +1019,7 @@ async fn preempted_ray_and_cpu_jobs_save_stop_and_resume_on_the_real_tier() {
     // The gang (16 GPUs, a checkpoint at most ~5 s old) was the cheaper victim than the job that
     // never saved (8 GPUs since it started).
     assert_eq!(job(&b, &never.id).await.attempt, 1);
-    assert_preempted_and_resumed(&b, &gang.id, "preempted by quota reclaim", "team-a", STEPS)
-        .await;
+    assert_preempted_and_resumed(&b, &gang.id, "preempted by quota reclaim", "team-a", STEPS).await;
     let done = wait_until(&b, &never.id, 300, "terminal", |j| j.state.is_terminal()).await;
     assert_eq!((done.state, done.attempt), (JobState::Succeeded, 1));
 

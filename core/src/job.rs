@@ -474,6 +474,38 @@ impl JobRecord {
         Ok(())
     }
 
+    /// How many of the earlier attempts were preempted.
+    pub fn preempted_attempts(&self) -> u32 {
+        let n = self
+            .attempts
+            .iter()
+            .filter(|a| a.failure.cause == FailureCause::Preempted)
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// The most attempts the job may get as of now: its first, one per retry its spec allows
+    /// for either cause, and one per preemption so far (a preempted attempt uses no retry).
+    pub fn max_attempts(&self) -> u32 {
+        1u32.saturating_add(self.spec.retries.infrastructure)
+            .saturating_add(self.spec.retries.application)
+            .saturating_add(self.preempted_attempts())
+    }
+
+    /// `2 of up to 3` (`2` when the spec allows no more), or `None` for a job on its first
+    /// attempt with nothing earlier (the common case says nothing).
+    pub fn attempt_label(&self) -> Option<String> {
+        if self.attempt <= 1 && self.attempts.is_empty() {
+            return None;
+        }
+        let max = self.max_attempts();
+        Some(if max >= self.attempt && max > 1 {
+            format!("{} of up to {max}", self.attempt)
+        } else {
+            self.attempt.to_string()
+        })
+    }
+
     /// Whether an attempt that failed with `failure` is run again: never after a stop (or with
     /// a stop requested), otherwise while the earlier attempts that failed for the same cause
     /// leave some of the spec's `retries` for it.

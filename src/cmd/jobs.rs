@@ -254,10 +254,19 @@ pub async fn list(
 }
 
 fn status_of(j: &JobRecord) -> String {
-    match (&j.pending, &j.failure) {
+    let base = match (&j.pending, &j.failure) {
         (_, Some(f)) => format!("{} ({:?})", j.state, f.reason),
+        // Told to stop for another job: that is what happens to it now.
+        (_, None) if j.preempt.is_some() && !j.state.is_terminal() => {
+            format!("{} (Preempted: saving and stopping)", j.state)
+        }
         (Some(p), None) if !j.state.is_terminal() => format!("{} ({:?})", j.state, p.reason),
         _ => j.state.to_string(),
+    };
+    match j.preempted_attempts() {
+        0 => base,
+        1 => format!("{base}, preempted once"),
+        n => format!("{base}, preempted {n}x"),
     }
 }
 
@@ -297,6 +306,11 @@ pub async fn status(api: &Api, out: Output, id: &str, no_wait: bool) -> anyhow::
     if let Some(p) = &j.pending {
         println!("pending   {:?}: {}", p.reason, p.message);
     }
+    if let Some(n) = &j.preempt
+        && !j.state.is_terminal()
+    {
+        println!("preempted {}", n.message(j.spec.deadlines.grace_seconds));
+    }
     if let Some(f) = &j.failure {
         println!("failure   {:?}: {}", f.reason, f.message);
         for line in failure_lines(f) {
@@ -318,25 +332,10 @@ pub async fn status(api: &Api, out: Output, id: &str, no_wait: bool) -> anyhow::
     Ok(ExitCode::SUCCESS)
 }
 
-/// The most attempts a job may get: its first, and one per retry its spec allows for either
-/// cause (`retries.infrastructure` + `retries.application`).
-pub fn max_attempts(j: &JobRecord) -> u32 {
-    1u32.saturating_add(j.spec.retries.infrastructure)
-        .saturating_add(j.spec.retries.application)
-}
-
 /// `2 of up to 3` (`2` when the spec allows no more), or `None` for a job on its first attempt
 /// with nothing earlier (the common case says nothing).
 pub fn attempt_line(j: &JobRecord) -> Option<String> {
-    if j.attempt <= 1 && j.attempts.is_empty() {
-        return None;
-    }
-    let max = max_attempts(j);
-    Some(if max >= j.attempt && max > 1 {
-        format!("{} of up to {max}", j.attempt)
-    } else {
-        j.attempt.to_string()
-    })
+    j.attempt_label()
 }
 
 /// The lines under `failure`: its cause, exit code and Kubernetes evidence.
@@ -383,6 +382,12 @@ pub fn attempts_lines(j: &JobRecord, now: i64) -> Vec<String> {
         ));
         if !f.message.is_empty() {
             lines.push(format!("          {}", f.message));
+        }
+        if let Some(lost) = f.lost_seconds {
+            lines.push(format!(
+                "          lost at most {} of work (since its newest complete checkpoint when told to stop)",
+                duration(i64::try_from(lost.saturating_mul(1000)).unwrap_or(i64::MAX))
+            ));
         }
         for e in &f.evidence {
             lines.push(format!("          evidence: {e}"));
@@ -705,6 +710,35 @@ mod tests {
         none.attempt = 2;
         none.attempts.push(lost(1, &[]));
         assert_eq!(attempt_line(&none).as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn a_preempted_attempt_uses_no_retry_and_says_what_it_lost() {
+        let mut j = job("{infrastructure: 0, application: 0}");
+        let mut first = lost(1, &[]);
+        first.failure = Failure::new(FailureReason::Preempted, "preempted by quota reclaim: ...");
+        first.failure.lost_seconds = Some(65);
+        j.attempts.push(first);
+        j.attempt = 2;
+        j.state = JobState::Queued;
+        assert_eq!(attempt_line(&j).as_deref(), Some("2 of up to 2"));
+        let lines = attempts_lines(&j, 122_000);
+        assert_eq!(
+            lines[1],
+            "  #1      Preempted (preempted), ended 1m00s ago (ran 1m00s)"
+        );
+        assert_eq!(
+            lines[3],
+            "          lost at most 1m05s of work (since its newest complete checkpoint when told to stop)"
+        );
+        assert_eq!(status_of(&j), "QUEUED, preempted once");
+        j.attempts.push(j.attempts[0].clone());
+        j.pending = Some(tuneplane_core::job::Pending {
+            reason: tuneplane_core::job::PendingReason::InsufficientGpu,
+            message: String::new(),
+            since_ms: 0,
+        });
+        assert_eq!(status_of(&j), "QUEUED (InsufficientGpu), preempted 2x");
     }
 
     #[test]

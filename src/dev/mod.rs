@@ -239,10 +239,15 @@ impl Stack {
             ENV_KUBE_BURST, ENV_KUBE_QPS, ENV_PREEMPTION, ENV_PREEMPTION_MIN_RUN,
         };
         let from_env = tuneplane_reconciler::Config::from_lookup(|k| {
-            [ENV_KUBE_QPS, ENV_KUBE_BURST, ENV_PREEMPTION, ENV_PREEMPTION_MIN_RUN]
-                .contains(&k)
-                .then(|| std::env::var(k).ok())
-                .flatten()
+            [
+                ENV_KUBE_QPS,
+                ENV_KUBE_BURST,
+                ENV_PREEMPTION,
+                ENV_PREEMPTION_MIN_RUN,
+            ]
+            .contains(&k)
+            .then(|| std::env::var(k).ok())
+            .flatten()
         })?;
         let mut rc = tuneplane_reconciler::Config {
             pass_interval: opts.pass_interval,

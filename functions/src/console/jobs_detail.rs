@@ -80,6 +80,9 @@ fn attempts_section(job: &JobRecord) -> Markup {
                             }
                             td.msg data-label="What happened" { div {
                                 (a.failure.message)
+                                @if let Some(lost) = a.failure.lost_seconds {
+                                    p.lost { "Lost at most " (view::duration(i64::try_from(lost.saturating_mul(1000)).unwrap_or(i64::MAX))) " of work (since its newest complete checkpoint when it was told to stop)." }
+                                }
                                 @if !a.failure.evidence.is_empty() {
                                     ul.evidence { @for e in &a.failure.evidence { li { code.small { (e) } } } }
                                 }
@@ -220,6 +223,9 @@ pub fn render(
                         }
                     }
                 }
+            }
+            @if let Some(n) = job.preempt.as_ref().filter(|_| !job.is_terminal()) {
+                p.notice.preempt role="status" { (n.message(job.spec.deadlines.grace_seconds)) }
             }
             @if let Some(f) = &job.failure {
                 section.failure aria-labelledby="failure-title" {

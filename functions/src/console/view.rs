@@ -140,25 +140,9 @@ pub fn cause_words(cause: FailureCause) -> &'static str {
     }
 }
 
-/// The most attempts a job may get: its first and one per retry its spec allows for either
-/// cause.
-pub fn max_attempts(job: &JobRecord) -> u32 {
-    1u32.saturating_add(job.spec.retries.infrastructure)
-        .saturating_add(job.spec.retries.application)
-}
-
-/// `2 of up to 3` (`2` when the spec allows no more), or `None` for a job on its first attempt
-/// with nothing earlier.
+/// `2 of up to 3`, or `None` for a job on its first attempt ([`JobRecord::attempt_label`]).
 pub fn attempt_label(job: &JobRecord) -> Option<String> {
-    if job.attempt <= 1 && job.attempts.is_empty() {
-        return None;
-    }
-    let max = max_attempts(job);
-    Some(if max >= job.attempt && max > 1 {
-        format!("{} of up to {max}", job.attempt)
-    } else {
-        job.attempt.to_string()
-    })
+    job.attempt_label()
 }
 
 /// `/console/jobs/<id>/outputs/<path>`, each segment of the path percent-encoded.
