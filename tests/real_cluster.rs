@@ -952,13 +952,13 @@ async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attemp
 /// Preemption on the real control plane, pods run by the node agent: team-b borrows the h200
 /// series with a 2-node Ray job that saves every 5 s and a 1-node one that never saves; team-a,
 /// within its quota, submits a 1-node job, and the 2-node Ray job (the one losing the least) is
-/// preempted, resumes and succeeds. Within team-c, a priority-10 CPU job takes the place of one
-/// of its two priority-0 CPU jobs the same way.
+/// preempted, resumes and succeeds. Within team-c, at its CPU limit, a priority-10 CPU job takes
+/// the place of one of its two priority-0 CPU jobs the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn preempted_ray_and_cpu_jobs_save_stop_and_resume_on_the_real_tier() {
     use stack_support::preemption::{
-        GRACE_SECONDS, assert_preempted_and_resumed, cpu_training, h200_quota, job, ray_training,
-        running_with_checkpoints, submit, tenant_api,
+        GRACE_SECONDS, assert_preempted_and_resumed, cpu_quota, cpu_training, h200_quota, job,
+        ray_training, running_with_checkpoints, submit, tenant_api,
     };
     if !real_tier_wanted() {
         return;
@@ -968,6 +968,8 @@ async fn preempted_ray_and_cpu_jobs_save_stop_and_resume_on_the_real_tier() {
     capacity_with(&api_client(stack), "h200", 32).await;
     h200_quota(stack, "team-b", 8, true).await;
     h200_quota(stack, "team-a", 16, false).await;
+    // team-c's two low-priority CPU jobs (24 cores each) use its whole CPU limit.
+    cpu_quota(stack, "team-c", 48.0).await;
     let (a, b, c) = (
         tenant_api(stack, "team-a").await,
         tenant_api(stack, "team-b").await,

@@ -313,7 +313,7 @@ pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
         checkpoints: Default::default(),
         priority: 0,
         // Interactive: a playground is never stopped for another job, and so never borrows
-        // above its tenant's quota (docs/design.md §3, "Preemption").
+        // above its tenant's quota (docs/design.md §8, "Preemption").
         preemptible: false,
         labels: BTreeMap::new(),
         namespace: namespace.into(),

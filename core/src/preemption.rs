@@ -1,5 +1,5 @@
 //! What preemption writes on job records, and the texts tenants read about it (docs/design.md
-//! §3, "Preemption"). Which jobs are preempted is decided by
+//! §8, "Preemption"). Which jobs are preempted is decided by
 //! [`crate::admission::plan_preemptions`]; this module holds what the decision leaves behind:
 //!
 //! - on each victim, a [`PreemptNotice`]: the reconciler ends the victim's attempt with

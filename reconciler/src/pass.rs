@@ -541,7 +541,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     };
     let waits = {
         let (mut plan, held) = plan(ctx, cluster, &queue, &playgrounds, &capacity, &quotas, now);
-        // Phase 5b: waiting jobs owed room take it from running ones (docs/design.md §3).
+        // Phase 5b: waiting jobs owed room take it from running ones (docs/design.md §8, "Preemption").
         crate::preempt::phase(
             ctx,
             cluster,

@@ -1,4 +1,4 @@
-//! Preemption in a pass (docs/design.md §3, "Preemption"; the phase after the plan in §8), and
+//! Preemption in a pass (docs/design.md §8, step 3b "Preemption"), and
 //! what follows it until the preempting job's pods start.
 //!
 //! [`phase`] asks [`plan_preemptions`] which running jobs stop for which waiting job, then, for

@@ -1,4 +1,4 @@
-//! Preemption (docs/design.md §3): a tenant within its quota takes back GPUs a borrowing tenant
+//! Preemption (docs/design.md §8, step 3b): a tenant within its quota takes back GPUs a borrowing tenant
 //! holds above its own, choosing the victim that loses the least work since its newest complete
 //! checkpoint; a non-preemptible job never borrows; a higher-priority job takes the place of its
 //! own tenant's lower-priority one. The victim's attempt ends `Preempted`, is requeued in place and

@@ -44,6 +44,17 @@ pub async fn h200_quota(stack: &Stack, tenant: &str, gpus: u32, borrow: bool) {
     stack.jobs.put_quota(&q).await.unwrap();
 }
 
+/// Limits `tenant`'s CPU-only jobs to `cpus` cores at once.
+pub async fn cpu_quota(stack: &Stack, tenant: &str, cpus: f64) {
+    let mut q = TenantQuota::unlimited(&tenant.parse().unwrap());
+    q.cpu = Some(tuneplane_core::quota::CpuLimit {
+        cpus: Some(cpus),
+        memory_gb: None,
+        borrow: false,
+    });
+    stack.jobs.put_quota(&q).await.unwrap();
+}
+
 /// `examples/resume` as a `nodes`×8-GPU h200 Ray job of `steps` steps of a second, saving a
 /// checkpoint every `every` seconds.
 pub fn ray_training(nodes: u32, steps: u32, every: u32) -> String {

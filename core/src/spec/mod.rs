@@ -50,7 +50,7 @@ pub struct JobSpec {
     pub priority: i32,
     /// Whether the platform may stop the job to give its GPUs back to a tenant's guarantee or to
     /// a higher-priority job of its own tenant (it saves a checkpoint and is requeued;
-    /// docs/design.md §3, "Preemption"). A job that is not preemptible never borrows above its
+    /// docs/design.md §8, "Preemption"). A job that is not preemptible never borrows above its
     /// tenant's quota. Left out of the spec's JSON while `true`, so specs that do not name it
     /// keep their capsule digest.
     #[serde(

@@ -1,5 +1,5 @@
 //! Preemption planning: which running jobs stop so that a waiting job gets what it is owed
-//! (docs/design.md §3, "Preemption"). Pure: the reconciler runs it after [`super::plan_admissions`]
+//! (docs/design.md §8, "Preemption"). Pure: the reconciler runs it after [`super::plan_admissions`]
 //! on the same snapshot, and carries it out (a notice on each victim, the waiting job admitted onto
 //! the victims' nodes).
 //!
@@ -51,7 +51,7 @@ pub struct PreemptionRules {
 }
 
 impl PreemptionRules {
-    /// The default minimum run time: ten minutes (docs/design.md §3 says why).
+    /// The default minimum run time: ten minutes (README, "Sharing the fleet", says why).
     pub const DEFAULT_MIN_RUN_SECONDS: u64 = 600;
 
     /// Rules at `now_ms` with the defaults.
@@ -340,10 +340,13 @@ impl<'q> Candidate<'q> {
     }
 }
 
-/// GPUs held per tenant and series by the active (admitted, running) jobs and this pass's
-/// admissions.
+/// What each tenant holds through the active (admitted, running) jobs and this pass's
+/// admissions: GPUs per series, and the CPUs and memory of CPU-only jobs (what CPU limits cap).
 #[derive(Default)]
-struct Held<'q>(HashMap<(&'q str, &'q str), u32>);
+struct Held<'q> {
+    gpus: HashMap<(&'q str, &'q str), u32>,
+    cpu_only: HashMap<&'q str, (f64, f64)>,
+}
 
 impl<'q> Held<'q> {
     fn add(&mut self, job: &'q JobRecord, sign: i64) {
@@ -352,17 +355,45 @@ impl<'q> Held<'q> {
                 continue;
             };
             let g = i64::from(p.nodes.saturating_mul(p.gpus_per_node));
-            let e = self.0.entry((job.tenant.as_str(), s)).or_insert(0);
+            let e = self.gpus.entry((job.tenant.as_str(), s)).or_insert(0);
             *e = u32::try_from((i64::from(*e) + sign * g).max(0)).unwrap_or(u32::MAX);
+        }
+        if job.spec.is_cpu_only() {
+            let (cpus, memory) = cpu_only_need(job);
+            let f = if sign < 0 { -1.0 } else { 1.0 };
+            let e = self
+                .cpu_only
+                .entry(job.tenant.as_str())
+                .or_insert((0.0, 0.0));
+            e.0 = (e.0 + f * cpus).max(0.0);
+            e.1 = (e.1 + f * memory).max(0.0);
         }
     }
 
     fn get(&self, tenant: &str, series: &str) -> u32 {
-        self.0
-            .iter()
-            .find(|((t, s), _)| *t == tenant && *s == series)
-            .map_or(0, |(_, g)| *g)
+        self.gpus.get(&(tenant, series)).copied().unwrap_or(0)
     }
+
+    fn cpu_only(&self, tenant: &str) -> (f64, f64) {
+        self.cpu_only.get(tenant).copied().unwrap_or((0.0, 0.0))
+    }
+}
+
+/// CPUs and memory (GiB) of a CPU-only job's machines.
+fn cpu_only_need(job: &JobRecord) -> (f64, f64) {
+    job.spec.pools.iter().fold((0.0, 0.0), |(c, m), p| {
+        let n = f64::from(p.nodes);
+        (c + n * p.cpus, m + n * p.memory_gb)
+    })
+}
+
+/// Whether `tenant`, holding `held` of CPU-only work, may add `want` under `quota`'s CPU limits.
+fn cpu_within(quota: Option<&&TenantQuota>, held: (f64, f64), want: (f64, f64)) -> bool {
+    let Some(limit) = quota.and_then(|q| q.cpu.as_ref()) else {
+        return true;
+    };
+    limit.cpus.is_none_or(|l| held.0 + want.0 <= l + EPS)
+        && limit.memory_gb.is_none_or(|l| held.1 + want.1 <= l + EPS)
 }
 
 /// GPUs a job needs per series.
@@ -527,9 +558,10 @@ pub fn plan_preemptions(
                         && c.job.spec.priority < job.spec.priority
                 })
                 .collect();
-            // Within the tenant's limits once the victims are gone.
+            // Within the tenant's limits once the victims are gone: GPUs per series, and the
+            // CPU limits when the job is CPU-only.
             let quota_ok = |set: &[usize]| {
-                needs
+                let gpus_ok = needs
                     .iter()
                     .all(|(s, g)| match limit(&quota_of, &job.tenant, s) {
                         None => true,
@@ -540,7 +572,23 @@ pub fn plan_preemptions(
                                 .saturating_add(*g)
                                 <= l
                         }
-                    })
+                    });
+                if !gpus_ok || !job.spec.is_cpu_only() {
+                    return gpus_ok;
+                }
+                let (mut cpus, mut memory) = held.cpu_only(&job.tenant);
+                for &k in set {
+                    if pool[k].job.spec.is_cpu_only() {
+                        let (c, m) = cpu_only_need(pool[k].job);
+                        cpus -= c;
+                        memory -= m;
+                    }
+                }
+                cpu_within(
+                    quota_of.get(job.tenant.as_str()),
+                    (cpus.max(0.0), memory.max(0.0)),
+                    cpu_only_need(job),
+                )
             };
             found = search::cheapest(&nodes, job, &pool, &cands, &|_| true, &quota_ok, rules)
                 .map(|(set, placements)| (PreemptionRule::Priority, set, placements));

@@ -261,6 +261,67 @@ fn a_higher_priority_job_takes_the_place_of_its_own_tenants_lower_priority_job_a
     assert!(plan_with(&queue, &cap, &quotas, &[]).is_empty());
 }
 
+/// A CPU-only job held by its tenant's CPU limit takes the place of a lower-priority CPU-only
+/// job of the tenant, enough of them that it fits the limit.
+#[test]
+fn a_cpu_only_job_at_its_tenants_cpu_limit_takes_the_place_of_a_lower_priority_one() {
+    let t0 = NOW - 600_000;
+    let cpu = |cpus: f64| {
+        serde_json::json!([{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0,
+            "cpus": cpus, "memory_gb": 8.0}])
+    };
+    let queue = vec![
+        running("low-1", "acme", 0, cpu(24.0), &["c1"], t0),
+        running("low-2", "acme", 0, cpu(24.0), &["c2"], t0 + 1000),
+        queued("urgent", "acme", 10, cpu(24.0)),
+    ];
+    let nodes = ["c1", "c2", "c3"]
+        .iter()
+        .map(|n| {
+            let mut node = NodeCapacity::ready(n, None, 0, 32.0, 128.0);
+            for j in queue.iter().filter(|j| {
+                j.placements
+                    .iter()
+                    .any(|p| p.nodes.contains(&(*n).to_owned()))
+            }) {
+                node.cpus_used += 24.0;
+                node.memory_gb_used += 8.0;
+                node.holders.push(Holder {
+                    job_id: j.id.clone(),
+                    gpus: 0,
+                    cpus: 24.0,
+                    memory_gb: 8.0,
+                });
+            }
+            node
+        })
+        .collect();
+    let cap = CapacitySnapshot::from_nodes(0, nodes);
+    let mut q = TenantQuota::unlimited(&"acme".parse().unwrap());
+    q.cpu = Some(crate::quota::CpuLimit {
+        cpus: Some(48.0),
+        memory_gb: None,
+        borrow: false,
+    });
+    // c3 is free: only the limit holds it.
+    let got = plan_with(&queue, &cap, std::slice::from_ref(&q), &[]);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].rule, PreemptionRule::Priority);
+    assert_eq!(victims(&got[0]), ["low-2"]);
+    // With a limit of 24 one victim is not enough (24 - 24 + 24 fits, 48 - 24 + 24 does not):
+    // both go, cheapest set that makes it fit.
+    q.cpu = Some(crate::quota::CpuLimit {
+        cpus: Some(24.0),
+        memory_gb: None,
+        borrow: false,
+    });
+    let got = plan_with(&queue, &cap, std::slice::from_ref(&q), &[]);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let mut v = victims(&got[0]);
+    v.sort_unstable();
+    assert_eq!(v, ["low-1", "low-2"]);
+}
+
 #[test]
 fn a_gang_is_never_left_short_victims_make_it_fit_on_distinct_nodes() {
     let t0 = NOW - 600_000;
