@@ -156,7 +156,7 @@ pub async fn phase(
         return;
     }
     let rules = rules(ctx, now);
-    let candidates = preemption_candidates(active, plan, &rules);
+    let candidates = preemption_candidates(active, plan, quotas, &rules);
     if candidates.is_empty() {
         return;
     }

@@ -114,21 +114,78 @@ fn waits_for_room(reason: PendingReason) -> bool {
 }
 
 /// The running jobs preemption may stop now (preemptible, running long enough, not a
-/// playground, no notice yet), when some waiting job of `plan` could preempt at all; empty
-/// otherwise. The reconciler looks up only these jobs' checkpoints.
+/// playground, no notice yet) that some waiting job of `plan` could take by a rule: jobs of
+/// tenants above their limit of a series a waiting job within its own limit needs (reclaim), and
+/// jobs of a waiting job's own tenant of lower priority (priority). Empty when no waiting job
+/// could preempt at all, as in a fleet without quotas and priorities. The reconciler looks up only
+/// these jobs' checkpoints.
 pub fn preemption_candidates<'q>(
     queue: &'q [JobRecord],
     plan: &AdmissionPlan<'_>,
+    quotas: &[TenantQuota],
     rules: &PreemptionRules,
 ) -> Vec<&'q JobRecord> {
-    let any_waiting = plan
+    let waiting: Vec<(&str, PendingReason)> = plan
         .waiting
         .iter()
-        .any(|w| waits_for_room(w.reason) || w.reason == PendingReason::QuotaExceeded);
-    if !any_waiting {
+        .filter(|w| waits_for_room(w.reason) || w.reason == PendingReason::QuotaExceeded)
+        .map(|w| (w.job_id, w.reason))
+        .collect();
+    if waiting.is_empty() {
         return Vec::new();
     }
-    queue.iter().filter(|j| eligible(j, rules)).collect()
+    let eligible: Vec<&JobRecord> = queue.iter().filter(|j| eligible(j, rules)).collect();
+    if eligible.is_empty() {
+        return Vec::new();
+    }
+    let by_id: HashMap<&str, &JobRecord> = queue.iter().map(|j| (j.id.as_str(), j)).collect();
+    let quota_of: HashMap<&str, &TenantQuota> =
+        quotas.iter().map(|q| (q.tenant.as_str(), q)).collect();
+    let mut held = Held::default();
+    for j in queue
+        .iter()
+        .filter(|j| matches!(j.state, JobState::Admitted | JobState::Running))
+    {
+        held.add(j, 1);
+    }
+    // Series some waiting job within its limit may reclaim; per tenant, the highest priority
+    // that waits (its lower-priority jobs are candidates).
+    let mut reclaim: HashSet<&str> = HashSet::new();
+    let mut top: HashMap<&str, i32> = HashMap::new();
+    for (id, reason) in waiting {
+        let Some(job) = by_id.get(id).copied() else {
+            continue;
+        };
+        if job.state != JobState::Queued || is_playground(job) || job.stop_requested {
+            continue;
+        }
+        let needs = need(job);
+        let within = !needs.is_empty()
+            && needs.iter().all(|(s, g)| {
+                limit(&quota_of, &job.tenant, s)
+                    .is_some_and(|l| held.get(&job.tenant, s).saturating_add(*g) <= l)
+            });
+        if within && waits_for_room(reason) {
+            reclaim.extend(needs.iter().map(|(s, _)| *s));
+        }
+        let p = top.entry(job.tenant.as_str()).or_insert(i32::MIN);
+        *p = (*p).max(job.spec.priority);
+    }
+    eligible
+        .into_iter()
+        .filter(|c| {
+            let by_priority = top
+                .get(c.tenant.as_str())
+                .is_some_and(|p| c.spec.priority < *p);
+            let by_reclaim = c.spec.pools.iter().any(|p| {
+                p.series.as_deref().is_some_and(|s| {
+                    reclaim.contains(s)
+                        && held.get(&c.tenant, s) > limit(&quota_of, &c.tenant, s).unwrap_or(0)
+                })
+            });
+            by_priority || by_reclaim
+        })
+        .collect()
 }
 
 /// Whether `job` may be a victim now.
@@ -432,7 +489,7 @@ pub fn plan_preemptions(
     rules: &PreemptionRules,
 ) -> Vec<Preemption> {
     let mut out = Vec::new();
-    let candidates = preemption_candidates(queue, plan, rules);
+    let candidates = preemption_candidates(queue, plan, quotas, rules);
     if candidates.is_empty() {
         return out;
     }

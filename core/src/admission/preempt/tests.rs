@@ -400,7 +400,43 @@ fn nothing_to_preempt_when_no_job_waits_for_room() {
     let queue = vec![running("b1", "team-b", 0, gpus("h200", 1, 8), &["n1"], 0)];
     let cap = fleet(&["n1", "n2"], &queue);
     let plan = plan_admissions(&queue, &cap, &[], &[]);
-    assert!(preemption_candidates(&queue, &plan, &rules()).is_empty());
+    assert!(preemption_candidates(&queue, &plan, &[], &rules()).is_empty());
+}
+
+/// Jobs waiting for nodes in a fleet without quotas, all of one priority: nobody could preempt,
+/// so no checkpoint is looked up; with a quota, only the borrowers of the series are candidates,
+/// and with a higher priority waiting, only its own tenant's lower-priority jobs.
+#[test]
+fn candidates_are_only_jobs_some_waiting_job_could_take_by_a_rule() {
+    let t0 = NOW - 600_000;
+    let mut queue = vec![
+        running("b1", "team-b", 0, gpus("h200", 1, 8), &["n1"], t0),
+        running("b2", "team-b", 0, gpus("h200", 1, 8), &["n2"], t0),
+        running("c1", "team-c", 0, gpus("h200", 1, 8), &["n3"], t0),
+        queued("a", "team-a", 0, gpus("h200", 1, 8)),
+    ];
+    let cap = fleet(&["n1", "n2", "n3"], &queue);
+    let ids = |v: Vec<&JobRecord>| v.into_iter().map(|j| j.id.clone()).collect::<Vec<_>>();
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
+    assert!(preemption_candidates(&queue, &plan, &[], &rules()).is_empty());
+    // team-a within a limit; team-b above its own (8 of 16 held), team-c within its own.
+    let quotas = [
+        quota("team-a", 8, false),
+        quota("team-b", 8, true),
+        quota("team-c", 8, false),
+    ];
+    let plan = plan_admissions(&queue, &cap, &[], &quotas);
+    assert_eq!(
+        ids(preemption_candidates(&queue, &plan, &quotas, &rules())),
+        ["b1", "b2"]
+    );
+    // A priority-5 job of team-c waits: team-c's lower-priority job becomes a candidate too.
+    queue.push(queued("c-urgent", "team-c", 5, gpus("h200", 1, 8)));
+    let plan = plan_admissions(&queue, &cap, &[], &[]);
+    assert_eq!(
+        ids(preemption_candidates(&queue, &plan, &[], &rules())),
+        ["c1"]
+    );
 }
 
 /// Small random fleets: whatever the search returns fits, respects the limits, and loses exactly
