@@ -116,7 +116,7 @@ fn fleet() -> (CapacitySnapshot, Vec<JobRecord>, HashMap<String, i64>) {
         let mut j = JobRecord::new_queued(
             format!("run-{i:05}"),
             tenant(i).parse().unwrap(),
-            spec(series, 1, u32::from(gpu), (rng.below(3)) as i32),
+            spec(series, 1, u32::from(gpu), 0),
             "ab",
             NOW - 7_200_000,
         );
@@ -158,12 +158,12 @@ fn quotas() -> Vec<TenantQuota> {
         .collect()
 }
 
-/// `count` waiting jobs: 8-GPU jobs of tenants within their limits, and every fourth a
-/// priority-9 one-GPU job of a borrowing tenant.
-fn waiting(count: usize) -> Vec<JobRecord> {
+/// `count` waiting jobs: 8-GPU jobs of tenants within their limits, and (`urgent`) every fourth
+/// a priority-9 one-GPU job of a borrowing tenant.
+fn waiting(count: usize, urgent: bool) -> Vec<JobRecord> {
     (0..count)
         .map(|i| {
-            let (t, s) = if i % 4 == 3 {
+            let (t, s) = if urgent && i % 4 == 3 {
                 (25 + i % 25, spec(Some(SERIES[i % 4]), 1, 1, 9))
             } else {
                 (i % 25, spec(Some(SERIES[i % 4]), 1, 8, 0))
@@ -201,12 +201,16 @@ fn main() {
         running.len()
     );
     for (label, waiting_jobs, with_quotas) in [
-        ("nothing can preempt (no quotas, 100 waiting)", 100, false),
+        (
+            "nothing can preempt (no quotas, one priority, 100 waiting)",
+            100,
+            false,
+        ),
         ("reclaim and priority, 100 waiting", 100, true),
         ("reclaim and priority, 1,000 waiting", 1_000, true),
     ] {
         let mut queue = running.clone();
-        queue.extend(waiting(waiting_jobs));
+        queue.extend(waiting(waiting_jobs, with_quotas));
         let quotas = if with_quotas { quotas() } else { Vec::new() };
         let (mut plan_ms, mut cand_ms, mut pre_ms) = (Vec::new(), Vec::new(), Vec::new());
         let (mut candidates, mut decided, mut victims, mut lost) = (0, 0, 0, 0);

@@ -125,7 +125,7 @@ pub fn preemption_candidates<'q>(
     quotas: &[TenantQuota],
     rules: &PreemptionRules,
 ) -> Vec<&'q JobRecord> {
-    let waiting: Vec<(&str, PendingReason)> = plan
+    let waiting: HashMap<&str, PendingReason> = plan
         .waiting
         .iter()
         .filter(|w| waits_for_room(w.reason) || w.reason == PendingReason::QuotaExceeded)
@@ -134,28 +134,31 @@ pub fn preemption_candidates<'q>(
     if waiting.is_empty() {
         return Vec::new();
     }
-    let eligible: Vec<&JobRecord> = queue.iter().filter(|j| eligible(j, rules)).collect();
-    if eligible.is_empty() {
-        return Vec::new();
-    }
-    let by_id: HashMap<&str, &JobRecord> = queue.iter().map(|j| (j.id.as_str(), j)).collect();
+    // One walk over the queue: the waiting jobs, the possible victims, and (only with quotas)
+    // what each tenant holds.
     let quota_of: HashMap<&str, &TenantQuota> =
         quotas.iter().map(|q| (q.tenant.as_str(), q)).collect();
     let mut held = Held::default();
-    for j in queue
-        .iter()
-        .filter(|j| matches!(j.state, JobState::Admitted | JobState::Running))
-    {
-        held.add(j, 1);
+    let mut eligible_jobs: Vec<&JobRecord> = Vec::new();
+    let mut waiters: Vec<(&JobRecord, PendingReason)> = Vec::new();
+    for j in queue {
+        if !quotas.is_empty() && matches!(j.state, JobState::Admitted | JobState::Running) {
+            held.add(j, 1);
+        }
+        if eligible(j, rules) {
+            eligible_jobs.push(j);
+        } else if let Some(reason) = waiting.get(j.id.as_str()) {
+            waiters.push((j, *reason));
+        }
+    }
+    if eligible_jobs.is_empty() {
+        return Vec::new();
     }
     // Series some waiting job within its limit may reclaim; per tenant, the highest priority
     // that waits (its lower-priority jobs are candidates).
     let mut reclaim: HashSet<&str> = HashSet::new();
     let mut top: HashMap<&str, i32> = HashMap::new();
-    for (id, reason) in waiting {
-        let Some(job) = by_id.get(id).copied() else {
-            continue;
-        };
+    for (job, reason) in waiters {
         if job.state != JobState::Queued || is_playground(job) || job.stop_requested {
             continue;
         }
@@ -171,7 +174,7 @@ pub fn preemption_candidates<'q>(
         let p = top.entry(job.tenant.as_str()).or_insert(i32::MIN);
         *p = (*p).max(job.spec.priority);
     }
-    eligible
+    eligible_jobs
         .into_iter()
         .filter(|c| {
             let by_priority = top
@@ -208,7 +211,7 @@ pub(super) struct Room {
 }
 
 impl Room {
-    fn add(&mut self, o: &Room) {
+    pub(super) fn add(&mut self, o: &Room) {
         self.gpus = self.gpus.saturating_add(o.gpus);
         self.cpus += o.cpus;
         self.memory_gb += o.memory_gb;
@@ -281,7 +284,7 @@ impl<'c> Nodes<'c> {
 
     /// Whether a machine of `pool` fits `room` on node `i` (a CPU-only machine on a GPU node
     /// leaves each free GPU its share, as the planner does).
-    fn fits(&self, i: usize, room: &Room, pool: &Pool) -> bool {
+    pub(super) fn fits(&self, i: usize, room: &Room, pool: &Pool) -> bool {
         let (cpus, memory_gb) = if pool.series.is_none() && self.gpu_node[i] {
             self.share
                 .cpu_job_room(room.gpus, room.cpus, room.memory_gb)
@@ -295,7 +298,7 @@ impl<'c> Nodes<'c> {
 
     /// Whether node `i` may host a machine of `pool` at all (its series; any node for CPU-only
     /// machines).
-    fn in_scope(&self, i: usize, pool: &Pool) -> bool {
+    pub(super) fn in_scope(&self, i: usize, pool: &Pool) -> bool {
         match pool.series.as_deref() {
             Some(s) => self.series[i] == Some(s),
             None => true,
@@ -618,18 +621,20 @@ pub fn plan_preemptions(
             // Within the tenant's limits once the victims are gone: GPUs per series, and the
             // CPU limits when the job is CPU-only.
             let quota_ok = |set: &[usize]| {
-                let gpus_ok = needs
-                    .iter()
-                    .all(|(s, g)| match limit(&quota_of, &job.tenant, s) {
-                        None => true,
-                        Some(l) => {
-                            let freed: u32 = set.iter().map(|&k| pool[k].gpus_of(s)).sum();
-                            held.get(&job.tenant, s)
-                                .saturating_sub(freed)
-                                .saturating_add(*g)
-                                <= l
-                        }
-                    });
+                // A borrowing tenant may swap its own work for work of a higher priority but
+                // never hold more above its limit than it does now.
+                let gpus_ok = needs.iter().all(|(s, g)| {
+                    let Some(l) = quota_of
+                        .get(job.tenant.as_str())
+                        .and_then(|q| q.gpu_limit(s))
+                    else {
+                        return true;
+                    };
+                    let freed: u32 = set.iter().map(|&k| pool[k].gpus_of(s)).sum();
+                    let now = held.get(&job.tenant, s);
+                    let after = now.saturating_sub(freed).saturating_add(*g);
+                    after <= l.gpus || (l.borrow && after <= now)
+                });
                 if !gpus_ok || !job.spec.is_cpu_only() {
                     return gpus_ok;
                 }

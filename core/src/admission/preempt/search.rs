@@ -110,20 +110,46 @@ pub(super) fn cheapest(
         return None;
     }
 
-    // Greedy: cheapest first until it fits, then drop what the fit does not need.
+    // Greedy, node by node first: the nodes whose own victims free a machine's room most
+    // cheaply, taken in that order until the job fits; then, if a limit still wants more,
+    // cheapest candidates first. Then drop what the fit does not need.
     let mut best: Option<(Key, Vec<usize>, Vec<PoolPlacement>)> = None;
     let mut set: Vec<usize> = Vec::new();
-    for &k in &cands {
-        set.push(k);
+    let mut chosen = vec![false; pool.len()];
+    for victims in by_node(nodes, job, pool, &cands) {
+        let added: Vec<usize> = victims.into_iter().filter(|&k| !chosen[k]).collect();
+        set.extend_from_slice(&added);
         if !allowed(&set) {
-            set.pop();
+            set.truncate(set.len() - added.len());
             continue;
+        }
+        for &k in &added {
+            chosen[k] = true;
         }
         if enough(&set)
             && let Some(placed) = fit.place(&set, &[])
         {
             best = Some((key(pool, &set), set.clone(), placed));
             break;
+        }
+    }
+    if best.is_none() {
+        for &k in &cands {
+            if chosen[k] {
+                continue;
+            }
+            set.push(k);
+            if !allowed(&set) {
+                set.pop();
+                continue;
+            }
+            chosen[k] = true;
+            if enough(&set)
+                && let Some(placed) = fit.place(&set, &[])
+            {
+                best = Some((key(pool, &set), set.clone(), placed));
+                break;
+            }
         }
     }
     if let Some((_, chosen, _)) = best.clone() {
@@ -154,6 +180,51 @@ pub(super) fn cheapest(
         best = bb.best;
     }
     best.map(|(_, set, placed)| (set, placed))
+}
+
+/// Per in-scope node where the job's largest machine does not fit yet, the cheapest victims
+/// holding on it (of `cands`, in cost order) whose stop makes that machine fit there, cheapest
+/// node first. Nodes where no set of its victims is enough are left out.
+fn by_node(nodes: &Nodes, job: &JobRecord, pool: &[Candidate], cands: &[usize]) -> Vec<Vec<usize>> {
+    let Some(largest) = job.spec.pools.iter().max_by(|a, b| {
+        (a.gpus_per_node, a.cpus, a.memory_gb)
+            .partial_cmp(&(b.gpus_per_node, b.cpus, b.memory_gb))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    }) else {
+        return Vec::new();
+    };
+    // `cands` is in cost order: so is each node's list.
+    let mut on: std::collections::HashMap<usize, Vec<usize>> = std::collections::HashMap::new();
+    for &k in cands {
+        for (i, _) in &pool[k].held {
+            if nodes.in_scope(*i, largest) {
+                on.entry(*i).or_default().push(k);
+            }
+        }
+    }
+    let mut found: Vec<(u64, usize, Vec<usize>)> = Vec::new();
+    for (i, ks) in on {
+        let mut room = nodes.free[i];
+        let mut cost = 0_u64;
+        let mut taken = Vec::new();
+        for k in ks {
+            if nodes.fits(i, &room, largest) {
+                break;
+            }
+            for (j, r) in &pool[k].held {
+                if *j == i {
+                    room.add(r);
+                }
+            }
+            cost = cost.saturating_add(pool[k].cost);
+            taken.push(k);
+        }
+        if !taken.is_empty() && nodes.fits(i, &room, largest) {
+            found.push((cost, i, taken));
+        }
+    }
+    found.sort_by_key(|(cost, i, taken)| (*cost, taken.len(), *i));
+    found.into_iter().map(|(_, _, taken)| taken).collect()
 }
 
 struct Bound<'a, 'q, 'c> {

@@ -261,6 +261,22 @@ fn a_higher_priority_job_takes_the_place_of_its_own_tenants_lower_priority_job_a
     assert!(plan_with(&queue, &cap, &quotas, &[]).is_empty());
 }
 
+/// A tenant borrowing above its limit swaps a lower-priority job for a higher-priority one of
+/// the same size (one victim), never needing to drop to its limit first.
+#[test]
+fn a_borrowing_tenant_swaps_one_job_for_a_higher_priority_one_without_growing() {
+    let t0 = NOW - 600_000;
+    let queue = vec![
+        running("low-1", "acme", 0, gpus("h200", 1, 8), &["n1"], t0),
+        running("low-2", "acme", 0, gpus("h200", 1, 8), &["n2"], t0 + 1000),
+        queued("urgent", "acme", 10, gpus("h200", 1, 8)),
+    ];
+    let cap = fleet(&["n1", "n2"], &queue);
+    let got = plan_with(&queue, &cap, &[quota("acme", 8, true)], &[]);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(victims(&got[0]), ["low-2"]);
+}
+
 /// A CPU-only job held by its tenant's CPU limit takes the place of a lower-priority CPU-only
 /// job of the tenant, enough of them that it fits the limit.
 #[test]
