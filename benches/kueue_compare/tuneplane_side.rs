@@ -218,7 +218,7 @@ pub async fn decisions(
     started: Instant,
     started_wall: std::time::SystemTime,
 ) -> anyhow::Result<std::collections::HashMap<String, Instant>> {
-    use tuneplane_core::store::JobStore;
+    use tuneplane_core::store::prelude::*;
     let store = tuneplane_stores::embedded::EmbeddedJobStore::open(work.join("stack/jobs"))
         .with_context(|| format!("opening the job store in {}", work.join("stack").display()))?;
     let base_ms = started_wall

@@ -141,7 +141,7 @@ pub struct Idempotency {
     pub ttl_seconds: u64,
 }
 
-/// What [`JobStore::create_job`] did.
+/// What [`JobRecords::create_job`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateOutcome {
     /// The job was stored (version 1).
@@ -159,7 +159,7 @@ impl CreateOutcome {
     }
 }
 
-/// What [`JobStore::create_playground`] did.
+/// What [`JobRecords::create_playground`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PlaygroundCreate {
     /// The playground was stored (version 1).
@@ -258,7 +258,7 @@ impl JobQuery {
 /// How many queued jobs (not being stopped) come before `job` in admission order among `jobs`.
 pub use crate::admission::order::queue_ahead;
 
-/// What [`JobStore::create`] stores in one write.
+/// What [`JobRecords::create`] stores in one write.
 #[derive(Debug, Clone, Copy)]
 pub struct NewJob<'a> {
     /// The `QUEUED` record, `version` 0.
@@ -271,16 +271,16 @@ pub struct NewJob<'a> {
     pub audit: Option<&'a crate::audit::AuditEntry>,
 }
 
-/// The job table: job records, events, idempotency keys, API keys, capacity, schedules, playgrounds.
+/// Job records and their events: create (with idempotency, first events and audit entry in one write), read, conditional updates, listings, the active index, the capacity snapshot.
 #[async_trait::async_trait]
-pub trait JobStore: Send + Sync {
+pub trait JobRecords: Send + Sync {
     /// Stores a new `QUEUED` job (its `version` must be 0; it is stored as 1) with its idempotency
     /// record and its first events, in one atomic write. A repeated identical request returns the
     /// first job ([`CreateOutcome::Existing`]) and writes no events; the same key with another
     /// request is [`StoreError::IdempotencyMismatch`]; a failed create writes nothing.
     async fn create(&self, new: NewJob<'_>) -> Result<CreateOutcome>;
 
-    /// [`JobStore::create`] of a job without events.
+    /// [`JobRecords::create`] of a job without events.
     async fn create_job(
         &self,
         job: &JobRecord,
@@ -303,7 +303,7 @@ pub trait JobStore: Send + Sync {
     /// terminal; returns the stored record (version + 1). Otherwise [`StoreError::Conflict`].
     async fn update_job(&self, job: &JobRecord) -> Result<JobRecord>;
 
-    /// [`JobStore::update_job`] and [`JobStore::append_events`] for the same job as one atomic write:
+    /// [`JobRecords::update_job`] and [`JobRecords::append_events`] for the same job as one atomic write:
     /// both land or neither does, so a crash between a state change and its history entry cannot
     /// leave the record without the event. The stores override this with a single transaction;
     /// this default (for wrappers) writes the record, then the events.
@@ -346,7 +346,11 @@ pub trait JobStore: Send + Sync {
 
     /// The latest capacity snapshot, if the reconciler published one.
     async fn get_capacity(&self) -> Result<Option<serde_json::Value>>;
+}
 
+/// API keys, stored by the SHA-256 of their secret.
+#[async_trait::async_trait]
+pub trait KeyRecords: Send + Sync {
     /// Stores an API key record (by its hash); overwrites a record with the same hash.
     async fn put_api_key(&self, key: &ApiKeyRecord) -> Result<()>;
 
@@ -366,7 +370,11 @@ pub trait JobStore: Send + Sync {
         key_sha256: &str,
         change: ApiKeyChange,
     ) -> Result<Option<ApiKeyRecord>>;
+}
 
+/// Schedules (cron triggers).
+#[async_trait::async_trait]
+pub trait ScheduleRecords: Send + Sync {
     /// Creates (version 0) or conditionally updates a schedule; returns it with version + 1.
     async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord>;
 
@@ -375,7 +383,11 @@ pub trait JobStore: Send + Sync {
 
     /// Deletes a schedule (no error if absent).
     async fn delete_schedule(&self, id: &str) -> Result<()>;
+}
 
+/// Playgrounds: live ones and retired ones (for usage).
+#[async_trait::async_trait]
+pub trait PlaygroundRecords: Send + Sync {
     /// Creates (version 0) or conditionally updates a playground; returns it with version + 1.
     async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord>;
 
@@ -406,7 +418,11 @@ pub trait JobStore: Send + Sync {
 
     /// The retired playgrounds of `tenant` (for usage), in id order.
     async fn list_retired_playgrounds(&self, tenant: &TenantId) -> Result<Vec<PlaygroundRecord>>;
+}
 
+/// Tenants' quotas and fair-share weights.
+#[async_trait::async_trait]
+pub trait QuotaRecords: Send + Sync {
     /// Stores a tenant's quota and weight (overwrites the tenant's previous record).
     async fn put_quota(&self, quota: &crate::quota::TenantQuota) -> Result<()>;
 
@@ -418,7 +434,11 @@ pub trait JobStore: Send + Sync {
 
     /// Deletes a tenant's quota (no error if absent): the tenant is unlimited again.
     async fn delete_quota(&self, tenant: &TenantId) -> Result<()>;
+}
 
+/// The audit trail: append and list only.
+#[async_trait::async_trait]
+pub trait AuditRecords: Send + Sync {
     /// Appends `entry` to the audit trail, unless an entry with its id is there already (the
     /// same change of a retried request). There is no way to change or delete an entry.
     async fn append_audit(&self, entry: &crate::audit::AuditEntry) -> Result<()>;
@@ -428,11 +448,15 @@ pub trait JobStore: Send + Sync {
         &self,
         query: &crate::audit::AuditQuery,
     ) -> Result<Vec<crate::audit::AuditEntry>>;
+}
 
+/// The callback outbox: entries written with their job writes, then delivered and deleted.
+#[async_trait::async_trait]
+pub trait OutboxRecords: Send + Sync {
     /// At most `limit` outbox entries of job-event callbacks, in key order (each job's in the
     /// order its writes made them). Entries are written only with their job write
-    /// ([`crate::callback::outbox::entries_for`] of the events of [`JobStore::create`] and
-    /// [`JobStore::update_job_with_events`]).
+    /// ([`crate::callback::outbox::entries_for`] of the events of [`JobRecords::create`] and
+    /// [`JobRecords::update_job_with_events`]).
     async fn list_outbox(&self, limit: usize) -> Result<Vec<crate::callback::OutboxEntry>>;
 
     /// Replaces `entry` if its `rev` is the stored one; returns it with the next `rev`.
@@ -448,7 +472,11 @@ pub trait JobStore: Send + Sync {
     /// Deletes entries that no target wants (never fanned out), many per request and without
     /// revision checks: most state changes notify nobody, and their entries go in bulk.
     async fn discard_outbox(&self, entries: &[crate::callback::OutboxEntry]) -> Result<()>;
+}
 
+/// Callback subscriptions and each tenant's signing secret.
+#[async_trait::async_trait]
+pub trait SubscriptionRecords: Send + Sync {
     /// Stores a tenant's subscription (its id is new).
     async fn put_subscription(&self, sub: &crate::callback::Subscription) -> Result<()>;
 
@@ -474,6 +502,42 @@ pub trait JobStore: Send + Sync {
         secret: &crate::callback::CallbackSecret,
         replace: bool,
     ) -> Result<crate::callback::CallbackSecret>;
+}
+
+/// Every record kind's trait, for code that calls store methods on a concrete store type
+/// (`use tuneplane_core::store::prelude::*`); through `dyn JobStore` they need no import.
+pub mod prelude {
+    pub use super::{
+        AuditRecords, JobRecords, JobStore, KeyRecords, OutboxRecords, PlaygroundRecords,
+        QuotaRecords, ScheduleRecords, SubscriptionRecords,
+    };
+}
+
+/// Every kind of record in the job table, for callers that need several (the API, the
+/// reconciler, the stores' contract tests). Implemented for every type that implements each kind's
+/// trait; a caller that needs one kind only can take that trait.
+pub trait JobStore:
+    JobRecords
+    + KeyRecords
+    + ScheduleRecords
+    + PlaygroundRecords
+    + QuotaRecords
+    + AuditRecords
+    + OutboxRecords
+    + SubscriptionRecords
+{
+}
+
+impl<T> JobStore for T where
+    T: JobRecords
+        + KeyRecords
+        + ScheduleRecords
+        + PlaygroundRecords
+        + QuotaRecords
+        + AuditRecords
+        + OutboxRecords
+        + SubscriptionRecords
+{
 }
 
 /// SHA-256 (hex) of an API key secret: the only form in which keys are stored.

@@ -36,6 +36,7 @@ use kube::api::Api;
 use kube::runtime::watcher;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::render::workload_name;
+use tuneplane_core::store::prelude::*;
 use tuneplane_core::store::{
     BlobStore, CreateOutcome, EventQuery, JobStore, PlaygroundRecord, StoreError,
 };

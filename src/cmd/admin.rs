@@ -170,6 +170,7 @@ mod tests {
     use tuneplane_core::submit::authenticate;
 
     use super::*;
+    use tuneplane_core::store::prelude::*;
 
     #[tokio::test]
     async fn created_key_authenticates_as_its_tenant_with_its_scopes() {

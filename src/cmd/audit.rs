@@ -102,7 +102,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use tuneplane_core::audit::{AuditAction, AuditSource};
-    use tuneplane_core::store::JobStore;
+    use tuneplane_core::store::prelude::*;
     use tuneplane_core::submit::SCOPE_JOBS_READ;
     use tuneplane_stores::EmbeddedJobStore;
 

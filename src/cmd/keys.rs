@@ -224,6 +224,7 @@ mod tests {
 
     use super::super::store_access::issue_key;
     use super::*;
+    use tuneplane_core::store::prelude::*;
 
     fn store() -> (tempfile::TempDir, EmbeddedJobStore) {
         let dir = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@ use contract::aws_env::{sdk_config, unique_name};
 use contract::fixtures::{event, idem, job, ok};
 use contract::job_store_contract;
 use tuneplane_core::job::JobState;
+use tuneplane_core::store::prelude::*;
 use tuneplane_core::store::{EventQuery, JobStore, NewJob};
 use tuneplane_stores::DynamoJobStore;
 use tuneplane_stores::aws::{RequestCounter, dynamodb_client};

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use contract::fixtures::{event, idem, job, ok};
 use contract::job_store_contract;
 use tuneplane_core::job::JobState;
+use tuneplane_core::store::prelude::*;
 use tuneplane_core::store::{EventQuery, JobStore};
 use tuneplane_stores::EmbeddedJobStore;
 

@@ -15,8 +15,10 @@ use tuneplane_core::callback::{CallbackSecret, OutboxEntry, Subscription};
 
 use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::store::{
-    ApiKeyChange, ApiKeyRecord, BlobMeta, BlobStore, CreateOutcome, EventQuery, JobQuery, JobStore,
-    NewJob, Page, PlaygroundRecord, PutOutcome, Result, ScheduleRecord, SignRequest, StoreError,
+    ApiKeyChange, ApiKeyRecord, AuditRecords, BlobMeta, BlobStore, CreateOutcome, EventQuery,
+    JobQuery, JobRecords, JobStore, KeyRecords, NewJob, OutboxRecords, Page, PlaygroundRecord,
+    PlaygroundRecords, PutOutcome, QuotaRecords, Result, ScheduleRecord, ScheduleRecords,
+    SignRequest, StoreError, SubscriptionRecords,
 };
 
 /// Where an injected fault struck.
@@ -219,19 +221,22 @@ impl FaultyJobStore {
 }
 
 #[async_trait::async_trait]
-impl JobStore for FaultyJobStore {
+impl JobRecords for FaultyJobStore {
     async fn create(&self, new: NewJob<'_>) -> Result<CreateOutcome> {
         // One atomic call on the real store (job, idempotency record and first events).
         let call = self.inner.create(new);
         self.faults.run("create_job", &new.job.id, call).await
     }
+
     async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
         self.faults.run("get_job", id, self.inner.get_job(id)).await
     }
+
     async fn update_job(&self, job: &JobRecord) -> Result<JobRecord> {
         let call = self.inner.update_job(job);
         self.faults.run("update_job", &job.id, call).await
     }
+
     async fn update_job_with_events(
         &self,
         job: &JobRecord,
@@ -242,6 +247,7 @@ impl JobStore for FaultyJobStore {
         let call = self.inner.update_job_with_events(job, events);
         self.faults.run("update_job", &job.id, call).await
     }
+
     async fn list_jobs(
         &self,
         tenant: &tuneplane_core::ids::TenantId,
@@ -250,38 +256,50 @@ impl JobStore for FaultyJobStore {
         let call = self.inner.list_jobs(tenant, query);
         self.faults.run("list_jobs", tenant, call).await
     }
+
     async fn list_active(&self) -> Result<Vec<JobRecord>> {
         let call = self.inner.list_active();
         self.faults.run("list_active", "", call).await
     }
+
     async fn append_events(&self, job_id: &str, events: &[JobEvent]) -> Result<()> {
         let call = self.inner.append_events(job_id, events);
         self.faults.run("append_events", job_id, call).await
     }
+
     async fn list_events(&self, job_id: &str, query: &EventQuery) -> Result<Page<JobEvent>> {
         let call = self.inner.list_events(job_id, query);
         self.faults.run("list_events", job_id, call).await
     }
+
     async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()> {
         let call = self.inner.put_capacity(snapshot);
         self.faults.run("put_capacity", "", call).await
     }
+
     async fn get_capacity(&self) -> Result<Option<serde_json::Value>> {
         let call = self.inner.get_capacity();
         self.faults.run("get_capacity", "", call).await
     }
+}
+
+#[async_trait::async_trait]
+impl KeyRecords for FaultyJobStore {
     async fn put_api_key(&self, key: &ApiKeyRecord) -> Result<()> {
         let call = self.inner.put_api_key(key);
         self.faults.run("put_api_key", "", call).await
     }
+
     async fn get_api_key(&self, key_sha256: &str) -> Result<Option<ApiKeyRecord>> {
         let call = self.inner.get_api_key(key_sha256);
         self.faults.run("get_api_key", "", call).await
     }
+
     async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
         let call = self.inner.list_api_keys();
         self.faults.run("list_api_keys", "", call).await
     }
+
     async fn update_api_key(
         &self,
         key_sha256: &str,
@@ -290,24 +308,35 @@ impl JobStore for FaultyJobStore {
         let call = self.inner.update_api_key(key_sha256, change);
         self.faults.run("update_api_key", "", call).await
     }
+}
+
+#[async_trait::async_trait]
+impl ScheduleRecords for FaultyJobStore {
     async fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<ScheduleRecord> {
         let call = self.inner.put_schedule(schedule);
         self.faults.run("put_schedule", "", call).await
     }
+
     async fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
         let call = self.inner.get_schedule(id);
         self.faults.run("get_schedule", id, call).await
     }
+
     async fn delete_schedule(&self, id: &str) -> Result<()> {
         let call = self.inner.delete_schedule(id);
         self.faults.run("delete_schedule", id, call).await
     }
+}
+
+#[async_trait::async_trait]
+impl PlaygroundRecords for FaultyJobStore {
     async fn put_playground(&self, playground: &PlaygroundRecord) -> Result<PlaygroundRecord> {
         let call = self.inner.put_playground(playground);
         self.faults
             .run("put_playground", &playground.id, call)
             .await
     }
+
     async fn create_playground(
         &self,
         playground: &PlaygroundRecord,
@@ -319,22 +348,41 @@ impl JobStore for FaultyJobStore {
             .run("create_playground", &playground.id, call)
             .await
     }
+
     async fn get_playground(&self, id: &str) -> Result<Option<PlaygroundRecord>> {
         let call = self.inner.get_playground(id);
         self.faults.run("get_playground", id, call).await
     }
+
     async fn list_playgrounds(&self) -> Result<Vec<PlaygroundRecord>> {
         let call = self.inner.list_playgrounds();
         self.faults.run("list_playgrounds", "", call).await
     }
+
     async fn delete_playground(&self, id: &str) -> Result<()> {
         let call = self.inner.delete_playground(id);
         self.faults.run("delete_playground", id, call).await
     }
+
+    async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()> {
+        self.inner.retire_playground(pg).await
+    }
+
+    async fn list_retired_playgrounds(
+        &self,
+        tenant: &tuneplane_core::ids::TenantId,
+    ) -> Result<Vec<PlaygroundRecord>> {
+        self.inner.list_retired_playgrounds(tenant).await
+    }
+}
+
+#[async_trait::async_trait]
+impl QuotaRecords for FaultyJobStore {
     async fn put_quota(&self, quota: &tuneplane_core::quota::TenantQuota) -> Result<()> {
         let call = self.inner.put_quota(quota);
         self.faults.run("put_quota", &quota.tenant, call).await
     }
+
     async fn get_quota(
         &self,
         tenant: &tuneplane_core::ids::TenantId,
@@ -342,55 +390,66 @@ impl JobStore for FaultyJobStore {
         let call = self.inner.get_quota(tenant);
         self.faults.run("get_quota", tenant, call).await
     }
+
     async fn list_quotas(&self) -> Result<Vec<tuneplane_core::quota::TenantQuota>> {
         self.faults
             .run("list_quotas", "", self.inner.list_quotas())
             .await
     }
+
     async fn delete_quota(&self, tenant: &tuneplane_core::ids::TenantId) -> Result<()> {
         let call = self.inner.delete_quota(tenant);
         self.faults.run("delete_quota", tenant, call).await
     }
+}
+
+#[async_trait::async_trait]
+impl AuditRecords for FaultyJobStore {
     async fn append_audit(&self, entry: &tuneplane_core::audit::AuditEntry) -> Result<()> {
         let call = self.inner.append_audit(entry);
         self.faults.run("append_audit", &entry.id, call).await
     }
+
     async fn list_audit(
         &self,
         query: &tuneplane_core::audit::AuditQuery,
     ) -> Result<Vec<tuneplane_core::audit::AuditEntry>> {
         self.inner.list_audit(query).await
     }
+}
+
+#[async_trait::async_trait]
+impl OutboxRecords for FaultyJobStore {
     async fn list_outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>> {
         self.inner.list_outbox(limit).await
     }
+
     async fn update_outbox(&self, entry: &OutboxEntry) -> Result<OutboxEntry> {
         self.inner.update_outbox(entry).await
     }
+
     async fn delete_outbox(&self, entry: &OutboxEntry) -> Result<()> {
         self.inner.delete_outbox(entry).await
     }
-    async fn retire_playground(&self, pg: &PlaygroundRecord) -> Result<()> {
-        self.inner.retire_playground(pg).await
-    }
-    async fn list_retired_playgrounds(
-        &self,
-        tenant: &tuneplane_core::ids::TenantId,
-    ) -> Result<Vec<PlaygroundRecord>> {
-        self.inner.list_retired_playgrounds(tenant).await
-    }
+
     async fn discard_outbox(&self, entries: &[OutboxEntry]) -> Result<()> {
         self.inner.discard_outbox(entries).await
     }
+}
+
+#[async_trait::async_trait]
+impl SubscriptionRecords for FaultyJobStore {
     async fn put_subscription(&self, sub: &Subscription) -> Result<()> {
         self.inner.put_subscription(sub).await
     }
+
     async fn list_subscriptions(
         &self,
         tenant: &tuneplane_core::ids::TenantId,
     ) -> Result<Vec<Subscription>> {
         self.inner.list_subscriptions(tenant).await
     }
+
     async fn delete_subscription(
         &self,
         tenant: &tuneplane_core::ids::TenantId,
@@ -398,12 +457,14 @@ impl JobStore for FaultyJobStore {
     ) -> Result<bool> {
         self.inner.delete_subscription(tenant, id).await
     }
+
     async fn get_callback_secret(
         &self,
         tenant: &tuneplane_core::ids::TenantId,
     ) -> Result<Option<CallbackSecret>> {
         self.inner.get_callback_secret(tenant).await
     }
+
     async fn put_callback_secret(
         &self,
         secret: &CallbackSecret,

@@ -1,0 +1,99 @@
+//! The embedded store's job records and their events: create (with idempotency, first events and audit entry in one write), read, conditional updates, listings, the active index, the capacity snapshot.
+
+#[allow(clippy::wildcard_imports)]
+use super::super::*;
+
+#[async_trait::async_trait]
+impl JobRecords for EmbeddedJobStore {
+    async fn create(&self, new: NewJob<'_>) -> Result<CreateOutcome> {
+        let job = new.job.clone();
+        let idem = new.idem.cloned();
+        let events = new.events.to_vec();
+        let audit = new.audit.cloned();
+        // One redb write transaction: the job, its idempotency record, its events and its
+        // audit entry.
+        self.write(move |tx| {
+            let outcome = tx.create_job(job, idem, now_secs())?;
+            if let CreateOutcome::Created(created) = &outcome {
+                tx.append_events(&created.id, &events)?;
+                tx.append_outbox(&outbox::entries_for(
+                    created,
+                    &events,
+                    created.version,
+                    now_ms(),
+                ))?;
+                if let Some(entry) = &audit {
+                    tx.append_audit(entry)?;
+                }
+            }
+            Ok(outcome)
+        })
+        .await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
+        let id = id.to_owned();
+        self.read(move |tx| tx.get_job(&id)).await
+    }
+
+    async fn update_job(&self, job: &JobRecord) -> Result<JobRecord> {
+        let job = job.clone();
+        self.write(move |tx| tx.update_job(job)).await
+    }
+
+    async fn update_job_with_events(
+        &self,
+        job: &JobRecord,
+        events: &[JobEvent],
+    ) -> Result<JobRecord> {
+        let job = job.clone();
+        let events = events.to_vec();
+        // One redb write transaction: both commit or neither does.
+        self.write(move |tx| {
+            let id = job.id.clone();
+            let stored = tx.update_job(job)?;
+            tx.append_events(&id, &events)?;
+            // The callbacks' outbox entries of this change, in the same transaction.
+            tx.append_outbox(&outbox::entries_for(
+                &stored,
+                &events,
+                stored.version,
+                now_ms(),
+            ))?;
+            Ok(stored)
+        })
+        .await
+    }
+
+    async fn list_jobs(&self, tenant: &TenantId, query: &JobQuery) -> Result<Page<JobRecord>> {
+        let tenant = tenant.to_owned();
+        let query = query.clone();
+        self.read(move |tx| tx.list_jobs(&tenant, &query)).await
+    }
+
+    async fn list_active(&self) -> Result<Vec<JobRecord>> {
+        self.read(|tx| tx.list_active()).await
+    }
+
+    async fn append_events(&self, job_id: &str, events: &[JobEvent]) -> Result<()> {
+        let job_id = job_id.to_owned();
+        let events = events.to_vec();
+        self.write(move |tx| tx.append_events(&job_id, &events))
+            .await
+    }
+
+    async fn list_events(&self, job_id: &str, query: &EventQuery) -> Result<Page<JobEvent>> {
+        let job_id = job_id.to_owned();
+        let query = query.clone();
+        self.read(move |tx| tx.list_events(&job_id, &query)).await
+    }
+
+    async fn put_capacity(&self, snapshot: &serde_json::Value) -> Result<()> {
+        self.put_meta(tables::CAPACITY_KEY.to_owned(), snapshot.clone())
+            .await
+    }
+
+    async fn get_capacity(&self) -> Result<Option<serde_json::Value>> {
+        self.get_meta(tables::CAPACITY_KEY.to_owned()).await
+    }
+}
