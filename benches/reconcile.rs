@@ -39,7 +39,7 @@ use tuneplane_core::constants::DEFAULT_NAMESPACE;
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::spec::JobSpec;
-use tuneplane_core::store::{BlobStore, JobStore};
+use tuneplane_core::store::{BlobStore, JobRecords, JobStore};
 use tuneplane_kubesim::{KubeSim, SimConfig};
 use tuneplane_reconciler::cluster::Cluster;
 use tuneplane_reconciler::metrics::Metrics;
@@ -123,6 +123,11 @@ fn child(args: &[String]) {
             kube_qps: qps,
             kube_burst: qps,
             metrics_addr: ([127, 0, 0, 1], 0).into(),
+            // The `preempt` section preempts jobs that have run a few seconds.
+            preemption_min_run: Duration::from_secs(env_usize(
+                "TUNEPLANE_BENCH_PREEMPTION_MIN_RUN",
+                600,
+            ) as u64),
             ..Config::default()
         };
         let metrics = Arc::new(Metrics::default());
@@ -139,12 +144,13 @@ fn child(args: &[String]) {
                         .to_owned()
                 };
                 let line = format!(
-                    "stat {} {} {} {} {}",
+                    "stat {} {} {} {} {} {}",
                     metrics.admissions(),
                     metrics.passes(),
                     value("tuneplane_pass_duration_seconds_sum"),
                     value("tuneplane_last_pass_duration_seconds"),
-                    counter.total()
+                    counter.total(),
+                    value("tuneplane_preemptions_total{reason=\"priority\"}"),
                 );
                 let mut out = std::io::stdout().lock();
                 if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
@@ -172,6 +178,7 @@ struct Stat {
     pass_sum: f64,
     last_pass: f64,
     requests: u64,
+    preemptions: u64,
 }
 
 struct Proc {
@@ -182,7 +189,13 @@ struct Proc {
 
 impl Proc {
     fn start(url: &str, store: &str, qps: usize) -> Proc {
+        Proc::start_with(url, store, qps, &[])
+    }
+
+    /// [`Proc::start`] with more environment for the child.
+    fn start_with(url: &str, store: &str, qps: usize, env: &[(&str, &str)]) -> Proc {
         let mut child = Command::new(std::env::current_exe().unwrap());
+        child.envs(env.iter().copied());
         // glibc's malloc settings as the reconciler's Deployment sets them
         // (infra/kustomize/base/deployment.yaml); the same variables in the bench's environment
         // override them (e.g. MALLOC_ARENA_MAX=16, glibc's default on 2 cores).
@@ -207,7 +220,7 @@ impl Proc {
             for line in BufReader::new(out).lines() {
                 let Ok(line) = line else { return };
                 let f: Vec<&str> = line.split_whitespace().collect();
-                if f.len() == 6 && f[0] == "stat" {
+                if f.len() == 7 && f[0] == "stat" {
                     let stat = Stat {
                         at: Some(Instant::now()),
                         admissions: f[1].parse().unwrap_or(0),
@@ -215,6 +228,7 @@ impl Proc {
                         pass_sum: f[3].parse().unwrap_or(0.0),
                         last_pass: f[4].parse().unwrap_or(0.0),
                         requests: f[5].parse().unwrap_or(0),
+                        preemptions: f[6].parse().unwrap_or(0),
                     };
                     if tx.send(stat).is_err() {
                         return;
@@ -488,6 +502,53 @@ async fn section_memory(qps: usize, jobs: usize, hold: u64) {
     }
 }
 
+/// A full fleet of 1,000 CPU nodes (10 CPUs each) running 10,000 one-CPU jobs of priority 0;
+/// then 8 priority-10 jobs of 10 CPUs each arrive: each takes the place of a node's ten jobs.
+/// Reports the passes that preempt (their duration, from the metrics), how long until all 8 are
+/// admitted, and the steady pass beside it.
+async fn section_preempt(qps: usize) {
+    let (nodes, jobs, urgent) = (1_000, 10_000, 8);
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
+    write_jobs(&store, 0, jobs, JobState::Queued).await;
+    let sim = sim(nodes, 10).await;
+    let mut p = Proc::start_with(
+        &sim.url(),
+        &format!("embedded:{}", dir.path().display()),
+        qps,
+        &[("TUNEPLANE_BENCH_PREEMPTION_MIN_RUN", "0")],
+    );
+    p.wait(Duration::from_secs(600), |s| s.admissions >= jobs as u64);
+    for _ in 0..300 {
+        if count_running(&store).await >= jobs {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (steady, n0) = p.pass_time(Duration::from_secs(10));
+    let started = Instant::now();
+    for i in 0..urgent {
+        let mut j = cpu_job(jobs + i, JobState::Queued);
+        j.spec.priority = 10;
+        j.spec.pools[0].cpus = 10.0;
+        JobRecords::create_job(&store, &j, None).await.unwrap();
+    }
+    let before = p.last;
+    let (done, ok) = p.wait(Duration::from_secs(120), |s| {
+        s.admissions >= (jobs + urgent) as u64
+    });
+    let took = started.elapsed().as_secs_f64();
+    let passes = done.passes.saturating_sub(before.passes).max(1);
+    let mean = (done.pass_sum - before.pass_sum) / passes as f64;
+    println!(
+        "preempt: {nodes} nodes full with {jobs} running jobs; {urgent} higher-priority jobs admitted{} after {took:.2} s by {} preemptions, over {passes} passes of mean {:.1} ms (steady pass before: {:.1} ms, mean of {n0})",
+        if ok { "" } else { " (TIMED OUT)" },
+        done.preemptions,
+        mean * 1e3,
+        steady * 1e3
+    );
+}
+
 async fn section_history(qps: usize, terminal: usize) {
     let active = 1_000;
     let dir = tempfile::tempdir().unwrap();
@@ -548,6 +609,9 @@ fn main() {
                 env_usize("TUNEPLANE_BENCH_HOLD_SECS", 0) as u64,
             )
             .await;
+        }
+        if on("preempt") {
+            section_preempt(qps).await;
         }
         if on("history") {
             let terminal = env_usize("TUNEPLANE_BENCH_TERMINAL_JOBS", 100_000);
