@@ -242,6 +242,7 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
     let nodes: KubeApi<Node> = KubeApi::all(bed.admin.clone());
     eprintln!("hello-cpu's pod was bound to {node}");
     let done = wait_until(&api, &hello, 90, "SUCCEEDED", |j| j.state.is_terminal()).await;
+    let hello_capsule = done.capsule_sha256.clone();
     assert_eq!(done.state, JobState::Succeeded, "{done:?}");
     let logs = archived_logs(&api, &hello).await;
     assert!(
@@ -493,17 +494,21 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
 
     // The capsule of ray-multipool altered in storage (a file changed, the manifest kept): Ray
     // downloads and unpacks it, the runner refuses it before the driver's code runs.
-    real.tamper(&multi_capsule);
-    tampered_capsule_fails_before_user_code(&api, "the runner").await;
+    real.tamper(&multi_capsule, "train.py");
+    tampered_capsule_fails_before_user_code(&api, "ray-multipool", "the runner").await;
+    // The same for a CPU job's Pod: its runner refuses (exit 86) and the job is a
+    // CapsuleMismatch with the runner's line, not an application failure.
+    real.tamper(&hello_capsule, "hello.py");
+    tampered_capsule_fails_before_user_code(&api, "hello-cpu", "a CPU pod's runner").await;
     real.stack.shutdown().await;
 }
 
 /// Submits ray-multipool again (the same capsule, now altered in storage): the job fails as
 /// `CapsuleMismatch` with the checksum message in its events (`refuser` says who refused it),
 /// and nothing of the altered code ran.
-async fn tampered_capsule_fails_before_user_code(api: &Api, refuser: &str) {
+async fn tampered_capsule_fails_before_user_code(api: &Api, example: &str, refuser: &str) {
     let started = Instant::now();
-    let job = submit_example(api, "ray-multipool").await;
+    let job = submit_example(api, example).await;
     let failed = wait_until(api, &job.id, 240, "FAILED", |j| j.state.is_terminal()).await;
     assert_eq!(failed.state, JobState::Failed, "{failed:?}");
     let failure = failed.failure.clone().unwrap();
@@ -527,7 +532,7 @@ async fn tampered_capsule_fails_before_user_code(api: &Api, refuser: &str) {
     let all: String = logs.iter().map(|(_, t)| t.as_str()).collect();
     assert!(all.contains("capsule checksum mismatch"), "{all}");
     assert!(
-        !all.contains(TAMPERED_OUTPUT) && !all.contains("epoch"),
+        !all.contains(TAMPERED_OUTPUT) && !all.contains("epoch") && !all.contains("countdown"),
         "user code ran: {all}"
     );
 }
@@ -536,9 +541,9 @@ async fn tampered_capsule_fails_before_user_code(api: &Api, refuser: &str) {
 const TAMPERED_OUTPUT: &str = "altered code ran";
 
 impl RealTier {
-    /// Rewrites the stored capsule `sha` (the dev blob store's file) with `train.py` changed and
+    /// Rewrites the stored capsule `sha` (the dev blob store's file) with `file` changed and
     /// everything else, the manifest included, as it was.
-    fn tamper(&self, sha: &str) {
+    fn tamper(&self, sha: &str, file: &str) {
         let zip = self
             ._dirs
             .0
@@ -551,7 +556,7 @@ impl RealTier {
              with zipfile.ZipFile(src) as a, zipfile.ZipFile(tmp, 'w', zipfile.ZIP_DEFLATED) as b:\n\
              \x20   for i in a.infolist():\n\
              \x20       data = a.read(i.filename)\n\
-             \x20       if i.filename == 'train.py':\n\
+             \x20       if i.filename == '{file}':\n\
              \x20           data = b\"print('{TAMPERED_OUTPUT}')\\n\"\n\
              \x20       b.writestr(i, data)\n\
              shutil.move(tmp, src)\n"
@@ -595,8 +600,8 @@ async fn init_container_delivery_runs_a_rayjob_from_the_verified_capsule() {
 
     // The same capsule altered in storage: every pod's fetch refuses it, and the job fails at
     // once instead of waiting for its pre-running deadline.
-    real.tamper(&job.capsule_sha256);
-    tampered_capsule_fails_before_user_code(&api, "fetch-capsule").await;
+    real.tamper(&job.capsule_sha256, "train.py");
+    tampered_capsule_fails_before_user_code(&api, "ray-multipool", "fetch-capsule").await;
     real.stack.shutdown().await;
 }
 

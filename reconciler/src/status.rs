@@ -228,6 +228,15 @@ pub fn assess_pod(pod: &Pod) -> Observed {
                         exit.unwrap_or(137)
                     ),
                 }
+            } else if exit == Some(MISMATCH_EXIT) {
+                // The runner (or the bootstrap's fetch) refused the capsule before any user code
+                // ran; the reconciler adds the runner's line naming the file from the pod's log.
+                Observed::Failed {
+                    reason: FailureReason::CapsuleMismatch,
+                    message: format!(
+                        "{MISMATCH_TEXT}: the pod's capsule does not match what was submitted (exit status {MISMATCH_EXIT}); nothing was executed"
+                    ),
+                }
             } else if why == "DeadlineExceeded" {
                 Observed::Failed {
                     reason: FailureReason::RunDeadlineExceeded,
@@ -274,6 +283,26 @@ mod tests {
             ..RayJobStatus::default()
         });
         rj
+    }
+
+    #[test]
+    fn a_cpu_pod_whose_runner_refused_the_capsule_is_a_capsule_mismatch() {
+        let failed = |code: i32| {
+            pod(
+                serde_json::json!({"phase": "Failed", "containerStatuses": [{"name": "main",
+                "image": "python:3.12-slim", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": code, "reason": "Error"}}}]}),
+            )
+        };
+        let Observed::Failed { reason, message } = assess_pod(&failed(MISMATCH_EXIT)) else {
+            panic!("not failed")
+        };
+        assert_eq!(reason, FailureReason::CapsuleMismatch);
+        assert!(message.contains(MISMATCH_TEXT), "{message}");
+        let Observed::Failed { reason, .. } = assess_pod(&failed(1)) else {
+            panic!("not failed")
+        };
+        assert_eq!(reason, FailureReason::EntrypointFailed);
     }
 
     #[test]

@@ -367,10 +367,13 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
             ctx.jobs.update_job_with_events(&next, &events).await?;
         }
         Step::Finish { state, failure } => {
-            let failure = failure.map(|mut f| {
+            let mut failure = failure.map(|mut f| {
                 f.exit_code = exit_code(cluster, job, Some(f.reason));
                 f
             });
+            if let Some(f) = failure.as_mut() {
+                add_refusal_line(ctx, job, f).await;
+            }
             finish(ctx, cluster, job, state, failure, now).await?;
         }
     }
@@ -472,9 +475,46 @@ async fn archive_logs(
     outcome.map(Some)
 }
 
+/// For a CPU job's capsule refusal, the runner's own line (which file, both digests) from the
+/// end of the pod's log, added to the failure's message and evidence; left as it is when the log
+/// cannot be read (the archive keeps the whole log).
+async fn add_refusal_line(ctx: &Ctx, job: &JobRecord, failure: &mut Failure) {
+    if failure.reason != FailureReason::CapsuleMismatch || !job.spec.is_cpu_only() {
+        return;
+    }
+    let name = workload_of(job);
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(ctx.kube.client.clone(), &job.spec.namespace);
+    let params = kube::api::LogParams {
+        tail_lines: Some(20),
+        ..kube::api::LogParams::default()
+    };
+    let object = format!("{}/{name}", job.spec.namespace);
+    let Ok(text) = ctx
+        .kube
+        .call("logs", &object, || api.logs(&name, &params))
+        .await
+    else {
+        return;
+    };
+    if let Some(line) = text
+        .lines()
+        .rev()
+        .find(|l| l.contains(tuneplane_core::render::bootstrap::MISMATCH_TEXT))
+    {
+        let line = line.trim();
+        failure.message = format!("{} ({line})", failure.message);
+        failure.evidence.push(format!("pod/{name}: {line}"));
+    }
+}
+
 /// The exit status of a CPU job's container whose entrypoint failed (the pod's terminated state).
 fn exit_code(cluster: &Cluster, job: &JobRecord, reason: Option<FailureReason>) -> Option<i32> {
-    if reason != Some(FailureReason::EntrypointFailed) || !job.spec.is_cpu_only() {
+    if !matches!(
+        reason,
+        Some(FailureReason::EntrypointFailed | FailureReason::CapsuleMismatch)
+    ) || !job.spec.is_cpu_only()
+    {
         return None;
     }
     let pod = cluster.pod(&job.spec.namespace, job.workload_name.as_deref()?)?;
