@@ -14,6 +14,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::job::{Failure, JobEvent, JobRecord, JobState};
+use tuneplane_core::spec::Defaults;
 
 use super::output::{
     age, clock, duration, now_ms, pools_of, print_table, print_table_coloured, rows_of,
@@ -59,8 +60,16 @@ pub async fn validate_live(
     Ok(tuneplane_core::spec::validate(
         spec,
         shape.as_ref(),
-        &Default::default(),
+        &Defaults::client_side(),
     ))
+}
+
+/// The spec's own rules, checked before anything is packed or sent; rules that depend on the
+/// server's configuration are the server's to apply ([`Defaults::client_side`]).
+pub fn check_locally(
+    spec: &str,
+) -> Result<tuneplane_core::spec::Validated, tuneplane_core::spec::SpecErrors> {
+    tuneplane_core::spec::validate(spec, None, &Defaults::client_side())
 }
 
 /// `submit`.
@@ -74,7 +83,7 @@ pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<Ex
     // Everything that can be checked here is, before the folder is packed: the key, and the
     // spec's own rules (the API checks the fit to the fleet).
     api.require_key()?;
-    if let Err(errors) = tuneplane_core::spec::validate(&spec, None, &Default::default()) {
+    if let Err(errors) = check_locally(&spec) {
         bail!(
             "{} is not a valid job spec (nothing was sent):\n{errors}",
             spec_path.display()
@@ -710,6 +719,20 @@ mod tests {
         none.attempt = 2;
         none.attempts.push(lost(1, &[]));
         assert_eq!(attempt_line(&none).as_deref(), Some("2"));
+    }
+
+    /// A loopback callback is the server's to judge (`tuneplane dev` allows it); the spec's own
+    /// rules are still checked before anything is sent.
+    #[test]
+    fn the_local_check_leaves_server_rules_to_the_server() {
+        let spec = "name: t\nplugin: custom/custom\nimage: python:3.12-slim\nentrypoint: python3 x.py\n\
+                    pools:\n  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}\n\
+                    notify:\n  - {url: 'http://127.0.0.1:9000/hook', events: [terminal]}\n";
+        check_locally(spec).expect("loopback callbacks are the server's to refuse");
+        let strict = tuneplane_core::spec::validate(spec, None, &Default::default()).unwrap_err();
+        assert!(strict.to_string().contains("loopback"), "{strict}");
+        let bad = spec.replace("cpus: 1,", "cpus: -1,");
+        assert!(check_locally(&bad).is_err());
     }
 
     #[test]

@@ -109,6 +109,17 @@ impl Default for Defaults {
 }
 
 impl Defaults {
+    /// What a client checks before it sends a spec to a server whose configuration it does not
+    /// know: every rule the spec carries itself, with the rules that depend on the server's
+    /// configuration left to the server (callbacks to loopback receivers, allowed by `tuneplane
+    /// dev` only), which answers with its own error naming the field.
+    pub fn client_side() -> Defaults {
+        Defaults {
+            allow_loopback_callbacks: true,
+            ..Defaults::default()
+        }
+    }
+
     /// The namespace `tenant`'s workloads run in.
     pub fn namespace_for(&self, tenant: &str) -> &str {
         self.tenant_namespaces
