@@ -189,9 +189,26 @@ impl Stack {
                 )
             })?;
         let api_url = format!("http://{}", listener.local_addr()?);
+        // Against a real cluster, pods reach the API and the blob server through the node
+        // agent's relay of their own 127.0.0.1 ports, which never relays a port a pod listens on
+        // itself (Ray's 8080, 8265, 6379, ...): whatever `--port` is, pods get a second listener
+        // of the same app on a port the kernel picks from its ephemeral range, where no pod's
+        // own port is. kubesim's pods run on this machine and use `api_url` itself.
+        let pod_listener = match &opts.cluster {
+            ClusterChoice::Real { .. } => Some(
+                tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+                    .await
+                    .context("cannot listen on 127.0.0.1 for the pods' endpoint")?,
+            ),
+            ClusterChoice::Simulated => None,
+        };
+        let pod_url = match &pod_listener {
+            Some(l) => format!("http://{}", l.local_addr()?),
+            None => api_url.clone(),
+        };
 
         let (secret, _) = persisted(&dir.join("blob-secret"), || Ok(hex(&random::<32>()?)))?;
-        let (jobs, blobs, fs_blobs) = stores(&opts.backend, &dir, &secret, &api_url).await?;
+        let (jobs, blobs, fs_blobs) = stores(&opts.backend, &dir, &secret, &pod_url).await?;
         // The blob store the reconciler signs pods' URLs with: the HTTPS endpoint's, if any.
         let (pod_blobs, tls_blobs) = match (&opts.blob_tls, &fs_blobs) {
             (None, _) => (blobs.clone(), None),
@@ -225,7 +242,7 @@ impl Stack {
         let fn_config = functions_config(
             &dir,
             &secret,
-            &api_url,
+            &pod_url,
             &grant_key,
             opts.webhooks.as_ref(),
             pod_networks,
@@ -293,6 +310,9 @@ impl Stack {
                 tuneplane_stores::blob_server::router(fs_blobs, MAX_UPLOAD_BYTES),
             );
         }
+        if let Some(l) = pod_listener {
+            tasks.push(serve_until(l, app.clone(), stopped.clone(), "pods' API endpoint"));
+        }
         tasks.push(serve_until(listener, app, stopped.clone(), "API server"));
         let pod_blob_url = match tls_blobs {
             Some((listener, store, base)) => {
@@ -315,8 +335,8 @@ impl Stack {
         rc.identity = format!("dev-{}", std::process::id());
         rc.metrics_addr = SocketAddr::from(([127, 0, 0, 1], 0));
         // Pods reach the API on their own 127.0.0.1 (kubesim runs them here; the real tier's
-        // node agent relays each pod's loopback ports to the host's).
-        rc.render.api_url = Some(api_url.clone());
+        // node agent relays each pod's loopback ports to the host's: `pod_url`).
+        rc.render.api_url = Some(pod_url.clone());
         // Callbacks may go to a receiver on this machine, and their links point at this API.
         rc.callbacks.allow_loopback = true;
         rc.callbacks.public_url = Some(api_url.clone());
