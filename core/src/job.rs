@@ -154,6 +154,9 @@ pub enum FailureReason {
     /// The capsule a pod received did not match its SHA-256 (or a file its manifest): nothing of
     /// the user's ran.
     CapsuleMismatch,
+    /// A pod could not download the capsule (the endpoint refused the connection or answered an
+    /// error): nothing of the user's ran, and the attempt runs again.
+    CapsuleUnavailable,
     /// A node the job ran on was deleted or stayed NotReady past the grace period.
     NodeLost,
     /// A pod of the job was evicted, preempted or deleted by Kubernetes (a `DisruptionTarget`
@@ -176,7 +179,7 @@ impl FailureReason {
     pub fn cause(self) -> FailureCause {
         use FailureReason::*;
         match self {
-            NodeLost | Evicted | Interrupted | RayNodeLost | WorkloadLost => {
+            NodeLost | Evicted | Interrupted | RayNodeLost | WorkloadLost | CapsuleUnavailable => {
                 FailureCause::Infrastructure
             }
             StopRequested => FailureCause::User,

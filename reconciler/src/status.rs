@@ -8,7 +8,9 @@
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
 use tuneplane_core::job::{FailureReason, PendingReason};
-use tuneplane_core::render::bootstrap::{FETCH_CONTAINER, MISMATCH_EXIT, MISMATCH_TEXT};
+use tuneplane_core::render::bootstrap::{
+    FETCH_CONTAINER, FETCH_FAILED_EXIT, FETCH_FAILED_TEXT, MISMATCH_EXIT, MISMATCH_TEXT,
+};
 
 use crate::rayjob::RayJob;
 
@@ -120,8 +122,8 @@ pub fn pending_from_pods(pods: &[&Pod]) -> (PendingReason, String) {
 }
 
 /// A Ray pod whose capsule-fetching init container refused the capsule (its checksum exit
-/// status, now or before a restart): the failure's message.
-fn capsule_refused(pod: &Pod) -> Option<String> {
+/// status) or could not download it, now or before a restart: the failure's reason and message.
+fn capsule_refused(pod: &Pod) -> Option<(FailureReason, String)> {
     let fetch = pod
         .status
         .as_ref()?
@@ -129,15 +131,28 @@ fn capsule_refused(pod: &Pod) -> Option<String> {
         .as_ref()?
         .iter()
         .find(|c| c.name == FETCH_CONTAINER)?;
-    let refused = [fetch.state.as_ref(), fetch.last_state.as_ref()]
+    let exits: Vec<i32> = [fetch.state.as_ref(), fetch.last_state.as_ref()]
         .into_iter()
         .flatten()
         .filter_map(|s| s.terminated.as_ref())
-        .any(|t| t.exit_code == MISMATCH_EXIT);
-    refused.then(|| {
-        format!(
-            "pod {}: {MISMATCH_TEXT}: init container {FETCH_CONTAINER} downloaded a capsule whose SHA-256 is not the one submitted (exit status {MISMATCH_EXIT}; its log has both digests); nothing was executed",
-            pod.name_any()
+        .map(|t| t.exit_code)
+        .collect();
+    if exits.contains(&MISMATCH_EXIT) {
+        return Some((
+            FailureReason::CapsuleMismatch,
+            format!(
+                "pod {}: {MISMATCH_TEXT}: init container {FETCH_CONTAINER} downloaded a capsule whose SHA-256 is not the one submitted (exit status {MISMATCH_EXIT}; its log has both digests); nothing was executed",
+                pod.name_any()
+            ),
+        ));
+    }
+    exits.contains(&FETCH_FAILED_EXIT).then(|| {
+        (
+            FailureReason::CapsuleUnavailable,
+            format!(
+                "pod {}: {FETCH_FAILED_TEXT}: init container {FETCH_CONTAINER} could not download the capsule (exit status {FETCH_FAILED_EXIT}; its log names the endpoint and its answer); nothing was executed",
+                pod.name_any()
+            ),
         )
     })
 }
@@ -182,11 +197,8 @@ pub fn assess_rayjob(rj: &RayJob, pods: &[&Pod], warnings: &[&Event]) -> Observe
     }
     // A tampered capsule ends the job at once: waiting would only restart the refusal until the
     // pre-running deadline.
-    if let Some(message) = pods.iter().find_map(|p| capsule_refused(p)) {
-        return Observed::Failed {
-            reason: FailureReason::CapsuleMismatch,
-            message,
-        };
+    if let Some((reason, message)) = pods.iter().find_map(|p| capsule_refused(p)) {
+        return Observed::Failed { reason, message };
     }
     if deployment.is_empty()
         && let Some(e) = warnings.iter().find(|e| {
@@ -226,6 +238,13 @@ pub fn assess_pod(pod: &Pod) -> Observed {
                             .and_then(|c| c.resources.as_ref()?.limits.as_ref()?.get("memory"))
                             .map_or_else(|| "?".to_owned(), |q| q.0.clone()),
                         exit.unwrap_or(137)
+                    ),
+                }
+            } else if exit == Some(FETCH_FAILED_EXIT) {
+                Observed::Failed {
+                    reason: FailureReason::CapsuleUnavailable,
+                    message: format!(
+                        "{FETCH_FAILED_TEXT}: the pod could not download its capsule (exit status {FETCH_FAILED_EXIT}); nothing was executed"
                     ),
                 }
             } else if exit == Some(MISMATCH_EXIT) {
@@ -299,6 +318,15 @@ mod tests {
         };
         assert_eq!(reason, FailureReason::CapsuleMismatch);
         assert!(message.contains(MISMATCH_TEXT), "{message}");
+        let Observed::Failed { reason, message } = assess_pod(&failed(FETCH_FAILED_EXIT)) else {
+            panic!("not failed")
+        };
+        assert_eq!(reason, FailureReason::CapsuleUnavailable);
+        assert!(message.contains(FETCH_FAILED_TEXT), "{message}");
+        assert_eq!(
+            reason.cause(),
+            tuneplane_core::job::FailureCause::Infrastructure
+        );
         let Observed::Failed { reason, .. } = assess_pod(&failed(1)) else {
             panic!("not failed")
         };

@@ -475,11 +475,16 @@ async fn archive_logs(
     outcome.map(Some)
 }
 
-/// For a CPU job's capsule refusal, the runner's own line (which file, both digests) from the
-/// end of the pod's log, added to the failure's message and evidence; left as it is when the log
+/// For a CPU job's capsule refusal or failed download, the runner's or the fetch's own line
+/// (which file and both digests; the endpoint and its answer) from the end of the pod's log, added to the failure's message and evidence; left as it is when the log
 /// cannot be read (the archive keeps the whole log).
 async fn add_refusal_line(ctx: &Ctx, job: &JobRecord, failure: &mut Failure) {
-    if failure.reason != FailureReason::CapsuleMismatch || !job.spec.is_cpu_only() {
+    let marker = match failure.reason {
+        FailureReason::CapsuleMismatch => tuneplane_core::render::bootstrap::MISMATCH_TEXT,
+        FailureReason::CapsuleUnavailable => tuneplane_core::render::bootstrap::FETCH_FAILED_TEXT,
+        _ => return,
+    };
+    if !job.spec.is_cpu_only() {
         return;
     }
     let name = workload_of(job);
@@ -497,11 +502,7 @@ async fn add_refusal_line(ctx: &Ctx, job: &JobRecord, failure: &mut Failure) {
     else {
         return;
     };
-    if let Some(line) = text
-        .lines()
-        .rev()
-        .find(|l| l.contains(tuneplane_core::render::bootstrap::MISMATCH_TEXT))
-    {
+    if let Some(line) = text.lines().rev().find(|l| l.contains(marker)) {
         let line = line.trim();
         failure.message = format!("{} ({line})", failure.message);
         failure.evidence.push(format!("pod/{name}: {line}"));

@@ -311,7 +311,12 @@ impl Stack {
             );
         }
         if let Some(l) = pod_listener {
-            tasks.push(serve_until(l, app.clone(), stopped.clone(), "pods' API endpoint"));
+            tasks.push(serve_until(
+                l,
+                app.clone(),
+                stopped.clone(),
+                "pods' API endpoint",
+            ));
         }
         tasks.push(serve_until(listener, app, stopped.clone(), "API server"));
         let pod_blob_url = match tls_blobs {

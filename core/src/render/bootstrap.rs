@@ -11,6 +11,10 @@ pub const URL_ENV: &str = "TUNEPLANE_CAPSULE_URL";
 pub const SHA_ENV: &str = "TUNEPLANE_CAPSULE_SHA256";
 /// Exit status when the capsule does not match its hash.
 pub const MISMATCH_EXIT: i32 = 86;
+/// Exit status when the capsule cannot be downloaded (the fetch names the endpoint and its answer).
+pub const FETCH_FAILED_EXIT: i32 = 87;
+/// What the fetch scripts print when the capsule cannot be downloaded.
+pub const FETCH_FAILED_TEXT: &str = "capsule download failed";
 /// Name of the Ray pods' init container that fetches and verifies the capsule.
 pub const FETCH_CONTAINER: &str = "fetch-capsule";
 /// What the fetch scripts and the runner print when a capsule does not match.
@@ -20,18 +24,27 @@ pub const RAY_CAPSULE_DIR: &str = "/tuneplane/capsule";
 /// Working folder of CPU Pods.
 pub const POD_WORK_DIR: &str = "/tuneplane/work";
 
-const FETCH_PY: &str = r#"import hashlib, os, sys, urllib.request
+const FETCH_PY: &str = r#"import hashlib, os, sys, urllib.error, urllib.request
 url, want, dest = os.environ["TUNEPLANE_CAPSULE_URL"], os.environ["TUNEPLANE_CAPSULE_SHA256"], sys.argv[1]
 os.makedirs(os.path.dirname(dest), exist_ok=True)
 tmp = dest + ".part"
 h = hashlib.sha256()
-with urllib.request.urlopen(url, timeout=300) as r, open(tmp, "wb") as f:
-    while True:
-        chunk = r.read(1 << 20)
-        if not chunk:
-            break
-        h.update(chunk)
-        f.write(chunk)
+where = url.split("?", 1)[0]
+try:
+    with urllib.request.urlopen(url, timeout=300) as r, open(tmp, "wb") as f:
+        while True:
+            chunk = r.read(1 << 20)
+            if not chunk:
+                break
+            h.update(chunk)
+            f.write(chunk)
+except Exception as e:
+    if isinstance(e, urllib.error.HTTPError):
+        said = "it answered HTTP %d %s" % (e.code, e.reason)
+    else:
+        said = "%s" % (getattr(e, "reason", None) or e)
+    sys.stderr.write("tuneplane: capsule download failed: %s: %s; nothing was executed\n" % (where, said))
+    sys.exit(87)
 got = h.hexdigest()
 if got != want:
     os.remove(tmp)
@@ -179,6 +192,49 @@ mod tests {
         let got = String::from_utf8_lossy(&other.stdout).to_string();
         let recovered = got.split('|').next().unwrap_or_default();
         assert!(!other.status.success() || key.verify("job-7", recovered).is_none());
+    }
+
+    #[test]
+    fn a_capsule_that_cannot_be_downloaded_is_named_with_what_answered_and_no_traceback() {
+        if !python3() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        // A loopback port nothing listens on (bound, then closed).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let script =
+            ray_fetch_script("00").replace(RAY_CAPSULE_DIR, &dir.path().display().to_string());
+        let run = |url: String| {
+            std::process::Command::new("bash")
+                .arg("-c")
+                .arg(&script)
+                .env(URL_ENV, url)
+                .env(SHA_ENV, "0".repeat(64))
+                .output()
+                .unwrap()
+        };
+        let out = run(format!(
+            "http://127.0.0.1:{port}/blobs/capsules/x?sig=secret"
+        ));
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(FETCH_FAILED_EXIT), "{err}");
+        assert!(
+            err.contains(&format!(
+                "{FETCH_FAILED_TEXT}: http://127.0.0.1:{port}/blobs/capsules/x: "
+            )) && err.contains("refused"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("Traceback") && !err.contains("secret"),
+            "{err}"
+        );
+        // A missing file answers as such (file:// stands in for an HTTP 404 here).
+        let out = run(format!("file://{}/missing.zip", dir.path().display()));
+        assert_eq!(out.status.code(), Some(FETCH_FAILED_EXIT));
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub fn failure_words(reason: FailureReason) -> &'static str {
         FailureReason::CapsuleMismatch => {
             "The code a pod received did not match its checksum; nothing of it ran."
         }
+        FailureReason::CapsuleUnavailable => {
+            "A pod could not download the job's code (the endpoint refused or answered an error); nothing of it ran."
+        }
         FailureReason::OutOfMemory => "The entrypoint used more memory than its limit.",
         FailureReason::NodeLost => "A node it ran on was lost (deleted or not ready).",
         FailureReason::Evicted => "Kubernetes evicted, preempted or deleted one of its pods.",
