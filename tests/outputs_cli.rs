@@ -533,3 +533,83 @@ async fn a_job_without_outputs_says_so() {
     let status = ok(&cli(&s.url, &s.key_a, t.path(), &["status", "j-idle"]).await);
     assert!(!status.contains("attempt"), "{status}");
 }
+
+/// `outputs JOB --checkpoints` lists the complete checkpoints; `--get latest` (or a name)
+/// downloads that checkpoint's files into DIR/NAME/; a name that does not exist is refused with
+/// the ones that do; another tenant cannot read them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_checkpoints_lists_and_downloads_a_checkpoint() {
+    let t = tempfile::tempdir().unwrap();
+    let s = serve(t.path()).await;
+    let job = failed_job_with_outputs(&s).await;
+    let work = t.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let listing = ok(&cli(
+        &s.url,
+        &s.key_a,
+        &work,
+        &["outputs", &job.id, "--checkpoints"],
+    )
+    .await);
+    assert!(
+        listing
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .starts_with("CHECKPOINT"),
+        "{listing}"
+    );
+    assert!(
+        !listing.contains("PATH"),
+        "outputs are not listed: {listing}"
+    );
+    assert!(listing.contains("step-20"), "{listing}");
+    for want in ["latest", "step-20"] {
+        let dir = work.join(format!("got-{want}"));
+        let got = ok(&cli(
+            &s.url,
+            &s.key_a,
+            &work,
+            &[
+                "outputs",
+                &job.id,
+                "--checkpoints",
+                "--get",
+                want,
+                "--dir",
+                dir.to_str().unwrap(),
+            ],
+        )
+        .await);
+        assert!(got.contains("checkpoint step-20: 1 file"), "{got}");
+        assert_eq!(
+            std::fs::read(dir.join("step-20/state.pt")).unwrap(),
+            vec![7; 3000]
+        );
+        assert!(
+            !dir.join("step-20/.complete").exists(),
+            "the marker is not a file of it"
+        );
+    }
+    let missing = cli(
+        &s.url,
+        &s.key_a,
+        &work,
+        &["outputs", &job.id, "--checkpoints", "--get", "step-99"],
+    )
+    .await;
+    assert!(!missing.status.success());
+    let err = text(&missing.stderr);
+    assert!(
+        err.contains("no complete checkpoint \"step-99\"") && err.contains("step-20"),
+        "{err}"
+    );
+    let other = cli(
+        &s.url,
+        &s.key_b,
+        &work,
+        &["outputs", &job.id, "--checkpoints", "--get", "latest"],
+    )
+    .await;
+    assert!(!other.status.success(), "team-b read team-a's checkpoint");
+}

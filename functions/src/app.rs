@@ -74,6 +74,7 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .route("/jobs/{id}/logs/follow", post(routes::live::follow_logs))
         .route("/jobs/{id}/stop", post(routes::jobs::stop))
         .route("/jobs/{id}/outputs", get(routes::outputs::outputs))
+        .route("/jobs/{id}/checkpoint", get(routes::outputs::checkpoint))
         .route("/jobs/{id}/grant/presign", post(routes::outputs::presign))
         .route(
             "/jobs/{id}/grant/checkpoints/{name}/complete",

@@ -43,6 +43,10 @@ pub struct OutputsArgs {
     /// file is named on stderr with its size once downloaded.
     #[arg(long, value_name = "DIR", default_value = ".", requires = "get")]
     pub dir: PathBuf,
+    /// Checkpoints instead of outputs: alone, list the complete checkpoints; with `--get NAME`
+    /// (a name as listed, or `latest`), download that checkpoint's files into DIR/NAME/.
+    #[arg(long)]
+    pub checkpoints: bool,
 }
 
 /// One output as `GET /v1/jobs/{id}/outputs` lists it.
@@ -73,6 +77,9 @@ pub struct CheckpointRow {
 
 /// `outputs ID [--get PATH [--dir DIR]]`.
 pub async fn outputs(api: &Api, out: Output, a: &OutputsArgs) -> anyhow::Result<ExitCode> {
+    if a.checkpoints {
+        return checkpoints(api, out, a).await;
+    }
     let path = format!("/jobs/{}/outputs", a.id);
     let Some(want) = &a.get else {
         let Some(body) = api.get_or_print(&path, out).await? else {
@@ -112,6 +119,104 @@ pub async fn outputs(api: &Api, out: Output, a: &OutputsArgs) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
+/// `outputs ID --checkpoints [--get NAME|latest [--dir DIR]]`: lists the complete checkpoints,
+/// or downloads one into DIR/NAME/ (the same safe writes as outputs).
+async fn checkpoints(api: &Api, out: Output, a: &OutputsArgs) -> anyhow::Result<ExitCode> {
+    let Some(want) = &a.get else {
+        let path = format!("/jobs/{}/outputs", a.id);
+        let Some(body) = api.get_or_print(&path, out).await? else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        let rows: Vec<CheckpointRow> = serde_json::from_value(body["checkpoints"].clone())
+            .context("unexpected outputs answer")?;
+        print_checkpoints(&a.id, &rows);
+        return Ok(ExitCode::SUCCESS);
+    };
+    let query = if want == "latest" {
+        String::new()
+    } else {
+        tuneplane_core::grant::check_checkpoint_name(want)
+            .map_err(|e| anyhow::anyhow!("--get {want:?}: {e}"))?;
+        format!("?name={}", query_escaped(want))
+    };
+    let body: Value = api
+        .get(&format!("/jobs/{}/checkpoint{query}", a.id))
+        .await?;
+    let name = body["name"]
+        .as_str()
+        .context("unexpected checkpoint answer")?
+        .to_owned();
+    let files: Vec<OutputFile> =
+        serde_json::from_value(body["files"].clone()).context("unexpected checkpoint answer")?;
+    let dir = a.dir.join(&name);
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the folder {}", dir.display()))?;
+    let mut done = Vec::with_capacity(files.len());
+    let mut total = 0u64;
+    for f in &files {
+        let target = target_in(&dir, &f.path)?;
+        let bytes = download(api, f, &target).await?;
+        total += bytes;
+        eprintln!("{name}/{}  {}", f.path, human_bytes(bytes));
+        done.push(json!({"path": f.path, "size": bytes, "file": target.display().to_string()}));
+    }
+    if out == Output::Json {
+        println!(
+            "{}",
+            json!({"job_id": a.id, "checkpoint": name, "downloaded": done})
+        );
+    } else {
+        println!(
+            "checkpoint {name}: {} {} ({}) into {}",
+            done.len(),
+            if done.len() == 1 { "file" } else { "files" },
+            human_bytes(total),
+            dir.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `text` for a query string: every byte but unreserved characters percent-encoded.
+fn query_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The checkpoints table (or why there is none).
+fn print_checkpoints(id: &str, checkpoints: &[CheckpointRow]) {
+    if checkpoints.is_empty() {
+        println!("no complete checkpoints");
+        return;
+    }
+    let rows: Vec<Vec<String>> = checkpoints
+        .iter()
+        .map(|c| {
+            vec![
+                c.name.clone(),
+                c.attempt.to_string(),
+                age(c.completed_at_ms),
+                c.files.to_string(),
+                human_bytes(c.bytes),
+            ]
+        })
+        .collect();
+    print_table(
+        &["CHECKPOINT", "ATTEMPT", "COMPLETED", "FILES", "SIZE"],
+        &rows,
+    );
+    println!(
+        "(download: tuneplane outputs {id} --checkpoints --get NAME, or latest; a new attempt resumes from the newest)"
+    );
+}
+
 /// Prints the outputs and checkpoints tables of an outputs answer.
 fn print_listing(id: &str, body: &Value) -> anyhow::Result<()> {
     let files: Vec<OutputFile> =
@@ -140,26 +245,7 @@ fn print_listing(id: &str, body: &Value) -> anyhow::Result<()> {
         );
     }
     println!();
-    if checkpoints.is_empty() {
-        println!("no complete checkpoints");
-    } else {
-        let rows: Vec<Vec<String>> = checkpoints
-            .iter()
-            .map(|c| {
-                vec![
-                    c.name.clone(),
-                    c.attempt.to_string(),
-                    age(c.completed_at_ms),
-                    c.files.to_string(),
-                    human_bytes(c.bytes),
-                ]
-            })
-            .collect();
-        print_table(
-            &["CHECKPOINT", "ATTEMPT", "COMPLETED", "FILES", "SIZE"],
-            &rows,
-        );
-    }
+    print_checkpoints(id, &checkpoints);
     Ok(())
 }
 

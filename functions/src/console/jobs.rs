@@ -335,3 +335,40 @@ pub async fn output_download(
     tracing::info!(job_id = %job.id, path = %path, "console output download");
     Ok(Redirect::to(&url.url).into_response())
 }
+
+/// `GET /console/jobs/{id}/checkpoints/{name}/{path}`: one file of a complete checkpoint of a job
+/// the viewer may read, through a link signed now (like an output's).
+pub async fn checkpoint_download(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    Path((id, rest)): Path<(String, String)>,
+) -> Result<Response, ConsoleError> {
+    let job = readable_job(&state, &viewer.principal, &id).await?;
+    let (name, path) = rest.split_once('/').ok_or_else(|| {
+        ConsoleError::BadRequest(format!("{rest:?} names no file inside a checkpoint"))
+    })?;
+    tuneplane_core::grant::check_checkpoint_name(name)
+        .map_err(|e| ConsoleError::BadRequest(format!("checkpoint {e}")))?;
+    check_relative_path(path).map_err(|e| ConsoleError::BadRequest(format!("file {e}")))?;
+    let blobs = state.submit.blobs();
+    let complete = tuneplane_core::outputs::list_checkpoints(blobs.as_ref(), &job.tenant, &job.id)
+        .await?
+        .into_iter()
+        .any(|c| c.name == name && c.files.iter().any(|f| f.path == path));
+    if !complete {
+        return Err(ApiError::NotFound(format!(
+            "job {id} has no complete checkpoint {name:?} with a file {path:?}"
+        ))
+        .into());
+    }
+    let key = JobPath::Checkpoint {
+        name: name.to_owned(),
+        path: path.to_owned(),
+    }
+    .key(&job.tenant, &job.id);
+    let url = blobs
+        .presign(PresignMethod::Get, &key, OUTPUT_URL_TTL)
+        .await?;
+    tracing::info!(job_id = %job.id, checkpoint = %name, path = %path, "console checkpoint download");
+    Ok(Redirect::to(&url.url).into_response())
+}

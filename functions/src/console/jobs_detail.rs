@@ -135,6 +135,8 @@ fn outputs_section(job: &JobRecord, outputs: Option<&Outputs>) -> Markup {
                             (o.files.len()) " " (if o.files.len() == 1 { "file" } else { "files" }) ", "
                             (view::size(o.files.iter().map(|f| f.size).sum())) "; from a terminal: "
                             code { "tuneplane outputs " (job.id) " --get ." }
+                            "; a checkpoint: "
+                            code { "tuneplane outputs " (job.id) " --checkpoints --get latest" }
                         }
                     }
                     h3 { "Checkpoints" }
@@ -149,7 +151,16 @@ fn outputs_section(job: &JobRecord, outputs: Option<&Outputs>) -> Markup {
                                         td data-label="Name" { code { (c.name) } }
                                         td data-label="Attempt" { (c.attempt) }
                                         td data-label="Completed" { (time(c.completed_at_ms, true)) }
-                                        td data-label="Files" { (c.files.len()) }
+                                        td data-label="Files" {
+                                            details {
+                                                summary { (c.files.len()) @if c.files.len() == 1 { " file" } @else { " files" } }
+                                                ul.files {
+                                                    @for f in &c.files {
+                                                        li { a href=(format!("/console/jobs/{}/checkpoints/{}/{}", super::viewer::encode_component(&job.id), super::viewer::encode_component(&c.name), f.path.split('/').map(super::viewer::encode_component).collect::<Vec<_>>().join("/"))) download { (f.path) } " " span.muted { (view::size(f.size)) } }
+                                                    }
+                                                }
+                                            }
+                                        }
                                         td data-label="Size" { (view::size(c.bytes())) }
                                     }
                                 }

@@ -83,6 +83,10 @@ pub fn router_with(keys: ConsoleKeys) -> Router<Arc<AppState>> {
         .route("/jobs/{id}/stop", post(jobs::stop))
         .route("/jobs/{id}/logs", get(jobs::logs_download))
         .route("/jobs/{id}/outputs/{*path}", get(jobs::output_download))
+        .route(
+            "/jobs/{id}/checkpoints/{*path}",
+            get(jobs::checkpoint_download),
+        )
         .route("/capacity", get(capacity::page_route))
         .route("/usage", get(usage::page_route))
         .route(

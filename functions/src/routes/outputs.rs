@@ -334,3 +334,63 @@ pub async fn outputs(
         "checkpoints": checkpoints,
     })))
 }
+
+/// Query of `GET /v1/jobs/{id}/checkpoint`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointQuery {
+    /// The checkpoint's name as listed (default: the newest complete one).
+    pub name: Option<String>,
+}
+
+/// `GET /v1/jobs/{id}/checkpoint[?name=NAME]`: one complete checkpoint of a job the caller may
+/// read (the newest without `name`), with a download link per file. 404 names the checkpoints
+/// that exist.
+pub async fn checkpoint(
+    State(state): State<Arc<AppState>>,
+    ReadableJob(job, crate::state::ApiQuery(q)): ReadableJob<
+        crate::state::ApiQuery<CheckpointQuery>,
+    >,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(name) = &q.name {
+        tuneplane_core::grant::check_checkpoint_name(name)
+            .map_err(|e| ApiError::bad_request("invalid_query", format!("name: {e}")))?;
+    }
+    let blobs = state.submit.blobs();
+    let all = list_checkpoints(blobs.as_ref(), &job.tenant, &job.id).await?;
+    let found = match &q.name {
+        Some(name) => all.iter().find(|c| &c.name == name),
+        None => all.last(),
+    };
+    let Some(c) = found else {
+        let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+        return Err(ApiError::NotFound(match (&q.name, names.is_empty()) {
+            (_, true) => format!("job {} has no complete checkpoint", job.id),
+            (Some(name), false) => format!(
+                "job {} has no complete checkpoint {name:?}; its checkpoints: {}",
+                job.id,
+                names.join(", ")
+            ),
+            (None, false) => format!("job {} has no complete checkpoint", job.id),
+        }));
+    };
+    let mut files = Vec::with_capacity(c.files.len());
+    for f in &c.files {
+        let key = JobPath::Checkpoint {
+            name: c.name.clone(),
+            path: f.path.clone(),
+        }
+        .key(&job.tenant, &job.id);
+        let signed = blobs
+            .presign(PresignMethod::Get, &key, DOWNLOAD_URL_TTL)
+            .await?;
+        files.push(json!({"path": f.path, "size": f.size, "url": signed.url, "expires_at": signed.expires_at}));
+    }
+    Ok(Json(json!({
+        "job_id": job.id,
+        "name": c.name,
+        "attempt": c.attempt,
+        "completed_at_ms": c.completed_at_ms,
+        "files": files,
+    })))
+}

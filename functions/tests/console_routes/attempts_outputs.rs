@@ -125,6 +125,24 @@ async fn a_job_run_again_shows_its_attempts_cause_evidence_outputs_and_checkpoin
     assert!(outputs.contains("2.9 KiB"), "{outputs}");
     assert!(outputs.contains("<code>step-20</code>"), "{outputs}");
     assert!(outputs.contains("3 files"), "{outputs}");
+    // The checkpoint's file, linked and signed when clicked; a file it does not have is 404.
+    let ckpt = format!("/console/jobs/{id}/checkpoints/step-20/state.pt");
+    assert!(outputs.contains(&format!("href=\"{ckpt}\"")), "{outputs}");
+    let got = s.get(&ckpt, Some(&session)).await;
+    assert_eq!(got.status, StatusCode::SEE_OTHER, "{}", got.body);
+    assert!(
+        got.location()
+            .contains(&format!("checkpoints/acme/{id}/step-20/state.pt")),
+        "{}",
+        got.location()
+    );
+    let none = s
+        .get(
+            &format!("/console/jobs/{id}/checkpoints/step-20/other.pt"),
+            Some(&session),
+        )
+        .await;
+    assert_eq!(none.status, StatusCode::NOT_FOUND);
 
     // Each link redirects to a fresh presigned URL of that object.
     let odd = s
@@ -218,6 +236,7 @@ async fn another_tenant_sees_neither_the_attempts_nor_the_outputs() {
         format!("/console/jobs/{id}/outputs/model/w.bin"),
         format!("/console/jobs/{id}/outputs/metrics.json"),
         format!("/console/jobs/{id}/logs?attempt=1"),
+        format!("/console/jobs/{id}/checkpoints/step-20/state.pt"),
     ] {
         let reply = s.get(&path, Some(&other)).await;
         assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
