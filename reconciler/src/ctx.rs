@@ -109,6 +109,23 @@ impl Ctx {
         }
     }
 
+    /// When this process last wrote job `id`'s pending reason, if it did.
+    pub fn pending_written_at(&self, id: &str) -> Option<i64> {
+        self.pending_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .copied()
+    }
+
+    /// Notes that job `id`'s pending reason was written at `now`.
+    pub fn note_pending_written(&self, id: &str, now: i64) {
+        self.pending_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned(), now);
+    }
+
     /// Publishes the capacity snapshot when it changed (or every 30 s).
     pub async fn publish_capacity(&self, snapshot: &CapacitySnapshot) -> Result<()> {
         let mut bare = snapshot.clone();

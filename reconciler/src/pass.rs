@@ -174,12 +174,7 @@ async fn set_queued_pending(
     waiting: Waiting<'_>,
     now: i64,
 ) -> Result<()> {
-    let last = ctx
-        .pending_written
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&job.id)
-        .copied();
+    let last = ctx.pending_written_at(&job.id);
     let Some((pending, new_reason)) = next_pending(
         job.pending.as_ref(),
         waiting.reason,
@@ -202,10 +197,7 @@ async fn set_queued_pending(
     next.pending = Some(pending);
     let events: Vec<_> = event.into_iter().collect();
     ctx.jobs.update_job_with_events(&next, &events).await?;
-    ctx.pending_written
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(job.id.clone(), now);
+    ctx.note_pending_written(&job.id, now);
     Ok(())
 }
 

@@ -390,18 +390,10 @@ fn preempting_pending(
     message: String,
     now: i64,
 ) -> Step {
-    let last = ctx
-        .pending_written
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&job.id)
-        .copied();
+    let last = ctx.pending_written_at(&job.id);
     match crate::decide::next_pending(job.pending.as_ref(), reason, &message, now, last) {
         Some((pending, _)) => {
-            ctx.pending_written
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(job.id.clone(), now);
+            ctx.note_pending_written(&job.id, now);
             Step::SetPending(pending)
         }
         None => Step::Wait,

@@ -18,13 +18,6 @@ use tuneplane_core::job::{FailureCause, FailureReason, JobRecord, JobState, Pend
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{BlobStore, EventQuery};
 
-/// Three h200 nodes of 8 GPUs and a CPU node.
-const H200_X3: &str = "\
-node_groups:
-  - {name: h200, series: h200, count: 3, gpus: 8, cpus: 96, memory_gb: 1024, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]}
-  - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
-";
-
 /// A one-node, 8-GPU h200 job of `tenant` that runs long (never ends by itself in the test).
 fn h200(tenant: &str, id: &str) -> JobRecord {
     let mut j = pre_running(gpu_job(id, "h200", 1, 8), 600);

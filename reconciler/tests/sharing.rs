@@ -15,13 +15,6 @@ use common::*;
 use tuneplane_core::job::{JobRecord, JobState, PendingReason};
 use tuneplane_core::quota::TenantQuota;
 
-/// Three h200 nodes of 8 GPUs and a CPU node.
-const H200_X3: &str = "\
-node_groups:
-  - {name: h200, series: h200, count: 3, gpus: 8, cpus: 96, memory_gb: 1024, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]}
-  - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
-";
-
 /// A one-node, 8-GPU h200 job of `tenant`, submitted now.
 fn h200(tenant: &str, id: &str) -> JobRecord {
     let mut j = finishing(pre_running(gpu_job(id, "h200", 1, 8), 600));

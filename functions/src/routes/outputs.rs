@@ -284,18 +284,7 @@ pub async fn latest(
             job.id
         )));
     };
-    let mut files = Vec::with_capacity(c.files.len());
-    for f in &c.files {
-        let key = JobPath::Checkpoint {
-            name: c.name.clone(),
-            path: f.path.clone(),
-        }
-        .key(&job.tenant, &job.id);
-        let signed = blobs
-            .presign(PresignMethod::Get, &key, GRANT_URL_TTL)
-            .await?;
-        files.push(json!({"path": f.path, "size": f.size, "url": signed.url}));
-    }
+    let files = signed_files(blobs.as_ref(), job, &c, GRANT_URL_TTL).await?;
     Ok(Json(json!({
         "name": c.name,
         "attempt": c.attempt,
@@ -374,18 +363,7 @@ pub async fn checkpoint(
             (None, false) => format!("job {} has no complete checkpoint", job.id),
         }));
     };
-    let mut files = Vec::with_capacity(c.files.len());
-    for f in &c.files {
-        let key = JobPath::Checkpoint {
-            name: c.name.clone(),
-            path: f.path.clone(),
-        }
-        .key(&job.tenant, &job.id);
-        let signed = blobs
-            .presign(PresignMethod::Get, &key, DOWNLOAD_URL_TTL)
-            .await?;
-        files.push(json!({"path": f.path, "size": f.size, "url": signed.url, "expires_at": signed.expires_at}));
-    }
+    let files = signed_files(blobs.as_ref(), &job, c, DOWNLOAD_URL_TTL).await?;
     Ok(Json(json!({
         "job_id": job.id,
         "name": c.name,
@@ -393,4 +371,24 @@ pub async fn checkpoint(
         "completed_at_ms": c.completed_at_ms,
         "files": files,
     })))
+}
+
+/// Each file of checkpoint `c` of `job` with a download link valid for `ttl`.
+async fn signed_files(
+    blobs: &dyn tuneplane_core::store::BlobStore,
+    job: &JobRecord,
+    c: &tuneplane_core::outputs::Checkpoint,
+    ttl: Duration,
+) -> Result<Vec<Value>, ApiError> {
+    let mut files = Vec::with_capacity(c.files.len());
+    for f in &c.files {
+        let key = JobPath::Checkpoint {
+            name: c.name.clone(),
+            path: f.path.clone(),
+        }
+        .key(&job.tenant, &job.id);
+        let signed = blobs.presign(PresignMethod::Get, &key, ttl).await?;
+        files.push(json!({"path": f.path, "size": f.size, "url": signed.url, "expires_at": signed.expires_at}));
+    }
+    Ok(files)
 }

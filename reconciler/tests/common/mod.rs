@@ -39,6 +39,13 @@ node_groups:
   - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
 ";
 
+/// Three h200 nodes of 8 GPUs and a CPU node.
+pub const H200_X3: &str = "\
+node_groups:
+  - {name: h200, series: h200, count: 3, gpus: 8, cpus: 96, memory_gb: 1024, taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]}
+  - {name: cpu, count: 1, cpus: 16, memory_gb: 64}
+";
+
 /// One h200 node that also carries a `maintenance` taint TunePlane's pods do not tolerate, and one
 /// CPU node.
 pub const TAINTED_H200: &str = "\
