@@ -228,7 +228,7 @@ async fn admit_one(
 }
 
 /// Runs `futures` [`CONCURRENCY`] at a time; outcomes in completion order.
-async fn a_few_at_a_time<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+pub(crate) async fn a_few_at_a_time<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     futures_util::stream::iter(futures)
         .buffer_unordered(CONCURRENCY)
         .collect()

@@ -23,14 +23,14 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::DeleteParams;
 use tuneplane_core::admission::{
-    AdmissionPlan, CheckpointSeen, Preemption, PreemptionRules, Reservation, plan_preemptions,
-    preemption_candidates,
+    AdmissionPlan, CheckpointSeen, Preemption, PreemptionRules, Reservation, Victim,
+    plan_preemptions, preemption_candidates,
 };
 use tuneplane_core::audit::{Actor, AuditAction, AuditEntry, AuditSource};
 use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::job::{JobRecord, JobState, PendingReason};
 use tuneplane_core::outputs::latest_checkpoint;
-use tuneplane_core::preemption::{Preempting, VictimRef};
+use tuneplane_core::preemption::{Preempting, PreemptionRule, VictimRef};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::render::{attempt_workload_name, label_value, termination_grace_seconds};
 
@@ -191,59 +191,30 @@ async fn carry_out(
     };
     // Every victim first: a waiting job admitted onto nodes whose jobs were never told to stop
     // would wait for nothing. A victim that cannot be told fails the decision; those already
-    // told stop anyway, and the waiting job is planned again next pass.
-    let mut stopping = Vec::new();
-    let mut until_ms = now;
-    for victim in &decision.victims {
+    // told stop anyway, and the waiting job is planned again next pass. Victims are told a few
+    // at a time (each is a record write, an audit entry and its stop).
+    let tells: Vec<_> = decision
+        .victims
+        .iter()
         // The plan chose victims among `active`: always found.
-        let Some(&record) = by_id.get(victim.job_id.as_str()) else {
-            continue;
-        };
-        let grace = record.spec.deadlines.grace_seconds;
-        let mut next = record.clone();
-        next.preempt = Some(victim.notice.clone());
-        let event = platform_event(
-            now,
-            format!("attempt-{}-preempted", record.attempt),
-            "Warning",
-            "Preempted",
-            victim.notice.message(grace),
-        );
-        let stored = ctx.jobs.update_job_with_events(&next, &[event]).await?;
-        ctx.metrics.inc_preemption(
-            decision.rule,
-            victim
-                .notice
-                .lost_seconds
-                .saturating_mul(u64::from(victim.notice.gpus)),
-        );
-        audit(ctx, record, &victim.notice, now).await;
-        tracing::info!(
-            job_id = %record.id,
-            attempt = record.attempt,
-            rule = %decision.rule,
-            lost_seconds = victim.notice.lost_seconds,
-            "preempted"
-        );
-        let grace_ms = i64::try_from(termination_grace_seconds(record).saturating_mul(1000))
-            .unwrap_or(i64::MAX);
-        until_ms = until_ms.max(now.saturating_add(grace_ms));
-        stopping.push(VictimRef {
-            job_id: record.id.clone(),
-            tenant: record.tenant.clone(),
-            namespace: record.spec.namespace.clone(),
-            attempt: record.attempt,
-        });
-        // Stopped now rather than at the next pass: the grace runs from the notice.
-        if let Err(e) = Box::pin(sync_job(ctx, cluster, &stored, now)).await {
-            pass::note(
+        .filter_map(|v| {
+            Some(tell(
                 ctx,
-                &mut PassReport::default(),
-                "stop victim",
-                &record.id,
-                Err(e),
-            );
-        }
+                cluster,
+                by_id.get(v.job_id.as_str())?,
+                v,
+                decision.rule,
+                now,
+            ))
+        })
+        .collect();
+    let told = pass::a_few_at_a_time(tells).await;
+    let mut stopping = Vec::with_capacity(told.len());
+    let mut until_ms = now;
+    for outcome in told {
+        let (victim, grace_ends) = outcome?;
+        until_ms = until_ms.max(grace_ends);
+        stopping.push(victim);
     }
     let preempting = Preempting {
         rule: decision.rule,
@@ -270,6 +241,64 @@ async fn carry_out(
         now,
     )
     .await
+}
+
+/// Tells `record` it is preempted (its notice and `Preempted` event in one write, the audit
+/// entry, the metrics) and stops it at once; returns how the preempting job finds it and when its
+/// pods' grace ends at the latest.
+async fn tell(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    record: &JobRecord,
+    victim: &Victim,
+    rule: PreemptionRule,
+    now: i64,
+) -> Result<(VictimRef, i64)> {
+    let grace = record.spec.deadlines.grace_seconds;
+    let mut next = record.clone();
+    next.preempt = Some(victim.notice.clone());
+    let event = platform_event(
+        now,
+        format!("attempt-{}-preempted", record.attempt),
+        "Warning",
+        "Preempted",
+        victim.notice.message(grace),
+    );
+    let stored = ctx.jobs.update_job_with_events(&next, &[event]).await?;
+    ctx.metrics.inc_preemption(
+        rule,
+        victim
+            .notice
+            .lost_seconds
+            .saturating_mul(u64::from(victim.notice.gpus)),
+    );
+    audit(ctx, record, &victim.notice, now).await;
+    tracing::info!(
+        job_id = %record.id,
+        attempt = record.attempt,
+        rule = %rule,
+        lost_seconds = victim.notice.lost_seconds,
+        "preempted"
+    );
+    // Stopped now rather than at the next pass: the grace runs from the notice.
+    if let Err(e) = Box::pin(sync_job(ctx, cluster, &stored, now)).await {
+        pass::note(
+            ctx,
+            &mut PassReport::default(),
+            "stop victim",
+            &record.id,
+            Err(e),
+        );
+    }
+    let grace_ms =
+        i64::try_from(termination_grace_seconds(record).saturating_mul(1000)).unwrap_or(i64::MAX);
+    let found = VictimRef {
+        job_id: record.id.clone(),
+        tenant: record.tenant.clone(),
+        namespace: record.spec.namespace.clone(),
+        attempt: record.attempt,
+    };
+    Ok((found, now.saturating_add(grace_ms)))
 }
 
 /// The audit entry of a preemption, in the victim's tenant's trail (its job changed); the rule,
