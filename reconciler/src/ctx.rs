@@ -61,7 +61,7 @@ pub struct Ctx {
     /// Log archives being written beside the passes, and their outcomes.
     pub archives: crate::archives::Archives,
     /// Running jobs' newest complete checkpoints, as preemption last looked them up.
-    pub checkpoints: crate::preempt::CheckpointCache,
+    pub checkpoints: crate::checkpoint_cache::CheckpointCache,
     /// Wakes the pass loop (watch events; an archive that ended).
     pub wake: Arc<tokio::sync::Notify>,
     /// The last published capacity (without its timestamp) and when it was published.
@@ -99,7 +99,7 @@ impl Ctx {
             leadership,
             seen_events: Mutex::new(HashMap::new()),
             pending_written: Mutex::new(HashMap::new()),
-            checkpoints: crate::preempt::CheckpointCache::default(),
+            checkpoints: crate::checkpoint_cache::CheckpointCache::default(),
             shared_objects: Mutex::new(HashMap::new()),
             shared_create: tokio::sync::Mutex::new(()),
             created_workloads: Mutex::new(HashMap::new()),

@@ -7,9 +7,11 @@
 //! this crate fetches, calls them and writes.
 
 pub mod access;
+pub mod admit;
 pub mod archives;
 pub mod attempt_loss;
 pub mod callbacks;
+pub mod checkpoint_cache;
 pub mod cluster;
 pub mod config;
 mod ctx;
@@ -24,6 +26,7 @@ pub mod pass;
 pub mod playground;
 pub mod policies;
 pub mod preempt;
+pub mod preempting;
 pub mod rayjob;
 mod run;
 pub mod status;

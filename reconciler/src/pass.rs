@@ -11,7 +11,6 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use futures_util::StreamExt;
 use tuneplane_core::admission::{
     Admission, AdmissionPlan, PoolPlacement, Reservation, Waiting, plan_admissions,
 };
@@ -20,16 +19,16 @@ use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::PendingReason;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::playground::{STAND_IN_POOL, admission_stand_in};
-use tuneplane_core::preemption::Preempting;
 use tuneplane_core::privacy::redact_job_ids;
 use tuneplane_core::quota::{TenantQuota, tenant_usage};
-use tuneplane_core::render::{job_workload_name, label_value, termination_grace_seconds};
+use tuneplane_core::render::{label_value, termination_grace_seconds};
 use tuneplane_core::store::PlaygroundRecord;
 
+use crate::admit::{a_few_at_a_time, admit, note};
 use crate::cluster::{Cluster, pod_info};
 use crate::decide::next_pending;
 use crate::error::Result;
-use crate::sync::{platform_event, state_key, sweep_orphans, sync_job};
+use crate::sync::{platform_event, sweep_orphans, sync_job};
 use crate::{Ctx, workload};
 
 pub use crate::config::PASS_CONCURRENCY as CONCURRENCY;
@@ -130,44 +129,6 @@ pub fn previous_attempt_stopping(cluster: &Cluster, job: &JobRecord, now: i64) -
     })
 }
 
-/// Admits `job` onto `placements` (the record with its `Admitted` event saying `placement`, then
-/// the workload); `preempting` when it was admitted onto nodes of jobs preempted for it.
-pub(crate) async fn admit(
-    ctx: &Ctx,
-    job: &JobRecord,
-    placements: Vec<PoolPlacement>,
-    placement: String,
-    preempting: Option<Preempting>,
-    now: i64,
-) -> Result<()> {
-    let mut next = job.clone();
-    next.transition(JobState::Admitted, now)?;
-    next.workload_name = Some(job_workload_name(job));
-    next.pending = None;
-    next.preempting = preempting;
-    // The plan is part of the record: the workload is rendered pinned to it, also when a later
-    // pass (after a crash) creates it.
-    next.placements = placements;
-    // The record (with its event, atomically) first: a crash before the create leaves an
-    // ADMITTED job whose sync creates it.
-    let ev = platform_event(
-        now,
-        state_key(job, JobState::Admitted),
-        "Normal",
-        "Admitted",
-        placement,
-    );
-    let stored = ctx.jobs.update_job_with_events(&next, &[ev]).await?;
-    ctx.metrics.inc_admissions();
-    ctx.pending_written
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&job.id);
-    tracing::info!(job_id = %job.id, capsule = %job.capsule_sha256, "admitted");
-    workload::create(ctx, &stored).await?;
-    Ok(())
-}
-
 async fn set_queued_pending(
     ctx: &Ctx,
     job: &JobRecord,
@@ -225,28 +186,6 @@ async fn admit_one(
         job.id.clone(),
         admit(ctx, job, placements, message, None, now).await,
     )
-}
-
-/// Runs `futures` [`CONCURRENCY`] at a time; outcomes in completion order.
-pub(crate) async fn a_few_at_a_time<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    futures_util::stream::iter(futures)
-        .buffer_unordered(CONCURRENCY)
-        .collect()
-        .await
-}
-
-pub(crate) fn note(
-    ctx: &Ctx,
-    report: &mut PassReport,
-    what: &str,
-    job_id: &str,
-    outcome: Result<()>,
-) {
-    if let Err(e) = outcome {
-        report.errors += 1;
-        ctx.metrics.inc_step_error(&e);
-        tracing::warn!(job_id, error = %e, "{what} failed; retrying next pass");
-    }
 }
 
 /// The playground step: reclaim, create pods of admitted ones, record why the others wait

@@ -1,5 +1,4 @@
-//! Preemption in a pass (docs/design.md §8, step 3b "Preemption"), and
-//! what follows it until the preempting job's pods start.
+//! Preemption in a pass (docs/design.md §8, step 3b "Preemption").
 //!
 //! [`phase`] asks [`plan_preemptions`] which running jobs stop for which waiting job, then, for
 //! each decision, in this order: a notice on every victim (with its `Preempted` warning event and
@@ -10,68 +9,29 @@
 //! steps leaves notices whose victims the next pass stops all the same, and a waiting job the next
 //! pass plans again on what is then free.
 //!
-//! [`follow`] runs for an admitted job that preempted: while a victim's pods still stop, the job's
-//! pending reason is `Preempting` with the count and the time left; a victim whose attempt has
-//! completed a checkpoint since the notice has its remaining pods deleted at once rather than at
-//! the end of their grace.
+//! What the preempting job shows while the victims stop is [`crate::preempting`]'s.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::DeleteParams;
 use tuneplane_core::admission::{
     AdmissionPlan, CheckpointSeen, Preemption, PreemptionRules, Reservation, Victim,
     plan_preemptions, preemption_candidates,
 };
 use tuneplane_core::audit::{Actor, AuditAction, AuditEntry, AuditSource};
 use tuneplane_core::capacity::CapacitySnapshot;
-use tuneplane_core::job::{JobRecord, JobState, PendingReason};
+use tuneplane_core::job::JobRecord;
 use tuneplane_core::outputs::latest_checkpoint;
 use tuneplane_core::preemption::{Preempting, PreemptionRule, VictimRef};
 use tuneplane_core::quota::TenantQuota;
-use tuneplane_core::render::{attempt_workload_name, label_value, termination_grace_seconds};
+use tuneplane_core::render::termination_grace_seconds;
 
-use crate::cluster::{Cluster, belongs_to, pod_info};
+use crate::Ctx;
+use crate::checkpoint_cache::{LOOKUP_CONCURRENCY, LOOKUPS_PER_PASS};
+use crate::cluster::Cluster;
 use crate::ctx::PassReport;
 use crate::error::{Error, Result};
 use crate::sync::{platform_event, sync_job};
-use crate::{Ctx, pass};
-
-/// How long a looked-up checkpoint is trusted when choosing victims: a checkpoint completed
-/// since makes a victim look costlier than it is for at most this long.
-const CHECKPOINT_TTL_MS: i64 = 15_000;
-/// Most checkpoint lookups one pass makes; the candidates not looked up count as having no
-/// checkpoint (the costliest victims) until a later pass looks them up.
-const LOOKUPS_PER_PASS: usize = 256;
-/// Lookups in flight at once.
-const LOOKUP_CONCURRENCY: usize = 16;
-
-/// Newest complete checkpoints of running jobs, as last looked up (job id → when, and what).
-#[derive(Debug, Default)]
-pub struct CheckpointCache {
-    seen: Mutex<HashMap<String, (i64, Option<CheckpointSeen>)>>,
-}
-
-impl CheckpointCache {
-    fn fresh(&self, job_id: &str, now: i64) -> Option<Option<CheckpointSeen>> {
-        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        seen.get(job_id)
-            .filter(|(at, _)| now - at < CHECKPOINT_TTL_MS)
-            .map(|(_, c)| c.clone())
-    }
-
-    fn put(&self, job_id: &str, now: i64, found: Option<CheckpointSeen>) {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        // Entries of jobs long gone are dropped now and then rather than tracked.
-        if seen.len() > 4 * LOOKUPS_PER_PASS * 16 {
-            seen.retain(|_, (at, _)| now - *at < CHECKPOINT_TTL_MS);
-        }
-        seen.insert(job_id.to_owned(), (now, found));
-    }
-}
 
 async fn lookup(ctx: &Ctx, job: &JobRecord) -> Result<Option<CheckpointSeen>> {
     let found = latest_checkpoint(ctx.blobs.as_ref(), &job.tenant, &job.id)
@@ -174,7 +134,7 @@ pub async fn phase(
             report.admitted += 1;
             plan.waiting.retain(|w| w.job_id != id);
         }
-        pass::note(ctx, report, "preempt", &id, outcome);
+        crate::admit::note(ctx, report, "preempt", &id, outcome);
     }
 }
 
@@ -208,7 +168,7 @@ async fn carry_out(
             ))
         })
         .collect();
-    let told = pass::a_few_at_a_time(tells).await;
+    let told = crate::admit::a_few_at_a_time(tells).await;
     let mut stopping = Vec::with_capacity(told.len());
     let mut until_ms = now;
     for outcome in told {
@@ -232,7 +192,7 @@ async fn carry_out(
         "admitted; {}; planned nodes {placement}",
         preempting.message(preempting.victims.len(), now)
     );
-    pass::admit(
+    crate::admit::admit(
         ctx,
         job,
         decision.placements,
@@ -282,7 +242,7 @@ async fn tell(
     );
     // Stopped now rather than at the next pass: the grace runs from the notice.
     if let Err(e) = Box::pin(sync_job(ctx, cluster, &stored, now)).await {
-        pass::note(
+        crate::admit::note(
             ctx,
             &mut PassReport::default(),
             "stop victim",
@@ -335,89 +295,4 @@ async fn audit(
         ctx.metrics.inc_step_error(&e);
         tracing::warn!(job_id = %victim.id, error = %e, "preemption audit entry not written");
     }
-}
-
-/// The pods of `victim`'s stopped attempt that have not ended.
-fn victim_pods<'c>(cluster: &'c Cluster, victim: &VictimRef) -> Vec<&'c Pod> {
-    let workload = attempt_workload_name(&victim.job_id, victim.attempt);
-    cluster
-        .job_pods(&victim.namespace, &label_value(&victim.job_id))
-        .into_iter()
-        .filter(|p| belongs_to(p, &victim.job_id, &workload))
-        .filter(|p| !pod_info(p).terminal)
-        .collect()
-}
-
-/// For an admitted `job` that preempted: how many of its victims' pods still stop, and the
-/// pending reason to show while they do (`None` once they are all gone). Victims that completed
-/// a checkpoint since the notice have their remaining pods deleted at once.
-pub async fn follow(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    job: &JobRecord,
-    now: i64,
-) -> Result<Option<(PendingReason, String)>> {
-    let Some(preempting) = job.preempting.as_ref() else {
-        return Ok(None);
-    };
-    if job.state != JobState::Admitted {
-        return Ok(None);
-    }
-    let mut stopping = 0;
-    for victim in &preempting.victims {
-        let pods = victim_pods(cluster, victim);
-        if pods.is_empty() {
-            continue;
-        }
-        stopping += 1;
-        let saved = victim_saved_since(ctx, victim, preempting.at_ms).await?;
-        if saved {
-            force_delete(ctx, &pods).await?;
-        }
-    }
-    Ok((stopping > 0).then(|| (PendingReason::Preempting, preempting.message(stopping, now))))
-}
-
-/// Whether `victim` completed a checkpoint at or after `since_ms` (looked up afresh: this is
-/// what lets its pods go before their grace ends).
-async fn victim_saved_since(ctx: &Ctx, victim: &VictimRef, since_ms: i64) -> Result<bool> {
-    let found = latest_checkpoint(ctx.blobs.as_ref(), &victim.tenant, &victim.job_id)
-        .await
-        .map_err(Error::from)?;
-    Ok(found.is_some_and(|c| c.completed_at_ms >= since_ms))
-}
-
-/// Deletes `pods` without their grace (their attempt's checkpoint is saved).
-async fn force_delete(ctx: &Ctx, pods: &[&Pod]) -> Result<()> {
-    let params = DeleteParams {
-        grace_period_seconds: Some(0),
-        ..DeleteParams::background()
-    };
-    for pod in pods {
-        let (Some(ns), Some(name)) = (
-            pod.metadata.namespace.as_deref(),
-            pod.metadata.name.as_deref(),
-        ) else {
-            continue;
-        };
-        // Already going without grace.
-        if pod.metadata.deletion_grace_period_seconds == Some(0) {
-            continue;
-        }
-        let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), ns);
-        let outcome = ctx
-            .kube
-            .call("delete pod", &format!("{ns}/{name}"), || {
-                api.delete(name, &params)
-            })
-            .await;
-        match outcome {
-            Err(Error::Kube { source, .. }) if crate::kube_io::is_not_found(&source) => {}
-            other => {
-                other?;
-            }
-        }
-        tracing::info!(pod = %name, "preempted pod deleted without its grace: its checkpoint is saved");
-    }
-    Ok(())
 }

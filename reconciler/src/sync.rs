@@ -323,7 +323,7 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
     let mut step = decide(job, &observed, now, cap_ms);
     if matches!(step, Step::Wait | Step::SetPending(_))
         && job.preempting.is_some()
-        && let Some((reason, message)) = crate::preempt::follow(ctx, cluster, job, now).await?
+        && let Some((reason, message)) = crate::preempting::follow(ctx, cluster, job, now).await?
     {
         // What the job waits for is the preempted jobs' pods stopping, whatever the scheduler
         // says of its own pods meanwhile.
