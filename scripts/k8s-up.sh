@@ -285,11 +285,22 @@ if [[ -z "$SIMULATE" && -z "$NO_NETPOL" && $(id -u) -eq 0 ]]; then
       --data-binary '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"}]}}' \
       || die "setting the stand-in node's address failed"
   fi
+  # One enforcer per machine: two would rewrite each other's chains in the host's iptables, and
+  # chains an enforcer left when it stopped would pass for this one's (it would then be waited
+  # for while it fails, and stale rules would drop the new pods' traffic).
+  others=$(pgrep -f -- '--run-firewall=true' || true)
+  [[ -z "$others" ]] || die "another NetworkPolicy enforcer runs (pid $(echo $others)): another cluster is up; stop it with scripts/k8s-down.sh --dir ITS_DIR, or pass --no-netpol"
+  pat='KUBE-ROUTER-(INPUT|FORWARD|OUTPUT)|KUBE-NWPLCY-|KUBE-POD-FW-'
+  if iptables-save -t filter 2>/dev/null | grep -Eq -- "$pat"; then
+    iptables-save -t filter | grep -Ev -- "^:($pat)|^-A ($pat)|-j ($pat)" | iptables-restore || true
+  fi
+  ipset list -n 2>/dev/null | grep -E '^KUBE-(SRC|DST)-' | xargs -r -n1 ipset destroy 2>/dev/null || true
   say "enforcing NetworkPolicies on the pods (kube-router firewall, node $NODE)"
   start network-policy "$ENFORCER" --kubeconfig "$DIR/run/network-policy.kubeconfig" \
     --hostname-override "$NODE" --run-firewall=true --run-router=false --run-service-proxy=false \
     --health-port 0 --metrics-port 0 --service-cluster-ip-range 10.96.0.0/16 -v 1
   wait_until network-policy 60 bash -c "iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1"
+  alive network-policy || die "the NetworkPolicy enforcer stopped at start: see $DIR/logs/network-policy.log"
   if [[ -z "$FLEET" ]]; then
     curl -sf -o /dev/null "${ADMIN[@]}" -X DELETE "https://127.0.0.1:$PORT/api/v1/nodes/$NODE" \
       || die "deleting the enforcer's stand-in node failed"
