@@ -103,6 +103,7 @@ fn queue(jobs: usize) -> Vec<JobRecord> {
                 checkpoints: Default::default(),
                 priority: rng.below(7) as i32,
                 preemptible: true,
+                array: None,
                 labels: Default::default(),
                 namespace: "ns".into(),
                 platform_version: "0".into(),

@@ -65,6 +65,7 @@ fn spec(series: Option<&str>, nodes: u32, gpus: u32, priority: i32) -> JobSpec {
         checkpoints: Default::default(),
         priority,
         preemptible: true,
+        array: None,
         labels: Default::default(),
         namespace: "ns".into(),
         platform_version: "0".into(),

@@ -119,6 +119,9 @@ pub enum PendingReason {
     /// Admitted onto nodes whose jobs were preempted for it: they save a checkpoint and stop
     /// within their grace, and this job's pods start once they are gone.
     Preempting,
+    /// An array child waiting while its array runs as many children as `array.parallelism`
+    /// allows.
+    ArrayParallelism,
 }
 
 /// The current pending reason with its human message and when it was first seen.
@@ -170,6 +173,8 @@ pub enum FailureReason {
     /// The platform stopped the attempt to give its GPUs to another job (quota reclaim, or a
     /// higher-priority job of its own tenant): it had its grace to save, and runs again.
     Preempted,
+    /// An array parent whose children all ended, some of them failed.
+    ArrayChildFailed,
 }
 
 impl FailureReason {
@@ -190,7 +195,8 @@ impl FailureReason {
             | RunDeadlineExceeded
             | ImagePull
             | InvalidWorkload
-            | CapsuleMismatch => FailureCause::Application,
+            | CapsuleMismatch
+            | ArrayChildFailed => FailureCause::Application,
         }
     }
 }
@@ -356,6 +362,9 @@ pub struct JobRecord {
     /// Set on a job admitted onto the nodes of jobs preempted for it, until it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempting: Option<crate::preemption::Preempting>,
+    /// Its part in an array job: the parent that summarises, or a child (see [`crate::array`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<crate::array::ArrayRole>,
 }
 
 fn first_attempt() -> u32 {
@@ -425,6 +434,7 @@ impl JobRecord {
             attempts: Vec::new(),
             preempt: None,
             preempting: None,
+            array: None,
         }
     }
 

@@ -4,6 +4,7 @@
 //! and do the I/O. `core/README.md` tells where to start; the modules, by what they are about:
 
 // What a user asks for, and how it becomes a job.
+pub mod array;
 pub mod capsule;
 pub mod job;
 pub mod playground;

@@ -315,6 +315,7 @@ pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
         // Interactive: a playground is never stopped for another job, and so never borrows
         // above its tenant's quota (docs/design.md §8, "Preemption").
         preemptible: false,
+        array: None,
         labels: BTreeMap::new(),
         namespace: namespace.into(),
         platform_version: crate::constants::PLATFORM_VERSION.into(),

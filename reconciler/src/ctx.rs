@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tuneplane_core::capacity::CapacitySnapshot;
+use tuneplane_core::job::JobState;
 use tuneplane_core::store::{BlobStore, JobStore};
 
 use crate::{Config, Result, kube_io, leader, metrics};
@@ -62,6 +63,9 @@ pub struct Ctx {
     pub archives: crate::archives::Archives,
     /// Running jobs' newest complete checkpoints, as preemption last looked them up.
     pub checkpoints: crate::checkpoint_cache::CheckpointCache,
+    /// Array children that ended, by parent, as this process read them (`arrays`): each is read
+    /// once, and a parent's counts are rebuilt from them.
+    pub array_ended: Mutex<HashMap<String, HashMap<String, JobState>>>,
     /// Wakes the pass loop (watch events; an archive that ended).
     pub wake: Arc<tokio::sync::Notify>,
     /// The last published capacity (without its timestamp) and when it was published.
@@ -99,6 +103,7 @@ impl Ctx {
             leadership,
             seen_events: Mutex::new(HashMap::new()),
             pending_written: Mutex::new(HashMap::new()),
+            array_ended: Mutex::new(HashMap::new()),
             checkpoints: crate::checkpoint_cache::CheckpointCache::default(),
             shared_objects: Mutex::new(HashMap::new()),
             shared_create: tokio::sync::Mutex::new(()),

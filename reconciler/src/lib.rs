@@ -9,6 +9,7 @@
 pub mod access;
 pub mod admit;
 pub mod archives;
+pub mod arrays;
 pub mod attempt_loss;
 pub mod callbacks;
 pub mod checkpoint_cache;

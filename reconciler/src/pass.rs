@@ -1,5 +1,6 @@
 //! One reconcile pass (docs/design.md §8), a function per phase that [`pass`] calls in turn:
-//! [`read_queue`] → [`publish_capacity`] → [`sync_jobs`] → (leader) [`sweep`] → quotas →
+//! [`read_queue`] → [`publish_capacity`] → [`sync_jobs`] → (leader) [`sweep`] →
+//! [`crate::arrays::phase`] → [`hold_back`] → quotas →
 //! [`plan`] → [`crate::preempt::phase`] → [`within_budget`] → [`admit_planned`] → [`record_waiting`] → playgrounds → live logs.
 //!
 //! The pass reads the reflector stores once (a [`Cluster`]) and the active index once, then acts.
@@ -211,11 +212,20 @@ struct Queue {
     active: Vec<JobRecord>,
     jobs: usize,
     playgrounds: Option<Vec<PlaygroundRecord>>,
+    /// Active array parents: never admitted themselves, summarised by the array step.
+    parents: Vec<JobRecord>,
+    /// Array children held out of this pass's plan by their array's parallelism, with why.
+    held: Vec<(JobRecord, String)>,
 }
 
 /// Phase 1: reads the active jobs and the playgrounds (one queue).
 async fn read_queue(ctx: &Ctx, now: i64, report: &mut PassReport) -> Result<Queue> {
-    let mut active = ctx.jobs.list_active().await?;
+    let (parents, mut active): (Vec<_>, Vec<_>) = ctx
+        .jobs
+        .list_active()
+        .await?
+        .into_iter()
+        .partition(JobRecord::is_array_parent);
     let playgrounds = match ctx.jobs.list_playgrounds().await {
         Ok(all) => Some(all),
         Err(e) => {
@@ -239,7 +249,50 @@ async fn read_queue(ctx: &Ctx, now: i64, report: &mut PassReport) -> Result<Queu
         active,
         jobs,
         playgrounds,
+        parents,
+        held: Vec::new(),
     })
+}
+
+/// Phase 4b: array children beyond their array's parallelism taken out of the plan (they wait
+/// with a reason of their own, and hold no place another job could use).
+fn hold_back(queue: &mut Queue) {
+    let held: HashMap<String, String> =
+        tuneplane_core::array::held_back(&queue.active[..queue.jobs])
+            .into_iter()
+            .map(|(id, why)| (id.to_owned(), why))
+            .collect();
+    if held.is_empty() {
+        return;
+    }
+    let stand_ins = queue.active.split_off(queue.jobs);
+    let (out, mut rest): (Vec<_>, Vec<_>) = std::mem::take(&mut queue.active)
+        .into_iter()
+        .partition(|j| held.contains_key(&j.id));
+    queue.jobs = rest.len();
+    rest.extend(stand_ins);
+    queue.active = rest;
+    queue.held = out
+        .into_iter()
+        .map(|j| {
+            let why = held.get(&j.id).cloned().unwrap_or_default();
+            (j, why)
+        })
+        .collect();
+}
+
+/// Why each held-back array child waits, recorded on it.
+async fn record_held(ctx: &Ctx, queue: &Queue, now: i64, report: &mut PassReport) {
+    for (job, why) in &queue.held {
+        let waiting = Waiting {
+            job_id: &job.id,
+            reason: PendingReason::ArrayParallelism,
+            message: Arc::from(why.as_str()),
+        };
+        report.waiting += 1;
+        let outcome = set_queued_pending(ctx, job, waiting, now).await;
+        note(ctx, report, "pending", &job.id, outcome);
+    }
 }
 
 /// Phase 2: the fleet's capacity with what each tenant holds and waits for, published (the
@@ -451,6 +504,10 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }
+    // Phase 4a: arrays create their children, pass stops on and summarise them.
+    let parents = std::mem::take(&mut queue.parents);
+    crate::arrays::phase(ctx, &parents, &queue.active[..queue.jobs], now, &mut report).await;
+    hold_back(&mut queue);
     // Quotas are read every pass (one small query), so a change applies at the next pass. A pass
     // that cannot read them admits nothing rather than admit past a limit.
     let quotas = match ctx.jobs.list_quotas().await {
@@ -505,7 +562,10 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             &mut report,
         )
         .await;
-        record_waiting(ctx, plan.waiting, &by_id, &playground_ids, now, &mut report).await
+        let waits =
+            record_waiting(ctx, plan.waiting, &by_id, &playground_ids, now, &mut report).await;
+        record_held(ctx, &queue, now, &mut report).await;
+        waits
     };
     playgrounds_step(ctx, cluster, now, Some(playgrounds), &waits, &mut report).await;
     if ctx.leadership.is_leader() {

@@ -276,7 +276,9 @@ pub fn memory_quantity(gb: f64) -> String {
     }
 }
 
-/// The job environment handed to the entrypoint: the spec's env plus `TUNEPLANE_JOB_ID`.
+/// The job environment handed to the entrypoint: the spec's env plus `TUNEPLANE_JOB_ID`,
+/// `TUNEPLANE_TENANT`, `TUNEPLANE_ATTEMPT`, and for an array child `TUNEPLANE_ARRAY_INDEX` and
+/// `TUNEPLANE_ARRAY_SIZE`.
 pub fn job_env(job: &JobRecord) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = job
         .spec
@@ -287,6 +289,10 @@ pub fn job_env(job: &JobRecord) -> Vec<(String, String)> {
     env.push(("TUNEPLANE_JOB_ID".into(), job.id.clone()));
     env.push(("TUNEPLANE_TENANT".into(), job.tenant.to_string()));
     env.push(("TUNEPLANE_ATTEMPT".into(), job.attempt.to_string()));
+    if let (Some(child), Some(size)) = (job.array_child(), job.array_size()) {
+        env.push(("TUNEPLANE_ARRAY_INDEX".into(), child.index.to_string()));
+        env.push(("TUNEPLANE_ARRAY_SIZE".into(), size.to_string()));
+    }
     env
 }
 

@@ -58,6 +58,11 @@ pub struct JobSpec {
         skip_serializing_if = "is_preemptible"
     )]
     pub preemptible: bool,
+    /// Runs the job as an array of `size` children that differ only by their index
+    /// (`TUNEPLANE_ARRAY_INDEX`); left out of the spec's JSON when absent, so specs without it
+    /// keep their capsule digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArraySpec>,
     /// Labels copied onto the workload.
     pub labels: BTreeMap<String, String>,
     /// Kubernetes namespace of the workload.
@@ -73,6 +78,23 @@ fn preemptible_default() -> bool {
 fn is_preemptible(p: &bool) -> bool {
     *p
 }
+
+/// An array job: one submission, one capsule, `size` children each queued, admitted and retried
+/// as a job of its own (docs/design.md §6, "Arrays").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArraySpec {
+    /// Children: 2..=10,000.
+    pub size: u32,
+    /// At most this many children admitted or running at once (`None`: as many as fit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<u32>,
+}
+
+/// The fewest children of an array.
+pub const MIN_ARRAY_SIZE: u32 = 2;
+/// The most children of an array.
+pub const MAX_ARRAY_SIZE: u32 = 10_000;
 
 /// One pool of identical machines.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

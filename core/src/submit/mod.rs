@@ -336,13 +336,18 @@ impl SubmitService {
         }
         drop(scratch);
 
-        let record = JobRecord::new_queued(
+        let mut record = JobRecord::new_queued(
             (self.new_id)(),
             tenant,
             prepared.spec,
             prepared.sha256.clone(),
             now_ms,
         );
+        // An array is stored as its parent alone (one write, whatever its size); the reconciler
+        // creates the children (crate::array).
+        if record.spec.array.is_some() {
+            record.array = Some(crate::array::ArrayRole::Parent(Default::default()));
+        }
         let idem = idempotency_key.map(|key| Idempotency {
             key,
             request_sha256: request_digest(&prepared.sha256),

@@ -90,6 +90,9 @@ pub fn pending_words(reason: PendingReason) -> &'static str {
         PendingReason::Preempting => {
             "Admitted onto nodes whose jobs were preempted for it: they save a checkpoint and stop within their grace, then this job starts."
         }
+        PendingReason::ArrayParallelism => {
+            "Its array already runs as many children as its array.parallelism allows; this child starts when one of them ends."
+        }
     }
 }
 
@@ -123,6 +126,9 @@ pub fn failure_words(reason: FailureReason) -> &'static str {
         FailureReason::RayNodeLost => "A Ray node of it was lost while it ran.",
         FailureReason::Preempted => {
             "The platform stopped it to give its GPUs to another job (quota reclaim or a higher-priority job of its tenant); it had its grace to save."
+        }
+        FailureReason::ArrayChildFailed => {
+            "Some children of this array failed; each child's page says why."
         }
     }
 }

@@ -195,6 +195,7 @@ impl From<&JobRecord> for JobItem {
         );
         put_opt("preempt", job.preempt.as_ref().map(|p| s(to_json(p))));
         put_opt("preempting", job.preempting.as_ref().map(|p| s(to_json(p))));
+        put_opt("array", job.array.as_ref().map(|a| s(to_json(a))));
         // Sparse index: only non-terminal jobs carry the active-index keys.
         if !job.is_terminal() {
             put_opt("apk", Some(s(active_pk(active_shard(&job.id)))));
@@ -257,6 +258,7 @@ impl TryFrom<Stored<'_>> for JobRecord {
             attempts: stored.opt_json("attempts")?.unwrap_or_default(),
             preempt: stored.opt_json("preempt")?,
             preempting: stored.opt_json("preempting")?,
+            array: stored.opt_json("array")?,
         })
     }
 }

@@ -17,8 +17,8 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::{
-    Checkpoints, DEFAULT_GRACE_SECONDS, Deadlines, JobSpec, MAX_RETRIES, Pool, Retries,
-    is_dns_label,
+    ArraySpec, Checkpoints, DEFAULT_GRACE_SECONDS, Deadlines, JobSpec, MAX_ARRAY_SIZE, MAX_RETRIES,
+    MIN_ARRAY_SIZE, Pool, Retries, is_dns_label,
 };
 use crate::constants::{
     DEFAULT_NAMESPACE, KNOWN_PLUGINS, PLATFORM_VERSION, PLUGIN_CUSTOM, RESERVED_ENV_PREFIX,
@@ -53,6 +53,7 @@ const ROOT_FIELDS: &[&str] = &[
     "notify",
     "priority",
     "preemptible",
+    "array",
     "labels",
     "namespace",
 ];
@@ -68,6 +69,7 @@ const DEADLINE_FIELDS: &[&str] = &["pre_running_seconds", "run_seconds", "grace_
 const RETRY_FIELDS: &[&str] = &["infrastructure", "application"];
 const CHECKPOINT_FIELDS: &[&str] = &["keep"];
 const NOTIFY_FIELDS: &[&str] = &["url", "events", "format"];
+const ARRAY_FIELDS: &[&str] = &["size", "parallelism"];
 /// Fields users try that the platform deliberately does not support, with the reason.
 const UNSUPPORTED_FIELDS: &[(&str, &str)] = &[
     (
@@ -533,6 +535,7 @@ impl Checker {
         let deadlines = self.deadlines(map, defaults);
         let retries = self.retries(map);
         let checkpoints = self.checkpoints(map);
+        let array = self.array(map);
         let notify = self.notify(map, defaults.allow_loopback_callbacks);
         let pools = self.pools(map, &plugin);
 
@@ -549,6 +552,7 @@ impl Checker {
             notify,
             priority: i32::try_from(priority).ok()?,
             preemptible,
+            array,
             labels,
             namespace,
             platform_version: PLATFORM_VERSION.into(),
@@ -652,6 +656,7 @@ checkpoints: {keep: 3}
 notify: [{url: "https://hooks.example.com/tp", events: [succeeded], format: json}]
 priority: 5
 preemptible: false
+array: {size: 4, parallelism: 2}
 labels: {team: nlp}
 namespace: tuneplane-jobs
 "#;
@@ -684,6 +689,7 @@ namespace: tuneplane-jobs
             set(NOTIFY_FIELDS),
             "NOTIFY_FIELDS"
         );
+        assert_eq!(keys(&json, "/array"), set(ARRAY_FIELDS), "ARRAY_FIELDS");
     }
 
     /// A spec that names no optional section serializes to the same keys as before the section

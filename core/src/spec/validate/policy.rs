@@ -1,4 +1,4 @@
-//! Deadlines, retries and checkpoints: the sections that say how a job runs and ends.
+//! Deadlines, retries, checkpoints and arrays: the sections that say how a job runs and ends.
 
 use super::*;
 
@@ -93,5 +93,28 @@ impl Checker {
             c.keep = u32::try_from(n).unwrap_or(1);
         }
         c
+    }
+
+    pub(super) fn array(&mut self, map: &Map<String, Value>) -> Option<ArraySpec> {
+        let m = self.mapping(map, "array", ARRAY_FIELDS, "{size: 20, parallelism: 4}")?;
+        let range = (i64::from(MIN_ARRAY_SIZE), i64::from(MAX_ARRAY_SIZE));
+        if !m.contains_key("size") {
+            self.err(
+                "array.size",
+                format!(
+                    "is required: how many children to run ({MIN_ARRAY_SIZE} to {MAX_ARRAY_SIZE}), e.g. array: {{size: 20}}"
+                ),
+            );
+            return None;
+        }
+        let size = u32::try_from(self.integer(m, "size", "array.size", range)?).ok()?;
+        let parallelism = match m.get("parallelism") {
+            None | Some(Value::Null) => None,
+            Some(_) => {
+                let n = self.integer(m, "parallelism", "array.parallelism", (1, i64::from(size)));
+                Some(u32::try_from(n?).ok()?)
+            }
+        };
+        Some(ArraySpec { size, parallelism })
     }
 }
