@@ -56,6 +56,11 @@ pub const FILES: &[(&str, &str)] = &[
         "resume/tuneplane.yaml",
         include_str!("../examples/resume/tuneplane.yaml"),
     ),
+    ("sweep/sweep.py", include_str!("../examples/sweep/sweep.py")),
+    (
+        "sweep/tuneplane.yaml",
+        include_str!("../examples/sweep/tuneplane.yaml"),
+    ),
     (
         "too-big/train.py",
         include_str!("../examples/too-big/train.py"),

@@ -56,6 +56,9 @@ enum Command {
         /// Continue a listing where the previous page ended (the `next` line it printed).
         #[arg(long)]
         cursor: Option<String>,
+        /// List array jobs' children too (by default an array is one line with their counts).
+        #[arg(long)]
+        children: bool,
     },
     /// Show one job: state, attempt, pending reason or how it ended (cause, evidence), clocks,
     /// workload, logs, earlier attempts; a running job's last lines of output up to now.
@@ -211,8 +214,17 @@ fn main() -> ExitCode {
             status,
             limit,
             cursor,
+            children,
         } => client_command(&client, (), async |api, out, ()| {
-            cmd::jobs::list(api, out, status.as_deref(), limit, cursor.as_deref()).await
+            cmd::jobs::list(
+                api,
+                out,
+                status.as_deref(),
+                limit,
+                cursor.as_deref(),
+                children,
+            )
+            .await
         }),
         Command::Status {
             client,

@@ -209,15 +209,20 @@ async fn upload(api: &Api, code: Vec<u8>) -> anyhow::Result<String> {
         .context("upload answer has no upload_id")
 }
 
-/// `jobs [--status S] [--limit N] [--cursor C]`.
+/// `jobs [--status S] [--limit N] [--cursor C] [--children]`: an array is one line (its
+/// parent, with its children's counts) unless `children` lists its children too.
 pub async fn list(
     api: &Api,
     out: Output,
     status: Option<&str>,
     limit: u16,
     cursor: Option<&str>,
+    children: bool,
 ) -> anyhow::Result<ExitCode> {
     let mut path = format!("/jobs?limit={limit}");
+    if children {
+        path.push_str("&children=true");
+    }
     if let Some(s) = status {
         path.push_str(&format!("&status={}", s.to_ascii_uppercase()));
     }
@@ -236,7 +241,10 @@ pub async fn list(
         vec![
             j.id.clone(),
             j.spec.name.clone(),
-            format!("{:?}", j.spec.kind()),
+            match j.array_size() {
+                Some(n) if j.is_array_parent() => format!("{:?} array x{n}", j.spec.kind()),
+                _ => format!("{:?}", j.spec.kind()),
+            },
             pools_of(&j.spec),
             status_of(j),
             age(j.submitted_at_ms),
@@ -263,6 +271,9 @@ pub async fn list(
 }
 
 fn status_of(j: &JobRecord) -> String {
+    if let (Some(book), Some(size)) = (j.array_parent(), j.array_size()) {
+        return format!("{} ({})", j.state, book.counts.summary(size));
+    }
     let base = match (&j.pending, &j.failure) {
         (_, Some(f)) => format!("{} ({:?})", j.state, f.reason),
         // Told to stop for another job: that is what happens to it now.

@@ -49,6 +49,9 @@ pub struct LogsArgs {
     /// status` lists its attempts). Default: the current attempt.
     #[arg(long, value_name = "N", conflicts_with_all = ["follow", "no_wait"], value_parser = clap::value_parser!(u32).range(1..))]
     pub attempt: Option<u32>,
+    /// For an array job: the output of its child with this index (0-based).
+    #[arg(long, value_name = "I")]
+    pub index: Option<u32>,
 }
 
 /// How one ask for a running job's output went.
@@ -381,11 +384,27 @@ fn plain_error(error: &str) -> String {
 
 /// `logs ID [--follow] [--tail N] [--pod P] [--container C] [--attempt N]`.
 pub async fn logs(api: &Api, out: Output, a: &LogsArgs) -> anyhow::Result<ExitCode> {
+    if let Some(index) = a.index {
+        let child = LogsArgs {
+            id: tuneplane_core::array::child_id(&a.id, index),
+            index: None,
+            ..a.clone()
+        };
+        return Box::pin(logs(api, out, &child)).await;
+    }
     if a.attempt.is_some() {
         // An attempt's archive, whatever the job does now (the API says when there is none).
         return print_archive(api, out, a).await;
     }
     let job: JobRecord = api.get(&format!("/jobs/{}", a.id)).await?;
+    if let (true, Some(size)) = (job.is_array_parent(), job.array_size()) {
+        bail!(
+            "job {} is an array of {size} children and has no output of its own: tuneplane logs {} --index I (0 to {})",
+            a.id,
+            a.id,
+            size - 1
+        );
+    }
     if job.logs_key.is_some() && !a.follow {
         return print_archive(api, out, a).await;
     }

@@ -82,6 +82,8 @@ pub struct ListQuery {
     pub limit: Option<usize>,
     /// Cursor from the previous page.
     pub cursor: Option<String>,
+    /// `true` lists array jobs' children too; by default an array is its parent alone.
+    pub children: Option<String>,
 }
 
 /// `GET /v1/jobs`.
@@ -100,16 +102,30 @@ pub async fn list(
             )
         })?),
     };
+    let children = match q.children.as_deref() {
+        None | Some("" | "false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("children {other:?} must be true or false"),
+            ));
+        }
+    };
     let query = JobQuery {
         state: status,
         limit: q.limit.unwrap_or(0),
         cursor: q.cursor,
     };
-    let page = state
+    let mut page = state
         .submit
         .jobs()
         .list_jobs(&principal.tenant, &query)
         .await?;
+    if !children {
+        // The page keeps its cursor: a page may come back shorter than the limit.
+        page.items.retain(|j| j.array_child().is_none());
+    }
     Ok(Json(json!({"jobs": page.items, "next_cursor": page.next})))
 }
 
