@@ -29,6 +29,34 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../examples/hello-cpu/tuneplane.yaml"),
     ),
     (
+        "pipeline/evaluate/evaluate.py",
+        include_str!("../examples/pipeline/evaluate/evaluate.py"),
+    ),
+    (
+        "pipeline/evaluate/tuneplane.yaml",
+        include_str!("../examples/pipeline/evaluate/tuneplane.yaml"),
+    ),
+    (
+        "pipeline/pipeline.yaml",
+        include_str!("../examples/pipeline/pipeline.yaml"),
+    ),
+    (
+        "pipeline/prepare/prepare.py",
+        include_str!("../examples/pipeline/prepare/prepare.py"),
+    ),
+    (
+        "pipeline/prepare/tuneplane.yaml",
+        include_str!("../examples/pipeline/prepare/tuneplane.yaml"),
+    ),
+    (
+        "pipeline/train/train.py",
+        include_str!("../examples/pipeline/train/train.py"),
+    ),
+    (
+        "pipeline/train/tuneplane.yaml",
+        include_str!("../examples/pipeline/train/tuneplane.yaml"),
+    ),
+    (
         "queued-behind/train.py",
         include_str!("../examples/queued-behind/train.py"),
     ),

@@ -104,6 +104,7 @@ fn queue(jobs: usize) -> Vec<JobRecord> {
                 priority: rng.below(7) as i32,
                 preemptible: true,
                 array: None,
+                depends_on: Vec::new(),
                 labels: Default::default(),
                 namespace: "ns".into(),
                 platform_version: "0".into(),

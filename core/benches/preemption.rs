@@ -66,6 +66,7 @@ fn spec(series: Option<&str>, nodes: u32, gpus: u32, priority: i32) -> JobSpec {
         priority,
         preemptible: true,
         array: None,
+        depends_on: Vec::new(),
         labels: Default::default(),
         namespace: "ns".into(),
         platform_version: "0".into(),

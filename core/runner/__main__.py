@@ -15,6 +15,8 @@ and `TUNEPLANE_GRANT`):
   the marker never is), then the API records them and keeps the newest few.
 - On attempt 2 and later (`TUNEPLANE_ATTEMPT`), the newest complete checkpoint is downloaded before
   the entrypoint starts and `TUNEPLANE_RESUME_FROM` names its folder.
+- A job with `depends_on` gets the outputs of the jobs it depends on in `TUNEPLANE_INPUTS_DIR`, one
+  folder per dependency (its name), downloaded before the entrypoint starts.
 Uploads go through URLs the API signs for this job's own folders only, each for the file's exact
 size (the store refuses a body of another length; the API refuses a file above its per-object
 limit or past the tenant's storage quota, and such a refusal is not retried); the pod holds no
@@ -74,7 +76,8 @@ def verify(root):
     return None
 
 
-# Exit status when attempt N+1 cannot fetch the checkpoint it must resume from.
+# Exit status when attempt N+1 cannot fetch the checkpoint it must resume from, or a job the
+# outputs of the jobs it depends on.
 RESUME_FAILED_EXIT = 87
 # Seconds between looks for new complete checkpoints.
 SCAN_SECONDS = 1.0
@@ -249,6 +252,31 @@ def resume(api, base):
     return target
 
 
+def fetch_inputs(api, base):
+    """Downloads the outputs of the jobs this one depends on into `base/<name>/`."""
+    answer = api.call("GET", "inputs") or {}
+    count = size = 0
+    for dep in answer.get("inputs") or []:
+        name = dep["name"]
+        if not name or "/" in name or name in (".", ".."):
+            raise RuntimeError("the API named a dependency %r" % name)
+        target = os.path.join(base, name)
+        os.makedirs(target, exist_ok=True)
+        for entry in dep["files"]:
+            parts = entry["path"].split("/")
+            if any(p in ("", ".", "..") for p in parts):
+                raise RuntimeError("the API named an input %r" % entry["path"])
+            local = os.path.join(target, *parts)
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            api.send("GET", entry["url"], [], into=local)
+            if os.path.getsize(local) != entry["size"]:
+                raise RuntimeError("%s/%s: got %d bytes, the output has %d" % (name, entry["path"], os.path.getsize(local), entry["size"]))
+            count += 1
+            size += entry["size"]
+        log("inputs: %d files of %s (%s, %s)" % (len(dep["files"]), name, dep.get("job_id"), dep.get("state")))
+    return count, size
+
+
 def io_base(root):
     """A writable folder beside the capsule for outputs, checkpoints and the resumed checkpoint."""
     base = os.path.join(os.path.dirname(root), "tuneplane-io")
@@ -314,6 +342,19 @@ def main():
             log("attempt %s: no complete checkpoint to resume from; starting from the beginning" % attempt)
         else:
             env["TUNEPLANE_RESUME_FROM"] = found
+
+    if spec.get("depends_on"):
+        inputs = os.path.join(base, "inputs")
+        shutil.rmtree(inputs, ignore_errors=True)
+        os.makedirs(inputs, exist_ok=True)
+        env["TUNEPLANE_INPUTS_DIR"] = inputs
+        if api is not None:
+            try:
+                count, size = fetch_inputs(api, inputs)
+            except (RuntimeError, OSError, ValueError, KeyError) as e:
+                log("cannot fetch the outputs of the jobs this one depends on: %s" % e)
+                return RESUME_FAILED_EXIT
+            log("inputs downloaded (%d files, %d bytes) into %s" % (count, size, inputs))
 
     log("job %s attempt %s: running %r in %s" % (job_id, attempt, entrypoint, root))
     try:

@@ -122,6 +122,9 @@ pub enum PendingReason {
     /// An array child waiting while its array runs as many children as `array.parallelism`
     /// allows.
     ArrayParallelism,
+    /// Waiting for the jobs of its `depends_on` to end (it holds nothing and is not in the queue
+    /// yet).
+    WaitingForDependencies,
 }
 
 /// The current pending reason with its human message and when it was first seen.
@@ -175,6 +178,8 @@ pub enum FailureReason {
     Preempted,
     /// An array parent whose children all ended, some of them failed.
     ArrayChildFailed,
+    /// A job it depended on ended otherwise than it had to (or is gone): it never ran.
+    DependencyFailed,
 }
 
 impl FailureReason {
@@ -196,7 +201,8 @@ impl FailureReason {
             | ImagePull
             | InvalidWorkload
             | CapsuleMismatch
-            | ArrayChildFailed => FailureCause::Application,
+            | ArrayChildFailed
+            | DependencyFailed => FailureCause::Application,
         }
     }
 }

@@ -6,6 +6,7 @@
 // What a user asks for, and how it becomes a job.
 pub mod array;
 pub mod capsule;
+pub mod depends;
 pub mod job;
 pub mod playground;
 pub mod spec;

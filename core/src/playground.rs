@@ -316,6 +316,7 @@ pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
         // above its tenant's quota (docs/design.md §8, "Preemption").
         preemptible: false,
         array: None,
+        depends_on: Vec::new(),
         labels: BTreeMap::new(),
         namespace: namespace.into(),
         platform_version: crate::constants::PLATFORM_VERSION.into(),

@@ -328,7 +328,10 @@ pub trait JobRecords: Send + Sync {
     /// job first where it fits nodes this one cannot use (backfill). This default reads the
     /// active index; the DynamoDB store counts on the index instead.
     async fn queue_position(&self, job: &JobRecord) -> Result<Option<u64>> {
-        if !crate::admission::order::in_queue(job) {
+        if !crate::admission::order::in_queue(job)
+            || crate::admission::order::waits_for_dependencies(job)
+            || job.is_array_parent()
+        {
             return Ok(None);
         }
         let active = self.list_active().await?;

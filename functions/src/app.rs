@@ -84,6 +84,7 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
             "/jobs/{id}/grant/checkpoints/latest",
             get(routes::outputs::latest),
         )
+        .route("/jobs/{id}/grant/inputs", get(routes::outputs::inputs))
         .route("/uploads", post(routes::misc::create_upload))
         .route("/capacity", get(routes::misc::capacity))
         .route("/quota", get(routes::quota::get_quota))

@@ -66,6 +66,8 @@ pub struct Ctx {
     /// Array children that ended, by parent, as this process read them (`arrays`): each is read
     /// once, and a parent's counts are rebuilt from them.
     pub array_ended: Mutex<HashMap<String, HashMap<String, JobState>>>,
+    /// Ended jobs that other jobs depend on, with how they ended (`dependencies`): read once.
+    pub dependency_ends: Mutex<HashMap<String, JobState>>,
     /// Wakes the pass loop (watch events; an archive that ended).
     pub wake: Arc<tokio::sync::Notify>,
     /// The last published capacity (without its timestamp) and when it was published.
@@ -104,6 +106,7 @@ impl Ctx {
             seen_events: Mutex::new(HashMap::new()),
             pending_written: Mutex::new(HashMap::new()),
             array_ended: Mutex::new(HashMap::new()),
+            dependency_ends: Mutex::new(HashMap::new()),
             checkpoints: crate::checkpoint_cache::CheckpointCache::default(),
             shared_objects: Mutex::new(HashMap::new()),
             shared_create: tokio::sync::Mutex::new(()),

@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod config;
 mod ctx;
 pub mod decide;
+pub mod dependencies;
 pub mod error;
 pub mod kube_io;
 pub mod leader;

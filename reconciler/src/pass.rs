@@ -1,6 +1,6 @@
 //! One reconcile pass (docs/design.md §8), a function per phase that [`pass`] calls in turn:
 //! [`read_queue`] → [`publish_capacity`] → [`sync_jobs`] → (leader) [`sweep`] →
-//! [`crate::arrays::phase`] → [`hold_back`] → quotas →
+//! [`crate::arrays::phase`] → [`crate::dependencies::phase`] → [`hold_back`] → quotas →
 //! [`plan`] → [`crate::preempt::phase`] → [`within_budget`] → [`admit_planned`] → [`record_waiting`] → playgrounds → live logs.
 //!
 //! The pass reads the reflector stores once (a [`Cluster`]) and the active index once, then acts.
@@ -214,8 +214,8 @@ struct Queue {
     playgrounds: Option<Vec<PlaygroundRecord>>,
     /// Active array parents: never admitted themselves, summarised by the array step.
     parents: Vec<JobRecord>,
-    /// Array children held out of this pass's plan by their array's parallelism, with why.
-    held: Vec<(JobRecord, String)>,
+    /// Jobs held out of this pass's plan (dependencies, array parallelism), with why.
+    held: Vec<(JobRecord, PendingReason, String)>,
 }
 
 /// Phase 1: reads the active jobs and the playgrounds (one queue).
@@ -254,39 +254,49 @@ async fn read_queue(ctx: &Ctx, now: i64, report: &mut PassReport) -> Result<Queu
     })
 }
 
-/// Phase 4b: array children beyond their array's parallelism taken out of the plan (they wait
-/// with a reason of their own, and hold no place another job could use).
-fn hold_back(queue: &mut Queue) {
-    let held: HashMap<String, String> =
-        tuneplane_core::array::held_back(&queue.active[..queue.jobs])
-            .into_iter()
-            .map(|(id, why)| (id.to_owned(), why))
-            .collect();
-    if held.is_empty() {
+/// Phase 4c: jobs that wait for their dependencies or their array's parallelism taken out of the
+/// plan (they wait with a reason of their own and hold no place another job could use), and jobs
+/// that ended `DependencyFailed` in this pass dropped from it.
+fn hold_back(queue: &mut Queue, deps: crate::dependencies::Outcome) {
+    let mut held: HashMap<String, (PendingReason, String)> = deps
+        .waiting
+        .into_iter()
+        .map(|(id, why)| (id, (PendingReason::WaitingForDependencies, why)))
+        .collect();
+    let ready: Vec<JobRecord> = queue.active[..queue.jobs]
+        .iter()
+        .filter(|j| !held.contains_key(&j.id) && !deps.failed.contains(&j.id))
+        .filter(|j| j.array_child().is_some())
+        .cloned()
+        .collect();
+    for (id, why) in tuneplane_core::array::held_back(&ready) {
+        held.insert(id.to_owned(), (PendingReason::ArrayParallelism, why));
+    }
+    if held.is_empty() && deps.failed.is_empty() {
         return;
     }
     let stand_ins = queue.active.split_off(queue.jobs);
     let (out, mut rest): (Vec<_>, Vec<_>) = std::mem::take(&mut queue.active)
         .into_iter()
-        .partition(|j| held.contains_key(&j.id));
+        .partition(|j| held.contains_key(&j.id) || deps.failed.contains(&j.id));
     queue.jobs = rest.len();
     rest.extend(stand_ins);
     queue.active = rest;
     queue.held = out
         .into_iter()
-        .map(|j| {
-            let why = held.get(&j.id).cloned().unwrap_or_default();
-            (j, why)
+        .filter_map(|j| {
+            let (reason, why) = held.remove(&j.id)?;
+            Some((j, reason, why))
         })
         .collect();
 }
 
-/// Why each held-back array child waits, recorded on it.
+/// Why each held-back job waits, recorded on it.
 async fn record_held(ctx: &Ctx, queue: &Queue, now: i64, report: &mut PassReport) {
-    for (job, why) in &queue.held {
+    for (job, reason, why) in &queue.held {
         let waiting = Waiting {
             job_id: &job.id,
-            reason: PendingReason::ArrayParallelism,
+            reason: *reason,
             message: Arc::from(why.as_str()),
         };
         report.waiting += 1;
@@ -507,7 +517,11 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     // Phase 4a: arrays create their children, pass stops on and summarise them.
     let parents = std::mem::take(&mut queue.parents);
     crate::arrays::phase(ctx, &parents, &queue.active[..queue.jobs], now, &mut report).await;
-    hold_back(&mut queue);
+    // Phase 4b: dependencies met, still waited for, or failed.
+    let deps =
+        crate::dependencies::phase(ctx, &parents, &queue.active[..queue.jobs], now, &mut report)
+            .await;
+    hold_back(&mut queue, deps);
     // Quotas are read every pass (one small query), so a change applies at the next pass. A pass
     // that cannot read them admits nothing rather than admit past a limit.
     let quotas = match ctx.jobs.list_quotas().await {

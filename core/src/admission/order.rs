@@ -58,10 +58,23 @@ pub fn in_queue(job: &JobRecord) -> bool {
     job.state == JobState::Queued && !job.stop_requested
 }
 
-/// How many jobs of `jobs` that wait in the queue come before `job` ([`job_order`]).
+/// Whether `job` was last seen waiting for its dependencies (it is not in line yet).
+pub fn waits_for_dependencies(job: &JobRecord) -> bool {
+    job.pending
+        .as_ref()
+        .is_some_and(|p| p.reason == crate::job::PendingReason::WaitingForDependencies)
+}
+
+/// How many jobs of `jobs` that wait in the queue come before `job` ([`job_order`]); jobs
+/// waiting for their dependencies are not in line.
 pub fn queue_ahead(job: &JobRecord, jobs: &[JobRecord]) -> u64 {
     jobs.iter()
-        .filter(|j| in_queue(j) && j.id != job.id && job_order(j, job) == Ordering::Less)
+        .filter(|j| {
+            in_queue(j)
+                && !waits_for_dependencies(j)
+                && j.id != job.id
+                && job_order(j, job) == Ordering::Less
+        })
         .count() as u64
 }
 

@@ -63,6 +63,11 @@ pub struct JobSpec {
     /// keep their capsule digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<ArraySpec>,
+    /// Jobs of the same tenant this one waits for (at most 20): it stays queued, holding nothing,
+    /// until each has ended as asked, and fails `DependencyFailed` once one cannot. Left out of
+    /// the spec's JSON while empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<Dependency>,
     /// Labels copied onto the workload.
     pub labels: BTreeMap<String, String>,
     /// Kubernetes namespace of the workload.
@@ -90,6 +95,48 @@ pub struct ArraySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallelism: Option<u32>,
 }
+
+/// One job another waits for (`depends_on[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dependency {
+    /// The job's id (an array parent: all of its children).
+    pub job: String,
+    /// What the job must have done.
+    #[serde(default)]
+    pub when: DependencyWhen,
+    /// Between two arrays of one size: child i waits for child i only.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub n_to_n: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// When a dependency is met.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DependencyWhen {
+    /// It ended `SUCCEEDED` (any other end fails the waiting job).
+    #[default]
+    Succeeded,
+    /// It ended, however.
+    Ended,
+}
+
+impl DependencyWhen {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DependencyWhen::Succeeded => "succeeded",
+            DependencyWhen::Ended => "ended",
+        }
+    }
+}
+
+/// The most dependencies of one job.
+pub const MAX_DEPENDENCIES: usize = 20;
 
 /// The fewest children of an array.
 pub const MIN_ARRAY_SIZE: u32 = 2;

@@ -325,6 +325,7 @@ impl SubmitService {
         let stored = self.jobs.get_quota(&tenant).await?;
         let quota = self.config.default_quota.effective(&tenant, stored);
         check_quota(quota.as_ref(), &prepared.spec)?;
+        self.check_dependencies(&tenant, &prepared.spec).await?;
 
         if let Some(file) = &prepared.capsule_file {
             let key = storage_key(&prepared.sha256);
@@ -394,6 +395,55 @@ impl SubmitService {
             created,
             notes,
         })
+    }
+
+    /// Refuses dependencies that name no job of `tenant` (another tenant's job answers the same)
+    /// and `n_to_n` pairs that are not two arrays of one size, naming the entry.
+    async fn check_dependencies(
+        &self,
+        tenant: &crate::ids::TenantId,
+        spec: &JobSpec,
+    ) -> Result<()> {
+        let mut problems = Vec::new();
+        for (i, d) in spec.depends_on.iter().enumerate() {
+            let found = self
+                .jobs
+                .get_job(&d.job)
+                .await?
+                .filter(|j| j.tenant == *tenant);
+            let Some(dep) = found else {
+                problems.push(crate::spec::FieldError {
+                    path: format!("depends_on[{i}].job"),
+                    message: format!(
+                        "no job {:?} of your tenant; name a job you submitted (tuneplane jobs lists them)",
+                        d.job
+                    ),
+                });
+                continue;
+            };
+            if d.n_to_n {
+                let (mine, theirs) = (spec.array.map(|a| a.size), dep.array_size());
+                if !dep.is_array_parent() || mine != theirs {
+                    problems.push(crate::spec::FieldError {
+                        path: format!("depends_on[{i}].n_to_n"),
+                        message: format!(
+                            "pairs child i with child i of two arrays of one size; job {} is {} and this job has {} children: leave n_to_n out to wait for all of it",
+                            d.job,
+                            match (dep.is_array_parent(), theirs) {
+                                (true, Some(n)) => format!("an array of {n}"),
+                                _ => "not an array".to_owned(),
+                            },
+                            mine.unwrap_or(1)
+                        ),
+                    });
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(SubmitError::InvalidSpec(crate::spec::SpecErrors(problems)))
+        }
     }
 
     /// Stages and builds on the offload (CPU work), inside the request's scratch folder.

@@ -93,6 +93,9 @@ pub fn pending_words(reason: PendingReason) -> &'static str {
         PendingReason::ArrayParallelism => {
             "Its array already runs as many children as its array.parallelism allows; this child starts when one of them ends."
         }
+        PendingReason::WaitingForDependencies => {
+            "Waiting for the jobs it depends on (depends_on) to end; it holds nothing until then and joins the queue in its place by submission time."
+        }
     }
 }
 
@@ -129,6 +132,9 @@ pub fn failure_words(reason: FailureReason) -> &'static str {
         }
         FailureReason::ArrayChildFailed => {
             "Some children of this array failed; each child's page says why."
+        }
+        FailureReason::DependencyFailed => {
+            "A job it depended on failed, was stopped or is gone, so it never ran."
         }
     }
 }

@@ -293,6 +293,68 @@ pub async fn latest(
     })))
 }
 
+/// Most files a job's inputs may hold (all of its dependencies' outputs together).
+pub const MAX_INPUT_FILES: usize = 2000;
+
+/// `GET /v1/jobs/{id}/grant/inputs`: the outputs of exactly the jobs this job depends on, with
+/// download links, each under the dependency's name (its spec's name; its id where two
+/// dependencies share a name); an array parent's children's outputs under their index.
+pub async fn inputs(
+    State(state): State<Arc<AppState>>,
+    granted: Granted,
+) -> Result<Json<Value>, ApiError> {
+    let job = &granted.job;
+    let blobs = state.submit.blobs();
+    let store = state.submit.jobs();
+    let mut deps = Vec::new();
+    for (id, _) in tuneplane_core::depends::targets(job) {
+        // Only the job's own tenant's jobs (the submission checked; a record could be gone).
+        if let Some(dep) = store.get_job(&id).await?.filter(|d| d.tenant == job.tenant) {
+            deps.push(dep);
+        }
+    }
+    let mut inputs = Vec::with_capacity(deps.len());
+    let mut total = 0usize;
+    for dep in &deps {
+        let shared = deps.iter().filter(|d| d.spec.name == dep.spec.name).count() > 1;
+        let name = if shared {
+            dep.id.clone()
+        } else {
+            dep.spec.name.clone()
+        };
+        // An array parent has no outputs of its own: its children's, each under its index.
+        let sources: Vec<(String, String)> = match dep.array_size() {
+            Some(size) if dep.is_array_parent() => (0..size)
+                .map(|i| (tuneplane_core::array::child_id(&dep.id, i), format!("{i}/")))
+                .collect(),
+            _ => vec![(dep.id.clone(), String::new())],
+        };
+        let mut files = Vec::new();
+        for (source, under) in sources {
+            for f in list_outputs(blobs.as_ref(), &dep.tenant, &source).await? {
+                total += 1;
+                if total > MAX_INPUT_FILES {
+                    return Err(ApiError::bad_request(
+                        "too_many_inputs",
+                        format!(
+                            "the jobs {} depends on have more than {MAX_INPUT_FILES} output files together; write fewer, larger files (an archive) to their outputs",
+                            job.id
+                        ),
+                    ));
+                }
+                let key = JobPath::Output(f.path.clone()).key(&dep.tenant, &source);
+                let signed = blobs
+                    .presign(PresignMethod::Get, &key, GRANT_URL_TTL)
+                    .await?;
+                files.push(json!({"path": format!("{under}{}", f.path), "size": f.size, "url": signed.url}));
+            }
+        }
+        inputs.push(json!({"name": name, "job_id": dep.id, "state": dep.state, "files": files}));
+    }
+    tracing::info!(job_id = %job.id, attempt = granted.attempt, dependencies = inputs.len(), files = total, "inputs presigned");
+    Ok(Json(json!({"inputs": inputs})))
+}
+
 /// `GET /v1/jobs/{id}/outputs`: the outputs with download links, and the complete checkpoints.
 pub async fn outputs(
     State(state): State<Arc<AppState>>,

@@ -99,9 +99,14 @@ impl DynamoJobStore {
     /// Counts, on every shard of the active index, the queued jobs (not being stopped) whose
     /// sort key comes before this job's: `Select: COUNT` pages, no items are returned.
     pub(super) async fn queue_position_inner(&self, job: &JobRecord) -> Result<Option<u64>> {
-        if job.state != tuneplane_core::job::JobState::Queued || job.stop_requested {
+        if !tuneplane_core::admission::order::in_queue(job)
+            || tuneplane_core::admission::order::waits_for_dependencies(job)
+            || job.is_array_parent()
+        {
             return Ok(None);
         }
+        // The index counts every queued job ahead (those waiting for dependencies or parents of
+        // arrays among them): an upper bound of the place.
         let mine = active_sort_key(job.spec.priority, job.submitted_at_ms, &job.id);
         let mut ahead: u64 = 0;
         for shard in 0..ACTIVE_SHARDS {

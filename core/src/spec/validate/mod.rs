@@ -17,8 +17,8 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::{
-    ArraySpec, Checkpoints, DEFAULT_GRACE_SECONDS, Deadlines, JobSpec, MAX_ARRAY_SIZE, MAX_RETRIES,
-    MIN_ARRAY_SIZE, Pool, Retries, is_dns_label,
+    ArraySpec, Checkpoints, DEFAULT_GRACE_SECONDS, Deadlines, Dependency, DependencyWhen, JobSpec,
+    MAX_ARRAY_SIZE, MAX_DEPENDENCIES, MAX_RETRIES, MIN_ARRAY_SIZE, Pool, Retries, is_dns_label,
 };
 use crate::constants::{
     DEFAULT_NAMESPACE, KNOWN_PLUGINS, PLATFORM_VERSION, PLUGIN_CUSTOM, RESERVED_ENV_PREFIX,
@@ -54,6 +54,7 @@ const ROOT_FIELDS: &[&str] = &[
     "priority",
     "preemptible",
     "array",
+    "depends_on",
     "labels",
     "namespace",
 ];
@@ -70,6 +71,7 @@ const RETRY_FIELDS: &[&str] = &["infrastructure", "application"];
 const CHECKPOINT_FIELDS: &[&str] = &["keep"];
 const NOTIFY_FIELDS: &[&str] = &["url", "events", "format"];
 const ARRAY_FIELDS: &[&str] = &["size", "parallelism"];
+const DEPENDENCY_FIELDS: &[&str] = &["job", "when", "n_to_n"];
 /// Fields users try that the platform deliberately does not support, with the reason.
 const UNSUPPORTED_FIELDS: &[(&str, &str)] = &[
     (
@@ -536,6 +538,7 @@ impl Checker {
         let retries = self.retries(map);
         let checkpoints = self.checkpoints(map);
         let array = self.array(map);
+        let depends_on = self.depends_on(map, array.is_some());
         let notify = self.notify(map, defaults.allow_loopback_callbacks);
         let pools = self.pools(map, &plugin);
 
@@ -553,6 +556,7 @@ impl Checker {
             priority: i32::try_from(priority).ok()?,
             preemptible,
             array,
+            depends_on,
             labels,
             namespace,
             platform_version: PLATFORM_VERSION.into(),
@@ -657,6 +661,7 @@ notify: [{url: "https://hooks.example.com/tp", events: [succeeded], format: json
 priority: 5
 preemptible: false
 array: {size: 4, parallelism: 2}
+depends_on: [{job: j-0123456789abcdef, when: ended, n_to_n: true}]
 labels: {team: nlp}
 namespace: tuneplane-jobs
 "#;
@@ -690,6 +695,11 @@ namespace: tuneplane-jobs
             "NOTIFY_FIELDS"
         );
         assert_eq!(keys(&json, "/array"), set(ARRAY_FIELDS), "ARRAY_FIELDS");
+        assert_eq!(
+            keys(&json, "/depends_on/0"),
+            set(DEPENDENCY_FIELDS),
+            "DEPENDENCY_FIELDS"
+        );
     }
 
     /// A spec that names no optional section serializes to the same keys as before the section

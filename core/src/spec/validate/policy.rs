@@ -117,4 +117,101 @@ impl Checker {
         };
         Some(ArraySpec { size, parallelism })
     }
+
+    /// The jobs this one waits for: at most [`MAX_DEPENDENCIES`], each a job id named once, with
+    /// `when` succeeded (default) or ended; `n_to_n` only for an array (the submission checks
+    /// the other side is an array of the same size).
+    pub(super) fn depends_on(
+        &mut self,
+        map: &Map<String, Value>,
+        is_array: bool,
+    ) -> Vec<Dependency> {
+        let list = match map.get("depends_on") {
+            None | Some(Value::Null) => return Vec::new(),
+            Some(Value::Array(list)) => list,
+            Some(other) => {
+                self.err(
+                    "depends_on",
+                    format!(
+                        "must be a list like [{{job: JOB_ID, when: succeeded}}], not {}",
+                        type_name(other)
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        if list.len() > MAX_DEPENDENCIES {
+            self.err(
+                "depends_on",
+                format!(
+                    "{} dependencies; at most {MAX_DEPENDENCIES} (depend on an array's parent to wait for all of its children)",
+                    list.len()
+                ),
+            );
+        }
+        let mut out: Vec<Dependency> = Vec::new();
+        for (i, item) in list.iter().enumerate().take(MAX_DEPENDENCIES) {
+            let p = format!("depends_on[{i}]");
+            let Some(m) = item.as_object() else {
+                self.err(
+                    &p,
+                    format!(
+                        "must be a mapping like {{job: JOB_ID, when: succeeded}}, not {}",
+                        type_name(item)
+                    ),
+                );
+                continue;
+            };
+            self.unknown_fields(m, DEPENDENCY_FIELDS, &format!("{p}."));
+            let Some(job) = self.string(m, "job", &format!("{p}.job"), true) else {
+                continue;
+            };
+            if !crate::ids::valid_id(&job) {
+                self.err(
+                    format!("{p}.job"),
+                    format!("{job:?} is not a job id; use the id tuneplane submit printed (tuneplane jobs lists them)"),
+                );
+                continue;
+            }
+            let when = match m.get("when") {
+                None | Some(Value::Null) => DependencyWhen::Succeeded,
+                Some(Value::String(w)) if w == "succeeded" => DependencyWhen::Succeeded,
+                Some(Value::String(w)) if w == "ended" => DependencyWhen::Ended,
+                Some(other) => {
+                    self.err(
+                        format!("{p}.when"),
+                        format!("{other} must be succeeded (the default: wait for it to succeed) or ended (wait for it to end, however)"),
+                    );
+                    continue;
+                }
+            };
+            let n_to_n = match m.get("n_to_n") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    self.err(
+                        format!("{p}.n_to_n"),
+                        format!("must be true or false, not {}", type_name(other)),
+                    );
+                    continue;
+                }
+            };
+            if n_to_n && !is_array {
+                self.err(
+                    format!("{p}.n_to_n"),
+                    "pairs children of two arrays of one size; this job is not an array (add array: {size: N} or leave n_to_n out)",
+                );
+                continue;
+            }
+            if out.iter().any(|d| d.job == job) {
+                self.err(
+                    format!("{p}.job"),
+                    format!("{job:?} is named twice; name each job once"),
+                );
+                continue;
+            }
+            out.push(Dependency { job, when, n_to_n });
+        }
+        out
+    }
 }
