@@ -249,7 +249,7 @@ async fn every_example_rayjob_is_stored_as_it_was_rendered() {
     assert_eq!(refused, ["too-big"], "examples refused at submit");
     assert_eq!(
         pods,
-        ["bad-image", "hello-cpu", "resume"],
+        ["bad-image", "hello-cpu", "resume", "sweep"],
         "CPU-only examples"
     );
 }
