@@ -3,7 +3,9 @@
 //! kueue-controller-manager` with the release's roles), limited to the `batch/job` and
 //! `ray.io/rayjob` integrations; one ClusterQueue over the whole fleet with a ResourceFlavor per GPU
 //! series and quotas equal to the fleet; a LocalQueue per tenant namespace; Admission Fair Sharing
-//! between them in the fairness run only.
+//! between them in the fairness run only. The reclaim run has a ClusterQueue per tenant instead,
+//! both in one cohort, with the tenants' h200 GPU limits as nominal quotas and preemption to
+//! reclaim them (see [`reclaim_queues`]).
 //!
 //! Two configurations ([`Variant`]): as shipped (`controller_manager_config.yaml` of the release:
 //! client QPS 50, burst 100, five workers for Jobs and Workloads, none named for RayJobs), and
@@ -29,7 +31,7 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 
-use crate::workload::Job;
+use crate::workload::{Job, RECLAIM_SERIES, Shape};
 use crate::{
     Controller, KEY_LABEL, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES_PER_SERIES, Options, SERIES,
     Setup, Variant,
@@ -400,9 +402,10 @@ pub async fn start(
     kubeconfig: &Path,
     work: &Path,
     setup: Setup,
-    fair: bool,
+    shape: Shape,
     pods: bool,
 ) -> anyhow::Result<Controller> {
+    let fair = shape == Shape::Fair;
     let (health, metrics, webhook, visibility) =
         (free_port()?, free_port()?, free_port()?, free_port()?);
     let certs = work.join("certs");
@@ -520,7 +523,11 @@ pub async fn start(
     if let Some(ca) = &own_ca {
         register_pod_webhooks(client, webhook, ca).await?;
     }
-    create_queues(client, fair).await?;
+    if shape == Shape::Reclaim {
+        reclaim_queues(client, o).await?;
+    } else {
+        create_queues(client, fair).await?;
+    }
     Ok(Controller {
         pid: child.id(),
         child,
@@ -583,11 +590,98 @@ async fn create_queues(client: &kube::Client, fair: bool) -> anyhow::Result<()> 
         )
         .await?;
     }
-    // The ClusterQueue is usable once Kueue reports it Active.
-    let cq: Api<DynamicObject> = Api::all_with(client.clone(), &k("ClusterQueue", "clusterqueues"));
+    wait_active(client, CLUSTER_QUEUE).await
+}
+
+/// The cohort of the reclaim run's two ClusterQueues.
+pub const RECLAIM_COHORT: &str = "reclaim";
+
+/// The ClusterQueues' preemption in the reclaim run (v1beta2 `ClusterQueuePreemption`):
+/// a queue within its nominal quota may preempt any workload of another queue of the cohort that
+/// uses more than its own nominal quota (`reclaimWithinCohort: Any`: team-b's jobs are all of one
+/// priority, so `LowerPriority` would never preempt them); a borrowing workload preempts nothing
+/// in the cohort (`borrowWithinCohort.policy: Never`, the default: team-a never needs to borrow,
+/// and team-b's requeued jobs must not take back what team-a reclaimed); within a queue only lower
+/// priorities (`withinClusterQueue: LowerPriority`; every job has the same priority, so never).
+pub fn reclaim_preemption() -> Value {
+    json!({
+        "reclaimWithinCohort": "Any",
+        "borrowWithinCohort": {"policy": "Never"},
+        "withinClusterQueue": "LowerPriority",
+    })
+}
+
+/// The reclaim run's queues: the h200 ResourceFlavor, a ClusterQueue per tenant (named after it)
+/// in one cohort, each with its h200 GPU limit as the nominal quota (team-a `--reclaim-a-gpus`,
+/// team-b the rest of the series) and CPU and memory quotas equal to the whole series (never the
+/// constraint: every job takes 8 GPUs of a node); borrowing unlimited (no `borrowingLimit`, as
+/// TunePlane's `borrow: true`); [`reclaim_preemption`]; BestEffortFIFO; LocalQueues as before.
+async fn reclaim_queues(client: &kube::Client, o: &Options) -> anyhow::Result<()> {
+    let k = |kind: &str, plural: &str| resource("kueue.x-k8s.io", "v1beta2", kind, plural);
+    let api_version = "kueue.x-k8s.io/v1beta2";
+    create(
+        client,
+        &k("ResourceFlavor", "resourceflavors"),
+        None,
+        json!({
+            "apiVersion": api_version, "kind": "ResourceFlavor", "metadata": {"name": RECLAIM_SERIES},
+            "spec": {"nodeLabels": {tuneplane_core::constants::SERIES_LABEL: RECLAIM_SERIES}},
+        }),
+    )
+    .await?;
+    let series_gpus = NODES_PER_SERIES * NODE_GPUS;
+    for (tenant, gpus) in [
+        ("team-a", o.reclaim_a_gpus),
+        ("team-b", series_gpus - o.reclaim_a_gpus),
+    ] {
+        let flavor = json!({"name": RECLAIM_SERIES, "resources": [
+            {"name": "cpu", "nominalQuota": (NODES_PER_SERIES * NODE_CPUS).to_string()},
+            {"name": "memory", "nominalQuota": format!("{}Gi", NODES_PER_SERIES * NODE_MEMORY_GB)},
+            {"name": "nvidia.com/gpu", "nominalQuota": gpus.to_string()},
+        ]});
+        create(
+            client,
+            &k("ClusterQueue", "clusterqueues"),
+            None,
+            json!({
+                "apiVersion": api_version, "kind": "ClusterQueue", "metadata": {"name": tenant},
+                "spec": {
+                    "cohortName": RECLAIM_COHORT,
+                    "namespaceSelector": {},
+                    "queueingStrategy": "BestEffortFIFO",
+                    "preemption": reclaim_preemption(),
+                    "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [flavor]}],
+                },
+            }),
+        )
+        .await?;
+        create(
+            client,
+            &k("LocalQueue", "localqueues"),
+            Some(tenant),
+            json!({
+                "apiVersion": api_version, "kind": "LocalQueue",
+                "metadata": {"name": tenant, "namespace": tenant},
+                "spec": {"clusterQueue": tenant},
+            }),
+        )
+        .await?;
+    }
+    for tenant in TENANTS {
+        wait_active(client, tenant).await?;
+    }
+    Ok(())
+}
+
+/// Waits until Kueue reports the ClusterQueue `name` Active (usable).
+async fn wait_active(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let cq: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &resource("kueue.x-k8s.io", "v1beta2", "ClusterQueue", "clusterqueues"),
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let obj = cq.get(CLUSTER_QUEUE).await?;
+        let obj = cq.get(name).await?;
         let active = obj.data["status"]["conditions"]
             .as_array()
             .is_some_and(|c| {
@@ -599,7 +693,7 @@ async fn create_queues(client: &kube::Client, fair: bool) -> anyhow::Result<()> 
         }
         if Instant::now() > deadline {
             bail!(
-                "ClusterQueue {CLUSTER_QUEUE} not Active after 60 s: {}",
+                "ClusterQueue {name} not Active after 60 s: {}",
                 obj.data["status"]
             );
         }
@@ -630,17 +724,18 @@ fn template(job: &Job, head: bool) -> Value {
         (Some(_), true) => "ray-head",
         (Some(_), false) => "ray-worker",
     };
-    json!({
-        "metadata": {"labels": {KEY_LABEL: job.key}},
-        "spec": {
+    let mut spec = json!({
             "restartPolicy": if job.series.is_none() { "Never" } else { "Always" },
             "nodeSelector": selector,
             "containers": [{
                 "name": name, "image": image, "command": ["python3", "train.py"],
                 "resources": {"requests": resources.clone(), "limits": resources},
             }],
-        },
-    })
+    });
+    if let Some(g) = job.grace_seconds {
+        spec["terminationGracePeriodSeconds"] = json!(g);
+    }
+    json!({"metadata": {"labels": {KEY_LABEL: job.key}}, "spec": spec})
 }
 
 /// Creates the job as Kueue expects it: suspended, labelled with its LocalQueue; with `pods`

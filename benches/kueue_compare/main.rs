@@ -84,7 +84,7 @@ kueue_compare: TunePlane and Kueue on one real control plane (see BENCHMARKS.md)
   --systems LIST     tuneplane, kueue-shipped, kueue-tuned (kueue: both); default all three
   --qps LIST         client QPS of the sweep, burst twice that (default 50,200,500); TunePlane and
                      tuned Kueue run at each, shipped Kueue at its own 50 only
-  --workloads LIST   small,gang,fair (default all three)
+  --workloads LIST   small,gang,fair,reclaim (default small,gang,fair)
   --small N          jobs of the small workload (default 5000)
   --gang N           jobs of the gang workload (default 1000)
   --flood N          jobs of the flooding tenant in the fair workload (default 1000)
@@ -92,6 +92,15 @@ kueue_compare: TunePlane and Kueue on one real control plane (see BENCHMARKS.md)
   --timeout SECS     longest a run may take once submission starts (default 900)
   --team-b-after SECS  the fair workload: team-b submits this long after team-a's first
                      submission (default 5)
+  --reclaim-a-gpus N the reclaim workload: team-a's h200 GPU limit, a multiple of 8 (default
+                     1328, two thirds of the series; team-b's is the rest, 672); team-b fills
+                     the series with 250 1x8-GPU RayJobs, team-a then submits N/8 of them
+  --min-run SECS     the reclaim workload: the least run time before a job may be preempted
+                     (TunePlane's TUNEPLANE_PREEMPTION_MIN_RUN_SECONDS through the dev stack's
+                     option); team-a submits this long (and 2 s) after every team-b job runs,
+                     for both systems (default 30)
+  --checkpoint-every SECS  the reclaim workload's lost-work model: every job saves a
+                     checkpoint this often from its start (default 600)
   --quiet SECS       with the fleet full, a run ends once every admitted pod is bound and
                      nothing was admitted for this long; it stops as stalled when nothing
                      was admitted, created or bound for this long (default 15)
@@ -114,6 +123,9 @@ pub struct Options {
     pub timeout: Duration,
     pub quiet: Duration,
     pub team_b_after: Duration,
+    pub reclaim_a_gpus: u32,
+    pub min_run: Duration,
+    pub checkpoint_every: Duration,
 }
 
 /// Kueue's configuration: as its release ships it, or tuned as its documentation advises.
@@ -150,7 +162,9 @@ impl Setup {
     /// Whether Kueue runs `shape` through its pod integration: tuned Kueue on the workloads
     /// TunePlane runs as bare Pods (small, fair).
     pub fn pods(self, shape: Shape) -> bool {
-        self.system == System::Kueue && self.variant == Variant::Tuned && shape != Shape::Gang
+        self.system == System::Kueue
+            && self.variant == Variant::Tuned
+            && matches!(shape, Shape::Small | Shape::Fair)
     }
 
     /// A folder name for the setup's runs.
@@ -224,6 +238,9 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
         timeout: Duration::from_secs(900),
         quiet: Duration::from_secs(15),
         team_b_after: Duration::from_secs(5),
+        reclaim_a_gpus: 1328,
+        min_run: Duration::from_secs(30),
+        checkpoint_every: Duration::from_secs(600),
     };
     let mut kinds: Vec<String> = ["tuneplane", "kueue-shipped", "kueue-tuned"]
         .map(String::from)
@@ -275,8 +292,11 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
                         "small" => Ok(Shape::Small),
                         "gang" => Ok(Shape::Gang),
                         "fair" => Ok(Shape::Fair),
+                        "reclaim" => Ok(Shape::Reclaim),
                         other => {
-                            bail!("--workloads: unknown workload {other:?} (small, gang, fair)")
+                            bail!(
+                                "--workloads: unknown workload {other:?} (small, gang, fair, reclaim)"
+                            )
                         }
                     })
                     .collect::<anyhow::Result<_>>()?;
@@ -288,6 +308,20 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
             "--timeout" => o.timeout = Duration::from_secs(number(a, value(a)?)? as u64),
             "--quiet" => o.quiet = Duration::from_secs(number(a, value(a)?)? as u64),
             "--team-b-after" => o.team_b_after = Duration::from_secs(number(a, value(a)?)? as u64),
+            "--reclaim-a-gpus" => {
+                let n = number(a, value(a)?)? as u32;
+                if n == 0 || !n.is_multiple_of(NODE_GPUS) || n >= NODES_PER_SERIES * NODE_GPUS {
+                    bail!(
+                        "--reclaim-a-gpus {n}: a multiple of {NODE_GPUS} below {}",
+                        NODES_PER_SERIES * NODE_GPUS
+                    );
+                }
+                o.reclaim_a_gpus = n;
+            }
+            "--min-run" => o.min_run = Duration::from_secs(number(a, value(a)?)? as u64),
+            "--checkpoint-every" => {
+                o.checkpoint_every = Duration::from_secs(number(a, value(a)?)?.max(1) as u64)
+            }
             "-h" | "--help" => {
                 print!("{HELP}");
                 std::process::exit(0);
@@ -425,16 +459,18 @@ async fn run_one(o: &Options, fleet: &Path, setup: Setup, shape: Shape) -> anyho
 
     let workload = Workload::new(shape, o);
     let mut controller = match setup.system {
-        System::TunePlane => tuneplane_side::start(&kubeconfig, &work, fleet_nodes, setup).await?,
+        System::TunePlane => {
+            let reclaim = (shape == Shape::Reclaim).then_some(o);
+            tuneplane_side::start(&kubeconfig, &work, fleet_nodes, setup, reclaim).await?
+        }
         System::Kueue => {
-            let fair = shape == Shape::Fair;
             kueue::start(
                 o,
                 &client,
                 &kubeconfig,
                 &work,
                 setup,
-                fair,
+                shape,
                 setup.pods(shape),
             )
             .await?
@@ -466,6 +502,14 @@ async fn run_one(o: &Options, fleet: &Path, setup: Setup, shape: Shape) -> anyho
         System::Kueue => KUEUE_USER,
     };
     let own = report::audit_requests(&audit_log, audit_from, user)?;
+    // The reclaim workload: the requests from team-a's first submission on.
+    let reclaim_requests = match outcome.as_ref().ok().and_then(|out| out.reclaim.as_ref()) {
+        Some(phase) => Some((
+            report::audit_requests(&audit_log, phase.audit_from, user)?,
+            report::RequestDelta::between(&phase.requests, &requests_after),
+        )),
+        None => None,
+    };
     let diagnosis = match &outcome {
         Ok(out) if out.end_reason != "complete" => {
             report::diagnose(&client, setup.system, &observer.snapshot(), &workload).await
@@ -482,7 +526,11 @@ async fn run_one(o: &Options, fleet: &Path, setup: Setup, shape: Shape) -> anyho
         System::Kueue => observer.snapshot().quota_reserved.clone(),
     };
 
-    let figures = report::figures(
+    let victims = match (shape, setup.system) {
+        (Shape::Reclaim, System::TunePlane) => Some(tuneplane_side::victims(&work).await?),
+        _ => None,
+    };
+    let mut figures = report::figures(
         &workload,
         &outcome,
         &observer.snapshot(),
@@ -493,6 +541,20 @@ async fn run_one(o: &Options, fleet: &Path, setup: Setup, shape: Shape) -> anyho
         cpu_after - cpu_before,
         peak_mib,
     );
+    if let (Some(phase), Some((own, all))) = (&outcome.reclaim, &reclaim_requests) {
+        figures["reclaim"] = report::reclaim_figures(
+            &workload,
+            &outcome,
+            phase,
+            &observer.snapshot(),
+            &decisions,
+            started,
+            own,
+            all,
+            victims.as_deref(),
+            o,
+        );
+    }
     let result = json!({
         "setup": setup.name(),
         "system": setup.system.name(),

@@ -1,5 +1,7 @@
 //! One watch of the cluster for both systems: when each job's workload is admitted (TunePlane:
-//! its RayJob or Pod appears; Kueue: its RayJob or Job is unsuspended) and when each pod is bound.
+//! its RayJob or Pod appears; Kueue: its RayJob or Job is unsuspended) and when each pod is bound;
+//! for the reclaim workload also when each RayJob first runs, when a system stops a running one
+//! (TunePlane deletes it, Kueue suspends it again) and Kueue's evictions.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -36,6 +38,15 @@ pub struct Snapshot {
     /// scheduler decided) and with `Admitted` True (its admission checks passed).
     pub quota_reserved: HashMap<String, Instant>,
     pub kueue_admitted: HashMap<String, Instant>,
+    /// When the job's RayJob was first seen with `jobDeploymentStatus: Running` (KubeRay's; it
+    /// is what TunePlane's record turns RUNNING on).
+    pub ray_running: HashMap<String, Instant>,
+    /// When a system first stopped the job's running RayJob: TunePlane deleting it (its
+    /// deletion timestamp or its deletion seen), Kueue suspending it again.
+    pub stopped: HashMap<String, Instant>,
+    /// Kueue only: when the job's Workload was first seen `Evicted`, with the condition's reason
+    /// and the `Preempted` condition's reason (`InCohortReclamation`, ...), if any.
+    pub evicted: HashMap<String, (Instant, String, Option<String>)>,
     /// By pod uid.
     pub pods: HashMap<String, PodSeen>,
     /// (namespace, workload name) to key, for submitter pods.
@@ -109,7 +120,10 @@ impl Observer {
         let pods: Api<Pod> = Api::all(client.clone());
         tasks.push(spawn_watch(pods, watcher::Config::default(), tx, {
             let state = state.clone();
-            move |pod: Pod| {
+            move |pod: Pod, deleted: bool| {
+                if deleted {
+                    return;
+                }
                 let meta = &pod.metadata;
                 let Some(uid) = meta.uid.clone() else { return };
                 let ns = meta.namespace.clone().unwrap_or_default();
@@ -167,9 +181,14 @@ impl Observer {
             tx,
             {
                 let state = state.clone();
-                move |rj: DynamicObject| {
+                move |rj: DynamicObject, deleted: bool| {
                     let suspended = rj.data["spec"]["suspend"] == Value::Bool(true);
-                    workload_seen(&state, system, &rj.metadata, suspended);
+                    if !deleted {
+                        workload_seen(&state, system, &rj.metadata, suspended);
+                    }
+                    let running = rj.data["status"]["jobDeploymentStatus"] == "Running";
+                    let deleting = deleted || rj.metadata.deletion_timestamp.is_some();
+                    rayjob_seen(&state, &rj.metadata, running, suspended, deleting);
                 }
             },
         ));
@@ -183,7 +202,10 @@ impl Observer {
                 tx,
                 {
                     let state = state.clone();
-                    move |job: BatchJob| {
+                    move |job: BatchJob, deleted: bool| {
+                        if deleted {
+                            return;
+                        }
                         let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
                         workload_seen(&state, system, &job.metadata, suspended);
                     }
@@ -203,7 +225,10 @@ impl Observer {
             );
             tasks.push(spawn_watch(workloads, watcher::Config::default(), tx, {
                 let state = state.clone();
-                move |wl: DynamicObject| {
+                move |wl: DynamicObject, deleted: bool| {
+                    if deleted {
+                        return;
+                    }
                     let Some(owner) = wl
                         .metadata
                         .owner_references
@@ -226,6 +251,21 @@ impl Observer {
                     }
                     if admitted {
                         s.kueue_admitted.entry(owner.name.clone()).or_insert(now);
+                    }
+                    let condition = |kind: &str| {
+                        wl.data["status"]["conditions"].as_array().and_then(|c| {
+                            c.iter()
+                                .find(|c| c["type"] == kind && c["status"] == "True")
+                                .map(|c| c["reason"].as_str().unwrap_or_default().to_owned())
+                        })
+                    };
+                    if let Some(reason) = condition("Evicted")
+                        && !s.evicted.contains_key(&owner.name)
+                    {
+                        let preempted = condition("Preempted");
+                        s.evicted
+                            .insert(owner.name.clone(), (now, reason, preempted));
+                        s.last_change = Some(now);
                     }
                 }
             }));
@@ -279,11 +319,37 @@ fn workload_seen(
     }
 }
 
+/// A RayJob seen (or its deletion, `deleting`): when it first ran, and when a system stopped it
+/// once it had run.
+fn rayjob_seen(
+    state: &Mutex<Snapshot>,
+    meta: &kube::api::ObjectMeta,
+    running: bool,
+    suspended: bool,
+    deleting: bool,
+) {
+    let Some(key) = label(meta, KEY_LABEL) else {
+        return;
+    };
+    let mut s = state.lock().unwrap();
+    let now = Instant::now();
+    if running && !deleting && !suspended {
+        s.ray_running.entry(key.clone()).or_insert(now);
+    }
+    if (deleting || suspended) && s.ray_running.contains_key(&key) && !s.stopped.contains_key(&key)
+    {
+        s.stopped.insert(key, now);
+        s.last_change = Some(now);
+    }
+}
+
+/// Watches `api`; `on` gets every object listed or changed (`false`) and every deleted one
+/// (`true`).
 fn spawn_watch<K>(
     api: Api<K>,
     config: watcher::Config,
     ready: tokio::sync::oneshot::Sender<()>,
-    mut on: impl FnMut(K) + Send + 'static,
+    mut on: impl FnMut(K, bool) + Send + 'static,
 ) -> tokio::task::JoinHandle<()>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
@@ -293,7 +359,8 @@ where
         let mut stream = watcher::watcher(api, config).boxed();
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(Event::Apply(o) | Event::InitApply(o)) => on(o),
+                Ok(Event::Apply(o) | Event::InitApply(o)) => on(o, false),
+                Ok(Event::Delete(o)) => on(o, true),
                 Ok(Event::InitDone) => {
                     if let Some(r) = ready.take() {
                         let _ = r.send(());

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::observe::Snapshot;
-use crate::workload::{Outcome, Shape, Workload};
+use crate::workload::{Outcome, ReclaimPhase, Shape, Workload};
 use crate::{
     KCM_ARGS, KUEUE_USER, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES_PER_SERIES, Options,
     SCHEDULER_ARGS, SERIES, SHIPPED_QPS, SUBMITTERS, System, TUNEPLANE_USER,
@@ -464,6 +464,154 @@ pub fn figures(
     f
 }
 
+/// p50 and p99 of the waits of `values` (seconds) where `pending` more jobs waited past `floor`
+/// without reaching that point.
+fn p50_p99(mut values: Vec<f64>, pending: usize, floor: f64) -> Value {
+    values.sort_by(f64::total_cmp);
+    json!({
+        "p50": percentile(&values, pending, floor, 0.5),
+        "p99": percentile(&values, pending, floor, 0.99),
+        "n": values.len(),
+    })
+}
+
+/// The reclaim workload's figures: team-a's waits from each of its submissions, the victims
+/// (jobs of team-b stopped once running: by the harness's watch, and by the system's own
+/// account: TunePlane's attempts ended `Preempted`, Kueue's Workloads `Evicted`), the
+/// controller's requests per victim from team-a's first submission on, and the victims' lost
+/// work under one model for both: every job saves a checkpoint every `--checkpoint-every`
+/// seconds from its start, and a victim stopped after running `t` seconds loses its GPUs ×
+/// (`t` mod that interval) unless it saves once more within its grace (which TunePlane's runner
+/// does on SIGTERM, and nothing in Kueue's setup does; fake pods save nothing either way).
+#[allow(clippy::too_many_arguments)] // one run's readings, each from its own source
+pub fn reclaim_figures(
+    w: &Workload,
+    out: &Outcome,
+    phase: &ReclaimPhase,
+    snap: &Snapshot,
+    decisions: &HashMap<String, Instant>,
+    started: Instant,
+    own: &OwnRequests,
+    all: &RequestDelta,
+    tuneplane_victims: Option<&[crate::tuneplane_side::Victim]>,
+    o: &Options,
+) -> Value {
+    let rel = |t: Instant| t.saturating_duration_since(started);
+    let bound = snap.bound_by_job();
+    let floor = out.ended.saturating_sub(phase.at).as_secs_f64();
+    let (mut decided, mut runnable, mut all_bound) = (Vec::new(), Vec::new(), Vec::new());
+    let mut team_a = 0;
+    let mut last_bound = Duration::ZERO;
+    for (job, sub) in w.jobs.iter().zip(&out.submitted) {
+        let (true, Some(sub)) = (job.tenant == "team-a", sub) else {
+            continue;
+        };
+        team_a += 1;
+        let since = |t: Instant| rel(t).saturating_sub(*sub).as_secs_f64();
+        if let Some(t) = decisions.get(&job.key) {
+            decided.push(since(*t));
+        }
+        if let Some(t) = snap.admitted_at(&job.key) {
+            runnable.push(since(t));
+        }
+        if let Some(t) = snap.all_bound_at(&bound, job) {
+            all_bound.push(since(t));
+            last_bound = last_bound.max(rel(t));
+        }
+    }
+    let pending = |v: &Vec<f64>| team_a - v.len();
+    let (pd, pr, pb) = (pending(&decided), pending(&runnable), pending(&all_bound));
+    // Victims as the watch saw them: team-b's running RayJobs stopped after team-a began.
+    let every = o.checkpoint_every.as_secs_f64();
+    let mut ran = Vec::new();
+    let (mut lost_gpu_s, mut stopped) = (0.0, 0usize);
+    for job in w.jobs.iter().filter(|j| j.tenant == "team-b") {
+        let (Some(run), Some(stop)) = (snap.ray_running.get(&job.key), snap.stopped.get(&job.key))
+        else {
+            continue;
+        };
+        if rel(*stop) < phase.at {
+            continue;
+        }
+        stopped += 1;
+        let t = stop.saturating_duration_since(*run).as_secs_f64();
+        ran.push(t);
+        lost_gpu_s += f64::from(job.nodes * crate::NODE_GPUS) * (t % every);
+    }
+    let gpu_hours = |s: f64| (s / 3600.0 * 100.0).round() / 100.0;
+    // The system's own account of its victims.
+    let (own_count, own_detail) = match tuneplane_victims {
+        Some(v) => {
+            let lost: f64 = v
+                .iter()
+                .map(|v| v.gpus as f64 * v.lost_seconds.unwrap_or(0) as f64)
+                .sum();
+            (
+                v.len(),
+                json!({
+                    "source": "job records: attempts ended Preempted",
+                    "of_team_a": v.iter().filter(|v| v.key.starts_with("ra-")).count(),
+                    "recorded_lost_gpu_hours": gpu_hours(lost),
+                    "recorded_run_seconds": spread(v.iter().filter_map(|v| v.ran_seconds).collect()),
+                }),
+            )
+        }
+        None => {
+            let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+            for (_, reason, preempted) in snap.evicted.values() {
+                let r = match preempted {
+                    Some(p) => format!("{reason} ({p})"),
+                    None => reason.clone(),
+                };
+                *reasons.entry(r).or_default() += 1;
+            }
+            (
+                snap.evicted.len(),
+                json!({
+                    "source": "Workloads seen Evicted, by reason (Preempted condition's reason)",
+                    "reasons": reasons,
+                    "of_team_a": snap.evicted.keys().filter(|k| k.starts_with("ra-")).count(),
+                }),
+            )
+        }
+    };
+    let victims = stopped.max(own_count);
+    let per_victim = |v: f64| {
+        if victims > 0 {
+            ((v / victims as f64) * 100.0).round() / 100.0
+        } else {
+            0.0
+        }
+    };
+    let tuneplane = tuneplane_victims.is_some();
+    json!({
+        "team_b_jobs": w.jobs.len() - team_a,
+        "team_b_all_running_seconds": secs(phase.filled),
+        "team_a_first_submission_seconds": secs(phase.at),
+        "team_a_jobs": team_a,
+        "team_a_decided": decided.len(),
+        "team_a_decision": p50_p99(decided, pd, floor),
+        "team_a_workload": p50_p99(runnable, pr, floor),
+        "team_a_all_pods_bound": p50_p99(all_bound, pb, floor),
+        "team_a_last_bound_seconds": (pb == 0 && team_a > 0).then(|| secs(last_bound.saturating_sub(phase.at))),
+        "victims_stopped": stopped,
+        "victims_by_system": own_count,
+        "victims_detail": own_detail,
+        "victim_run_seconds": spread(ran),
+        "controller_requests": own.total,
+        "controller_writes": own.writes,
+        "controller_requests_per_preemption": per_victim(own.total),
+        "controller_top_requests": own.top.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
+        "api_requests_per_preemption": per_victim(all.total),
+        "api_top_requests": all.top.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
+        "checkpoint_every_seconds": o.checkpoint_every.as_secs(),
+        "lost_gpu_hours_no_final_save": gpu_hours(lost_gpu_s),
+        // TunePlane's runner saves on SIGTERM within the grace: nothing lost under the model;
+        // Kueue's eviction has no save step.
+        "lost_gpu_hours_final_save": if tuneplane { json!(0.0) } else { Value::Null },
+    })
+}
+
 fn command_line(cmd: &str, args: &[&str]) -> String {
     std::process::Command::new(cmd)
         .args(args)
@@ -538,9 +686,124 @@ pub fn settings(o: &Options) -> Value {
             "small": format!("{} single-pod CPU jobs (1 CPU, 1 GiB): TunePlane Pod, Kueue batch/v1 Job", o.small),
             "gang": format!("{} RayJobs of 2-8 machines x 8 GPUs (32 CPUs, 256 GiB) on one series each", o.gang),
             "fair": format!("team-a submits {} small jobs; team-b one, {} s after team-a's first", o.flood, o.team_b_after.as_secs()),
+            "reclaim": format!(
+                "h200 GPU limits team-a {a}, team-b {b}, borrowing allowed (TunePlane: tenant quotas with borrow; Kueue: ClusterQueues team-a and team-b in cohort {cohort}, nominal quotas as the limits, preemption {pre}); team-b fills the series with {n} RayJobs of 1 machine x 8 GPUs (grace {g} s: TunePlane's deadlines.grace_seconds, Kueue's pods' terminationGracePeriodSeconds); once all run and {m} s (+2 s) later, team-a submits {na}; TunePlane preemption on, minimum run {m} s; lost-work model: a checkpoint every {c} s from each job's start",
+                a = o.reclaim_a_gpus,
+                b = NODES_PER_SERIES * NODE_GPUS - o.reclaim_a_gpus,
+                cohort = crate::kueue::RECLAIM_COHORT,
+                pre = crate::kueue::reclaim_preemption(),
+                n = NODES_PER_SERIES,
+                g = crate::workload::RECLAIM_GRACE_SECONDS,
+                m = o.min_run.as_secs(),
+                na = o.reclaim_a_gpus / NODE_GPUS,
+                c = o.checkpoint_every.as_secs(),
+            ),
         },
         "run_end": format!("complete: every job admitted with all pods bound, or (fleet full) every admitted job bound and no admission for {q} s; stalled: nothing admitted, created or bound for {q} s; timeout: {} s", o.timeout.as_secs(), q = o.quiet.as_secs()),
     })
+}
+
+/// The reclaim workload's table: a column per setup.
+fn reclaim_markdown(runs: &[&Value]) -> String {
+    let rows: [(&str, &str); 16] = [
+        (
+            "team-b's jobs all running after (s)",
+            "team_b_all_running_seconds",
+        ),
+        (
+            "team-a's first submission at (s)",
+            "team_a_first_submission_seconds",
+        ),
+        ("team-a jobs decided / submitted", "team_a_decided"),
+        ("team-a → decision p50 / p99 (s)", "team_a_decision"),
+        (
+            "team-a → workload runnable p50 / p99 (s)",
+            "team_a_workload",
+        ),
+        (
+            "team-a → all pods bound p50 / p99 (s)",
+            "team_a_all_pods_bound",
+        ),
+        (
+            "team-a's first submission → its last job bound (s)",
+            "team_a_last_bound_seconds",
+        ),
+        ("victims: stopped running jobs seen", "victims_stopped"),
+        ("victims: the system's own count", "victims_by_system"),
+        (
+            "victims' run time when stopped p50 / p95 (s)",
+            "victim_run_seconds",
+        ),
+        (
+            "controller's API requests from team-a's submission",
+            "controller_requests",
+        ),
+        (
+            "controller's API requests per preemption",
+            "controller_requests_per_preemption",
+        ),
+        (
+            "all API requests per preemption",
+            "api_requests_per_preemption",
+        ),
+        (
+            "lost GPU-hours, model, no final save",
+            "lost_gpu_hours_no_final_save",
+        ),
+        (
+            "lost GPU-hours, model, final save in the grace",
+            "lost_gpu_hours_final_save",
+        ),
+        (
+            "checkpoint interval of the model (s)",
+            "checkpoint_every_seconds",
+        ),
+    ];
+    let mut md = String::from("\n#### Workload `reclaim`\n\n|");
+    for r in runs {
+        md.push_str(&format!(" | {}", cell(&r["setup"])));
+    }
+    md.push_str(" |\n|---|");
+    md.push_str(&"---:|".repeat(runs.len()));
+    md.push('\n');
+    for (label, key) in rows {
+        md.push_str(&format!("| {label} |"));
+        for r in runs {
+            let f = &r["figures"]["reclaim"];
+            let v = &f[key];
+            let text = if key == "team_a_decided" {
+                format!("{} / {}", cell(v), cell(&f["team_a_jobs"]))
+            } else if v.get("p99").is_some() {
+                format!("{} / {}", cell(&v["p50"]), cell(&v["p99"]))
+            } else if v.get("p95").is_some() {
+                format!("{} / {}", cell(&v["p50"]), cell(&v["p95"]))
+            } else {
+                cell(v)
+            };
+            md.push_str(&format!(" {text} |"));
+        }
+        md.push('\n');
+    }
+    for (label, key) in [
+        ("run ended by", "end"),
+        ("controller peak memory (MiB)", "controller_peak_rss_mib"),
+    ] {
+        md.push_str(&format!("| {label} |"));
+        for r in runs {
+            md.push_str(&format!(" {} |", cell(&r["figures"][key])));
+        }
+        md.push('\n');
+    }
+    md.push_str("| load average before / after |");
+    for r in runs {
+        md.push_str(&format!(
+            " {} / {} |",
+            cell(&r["load_average"]["before"]),
+            cell(&r["load_average"]["after"])
+        ));
+    }
+    md.push('\n');
+    md
 }
 
 fn cell(v: &Value) -> String {
@@ -621,12 +884,16 @@ pub fn markdown(doc: &Value) -> String {
         }
     };
     let mut md = String::new();
-    for workload in ["small", "gang", "fair"] {
+    for workload in ["small", "gang", "fair", "reclaim"] {
         let runs: Vec<&Value> = results
             .iter()
             .filter(|r| r["workload"] == workload)
             .collect();
         if runs.is_empty() {
+            continue;
+        }
+        if workload == "reclaim" {
+            md.push_str(&reclaim_markdown(&runs));
             continue;
         }
         md.push_str(&format!("\n#### Workload `{workload}`\n\n|"));

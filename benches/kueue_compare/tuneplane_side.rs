@@ -12,10 +12,17 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::workload::Job;
-use crate::{Controller, KEY_LABEL, Setup};
+use crate::{Controller, KEY_LABEL, NODE_GPUS, NODES_PER_SERIES, Options, Setup};
 
 /// First argument of the child process.
 pub const SERVE: &str = "serve-tuneplane";
+/// The child's environment for the reclaim workload: the tenants' h200 GPU limits
+/// (`team-a:1328,team-b:672`, borrowing allowed for both), set as quota records before the API
+/// answers; without it no quota is set.
+const ENV_QUOTAS: &str = "KUEUE_COMPARE_H200_QUOTAS";
+/// The child's environment: the preemption minimum run time, seconds (the dev stack's
+/// `StackOptions::preemption_min_run`, i.e. `TUNEPLANE_PREEMPTION_MIN_RUN_SECONDS`).
+const ENV_MIN_RUN: &str = "KUEUE_COMPARE_MIN_RUN_SECONDS";
 
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct ApiAccess {
@@ -52,7 +59,10 @@ pub fn serve(args: &[String]) -> anyhow::Result<()> {
             webhooks: None,
             capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
             blob_tls: None,
-            preemption_min_run: None,
+            preemption_min_run: std::env::var(ENV_MIN_RUN)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_secs),
         };
         let stack = tuneplane::dev::Stack::start(opts).await?;
         let mut random = [0u8; 20];
@@ -64,13 +74,35 @@ pub fn serve(args: &[String]) -> anyhow::Result<()> {
         let (team_b_key, record) = tuneplane_core::submit::new_api_key(
             random,
             &"team-b".parse().unwrap(),
-            scopes,
+            scopes.clone(),
             "bench",
             tuneplane_core::clock::now_ms(),
         );
         stack.jobs.put_api_key(&record).await?;
+        let mut team_a_key = stack.api_key.clone();
+        if let Ok(quotas) = std::env::var(ENV_QUOTAS) {
+            // The reclaim workload: team-a is a tenant of its own, with a quota as team-b's.
+            getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+            let (key, record) = tuneplane_core::submit::new_api_key(
+                random,
+                &"team-a".parse().unwrap(),
+                scopes.clone(),
+                "bench",
+                tuneplane_core::clock::now_ms(),
+            );
+            stack.jobs.put_api_key(&record).await?;
+            team_a_key = key;
+            for q in quotas.split(',') {
+                let (tenant, gpus) = q.split_once(':').context("quota tenant:gpus")?;
+                let mut quota =
+                    tuneplane_core::quota::TenantQuota::unlimited(&tenant.parse().unwrap());
+                quota.set_gpu_limit(crate::workload::RECLAIM_SERIES, gpus.parse()?, true);
+                quota.updated_at_ms = tuneplane_core::clock::now_ms();
+                stack.jobs.put_quota(&quota).await?;
+            }
+        }
         let access =
-            json!({"api": stack.api_url, "team_a_key": stack.api_key, "team_b_key": team_b_key});
+            json!({"api": stack.api_url, "team_a_key": team_a_key, "team_b_key": team_b_key});
         println!("{access}");
         std::io::stdout().flush()?;
         // Until the parent closes stdin (or is gone).
@@ -94,12 +126,28 @@ pub async fn start(
     work: &Path,
     fleet_nodes: usize,
     setup: Setup,
+    reclaim: Option<&Options>,
 ) -> anyhow::Result<Controller> {
     let log = std::fs::File::create(work.join("tuneplane.log"))?;
-    let mut child = Command::new(std::env::current_exe()?)
+    let mut command = Command::new(std::env::current_exe()?);
+    if let Some(o) = reclaim {
+        command
+            .env(
+                ENV_QUOTAS,
+                format!(
+                    "team-a:{},team-b:{}",
+                    o.reclaim_a_gpus,
+                    NODES_PER_SERIES * NODE_GPUS - o.reclaim_a_gpus
+                ),
+            )
+            .env(ENV_MIN_RUN, o.min_run.as_secs().to_string());
+    }
+    let mut child = command
         .arg(SERVE)
         .arg(kubeconfig)
         .arg(work.join("stack"))
+        // Preemption on, as its default is; said here so that the run does not depend on it.
+        .env("TUNEPLANE_PREEMPTION", "on")
         .env("TUNEPLANE_KUBE_QPS", setup.qps.to_string())
         .env("TUNEPLANE_KUBE_BURST", setup.burst().to_string())
         .env(
@@ -173,10 +221,13 @@ pub fn spec(job: &Job) -> String {
     } else {
         "python:3.12-slim"
     };
+    let grace = job
+        .grace_seconds
+        .map_or(String::new(), |g| format!(", grace_seconds: {g}"));
     format!(
         "name: {key}\nplugin: custom/custom\nimage: {image}\nentrypoint: python3 train.py\n\
          pools:\n  - {pool}\n\
-         deadlines: {{pre_running_seconds: 3600, run_seconds: 7200}}\n\
+         deadlines: {{pre_running_seconds: 3600, run_seconds: 7200{grace}}}\n\
          labels: {{{KEY_LABEL}: {key}}}\n",
         key = job.key
     )
@@ -238,6 +289,69 @@ pub async fn decisions(
                 .unwrap_or(started)
         };
         out.insert(key.clone(), when);
+    }
+    Ok(out)
+}
+
+/// How many of team-b's jobs TunePlane's records show RUNNING (its API, as team-b).
+pub async fn running(api: &ApiAccess) -> anyhow::Result<usize> {
+    let http = reqwest::Client::new();
+    let mut count = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = format!("{}/v1/jobs?status=RUNNING&limit=1000", api.api);
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let body = http
+            .get(url)
+            .bearer_auth(&api.team_b_key)
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
+        let v: Value = serde_json::from_slice(&body)?;
+        count += v["jobs"].as_array().map_or(0, Vec::len);
+        match v["next_cursor"].as_str() {
+            Some(c) if !c.is_empty() => cursor = Some(c.to_owned()),
+            _ => return Ok(count),
+        }
+    }
+}
+
+/// A job TunePlane preempted, from its record: its key, the GPUs of the attempt, the attempt's
+/// run time when it was told to stop (from `running_at_ms` to the attempt's end), and what
+/// TunePlane recorded it lost (seconds since its newest complete checkpoint, or since it began).
+#[derive(Debug, Clone)]
+pub struct Victim {
+    pub key: String,
+    pub gpus: u64,
+    pub ran_seconds: Option<f64>,
+    pub lost_seconds: Option<u64>,
+}
+
+/// Every preempted attempt in the stack's job store (read once its process has ended).
+pub async fn victims(work: &Path) -> anyhow::Result<Vec<Victim>> {
+    use tuneplane_core::store::prelude::*;
+    let store = tuneplane_stores::embedded::EmbeddedJobStore::open(work.join("stack/jobs"))
+        .with_context(|| format!("opening the job store in {}", work.join("stack").display()))?;
+    let mut out = Vec::new();
+    for job in store.list_active().await? {
+        let key = job.spec.labels.get(KEY_LABEL).cloned().unwrap_or_default();
+        for a in &job.attempts {
+            if a.failure.reason != tuneplane_core::job::FailureReason::Preempted {
+                continue;
+            }
+            out.push(Victim {
+                key: key.clone(),
+                gpus: job.spec.total_gpus(),
+                ran_seconds: a
+                    .running_at_ms
+                    .map(|r| (a.finished_at_ms - r).max(0) as f64 / 1000.0),
+                lost_seconds: a.failure.lost_seconds,
+            });
+        }
     }
     Ok(out)
 }
