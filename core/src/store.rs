@@ -258,6 +258,25 @@ impl JobQuery {
 /// How many queued jobs (not being stopped) come before `job` in admission order among `jobs`.
 pub use crate::admission::order::queue_ahead;
 
+/// The most jobs [`JobRecords::create_all`] writes at once (DynamoDB's transactions hold at
+/// most 100 items: a job, its events and audit entry take 3 to 4).
+pub const MAX_CREATE_ALL: usize = 20;
+
+/// Refuses a [`JobRecords::create_all`] the stores cannot write in one transaction: more than
+/// [`MAX_CREATE_ALL`] jobs, or any with an idempotency key.
+pub fn check_create_all(jobs: &[NewJob<'_>]) -> Result<()> {
+    if jobs.len() > MAX_CREATE_ALL || jobs.iter().any(|n| n.idem.is_some()) {
+        return Err(StoreError::InvalidKey {
+            key: jobs.first().map(|n| n.job.id.clone()).unwrap_or_default(),
+            reason: format!(
+                "{} jobs in one write: at most {MAX_CREATE_ALL}, none with an idempotency key",
+                jobs.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// What [`JobRecords::create`] stores in one write.
 #[derive(Debug, Clone, Copy)]
 pub struct NewJob<'a> {
@@ -279,6 +298,11 @@ pub trait JobRecords: Send + Sync {
     /// first job ([`CreateOutcome::Existing`]) and writes no events; the same key with another
     /// request is [`StoreError::IdempotencyMismatch`]; a failed create writes nothing.
     async fn create(&self, new: NewJob<'_>) -> Result<CreateOutcome>;
+
+    /// Stores several new `QUEUED` jobs (no idempotency keys), each with its events and audit
+    /// entry, all in one atomic write or none of them (a pipeline's steps). At most
+    /// [`MAX_CREATE_ALL`] jobs; an id already taken fails the whole write.
+    async fn create_all(&self, jobs: &[NewJob<'_>]) -> Result<Vec<JobRecord>>;
 
     /// [`JobRecords::create`] of a job without events.
     async fn create_job(

@@ -218,8 +218,9 @@ fn capsule_bytes_match_the_recorded_golden_digest() {
 // Changed on purpose when the runner gained its manifest check (every capsule's runner.pex changed),
 // and again when it gained outputs, checkpoints and resume and the authoritative spec gained
 // `retries`, `checkpoints` and `deadlines.grace_seconds` (issue 28), and when the runner began to
-// name each upload's size (issue 44: upload URLs are signed for one length).
-const GOLDEN: &str = "7094271872c902263439a3f80bf400223eea6a21653b8467b7dce61bb17970d8";
+// name each upload's size (issue 44: upload URLs are signed for one length), and when it began to
+// download the outputs of the jobs a job depends on (issue 48: `TUNEPLANE_INPUTS_DIR`).
+const GOLDEN: &str = "d40b9469075c12e8e62d8b72a91d767b3ae9fb5fa3444b3c91c6b510203056c7";
 
 #[test]
 fn tampered_capsule_fails_inspection() {

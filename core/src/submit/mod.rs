@@ -146,6 +146,16 @@ pub struct Submitted {
     pub notes: Vec<String>,
 }
 
+/// A submission checked and its capsule stored, not written yet ([`SubmitService::stage`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Staged {
+    pub(crate) record: JobRecord,
+    pub(crate) idem: Option<Idempotency>,
+    pub(crate) event: JobEvent,
+    pub(crate) audit: AuditEntry,
+    pub(crate) notes: Vec<String>,
+}
+
 /// Settings of the service (parsed once from configuration by each binary).
 #[derive(Debug, Clone)]
 pub struct SubmitConfig {
@@ -278,6 +288,36 @@ impl SubmitService {
 
     /// Runs one submission end to end (see the module docs). `now_ms` is the submission time.
     pub async fn submit(&self, req: SubmitRequest, now_ms: i64) -> Result<Submitted> {
+        let staged = self.stage(req, None, &[], now_ms).await?;
+        // The job, its first event and its audit entry in one atomic write: no crash leaves a
+        // job without them.
+        let new = NewJob {
+            job: &staged.record,
+            idem: staged.idem.as_ref(),
+            events: std::slice::from_ref(&staged.event),
+            audit: Some(&staged.audit),
+        };
+        let outcome = self.jobs.create(new).await?;
+        let created = matches!(outcome, CreateOutcome::Created(_));
+        let job = outcome.record().clone();
+        Ok(Submitted {
+            job,
+            created,
+            notes: staged.notes,
+        })
+    }
+
+    /// Everything of a submission before its write: checks, the capsule (stored if absent),
+    /// and the record with its first event, audit entry and idempotency record. `id` is the
+    /// job's id when the caller chose it (a pipeline's steps); dependencies on `siblings` (jobs
+    /// written in the same write) are not looked up.
+    pub(crate) async fn stage(
+        &self,
+        req: SubmitRequest,
+        id: Option<String>,
+        siblings: &[String],
+        now_ms: i64,
+    ) -> Result<Staged> {
         let SubmitRequest {
             tenant,
             spec,
@@ -325,7 +365,8 @@ impl SubmitService {
         let stored = self.jobs.get_quota(&tenant).await?;
         let quota = self.config.default_quota.effective(&tenant, stored);
         check_quota(quota.as_ref(), &prepared.spec)?;
-        self.check_dependencies(&tenant, &prepared.spec).await?;
+        self.check_dependencies(&tenant, &prepared.spec, siblings)
+            .await?;
 
         if let Some(file) = &prepared.capsule_file {
             let key = storage_key(&prepared.sha256);
@@ -338,7 +379,7 @@ impl SubmitService {
         drop(scratch);
 
         let mut record = JobRecord::new_queued(
-            (self.new_id)(),
+            id.unwrap_or_else(self.new_id),
             tenant,
             prepared.spec,
             prepared.sha256.clone(),
@@ -379,20 +420,11 @@ impl SubmitService {
             }),
             now_ms,
         );
-        // The job, its first event and its audit entry in one atomic write: no crash leaves a
-        // job without them.
-        let new = NewJob {
-            job: &record,
-            idem: idem.as_ref(),
-            events: &[event],
-            audit: Some(&audit),
-        };
-        let outcome = self.jobs.create(new).await?;
-        let created = matches!(outcome, CreateOutcome::Created(_));
-        let job = outcome.record().clone();
-        Ok(Submitted {
-            job,
-            created,
+        Ok(Staged {
+            record,
+            idem,
+            event,
+            audit,
             notes,
         })
     }
@@ -403,9 +435,13 @@ impl SubmitService {
         &self,
         tenant: &crate::ids::TenantId,
         spec: &JobSpec,
+        siblings: &[String],
     ) -> Result<()> {
         let mut problems = Vec::new();
         for (i, d) in spec.depends_on.iter().enumerate() {
+            if siblings.contains(&d.job) {
+                continue;
+            }
             let found = self
                 .jobs
                 .get_job(&d.job)

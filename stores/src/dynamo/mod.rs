@@ -267,6 +267,97 @@ impl DynamoJobStore {
         })
     }
 
+    /// The put of new job `job` (version 1), only if no item has its key, carrying `token`.
+    fn new_job_put(&self, job: &JobRecord, token: &str) -> Result<TransactWriteItem> {
+        let key = job_pk(&job.id);
+        let JobItem(mut item) = JobItem::from(job);
+        item.insert(WRITE_TOKEN.to_owned(), s(token));
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    /// What a new job's transaction writes beside the job: its events, the callbacks' outbox
+    /// entries of the submission, its audit entry (a fresh job's: its id is new, so the put
+    /// needs no condition).
+    fn new_job_extras(
+        &self,
+        job: &JobRecord,
+        events: &[JobEvent],
+        audit: Option<&tuneplane_core::audit::AuditEntry>,
+    ) -> Result<Vec<TransactWriteItem>> {
+        let mut items = self.event_puts(&job.id, events)?;
+        let written: Vec<&JobEvent> = unique_events(events);
+        items.extend(self.outbox_puts(job, &written)?);
+        if let Some(entry) = audit {
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(records::audit_item(entry)))
+                .build()
+                .map_err(|e| self.backend("TransactWriteItems", &job_pk(&job.id), e))?;
+            items.push(TransactWriteItem::builder().put(put).build());
+        }
+        Ok(items)
+    }
+
+    /// [`JobRecords::create_all`]: one transaction of every job with its events and audit
+    /// entry; a job id already taken cancels it (nothing is written).
+    pub(super) async fn create_all_inner(&self, jobs: &[NewJob<'_>]) -> Result<Vec<JobRecord>> {
+        tuneplane_core::store::check_create_all(jobs)?;
+        let token = write_token();
+        let mut items = Vec::new();
+        let mut created = Vec::with_capacity(jobs.len());
+        for new in jobs {
+            let mut job = new.job.clone();
+            job.version = 1;
+            items.push(self.new_job_put(&job, &token)?);
+            items.extend(self.new_job_extras(&job, new.events, new.audit)?);
+            created.push(job);
+        }
+        let key = created.first().map(|j| job_pk(&j.id)).unwrap_or_default();
+        if items.len() > 100 {
+            return Err(StoreError::InvalidKey {
+                key,
+                reason: format!(
+                    "{} items in one transaction; DynamoDB allows 100: submit fewer jobs at once",
+                    items.len()
+                ),
+            });
+        }
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(created),
+            Err(err) => {
+                // An answer lost after the write (the SDK retried and met its own items).
+                if let Some(first) = created.first()
+                    && self.already_written(&job_pk(&first.id), JOB_SK, &token).await
+                {
+                    return Ok(created);
+                }
+                let cancelled = matches!(
+                    err.as_service_error(),
+                    Some(TransactWriteItemsError::TransactionCanceledException(_))
+                );
+                if cancelled {
+                    return Err(StoreError::AlreadyExists {
+                        table: self.table.clone(),
+                        key,
+                    });
+                }
+                Err(self.backend("TransactWriteItems", &key, err))
+            }
+        }
+    }
+
     /// One attempt of [`JobStore::create`]: a single transaction.
     async fn create_once(&self, new: NewJob<'_>) -> Result<CreateOutcome> {
         let NewJob {
@@ -278,18 +369,10 @@ impl DynamoJobStore {
         let mut job = job.clone();
         job.version = 1;
         let key = job_pk(&job.id);
-        let JobItem(mut item) = JobItem::from(&job);
         let token = write_token();
-        item.insert(WRITE_TOKEN.to_owned(), s(&token));
         // One transaction: the job (index 0, only if absent), its idempotency record (index 1,
         // when the request has a key), then the events, which carry no condition.
-        let put_job = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
-            .build()
-            .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
-        let mut items = vec![TransactWriteItem::builder().put(put_job).build()];
+        let mut items = vec![self.new_job_put(&job, &token)?];
         let mut idem_pk = None;
         if let Some(idem) = idem {
             let now = now_secs();
@@ -308,19 +391,7 @@ impl DynamoJobStore {
             items.push(TransactWriteItem::builder().put(put_idem).build());
             idem_pk = Some((idem, pk));
         }
-        items.extend(self.event_puts(&job.id, events)?);
-        // The callbacks' outbox entry of the submission, in the same transaction.
-        let written: Vec<&JobEvent> = unique_events(events);
-        items.extend(self.outbox_puts(&job, &written)?);
-        if let Some(entry) = audit {
-            // A fresh job's entry: its id is new, so the put needs no condition.
-            let put = Put::builder()
-                .table_name(&self.table)
-                .set_item(Some(records::audit_item(entry)))
-                .build()
-                .map_err(|e| self.backend("TransactWriteItems", &key, e))?;
-            items.push(TransactWriteItem::builder().put(put).build());
-        }
+        items.extend(self.new_job_extras(&job, events, audit)?);
         let result = self
             .client
             .transact_write_items()

@@ -823,3 +823,108 @@ pub async fn quotas_round_trip_list_by_tenant_and_delete(store: Store) {
     assert!(ok(store.list_active().await, "active").is_empty());
     assert!(ok(store.list_playgrounds().await, "playgrounds").is_empty());
 }
+
+pub async fn several_jobs_land_in_one_write_or_none_of_them(store: Store) {
+    let jobs: Vec<JobRecord> = (0..3)
+        .map(|i| job(&format!("j-step-{i}"), "acme", 1_000 + i, 0))
+        .collect();
+    let events: Vec<_> = (0..3).map(|i| event(1_000 + i, "submitted", "submitted")).collect();
+    let news: Vec<NewJob> = jobs
+        .iter()
+        .zip(&events)
+        .map(|(j, e)| NewJob {
+            job: j,
+            idem: None,
+            events: std::slice::from_ref(e),
+            audit: None,
+        })
+        .collect();
+    let created = ok(store.create_all(&news).await, "create all");
+    assert_eq!(ids(&created), ["j-step-0", "j-step-1", "j-step-2"]);
+    for j in &jobs {
+        let read = ok(store.get_job(&j.id).await, "get").expect("stored");
+        assert_eq!(read.version, 1);
+        let page = ok(
+            store.list_events(&j.id, &EventQuery::first(10)).await,
+            "events",
+        );
+        assert_eq!(page.items.len(), 1, "{}", j.id);
+    }
+    // One id already taken: nothing of the write lands.
+    let again = [
+        job("j-new-a", "acme", 2_000, 0),
+        job("j-step-1", "acme", 2_001, 0),
+    ];
+    let news: Vec<NewJob> = again
+        .iter()
+        .map(|j| NewJob {
+            job: j,
+            idem: None,
+            events: &[],
+            audit: None,
+        })
+        .collect();
+    let err = store.create_all(&news).await.expect_err("a taken id");
+    assert!(matches!(err, StoreError::AlreadyExists { .. }), "{err:?}");
+    assert_eq!(
+        ok(store.get_job("j-new-a").await, "get"),
+        None,
+        "half a write landed"
+    );
+    // Too many at once is refused before anything is written.
+    let many: Vec<JobRecord> = (0..=tuneplane_core::store::MAX_CREATE_ALL)
+        .map(|i| job(&format!("j-many-{i}"), "acme", 3_000, 0))
+        .collect();
+    let news: Vec<NewJob> = many
+        .iter()
+        .map(|j| NewJob {
+            job: j,
+            idem: None,
+            events: &[],
+            audit: None,
+        })
+        .collect();
+    assert!(store.create_all(&news).await.is_err());
+    assert_eq!(ok(store.get_job("j-many-0").await, "get"), None);
+}
+
+pub async fn array_and_dependency_fields_round_trip(store: Store) {
+    use tuneplane_core::array::{ArrayChild, ArrayRole};
+    let mut parent = job("j-arr", "acme", 1_000, 0);
+    parent.spec.array = Some(tuneplane_core::spec::ArraySpec {
+        size: 3,
+        parallelism: Some(2),
+    });
+    parent.array = Some(ArrayRole::Parent(Default::default()));
+    let created = ok(store.create_job(&parent, None).await, "create")
+        .record()
+        .clone();
+    let mut next = created.clone();
+    if let Some(ArrayRole::Parent(book)) = &mut next.array {
+        book.created = 3;
+        book.counts.running = 1;
+        book.counts.succeeded = 2;
+    }
+    let stored = ok(store.update_job(&next).await, "update");
+    let read = ok(store.get_job("j-arr").await, "get").expect("stored");
+    assert_eq!(read, stored);
+    assert_eq!(read.array_parent().map(|b| b.counts.succeeded), Some(2));
+    let mut child = job("j-arr-1", "acme", 1_000, 0);
+    child.spec = read.spec.clone();
+    child.spec.depends_on = vec![tuneplane_core::spec::Dependency {
+        job: "j-prep".into(),
+        when: tuneplane_core::spec::DependencyWhen::Ended,
+        n_to_n: false,
+    }];
+    child.array = Some(ArrayRole::Child(ArrayChild {
+        parent: "j-arr".into(),
+        index: 1,
+    }));
+    let created = ok(store.create_job(&child, None).await, "create child")
+        .record()
+        .clone();
+    let read = ok(store.get_job("j-arr-1").await, "get").expect("stored");
+    assert_eq!(read, created);
+    assert_eq!(read.array_child().map(|c| c.index), Some(1));
+    assert_eq!(read.spec.depends_on.len(), 1);
+}

@@ -38,6 +38,8 @@ macro_rules! job_store_contract {
             capacity_api_keys_schedules_and_playgrounds_round_trip,
             playground_pod_and_status_round_trip_and_updates_are_versioned,
             quotas_round_trip_list_by_tenant_and_delete,
+            several_jobs_land_in_one_write_or_none_of_them,
+            array_and_dependency_fields_round_trip,
         );
         job_store_contract!(@in keys; $make;
             api_keys_list_sorted_with_revoked_ones_and_old_records,

@@ -21,6 +21,10 @@ impl JobRecords for DynamoJobStore {
         }
     }
 
+    async fn create_all(&self, jobs: &[NewJob<'_>]) -> Result<Vec<JobRecord>> {
+        self.create_all_inner(jobs).await
+    }
+
     async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
         self.get_job_inner(id).await
     }

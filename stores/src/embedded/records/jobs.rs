@@ -31,6 +31,35 @@ impl JobRecords for EmbeddedJobStore {
         .await
     }
 
+    async fn create_all(&self, jobs: &[NewJob<'_>]) -> Result<Vec<JobRecord>> {
+        tuneplane_core::store::check_create_all(jobs)?;
+        let owned: Vec<(JobRecord, Vec<JobEvent>, Option<AuditEntry>)> = jobs
+            .iter()
+            .map(|n| (n.job.clone(), n.events.to_vec(), n.audit.cloned()))
+            .collect();
+        // One redb write transaction: an error before its commit drops it, writing nothing.
+        self.write(move |tx| {
+            let mut created = Vec::with_capacity(owned.len());
+            for (job, events, audit) in owned {
+                let id = job.id.clone();
+                let CreateOutcome::Created(stored) = tx.create_job(job, None, now_secs())? else {
+                    return Err(StoreError::AlreadyExists {
+                        table: "jobs".into(),
+                        key: format!("JOB#{id}"),
+                    });
+                };
+                tx.append_events(&stored.id, &events)?;
+                tx.append_outbox(&outbox::entries_for(&stored, &events, stored.version, now_ms()))?;
+                if let Some(entry) = &audit {
+                    tx.append_audit(entry)?;
+                }
+                created.push(stored);
+            }
+            Ok(created)
+        })
+        .await
+    }
+
     async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
         let id = id.to_owned();
         self.read(move |tx| tx.get_job(&id)).await
