@@ -14,6 +14,7 @@ use stack_support::{archived_logs, examples, post_job, submit_dir, wait_until};
 use tuneplane::client::Api;
 use tuneplane_core::job::{FailureReason, JobRecord, JobState, PendingReason};
 
+mod cli_support;
 mod stack_support;
 
 fn step(name: &str) -> (PathBuf, String) {
@@ -132,5 +133,101 @@ async fn when_a_step_fails_its_dependants_fail_at_once_and_never_hold_anything()
     assert!(text.contains("400 Bad Request"), "{text}");
     assert!(text.contains("depends_on[0].job"), "{text}");
     assert!(text.contains("no job"), "{text}");
+    stack.shutdown().await;
+}
+
+/// `examples/pipeline/pipeline.yaml` with `--wait` as a user runs it; a cycle and a bad step
+/// are refused with nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pipeline_file_submits_every_step_in_one_request_and_waits_for_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stack, api) = stack_support::start(tuneplane::dev::Backend::Embedded, dir.path()).await;
+    let (url, key) = (stack.api_url.clone(), stack.api_key.clone());
+    let file = examples().join("pipeline/pipeline.yaml");
+    let file = file.to_str().unwrap();
+    let out = cli_support::client(&url, &key, "submit", &[file, "--wait"]).await;
+    let said = cli_support::ok(&out);
+    assert!(
+        said.contains("submitted pipeline nightly (3 steps)"),
+        "{said}"
+    );
+    assert!(said.contains("pipeline succeeded"), "{said}");
+    let steps: Vec<JobRecord> = {
+        let page: serde_json::Value = api.get("/jobs?limit=100").await.unwrap();
+        serde_json::from_value(page["jobs"].clone()).unwrap()
+    };
+    let by_name = |n: &str| steps.iter().find(|j| j.spec.name == n).unwrap().clone();
+    let (p, t, e) = (by_name("prepare"), by_name("train"), by_name("evaluate"));
+    for j in [&p, &t, &e] {
+        assert_eq!(j.state, JobState::Succeeded, "{j:?}");
+    }
+    assert_eq!(t.spec.depends_on[0].job, p.id);
+    assert_eq!(e.spec.depends_on[0].job, t.id);
+    assert!(t.admitted_at_ms.unwrap() >= p.finished_at_ms.unwrap());
+    assert!(e.admitted_at_ms.unwrap() >= t.finished_at_ms.unwrap());
+    assert!(
+        logs_of(&api, &e.id)
+            .await
+            .contains("evaluate: model mean=5.5")
+    );
+
+    // A cycle: refused by the CLI before anything is sent, and by the API.
+    let cyclic = dir.path().join("cyclic");
+    std::fs::create_dir_all(&cyclic).unwrap();
+    for step in ["prepare", "train"] {
+        let src = examples().join("pipeline").join(step);
+        let dst = cyclic.join(step);
+        std::fs::create_dir_all(&dst).unwrap();
+        for f in std::fs::read_dir(&src).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, dst.join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    let cyclic_file = cyclic.join("pipeline.yaml");
+    std::fs::write(
+        &cyclic_file,
+        "name: loop\nsteps:\n  - {name: prepare, folder: prepare, after: [train]}\n  - {name: train, folder: train, after: [prepare]}\n",
+    )
+    .unwrap();
+    let out = cli_support::client(&url, &key, "submit", &[cyclic_file.to_str().unwrap()]).await;
+    assert!(!out.status.success());
+    let said = cli_support::text(&out.stderr);
+    assert!(
+        said.contains("cycle: prepare -> train -> prepare"),
+        "{said}"
+    );
+    let code = tuneplane::client::pack::pack_quiet(&examples().join("pipeline/prepare")).unwrap();
+    let inline = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &code);
+    let (_, spec) = step("prepare");
+    let body = serde_json::json!({"name": "loop", "steps": [
+        {"name": "a", "spec": spec, "code": {"inline": inline}, "after": ["b"]},
+        {"name": "b", "spec": spec, "code": {"inline": inline}, "after": ["a"]},
+    ]});
+    let err = api
+        .post::<serde_json::Value>("/pipelines", &body, &[])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("cycle: a -> b -> a"), "{err}");
+
+    // A step refused after another was checked: nothing of the pipeline is stored.
+    let before: serde_json::Value = api.get("/jobs?limit=100").await.unwrap();
+    let bad = format!("{spec}depends_on: [{{job: {}}}]\n", p.id);
+    let body = serde_json::json!({"name": "half", "steps": [
+        {"name": "first", "spec": spec, "code": {"inline": inline}},
+        {"name": "second", "spec": bad, "code": {"inline": inline}, "after": ["first"]},
+    ]});
+    let err = api
+        .post::<serde_json::Value>("/pipelines", &body, &[])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("steps[1].spec.depends_on"),
+        "{err}"
+    );
+    let after: serde_json::Value = api.get("/jobs?limit=100").await.unwrap();
+    assert_eq!(
+        before["jobs"].as_array().unwrap().len(),
+        after["jobs"].as_array().unwrap().len()
+    );
     stack.shutdown().await;
 }

@@ -68,6 +68,7 @@ pub fn router_with_console(state: Arc<AppState>, console: crate::console::Consol
         .route("/healthz", get(routes::misc::healthz))
         .route("/jobs", post(routes::jobs::submit).get(routes::jobs::list))
         .route("/jobs/{id}", get(routes::jobs::get_one))
+        .route("/pipelines", post(routes::pipelines::submit))
         .route("/jobs/{id}/events", get(routes::jobs::events))
         .route("/jobs/{id}/logs", get(routes::jobs::logs))
         .route("/jobs/{id}/logs/live", get(routes::live::live_logs))

@@ -22,12 +22,13 @@ use super::output::{
 use crate::client::{Api, ClientArgs, Output, pack};
 
 /// Inline code above this size goes through a presigned upload instead.
-const INLINE_LIMIT: usize = 3 * 1024 * 1024;
+pub(crate) const INLINE_LIMIT: usize = 3 * 1024 * 1024;
 
 /// Arguments of `submit`.
 #[derive(clap::Args)]
 pub struct SubmitArgs {
-    /// Directory, tar, tar.gz or zip with the job's code.
+    /// Directory, tar, tar.gz or zip with the job's code; or a pipeline file (`.yaml`: name and
+    /// steps, each a folder with its own tuneplane.yaml and the steps it comes after).
     pub source: PathBuf,
     /// JobSpec file (YAML or JSON); default: tuneplane.yaml in SOURCE.
     #[arg(long)]
@@ -74,6 +75,12 @@ pub fn check_locally(
 
 /// `submit`.
 pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<ExitCode> {
+    if a.spec.is_none() && super::pipeline::is_pipeline_file(&a.source) {
+        if a.dry_run || a.idempotency_key.is_some() {
+            bail!("a pipeline file takes --wait only (not --dry-run or --idempotency-key)");
+        }
+        return super::pipeline::submit(api, out, &a.source, a.wait).await;
+    }
     let spec_path = a
         .spec
         .clone()
@@ -182,7 +189,7 @@ pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
-async fn upload(api: &Api, code: Vec<u8>) -> anyhow::Result<String> {
+pub(crate) async fn upload(api: &Api, code: Vec<u8>) -> anyhow::Result<String> {
     let (_, up): (_, Value) = api.post("/uploads", &json!({}), &[]).await?;
     let url = up["url"].as_str().context("upload answer has no url")?;
     let mut req = api

@@ -10,6 +10,7 @@ pub mod keys;
 pub mod logs;
 pub mod output;
 pub mod outputs;
+pub mod pipeline;
 pub mod playground;
 pub mod quota;
 pub mod render;

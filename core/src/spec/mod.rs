@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use validate::parse as parse_document;
 pub use validate::{
     DEFAULT_CPUS_PER_GPU, DEFAULT_MEMORY_GB_PER_GPU, Defaults, FieldError, MAX_SPEC_BYTES,
     SpecErrors, Validated, validate,

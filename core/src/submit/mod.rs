@@ -14,6 +14,7 @@
 mod auth;
 mod code;
 mod error;
+pub mod pipeline;
 
 use std::future::Future;
 use std::path::PathBuf;

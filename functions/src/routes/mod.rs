@@ -5,6 +5,7 @@ pub mod jobs;
 pub mod live;
 pub mod misc;
 pub mod outputs;
+pub mod pipelines;
 pub mod playground_proxy;
 pub mod playgrounds;
 pub mod quota;

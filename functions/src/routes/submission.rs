@@ -83,7 +83,9 @@ impl SubmissionBody {
     }
 }
 
-fn code_of(code: CodeBody, tenant: &str) -> Result<Code, ApiError> {
+/// The core code source of a body's `code` field for `tenant` (exactly one of `inline` or
+/// `upload_id`; inline code within its size limit).
+pub fn code_of(code: CodeBody, tenant: &str) -> Result<Code, ApiError> {
     match (code.inline, code.upload_id) {
         (Some(b64), None) => {
             // Base64 is 4/3 of the data: refuse before decoding anything too large.

@@ -243,8 +243,8 @@ pub fn validate(
     }
 }
 
-/// Parses YAML or JSON into a generic tree.
-fn parse(text: &str) -> Result<Value, String> {
+/// Parses YAML or JSON into a generic tree (a mapping; a key written twice is an error).
+pub(crate) fn parse(text: &str) -> Result<Value, String> {
     if text.len() > MAX_SPEC_BYTES {
         return Err(format!(
             "spec is {} bytes; the limit is {MAX_SPEC_BYTES} bytes (keep data out of the spec)",
