@@ -228,6 +228,13 @@ impl JobRecords for FaultyJobStore {
         self.faults.run("create_job", &new.job.id, call).await
     }
 
+    async fn create_all(&self, jobs: &[NewJob<'_>]) -> Result<Vec<JobRecord>> {
+        // One atomic call on the real store, faulted as one create.
+        let first = jobs.first().map(|n| n.job.id.clone()).unwrap_or_default();
+        let call = self.inner.create_all(jobs);
+        self.faults.run("create_job", &first, call).await
+    }
+
     async fn get_job(&self, id: &str) -> Result<Option<JobRecord>> {
         self.faults.run("get_job", id, self.inner.get_job(id)).await
     }
