@@ -613,3 +613,80 @@ fn a_job_run_again_shows_its_attempts_evidence_and_downloadable_outputs_on_any_s
         w.finish().await;
     });
 }
+
+/// An array's page lists its children with their states and the counts; a pipeline step's page
+/// lists the steps it depends on; the jobs list shows the array as one line.
+#[test]
+fn an_arrays_page_lists_its_children_and_a_steps_page_its_dependencies() {
+    run(|| async {
+        let w = World::start().await;
+        w.sign_in().await;
+        let submit = |folder: &'static str, spec: String| {
+            let w = &w;
+            async move {
+                let archive = archive_of(
+                    &repo().join("examples").join(folder),
+                    &w.dir
+                        .path()
+                        .join(format!("{}.tar.gz", folder.replace('/', "-"))),
+                );
+                let bytes = std::fs::read(archive).unwrap();
+                let body = json!({"spec": spec, "code": {"inline": base64::engine::general_purpose::STANDARD.encode(bytes)}});
+                let v: Value = reqwest::Client::new()
+                    .post(w.url("/v1/jobs"))
+                    .bearer_auth(&w.stack.api_key)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                v["job_id"].as_str().unwrap().to_owned()
+            }
+        };
+        let sweep_spec =
+            std::fs::read_to_string(repo().join("examples/sweep/tuneplane.yaml")).unwrap();
+        let sweep = submit("sweep", sweep_spec).await;
+        let path = format!("/console/jobs/{sweep}");
+        reload_job_page_until(&w, &sweep, "the array's children all succeeded", || async {
+            w.texts(".children .counts")
+                .await
+                .iter()
+                .any(|t| t == "6/6 succeeded")
+        })
+        .await;
+        w.open(&path).await;
+        let rows = w.texts(".children tbody tr").await;
+        assert_eq!(rows.len(), 6, "{rows:?}");
+        assert!(rows.iter().all(|r| r.contains("SUCCEEDED")), "{rows:?}");
+        w.screenshots("array").await;
+        w.open("/console/jobs").await;
+        let listed = w.texts("tr[data-job-id]").await;
+        assert_eq!(
+            listed.iter().filter(|t| t.contains("sweep")).count(),
+            1,
+            "{listed:?}"
+        );
+
+        let prepare_spec =
+            std::fs::read_to_string(repo().join("examples/pipeline/prepare/tuneplane.yaml"))
+                .unwrap();
+        let prepare = submit("pipeline/prepare", prepare_spec).await;
+        let train_spec =
+            std::fs::read_to_string(repo().join("examples/pipeline/train/tuneplane.yaml")).unwrap();
+        let train = submit(
+            "pipeline/train",
+            format!("{train_spec}depends_on: [{{job: {prepare}}}]\n"),
+        )
+        .await;
+        reload_job_page_until(&w, &train, "train lists prepare", || async {
+            w.texts(".dependencies li")
+                .await
+                .iter()
+                .any(|t| t.contains(&prepare) && t.contains("prepare"))
+        })
+        .await;
+        w.screenshots("pipeline-step").await;
+    });
+}

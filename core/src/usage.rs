@@ -81,7 +81,12 @@ pub fn day_name(day_start_ms: i64) -> String {
 }
 
 /// Every slice of `job` inside `[from_ms, to_ms)`, cut at UTC midnights, one per series and day.
+/// An array child's slices carry its parent's id: a report by job shows an array as one line with
+/// its children summed.
 pub fn job_slices(job: &JobRecord, from_ms: i64, to_ms: i64, now_ms: i64) -> Vec<Slice> {
+    let job_id = job
+        .array_child()
+        .map_or_else(|| job.id.clone(), |c| c.parent.clone());
     let mut acc: BTreeMap<(String, i64), (f64, f64, f64)> = BTreeMap::new();
     for (start, end) in held_intervals(job, now_ms) {
         let (start, end) = (start.max(from_ms), end.min(to_ms));
@@ -104,7 +109,7 @@ pub fn job_slices(job: &JobRecord, from_ms: i64, to_ms: i64, now_ms: i64) -> Vec
     acc.into_iter()
         .map(|((series, day), (g, c, m))| Slice {
             tenant: job.tenant.to_string(),
-            job_id: job.id.clone(),
+            job_id: job_id.clone(),
             series,
             day: day_name(day),
             gpu_seconds: g,
@@ -421,6 +426,21 @@ mod tests {
         assert_eq!(cut.len(), 1);
         assert_eq!(cut[0].gpu_seconds, 3600.0);
         assert!(job_slices(&j, 2 * D, 3 * D, 0).is_empty());
+    }
+
+    #[test]
+    fn an_array_childs_usage_is_reported_under_its_parent() {
+        let mut j = job(&[(Some("l40s"), 1, 1, 1.0, 1.0)]);
+        j.admitted_at_ms = Some(0);
+        j.finished_at_ms = Some(10_000);
+        j.array = Some(crate::array::ArrayRole::Child(crate::array::ArrayChild {
+            parent: "j-sweep".into(),
+            index: 3,
+        }));
+        let s = job_slices(&j, 0, i64::MAX, 0);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].job_id, "j-sweep");
+        assert_eq!(s[0].gpu_seconds, 10.0);
     }
 
     #[test]

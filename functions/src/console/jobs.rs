@@ -56,7 +56,9 @@ fn status_cell(job: &JobRecord) -> Markup {
     html! {
         (status_badge(job.state.as_str()))
         @if job.stop_requested && !job.is_terminal() { " " span.muted { "(stopping)" } }
-        @if let Some(p) = &job.pending {
+        @if let (Some(book), Some(size)) = (job.array_parent(), job.array_size()) {
+            br; span.reason { (book.counts.summary(size)) }
+        } @else if let Some(p) = &job.pending {
             br; span.reason { (view::pending_code(p.reason)) }
         }
         @if let Some(f) = &job.failure {
@@ -115,7 +117,7 @@ pub async fn list(
                 table.jobs.cards {
                     (table_head("Your jobs, newest first", &["Name", "Kind", "Pools", "Status", "Queue wait", "Pre-running", "Run", "Submitted"]))
                     tbody {
-                        @for job in &page_of_jobs.items {
+                        @for job in page_of_jobs.items.iter().filter(|j| j.array_child().is_none()) {
                             tr data-job-id=(job.id) data-status=(job.state.as_str()) {
                                 td data-label="Name" { div { a href=(format!("/console/jobs/{}", job.id)) { (job.spec.name) } br; code.small { (job.id) } } }
                                 td data-label="Kind" { (view::kind_label(&job.spec)) }
@@ -167,6 +169,35 @@ async fn all_events(state: &AppState, job_id: &str) -> Result<Vec<JobEvent>, Con
     Ok(out)
 }
 
+/// An array parent's first children (none for any other job).
+async fn array_children(state: &AppState, job: &JobRecord) -> Result<Vec<JobRecord>, ConsoleError> {
+    let (Some(book), true) = (job.array_parent(), job.is_array_parent()) else {
+        return Ok(Vec::new());
+    };
+    let shown = book.created.min(super::jobs_detail::CHILDREN_SHOWN);
+    let mut out = Vec::with_capacity(shown as usize);
+    for i in 0..shown {
+        let id = tuneplane_core::array::child_id(&job.id, i);
+        if let Some(c) = state.submit.jobs().get_job(&id).await? {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+/// The jobs `job` depends on, in its spec's order (only its own tenant's are shown).
+async fn dependencies_of(
+    state: &AppState,
+    job: &JobRecord,
+) -> Result<Vec<(String, Option<JobRecord>)>, ConsoleError> {
+    let mut out = Vec::new();
+    for d in &job.spec.depends_on {
+        let dep = state.submit.jobs().get_job(&d.job).await?;
+        out.push((d.job.clone(), dep.filter(|j| j.tenant == job.tenant)));
+    }
+    Ok(out)
+}
+
 /// `GET /console/jobs/{id}`.
 pub async fn detail(
     State(state): State<Arc<AppState>>,
@@ -206,6 +237,8 @@ pub async fn detail(
     } else {
         None
     };
+    let children = array_children(&state, &job).await?;
+    let dependencies = dependencies_of(&state, &job).await?;
     let body = super::jobs_detail::render(
         &viewer,
         &job,
@@ -218,6 +251,8 @@ pub async fn detail(
             queue_position,
             live: live.as_deref(),
             outputs: outputs.as_ref(),
+            children: &children,
+            dependencies: &dependencies,
         },
     );
     Ok(respond(

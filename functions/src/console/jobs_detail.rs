@@ -24,6 +24,61 @@ pub struct PageState<'a> {
     pub live: Option<&'a [LogTail]>,
     /// The job's outputs and checkpoints (`None`: they could not be listed).
     pub outputs: Option<&'a Outputs>,
+    /// An array parent's children (the first [`CHILDREN_SHOWN`]).
+    pub children: &'a [JobRecord],
+    /// The jobs this job depends on, by id (`None`: no longer there).
+    pub dependencies: &'a [(String, Option<JobRecord>)],
+}
+
+/// The most children an array's page lists.
+pub const CHILDREN_SHOWN: u32 = 200;
+
+/// An array parent's children: counts, then each child with its state and reason.
+fn children_section(job: &JobRecord, children: &[JobRecord]) -> Markup {
+    let size = job.array_size().unwrap_or(0);
+    let counts = job.array_parent().map(|b| b.counts).unwrap_or_default();
+    html! {
+        section.children aria-labelledby="children-title" {
+            h2 id="children-title" { "Children" }
+            p.counts { (counts.summary(size)) }
+            table.jobs.compact {
+                (super::layout::table_head("Children by index", &["Index", "Job", "Status"]))
+                tbody {
+                    @for c in children {
+                        tr data-status=(c.state.as_str()) {
+                            td data-label="Index" { (c.array_child().map(|a| a.index).unwrap_or(0)) }
+                            td data-label="Job" { a href=(format!("/console/jobs/{}", c.id)) { code { (c.id) } } }
+                            td data-label="Status" {
+                                (super::layout::status_badge(c.state.as_str()))
+                                @if let Some(p) = &c.pending { " " span.reason { (view::pending_code(p.reason)) } }
+                                @if let Some(f) = &c.failure { " " span.reason { (format!("{:?}", f.reason)) } }
+                            }
+                        }
+                    }
+                }
+            }
+            @if size > CHILDREN_SHOWN { p.muted { "The first " (CHILDREN_SHOWN) " of " (size) " children; tuneplane jobs --children lists them all." } }
+        }
+    }
+}
+
+/// The jobs a job waits for (a pipeline's earlier steps), in the spec's order, with their states.
+fn dependencies_section(job: &JobRecord, dependencies: &[(String, Option<JobRecord>)]) -> Markup {
+    html! {
+        section.dependencies aria-labelledby="deps-title" {
+            h2 id="deps-title" { "Depends on" }
+            ol.dependencies {
+                @for ((id, dep), entry) in dependencies.iter().zip(&job.spec.depends_on) {
+                    li {
+                        a href=(format!("/console/jobs/{id}")) { code { (id) } }
+                        @if let Some(d) = dep { " " (d.spec.name) " " (super::layout::status_badge(d.state.as_str())) }
+                        @else { " " span.muted { "(gone)" } }
+                        " — must " (match entry.when { tuneplane_core::spec::DependencyWhen::Succeeded => "succeed", tuneplane_core::spec::DependencyWhen::Ended => "end" })
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A job's outputs and complete checkpoints, as the blob store lists them.
@@ -267,6 +322,8 @@ pub fn render(
                     @if let Some(w) = &job.workload_name { dt { "Workload" } dd { code { (w) } } }
                 }
             }
+            @if job.is_array_parent() { (children_section(job, state.children)) }
+            @if !state.dependencies.is_empty() { (dependencies_section(job, state.dependencies)) }
             @if !job.attempts.is_empty() { (attempts_section(job)) }
             section aria-labelledby="history-title" {
                 h2 id="history-title" { "Status history" }
