@@ -52,8 +52,12 @@ pub const KEY_LABEL: &str = "benchkey";
 pub const SHIPPED_QPS: u32 = 50;
 /// kube-controller-manager in every run, whichever system runs: its client limit (its default,
 /// 20/30, would make the Job controller, not the systems compared, the bottleneck of Kueue's
-/// batch/Job path) and the Job controller's workers (`--concurrent-job-syncs`, default 5).
-pub const KCM_ARGS: &str = "--kube-api-qps=200 --kube-api-burst=400 --concurrent-job-syncs=50";
+/// batch/Job path), the Job controller's workers (`--concurrent-job-syncs`, default 5), and how
+/// long a node's Lease may go unrenewed before it is marked NotReady (`--node-monitor-grace-period`,
+/// default 50 s): the node agent renews the 1,000 Leases one after another, and on a loaded
+/// machine a round took longer than 50 s, so that healthy fake nodes went NotReady and both
+/// systems lost their pods (the first reclaim run, at load 8-10 from other work on the machine).
+pub const KCM_ARGS: &str = "--kube-api-qps=200 --kube-api-burst=400 --concurrent-job-syncs=50 --node-monitor-grace-period=300s";
 /// kube-scheduler in every run: its client limit (its default 50/100 throttled the bindings of a
 /// 5,000-pod flood: the first comparison's tuned-Kueue small runs stopped with ~2,300 Pods unbound
 /// and the scheduler logging client-side throttling), raised for both systems alike.
