@@ -632,16 +632,18 @@ fn an_arrays_page_lists_its_children_and_a_steps_page_its_dependencies() {
                 );
                 let bytes = std::fs::read(archive).unwrap();
                 let body = json!({"spec": spec, "code": {"inline": base64::engine::general_purpose::STANDARD.encode(bytes)}});
-                let v: Value = reqwest::Client::new()
+                let bytes = reqwest::Client::new()
                     .post(w.url("/v1/jobs"))
                     .bearer_auth(&w.stack.api_key)
-                    .json(&body)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
                     .send()
                     .await
                     .unwrap()
-                    .json()
+                    .bytes()
                     .await
                     .unwrap();
+                let v: Value = serde_json::from_slice(&bytes).unwrap();
                 v["job_id"].as_str().unwrap().to_owned()
             }
         };

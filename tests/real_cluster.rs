@@ -1053,3 +1053,91 @@ async fn preempted_ray_and_cpu_jobs_save_stop_and_resume_on_the_real_tier() {
     }
     real.stack.shutdown().await;
 }
+
+/// An array and a pipeline on the real tier: `examples/sweep` (6 CPU children, parallelism 2)
+/// runs with never more than 2 children admitted or running at once and every child's log
+/// holding its own index; `examples/pipeline/pipeline.yaml`'s steps, submitted in one request,
+/// run in order and each reads the outputs of the one before through its grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_array_and_a_pipeline_run_on_the_real_tier() {
+    if !real_tier_wanted() {
+        return;
+    }
+    let real = RealTier::start(CapsuleDelivery::Presigned, Transport::Https).await;
+    let api = api_client(&real.stack);
+    let parent = submit_example(&api, "sweep").await;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut most = 0;
+    let done = loop {
+        let page: Value = api.get("/jobs?limit=100&children=true").await.unwrap();
+        let holding = page["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["array"]["child"]["parent"] == parent.id.as_str())
+            .filter(|j| j["state"] == "ADMITTED" || j["state"] == "RUNNING")
+            .count();
+        most = most.max(holding);
+        let now: tuneplane_core::job::JobRecord =
+            api.get(&format!("/jobs/{}", parent.id)).await.unwrap();
+        if now.is_terminal() {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "the array did not end: {now:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(done.state, JobState::Succeeded, "{done:?}");
+    assert!(most <= 2, "{most} children at once");
+    for i in 0..6 {
+        let id = tuneplane_core::array::child_id(&parent.id, i);
+        let logs = all_text(&archived_logs(&api, &id).await);
+        assert!(logs.contains(&format!("child {i} of 6")), "{id}: {logs}");
+    }
+
+    let dir = examples().join("pipeline");
+    let mut steps = Vec::new();
+    for (name, after) in [
+        ("prepare", vec![]),
+        ("train", vec!["prepare"]),
+        ("evaluate", vec!["train"]),
+    ] {
+        let code = tuneplane::client::pack::pack_quiet(&dir.join(name)).unwrap();
+        let spec = std::fs::read_to_string(dir.join(name).join("tuneplane.yaml")).unwrap();
+        steps.push(serde_json::json!({
+            "name": name, "spec": spec, "after": after,
+            "code": {"inline": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, code)},
+        }));
+    }
+    let (status, body): (_, Value) = api
+        .post(
+            "/pipelines",
+            &serde_json::json!({"name": "nightly", "steps": steps}),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status.as_u16(), 201, "{body}");
+    let id_of = |step: &str| {
+        body["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["step"] == step)
+            .and_then(|s| s["job"]["id"].as_str())
+            .unwrap()
+            .to_owned()
+    };
+    let (p, t, e) = (id_of("prepare"), id_of("train"), id_of("evaluate"));
+    let evaluated = wait_until(&api, &e, 300, "ended", |j| j.is_terminal()).await;
+    assert_eq!(evaluated.state, JobState::Succeeded, "{evaluated:?}");
+    let prepared: tuneplane_core::job::JobRecord = api.get(&format!("/jobs/{p}")).await.unwrap();
+    let trained: tuneplane_core::job::JobRecord = api.get(&format!("/jobs/{t}")).await.unwrap();
+    assert!(trained.admitted_at_ms.unwrap() >= prepared.finished_at_ms.unwrap());
+    assert!(evaluated.admitted_at_ms.unwrap() >= trained.finished_at_ms.unwrap());
+    let logs = all_text(&archived_logs(&api, &e).await);
+    assert!(
+        logs.contains("evaluate: model mean=5.5, score ok"),
+        "{logs}"
+    );
+    real.stack.shutdown().await;
+}
