@@ -1,5 +1,5 @@
 # Two commands matter: `make demo` (the main job, on embedded defaults) and `make test` (everything CI runs).
-.PHONY: demo test bench fmt help
+.PHONY: demo test bench fmt help readme-long
 
 demo:
 	cargo run --release --locked -- demo
@@ -9,6 +9,11 @@ test:
 
 bench:
 	cargo bench --locked --bench capsule_build
+
+# The README's long blocks (the real control plane, as written: scripts/k8s-up.sh, dev on port 8080,
+# hello-cpu, both capsule paths, k8s-down). Needs no other cluster running on this machine.
+readme-long:
+	AWS_EC2_METADATA_DISABLED=true cargo test --locked --test readme -- --ignored --nocapture
 
 fmt:
 	cargo fmt --all
@@ -20,6 +25,7 @@ help:
 	@echo "  make test    everything CI runs (scripts/test.sh)"
 	@echo "  make bench   the capsule build benchmark"
 	@echo "  make fmt     cargo fmt --all"
+	@echo "  make readme-long  the README's real-control-plane block as written (tests/readme.rs)"
 	@echo "  make help    this list"
 	@echo "scripts/ (run from the repository root):"
 	@echo "  scripts/bootstrap-venv.sh     creates .venv/ with the pinned Python test tools (moto_server)"
