@@ -339,7 +339,9 @@ impl DynamoJobStore {
             Err(err) => {
                 // An answer lost after the write (the SDK retried and met its own items).
                 if let Some(first) = created.first()
-                    && self.already_written(&job_pk(&first.id), JOB_SK, &token).await
+                    && self
+                        .already_written(&job_pk(&first.id), JOB_SK, &token)
+                        .await
                 {
                     return Ok(created);
                 }

@@ -828,7 +828,9 @@ pub async fn several_jobs_land_in_one_write_or_none_of_them(store: Store) {
     let jobs: Vec<JobRecord> = (0..3)
         .map(|i| job(&format!("j-step-{i}"), "acme", 1_000 + i, 0))
         .collect();
-    let events: Vec<_> = (0..3).map(|i| event(1_000 + i, "submitted", "submitted")).collect();
+    let events: Vec<_> = (0..3)
+        .map(|i| event(1_000 + i, "submitted", "submitted"))
+        .collect();
     let news: Vec<NewJob> = jobs
         .iter()
         .zip(&events)

@@ -49,7 +49,12 @@ impl JobRecords for EmbeddedJobStore {
                     });
                 };
                 tx.append_events(&stored.id, &events)?;
-                tx.append_outbox(&outbox::entries_for(&stored, &events, stored.version, now_ms()))?;
+                tx.append_outbox(&outbox::entries_for(
+                    &stored,
+                    &events,
+                    stored.version,
+                    now_ms(),
+                ))?;
                 if let Some(entry) = &audit {
                     tx.append_audit(entry)?;
                 }
