@@ -197,7 +197,7 @@ pub fn to_create(parent: &JobRecord, at_most: u32) -> std::ops::Range<u32> {
 /// Children in the queue held back by their array's `parallelism`, with the message each
 /// waits with: per array, the children admitted or running count against the limit, and the
 /// rest of the room goes to its queued children in index order.
-pub fn held_back(active: &[JobRecord]) -> HashMap<&str, String> {
+pub fn held_back<'a>(active: impl IntoIterator<Item = &'a JobRecord>) -> HashMap<&'a str, String> {
     let mut holding: HashMap<&str, u32> = HashMap::new();
     let mut queued: BTreeMap<&str, Vec<(u32, &JobRecord)>> = BTreeMap::new();
     for job in active {
@@ -232,8 +232,10 @@ pub fn held_back(active: &[JobRecord]) -> HashMap<&str, String> {
         for (_, job) in children.into_iter().skip(room) {
             held.insert(
                 job.id.as_str(),
+                // The same text while the array runs: a child's reason is not written again
+                // each time another child starts or ends.
                 format!(
-                    "array {parent} runs at most {limit} of its children at once (array.parallelism) and {running} are admitted or running; this child starts when one of them ends"
+                    "array {parent} runs at most {limit} of its children at once (array.parallelism); this child starts when one of them ends"
                 ),
             );
         }

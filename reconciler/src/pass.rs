@@ -263,14 +263,16 @@ fn hold_back(queue: &mut Queue, deps: crate::dependencies::Outcome) {
         .into_iter()
         .map(|(id, why)| (id, (PendingReason::WaitingForDependencies, why)))
         .collect();
-    let ready: Vec<JobRecord> = queue.active[..queue.jobs]
+    let ready = queue.active[..queue.jobs]
         .iter()
-        .filter(|j| !held.contains_key(&j.id) && !deps.failed.contains(&j.id))
         .filter(|j| j.array_child().is_some())
-        .cloned()
+        .filter(|j| !held.contains_key(&j.id) && !deps.failed.contains(&j.id));
+    let by_parallelism: Vec<(String, String)> = tuneplane_core::array::held_back(ready)
+        .into_iter()
+        .map(|(id, why)| (id.to_owned(), why))
         .collect();
-    for (id, why) in tuneplane_core::array::held_back(&ready) {
-        held.insert(id.to_owned(), (PendingReason::ArrayParallelism, why));
+    for (id, why) in by_parallelism {
+        held.insert(id, (PendingReason::ArrayParallelism, why));
     }
     if held.is_empty() && deps.failed.is_empty() {
         return;
