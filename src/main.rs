@@ -208,7 +208,9 @@ fn main() -> ExitCode {
         Command::Admin(c) => cmd::admin::run(c),
         #[cfg(feature = "dev")]
         Command::Dev(args) => tuneplane::dev::run(&args),
-        Command::Submit { client, args } => client_command(&client, &args, cmd::jobs::submit),
+        Command::Submit { client, args } => {
+            client_command(&client, &args, cmd::pipeline::submit_any)
+        }
         Command::Jobs {
             client,
             status,

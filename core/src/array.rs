@@ -11,115 +11,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use serde::{Deserialize, Serialize};
-
 use crate::job::{EventSource, Failure, FailureReason, JobEvent, JobRecord, JobState};
 
-/// What a record is in an array: the parent that summarises, or one of its children.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ArrayRole {
-    /// The submitted job: never admitted itself; its state and counts summarise its children.
-    Parent(ArrayParent),
-    /// Child `index` of `parent`.
-    Child(ArrayChild),
-}
-
-/// The parent's book of its children.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArrayParent {
-    /// Children created so far: indices `0..created` exist.
-    pub created: u32,
-    /// Children never created because the array was stopped first (counted as stopped).
-    #[serde(default)]
-    pub skipped: u32,
-    /// Children by state (those never created because the array was stopped count as stopped).
-    pub counts: ArrayCounts,
-}
-
-/// One child's place in its array.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArrayChild {
-    /// The parent's job id.
-    pub parent: String,
-    /// 0-based index (`TUNEPLANE_ARRAY_INDEX`).
-    pub index: u32,
-}
-
-/// Children of an array by state.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArrayCounts {
-    /// Waiting in the queue (or not yet created).
-    pub queued: u32,
-    /// Admitted, not running yet.
-    pub admitted: u32,
-    /// Running.
-    pub running: u32,
-    /// Ended `SUCCEEDED`.
-    pub succeeded: u32,
-    /// Ended `FAILED`.
-    pub failed: u32,
-    /// Ended `STOPPED` (or never created because the array was stopped).
-    pub stopped: u32,
-}
-
-impl ArrayCounts {
-    /// Adds one child in `state`.
-    pub fn add(&mut self, state: JobState) {
-        let slot = match state {
-            JobState::Queued => &mut self.queued,
-            JobState::Admitted => &mut self.admitted,
-            JobState::Running => &mut self.running,
-            JobState::Succeeded => &mut self.succeeded,
-            JobState::Failed => &mut self.failed,
-            JobState::Stopped => &mut self.stopped,
-        };
-        *slot = slot.saturating_add(1);
-    }
-
-    /// Children that ended.
-    pub fn ended(&self) -> u32 {
-        self.succeeded + self.failed + self.stopped
-    }
-
-    /// Children admitted or running.
-    pub fn holding(&self) -> u32 {
-        self.admitted + self.running
-    }
-
-    /// The ended part of `self` with the live part of `live` (counts of children that have not
-    /// ended; children not created yet count as queued up to `size`).
-    pub fn with_live(&self, live: &ArrayCounts, size: u32) -> ArrayCounts {
-        let mut out = ArrayCounts {
-            queued: live.queued,
-            admitted: live.admitted,
-            running: live.running,
-            succeeded: self.succeeded,
-            failed: self.failed,
-            stopped: self.stopped,
-        };
-        let known = out.ended() + out.queued + out.holding();
-        out.queued += size.saturating_sub(known);
-        out
-    }
-
-    /// One line for people: `6/6 succeeded`, `2/6 succeeded, 2 running, 2 queued`.
-    pub fn summary(&self, size: u32) -> String {
-        let mut parts = vec![format!("{}/{size} succeeded", self.succeeded)];
-        for (n, what) in [
-            (self.failed, "failed"),
-            (self.stopped, "stopped"),
-            (self.running, "running"),
-            (self.admitted, "admitted"),
-            (self.queued, "queued"),
-        ] {
-            if n > 0 {
-                parts.push(format!("{n} {what}"));
-            }
-        }
-        parts.join(", ")
-    }
-}
+pub use crate::job::{ArrayChild, ArrayCounts, ArrayParent, ArrayRole};
 
 /// The id of child `index` of `parent`.
 pub fn child_id(parent: &str, index: u32) -> String {
@@ -211,7 +105,9 @@ pub fn held_back<'a>(active: impl IntoIterator<Item = &'a JobRecord>) -> HashMap
             JobState::Admitted | JobState::Running => {
                 *holding.entry(child.parent.as_str()).or_default() += 1;
             }
-            _ if crate::admission::order::in_queue(job) => queued
+            // In the queue (as `admission::order::in_queue` says; not imported: the job types
+            // use this module's).
+            JobState::Queued if !job.stop_requested => queued
                 .entry(child.parent.as_str())
                 .or_default()
                 .push((child.index, job)),

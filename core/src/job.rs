@@ -300,6 +300,115 @@ pub struct Attempt {
     pub failure: Failure,
 }
 
+// Array jobs' parts of a record (`crate::array` has their rules; the types live here so that
+// the record does not import the module that reads it).
+
+/// What a record is in an array: the parent that summarises, or one of its children.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArrayRole {
+    /// The submitted job: never admitted itself; its state and counts summarise its children.
+    Parent(ArrayParent),
+    /// Child `index` of `parent`.
+    Child(ArrayChild),
+}
+
+/// The parent's book of its children.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayParent {
+    /// Children created so far: indices `0..created` exist.
+    pub created: u32,
+    /// Children never created because the array was stopped first (counted as stopped).
+    #[serde(default)]
+    pub skipped: u32,
+    /// Children by state (those never created because the array was stopped count as stopped).
+    pub counts: ArrayCounts,
+}
+
+/// One child's place in its array.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayChild {
+    /// The parent's job id.
+    pub parent: String,
+    /// 0-based index (`TUNEPLANE_ARRAY_INDEX`).
+    pub index: u32,
+}
+
+/// Children of an array by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayCounts {
+    /// Waiting in the queue (or not yet created).
+    pub queued: u32,
+    /// Admitted, not running yet.
+    pub admitted: u32,
+    /// Running.
+    pub running: u32,
+    /// Ended `SUCCEEDED`.
+    pub succeeded: u32,
+    /// Ended `FAILED`.
+    pub failed: u32,
+    /// Ended `STOPPED` (or never created because the array was stopped).
+    pub stopped: u32,
+}
+
+impl ArrayCounts {
+    /// Adds one child in `state`.
+    pub fn add(&mut self, state: JobState) {
+        let slot = match state {
+            JobState::Queued => &mut self.queued,
+            JobState::Admitted => &mut self.admitted,
+            JobState::Running => &mut self.running,
+            JobState::Succeeded => &mut self.succeeded,
+            JobState::Failed => &mut self.failed,
+            JobState::Stopped => &mut self.stopped,
+        };
+        *slot = slot.saturating_add(1);
+    }
+
+    /// Children that ended.
+    pub fn ended(&self) -> u32 {
+        self.succeeded + self.failed + self.stopped
+    }
+
+    /// Children admitted or running.
+    pub fn holding(&self) -> u32 {
+        self.admitted + self.running
+    }
+
+    /// The ended part of `self` with the live part of `live` (counts of children that have not
+    /// ended; children not created yet count as queued up to `size`).
+    pub fn with_live(&self, live: &ArrayCounts, size: u32) -> ArrayCounts {
+        let mut out = ArrayCounts {
+            queued: live.queued,
+            admitted: live.admitted,
+            running: live.running,
+            succeeded: self.succeeded,
+            failed: self.failed,
+            stopped: self.stopped,
+        };
+        let known = out.ended() + out.queued + out.holding();
+        out.queued += size.saturating_sub(known);
+        out
+    }
+
+    /// One line for people: `6/6 succeeded`, `2/6 succeeded, 2 running, 2 queued`.
+    pub fn summary(&self, size: u32) -> String {
+        let mut parts = vec![format!("{}/{size} succeeded", self.succeeded)];
+        for (n, what) in [
+            (self.failed, "failed"),
+            (self.stopped, "stopped"),
+            (self.running, "running"),
+            (self.admitted, "admitted"),
+            (self.queued, "queued"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {what}"));
+            }
+        }
+        parts.join(", ")
+    }
+}
+
 /// One job: the authoritative spec plus everything the platform learned about it.
 ///
 /// `version` is owned by the stores: it is 0 before the record is created and each successful
@@ -370,7 +479,7 @@ pub struct JobRecord {
     pub preempting: Option<crate::preemption::Preempting>,
     /// Its part in an array job: the parent that summarises, or a child (see [`crate::array`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub array: Option<crate::array::ArrayRole>,
+    pub array: Option<ArrayRole>,
 }
 
 fn first_attempt() -> u32 {

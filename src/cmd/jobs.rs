@@ -75,12 +75,6 @@ pub fn check_locally(
 
 /// `submit`.
 pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<ExitCode> {
-    if a.spec.is_none() && super::pipeline::is_pipeline_file(&a.source) {
-        if a.dry_run || a.idempotency_key.is_some() {
-            bail!("a pipeline file takes --wait only (not --dry-run or --idempotency-key)");
-        }
-        return super::pipeline::submit(api, out, &a.source, a.wait).await;
-    }
     let spec_path = a
         .spec
         .clone()

@@ -113,6 +113,22 @@ pub fn read(path: &Path) -> anyhow::Result<(PipelineFile, Vec<String>)> {
     Ok((file, specs))
 }
 
+/// `submit SOURCE ...`: a pipeline file goes to [`submit`], anything else to
+/// [`super::jobs::submit`].
+pub async fn submit_any(
+    api: &Api,
+    out: Output,
+    a: &super::jobs::SubmitArgs,
+) -> anyhow::Result<ExitCode> {
+    if a.spec.is_some() || !is_pipeline_file(&a.source) {
+        return super::jobs::submit(api, out, a).await;
+    }
+    if a.dry_run || a.idempotency_key.is_some() {
+        bail!("a pipeline file takes --wait only (not --dry-run or --idempotency-key)");
+    }
+    submit(api, out, &a.source, a.wait).await
+}
+
 /// `submit PIPELINE.yaml [--wait]`.
 pub async fn submit(api: &Api, out: Output, path: &Path, wait: bool) -> anyhow::Result<ExitCode> {
     api.require_key()?;
