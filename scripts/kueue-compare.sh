@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # TunePlane and Kueue side by side on one real control plane: 1,000 fake GPU nodes in four series,
-# three workloads (5,000 small jobs, 1,000 gang RayJobs, a flooding tenant and a late one), each
-# setup from a fresh cluster in turn: TunePlane and Kueue tuned at client QPS 50, 200 and 500, and
+# three workloads by default (5,000 small jobs, 1,000 gang RayJobs, a flooding tenant and a late
+# one) and on request a fourth (--workloads reclaim: a tenant takes back its quota from a borrower
+# by preemption), each setup from a fresh cluster in turn: TunePlane and Kueue tuned at client QPS 50, 200 and 500, and
 # Kueue as shipped. Both controllers run as ServiceAccounts under one audit policy, on the same
 # KubeRay operator (v1.5.0, raised limits) and controller manager. Prints one table with ratios and
 # writes target/kueue-compare/results.{json,md} and every run's logs; BENCHMARKS.md explains it.
@@ -19,7 +20,7 @@ die() { printf '[kueue-compare] error: %s\n' "$*" >&2; exit 1; }
 
 for a in "$@"; do
   if [[ $a == -h || $a == --help ]]; then
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exec cargo bench --quiet --locked --manifest-path "$ROOT/Cargo.toml" --workspace --bench kueue_compare -- --help
   fi
 done
