@@ -37,9 +37,16 @@ const PENDING_SPEC: &str = "name: wants-four-h200\nimage: python:3.12-slim\nentr
 
 /// Submits `spec` with hello-cpu's code through `POST /v1/jobs`; returns the job id.
 async fn submit_api(w: &World, spec: &str) -> String {
+    submit_folder(w, "hello-cpu", spec).await
+}
+
+/// Submits `spec` with the code of `examples/<folder>` through `POST /v1/jobs`; the job id.
+async fn submit_folder(w: &World, folder: &str, spec: &str) -> String {
     let archive = archive_of(
-        &repo().join("examples/hello-cpu"),
-        &w.dir.path().join("api.tar.gz"),
+        &repo().join("examples").join(folder),
+        &w.dir
+            .path()
+            .join(format!("{}.tar.gz", folder.replace('/', "-"))),
     );
     let bytes = std::fs::read(archive).unwrap();
     let body = json!({"spec": spec, "code": {"inline": base64::engine::general_purpose::STANDARD.encode(bytes)}});
@@ -621,35 +628,9 @@ fn an_arrays_page_lists_its_children_and_a_steps_page_its_dependencies() {
     run(|| async {
         let w = World::start().await;
         w.sign_in().await;
-        let submit = |folder: &'static str, spec: String| {
-            let w = &w;
-            async move {
-                let archive = archive_of(
-                    &repo().join("examples").join(folder),
-                    &w.dir
-                        .path()
-                        .join(format!("{}.tar.gz", folder.replace('/', "-"))),
-                );
-                let bytes = std::fs::read(archive).unwrap();
-                let body = json!({"spec": spec, "code": {"inline": base64::engine::general_purpose::STANDARD.encode(bytes)}});
-                let bytes = reqwest::Client::new()
-                    .post(w.url("/v1/jobs"))
-                    .bearer_auth(&w.stack.api_key)
-                    .header("content-type", "application/json")
-                    .body(body.to_string())
-                    .send()
-                    .await
-                    .unwrap()
-                    .bytes()
-                    .await
-                    .unwrap();
-                let v: Value = serde_json::from_slice(&bytes).unwrap();
-                v["job_id"].as_str().unwrap().to_owned()
-            }
-        };
         let sweep_spec =
             std::fs::read_to_string(repo().join("examples/sweep/tuneplane.yaml")).unwrap();
-        let sweep = submit("sweep", sweep_spec).await;
+        let sweep = submit_folder(&w, "sweep", &sweep_spec).await;
         let path = format!("/console/jobs/{sweep}");
         reload_job_page_until(&w, &sweep, "the array's children all succeeded", || async {
             w.texts(".children .counts")
@@ -674,12 +655,13 @@ fn an_arrays_page_lists_its_children_and_a_steps_page_its_dependencies() {
         let prepare_spec =
             std::fs::read_to_string(repo().join("examples/pipeline/prepare/tuneplane.yaml"))
                 .unwrap();
-        let prepare = submit("pipeline/prepare", prepare_spec).await;
+        let prepare = submit_folder(&w, "pipeline/prepare", &prepare_spec).await;
         let train_spec =
             std::fs::read_to_string(repo().join("examples/pipeline/train/tuneplane.yaml")).unwrap();
-        let train = submit(
+        let train = submit_folder(
+            &w,
             "pipeline/train",
-            format!("{train_spec}depends_on: [{{job: {prepare}}}]\n"),
+            &format!("{train_spec}depends_on: [{{job: {prepare}}}]\n"),
         )
         .await;
         reload_job_page_until(&w, &train, "train lists prepare", || async {

@@ -15,16 +15,7 @@ impl JobRecords for EmbeddedJobStore {
         self.write(move |tx| {
             let outcome = tx.create_job(job, idem, now_secs())?;
             if let CreateOutcome::Created(created) = &outcome {
-                tx.append_events(&created.id, &events)?;
-                tx.append_outbox(&outbox::entries_for(
-                    created,
-                    &events,
-                    created.version,
-                    now_ms(),
-                ))?;
-                if let Some(entry) = &audit {
-                    tx.append_audit(entry)?;
-                }
+                with_new_job(tx, created, &events, audit.as_ref())?;
             }
             Ok(outcome)
         })
@@ -48,16 +39,7 @@ impl JobRecords for EmbeddedJobStore {
                         key: format!("JOB#{id}"),
                     });
                 };
-                tx.append_events(&stored.id, &events)?;
-                tx.append_outbox(&outbox::entries_for(
-                    &stored,
-                    &events,
-                    stored.version,
-                    now_ms(),
-                ))?;
-                if let Some(entry) = &audit {
-                    tx.append_audit(entry)?;
-                }
+                with_new_job(tx, &stored, &events, audit.as_ref())?;
                 created.push(stored);
             }
             Ok(created)
@@ -130,4 +112,20 @@ impl JobRecords for EmbeddedJobStore {
     async fn get_capacity(&self) -> Result<Option<serde_json::Value>> {
         self.get_meta(tables::CAPACITY_KEY.to_owned()).await
     }
+}
+
+/// What a new job's write stores beside it: its events, the callbacks' outbox entries of them and
+/// its audit entry.
+fn with_new_job(
+    tx: &mut Tx<'_>,
+    job: &JobRecord,
+    events: &[JobEvent],
+    audit: Option<&AuditEntry>,
+) -> Result<()> {
+    tx.append_events(&job.id, events)?;
+    tx.append_outbox(&outbox::entries_for(job, events, job.version, now_ms()))?;
+    if let Some(entry) = audit {
+        tx.append_audit(entry)?;
+    }
+    Ok(())
 }
