@@ -24,9 +24,19 @@ pub struct CheckpointCache {
 impl CheckpointCache {
     /// What was found for `job_id` if it was looked up less than the TTL before `now`.
     pub fn fresh(&self, job_id: &str, now: i64) -> Option<Option<CheckpointSeen>> {
+        self.fresh_within(job_id, now, CHECKPOINT_TTL_MS)
+    }
+
+    /// What was found for `job_id` if it was looked up less than `ttl_ms` before `now`.
+    pub fn fresh_within(
+        &self,
+        job_id: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Option<Option<CheckpointSeen>> {
         let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         seen.get(job_id)
-            .filter(|(at, _)| now - at < CHECKPOINT_TTL_MS)
+            .filter(|(at, _)| now - at < ttl_ms)
             .map(|(_, c)| c.clone())
     }
 

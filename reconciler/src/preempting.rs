@@ -48,7 +48,7 @@ pub async fn follow(
             continue;
         }
         stopping += 1;
-        let saved = victim_saved_since(ctx, victim, preempting.at_ms).await?;
+        let saved = victim_saved_since(ctx, victim, preempting.at_ms, now).await?;
         if saved {
             force_delete(ctx, &pods).await?;
         }
@@ -56,12 +56,35 @@ pub async fn follow(
     Ok((stopping > 0).then(|| (PendingReason::Preempting, preempting.message(stopping, now))))
 }
 
-/// Whether `victim` completed a checkpoint at or after `since_ms` (looked up afresh: this is
-/// what lets its pods go before their grace ends).
-async fn victim_saved_since(ctx: &Ctx, victim: &VictimRef, since_ms: i64) -> Result<bool> {
-    let found = latest_checkpoint(ctx.blobs.as_ref(), &victim.tenant, &victim.job_id)
-        .await
-        .map_err(Error::from)?;
+/// How long a victim's checkpoint lookup answers for while it stops: its pods go at most this
+/// much later than its save, and a pass does not list a victim's checkpoints every time.
+const SAVED_LOOKUP_TTL_MS: i64 = 2_000;
+
+/// Whether `victim` completed a checkpoint at or after `since_ms` (looked up again every
+/// [`SAVED_LOOKUP_TTL_MS`]: this is what lets its pods go before their grace ends).
+async fn victim_saved_since(
+    ctx: &Ctx,
+    victim: &VictimRef,
+    since_ms: i64,
+    now: i64,
+) -> Result<bool> {
+    let found = match ctx
+        .checkpoints
+        .fresh_within(&victim.job_id, now, SAVED_LOOKUP_TTL_MS)
+    {
+        Some(found) => found,
+        None => {
+            let found = latest_checkpoint(ctx.blobs.as_ref(), &victim.tenant, &victim.job_id)
+                .await
+                .map_err(Error::from)?
+                .map(|c| tuneplane_core::admission::CheckpointSeen {
+                    name: c.name,
+                    completed_at_ms: c.completed_at_ms,
+                });
+            ctx.checkpoints.put(&victim.job_id, now, found.clone());
+            found
+        }
+    };
     Ok(found.is_some_and(|c| c.completed_at_ms >= since_ms))
 }
 
