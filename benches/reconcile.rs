@@ -15,6 +15,9 @@
 //!   (target < 150 MB), and its pass time in that steady state.
 //! - `history`: pass time with 1,000 active jobs, before and after 100,000 terminal jobs are added
 //!   to the store (a pass reads the active index only, so it must not grow).
+//! - `array`: one array of 5,000 children (the reconciler creates them) admitted, against the 5,000
+//!   single jobs of `admit`; then an array of 10,000 children with `parallelism: 10` (9,990 held
+//!   back): the steady pass time beside an empty fleet's.
 //!
 //! Run: `cargo bench --bench reconcile [-- SECTION...]`. Sizes:
 //! `TUNEPLANE_BENCH_ADMIT_JOBS`, `TUNEPLANE_BENCH_AWS_JOBS`, `TUNEPLANE_BENCH_TERMINAL_JOBS`,
@@ -552,6 +555,74 @@ async fn section_preempt(qps: usize) {
     );
 }
 
+/// An array parent of `size` CPU children (the reconciler creates them).
+fn array_parent(i: usize, size: u32, parallelism: Option<u32>) -> JobRecord {
+    let mut j = cpu_job(i, JobState::Queued);
+    j.spec.array = Some(tuneplane_core::spec::ArraySpec { size, parallelism });
+    j.array = Some(tuneplane_core::array::ArrayRole::Parent(Default::default()));
+    j
+}
+
+async fn section_array(qps: usize) {
+    // Admission rate: one submission of 5,000 children against `admit`'s 5,000 single jobs.
+    let children: usize = 5_000;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
+    let written = Instant::now();
+    JobRecords::create_job(&store, &array_parent(0, children as u32, None), None)
+        .await
+        .unwrap();
+    println!(
+        "array: 1 parent of {children} children written in {:.3} s (one store write)",
+        written.elapsed().as_secs_f64()
+    );
+    let fleet = sim(children.div_ceil(50), 64).await;
+    let started = Instant::now();
+    let mut p = Proc::start(
+        &fleet.url(),
+        &format!("embedded:{}", dir.path().display()),
+        qps,
+    );
+    run_admissions(&mut p, "array children", children, started);
+    drop(p);
+    drop(fleet);
+
+    // Held back: 10,000 children, 10 at a time; the steady pass with 9,990 waiting.
+    let (size, parallel) = (10_000u32, 10u32);
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
+    let fleet = sim(4, 64).await;
+    let mut p = Proc::start(
+        &fleet.url(),
+        &format!("embedded:{}", dir.path().display()),
+        qps,
+    );
+    let (empty, n0) = p.pass_time(Duration::from_secs(10));
+    JobRecords::create_job(&store, &array_parent(0, size, Some(parallel)), None)
+        .await
+        .unwrap();
+    let created = Instant::now();
+    for _ in 0..600 {
+        if store.list_active().await.unwrap().len() > size as usize {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let all_there = created.elapsed().as_secs_f64();
+    p.wait(Duration::from_secs(120), |s| {
+        s.admissions >= u64::from(parallel)
+    });
+    // Let every held child's reason be written once, then measure.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let (steady, n1) = p.pass_time(Duration::from_secs(15));
+    println!(
+        "array: {size} children created by the reconciler in {all_there:.1} s; with {parallel} running and {} held back by parallelism, a pass takes {:.1} ms (mean of {n1}); an empty fleet's pass {:.1} ms (mean of {n0})",
+        size - parallel,
+        steady * 1e3,
+        empty * 1e3
+    );
+}
+
 async fn section_history(qps: usize, terminal: usize) {
     let active = 1_000;
     let dir = tempfile::tempdir().unwrap();
@@ -615,6 +686,9 @@ fn main() {
         }
         if on("preempt") {
             section_preempt(qps).await;
+        }
+        if on("array") {
+            section_array(qps).await;
         }
         if on("history") {
             let terminal = env_usize("TUNEPLANE_BENCH_TERMINAL_JOBS", 100_000);
