@@ -161,14 +161,7 @@ pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<Ex
             "{what}: {} ({}) capsule sha256:{}",
             job.id, job.state, job.capsule_sha256
         );
-        for note in body["notes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
-            println!("note: {note}");
-        }
+        print_notes(&body);
     }
     if a.wait {
         let follower = (!a.quiet && out == Output::Table).then(|| {
@@ -208,6 +201,18 @@ pub(crate) async fn upload(api: &Api, code: Vec<u8>) -> anyhow::Result<String> {
         .as_str()
         .map(str::to_string)
         .context("upload answer has no upload_id")
+}
+
+/// Prints the `notes` of a submission's answer, one `note:` line each.
+pub(crate) fn print_notes(body: &Value) {
+    for note in body["notes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        println!("note: {note}");
+    }
 }
 
 /// `jobs [--status S] [--limit N] [--cursor C] [--children]`: an array is one line (its

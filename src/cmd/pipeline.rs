@@ -170,14 +170,7 @@ pub async fn submit(api: &Api, out: Output, path: &Path, wait: bool) -> anyhow::
         for (step, job) in &jobs {
             println!("  {step:<16} {} ({})", job.id, job.state);
         }
-        for note in body["notes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
-            println!("note: {note}");
-        }
+        super::jobs::print_notes(&body);
     }
     if !wait {
         return Ok(ExitCode::SUCCESS);
