@@ -177,6 +177,13 @@ async fn application_failures_stops_and_exhausted_retries_are_final() {
     .await;
     assert_eq!((s.state, s.attempt), (JobState::Stopped, 1));
     assert_eq!(s.failure.as_ref().unwrap().cause, FailureCause::User);
+    // What the entrypoint printed in its grace, after SIGTERM, is in the attempt's archive: the
+    // archive followed the log until the pod ended.
+    let archived = all_text(&attempt_logs(&api, &stopped.id, 1).await);
+    assert!(
+        archived.contains("SIGTERM at step") && archived.contains(": saving and stopping"),
+        "no grace-time output in the stopped attempt's archive:\n{archived}"
+    );
 
     let running = wait_until(&api, &fragile.id, 120, "running", |j| {
         j.state == JobState::Running

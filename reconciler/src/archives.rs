@@ -19,6 +19,11 @@ use crate::error::Result;
 /// Most archives written at the same time (as many as jobs a pass syncs at once).
 pub const MAX_WRITING: usize = crate::config::PASS_CONCURRENCY;
 
+/// Most archives of stopped attempts following their pods' logs through their grace at the same
+/// time. They mostly wait (for the pods to end), so they do not take the turns of
+/// [`MAX_WRITING`]: a preemption of a hundred jobs ends all their pods at once, not a few at a time.
+pub const MAX_FOLLOWING: usize = 512;
+
 enum Slot {
     Running(AbortHandle),
     Done(Result<String>),
@@ -39,6 +44,8 @@ pub enum Progress {
 pub struct Archives {
     slots: Arc<Mutex<HashMap<String, Slot>>>,
     turns: Arc<Semaphore>,
+    /// Turns of the archives that follow their pods through their grace.
+    following: Arc<Semaphore>,
     /// Woken when an archive ends, so the pass that ends its job comes at once.
     wake: Arc<Notify>,
 }
@@ -49,6 +56,7 @@ impl Archives {
         Archives {
             slots: Arc::new(Mutex::new(HashMap::new())),
             turns: Arc::new(Semaphore::new(MAX_WRITING)),
+            following: Arc::new(Semaphore::new(MAX_FOLLOWING)),
             wake,
         }
     }
@@ -88,8 +96,10 @@ impl Archives {
             .count()
     }
 
-    /// Starts writing `job_id`'s archive with `write` (unless one is already running or done).
-    pub fn start<F>(&self, job_id: &str, write: F)
+    /// Starts writing `job_id`'s archive with `write` (unless one is already running or done);
+    /// `following`: it follows a stopped attempt's pods through their grace first
+    /// ([`MAX_FOLLOWING`] turns rather than [`MAX_WRITING`]).
+    pub fn start<F>(&self, job_id: &str, following: bool, write: F)
     where
         F: Future<Output = Result<String>> + Send + 'static,
     {
@@ -99,7 +109,11 @@ impl Archives {
         }
         let (all, turns, wake, id) = (
             self.slots.clone(),
-            self.turns.clone(),
+            if following {
+                self.following.clone()
+            } else {
+                self.turns.clone()
+            },
             self.wake.clone(),
             job_id.to_owned(),
         );
@@ -135,14 +149,14 @@ mod tests {
         let wake = Arc::new(Notify::new());
         let archives = Archives::new(wake.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        archives.start("j", async move {
+        archives.start("j", false, async move {
             let _ = rx.await;
             Ok("logs/j/logs.tar.gz".to_owned())
         });
         assert!(matches!(archives.take("j"), Progress::Running));
         assert!(archives.is_running("j") && archives.running() == 1);
         // A second start while it runs changes nothing.
-        archives.start("j", async { Ok("other".to_owned()) });
+        archives.start("j", false, async { Ok("other".to_owned()) });
         let _ = tx.send(());
         tokio::time::timeout(Duration::from_secs(5), wake.notified())
             .await
@@ -158,7 +172,7 @@ mod tests {
     async fn stopping_aborts_what_still_runs() {
         let archives = Archives::new(Arc::new(Notify::new()));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        archives.start("j", async move {
+        archives.start("j", false, async move {
             let _ = rx.await;
             Ok(String::new())
         });

@@ -381,13 +381,33 @@ async fn stream_tail(
     capacity: u64,
 ) -> Result<std::io::Result<Kept>, kube::Error> {
     let stream = api.log_stream(&pod, &params).await?;
-    let mut stream = std::pin::pin!(stream);
-    let mut tail = match tempfile::tempfile_in(&dir) {
+    read_tail(Box::pin(stream), &dir, capacity, None).await
+}
+
+/// A log stream being read.
+type LogStream<'a> = std::pin::Pin<Box<dyn futures_util::io::AsyncBufRead + Send + 'a>>;
+
+/// Reads `stream` into a fresh [`Tail`] of `capacity` bytes in `dir` until it ends, or until
+/// `until` (what was read by then is kept: a followed log of a container still running).
+async fn read_tail(
+    mut stream: LogStream<'_>,
+    dir: &Path,
+    capacity: u64,
+    until: Option<tokio::time::Instant>,
+) -> Result<std::io::Result<Kept>, kube::Error> {
+    let mut tail = match tempfile::tempfile_in(dir) {
         Ok(file) => Tail::new(file, capacity),
         Err(e) => return Ok(Err(e)),
     };
     loop {
-        let chunk = stream.fill_buf().await.map_err(kube::Error::ReadEvents)?;
+        let next = match until {
+            Some(at) => match tokio::time::timeout_at(at, stream.fill_buf()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+            None => stream.fill_buf().await,
+        };
+        let chunk = next.map_err(kube::Error::ReadEvents)?;
         if chunk.is_empty() {
             break;
         }
@@ -400,6 +420,27 @@ async fn stream_tail(
     Ok(tail.finish().await)
 }
 
+/// How the archive of an attempt that is stopped (at the user's request, or preempted) ends its
+/// pods, so that what the entrypoint prints during its grace is archived too: every running
+/// container's log is followed first, then `delete` runs (the workload's deletion: its pods get
+/// SIGTERM and their grace), and the logs are read until their containers end, `within` at most.
+pub struct Ending {
+    /// Deletes the workload (its pods keep their grace).
+    pub delete: futures_util::future::BoxFuture<'static, Result<()>>,
+    /// Longest the followed logs are read after the deletion (the pods' grace and a margin).
+    pub within: Duration,
+}
+
+/// Whether `pod`'s container `name` is running (its log can be followed to its end).
+fn running(pod: &Pod, name: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == name))
+        .and_then(|c| c.state.as_ref())
+        .is_some_and(|s| s.running.is_some())
+}
+
 /// Reads the logs of the job's pods in `namespace` and stores the archive at
 /// [`attempt_logs_key`] of the workload; returns its key. The
 /// archive keeps at most `max_bytes` of logs ([`Budget`]).
@@ -408,6 +449,10 @@ async fn stream_tail(
 /// [`Kube::call`]'s retries fails the archive, so a later pass tries again; otherwise the error is
 /// written in the index. Errors that are the answer (a container that never started, a pod already
 /// gone) are written in the index either way.
+///
+/// `ending`: the attempt is being stopped and its pods still run; they are ended by the archive
+/// itself once their logs are followed ([`Ending`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn archive(
     kube: &Kube,
     blobs: &dyn BlobStore,
@@ -416,6 +461,7 @@ pub async fn archive(
     workload: &str,
     strict: bool,
     max_bytes: u64,
+    ending: Option<Ending>,
 ) -> Result<String> {
     let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
     let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
@@ -462,6 +508,32 @@ pub async fn archive(
     // Init containers first: what their (usually short) logs leave goes to the others.
     let mut order: Vec<usize> = (0..containers.len()).collect();
     order.sort_by_key(|&i| !containers[i].init);
+    // A stopped attempt: the logs of its running containers are followed from here, and only
+    // then are its pods told to end, so what they print in their grace is read too.
+    let mut followed: BTreeMap<usize, Result<LogStream<'_>>> = BTreeMap::new();
+    let mut until = None;
+    if let Some(ending) = ending {
+        for (i, c) in containers.iter().enumerate() {
+            if c.init || !pods.get(&c.pod).is_some_and(|p| running(p, &c.name)) {
+                continue;
+            }
+            let params = LogParams {
+                container: Some(c.name.clone()),
+                follow: true,
+                ..LogParams::default()
+            };
+            let object = format!("pod {namespace}/{} container {}", c.pod, c.name);
+            let opened = reader
+                .call("follow logs", &object, || async {
+                    let stream = api.log_stream(&c.pod, &params).await?;
+                    Ok(Box::pin(stream) as LogStream<'_>)
+                })
+                .await;
+            followed.insert(i, opened);
+        }
+        ending.delete.await?;
+        until = Some(tokio::time::Instant::now() + ending.within);
+    }
     // The live segment list, read at the first log that cannot be read.
     let mut manifest: Option<tuneplane_core::live::Manifest> = None;
     for i in order {
@@ -472,17 +544,28 @@ pub async fn archive(
             ..LogParams::default()
         };
         let object = format!("pod {namespace}/{pod} container {name}");
-        let read = reader
-            .call("logs", &object, || {
-                stream_tail(
-                    api.clone(),
-                    pod.clone(),
-                    params.clone(),
-                    scratch.path().to_path_buf(),
-                    capacity,
-                )
-            })
-            .await;
+        let read = match followed.remove(&i) {
+            // Read while its container goes through its grace, up to `until`.
+            Some(opened) => match opened {
+                Ok(stream) => read_tail(stream, scratch.path(), capacity, until)
+                    .await
+                    .map_err(|e| Error::kube("follow logs", object.clone(), e)),
+                Err(e) => Err(e),
+            },
+            None => {
+                reader
+                    .call("logs", &object, || {
+                        stream_tail(
+                            api.clone(),
+                            pod.clone(),
+                            params.clone(),
+                            scratch.path().to_path_buf(),
+                            capacity,
+                        )
+                    })
+                    .await
+            }
+        };
         let outcome = match read {
             Ok(Ok(kept)) => {
                 budget.spend(kept.written().min(capacity));

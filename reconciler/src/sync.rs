@@ -12,6 +12,7 @@
 //! cannot leave one without the other. It is dated by the record's own timestamp for the state.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use kube::ResourceExt;
 use tuneplane_core::constants::JOB_ID_LABEL;
@@ -409,6 +410,10 @@ fn preempting_pending(
 /// reconciler goes on from there instead of starting over; `job` is `None` for a workload whose
 /// record is terminal or gone (an orphan), counted by this process only. A count that cannot be
 /// written (another writer moved the record) is kept in memory meanwhile.
+///
+/// `ends`: the attempt is stopped while its pods run; the archive deletes the workload (of that
+/// kind) itself once their logs are followed, and reads them through their grace, at most the
+/// given time ([`logs::Ending`]).
 async fn archive_logs(
     ctx: &Ctx,
     job: Option<&JobRecord>,
@@ -416,6 +421,7 @@ async fn archive_logs(
     namespace: &str,
     workload: &str,
     lenient: bool,
+    ends: Option<(WorkloadKind, Duration)>,
 ) -> Result<Option<String>> {
     let remembered = ctx
         .archive_failures
@@ -435,8 +441,28 @@ async fn archive_logs(
             let (kube, blobs) = (ctx.kube.clone(), ctx.blobs.clone());
             let (id, ns, name) = (job_id.to_owned(), namespace.to_owned(), workload.to_owned());
             let max_bytes = ctx.config.log_archive_max_bytes;
-            ctx.archives.start(job_id, async move {
-                logs::archive(&kube, blobs.as_ref(), &id, &ns, &name, strict, max_bytes).await
+            let ending = ends.map(|(kind, within)| {
+                let (kube, ns, name) = (kube.clone(), ns.clone(), name.clone());
+                logs::Ending {
+                    delete: Box::pin(async move {
+                        workload::delete_object(&kube, kind, &ns, &name).await
+                    }),
+                    within,
+                }
+            });
+            let following = ending.is_some();
+            ctx.archives.start(job_id, following, async move {
+                logs::archive(
+                    &kube,
+                    blobs.as_ref(),
+                    &id,
+                    &ns,
+                    &name,
+                    strict,
+                    max_bytes,
+                    ending,
+                )
+                .await
             });
             return Ok(None);
         }
@@ -541,7 +567,22 @@ pub async fn finish(
     let lost = failure
         .as_ref()
         .is_some_and(|f| f.cause == FailureCause::Infrastructure);
-    let Some(key) = archive_logs(ctx, Some(job), &job.id, ns, &name, lost).await? else {
+    // Stopped while it runs (decided before what the workload shows, so the decision holds while
+    // its pods go): its pods end within the archive, which reads what they print in their grace (at most the grace and a margin for the operator's deletion of Ray pods).
+    let stopped = failure.as_ref().is_some_and(|f| {
+        matches!(
+            f.reason,
+            FailureReason::StopRequested | FailureReason::Preempted
+        )
+    });
+    let ends = stopped.then(|| {
+        let grace = tuneplane_core::render::termination_grace_seconds(job);
+        (
+            job.spec.kind(),
+            Duration::from_secs(grace.saturating_add(ENDING_MARGIN_SECONDS)),
+        )
+    });
+    let Some(key) = archive_logs(ctx, Some(job), &job.id, ns, &name, lost, ends).await? else {
         // Being archived: a later pass ends the job.
         return Ok(());
     };
@@ -593,6 +634,10 @@ pub async fn finish(
         .remove(&job.id);
     Ok(())
 }
+
+/// What a stopped attempt's archive waits past its pods' termination grace for their logs to
+/// end: the operator deleting a RayJob's pods, the kubelet confirming.
+pub const ENDING_MARGIN_SECONDS: u64 = 30;
 
 /// The platform event of an attempt that ended in a failure the job is run again after: a
 /// warning naming the attempt, the cause, the evidence and what happens next.
@@ -695,7 +740,7 @@ pub async fn sweep_orphans(
         let archived = !ours && ctx.blobs.head(&key).await?.is_some();
         if !finished
             && !archived
-            && archive_logs(ctx, None, &id, &ns, &name, false)
+            && archive_logs(ctx, None, &id, &ns, &name, false, None)
                 .await?
                 .is_none()
         {

@@ -459,6 +459,50 @@ impl Leftovers {
     }
 }
 
+/// Deletes the workload object of `kind` alone (no error if it is gone); a RayJob's token Secret
+/// goes with it. Its pods get their grace (their termination is the cluster's garbage
+/// collection's); see [`delete`] for everything else an attempt leaves.
+pub async fn delete_object(
+    kube: &crate::kube_io::Kube,
+    kind: WorkloadKind,
+    namespace: &str,
+    name: &str,
+) -> Result<()> {
+    let params = DeleteParams::background();
+    let object = format!("{namespace}/{name}");
+    let outcome = match kind {
+        WorkloadKind::RayJob => {
+            let api: Api<RayJob> =
+                Api::namespaced_with(kube.client.clone(), namespace, &rayjob::resource());
+            let deleted = kube
+                .call("delete rayjob", &object, || api.delete(name, &params))
+                .await
+                .map(|_| ());
+            match deleted {
+                Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
+                other => other,
+            }?;
+            let secret = auth_secret_name(name);
+            let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), namespace);
+            kube.call("delete secret", &format!("{namespace}/{secret}"), || {
+                secrets.delete(&secret, &params)
+            })
+            .await
+            .map(|_| ())
+        }
+        WorkloadKind::Pod => {
+            let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
+            kube.call("delete pod", &object, || api.delete(name, &params))
+                .await
+                .map(|_| ())
+        }
+    };
+    match outcome {
+        Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
+        other => other,
+    }
+}
+
 /// Deletes a workload of `kind` (no error if it is gone); a RayJob's token Secret goes with it,
 /// and so do its `leftovers`.
 pub async fn delete(
@@ -470,40 +514,7 @@ pub async fn delete(
 ) -> Result<()> {
     let params = DeleteParams::background();
     let object = format!("{namespace}/{name}");
-    let outcome = match kind {
-        WorkloadKind::RayJob => {
-            let api: Api<RayJob> =
-                Api::namespaced_with(ctx.kube.client.clone(), namespace, &rayjob::resource());
-            let deleted = ctx
-                .kube
-                .call("delete rayjob", &object, || api.delete(name, &params))
-                .await
-                .map(|_| ());
-            match deleted {
-                Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
-                other => other,
-            }?;
-            let secret = auth_secret_name(name);
-            let secrets: Api<Secret> = Api::namespaced(ctx.kube.client.clone(), namespace);
-            ctx.kube
-                .call("delete secret", &format!("{namespace}/{secret}"), || {
-                    secrets.delete(&secret, &params)
-                })
-                .await
-                .map(|_| ())
-        }
-        WorkloadKind::Pod => {
-            let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), namespace);
-            ctx.kube
-                .call("delete pod", &object, || api.delete(name, &params))
-                .await
-                .map(|_| ())
-        }
-    };
-    match outcome {
-        Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
-        other => other,
-    }?;
+    delete_object(&ctx.kube, kind, namespace, name).await?;
     if leftovers.grant_secret {
         // The grant's Secret goes with the workload (the grant itself dies with the attempt's
         // record: the API checks the record, not the Secret).
