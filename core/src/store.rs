@@ -22,7 +22,7 @@ pub use records::{
 };
 pub use records::{
     ApiKeyChange, ApiKeyRecord, IdempotencyRecord, PlaygroundRecord, PlaygroundState,
-    PlaygroundStatus, ScheduleRecord,
+    PlaygroundStatus, ScheduleRecord, ScheduleStep,
 };
 
 /// Boxed source of a backend failure (an SDK or database error), kept as the error's `source()`.

@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tuneplane_core::audit::{Actor, AuditSource};
+use tuneplane_core::store::ScheduleRecord;
+use tuneplane_core::submit::pipeline::{PipelineRequest, StepRequest};
 use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitError, SubmitRequest};
 
 use tuneplane_core::store::{BLOB_KEY_PUNCTUATION, sanitize_blob_key, validate_blob_key};
@@ -44,6 +46,15 @@ pub enum Outcome {
         /// False for a redelivery.
         created: bool,
     },
+    /// A pipeline schedule's steps were created (or found, for a redelivery).
+    SubmittedPipeline {
+        /// The pipeline's name.
+        pipeline: String,
+        /// Each step's job, in the schedule's order.
+        steps: Vec<StepJob>,
+        /// False for a redelivery.
+        created: bool,
+    },
     /// Nothing to do (not an inbox object, our own error note, a disabled schedule).
     Skipped {
         /// Why nothing was done, for the function's log and return value.
@@ -57,6 +68,15 @@ pub enum Outcome {
         #[serde(skip_serializing_if = "Option::is_none")]
         note_key: Option<String>,
     },
+}
+
+/// One step of a submitted pipeline and its job.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StepJob {
+    /// The step's name.
+    pub step: String,
+    /// Its job's id.
+    pub job_id: String,
 }
 
 impl Outcome {
@@ -100,21 +120,74 @@ pub async fn handle_scheduled(state: &AppState, event: &Value) -> Result<Outcome
     if !schedule.enabled {
         return Ok(Outcome::skipped(format!("schedule {id} is paused")));
     }
+    let key = format!("schedule:{id}:{time}");
+    let actor = Actor {
+        key_id: format!("schedule:{id}"),
+        source: AuditSource::Schedule,
+        request_id: key.clone(),
+    };
+    if !schedule.steps.is_empty() {
+        return finish_pipeline(state, schedule, key, actor).await;
+    }
     let request = SubmitRequest {
         tenant: schedule.tenant.clone(),
         spec: SpecInput::Authoritative(Box::new(schedule.spec.clone())),
         code: Code::Capsule {
             sha256: schedule.capsule_sha256.clone(),
         },
-        idempotency_key: Some(format!("schedule:{id}:{time}")),
+        idempotency_key: Some(key),
         origin: Origin::Schedule(id.clone()),
-        actor: Actor {
-            key_id: format!("schedule:{id}"),
-            source: AuditSource::Schedule,
-            request_id: format!("schedule:{id}:{time}"),
-        },
+        actor,
     };
     finish(state.submit.submit(request, (state.clock)()).await)
+}
+
+/// A pipeline schedule's firing: its steps submitted as one pipeline with idempotency key `key`
+/// (each step's capsule and spec, its `depends_on` pointed at this run's jobs of its `after`).
+async fn finish_pipeline(
+    state: &AppState,
+    schedule: ScheduleRecord,
+    key: String,
+    actor: Actor,
+) -> Result<Outcome, SubmitError> {
+    let request = PipelineRequest {
+        tenant: schedule.tenant,
+        name: schedule.spec.name,
+        steps: schedule
+            .steps
+            .into_iter()
+            .map(|s| StepRequest {
+                name: s.name,
+                spec: SpecInput::Authoritative(Box::new(s.spec)),
+                code: Code::Capsule {
+                    sha256: s.capsule_sha256,
+                },
+                after: s.after,
+            })
+            .collect(),
+        origin: Origin::Schedule(schedule.id),
+        actor,
+        idempotency_key: Some(key),
+    };
+    match state.submit.submit_pipeline(request, (state.clock)()).await {
+        Ok(done) => {
+            let steps: Vec<StepJob> = done
+                .steps
+                .into_iter()
+                .map(|(step, job)| StepJob {
+                    step,
+                    job_id: job.id,
+                })
+                .collect();
+            tracing::info!(pipeline = %done.name, steps = ?steps, created = done.created, "triggered pipeline");
+            Ok(Outcome::SubmittedPipeline {
+                pipeline: done.name,
+                steps,
+                created: done.created,
+            })
+        }
+        Err(e) => finish(Err(e)),
+    }
 }
 
 /// Handles the inbox function's events: S3 notifications (`Records`), EventBridge "Object

@@ -11,7 +11,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use tuneplane_core::ids::{Id, TenantId};
-use tuneplane_core::store::{JobStore, ScheduleRecord};
+use tuneplane_core::job::JobRecord;
+use tuneplane_core::store::{JobStore, ScheduleRecord, ScheduleStep};
+use tuneplane_core::submit::pipeline::MAX_STEPS;
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
 use tuneplane_functions::runtime::now_ms;
 
@@ -25,8 +27,9 @@ pub enum Command {
     /// List, revoke and rotate API keys.
     #[command(subcommand)]
     Keys(super::keys::Command),
-    /// Record a schedule that reruns an existing job's spec and capsule (the EventBridge
-    /// Scheduler entry that fires it is created separately; see the printed command).
+    /// Record a schedule that reruns an existing job's spec and capsule, or a pipeline of jobs
+    /// (the EventBridge Scheduler entry that fires it is created separately; see the printed
+    /// command).
     CreateSchedule(CreateScheduleArgs),
     /// Set, list and remove tenants' quotas (GPUs per series, CPU-only limits, borrowing) and
     /// fair-share weights.
@@ -47,8 +50,17 @@ pub struct CreateScheduleArgs {
     #[arg(long)]
     pub id: String,
     /// Job whose authoritative spec and capsule each run reuses.
-    #[arg(long)]
-    pub from_job: String,
+    #[arg(
+        long,
+        required_unless_present = "from_pipeline",
+        conflicts_with = "from_pipeline"
+    )]
+    pub from_job: Option<String>,
+    /// Job that each run reruns as a pipeline: it and every job it waits for (depends_on,
+    /// transitively) become the steps, each named after its job's spec and waiting for the
+    /// steps of its dependencies, each reusing its job's spec and capsule.
+    #[arg(long, value_name = "JOB")]
+    pub from_pipeline: Option<String>,
     /// EventBridge Scheduler expression, e.g. `cron(0 2 * * ? *)` or `rate(1 day)`.
     #[arg(long)]
     pub expression: String,
@@ -86,13 +98,8 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Stores a schedule that reruns job `from_job`; returns the stored record.
-pub async fn schedule_from_job(
-    store: &dyn JobStore,
-    id: &str,
-    from_job: &str,
-    expression: &str,
-) -> anyhow::Result<ScheduleRecord> {
+/// Refuses a schedule id or expression EventBridge Scheduler would not take.
+fn check_schedule(id: &str, expression: &str) -> anyhow::Result<()> {
     if let Err(e) = Id::parse(id) {
         bail!("schedule id {e}");
     }
@@ -104,11 +111,33 @@ pub async fn schedule_from_job(
             "expression {expression:?}: use cron(...), rate(...) or at(...) as EventBridge Scheduler does"
         );
     }
+    Ok(())
+}
+
+/// Stores `record` (replacing the schedule of its id, if any); returns what was stored.
+async fn put_schedule(
+    store: &dyn JobStore,
+    mut record: ScheduleRecord,
+) -> anyhow::Result<ScheduleRecord> {
+    record.version = store
+        .get_schedule(&record.id)
+        .await?
+        .map_or(0, |s| s.version);
+    Ok(store.put_schedule(&record).await?)
+}
+
+/// Stores a schedule that reruns job `from_job`; returns the stored record.
+pub async fn schedule_from_job(
+    store: &dyn JobStore,
+    id: &str,
+    from_job: &str,
+    expression: &str,
+) -> anyhow::Result<ScheduleRecord> {
+    check_schedule(id, expression)?;
     let job = store
         .get_job(from_job)
         .await?
         .with_context(|| format!("job {from_job} not found"))?;
-    let version = store.get_schedule(id).await?.map_or(0, |s| s.version);
     let record = ScheduleRecord {
         id: id.to_owned(),
         tenant: job.tenant,
@@ -117,18 +146,125 @@ pub async fn schedule_from_job(
         capsule_sha256: job.capsule_sha256,
         enabled: true,
         created_at_ms: now_ms(),
-        version,
+        version: 0,
+        steps: Vec::new(),
     };
-    Ok(store.put_schedule(&record).await?)
+    put_schedule(store, record).await
+}
+
+/// Stores a schedule that reruns job `last` and every job it waits for (transitively) as one
+/// pipeline: a step per job, named after its spec, waiting for the steps of its `depends_on`.
+/// Two jobs of one name, `n_to_n` dependencies and more steps than a pipeline holds are refused,
+/// naming the jobs.
+pub async fn schedule_from_pipeline(
+    store: &dyn JobStore,
+    id: &str,
+    last: &str,
+    expression: &str,
+) -> anyhow::Result<ScheduleRecord> {
+    check_schedule(id, expression)?;
+    // Breadth-first from the job named, each job read once.
+    let mut jobs: Vec<JobRecord> = Vec::new();
+    let mut queue = std::collections::VecDeque::from([(last.to_owned(), None::<String>)]);
+    while let Some((job_id, wanted_by)) = queue.pop_front() {
+        if jobs.iter().any(|j| j.id == job_id) {
+            continue;
+        }
+        let job = store
+            .get_job(&job_id)
+            .await?
+            .with_context(|| match &wanted_by {
+                Some(by) => format!("job {job_id} (a dependency of job {by}) not found"),
+                None => format!("job {job_id} not found"),
+            })?;
+        for (i, d) in job.spec.depends_on.iter().enumerate() {
+            if d.n_to_n {
+                bail!(
+                    "job {} ({}) waits for job {} child by child (depends_on[{i}].n_to_n): a pipeline schedule's steps wait for whole jobs; schedule the job with --from-job instead",
+                    job.id,
+                    job.spec.name,
+                    d.job
+                );
+            }
+            queue.push_back((d.job.clone(), Some(job.id.clone())));
+        }
+        if let Some(other) = jobs.iter().find(|j| j.spec.name == job.spec.name) {
+            bail!(
+                "jobs {} and {} are both named {:?}: a pipeline's steps are named after their jobs, so each job must have its own name",
+                other.id,
+                job.id,
+                job.spec.name
+            );
+        }
+        if let Some(tenant) = jobs.first().map(|j| &j.tenant)
+            && *tenant != job.tenant
+        {
+            bail!(
+                "job {} belongs to tenant {}, not {tenant}",
+                job.id,
+                job.tenant
+            );
+        }
+        jobs.push(job);
+    }
+    if jobs.len() > MAX_STEPS {
+        bail!(
+            "job {last} waits for {} jobs in all: a pipeline has at most {MAX_STEPS} steps",
+            jobs.len() - 1
+        );
+    }
+    let name_of = |job_id: &str| {
+        jobs.iter()
+            .find(|j| j.id == job_id)
+            .map(|j| j.spec.name.clone())
+            .unwrap_or_default()
+    };
+    // The reverse of the walk, so the job named comes last (a pipeline takes steps in any order).
+    let steps = jobs
+        .iter()
+        .rev()
+        .map(|j| ScheduleStep {
+            name: j.spec.name.clone(),
+            spec: j.spec.clone(),
+            capsule_sha256: j.capsule_sha256.clone(),
+            after: j.spec.depends_on.iter().map(|d| name_of(&d.job)).collect(),
+        })
+        .collect();
+    let Some(final_job) = jobs.first() else {
+        bail!("job {last} not found");
+    };
+    let record = ScheduleRecord {
+        id: id.to_owned(),
+        tenant: final_job.tenant.clone(),
+        expression: expression.to_owned(),
+        spec: final_job.spec.clone(),
+        capsule_sha256: final_job.capsule_sha256.clone(),
+        enabled: true,
+        created_at_ms: now_ms(),
+        version: 0,
+        steps,
+    };
+    put_schedule(store, record).await
 }
 
 fn create_schedule(args: &CreateScheduleArgs) -> anyhow::Result<ExitCode> {
     with_store(&args.store, async |store, location| {
-        let record = schedule_from_job(store, &args.id, &args.from_job, &args.expression)
-            .await
-            .with_context(|| format!("creating the schedule in the {location}"))?;
+        let made = match (&args.from_pipeline, &args.from_job) {
+            (Some(job), _) => schedule_from_pipeline(store, &args.id, job, &args.expression).await,
+            (None, Some(job)) => schedule_from_job(store, &args.id, job, &args.expression).await,
+            (None, None) => Err(anyhow::anyhow!(
+                "name the job to rerun: --from-job JOB or --from-pipeline JOB"
+            )),
+        };
+        let record = made.with_context(|| format!("creating the schedule in the {location}"))?;
+        let what = if record.steps.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<&str> = record.steps.iter().map(|s| s.name.as_str()).collect();
+            format!(" (pipeline {}: {})", record.spec.name, names.join(", "))
+        };
         eprintln!(
-            "schedule {} of tenant {} stored in the {location}; create its trigger with:",
+            "schedule {}{what} of tenant {} stored in the {location}; create its trigger with:",
             record.id, record.tenant
         );
         // EventBridge Scheduler fills in <aws.scheduler.scheduled-time> at each firing.
@@ -248,5 +384,94 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn a_pipeline_schedule_has_a_step_per_job_waited_for_and_refuses_two_of_one_name() {
+        use tuneplane_core::spec::{Dependency, DependencyWhen};
+        let dir = tempfile::tempdir().unwrap();
+        let store = tuneplane_stores::EmbeddedJobStore::open(dir.path()).unwrap();
+        let spec = |name: &str, deps: &[&str]| {
+            let mut spec = tuneplane_core::spec::validate(
+                "name: t\nimage: i\nentrypoint: 'true'\npools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}]\n",
+                None,
+                &Default::default(),
+            )
+            .unwrap()
+            .spec;
+            spec.name = name.into();
+            spec.depends_on = deps
+                .iter()
+                .map(|d| Dependency {
+                    job: (*d).into(),
+                    when: DependencyWhen::Ended,
+                    n_to_n: false,
+                })
+                .collect();
+            spec
+        };
+        for (id, name, deps) in [
+            ("j-p", "prepare", &[][..]),
+            ("j-t", "train", &["j-p"][..]),
+            ("j-e", "evaluate", &["j-t", "j-p"][..]),
+            ("j-x", "train", &["j-p"][..]),
+            ("j-y", "report", &["j-e", "j-x"][..]),
+        ] {
+            let job = JobRecord::new_queued(
+                id,
+                "acme".parse().unwrap(),
+                spec(name, deps),
+                "ab".repeat(32),
+                1,
+            );
+            assert!(store.create_job(&job, None).await.is_ok());
+        }
+        let made = schedule_from_pipeline(&store, "nightly", "j-e", "rate(1 day)")
+            .await
+            .unwrap();
+        let steps: Vec<(&str, Vec<&str>)> = made
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    s.name.as_str(),
+                    s.after.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                ("prepare", vec![]),
+                ("train", vec!["prepare"]),
+                ("evaluate", vec!["train", "prepare"]),
+            ]
+        );
+        assert_eq!(made.spec.name, "evaluate");
+        // `when` is kept: the firing points each entry at its step's new job.
+        assert_eq!(made.steps[2].spec.depends_on[0].when, DependencyWhen::Ended);
+        let twice = schedule_from_pipeline(&store, "x", "j-y", "rate(1 day)")
+            .await
+            .unwrap_err();
+        let text = format!("{twice:#}");
+        assert!(
+            text.contains("j-t") && text.contains("j-x") && text.contains("\"train\""),
+            "{text}"
+        );
+        let mut pairs = spec("pairs", &["j-p"]);
+        pairs.depends_on[0].n_to_n = true;
+        let job = JobRecord::new_queued("j-n", "acme".parse().unwrap(), pairs, "ab".repeat(32), 1);
+        assert!(store.create_job(&job, None).await.is_ok());
+        let n_to_n = schedule_from_pipeline(&store, "x", "j-n", "rate(1 day)")
+            .await
+            .unwrap_err();
+        let text = format!("{n_to_n:#}");
+        assert!(
+            text.contains("j-n") && text.contains("depends_on[0].n_to_n"),
+            "{text}"
+        );
+        let missing = schedule_from_pipeline(&store, "x", "j-gone", "rate(1 day)").await;
+        assert!(missing.is_err());
+        assert!(store.get_schedule("x").await.unwrap().is_none());
     }
 }

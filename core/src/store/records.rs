@@ -117,6 +117,26 @@ pub struct ScheduleRecord {
     pub created_at_ms: i64,
     /// Optimistic-concurrency version (0 before creation).
     pub version: u64,
+    /// A pipeline schedule's steps (`admin create-schedule --from-pipeline`): each run submits
+    /// them as one pipeline named after `spec` (the last step's). Empty for a one-job schedule,
+    /// and absent from its stored form, so records of older versions read as such.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<ScheduleStep>,
+}
+
+/// One step of a pipeline schedule: a job's spec and capsule, reused at every run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleStep {
+    /// The step's name (its job's spec name), unique in the schedule.
+    pub name: String,
+    /// The authoritative spec; its `depends_on` names the first run's jobs, and each run points
+    /// entry i at the job of `after[i]`.
+    pub spec: JobSpec,
+    /// Capsule the step runs.
+    pub capsule_sha256: String,
+    /// The steps it waits for, one per entry of the spec's `depends_on`, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
 }
 
 /// An interactive vLLM playground pod.
@@ -334,6 +354,34 @@ mod tests {
             decode_cursor("zz"),
             Err(StoreError::InvalidCursor { .. })
         ));
+    }
+
+    #[test]
+    fn schedules_of_older_versions_read_as_one_job_schedules_and_keep_that_shape() {
+        let spec = crate::spec::validate(
+            "name: t\nimage: i\nentrypoint: 'true'\npools: [{name: main, series: h200, nodes: 1, gpus_per_node: 1}]\n",
+            None,
+            &Default::default(),
+        )
+        .unwrap()
+        .spec;
+        let mut old = serde_json::json!({
+            "id": "nightly", "tenant": "acme", "expression": "rate(1 day)", "spec": spec,
+            "capsule_sha256": "ab", "enabled": true, "created_at_ms": 1, "version": 2,
+        });
+        let read: ScheduleRecord = serde_json::from_value(old.clone()).unwrap();
+        assert!(read.steps.is_empty());
+        // A one-job schedule is written as before; a pipeline schedule's steps round-trip.
+        assert_eq!(serde_json::to_value(&read).unwrap(), old);
+        let step = ScheduleStep {
+            name: "train".into(),
+            spec: read.spec.clone(),
+            capsule_sha256: "cd".into(),
+            after: vec!["prepare".into()],
+        };
+        old["steps"] = serde_json::json!([step]);
+        let pipeline: ScheduleRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(pipeline.steps, [step]);
     }
 
     #[test]

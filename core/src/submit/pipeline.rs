@@ -3,16 +3,24 @@
 //! their outputs as its inputs. The graph is checked first (names, unknown steps, cycles, each
 //! refused naming them), then every step is checked and its capsule stored like a submission of
 //! its own, and all steps are written in one write, or none.
+//!
+//! With an idempotency key (a webhook's signature, a schedule's id and firing time) each step's
+//! job id is derived from the tenant, the key and the step's name, so a redelivery finds the jobs
+//! of the first delivery instead of writing new ones ([`step_job_id`]).
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
-use super::{Code, Origin, Result, SpecInput, SubmitError, SubmitRequest, SubmitService};
+use super::{
+    Code, Origin, Result, SpecInput, SubmitError, SubmitRequest, SubmitService,
+    check_idempotency_key,
+};
 use crate::audit::Actor;
 use crate::job::JobRecord;
-use crate::spec::{FieldError, SpecErrors};
-use crate::store::{MAX_CREATE_ALL, NewJob};
+use crate::spec::{Dependency, DependencyWhen, FieldError, JobSpec, SpecErrors};
+use crate::store::{MAX_CREATE_ALL, NewJob, StoreError};
 
 /// The most steps of one pipeline (one store write).
 pub const MAX_STEPS: usize = MAX_CREATE_ALL;
@@ -22,8 +30,10 @@ pub const MAX_STEPS: usize = MAX_CREATE_ALL;
 pub struct StepRequest {
     /// DNS-label name, unique in the pipeline (its dependants' inputs folder).
     pub name: String,
-    /// Its JobSpec text (YAML or JSON); its `depends_on` comes from `after`.
-    pub spec: String,
+    /// Its JobSpec: text (YAML or JSON), whose `depends_on` comes from `after` alone, or an
+    /// authoritative spec with [`Code::Capsule`] (a schedule's step), whose `depends_on` entries
+    /// are pointed at the jobs of `after`, in order.
+    pub spec: SpecInput,
     /// Its code.
     pub code: Code,
     /// The steps it waits for (to succeed).
@@ -43,6 +53,9 @@ pub struct PipelineRequest {
     pub origin: Origin,
     /// Who submits.
     pub actor: Actor,
+    /// Idempotency key (a webhook's signature, a schedule's id and firing time): a request with
+    /// a key used before returns the jobs of the first one and writes nothing.
+    pub idempotency_key: Option<String>,
 }
 
 /// What a pipeline submission created: each step's job, in the request's order.
@@ -54,6 +67,23 @@ pub struct SubmittedPipeline {
     pub steps: Vec<(String, JobRecord)>,
     /// Notes of the steps' checks, each naming its step.
     pub notes: Vec<String>,
+    /// True when this request created the jobs (201), false for a repeat of its idempotency key
+    /// (200, the first request's jobs).
+    pub created: bool,
+}
+
+/// The job id of step `step` of a pipeline of `tenant` sent with idempotency key `key`: `j-` and
+/// the first 20 hex digits of a SHA-256 over the three (a valid id, like a random one).
+pub fn step_job_id(tenant: &str, key: &str, step: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"tuneplane-pipeline-step-v1\n")
+        .chain_update(tenant.as_bytes())
+        .chain_update([0])
+        .chain_update(key.as_bytes())
+        .chain_update([0])
+        .chain_update(step.as_bytes())
+        .finalize();
+    format!("j-{}", &hex::encode(digest)[..20])
 }
 
 fn problem(path: impl Into<String>, message: impl Into<String>) -> FieldError {
@@ -193,6 +223,40 @@ fn with_dependencies(
     Ok(doc.to_string())
 }
 
+/// `spec` (authoritative, a schedule's step) with its dependencies pointed at `deps` (the jobs
+/// of its `after`, in order): entry i of its `depends_on` names `deps[i]` and keeps its `when`;
+/// a spec without `depends_on` waits for each of `deps` to succeed.
+fn with_dependency_ids(
+    i: usize,
+    mut spec: JobSpec,
+    deps: &[String],
+) -> std::result::Result<JobSpec, SpecErrors> {
+    if spec.depends_on.is_empty() {
+        spec.depends_on = deps
+            .iter()
+            .map(|id| Dependency {
+                job: id.clone(),
+                when: DependencyWhen::Succeeded,
+                n_to_n: false,
+            })
+            .collect();
+    } else if spec.depends_on.len() == deps.len() {
+        for (d, id) in spec.depends_on.iter_mut().zip(deps) {
+            d.job = id.clone();
+        }
+    } else {
+        return Err(SpecErrors(vec![problem(
+            format!("steps[{i}].after"),
+            format!(
+                "names {} steps but the step's spec waits for {} jobs (depends_on); name one step per dependency, in order",
+                deps.len(),
+                spec.depends_on.len()
+            ),
+        )]));
+    }
+    Ok(spec)
+}
+
 /// A step's error with the step named: spec problems get `steps[i].` before their paths.
 fn in_step(i: usize, step: &str, e: SubmitError) -> SubmitError {
     match e {
@@ -221,7 +285,9 @@ fn in_step(i: usize, step: &str, e: SubmitError) -> SubmitError {
 }
 
 impl SubmitService {
-    /// Submits every step of `req` as a job of its own, in one write (or nothing).
+    /// Submits every step of `req` as a job of its own, in one write (or nothing). With an
+    /// idempotency key, a repeat returns the first request's jobs (`created: false`) and writes
+    /// nothing; a key used before for other steps is [`SubmitError::IdempotencyConflict`].
     pub async fn submit_pipeline(
         &self,
         req: PipelineRequest,
@@ -233,7 +299,21 @@ impl SubmitService {
             .map(|s| (s.name.as_str(), s.after.as_slice()))
             .collect();
         let order = step_order(&req.name, &graph)?;
-        let ids: Vec<String> = req.steps.iter().map(|_| (self.new_id)()).collect();
+        if let Some(key) = &req.idempotency_key {
+            check_idempotency_key(key)?;
+        }
+        let ids: Vec<String> = req
+            .steps
+            .iter()
+            .map(|s| match &req.idempotency_key {
+                Some(key) => step_job_id(&req.tenant, key, &s.name),
+                None => (self.new_id)(),
+            })
+            .collect();
+        // A repeat is answered before any capsule is built again.
+        if let Some(done) = self.existing_pipeline(&req, &ids).await? {
+            return Ok(done);
+        }
         let by_name: BTreeMap<&str, &str> = req
             .steps
             .iter()
@@ -249,10 +329,21 @@ impl SubmitService {
                 .iter()
                 .map(|a| by_name[a.as_str()].to_owned())
                 .collect();
-            let text = with_dependencies(i, &step.spec, &deps)?;
+            let spec = match &step.spec {
+                SpecInput::Text(text) => SpecInput::Text(with_dependencies(i, text, &deps)?),
+                SpecInput::Authoritative(spec) => SpecInput::Authoritative(Box::new(
+                    with_dependency_ids(i, (**spec).clone(), &deps)?,
+                )),
+                SpecInput::InArchive => {
+                    return Err(SubmitError::InvalidSpec(SpecErrors(vec![problem(
+                        format!("steps[{i}].spec"),
+                        "missing: give each step its spec (YAML or JSON text)",
+                    )])));
+                }
+            };
             let one = SubmitRequest {
                 tenant: req.tenant.clone(),
-                spec: SpecInput::Text(text),
+                spec,
                 code: step.code.clone(),
                 idempotency_key: None,
                 origin: req.origin.clone(),
@@ -278,7 +369,17 @@ impl SubmitService {
                 audit: Some(&s.audit),
             })
             .collect();
-        let created = self.jobs.create_all(&news).await?;
+        let created = match self.jobs.create_all(&news).await {
+            Ok(created) => created,
+            // A concurrent delivery of the same key wrote them first.
+            Err(StoreError::AlreadyExists { .. }) if req.idempotency_key.is_some() => {
+                if let Some(done) = self.existing_pipeline(&req, &ids).await? {
+                    return Ok(done);
+                }
+                return Err(conflict(&req, &ids));
+            }
+            Err(e) => return Err(e.into()),
+        };
         let mut by_index: HashMap<usize, JobRecord> =
             staged.iter().map(|(i, _)| *i).zip(created).collect();
         let steps = req
@@ -291,7 +392,49 @@ impl SubmitService {
             name: req.name,
             steps,
             notes,
+            created: true,
         })
+    }
+
+    /// The jobs an earlier request with `req`'s idempotency key wrote (`ids`, derived from it):
+    /// `None` when it wrote none (or `req` has no key), an error when only some of them exist
+    /// or one belongs to another tenant (the key was used for other steps).
+    async fn existing_pipeline(
+        &self,
+        req: &PipelineRequest,
+        ids: &[String],
+    ) -> Result<Option<SubmittedPipeline>> {
+        if req.idempotency_key.is_none() {
+            return Ok(None);
+        }
+        let mut found = Vec::with_capacity(ids.len());
+        for (step, id) in req.steps.iter().zip(ids) {
+            match self.jobs.get_job(id).await? {
+                Some(job) if job.tenant == req.tenant => found.push((step.name.clone(), job)),
+                Some(_) => return Err(conflict(req, ids)),
+                None => {}
+            }
+        }
+        if found.is_empty() {
+            return Ok(None);
+        }
+        if found.len() < ids.len() {
+            return Err(conflict(req, ids));
+        }
+        Ok(Some(SubmittedPipeline {
+            name: req.name.clone(),
+            steps: found,
+            notes: Vec::new(),
+            created: false,
+        }))
+    }
+}
+
+/// The idempotency key of `req` was used before for a pipeline with other steps.
+fn conflict(req: &PipelineRequest, ids: &[String]) -> SubmitError {
+    SubmitError::IdempotencyConflict {
+        key: req.idempotency_key.clone().unwrap_or_default(),
+        job_id: ids.first().cloned().unwrap_or_default(),
     }
 }
 

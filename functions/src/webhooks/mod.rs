@@ -18,9 +18,10 @@
 //! The job's idempotency key is derived from the verified signature, i.e. from signed data only;
 //! delivery headers such as `X-GitHub-Delivery` are not signed and are not used.
 //!
-//! The payload becomes a submission: `{"spec", "code"}` like `POST /v1/jobs`, or `{"template",
-//! "overrides"}` naming a stored template, or anything else (a Git push event) when the source
-//! names a default template.
+//! The payload becomes a submission: `{"spec", "code"}` like `POST /v1/jobs`, `{"name", "steps"}`
+//! like `POST /v1/pipelines` (every step a job, with the same key: see
+//! [`tuneplane_core::submit::pipeline::step_job_id`]), or `{"template", "overrides"}` naming a
+//! stored template, or anything else (a Git push event) when the source names a default template.
 
 pub mod signature;
 pub use crate::webhook_sources as sources;
@@ -39,6 +40,7 @@ use tuneplane_core::submit::{Code, Origin, SpecInput, SubmitRequest};
 
 use crate::error::ApiError;
 use crate::routes::jobs::submitted_response;
+use crate::routes::pipelines;
 use crate::routes::submission::SubmissionBody;
 use crate::state::{AppState, JsonBody};
 
@@ -164,6 +166,14 @@ async fn submit_payload(
         source: AuditSource::Webhook,
         request_id: key.clone().unwrap_or_default(),
     };
+    if payload.get("steps").is_some() {
+        let request =
+            pipelines::parse_payload(payload)?.into_request(tenant, key, origin, actor)?;
+        let done = state.submit.submit_pipeline(request, now_ms).await?;
+        let ids: Vec<&str> = done.steps.iter().map(|(_, j)| j.id.as_str()).collect();
+        tracing::info!(pipeline = %done.name, jobs = ?ids, source, created = done.created, "webhook submitted a pipeline");
+        return Ok(pipelines::submitted_response(&done));
+    }
     let request = if payload.get("spec").is_some() {
         let body: SubmissionBody = serde_json::from_value(payload).map_err(|e| {
             ApiError::bad_request(
@@ -178,7 +188,7 @@ async fn submit_payload(
             None => config.template.clone().map(String::from).ok_or_else(|| {
                 ApiError::bad_request(
                     "invalid_body",
-                    "payload names no spec or template, and the source has no default template",
+                    "payload names no spec, steps or template, and the source has no default template",
                 )
             })?,
         };

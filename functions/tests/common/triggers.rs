@@ -98,6 +98,228 @@ pub async fn webhook_with_bad_signature_or_stale_timestamp_is_401(h: &Harness) {
     assert_eq!(h.job_count(TENANT_A).await, 0);
 }
 
+/// A pipeline body of three steps, prepare -> train -> evaluate, each the test spec under its
+/// step's name with the test code.
+fn three_steps() -> Value {
+    let step = |name: &str, after: &[&str]| {
+        let mut one = body(
+            &SPEC.replace("name: sft", &format!("name: {name}")),
+            &code(),
+        );
+        one["name"] = json!(name);
+        one["after"] = json!(after);
+        one
+    };
+    json!({
+        "name": "nightly",
+        "steps": [step("prepare", &[]), step("train", &["prepare"]), step("evaluate", &["train"])],
+    })
+}
+
+/// The step jobs of a pipeline answer, `(step, job id, the ids its depends_on names)`.
+fn step_jobs(reply: &Value) -> Vec<(String, String, Vec<String>)> {
+    reply["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let deps = s["job"]["spec"]["depends_on"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|d| d["job"].as_str().map(str::to_owned))
+                .collect();
+            let id = s["job"]["id"].as_str().unwrap_or_default().to_owned();
+            (s["step"].as_str().unwrap_or_default().to_owned(), id, deps)
+        })
+        .collect()
+}
+
+/// Asserts that `steps` are prepare, train after prepare, evaluate after train.
+fn assert_chained(steps: &[(String, String, Vec<String>)]) {
+    let names: Vec<&str> = steps.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["prepare", "train", "evaluate"], "{steps:?}");
+    assert!(steps[0].2.is_empty(), "{steps:?}");
+    assert_eq!(steps[1].2, [steps[0].1.clone()], "{steps:?}");
+    assert_eq!(steps[2].2, [steps[1].1.clone()], "{steps:?}");
+}
+
+pub async fn a_signed_webhook_with_steps_submits_a_pipeline(h: &Harness) {
+    let payload = serde_json::to_vec(&three_steps()).unwrap_or_default();
+    let reply = deliver_signed_at(h, now_secs(), &payload).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+    assert_eq!(reply.json["pipeline"], "nightly");
+    assert_eq!(reply.json["created"], true);
+    assert_chained(&step_jobs(&reply.json));
+    assert_eq!(h.job_count(TENANT_A).await, 3);
+    // A step that names its own depends_on is refused as through the API, and nothing is stored.
+    let mut bad = three_steps();
+    bad["steps"][0]["spec"] = json!(format!("{SPEC}depends_on: []\n"));
+    let payload = serde_json::to_vec(&bad).unwrap_or_default();
+    let reply = deliver_signed_at(h, now_secs(), &payload).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.json);
+    assert!(
+        reply.json.to_string().contains("steps[0].spec.depends_on"),
+        "{}",
+        reply.json
+    );
+    assert_eq!(h.job_count(TENANT_A).await, 3);
+}
+
+pub async fn a_pipeline_sent_again_with_its_idempotency_key_creates_nothing(h: &Harness) {
+    use tuneplane_core::audit::{Actor, AuditSource};
+    use tuneplane_core::submit::Origin;
+    use tuneplane_functions::routes::pipelines::parse_payload;
+    let request = |tenant: &str, key: &str| {
+        let actor = Actor {
+            key_id: "test".into(),
+            source: AuditSource::Webhook,
+            request_id: key.into(),
+        };
+        parse_payload(three_steps())
+            .and_then(|b| {
+                b.into_request(
+                    &tenant.parse().unwrap(),
+                    Some(key.into()),
+                    Origin::Webhook("ci".into()),
+                    actor,
+                )
+            })
+            .expect("a pipeline request")
+    };
+    let ids = |done: &tuneplane_core::submit::pipeline::SubmittedPipeline| -> Vec<String> {
+        done.steps.iter().map(|(_, j)| j.id.clone()).collect()
+    };
+    let submit = &h.state.submit;
+    let first = submit
+        .submit_pipeline(request(TENANT_A, "build-7"), 1)
+        .await
+        .unwrap();
+    assert!(first.created);
+    let again = submit
+        .submit_pipeline(request(TENANT_A, "build-7"), 2)
+        .await
+        .unwrap();
+    assert!(!again.created, "{again:?}");
+    assert_eq!(ids(&again), ids(&first));
+    assert_eq!(h.job_count(TENANT_A).await, 3);
+    // Another key, or the same key of another tenant, is another pipeline.
+    let other = submit
+        .submit_pipeline(request(TENANT_A, "build-8"), 3)
+        .await
+        .unwrap();
+    let theirs = submit
+        .submit_pipeline(request(super::TENANT_B, "build-7"), 3)
+        .await
+        .unwrap();
+    assert!(other.created && theirs.created);
+    for id in ids(&other).iter().chain(&ids(&theirs)) {
+        assert!(!ids(&first).contains(id), "{id}");
+        assert!(tuneplane_core::control::valid_id(id), "{id}");
+    }
+    assert_eq!(h.job_count(TENANT_A).await, 6);
+}
+
+/// Stores schedule `id` of tenant A that reruns the three-step pipeline submitted first through
+/// `POST /v1/pipelines`, as `tuneplane admin create-schedule --from-pipeline` stores it.
+async fn store_pipeline_schedule(h: &Harness, id: &str) -> Vec<String> {
+    use tuneplane_core::job::JobRecord;
+    use tuneplane_core::store::{ScheduleRecord, ScheduleStep};
+    let reply = h
+        .call(
+            Method::POST,
+            "/v1/pipelines",
+            Some(&h.key_a.clone()),
+            &[("content-type", "application/json")],
+            serde_json::to_vec(&three_steps()).unwrap_or_default(),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+    let jobs: Vec<JobRecord> = reply.json["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| serde_json::from_value(s["job"].clone()).unwrap())
+        .collect();
+    let name_of = |id: &str| {
+        jobs.iter()
+            .find(|j| j.id == id)
+            .map(|j| j.spec.name.clone())
+    };
+    let steps = jobs
+        .iter()
+        .map(|j| ScheduleStep {
+            name: j.spec.name.clone(),
+            spec: j.spec.clone(),
+            capsule_sha256: j.capsule_sha256.clone(),
+            after: j
+                .spec
+                .depends_on
+                .iter()
+                .filter_map(|d| name_of(&d.job))
+                .collect(),
+        })
+        .collect();
+    let last = jobs.last().unwrap();
+    let schedule = ScheduleRecord {
+        id: id.into(),
+        tenant: TENANT_A.parse().unwrap(),
+        expression: "cron(0 2 * * ? *)".into(),
+        spec: last.spec.clone(),
+        capsule_sha256: last.capsule_sha256.clone(),
+        enabled: true,
+        created_at_ms: 0,
+        version: 0,
+        steps,
+    };
+    let stored = h.jobs().put_schedule(&schedule).await;
+    assert!(stored.is_ok(), "{stored:?}");
+    jobs.iter().map(|j| j.id.clone()).collect()
+}
+
+pub async fn a_pipeline_schedule_fires_every_step_once_per_firing(h: &Harness) {
+    use tuneplane_functions::triggers::{Outcome, handle_scheduled};
+    let first_run = store_pipeline_schedule(h, "nightly-pipeline").await;
+    let event = fixture("scheduler_event.json", &[("SCHEDULE", "nightly-pipeline")]);
+    let once = handle_scheduled(&h.state, &event).await.unwrap();
+    let Outcome::SubmittedPipeline {
+        pipeline,
+        steps,
+        created: true,
+    } = &once
+    else {
+        panic!("expected a pipeline created: {once:?}");
+    };
+    assert_eq!(pipeline, "evaluate");
+    let mut got = Vec::new();
+    for step in steps {
+        let job = h.jobs().get_job(&step.job_id).await.unwrap().unwrap();
+        assert!(
+            !first_run.contains(&job.id),
+            "a new job per step: {}",
+            job.id
+        );
+        let deps: Vec<String> = job.spec.depends_on.iter().map(|d| d.job.clone()).collect();
+        got.push((step.step.clone(), job.id, deps));
+    }
+    assert_chained(&got);
+    assert_eq!(h.job_count(TENANT_A).await, 6);
+    // A redelivery of the firing names the same jobs and creates nothing.
+    let twice = handle_scheduled(&h.state, &event).await.unwrap();
+    assert_eq!(
+        twice,
+        Outcome::SubmittedPipeline {
+            pipeline: pipeline.clone(),
+            steps: steps.clone(),
+            created: false,
+        }
+    );
+    assert_eq!(h.job_count(TENANT_A).await, 6);
+    let answer = serde_json::to_value(&twice).unwrap();
+    assert_eq!(answer["outcome"], "submitted_pipeline", "{answer}");
+    assert_eq!(answer["steps"][2]["job_id"], got[2].1.as_str(), "{answer}");
+}
+
 /// Stores template `nightly` of tenant A with the default code.
 async fn put_template(h: &Harness) {
     let code_key = format!("templates/{TENANT_A}/nightly/code.tar.gz");
@@ -183,6 +405,7 @@ pub async fn store_schedule(h: &Harness, id: &str) {
         enabled: true,
         created_at_ms: 0,
         version: 0,
+        steps: Vec::new(),
     };
     let stored = h.jobs().put_schedule(&schedule).await;
     assert!(stored.is_ok(), "{stored:?}");

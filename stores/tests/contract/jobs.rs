@@ -6,7 +6,8 @@ use serde_json::json;
 use tuneplane_core::job::{JobRecord, JobState, PendingReason};
 use tuneplane_core::store::{
     ApiKeyRecord, CreateOutcome, EventQuery, Idempotency, JobQuery, JobStore, NewJob,
-    PlaygroundRecord, PlaygroundState, PlaygroundStatus, ScheduleRecord, StoreError, hash_api_key,
+    PlaygroundRecord, PlaygroundState, PlaygroundStatus, ScheduleRecord, ScheduleStep, StoreError,
+    hash_api_key,
 };
 
 use super::fixtures::{event, idem, job, ok, spec};
@@ -580,6 +581,7 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
         enabled: true,
         created_at_ms: 1,
         version: 0,
+        steps: Vec::new(),
     };
     let stored = ok(store.put_schedule(&schedule).await, "create schedule");
     assert_eq!(stored.version, 1);
@@ -609,6 +611,50 @@ pub async fn capacity_api_keys_schedules_and_playgrounds_round_trip(store: Store
         ok(store.get_schedule("nightly").await, "get schedule"),
         None
     );
+
+    // A pipeline schedule keeps its steps, each with its spec, capsule and `after`, in order.
+    let mut train = spec(0);
+    train.name = "train".into();
+    train.depends_on = vec![tuneplane_core::spec::Dependency {
+        job: "j-prepare".into(),
+        when: tuneplane_core::spec::DependencyWhen::Ended,
+        n_to_n: false,
+    }];
+    let steps = vec![
+        ScheduleStep {
+            name: "prepare".into(),
+            spec: spec(0),
+            capsule_sha256: "ab".repeat(32),
+            after: Vec::new(),
+        },
+        ScheduleStep {
+            name: "train".into(),
+            spec: train.clone(),
+            capsule_sha256: "cd".repeat(32),
+            after: vec!["prepare".into()],
+        },
+    ];
+    let pipeline = ScheduleRecord {
+        id: "nightly-pipeline".into(),
+        spec: train,
+        steps,
+        ..schedule.clone()
+    };
+    let stored = ok(
+        store.put_schedule(&pipeline).await,
+        "create pipeline schedule",
+    );
+    assert_eq!(
+        ok(
+            store.get_schedule("nightly-pipeline").await,
+            "get pipeline schedule"
+        ),
+        Some(ScheduleRecord {
+            version: 1,
+            ..pipeline
+        })
+    );
+    assert_eq!(stored.steps.len(), 2);
 
     let pg = PlaygroundRecord {
         id: "pg-1".into(),
