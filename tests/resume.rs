@@ -166,10 +166,7 @@ async fn application_failures_stops_and_exhausted_retries_are_final() {
     );
     assert_eq!((failed.attempt, failed.attempts.len()), (1, 0));
 
-    wait_until(&api, &stopped.id, 120, "running", |j| {
-        j.state == JobState::Running
-    })
-    .await;
+    running_with_a_checkpoint(&api, &stopped.id).await;
     stop(&api, &stopped.id).await;
     let s = wait_until(&api, &stopped.id, 120, "terminal", |j| {
         j.state.is_terminal()

@@ -90,17 +90,20 @@ impl Kubelet {
         }
     }
 
-    /// Confirms a graceful deletion, as a kubelet does once the pod's containers stopped: the
-    /// processes are stopped, then the pod deleted with grace period 0 (it goes once it has no
-    /// finalizers left).
+    /// Confirms a graceful deletion, as a kubelet does once the pod's containers stopped: an
+    /// executed pod's process gets SIGTERM and the pod stays Terminating (its log readable and
+    /// followed) until the process ends, SIGKILL at the end of its grace period; then the pod is
+    /// deleted with grace period 0 (it goes once it has no finalizers left).
     fn finish_deletion(&self, store: &Store, exec: Option<&mut Executor>, pod: &Arc<Value>) {
         if json::i64_at(pod, "/metadata/deletionGracePeriodSeconds").unwrap_or(0) == 0 {
             // Marked by finalizers alone: it goes when they do.
             return;
         }
         let uid = json::uid(pod);
-        if let Some(ex) = exec {
-            ex.kill(uid);
+        if let Some(ex) = exec
+            && ex.terminate(uid)
+        {
+            return;
         }
         let opts = DeleteOptions {
             uid: Some(uid.to_string()),

@@ -152,6 +152,7 @@ impl Executor {
             result,
             rayjob,
         };
+        self.store.set_executing(&uid, true);
         self.running.insert(uid, running);
     }
 
@@ -163,6 +164,7 @@ impl Executor {
             .result
             .lock()
             .unwrap_or_else(|p| p.into_inner()))?;
+        self.store.set_executing(uid, false);
         if let Some(r) = self.running.remove(uid).and_then(|r| r.rayjob) {
             self.drivers.insert(r, code);
         }
@@ -179,12 +181,31 @@ impl Executor {
         self.stop(uid, Stop::Now);
     }
 
+    /// Stops a pod's process as the kubelet stops a pod being deleted (SIGTERM, then SIGKILL after
+    /// its grace period) and keeps track of it; returns whether it still runs. Called again, it
+    /// only answers that (the signal goes once); once it has ended the process is forgotten.
+    pub fn terminate(&mut self, uid: &str) -> bool {
+        let Some(r) = self.running.get_mut(uid) else {
+            return false;
+        };
+        if let Some(tx) = r.kill.take() {
+            let _ = tx.send(Stop::Graceful);
+        }
+        let ended = r.result.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+        if ended {
+            self.running.remove(uid);
+            self.store.set_executing(uid, false);
+        }
+        !ended
+    }
+
     /// Whether a process of pod `uid` is running (or ended and not yet polled).
     pub fn is_running(&self, uid: &str) -> bool {
         self.running.contains_key(uid)
     }
 
     fn stop(&mut self, uid: &str, how: Stop) {
+        self.store.set_executing(uid, false);
         if let Some(mut r) = self.running.remove(uid)
             && let Some(tx) = r.kill.take()
         {

@@ -78,6 +78,9 @@ pub struct Store {
     resets: tokio::sync::watch::Sender<u64>,
     /// Container logs of pods.
     pub logs: LogBook,
+    /// Uids of pods whose process runs on this machine ([`crate::exec::Executor`]): deleting
+    /// one is graceful even on a Ready node (see [`Store::delete`]).
+    executing: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Store {
@@ -90,7 +93,25 @@ impl Store {
             history_cap: history_cap.max(16),
             resets: tokio::sync::watch::channel(0).0,
             logs: LogBook::default(),
+            executing: Mutex::default(),
         }
+    }
+
+    /// Notes whether pod `uid` has a process running on this machine (the executor's).
+    pub(crate) fn set_executing(&self, uid: &str, running: bool) {
+        let mut set = self.executing.lock().unwrap_or_else(|p| p.into_inner());
+        if running {
+            set.insert(uid.to_owned());
+        } else {
+            set.remove(uid);
+        }
+    }
+
+    fn is_executing(&self, uid: &str) -> bool {
+        self.executing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(uid)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -247,7 +247,9 @@ impl Store {
     /// Pods: the real API server deletes a bound, non-terminal pod gracefully (it is marked with
     /// `deletionTimestamp` = now + the grace period and `deletionGracePeriodSeconds`) and its
     /// kubelet removes it once its containers stopped. kubesim's kubelet of a Ready node does
-    /// that at once, so such a pod is removed here as before; a pod whose kubelet is gone (its
+    /// that at once for a simulated pod, so such a pod is removed here as before; an executed
+    /// pod (a process on this machine) is marked and its kubelet removes it once the process
+    /// ended after its SIGTERM (what it prints meanwhile is in its log); a pod whose kubelet is gone (its
     /// node NotReady, or no longer there) stays marked — `Terminating` — until the node is Ready
     /// again, the pod is deleted with `gracePeriodSeconds: 0` (force) or the pod garbage
     /// collector removes it. A shorter grace period on a marked pod moves its deadline earlier.
@@ -258,6 +260,10 @@ impl Store {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<Arc<Value>, ApiError> {
+        let executing = std::ptr::eq(rt, &resources::PODS)
+            && self
+                .try_get(rt, ns, name)
+                .is_some_and(|p| self.is_executing(json::uid(&p)));
         let mut inner = self.lock();
         let current = inner.existing(rt, ns, name)?;
         if let Some(u) = opts.uid.as_deref()
@@ -281,7 +287,7 @@ impl Store {
         if std::ptr::eq(rt, &resources::PODS)
             && opts.grace_period_seconds != Some(0)
             && finalizers(&current).is_empty()
-            && awaits_kubelet(&inner, &current)
+            && (executing || awaits_kubelet(&inner, &current))
         {
             let grace = opts
                 .grace_period_seconds
