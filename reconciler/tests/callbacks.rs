@@ -200,6 +200,109 @@ async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_
     );
 }
 
+/// An array reports through its children: each child's callbacks name it, its index and its
+/// parent, and the parent, summarised from them, sends one end when the last child ended (with
+/// the counts), never one per child, to its own callback and to a subscription of the ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_array_child_calls_back_and_its_parent_sends_one_terminal_callback() {
+    use tuneplane_core::array::ArrayRole;
+    use tuneplane_core::spec::ArraySpec;
+    let h = start(running_for(Duration::from_millis(300))).await;
+    let rx = Receiver::start(Policy::default(), 11).await;
+    h.jobs
+        .put_subscription(&Subscription {
+            id: "sub_ends".into(),
+            tenant: "acme".parse().unwrap(),
+            url: rx.url("ends"),
+            events: EventKind::TERMINAL.to_vec(),
+            format: Format::Json,
+            created_ms: 0,
+            created_by: "k-test".into(),
+        })
+        .await
+        .unwrap();
+    let mut config = test_config("callbacks-array");
+    config.callbacks = CallbackSettings {
+        allow_loopback: true,
+        interval: Duration::from_millis(100),
+        ..CallbackSettings::default()
+    };
+    let (task, _ctx) = h.reconciler(config).await;
+    let mut parent = cpu_job("cb-sweep");
+    parent.spec.array = Some(ArraySpec {
+        size: 3,
+        parallelism: Some(2),
+    });
+    parent.array = Some(ArrayRole::Parent(Default::default()));
+    parent.spec.notify = notify(rx.url("hook"));
+    submit(h.jobs.as_ref(), &parent).await;
+    let ended = h
+        .wait_job(90, &parent.id, "terminal", |j| j.is_terminal())
+        .await;
+    assert_eq!(ended.state, JobState::Succeeded);
+    outbox_empty(h.jobs.as_ref(), 60).await;
+    // A later pass must not report the parent's end again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    outbox_empty(h.jobs.as_ref(), 10).await;
+    task.abort();
+
+    let secret = h
+        .jobs
+        .get_callback_secret(&"acme".parse().unwrap())
+        .await
+        .unwrap()
+        .expect("secret made");
+    let accepted = rx.accepted_once(&secret.secret);
+    for path in ["/hook", "/ends"] {
+        let on_path: Vec<receiver::Got> = accepted
+            .iter()
+            .filter(|g| g.path == path)
+            .cloned()
+            .collect();
+        let per_job = by_job(&on_path);
+        let parents_ends: Vec<serde_json::Value> = per_job
+            .get(&parent.id)
+            .into_iter()
+            .flatten()
+            .map(receiver::Got::json)
+            .filter(|b| b["type"] != "job.queued")
+            .collect();
+        assert_eq!(
+            parents_ends.len(),
+            1,
+            "{path}: the parent ends once: {parents_ends:?}"
+        );
+        let end = &parents_ends[0];
+        assert_eq!(end["type"], "job.succeeded", "{end}");
+        assert_eq!(end["job"]["array"]["size"], 3, "{end}");
+        assert_eq!(end["job"]["array"]["counts"]["succeeded"], 3, "{end}");
+        for index in 0..3u32 {
+            let id = format!("{}-{index}", parent.id);
+            let got: Vec<serde_json::Value> = per_job
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .map(receiver::Got::json)
+                .collect();
+            let ends: Vec<&serde_json::Value> = got
+                .iter()
+                .filter(|b| b["type"] == "job.succeeded")
+                .collect();
+            assert_eq!(ends.len(), 1, "{path}: child {id} ends once: {got:?}");
+            assert_eq!(ends[0]["job"]["array"]["parent"], parent.id.as_str());
+            assert_eq!(ends[0]["job"]["array"]["index"], index);
+            if path == "/hook" {
+                // The child's own callback (its spec's, the parent's) hears every change.
+                assert_eq!(
+                    got.first().map(|b| b["type"].clone()),
+                    Some(serde_json::json!("job.queued")),
+                    "{got:?}"
+                );
+            }
+        }
+    }
+}
+
 /// A resolver with a fixed table (names a test made up; nothing is looked up).
 struct Table(Vec<(&'static str, &'static str)>);
 

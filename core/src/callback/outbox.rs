@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{EventKind, Format, Notify, Subscription};
-use crate::job::{EventSource, JobEvent, JobRecord, JobState};
+use crate::job::{ArrayCounts, ArrayRole, EventSource, JobEvent, JobRecord, JobState};
 
 /// A delivery that has not succeeded this long after its event is given up.
 pub const GIVE_UP_AFTER_MS: i64 = 24 * 3_600 * 1_000;
@@ -52,6 +52,48 @@ pub struct CallbackEvent {
     /// When the job ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at_ms: Option<i64>,
+    /// The job's place in an array: a child's parent and index, a parent's counts (none for a
+    /// job outside arrays, and in entries written by older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<CallbackArray>,
+}
+
+/// What a callback says of an array: a child names its parent and index, the parent (whose one
+/// callback after its submission is its end) its children's counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallbackArray {
+    /// The array's size.
+    pub size: u32,
+    /// A child's parent job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// A child's index (`TUNEPLANE_ARRAY_INDEX`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// The parent's children by state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<ArrayCounts>,
+}
+
+impl CallbackArray {
+    /// The array part of `job`'s callbacks, if it is an array's parent or child.
+    pub fn of(job: &JobRecord) -> Option<CallbackArray> {
+        let size = job.array_size()?;
+        match job.array.as_ref()? {
+            ArrayRole::Child(c) => Some(CallbackArray {
+                size,
+                parent: Some(c.parent.clone()),
+                index: Some(c.index),
+                counts: None,
+            }),
+            ArrayRole::Parent(p) => Some(CallbackArray {
+                size,
+                parent: None,
+                index: None,
+                counts: Some(p.counts),
+            }),
+        }
+    }
 }
 
 /// Where one delivery goes: a job's own callback or one of its tenant's subscriptions.
@@ -160,13 +202,21 @@ pub fn entry_key(job_id: &str, order: u64) -> String {
 }
 
 /// The change a platform event of a job write reports, if it reports one: `submitted`, the
-/// state events (`state-RUNNING`, `a2-state-ADMITTED`, ...) and requeues (`attempt-1-requeued`).
+/// state events (`state-RUNNING`, `a2-state-ADMITTED`, ...), requeues (`attempt-1-requeued`), a
+/// job failed by its dependencies (`dependency-failed`) and an array parent's end
+/// (`array-succeeded`, `array-failed`, `array-stopped`). An array parent's other changes
+/// (`array-running`) report nothing: its children report their own, so the parent's callbacks
+/// are its submission and exactly one end, written once, when its last child ended.
 pub fn kind_of(event: &JobEvent) -> Option<EventKind> {
     if event.source != EventSource::Platform {
         return None;
     }
-    if event.key == "submitted" {
-        return Some(EventKind::Queued);
+    match event.key.as_str() {
+        "submitted" => return Some(EventKind::Queued),
+        "dependency-failed" | "array-failed" => return Some(EventKind::Failed),
+        "array-succeeded" => return Some(EventKind::Succeeded),
+        "array-stopped" => return Some(EventKind::Stopped),
+        _ => {}
     }
     if let Some(n) = event
         .key
@@ -250,6 +300,7 @@ pub fn entries_for(
                     admitted_at_ms: job.admitted_at_ms,
                     running_at_ms: job.running_at_ms,
                     finished_at_ms: job.finished_at_ms,
+                    array: CallbackArray::of(job),
                 },
                 notify: job.spec.notify.clone(),
                 deliveries: None,
@@ -420,6 +471,12 @@ mod tests {
             "pending-ImagePull",
             "a-state-RUNNING",
             "attempt-x-requeued",
+            "dependency-failed",
+            "array-running",
+            "array-succeeded",
+            "array-failed",
+            "array-stopped",
+            "array-stop",
         ]
         .iter()
         .map(|k| kind_of(&platform(k)))
@@ -437,12 +494,66 @@ mod tests {
                 Some(Requeued),
                 None,
                 None,
-                None
+                None,
+                Some(Failed),
+                None,
+                Some(Succeeded),
+                Some(Failed),
+                Some(Stopped),
+                None,
             ]
         );
         let mut k8s = platform("state-RUNNING");
         k8s.source = EventSource::Kubernetes;
         assert_eq!(kind_of(&k8s), None, "only the platform's own events count");
+    }
+
+    #[test]
+    fn an_array_reports_each_child_with_its_place_and_its_parents_end_once_with_the_counts() {
+        let spec = crate::spec::validate(
+            "name: sweep\nimage: i\nentrypoint: 'true'\npools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}]\narray: {size: 3}\n",
+            None,
+            &Default::default(),
+        )
+        .unwrap()
+        .spec;
+        let mut parent = JobRecord::new_queued("j-p", "t".parse().unwrap(), spec, "ab", 1);
+        parent.array = Some(ArrayRole::Parent(Default::default()));
+        let (child, submitted) = crate::array::child_record(&parent, 2, 5);
+        let queued = entries_for(&child, &[submitted], 1, 5);
+        let place = queued.first().and_then(|e| e.event.array.clone()).unwrap();
+        assert_eq!(
+            (place.parent.as_deref(), place.index, place.size),
+            (Some("j-p"), Some(2), 3)
+        );
+        // The parent's writes as the array step makes them: running, then its end.
+        let mut reported = Vec::new();
+        for (version, key, state, succeeded) in [
+            (2, "array-running", JobState::Running, 1),
+            (3, "array-succeeded", JobState::Succeeded, 3),
+        ] {
+            parent.state = state;
+            parent.array = Some(ArrayRole::Parent(crate::job::ArrayParent {
+                created: 3,
+                skipped: 0,
+                counts: ArrayCounts {
+                    succeeded,
+                    running: 3 - succeeded,
+                    ..ArrayCounts::default()
+                },
+            }));
+            reported.extend(entries_for(&parent, &[platform(key)], version, 9));
+        }
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        let end = &reported[0].event;
+        assert_eq!(end.kind, EventKind::Succeeded);
+        let counts = end.array.as_ref().and_then(|a| a.counts).unwrap();
+        assert_eq!((counts.succeeded, counts.running), (3, 0));
+        // A job outside arrays says nothing of them.
+        let mut plain = child.clone();
+        plain.array = None;
+        plain.spec.array = None;
+        assert!(CallbackArray::of(&plain).is_none());
     }
 
     #[test]
@@ -489,6 +600,7 @@ mod tests {
                 admitted_at_ms: None,
                 running_at_ms: None,
                 finished_at_ms: None,
+                array: None,
             },
             notify: Vec::new(),
             deliveries: Some(

@@ -52,27 +52,39 @@ pub fn body(entry: &OutboxEntry, format: Format, public_url: Option<&str>) -> Ve
     let e = &entry.event;
     let links = links(public_url, &e.job_id);
     let value = match format {
-        Format::Json => json!({
-            "id": entry.id,
-            "type": format!("job.{}", e.kind),
-            "at_ms": e.at_ms,
-            "job": {
-                "id": e.job_id,
-                "name": e.job_name,
-                "tenant": e.tenant,
-                "state": e.state,
-                "attempt": e.attempt,
-                "reason": e.reason,
-                "message": e.message,
-                "submitted_at_ms": e.submitted_at_ms,
-                "admitted_at_ms": e.admitted_at_ms,
-                "running_at_ms": e.running_at_ms,
-                "finished_at_ms": e.finished_at_ms,
-            },
-            "links": links,
-        }),
+        Format::Json => {
+            let mut value = json!({
+                "id": entry.id,
+                "type": format!("job.{}", e.kind),
+                "at_ms": e.at_ms,
+                "job": {
+                    "id": e.job_id,
+                    "name": e.job_name,
+                    "tenant": e.tenant,
+                    "state": e.state,
+                    "attempt": e.attempt,
+                    "reason": e.reason,
+                    "message": e.message,
+                    "submitted_at_ms": e.submitted_at_ms,
+                    "admitted_at_ms": e.admitted_at_ms,
+                    "running_at_ms": e.running_at_ms,
+                    "finished_at_ms": e.finished_at_ms,
+                },
+                "links": links,
+            });
+            // Only for arrays, so a job outside one has the body it always had.
+            if let Some(array) = &e.array {
+                value["job"]["array"] = json!(array);
+            }
+            value
+        }
         Format::Slack => {
             let mut text = format!("TunePlane job *{}* (`{}`) {}", e.job_name, e.job_id, e.kind);
+            if let Some(a) = &e.array
+                && let (Some(parent), Some(index)) = (&a.parent, a.index)
+            {
+                text.push_str(&format!(" (child {index} of array `{parent}`)"));
+            }
             if e.attempt > 1 || e.kind == super::EventKind::Requeued {
                 text.push_str(&format!(" (attempt {})", e.attempt));
             }
@@ -117,6 +129,7 @@ mod tests {
                 admitted_at_ms: Some(2),
                 running_at_ms: Some(3),
                 finished_at_ms: Some(5),
+                array: None,
             },
             notify: Vec::new(),
             deliveries: None,
@@ -142,6 +155,27 @@ mod tests {
             body["links"]["console"],
             "https://tp.example.com/console/jobs/j1"
         );
+    }
+
+    #[test]
+    fn an_array_childs_body_names_its_parent_and_index_and_other_bodies_are_unchanged() {
+        let plain: Value = serde_json::from_slice(&body(&entry(), Format::Json, None)).unwrap();
+        assert!(plain["job"].get("array").is_none(), "{plain}");
+        let mut child = entry();
+        child.event.array = Some(crate::callback::outbox::CallbackArray {
+            size: 8,
+            parent: Some("j-p".into()),
+            index: Some(3),
+            counts: None,
+        });
+        let json: Value = serde_json::from_slice(&body(&child, Format::Json, None)).unwrap();
+        assert_eq!(
+            json["job"]["array"],
+            json!({"size": 8, "parent": "j-p", "index": 3})
+        );
+        let slack: Value = serde_json::from_slice(&body(&child, Format::Slack, None)).unwrap();
+        let text = slack["text"].as_str().unwrap();
+        assert!(text.contains("(child 3 of array `j-p`)"), "{text}");
     }
 
     #[test]
