@@ -45,16 +45,13 @@ pub enum Command {
 
 /// Arguments of `admin create-schedule`.
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("rerun").required(true).args(["from_job", "from_pipeline"])))]
 pub struct CreateScheduleArgs {
     /// Schedule id (lower-case letters, digits and '-').
     #[arg(long)]
     pub id: String,
     /// Job whose authoritative spec and capsule each run reuses.
-    #[arg(
-        long,
-        required_unless_present = "from_pipeline",
-        conflicts_with = "from_pipeline"
-    )]
+    #[arg(long, value_name = "JOB")]
     pub from_job: Option<String>,
     /// Job that each run reruns as a pipeline: it and every job it waits for (depends_on,
     /// transitively) become the steps, each named after its job's spec and waiting for the
