@@ -1678,7 +1678,12 @@ async fn lost_nodes_match_the_real_control_plane() {
     }
     let h = start(sim_config(FLEET, Duration::from_secs(600), None)).await;
     let api = h.pods();
-    let not_ready = json!([{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}]);
+    // Both taints the node lifecycle controller may put first (not-ready for a kubelet that
+    // reported Ready=False, unreachable once its heartbeats are older than its grace).
+    let not_ready = json!([
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5},
+    ]);
     for (name, node, extra) in [
         ("tp-evicted", "l40s-0", not_ready),
         ("tp-orphan", "h200-1", json!([])),
@@ -1698,7 +1703,7 @@ async fn lost_nodes_match_the_real_control_plane() {
 
     // 1. A NotReady node's pod, evicted after its toleration; Terminating until the node is back.
     h.set_node_ready("l40s-0", false).await;
-    let evicted = wait_for(60, "tp-evicted evicted", || async {
+    let evicted = wait_for(120, "tp-evicted evicted", || async {
         let p = api.get("tp-evicted").await.ok()?;
         p.metadata.deletion_timestamp.is_some().then_some(p)
     })
@@ -1729,7 +1734,8 @@ async fn lost_nodes_match_the_real_control_plane() {
         Cluster::Sim(sim) => sim.delete_node("h200-1").expect("delete node"),
         Cluster::Real(r) => r.testbed.delete_node("h200-1").await.expect("delete node"),
     }
-    wait_for(60, "tp-orphan collected", || async {
+    // The pod garbage collector's 40 s quarantine, then its next round (every 20 s).
+    wait_for(120, "tp-orphan collected", || async {
         api.get_opt("tp-orphan").await.ok()?.is_none().then_some(())
     })
     .await;

@@ -318,6 +318,25 @@ impl Store {
                 .insert("deletionGracePeriodSeconds".into(), json!(0));
             return Ok(inner.commit(self, rt, EventType::Modified, forced, Some(current)));
         }
+        let mut current = current;
+        if std::ptr::eq(rt, &resources::PODS)
+            && opts.grace_period_seconds == Some(0)
+            && finalizers(&current).is_empty()
+            && !str_at(&current, "/spec/nodeName")
+                .unwrap_or_default()
+                .is_empty()
+            && current.pointer("/metadata/deletionGracePeriodSeconds") != Some(&json!(0))
+        {
+            // A bound pod deleted with grace period 0 (its kubelet's confirmation, a force
+            // delete, the pod garbage collector): the API server writes it marked with grace 0
+            // first, then removes it, so watchers see that version too.
+            let mut marked = (*current).clone();
+            let meta = json::obj_mut(&mut marked, "metadata");
+            meta.entry("deletionTimestamp")
+                .or_insert_with(|| Value::String(json::now_rfc3339()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            current = inner.commit(self, rt, EventType::Modified, marked, Some(current));
+        }
         Ok(self.delete_locked(&mut inner, rt, current, opts.propagation))
     }
 
