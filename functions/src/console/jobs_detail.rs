@@ -359,6 +359,15 @@ pub fn render(
                     }
                 }
             }
+            @if job.is_array_parent() {
+                section aria-labelledby="logs-title" {
+                    h2 id="logs-title" { "Logs and outputs" }
+                    p.muted {
+                        "An array runs nothing itself: its logs and outputs are its children's. Open a child above, or from a terminal: "
+                        code { "tuneplane logs " (job.id) " --index 0" } " and " code { "tuneplane outputs " (job.id) "-0" } "."
+                    }
+                }
+            } @else {
             section aria-labelledby="logs-title" {
                 h2 id="logs-title" { "Logs" }
                 @if job.logs_key.is_some() {
@@ -391,6 +400,7 @@ pub fn render(
                 }
             }
             (outputs_section(job, state.outputs))
+            }
         }
         @if !job.is_terminal() && !job.stop_requested {
             section aria-labelledby="stop-title" {
