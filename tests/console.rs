@@ -643,6 +643,14 @@ fn an_arrays_page_lists_its_children_and_a_steps_page_its_dependencies() {
         let rows = w.texts(".children tbody tr").await;
         assert_eq!(rows.len(), 6, "{rows:?}");
         assert!(rows.iter().all(|r| r.contains("SUCCEEDED")), "{rows:?}");
+        // No empty Logs and Outputs of its own: where its children's are.
+        let logs = w.texts("#logs-title + p").await;
+        assert!(
+            logs.iter()
+                .any(|t| t.contains(&format!("tuneplane logs {sweep} --index 0"))),
+            "{logs:?}"
+        );
+        assert!(w.texts("#outputs-title").await.is_empty());
         w.screenshots("array").await;
         w.open("/console/jobs").await;
         let listed = w.texts("tr[data-job-id]").await;

@@ -866,6 +866,29 @@ async fn running_with_checkpoint(api: &Api, id: &str) -> tuneplane_core::job::Jo
     job
 }
 
+/// Waits (at most `within_s`) until job `id` is queued again as attempt 2 after attempt 1 ended
+/// as `NodeLost` (an infrastructure cause) with evidence starting with `evidence`.
+async fn requeued_for_a_lost_node(api: &Api, id: &str, within_s: u64, evidence: &str) {
+    let requeued = wait_until(api, id, within_s, "requeued", |j| j.attempt == 2).await;
+    let first = &requeued.attempts[0];
+    assert_eq!(
+        (first.failure.reason, first.failure.cause),
+        (
+            FailureReason::NodeLost,
+            tuneplane_core::job::FailureCause::Infrastructure
+        ),
+        "{first:?}"
+    );
+    assert!(
+        first
+            .failure
+            .evidence
+            .iter()
+            .any(|e| e.starts_with(evidence)),
+        "{first:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attempt_two() {
     if !real_tier_wanted() {
@@ -907,23 +930,7 @@ async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attemp
     bed.delete_node(&ray_node).await.unwrap();
     for (job, node, before) in [(&cpu, &cpu_node, &before[0]), (&ray, &ray_node, &before[1])] {
         // Requeued within 60 s of the loss.
-        let requeued = wait_until(&api, &job.id, 60, "requeued", |j| j.attempt == 2).await;
-        let first = &requeued.attempts[0];
-        assert_eq!(
-            (first.failure.reason, first.failure.cause),
-            (
-                FailureReason::NodeLost,
-                tuneplane_core::job::FailureCause::Infrastructure
-            ),
-            "{first:?}"
-        );
-        assert!(
-            first
-                .failure
-                .evidence
-                .contains(&format!("node/{node}: deleted")),
-            "{first:?}"
-        );
+        requeued_for_a_lost_node(&api, &job.id, 60, &format!("node/{node}: deleted")).await;
         let done = wait_until(&api, &job.id, 300, "terminal", |j| j.state.is_terminal()).await;
         assert_eq!(
             (done.state, done.attempt),
@@ -952,6 +959,44 @@ async fn jobs_that_lose_their_node_resume_from_their_newest_checkpoint_as_attemp
             "{outputs}"
         );
     }
+
+    // A node that stops heart-beating (its agent reports NotReady, then goes silent; its pods'
+    // processes go on) and stays so past the reconciler's grace (40 s): the real
+    // controller-manager marks it, TunePlane ends the attempt as NodeLost, queues the job again,
+    // and attempt 2 resumes elsewhere from the newest checkpoint.
+    let env = r#"{STEPS: "100", STEP_SECONDS: "0.5", CHECKPOINT_SECONDS: "5"}"#;
+    let silent = submit_dir(
+        &api,
+        &dir,
+        &resume_spec(env, "{infrastructure: 2, application: 0}"),
+    )
+    .await;
+    let running = running_with_checkpoint(&api, &silent.id).await;
+    let node = running.placements[0].nodes[0].clone();
+    let before = checkpoint_steps(&api, &silent.id).await;
+    bed.set_node_ready(&node, false).await.unwrap();
+    let went = Instant::now();
+    requeued_for_a_lost_node(&api, &silent.id, 120, &format!("node/{node}: Ready=")).await;
+    let waited = went.elapsed();
+    assert!(
+        waited >= Duration::from_secs(35),
+        "requeued {waited:?} after the node went silent: before the 40 s grace"
+    );
+    let done = wait_until(&api, &silent.id, 300, "terminal", |j| j.state.is_terminal()).await;
+    assert_eq!(
+        (done.state, done.attempt),
+        (JobState::Succeeded, 2),
+        "{done:?}"
+    );
+    assert!(!done.placements[0].nodes.contains(&node), "{done:?}");
+    let two = all_text(&attempt_logs(&api, &silent.id, 2).await);
+    assert!(
+        resumed_step(&two, 2) >= *before.iter().max().unwrap(),
+        "{two}"
+    );
+    assert!(two.contains("done at step 100"), "{two}");
+    // Back: the agent confirms the old pod's deletion and the node takes jobs again.
+    bed.set_node_ready(&node, true).await.unwrap();
 }
 
 /// Preemption on the real control plane, pods run by the node agent: team-b borrows the h200
