@@ -92,17 +92,25 @@ impl Kubelet {
 
     /// Confirms a graceful deletion, as a kubelet does once the pod's containers stopped: an
     /// executed pod's process gets SIGTERM and the pod stays Terminating (its log readable and
-    /// followed) until the process ends, SIGKILL at the end of its grace period; then the pod is
-    /// deleted with grace period 0 (it goes once it has no finalizers left).
+    /// followed) until the process ends, SIGKILL at the end of its grace period; then its logs
+    /// are closed and the pod deleted with grace period 0 (it goes once it has no finalizers
+    /// left; a pod kept by finalizers has its containers stopped and logs closed all the same).
     fn finish_deletion(&self, store: &Store, exec: Option<&mut Executor>, pod: &Arc<Value>) {
-        if json::i64_at(pod, "/metadata/deletionGracePeriodSeconds").unwrap_or(0) == 0 {
-            // Marked by finalizers alone: it goes when they do.
+        let uid = json::uid(pod);
+        // The containers stop whatever keeps the object (finalizers): once they have, their
+        // logs end (a followed log's stream with them).
+        if exec.is_some_and(|ex| ex.terminate(uid)) {
             return;
         }
-        let uid = json::uid(pod);
-        if let Some(ex) = exec
-            && ex.terminate(uid)
+        let (ns, name) = (json::namespace(pod), json::name(pod));
+        for (c, _) in lifecycle::containers(pod, "containers")
+            .into_iter()
+            .chain(lifecycle::containers(pod, "initContainers"))
         {
+            store.logs.close(ns, name, &c);
+        }
+        if json::i64_at(pod, "/metadata/deletionGracePeriodSeconds").unwrap_or(0) == 0 {
+            // Marked by finalizers alone: it goes when they do.
             return;
         }
         let opts = DeleteOptions {
