@@ -41,9 +41,15 @@ if [[ -d /var/run/netns ]] && command -v ip >/dev/null 2>&1; then
   ip link del tp-pods0 2>/dev/null || true
 fi
 # kube-router's rules and sets (its own --cleanup-config panics in v2.1.0 without removing them).
-if command -v iptables-save >/dev/null 2>&1 && iptables-save -t filter 2>/dev/null | grep -q 'KUBE-ROUTER-\|KUBE-NWPLCY-\|KUBE-POD-FW-'; then
+# The rules are read once, into a variable: `iptables-save | grep -q` under pipefail fails when
+# grep stops reading early (SIGPIPE), which skipped this cleanup and left a dead pod's firewall
+# chain on an IP the next cluster hands out again.
+rules=""
+command -v iptables-save >/dev/null 2>&1 && rules="$(iptables-save -t filter 2>/dev/null || true)"
+if grep -q 'KUBE-ROUTER-\|KUBE-NWPLCY-\|KUBE-POD-FW-' <<<"$rules"; then
   pat='KUBE-ROUTER-(INPUT|FORWARD|OUTPUT)|KUBE-NWPLCY-|KUBE-POD-FW-'
-  iptables-save -t filter | grep -Ev -- "^:($pat)|^-A ($pat)|-j ($pat)" | iptables-restore || true
+  grep -Ev -- "^:($pat)|^-A ($pat)|-j ($pat)" <<<"$rules" | iptables-restore \
+    || echo "[k8s-down] warning: kube-router's iptables rules could not be removed (iptables -S | grep KUBE-ROUTER)" >&2
 fi
 if command -v ipset >/dev/null 2>&1; then
   ipset list -n 2>/dev/null | grep -E '^KUBE-(SRC|DST)-' | xargs -r -n1 ipset destroy 2>/dev/null || true

@@ -567,14 +567,17 @@ pub async fn finish(
     let lost = failure
         .as_ref()
         .is_some_and(|f| f.cause == FailureCause::Infrastructure);
-    // Stopped while it runs (decided before what the workload shows, so the decision holds while
-    // its pods go): its pods end within the archive, which reads what they print in their grace (at most the grace and a margin for the operator's deletion of Ray pods).
-    let stopped = failure.as_ref().is_some_and(|f| {
-        matches!(
-            f.reason,
-            FailureReason::StopRequested | FailureReason::Preempted
-        )
-    });
+    // A CPU job's Pod stopped while it runs (decided before what the workload shows, so the
+    // decision holds while it goes): it ends within the archive, which reads what the entrypoint
+    // prints in its grace. Not yet a RayJob's: its Ray pods take their whole grace to go on a real
+    // cluster, which would hold the stop's end that long.
+    let stopped = job.spec.kind() == WorkloadKind::Pod
+        && failure.as_ref().is_some_and(|f| {
+            matches!(
+                f.reason,
+                FailureReason::StopRequested | FailureReason::Preempted
+            )
+        });
     let ends = stopped.then(|| {
         let grace = tuneplane_core::render::termination_grace_seconds(job);
         (
