@@ -69,6 +69,19 @@ fn types(got: &[receiver::Got]) -> Vec<String> {
         .collect()
 }
 
+/// Tenant acme's subscription `sub_ends` to the ends of all its jobs, sent to `url` in `format`.
+fn ends_subscription(url: String, format: Format) -> Subscription {
+    Subscription {
+        id: "sub_ends".into(),
+        tenant: "acme".parse().unwrap(),
+        url,
+        events: EventKind::TERMINAL.to_vec(),
+        format,
+        created_ms: 0,
+        created_by: "k-test".into(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_three_fail() {
     let h = start(running_for(Duration::from_millis(600))).await;
@@ -82,15 +95,7 @@ async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_
     .await;
     // A subscription of the tenant for the ends of all its jobs, in Slack's shape.
     h.jobs
-        .put_subscription(&Subscription {
-            id: "sub_ends".into(),
-            tenant: "acme".parse().unwrap(),
-            url: rx.url("slack"),
-            events: EventKind::TERMINAL.to_vec(),
-            format: Format::Slack,
-            created_ms: 0,
-            created_by: "k-test".into(),
-        })
+        .put_subscription(&ends_subscription(rx.url("slack"), Format::Slack))
         .await
         .unwrap();
     let mut config = test_config("callbacks");
@@ -210,15 +215,7 @@ async fn each_array_child_calls_back_and_its_parent_sends_one_terminal_callback(
     let h = start(running_for(Duration::from_millis(300))).await;
     let rx = Receiver::start(Policy::default(), 11).await;
     h.jobs
-        .put_subscription(&Subscription {
-            id: "sub_ends".into(),
-            tenant: "acme".parse().unwrap(),
-            url: rx.url("ends"),
-            events: EventKind::TERMINAL.to_vec(),
-            format: Format::Json,
-            created_ms: 0,
-            created_by: "k-test".into(),
-        })
+        .put_subscription(&ends_subscription(rx.url("ends"), Format::Json))
         .await
         .unwrap();
     let mut config = test_config("callbacks-array");
