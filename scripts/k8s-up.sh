@@ -264,8 +264,12 @@ fi
 # at start: without a fleet (the test suite brings its own nodes and deletes them between
 # scenarios) a stand-in node is made for that moment and deleted again.
 if [[ -z "$SIMULATE" && -z "$NO_NETPOL" && $(id -u) -eq 0 ]]; then
-  command -v iptables >/dev/null 2>&1 && command -v ipset >/dev/null 2>&1 \
-    || die "enforcing NetworkPolicies needs iptables and ipset (apt-get install iptables ipset), or pass --no-netpol"
+  # A fresh Debian machine lacks both: install them as scripts/test.sh does (this branch runs as root).
+  if ! command -v iptables >/dev/null 2>&1 || ! command -v ipset >/dev/null 2>&1; then
+    say "installing iptables and ipset (Debian packages; the NetworkPolicy enforcer programs them)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables ipset >/dev/null; } \
+      || die "enforcing NetworkPolicies needs iptables and ipset and apt-get could not install them (apt-get install iptables ipset), or pass --no-netpol"
+  fi
   ENFORCER="$("$ROOT/scripts/testenv-enforcer.sh" | tail -n 1)"
   # Bridged pod traffic must pass iptables for the firewall to see it.
   modprobe br_netfilter 2>/dev/null || true
