@@ -279,6 +279,10 @@ mod tests {
         // Maps keyed by ids are read with a &str; ids compare with strings both ways.
         let map = std::collections::HashMap::from([(parent.clone(), 1)]);
         assert_eq!(map.get("j-0123"), Some(&1));
-        assert!(parent == "j-0123" && "j-0123" == parent && parent == "j-0123".to_owned());
+        let (text, owned) = ("j-0123", String::from("j-0123"));
+        assert_eq!(parent, text);
+        assert_eq!(text, parent);
+        assert_eq!(parent, owned);
+        assert_eq!(owned, parent);
     }
 }
