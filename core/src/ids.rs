@@ -132,6 +132,37 @@ macro_rules! checked_name {
             }
         }
 
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        /// Hashes and orders as its text, so a map keyed by it can be read with a `&str`.
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl From<$name> for String {
             fn from(v: $name) -> String {
                 v.0
@@ -166,6 +197,20 @@ checked_name!(
 
 /// A job id ([`Id`]).
 pub type JobId = Id;
+
+/// Most characters an array child's index adds to its parent's id (`-9999`: sizes are at most
+/// [`crate::spec::MAX_ARRAY_SIZE`]).
+pub const CHILD_SUFFIX_MAX: usize = 5;
+
+impl Id {
+    /// The id of child `index` of the array whose parent is `self`: `<parent>-<index>`. Only
+    /// digits and `-` are added, so this fails only when the result is longer than [`ID_MAX`]:
+    /// never for a parent of at most `ID_MAX - CHILD_SUFFIX_MAX` characters and an index below
+    /// [`crate::spec::MAX_ARRAY_SIZE`] (the API's ids are 22).
+    pub fn child(&self, index: u32) -> Result<Id, IdError> {
+        Id::parse(format!("{}-{index}", self.0))
+    }
+}
 
 /// True if `s` is a lower-case RFC 1123 DNS label of at most `max` characters that starts with a letter.
 pub fn is_dns_label(s: &str, max: usize) -> bool {
@@ -220,5 +265,24 @@ mod tests {
             Some("\"j-0123\"")
         );
         assert!(JobId::parse("a".repeat(64)).is_ok() && JobId::parse("a".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn child_ids_are_checked_and_fit_any_parent_the_api_hands_out() {
+        let parent = JobId::parse("j-0123").expect("id");
+        assert_eq!(parent.child(7).map(String::from), Ok("j-0123-7".to_owned()));
+        let longest = JobId::parse("a".repeat(ID_MAX - CHILD_SUFFIX_MAX)).expect("id");
+        let last = crate::spec::MAX_ARRAY_SIZE - 1;
+        assert!(longest.child(last).is_ok_and(|c| c.len() == ID_MAX));
+        let too_long = JobId::parse("a".repeat(ID_MAX - 1)).expect("id");
+        assert!(too_long.child(10).is_err());
+        // Maps keyed by ids are read with a &str; ids compare with strings both ways.
+        let map = std::collections::HashMap::from([(parent.clone(), 1)]);
+        assert_eq!(map.get("j-0123"), Some(&1));
+        let (text, owned) = ("j-0123", String::from("j-0123"));
+        assert_eq!(parent, text);
+        assert_eq!(text, parent);
+        assert_eq!(parent, owned);
+        assert_eq!(owned, parent);
     }
 }
