@@ -16,11 +16,14 @@
 //! - `allow-exit="WORD=CODE"`: a command containing WORD may end with exit status CODE (as the
 //!   README documents, e.g. `watch` of a job that fails exits 3); every other command must exit 0.
 //! - `skip="TEXT"`: lines holding TEXT are not run (the test command inside itself).
+//! - `timeout=SECONDS`: each command of the block may take this long (default 300); the real
+//!   control plane's first `k8s-up.sh` builds it from Go modules, which takes far longer.
 //! - `long`: run only by `make readme-long` (`cargo test --test readme -- --ignored`).
 //!
 //! What a user types is changed only where it must be: `cargo run --release --` and a leading
 //! `tuneplane` run this build's binary (the test command builds debug, not release), `<job id>` and
-//! `j-...` are the id of the job the block's last submission printed.
+//! `j-...` are the id of the job the block's last submission printed, `<subscription id>` the id
+//! the session's last `subscriptions add` printed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure with its location
 
@@ -36,6 +39,7 @@ struct Block {
     session: String,
     in_repo: bool,
     long: bool,
+    timeout: u64,
     expect: Vec<String>,
     allow_exit: Vec<(String, i32)>,
     skip: Vec<String>,
@@ -97,6 +101,7 @@ fn blocks(readme: &str) -> Vec<Block> {
         );
         let mut block = Block {
             line: i + 2,
+            timeout: 300,
             ..Block::default()
         };
         for (k, v) in fields(marker) {
@@ -104,6 +109,11 @@ fn blocks(readme: &str) -> Vec<Block> {
                 "session" => block.session = v,
                 "in-repo" => block.in_repo = true,
                 "long" => block.long = true,
+                "timeout" => {
+                    block.timeout = v.parse().unwrap_or_else(|_| {
+                        panic!("README line {}: timeout={v:?} is not seconds", i + 1)
+                    })
+                }
                 "expect" => block.expect.push(v),
                 "skip" => block.skip.push(v),
                 "allow-exit" => {
@@ -150,6 +160,7 @@ struct Session {
     dir: PathBuf,
     servers: Vec<Child>,
     last_job: Option<String>,
+    last_subscription: Option<String>,
     output: String,
 }
 
@@ -169,6 +180,7 @@ impl Session {
             dir,
             servers: Vec::new(),
             last_job: None,
+            last_subscription: None,
             output: String::new(),
         }
     }
@@ -191,6 +203,13 @@ impl Session {
         if let Some(rest) = trimmed.strip_prefix("tuneplane ") {
             c = format!("{bin} {rest}");
         }
+        if c.contains("<subscription id>") {
+            let id = self
+                .last_subscription
+                .clone()
+                .unwrap_or_else(|| panic!("{command}: no subscription was added before it"));
+            c = c.replace("<subscription id>", &id);
+        }
         if c.contains("<job id>") || c.contains("j-...") {
             let id = self
                 .last_job
@@ -208,11 +227,11 @@ impl Session {
         )
     }
 
-    /// Runs one command in the foreground (at most 5 minutes); its exit status.
-    fn run(&mut self, command: &str) -> i32 {
+    /// Runs one command in the foreground (at most `timeout` seconds); its exit status.
+    fn run(&mut self, command: &str, timeout: u64) -> i32 {
         let started = Instant::now();
         let out = Command::new("timeout")
-            .arg("300")
+            .arg(timeout.to_string())
             .arg("bash")
             .arg("-c")
             .arg(self.script(&self.rewrite(command)))
@@ -226,6 +245,16 @@ impl Session {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        if command.contains("subscriptions add") {
+            // "subscription sub_... sends ... to ... as ...".
+            if let Some(id) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("subscription "))
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                self.last_subscription = Some(id.to_owned());
+            }
+        }
         if command.contains("submit") {
             // "submitted: j-... (QUEUED)" (a pipeline prints one per step: the first is kept).
             if let Some(id) = text
@@ -342,7 +371,7 @@ fn run_block(session: &mut Session, block: &Block) {
             session.serve(command);
             continue;
         }
-        let status = session.run(command);
+        let status = session.run(command, block.timeout);
         let allowed = block
             .allow_exit
             .iter()
