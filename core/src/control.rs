@@ -161,13 +161,12 @@ impl ControlService {
                 gpus: [(request.series.to_owned(), request.gpus)].into(),
                 ..crate::quota::Demand::default()
             };
-            if let Some(why) = crate::quota::never_within(quota, &need) {
+            if let Some(why) =
+                crate::quota::never_within(quota, &need, crate::claimant::Claimant::Playground)
+            {
                 return Err(ControlError::InvalidPlayground(vec![FieldError {
                     path: "gpus".into(),
-                    message: format!(
-                        "{}; ask for fewer GPUs or have an admin raise the quota (tuneplane admin quota set)",
-                        why.replace("this job needs", "this playground needs")
-                    ),
+                    message: why,
                 }]));
             }
         }

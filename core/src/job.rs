@@ -13,6 +13,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::claimant::Claimant;
 use crate::spec::JobSpec;
 
 /// Lifecycle state of a job. Terminal states are final.
@@ -517,6 +518,12 @@ pub struct PoolPlacement {
 }
 
 impl JobRecord {
+    /// What kind of claimant this record is in an admission plan: a job, or a playground's
+    /// stand-in.
+    pub fn claimant(&self) -> Claimant {
+        Claimant::of_plugin(&self.spec.plugin)
+    }
+
     /// A fresh `QUEUED` record (version 0, not yet stored).
     pub fn new_queued(
         id: impl Into<String>,

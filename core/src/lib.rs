@@ -16,6 +16,7 @@ pub mod submit;
 pub mod admission;
 pub mod capacity;
 pub mod capacity_compute;
+pub mod claimant;
 pub mod fleet;
 pub mod preemption;
 pub mod quota;

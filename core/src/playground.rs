@@ -289,7 +289,7 @@ pub const STAND_IN_POOL: &str = "server";
 pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
     let spec = JobSpec {
         name: "playground".into(),
-        plugin: "playground/vllm".into(),
+        plugin: crate::claimant::PLAYGROUND_PLUGIN.into(),
         image: String::new(),
         entrypoint: String::new(),
         env: BTreeMap::new(),

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::claimant::Claimant;
 use crate::job::{JobRecord, JobState};
 use crate::quantity::plain;
 use crate::spec::{JobSpec, is_dns_label};
@@ -385,8 +386,9 @@ impl<'a> Over<'a> {
         )
     }
 
-    /// What a person reads: `tenant team-a uses 12 of 16 h200 GPUs; this job needs 8`.
-    pub fn message(&self, tenant: &str) -> String {
+    /// What a person reads: `tenant team-a uses 12 of 16 h200 GPUs; this job needs 8` (or
+    /// `this playground needs 8`, as `claimant` says).
+    pub fn message(&self, tenant: &str, claimant: Claimant) -> String {
         let (_, series, [used, limit, need]) = self.parts();
         let what = match self {
             Over::Gpus { .. } => format!("{series} GPUs"),
@@ -394,9 +396,10 @@ impl<'a> Over<'a> {
             Over::Memory { .. } => "GiB of memory for CPU-only jobs".to_owned(),
         };
         format!(
-            "tenant {tenant} uses {} of {} {what}; this job needs {}",
+            "tenant {tenant} uses {} of {} {what}; this {} needs {}",
             plain(used),
             plain(limit),
+            claimant.noun(),
             plain(need)
         )
     }
@@ -547,15 +550,16 @@ pub fn check(quota: &TenantQuota, held: &Demand, demand: &Demand) -> QuotaCheck 
     });
     match judge(quota, held, gpus, demand.cpus, demand.memory_gb) {
         Verdict::Within => QuotaCheck::Within,
-        Verdict::Borrow(o) => QuotaCheck::Borrow(o.message(&quota.tenant)),
-        Verdict::Exceeded(o) => QuotaCheck::Exceeded(o.message(&quota.tenant)),
+        Verdict::Borrow(o) => QuotaCheck::Borrow(o.message(&quota.tenant, Claimant::Job)),
+        Verdict::Exceeded(o) => QuotaCheck::Exceeded(o.message(&quota.tenant, Claimant::Job)),
     }
 }
 
-/// Why a job can never be admitted under `quota` (it alone is above a limit that does not
-/// borrow), for refusing it at submission; `None` when it can.
-pub fn never_within(quota: &TenantQuota, demand: &Demand) -> Option<String> {
+/// Why a job (or playground, as `claimant` says) can never be admitted under `quota` (it alone is
+/// above a limit that does not borrow), for refusing it at submission; `None` when it can.
+pub fn never_within(quota: &TenantQuota, demand: &Demand, claimant: Claimant) -> Option<String> {
     let tenant = &quota.tenant;
+    let noun = claimant.noun();
     let mut reasons = Vec::new();
     for (series, need) in &demand.gpus {
         if let Some(limit) = quota.gpu_limit(series)
@@ -563,7 +567,7 @@ pub fn never_within(quota: &TenantQuota, demand: &Demand) -> Option<String> {
             && *need > limit.gpus
         {
             reasons.push(format!(
-                "tenant {tenant}'s quota is {} {series} GPUs; this job needs {need}",
+                "tenant {tenant}'s quota is {} {series} GPUs; this {noun} needs {need}",
                 limit.gpus
             ));
         }
@@ -580,7 +584,7 @@ pub fn never_within(quota: &TenantQuota, demand: &Demand) -> Option<String> {
                 && need > max + 1e-9
             {
                 reasons.push(format!(
-                    "tenant {tenant}'s quota is {} {what} for CPU-only jobs; this job needs {}",
+                    "tenant {tenant}'s quota is {} {what} for CPU-only jobs; this {noun} needs {}",
                     plain(max),
                     plain(need)
                 ));
@@ -591,7 +595,7 @@ pub fn never_within(quota: &TenantQuota, demand: &Demand) -> Option<String> {
         return None;
     }
     Some(format!(
-        "{}: ask an operator to raise the quota (tuneplane admin quota set) or make the job smaller",
+        "{}: ask an operator to raise the quota (tuneplane admin quota set) or make the {noun} smaller",
         reasons.join("; ")
     ))
 }
@@ -710,14 +714,14 @@ mod tests {
     #[test]
     fn a_job_larger_than_a_hard_limit_never_fits_but_a_borrowing_one_may() {
         let mut q = quota();
-        let m = never_within(&q, &demand("h200", 24)).unwrap();
+        let m = never_within(&q, &demand("h200", 24), Claimant::Job).unwrap();
         assert!(
             m.starts_with("tenant team-a's quota is 16 h200 GPUs; this job needs 24"),
             "{m}"
         );
-        assert_eq!(never_within(&q, &demand("h200", 16)), None);
+        assert_eq!(never_within(&q, &demand("h200", 16), Claimant::Job), None);
         q.series.get_mut("h200").unwrap().borrow = true;
-        assert_eq!(never_within(&q, &demand("h200", 24)), None);
+        assert_eq!(never_within(&q, &demand("h200", 24), Claimant::Job), None);
     }
 
     #[test]

@@ -9,13 +9,14 @@
 //! in priority order: deciding one job at a time on its own watch event would admit out of order.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tuneplane_core::admission::{
     Admission, AdmissionPlan, PoolPlacement, Reservation, Waiting, plan_admissions,
 };
 use tuneplane_core::capacity::CapacitySnapshot;
+use tuneplane_core::claimant::Claimant;
 use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::PendingReason;
 use tuneplane_core::job::{JobRecord, JobState};
@@ -298,6 +299,7 @@ async fn record_held(ctx: &Ctx, queue: &Queue, now: i64, report: &mut PassReport
     for (job, reason, why) in &queue.held {
         let waiting = Waiting {
             job_id: &job.id,
+            kind: Claimant::Job,
             reason: *reason,
             message: Arc::from(why.as_str()),
         };
@@ -385,6 +387,7 @@ fn plan<'q>(
         for (id, message) in stopping {
             plan.waiting.push(Waiting {
                 job_id: id,
+                kind: Claimant::Job,
                 reason: PendingReason::PreviousAttemptStopping,
                 message: Arc::from(message.as_str()),
             });
@@ -402,17 +405,15 @@ fn within_budget(
     ctx: &Ctx,
     admit: &mut Vec<Admission>,
     by_id: &HashMap<&str, &JobRecord>,
-    playground_ids: &BTreeSet<&str>,
 ) -> usize {
     let budget = ctx.config.requests_per_pass();
     let (mut spent, mut keep) = (0usize, 0usize);
     for a in admit.iter() {
-        let cost = if playground_ids.contains(a.job_id.as_str()) {
-            2 // its server key's Secret and its Pod
-        } else {
-            by_id
+        let cost = match a.kind {
+            Claimant::Playground => 2, // its server key's Secret and its Pod
+            Claimant::Job => by_id
                 .get(a.job_id.as_str())
-                .map_or(1, |j| workload::creates_per_admission(ctx, j.spec.kind()))
+                .map_or(1, |j| workload::creates_per_admission(ctx, j.spec.kind())),
         };
         if keep > 0 && spent + cost > budget {
             break;
@@ -431,14 +432,13 @@ async fn admit_planned(
     ctx: &Ctx,
     admit: Vec<Admission>,
     by_id: &HashMap<&str, &JobRecord>,
-    playground_ids: &BTreeSet<&str>,
     playgrounds: &mut [PlaygroundRecord],
     now: i64,
     report: &mut PassReport,
 ) {
     let (playground_admits, job_admits): (Vec<_>, Vec<_>) = admit
         .into_iter()
-        .partition(|a| playground_ids.contains(a.job_id.as_str()));
+        .partition(|a| a.kind == Claimant::Playground);
     for a in playground_admits {
         let node = a.placements.first().and_then(|p| p.nodes.first()).cloned();
         let Some(node) = node else { continue };
@@ -472,7 +472,6 @@ async fn record_waiting(
     ctx: &Ctx,
     waiting: Vec<Waiting<'_>>,
     by_id: &HashMap<&str, &JobRecord>,
-    playground_ids: &BTreeSet<&str>,
     now: i64,
     report: &mut PassReport,
 ) -> HashMap<String, (String, String)> {
@@ -486,12 +485,14 @@ async fn record_waiting(
             w.message = Arc::from(text);
         }
         report.waiting += 1;
-        if playground_ids.contains(w.job_id) {
+        if w.kind == Claimant::Playground {
             // The stand-in job's one pool is no name a user gave: leave it out.
             let prefix = format!("pool {STAND_IN_POOL}: ");
             let message = w.message.strip_prefix(&prefix).unwrap_or(&w.message);
-            let message = message.replace("this job needs", "this playground needs");
-            playground_waits.insert(w.job_id.to_owned(), (format!("{:?}", w.reason), message));
+            playground_waits.insert(
+                w.job_id.to_owned(),
+                (format!("{:?}", w.reason), message.to_owned()),
+            );
             continue;
         }
         let outcome = set_queued_pending(ctx, job, w, now).await;
@@ -562,24 +563,10 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         // quadratic).
         let by_id: HashMap<&str, &JobRecord> =
             queue.active.iter().map(|j| (j.id.as_str(), j)).collect();
-        let playground_ids: BTreeSet<&str> = queue.active[queue.jobs..]
-            .iter()
-            .map(|j| j.id.as_str())
-            .collect();
-        report.deferred = within_budget(ctx, &mut plan.admit, &by_id, &playground_ids);
+        report.deferred = within_budget(ctx, &mut plan.admit, &by_id);
         let admit = std::mem::take(&mut plan.admit);
-        admit_planned(
-            ctx,
-            admit,
-            &by_id,
-            &playground_ids,
-            &mut playgrounds,
-            now,
-            &mut report,
-        )
-        .await;
-        let waits =
-            record_waiting(ctx, plan.waiting, &by_id, &playground_ids, now, &mut report).await;
+        admit_planned(ctx, admit, &by_id, &mut playgrounds, now, &mut report).await;
+        let waits = record_waiting(ctx, plan.waiting, &by_id, now, &mut report).await;
         record_held(ctx, &queue, now, &mut report).await;
         waits
     };

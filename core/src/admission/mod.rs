@@ -45,6 +45,7 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use crate::capacity::CapacitySnapshot;
+use crate::claimant::Claimant;
 pub use crate::job::PoolPlacement;
 use crate::job::{JobRecord, PendingReason};
 use crate::quota::{TenantQuota, Verdict};
@@ -88,6 +89,8 @@ pub struct Reservation {
 pub struct Admission {
     /// Job to admit (its record moves to ADMITTED with these placements).
     pub job_id: String,
+    /// A job's or a playground's admission (each carried out by its own step).
+    pub kind: Claimant,
     /// Placement of every pool: the workload is pinned to these nodes.
     pub placements: Vec<PoolPlacement>,
 }
@@ -97,6 +100,8 @@ pub struct Admission {
 pub struct Waiting<'q> {
     /// Job id (borrowed from the queue: a long queue's waiting jobs copy nothing).
     pub job_id: &'q str,
+    /// A job or a playground (each records its wait in its own place).
+    pub kind: Claimant,
     /// Machine-readable reason.
     pub reason: PendingReason,
     /// Message for people (shared: the many jobs of a long queue that wait for the same reason

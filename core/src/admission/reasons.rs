@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::claimant::Claimant;
 use crate::job::PendingReason;
 use crate::quantity::plain;
 use crate::quota::Over;
@@ -143,12 +144,15 @@ pub(super) fn behind(who: &str, spill: bool) -> String {
 
 /// A job of `tenant` held by its quota; `borrowing`: above a borrowing limit, with no idle
 /// capacity for it.
-pub(super) fn quota(over: &Over, tenant: &str, wait: QuotaWait) -> String {
-    let text = over.message(tenant);
+pub(super) fn quota(over: &Over, tenant: &str, kind: Claimant, wait: QuotaWait) -> String {
+    let text = over.message(tenant, kind);
     match wait {
         QuotaWait::Limit => text,
         QuotaWait::Borrowing => format!(
             "{text}; it may borrow only capacity that no other job waiting within its quota needs, and none is free now"
+        ),
+        QuotaWait::NotPreemptible if kind == Claimant::Playground => format!(
+            "{text}; a playground is never preempted, so it never borrows above the quota: it starts when the tenant's own jobs leave room"
         ),
         QuotaWait::NotPreemptible => format!(
             "{text}; the job is not preemptible (preemptible: false), so it never borrows above the quota: it starts when the tenant's own jobs leave room"

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::claimant::Claimant;
 use crate::job::{JobRecord, PendingReason};
 use crate::quota::{Over, OverKey};
 
@@ -20,7 +21,7 @@ pub(super) struct Round<'c, 'q> {
     short_messages: HashMap<ShortKey<'q>, (PendingReason, Arc<str>)>,
     /// Quota messages, formatted once per tenant and limit state (a long queue of one tenant
     /// waits for the same reason).
-    quota_messages: HashMap<(usize, reasons::QuotaWait, OverKey<'q>), Arc<str>>,
+    quota_messages: HashMap<(usize, Claimant, reasons::QuotaWait, OverKey<'q>), Arc<str>>,
 }
 
 impl<'c, 'q> Round<'c, 'q> {
@@ -48,10 +49,11 @@ impl<'c, 'q> Round<'c, 'q> {
         over: Over<'q>,
         wait: reasons::QuotaWait,
     ) {
+        let kind = job.claimant();
         let message = self
             .quota_messages
-            .entry((t, wait, over.key()))
-            .or_insert_with(|| reasons::quota(&over, &job.tenant, wait).into())
+            .entry((t, kind, wait, over.key()))
+            .or_insert_with(|| reasons::quota(&over, &job.tenant, kind, wait).into())
             .clone();
         self.wait(job, PendingReason::QuotaExceeded, message);
     }
@@ -81,6 +83,7 @@ impl<'c, 'q> Round<'c, 'q> {
             .collect();
         self.plan.admit.push(Admission {
             job_id: job.id.clone(),
+            kind: job.claimant(),
             placements,
         });
         true
@@ -89,6 +92,7 @@ impl<'c, 'q> Round<'c, 'q> {
     fn wait(&mut self, job: &'q JobRecord, reason: PendingReason, message: Arc<str>) {
         self.plan.waiting.push(Waiting {
             job_id: &job.id,
+            kind: job.claimant(),
             reason,
             message,
         });

@@ -768,6 +768,31 @@ fn weights_scale_the_share() {
 }
 
 #[test]
+fn a_playground_is_its_own_kind_in_the_plan_and_its_messages_name_it() {
+    // A playground's stand-in waits on the quota like a job, but the plan says it is a
+    // playground (the reconciler routes it by that) and its text says "this playground needs".
+    let mut pg = h200_job("a", "pg-1", 2);
+    pg.spec.plugin = crate::claimant::PLAYGROUND_PLUGIN.into();
+    pg.spec.preemptible = false;
+    let queue = vec![holding("a", "a-run", 8), h200_job("a", "a-1", 1), pg];
+    let quotas = [h200_quota("a", 16, false)];
+    let plan = plan_admissions(&queue, &h200_fleet(&[8, 0, 0]), &[], &quotas);
+    assert_eq!(admitted(&plan), ["a-1"]);
+    assert_eq!(plan.admit[0].kind, Claimant::Job);
+    let waiting = plan.waiting.iter().find(|w| w.job_id == "pg-1").unwrap();
+    assert_eq!(waiting.kind, Claimant::Playground);
+    assert_eq!(waiting.reason, PendingReason::QuotaExceeded);
+    assert_eq!(
+        &*waiting.message,
+        "tenant a uses 16 of 16 h200 GPUs; this playground needs 8"
+    );
+    // Admitted, it is a playground's admission.
+    let plan = plan_admissions(&queue[2..], &h200_fleet(&[0, 0, 0]), &[], &[]);
+    assert_eq!(admitted(&plan), ["pg-1"]);
+    assert_eq!(plan.admit[0].kind, Claimant::Playground);
+}
+
+#[test]
 fn a_hard_quota_holds_the_tenants_further_jobs_with_quota_exceeded_and_reserves_nothing() {
     // a holds 8 of its 16: of two more 8-GPU jobs one fits the quota, the other waits for it.
     let queue = vec![

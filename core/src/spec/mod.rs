@@ -885,7 +885,14 @@ priority: high
         let pool_keys: Vec<&str> = pool.keys().map(String::as_str).collect();
         assert_eq!(
             pool_keys,
-            ["cpus", "gpus_per_node", "memory_gb", "name", "nodes", "series"],
+            [
+                "cpus",
+                "gpus_per_node",
+                "memory_gb",
+                "name",
+                "nodes",
+                "series"
+            ],
             "a new Pool field must be left out of the JSON while absent"
         );
     }

@@ -34,6 +34,7 @@ pub use error::SubmitError;
 use crate::audit::{Actor, AuditAction, AuditEntry, AuditSource};
 use crate::capacity::CapacitySnapshot;
 use crate::capsule::{Limits, storage_key};
+use crate::claimant::Claimant;
 use crate::fleet::FleetShape;
 use crate::job::{EventSource, JobEvent, JobRecord};
 use crate::quota::{Demand, TenantQuota, never_within};
@@ -554,7 +555,7 @@ pub fn request_digest(capsule_sha256: &str) -> String {
 /// Refuses `spec` when it alone is above a limit of `quota` that does not borrow (it could never
 /// be admitted); no quota means no limit.
 pub fn check_quota(quota: Option<&TenantQuota>, spec: &JobSpec) -> Result<()> {
-    match quota.and_then(|q| never_within(q, &Demand::of(spec))) {
+    match quota.and_then(|q| never_within(q, &Demand::of(spec), Claimant::Job)) {
         Some(why) => Err(SubmitError::QuotaExceeded(why)),
         None => Ok(()),
     }

@@ -98,11 +98,6 @@ pub struct Preemption {
     pub lost_gpu_seconds: u64,
 }
 
-/// Whether `job` is a playground's stand-in (they neither preempt nor are preempted).
-fn is_playground(job: &JobRecord) -> bool {
-    job.spec.plugin.starts_with("playground/")
-}
-
 /// Reasons a waiting job may preempt for.
 fn waits_for_room(reason: PendingReason) -> bool {
     matches!(
@@ -159,7 +154,7 @@ pub fn preemption_candidates<'q>(
     let mut reclaim: HashSet<&str> = HashSet::new();
     let mut top: HashMap<&str, i32> = HashMap::new();
     for (job, reason) in waiters {
-        if job.state != JobState::Queued || is_playground(job) || job.stop_requested {
+        if job.state != JobState::Queued || !job.claimant().preempts() || job.stop_requested {
             continue;
         }
         let needs = need(job);
@@ -196,7 +191,7 @@ fn eligible(job: &JobRecord, rules: &PreemptionRules) -> bool {
     job.state == JobState::Running
         && job.spec.preemptible
         && job.preempt.is_none()
-        && !is_playground(job)
+        && job.claimant().preempts()
         && job
             .running_at_ms
             .is_some_and(|r| rules.now_ms.saturating_sub(r) >= rules.min_run_ms)
@@ -565,7 +560,7 @@ pub fn plan_preemptions(
         let Some(job) = by_id.get(w.job_id).copied() else {
             continue;
         };
-        if job.state != JobState::Queued || is_playground(job) || job.stop_requested {
+        if job.state != JobState::Queued || !job.claimant().preempts() || job.stop_requested {
             continue;
         }
         let needs = need(job);
