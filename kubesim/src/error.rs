@@ -1,4 +1,4 @@
-//! Errors: [`ApiError`] is what the simulated API server answers with (a Kubernetes `Status` body),
+//! Errors: [`StatusError`] is what the simulated API server answers with (a Kubernetes `Status` body),
 //! [`Error`] is what starting the simulator can fail with.
 
 use axum::http::StatusCode;
@@ -41,17 +41,17 @@ pub enum Error {
         /// What was being created.
         what: String,
         /// The API error.
-        source: ApiError,
+        source: StatusError,
     },
 }
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// An API error, answered as a `meta/v1 Status` object with the matching HTTP code.
+/// A refusal of the simulated API server, answered as a `meta/v1 Status` object with the matching HTTP code.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{code} {reason}: {message}")]
-pub struct ApiError {
+pub struct StatusError {
     /// HTTP status code.
     pub code: u16,
     /// Machine-readable reason (`NotFound`, `AlreadyExists`, `Conflict`, `Invalid`, ...).
@@ -62,7 +62,7 @@ pub struct ApiError {
     pub details: Option<Value>,
 }
 
-impl ApiError {
+impl StatusError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             code,
@@ -231,7 +231,7 @@ fn qualified(plural: &str, group: &str) -> String {
     }
 }
 
-impl IntoResponse for ApiError {
+impl IntoResponse for StatusError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = self.to_status().to_string();

@@ -37,6 +37,6 @@ pub mod testbed;
 
 pub use api::faults::{FaultCounts, FaultPlan, FaultScope, SplitMix64};
 pub use config::{Scenario, SimConfig, annotations};
-pub use error::{ApiError, Error, Result};
+pub use error::{Error, Result, StatusError};
 pub use sim::KubeSim;
 pub use tuneplane_core::quantity;

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::error::StatusError;
 
 /// The patch formats a `PATCH` request can carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,27 +77,28 @@ fn is_named_list(items: &[Value]) -> bool {
 
 /// Applies an RFC 6902 JSON patch, returning the patched document; the document is unchanged
 /// when any operation fails.
-pub fn json_patch(doc: &Value, ops: &Value) -> Result<Value, ApiError> {
+pub fn json_patch(doc: &Value, ops: &Value) -> Result<Value, StatusError> {
     if !ops.is_array() {
-        return Err(ApiError::bad_request(
+        return Err(StatusError::bad_request(
             "json patch must be an array of operations",
         ));
     }
     let ops: ::json_patch::Patch = serde_json::from_value(ops.clone())
-        .map_err(|e| ApiError::invalid_patch(format!("malformed operation: {e}")))?;
+        .map_err(|e| StatusError::invalid_patch(format!("malformed operation: {e}")))?;
     let mut doc = doc.clone();
-    ::json_patch::patch(&mut doc, &ops).map_err(|e| ApiError::invalid_patch(e.to_string()))?;
+    ::json_patch::patch(&mut doc, &ops).map_err(|e| StatusError::invalid_patch(e.to_string()))?;
     Ok(doc)
 }
 
-impl ApiError {
+impl StatusError {
     /// `422 Invalid` for a JSON patch that cannot be applied. The API server answers every such
     /// failure alike (a generic server response: no cause, empty details); `message` says what
     /// failed in kubesim's log only.
     pub fn invalid_patch(message: String) -> Self {
         tracing::debug!(%message, "JSON patch not applied");
-        let mut e =
-            ApiError::bad_request("the server rejected our request due to an error in our request");
+        let mut e = StatusError::bad_request(
+            "the server rejected our request due to an error in our request",
+        );
         e.code = 422;
         e.reason = "Invalid";
         e.details = Some(serde_json::json!({}));

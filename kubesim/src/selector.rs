@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::error::StatusError;
 use crate::json::str_at;
 use crate::resources::ResourceType;
 
@@ -191,13 +191,13 @@ fn split_top(s: &str) -> Vec<&str> {
     out
 }
 
-fn set_values(rest: &str, whole: &str) -> Result<Vec<String>, ApiError> {
+fn set_values(rest: &str, whole: &str) -> Result<Vec<String>, StatusError> {
     let rest = rest.trim();
     let inner = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
         .ok_or_else(|| {
-            ApiError::bad_request(format!(
+            StatusError::bad_request(format!(
                 "unable to parse requirement: {whole:?}: expected a list in parentheses"
             ))
         })?;
@@ -210,7 +210,7 @@ fn set_values(rest: &str, whole: &str) -> Result<Vec<String>, ApiError> {
 
 impl LabelSelector {
     /// Parses a `labelSelector` query value.
-    pub fn parse(s: &str) -> Result<Self, ApiError> {
+    pub fn parse(s: &str) -> Result<Self, StatusError> {
         let mut reqs = Vec::new();
         for part in split_top(s)
             .into_iter()
@@ -237,7 +237,7 @@ impl LabelSelector {
             } else if words.len() == 1 {
                 Requirement::new(part, Operator::Exists, Vec::new())
             } else {
-                return Err(ApiError::bad_request(format!(
+                return Err(StatusError::bad_request(format!(
                     "unable to parse requirement: {part:?}"
                 )));
             };
@@ -260,7 +260,7 @@ impl LabelSelector {
 
 impl FieldSelector {
     /// Parses a `fieldSelector` query value, rejecting fields the type does not support.
-    pub fn parse(s: &str, rt: &ResourceType) -> Result<Self, ApiError> {
+    pub fn parse(s: &str, rt: &ResourceType) -> Result<Self, StatusError> {
         let mut reqs = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (field, value, eq) = if let Some((k, v)) = part.split_once("!=") {
@@ -270,13 +270,13 @@ impl FieldSelector {
             } else if let Some((k, v)) = part.split_once('=') {
                 (k, v, true)
             } else {
-                return Err(ApiError::bad_request(format!(
+                return Err(StatusError::bad_request(format!(
                     "invalid selector: '{s}'; can't understand '{part}'"
                 )));
             };
             let field = field.trim();
             if !rt.supports_field(field) {
-                return Err(ApiError::bad_request(format!(
+                return Err(StatusError::bad_request(format!(
                     "field label not supported: {field}"
                 )));
             }

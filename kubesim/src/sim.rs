@@ -133,7 +133,7 @@ impl KubeSim {
     /// node's kubelet is down: its pods do not advance and their deletions are not confirmed
     /// (they stay `Terminating`); its pods are evicted once their toleration of the `NoExecute`
     /// taint runs out (300 s by default). Ready again, the kubelet finishes those deletions.
-    pub fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), crate::ApiError> {
+    pub fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), crate::StatusError> {
         let updated = self.store.update_all(&NODES, "", node, |current| {
             let mut n = current.clone();
             crate::fleet::set_ready(&mut n, ready);
@@ -162,7 +162,7 @@ impl KubeSim {
     /// [`SimConfig::pod_gc_quarantine`](crate::SimConfig) (marked `Failed` with the
     /// `DisruptionTarget` condition, reason `DeletionByPodGC`). Deleting the Node through the API
     /// has the same effect but for the event.
-    pub fn delete_node(&self, node: &str) -> Result<(), crate::ApiError> {
+    pub fn delete_node(&self, node: &str) -> Result<(), crate::StatusError> {
         let deleted =
             self.store
                 .delete(&NODES, "", node, &crate::store::DeleteOptions::default())?;
@@ -183,7 +183,11 @@ impl KubeSim {
     /// taint-eviction controller evict the pods that do not tolerate it (after their
     /// `tolerationSeconds`); a `NoSchedule` one (what interruption handlers put) only keeps new
     /// pods away.
-    pub fn taint_node(&self, node: &str, taint: serde_json::Value) -> Result<(), crate::ApiError> {
+    pub fn taint_node(
+        &self,
+        node: &str,
+        taint: serde_json::Value,
+    ) -> Result<(), crate::StatusError> {
         self.store.update_all(&NODES, "", node, |current| {
             let mut n = current.clone();
             crate::fleet::add_taint(&mut n, taint);
@@ -199,7 +203,7 @@ impl KubeSim {
         node: &str,
         key: &str,
         effect: Option<&str>,
-    ) -> Result<(), crate::ApiError> {
+    ) -> Result<(), crate::StatusError> {
         self.store.update_all(&NODES, "", node, |current| {
             let mut n = current.clone();
             crate::fleet::remove_taint(&mut n, key, effect);
@@ -240,7 +244,7 @@ impl Drop for KubeSim {
 }
 
 /// A minimal CustomResourceDefinition for a KubeRay kind, Established, with an open schema.
-fn seed_crd(store: &Store, kind: &str, plural: &str) -> Result<(), crate::ApiError> {
+fn seed_crd(store: &Store, kind: &str, plural: &str) -> Result<(), crate::StatusError> {
     let name = format!("{plural}.ray.io");
     let names = json!({
         "kind": kind,

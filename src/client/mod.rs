@@ -39,10 +39,10 @@ pub enum Output {
     Csv,
 }
 
-/// An API error as the server described it.
+/// An error reply of the TunePlane API, as the server described it (status, code, message).
 #[derive(Debug, thiserror::Error)]
 #[error("{}", self.plain())]
-pub struct ApiError {
+pub struct ErrorReply {
     /// HTTP status.
     pub status: StatusCode,
     /// Machine-readable code.
@@ -53,7 +53,7 @@ pub struct ApiError {
     pub details: String,
 }
 
-impl ApiError {
+impl ErrorReply {
     /// What the user reads: a refused key in plain words (what to check), anything else as the
     /// server said it with its status and code for scripts and bug reports.
     fn plain(&self) -> String {
@@ -140,7 +140,7 @@ impl Api {
             .bearer_auth(key))
     }
 
-    /// Sends a request and decodes the JSON answer, turning error bodies into [`ApiError`].
+    /// Sends a request and decodes the JSON answer, turning error bodies into [`ErrorReply`].
     pub async fn send<T: DeserializeOwned>(
         &self,
         req: reqwest::RequestBuilder,
@@ -179,7 +179,7 @@ impl Api {
     }
 
     /// GET `path` (relative to `/v1`) and decode the JSON answer; an error answer becomes an
-    /// [`ApiError`], no key a message saying how to pass one.
+    /// [`ErrorReply`], no key a message saying how to pass one.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         Ok(self.send(self.request(Method::GET, path)?).await?.1)
     }
@@ -223,7 +223,7 @@ impl Api {
     }
 }
 
-fn api_error(status: StatusCode, body: &[u8]) -> ApiError {
+fn api_error(status: StatusCode, body: &[u8]) -> ErrorReply {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let e = &v["error"];
     let message = e["message"].as_str().map_or_else(
@@ -244,7 +244,7 @@ fn api_error(status: StatusCode, body: &[u8]) -> ApiError {
         }
         _ => String::new(),
     };
-    ApiError {
+    ErrorReply {
         status,
         code: e["code"].as_str().unwrap_or("error").to_string(),
         message,

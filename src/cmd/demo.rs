@@ -230,7 +230,7 @@ async fn submit(
                 serde_json::from_value(v["job"].clone()).context("unexpected submission answer")?,
             )
         }
-        Err(e) => match e.downcast_ref::<crate::client::ApiError>() {
+        Err(e) => match e.downcast_ref::<crate::client::ErrorReply>() {
             Some(api_err) if api_err.status.is_client_error() => {
                 // One line for the table: the field errors if there are any, else the message.
                 let text = if api_err.details.trim().is_empty() {

@@ -9,7 +9,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::{ApiState, ResourcePath, json_response, raw_json, table};
-use crate::error::ApiError;
+use crate::error::StatusError;
 use crate::patch::{self, PatchKind};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, ListQuery, Part, Propagation};
@@ -28,7 +28,10 @@ pub(super) struct Request<'a> {
     pub body: &'a Bytes,
 }
 
-pub(super) async fn handle(state: &ApiState, request: &Request<'_>) -> Result<Response, ApiError> {
+pub(super) async fn handle(
+    state: &ApiState,
+    request: &Request<'_>,
+) -> Result<Response, StatusError> {
     let Request {
         method,
         path,
@@ -43,12 +46,14 @@ pub(super) async fn handle(state: &ApiState, request: &Request<'_>) -> Result<Re
         let served = (s == "status" && rt.status)
             || (s == "log" && std::ptr::eq(rt, &crate::resources::PODS));
         if !served {
-            return Err(ApiError::no_route(&format!("{}/{s}", rt.plural)));
+            return Err(StatusError::no_route(&format!("{}/{s}", rt.plural)));
         }
     }
     if query.contains_key("dryRun") && method != Method::GET {
         // Refusing is safer than writing what the caller meant only to try.
-        return Err(ApiError::bad_request("dryRun is not supported by kubesim"));
+        return Err(StatusError::bad_request(
+            "dryRun is not supported by kubesim",
+        ));
     }
     let store = &state.store;
     match (method.clone(), path.name.as_deref()) {
@@ -83,7 +88,7 @@ pub(super) async fn handle(state: &ApiState, request: &Request<'_>) -> Result<Re
         }
         (Method::POST, None) => {
             if rt.namespaced && path.namespace.is_none() {
-                return Err(ApiError::method_not_allowed(format!(
+                return Err(StatusError::method_not_allowed(format!(
                     "create {} needs a namespace in the path",
                     rt.plural
                 )));
@@ -121,7 +126,7 @@ pub(super) async fn handle(state: &ApiState, request: &Request<'_>) -> Result<Re
             };
             Ok(raw_json(StatusCode::OK, list_body(rt, &page)))
         }
-        (m, _) => Err(ApiError::method_not_allowed(format!(
+        (m, _) => Err(StatusError::method_not_allowed(format!(
             "{m} is not supported on this path"
         ))),
     }
@@ -141,7 +146,7 @@ fn patch(
     request: &Request<'_>,
     ns: &str,
     name: &str,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     let rt = request.path.rt;
     let part = written_part(request.path);
     let ct = request
@@ -150,7 +155,7 @@ fn patch(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let kind =
-        PatchKind::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+        PatchKind::from_content_type(ct).ok_or_else(|| StatusError::unsupported_media_type(ct))?;
     let doc = decode(request.body)?;
     let store = &state.store;
     if kind == PatchKind::Apply {
@@ -159,13 +164,13 @@ fn patch(
             .get("fieldManager")
             .is_none_or(|m| m.is_empty())
         {
-            return Err(ApiError::bad_request(
+            return Err(StatusError::bad_request(
                 "PATCH, application/apply-patch+yaml requests require the fieldManager parameter",
             ));
         }
         if store.try_get(rt, ns, name).is_none() {
             if part == Part::Status {
-                return Err(ApiError::not_found(rt.plural, rt.group, name));
+                return Err(StatusError::not_found(rt.plural, rt.group, name));
             }
             let mut doc = doc;
             crate::json::obj_mut(&mut doc, "metadata")
@@ -187,13 +192,13 @@ fn patch(
 }
 
 /// Decodes a request body as JSON, or YAML when it is not JSON.
-fn decode(body: &Bytes) -> Result<Value, ApiError> {
+fn decode(body: &Bytes) -> Result<Value, StatusError> {
     if body.is_empty() {
-        return Err(ApiError::bad_request("the request body is empty"));
+        return Err(StatusError::bad_request("the request body is empty"));
     }
     serde_json::from_slice(body).or_else(|json_err| {
         yaml_serde::from_slice::<Value>(body).map_err(|_| {
-            ApiError::bad_request(format!(
+            StatusError::bad_request(format!(
                 "the request body is not valid JSON or YAML: {json_err}"
             ))
         })
@@ -204,7 +209,10 @@ fn flag(query: &HashMap<String, String>, key: &str) -> bool {
     query.get(key).is_some_and(|v| v == "true" || v == "1")
 }
 
-fn list_query(path: &ResourcePath, query: &HashMap<String, String>) -> Result<ListQuery, ApiError> {
+fn list_query(
+    path: &ResourcePath,
+    query: &HashMap<String, String>,
+) -> Result<ListQuery, StatusError> {
     Ok(ListQuery {
         namespace: path.namespace.clone(),
         labels: LabelSelector::parse(
@@ -226,7 +234,7 @@ fn list_query(path: &ResourcePath, query: &HashMap<String, String>) -> Result<Li
 fn delete_options(
     query: &HashMap<String, String>,
     body: &Bytes,
-) -> Result<DeleteOptions, ApiError> {
+) -> Result<DeleteOptions, StatusError> {
     let doc: Value = if body.is_empty() {
         json!({})
     } else {
@@ -241,7 +249,7 @@ fn delete_options(
         None | Some("Background") | Some("Foreground") => Propagation::Background,
         Some("Orphan") => Propagation::Orphan,
         Some(other) => {
-            return Err(ApiError::bad_request(format!(
+            return Err(StatusError::bad_request(format!(
                 "unsupported propagationPolicy {other:?}"
             )));
         }
@@ -256,8 +264,9 @@ fn delete_options(
         None => query
             .get("gracePeriodSeconds")
             .map(|v| {
-                v.parse::<i64>()
-                    .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {v:?}")))
+                v.parse::<i64>().map_err(|_| {
+                    StatusError::bad_request(format!("invalid gracePeriodSeconds {v:?}"))
+                })
             })
             .transpose()?,
     };

@@ -87,7 +87,7 @@ pub(super) fn handle(state: &ApiState, route: &Route, uri: &Uri) -> Response {
         ),
         Route::Health => (StatusCode::OK, "ok").into_response(),
         Route::Resource(_) | Route::PodProxy(..) => {
-            crate::error::ApiError::no_route(uri.path()).into_response()
+            crate::error::StatusError::no_route(uri.path()).into_response()
         }
     }
 }

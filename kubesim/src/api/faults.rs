@@ -27,7 +27,7 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::error::ApiError;
+use crate::error::StatusError;
 
 /// Which resource requests a [`FaultPlan`] applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,7 +291,7 @@ pub(crate) fn status(code: u16, retry_after_secs: u32) -> Response {
             "an error on the server (injected by kubesim) has prevented the request from succeeding",
         ),
     };
-    let mut err = ApiError::internal(message);
+    let mut err = StatusError::internal(message);
     err.code = code;
     err.reason = reason;
     if code == 429 {

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::{ApiState, Pieces, ok_body, streamed};
-use crate::error::ApiError;
+use crate::error::StatusError;
 use crate::logs::{GENERATED_LINE_BYTES, Generated, not_started};
 use crate::resources::PODS;
 use crate::store::Store;
@@ -22,7 +22,7 @@ pub(super) async fn serve(
     ns: &str,
     name: &str,
     query: &HashMap<String, String>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     let pod = state.store.get(&PODS, ns, name)?;
     let container = pick_container(&pod, name, query.get("container").map(String::as_str))?;
     // A pod without a node has no kubelet to ask: the API server answers 204 with no body.
@@ -31,7 +31,7 @@ pub(super) async fn serve(
     }
     if let Some(why) = not_started(&pod, &container) {
         // The kubelet's error body (with its newline) becomes the Status message.
-        return Err(ApiError::bad_request(format!("{why}\n")));
+        return Err(StatusError::bad_request(format!("{why}\n")));
     }
     let snapshot = state.store.logs.read(ns, name, &container);
     let follow = query.get("follow").is_some_and(|v| v == "true" || v == "1");
@@ -230,7 +230,7 @@ fn container_names(pod: &Value, list: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn pick_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, ApiError> {
+fn pick_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, StatusError> {
     let main = container_names(pod, "containers");
     let init = container_names(pod, "initContainers");
     match asked {
@@ -238,13 +238,13 @@ fn pick_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String
             if main.iter().chain(init.iter()).any(|n| n == c) {
                 Ok(c.to_string())
             } else {
-                Err(ApiError::bad_request(format!(
+                Err(StatusError::bad_request(format!(
                     "container {c} is not valid for pod {name}"
                 )))
             }
         }
         _ if main.len() == 1 => Ok(main[0].clone()),
-        _ => Err(ApiError::bad_request(format!(
+        _ => Err(StatusError::bad_request(format!(
             "a container name must be specified for pod {name}, choose one of: [{}]",
             main.join(" ")
         ))),

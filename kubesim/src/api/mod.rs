@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::error::StatusError;
 use crate::resources::{self, ResourceType};
 use crate::store::Store;
 
@@ -246,7 +246,7 @@ async fn dispatch(
 ) -> Response {
     let query = parse_query(uri.query());
     let Some(route) = parse_path(uri.path(), state.kuberay) else {
-        return ApiError::no_route(uri.path()).into_response();
+        return StatusError::no_route(uri.path()).into_response();
     };
     tracing::debug!(%method, path = uri.path(), "request");
     let result = match route {
@@ -291,7 +291,7 @@ async fn dispatch(
         Route::PodProxy(ns, name) => match state.store.get(&resources::PODS, &ns, &name) {
             // Simulated pods serve nothing; say so instead of a bare 404.
             Ok(_) => {
-                let mut e = ApiError::internal(format!(
+                let mut e = StatusError::internal(format!(
                     "kubesim does not proxy to pods: pod {ns}/{name} is simulated and serves no port"
                 ));
                 e.code = 503;
@@ -301,7 +301,7 @@ async fn dispatch(
             Err(e) => Err(e),
         },
         other if method == Method::GET => Ok(discovery::handle(&state, &other, &uri)),
-        _ => Err(ApiError::method_not_allowed(format!(
+        _ => Err(StatusError::method_not_allowed(format!(
             "{method} is not supported on {}",
             uri.path()
         ))),

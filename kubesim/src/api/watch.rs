@@ -13,7 +13,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 
 use super::{ApiState, Pieces, ok_body, streamed};
-use crate::error::ApiError;
+use crate::error::StatusError;
 use crate::resources::ResourceType;
 use crate::store::{EventType, ListQuery, WatchEvent};
 
@@ -40,12 +40,12 @@ pub(super) async fn serve(
     rt: &'static ResourceType,
     query: ListQuery,
     params: &HashMap<String, String>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     let from = match params.get("resourceVersion").map(String::as_str) {
         None | Some("") => None,
         Some(rv) => Some(
             rv.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+                .map_err(|_| StatusError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
         ),
     };
     let timeout = params

@@ -104,7 +104,7 @@ impl PodGc {
 
 /// Marks an orphaned pod Failed with the DisruptionTarget condition (unless it ended), then
 /// deletes it with grace period 0.
-fn collect(store: &Store, pod: &Arc<Value>) -> Result<(), crate::ApiError> {
+fn collect(store: &Store, pod: &Arc<Value>) -> Result<(), crate::StatusError> {
     let (ns, name) = (json::namespace(pod), json::name(pod));
     tracing::info!(pod = %format!("{ns}/{name}"), node = node_name(pod), "PodGC is force deleting an orphaned pod");
     if !terminal(pod) {
@@ -257,7 +257,7 @@ impl TaintEviction {
 }
 
 /// The taint manager's eviction: event, DisruptionTarget condition, graceful delete.
-fn evict(store: &Store, rec: &mut Recorder, pod: &Arc<Value>) -> Result<(), crate::ApiError> {
+fn evict(store: &Store, rec: &mut Recorder, pod: &Arc<Value>) -> Result<(), crate::StatusError> {
     let (ns, name) = (json::namespace(pod), json::name(pod));
     tracing::info!(pod = %format!("{ns}/{name}"), node = node_name(pod), "taint eviction");
     let message = format!("Marking for deletion Pod {ns}/{name}");

@@ -166,13 +166,13 @@ pub fn create(
     reason: &str,
     message: &str,
     component: &str,
-) -> Result<(String, String), crate::ApiError> {
+) -> Result<(String, String), crate::StatusError> {
     let event = event_object(obj, ty, reason, message, component, &Origin::default());
     create_object(store, event)
 }
 
 /// Stores the Event `event`; returns its namespace and name.
-fn create_object(store: &Store, event: Value) -> Result<(String, String), crate::ApiError> {
+fn create_object(store: &Store, event: Value) -> Result<(String, String), crate::StatusError> {
     let (ns, name) = (
         json::namespace(&event).to_string(),
         json::name(&event).to_string(),

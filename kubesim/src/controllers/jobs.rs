@@ -43,7 +43,7 @@ pub fn step(store: &Arc<Store>) {
     }
 }
 
-fn reconcile(store: &Store, job: &Value, pods: &[Arc<Value>]) -> Result<(), crate::ApiError> {
+fn reconcile(store: &Store, job: &Value, pods: &[Arc<Value>]) -> Result<(), crate::StatusError> {
     let (ns, name) = (json::namespace(job), json::name(job));
     if let Some(done_at) = str_at(job, "/status/completionTime")
         .or_else(|| finished(job).and(str_at(job, "/status/startTime")))
@@ -122,7 +122,7 @@ fn reconcile(store: &Store, job: &Value, pods: &[Arc<Value>]) -> Result<(), crat
     Ok(())
 }
 
-fn create_pod(store: &Store, job: &Value) -> Result<(), crate::ApiError> {
+fn create_pod(store: &Store, job: &Value) -> Result<(), crate::StatusError> {
     let (ns, name, uid) = (json::namespace(job), json::name(job), json::uid(job));
     let template = job.pointer("/spec/template").cloned().unwrap_or_default();
     let mut pod = json!({"metadata": template.get("metadata").cloned().unwrap_or(json!({})), "spec": template.get("spec").cloned().unwrap_or(json!({}))});

@@ -129,7 +129,7 @@ impl Kubelet {
         rec: &mut Recorder,
         mut exec: Option<&mut Executor>,
         pod: &Arc<Value>,
-    ) -> Result<(), crate::ApiError> {
+    ) -> Result<(), crate::StatusError> {
         let (ns, name) = (json::namespace(pod), json::name(pod));
         let bound_at = lifecycle::condition_time(pod, "PodScheduled").unwrap_or_default();
         let step = lifecycle::next_step(

@@ -149,7 +149,7 @@ impl Scheduler {
     }
 }
 
-fn bind(store: &Store, ns: &str, name: &str, node: &str) -> Result<(), crate::ApiError> {
+fn bind(store: &Store, ns: &str, name: &str, node: &str) -> Result<(), crate::StatusError> {
     store
         .update_all(&PODS, ns, name, |cur| {
             let mut p = cur.clone();

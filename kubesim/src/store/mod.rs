@@ -163,7 +163,7 @@ impl Store {
         rt: &'static ResourceType,
         ns: &str,
         name: &str,
-    ) -> Result<Arc<Value>, crate::ApiError> {
+    ) -> Result<Arc<Value>, crate::StatusError> {
         self.lock().existing(rt, ns, name)
     }
 
@@ -193,9 +193,9 @@ impl Inner {
         rt: &'static ResourceType,
         ns: &str,
         name: &str,
-    ) -> Result<Arc<Value>, crate::ApiError> {
+    ) -> Result<Arc<Value>, crate::StatusError> {
         self.find(rt, ns, name)
-            .ok_or_else(|| crate::ApiError::not_found(rt.plural, rt.group, name))
+            .ok_or_else(|| crate::StatusError::not_found(rt.plural, rt.group, name))
     }
 
     /// Records a change: bumps the resourceVersion, stores or removes the object, keeps history.

@@ -6,7 +6,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::{EventType, Store, WatchEvent};
-use crate::error::ApiError;
+use crate::error::StatusError;
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -63,18 +63,18 @@ impl Store {
         q: &ListQuery,
         limit: Option<usize>,
         cont: Option<&str>,
-    ) -> Result<ListPage, ApiError> {
+    ) -> Result<ListPage, StatusError> {
         let (rv_token, after) = match cont {
             Some(c) if !c.is_empty() => {
                 let (rv, key) = c
                     .split_once(':')
-                    .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+                    .ok_or_else(|| StatusError::bad_request("invalid continue token"))?;
                 let (ns, name) = key
                     .split_once('/')
-                    .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+                    .ok_or_else(|| StatusError::bad_request("invalid continue token"))?;
                 let rv: u64 = rv
                     .parse()
-                    .map_err(|_| ApiError::bad_request("invalid continue token"))?;
+                    .map_err(|_| StatusError::bad_request("invalid continue token"))?;
                 (Some(rv), Some((ns.to_string(), name.to_string())))
             }
             _ => (None, None),
@@ -124,7 +124,7 @@ impl Store {
         &self,
         rt: &'static ResourceType,
         from: Option<u64>,
-    ) -> Result<WatchStart, ApiError> {
+    ) -> Result<WatchStart, StatusError> {
         let inner = self.lock();
         // Subscribing under the lock means no change can fall between backlog and live events.
         let rx = self.tx.subscribe();
@@ -149,7 +149,7 @@ impl Store {
                         .collect()
                 })
                 .unwrap_or_default(),
-            Some(rv) if rv < inner.compacted => return Err(ApiError::gone(rv)),
+            Some(rv) if rv < inner.compacted => return Err(StatusError::gone(rv)),
             Some(rv) => inner
                 .history
                 .iter()

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{EventType, Inner, Store, defaults};
-use crate::error::ApiError;
+use crate::error::StatusError;
 use crate::json::{self, str_at};
 use crate::resources::{self, ResourceType};
 
@@ -52,9 +52,9 @@ impl Store {
         rt: &'static ResourceType,
         ns: &str,
         mut obj: Value,
-    ) -> Result<Arc<Value>, ApiError> {
+    ) -> Result<Arc<Value>, StatusError> {
         if !obj.is_object() {
-            return Err(ApiError::bad_request(
+            return Err(StatusError::bad_request(
                 "the request body must be a JSON object",
             ));
         }
@@ -63,7 +63,7 @@ impl Store {
         let meta = json::obj_mut(&mut obj, "metadata");
         match meta.get("namespace").and_then(Value::as_str) {
             Some(body_ns) if rt.namespaced && !body_ns.is_empty() && body_ns != ns => {
-                return Err(ApiError::bad_request(
+                return Err(StatusError::bad_request(
                     "the namespace of the provided object does not match the namespace sent on the request",
                 ));
             }
@@ -78,7 +78,7 @@ impl Store {
                 format!("{prefix}{}", json::random_suffix(5))
             }
             _ => {
-                return Err(ApiError::invalid(
+                return Err(StatusError::invalid(
                     rt.kind,
                     rt.group,
                     "",
@@ -107,7 +107,7 @@ impl Store {
             causes.push(("spec.containers".into(), "Required value".into()));
         }
         if !causes.is_empty() {
-            return Err(ApiError::invalid(rt.kind, rt.group, &name, &causes));
+            return Err(StatusError::invalid(rt.kind, rt.group, &name, &causes));
         }
         let meta = json::obj_mut(&mut obj, "metadata");
         meta.insert("name".into(), Value::String(name.clone()));
@@ -132,14 +132,14 @@ impl Store {
                 .get(resources::NAMESPACES.plural)
                 .is_some_and(|t| t.contains_key(&(String::new(), ns.to_string())));
             if !exists {
-                return Err(ApiError::not_found("namespaces", "", ns));
+                return Err(StatusError::not_found("namespaces", "", ns));
             }
         }
         if inner
             .table(rt)
             .contains_key(&(ns.to_string(), name.clone()))
         {
-            return Err(ApiError::already_exists(rt.plural, rt.group, &name));
+            return Err(StatusError::already_exists(rt.plural, rt.group, &name));
         }
         inner.uid_seq += 1;
         let uid = make_uid(inner.uid_seq);
@@ -159,14 +159,14 @@ impl Store {
         ns: &str,
         name: &str,
         part: Part,
-        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
-    ) -> Result<Arc<Value>, ApiError> {
+        f: impl FnOnce(&Value) -> Result<Value, StatusError>,
+    ) -> Result<Arc<Value>, StatusError> {
         let status_only = part == Part::Status;
         let mut inner = self.lock();
         let current = inner.existing(rt, ns, name)?;
         let mut new = f(&current)?;
         if !new.is_object() {
-            return Err(ApiError::bad_request(
+            return Err(StatusError::bad_request(
                 "the request body must be a JSON object",
             ));
         }
@@ -174,14 +174,14 @@ impl Store {
         let cur_rv = str_at(&current, "/metadata/resourceVersion").unwrap_or_default();
         match str_at(&new, "/metadata/resourceVersion") {
             Some(rv) if !rv.is_empty() && rv != cur_rv => {
-                return Err(ApiError::conflict(rt.plural, rt.group, name));
+                return Err(StatusError::conflict(rt.plural, rt.group, name));
             }
             _ => {}
         }
         if let Some(n) = str_at(&new, "/metadata/name")
             && n != name
         {
-            return Err(ApiError::bad_request(format!(
+            return Err(StatusError::bad_request(format!(
                 "the name of the object ({n}) does not match the name on the URL ({name})"
             )));
         }
@@ -236,8 +236,8 @@ impl Store {
         rt: &'static ResourceType,
         ns: &str,
         name: &str,
-        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
-    ) -> Result<Arc<Value>, ApiError> {
+        f: impl FnOnce(&Value) -> Result<Value, StatusError>,
+    ) -> Result<Arc<Value>, StatusError> {
         self.update(rt, ns, name, Part::Full, f)
     }
 
@@ -259,7 +259,7 @@ impl Store {
         ns: &str,
         name: &str,
         opts: &DeleteOptions,
-    ) -> Result<Arc<Value>, ApiError> {
+    ) -> Result<Arc<Value>, StatusError> {
         let executing = std::ptr::eq(rt, &resources::PODS)
             && self
                 .try_get(rt, ns, name)
@@ -270,13 +270,15 @@ impl Store {
             && u != json::uid(&current)
         {
             let have = json::uid(&current);
-            return Err(ApiError::precondition_failed(rt.kind, name, "UID", u, have));
+            return Err(StatusError::precondition_failed(
+                rt.kind, name, "UID", u, have,
+            ));
         }
         let have_rv = str_at(&current, "/metadata/resourceVersion").unwrap_or_default();
         if let Some(rv) = opts.resource_version.as_deref()
             && rv != have_rv
         {
-            return Err(ApiError::precondition_failed(
+            return Err(StatusError::precondition_failed(
                 rt.kind,
                 name,
                 "ResourceVersion",
@@ -418,12 +420,12 @@ impl Store {
     }
 }
 
-fn check_type_meta(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+fn check_type_meta(rt: &ResourceType, obj: &Value) -> Result<(), StatusError> {
     if let Some(kind) = obj.get("kind").and_then(Value::as_str)
         && !kind.is_empty()
         && kind != rt.kind
     {
-        return Err(ApiError::bad_request(format!(
+        return Err(StatusError::bad_request(format!(
             "the kind {kind:?} does not match the resource {}",
             rt.plural
         )));
@@ -432,7 +434,7 @@ fn check_type_meta(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
         && !av.is_empty()
         && av != rt.api_version()
     {
-        return Err(ApiError::bad_request(format!(
+        return Err(StatusError::bad_request(format!(
             "the apiVersion {av:?} does not match {}",
             rt.api_version()
         )));

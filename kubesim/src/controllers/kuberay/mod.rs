@@ -70,7 +70,7 @@ impl KubeRay {
         store: &Store,
         rec: &mut Recorder,
         rj: &Arc<Value>,
-    ) -> Result<(), crate::ApiError> {
+    ) -> Result<(), crate::StatusError> {
         let (ns, name) = (json::namespace(rj), json::name(rj));
         let finalizers: Vec<String> = json::strs(rj.pointer("/metadata/finalizers"))
             .map(str::to_string)
@@ -114,7 +114,7 @@ impl KubeRay {
         rec: &mut Recorder,
         rj: &Value,
         finalizers: &[String],
-    ) -> Result<(), crate::ApiError> {
+    ) -> Result<(), crate::StatusError> {
         let (ns, name) = (json::namespace(rj), json::name(rj));
         let checks = validate::metadata(rj)
             .map_err(|m| ("InvalidRayJobMetadata", m))
@@ -171,7 +171,7 @@ impl KubeRay {
         rec: &mut Recorder,
         rj: &Value,
         deployment: &str,
-    ) -> Result<(), crate::ApiError> {
+    ) -> Result<(), crate::StatusError> {
         let (ns, name) = (json::namespace(rj), json::name(rj));
         let cluster_name = str_at(rj, "/status/rayClusterName")
             .unwrap_or_default()
@@ -301,7 +301,7 @@ fn set_status(
     ns: &str,
     name: &str,
     f: impl FnOnce(&mut Value),
-) -> Result<(), crate::ApiError> {
+) -> Result<(), crate::StatusError> {
     store.update_all(&RAYJOBS, ns, name, |cur| {
         let mut r = cur.clone();
         f(r.get_mut("status").unwrap_or(&mut Value::Null));
@@ -317,7 +317,7 @@ fn finish(
     deployment: &str,
     job_status: Option<&str>,
     reason: Option<(&str, String)>,
-) -> Result<(), crate::ApiError> {
+) -> Result<(), crate::StatusError> {
     let now = json::now_rfc3339();
     set_status(store, ns, name, |s| {
         s["jobDeploymentStatus"] = json!(deployment);
@@ -341,7 +341,7 @@ fn finish(
 }
 
 /// After the end: with `shutdownAfterJobFinishes`, delete only the RayCluster once the TTL passed.
-fn shutdown(store: &Store, rec: &mut Recorder, rj: &Value) -> Result<(), crate::ApiError> {
+fn shutdown(store: &Store, rec: &mut Recorder, rj: &Value) -> Result<(), crate::StatusError> {
     if rj.pointer("/spec/shutdownAfterJobFinishes") != Some(&json!(true)) {
         return Ok(());
     }

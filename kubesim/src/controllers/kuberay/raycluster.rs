@@ -239,7 +239,7 @@ pub fn reconcile(
     rec: &mut Recorder,
     cluster: &Value,
     pods: &[Arc<Value>],
-) -> Result<(), crate::ApiError> {
+) -> Result<(), crate::StatusError> {
     let (ns, cname) = (json::namespace(cluster), json::name(cluster));
     let mine: Vec<&Arc<Value>> = pods
         .iter()
