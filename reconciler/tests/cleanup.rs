@@ -60,10 +60,9 @@ async fn workload_without_a_live_job_record_is_archived_and_deleted() {
     );
     // Counted once the delete call returns, which can be just after the RayJob is seen gone.
     wait_for(10, "orphan counted", || async {
-        ctx.metrics
-            .render()
-            .contains("tuneplane_orphans_deleted_total 1")
-            .then_some(())
+        (tuneplane_testkit::metric(&ctx.metrics.render(), "tuneplane_orphans_deleted_total")
+            == Some(1.0))
+        .then_some(())
     })
     .await;
 }

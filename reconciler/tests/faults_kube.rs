@@ -77,10 +77,7 @@ fn gpu_job(id: &str, series: &str, nodes: u32, gpus: u32) -> JobRecord {
 
 /// One value of the metrics exposition.
 fn metric(ctx: &Ctx, name: &str) -> f64 {
-    ctx.metrics
-        .render()
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    tuneplane_testkit::metric(&ctx.metrics.render(), name)
         .unwrap_or_else(|| panic!("no metric {name}"))
 }
 

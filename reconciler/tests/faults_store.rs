@@ -191,11 +191,7 @@ async fn assert_state_events(h: &Harness, jobs: &[JobRecord]) {
 
 /// A metric's value from the reconciler's exposition.
 fn metric(ctx: &Ctx, name: &str) -> f64 {
-    ctx.metrics
-        .render()
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
+    tuneplane_testkit::metric(&ctx.metrics.render(), name)
         .unwrap_or_else(|| panic!("no metric {name}"))
 }
 

@@ -172,11 +172,14 @@ async fn a_tenant_within_its_quota_takes_back_borrowed_gpus_from_the_job_losing_
 
     // Metrics and the audit trail.
     let text = ctx.metrics.render();
-    assert!(
-        text.contains("tuneplane_preemptions_total{reason=\"reclaim\"} 1"),
-        "{text}"
-    );
-    assert!(text.contains("tuneplane_preemptions_total{reason=\"priority\"} 0"));
+    let preemptions = |reason: &str| {
+        tuneplane_testkit::metric(
+            &text,
+            &format!("tuneplane_preemptions_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    assert_eq!(preemptions("reclaim"), Some(1.0), "{text}");
+    assert_eq!(preemptions("priority"), Some(0.0), "{text}");
     let audit = h
         .jobs
         .list_audit(&AuditQuery {
@@ -229,8 +232,9 @@ async fn a_higher_priority_job_takes_the_place_of_its_own_tenants_lower_priority
         .await;
     assert_eq!(low.state, JobState::Queued);
     let text = ctx.metrics.render();
-    assert!(
-        text.contains("tuneplane_preemptions_total{reason=\"priority\"} 1"),
+    assert_eq!(
+        tuneplane_testkit::metric(&text, "tuneplane_preemptions_total{reason=\"priority\"}"),
+        Some(1.0),
         "{text}"
     );
 }

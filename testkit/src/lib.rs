@@ -43,9 +43,34 @@ pub fn free_port() -> u16 {
         .unwrap_or_else(|e| panic!("no free port on 127.0.0.1: {e}"))
 }
 
+/// The value of the sample `name` (with its labels as the exposition writes them, e.g.
+/// `tuneplane_preemptions_total{reason="reclaim"}`) in a Prometheus text exposition; `None` when
+/// no such sample is there.
+pub fn metric(exposition: &str, name: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sample_is_read_by_its_full_name_and_labels() {
+        let text = "# HELP tuneplane_x_total x\n# TYPE tuneplane_x_total counter\n\
+                    tuneplane_x_total 3\ntuneplane_x_total_more 9\n\
+                    tuneplane_y_total{reason=\"reclaim\"} 1 1700000000\n";
+        assert_eq!(metric(text, "tuneplane_x_total"), Some(3.0));
+        assert_eq!(
+            metric(text, "tuneplane_y_total{reason=\"reclaim\"}"),
+            Some(1.0)
+        );
+        assert_eq!(metric(text, "tuneplane_y_total{reason=\"priority\"}"), None);
+        assert_eq!(metric(text, "tuneplane_x"), None);
+    }
 
     #[tokio::test]
     async fn polling_returns_the_first_value_and_a_free_port_binds() {

@@ -371,10 +371,7 @@ pub async fn active(h: &Harness) -> usize {
 
 /// A counter from the metrics text (`tuneplane_orphans_deleted_total`, ...), 0 when absent.
 pub fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
+    tuneplane_testkit::metric(text, name).map_or(0, |v| v as u64)
 }
 
 /// Figures of the final check.
