@@ -188,6 +188,9 @@ fn main() {
         (10_000, 1_000, 21, 50),
         (10_000, 5_000, 11, 0),
         (100_000, 5_000, 5, 0),
+        // The Armada-scale case (issue 49): 10,000 nodes, 100,000 queued jobs of 500 tenants
+        // with quotas.
+        (100_000, 10_000, 5, 500),
     ] {
         // `cargo bench --bench admission -- 100000` runs only the cases of that many jobs;
         // `10000x1000` only the one-tenant case of that size; `10000/50` only the case with 50
