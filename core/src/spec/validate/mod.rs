@@ -733,5 +733,11 @@ namespace: tuneplane-jobs
             set(&always),
             "a new optional field must be left out of the serialized spec when absent"
         );
+        // One level down too: a pool that names no optional field keeps its keys.
+        assert_eq!(
+            keys(&json, "/pools/0"),
+            set(&["cpus", "gpus_per_node", "memory_gb", "name", "nodes", "series"]),
+            "a new optional pool field must be left out of the serialized spec when absent"
+        );
     }
 }
