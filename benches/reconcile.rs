@@ -69,8 +69,13 @@ fn cpu_job(i: usize, state: JobState) -> JobRecord {
     }))
     .unwrap();
     let now = tuneplane_core::clock::now_ms();
-    let mut job =
-        JobRecord::new_queued(format!("j{i:06}"), "bench".parse().unwrap(), spec, SHA, now);
+    let mut job = JobRecord::new_queued(
+        format!("j{i:06}").parse().unwrap(),
+        "bench".parse().unwrap(),
+        spec,
+        SHA,
+        now,
+    );
     job.state = state;
     if state.is_terminal() {
         job.admitted_at_ms = Some(now);

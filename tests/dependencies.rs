@@ -63,7 +63,7 @@ async fn a_pipeline_runs_in_order_and_each_step_reads_the_outputs_of_the_one_bef
     })
     .await;
     let message = &waiting.pending.as_ref().unwrap().message;
-    assert!(message.contains(&train.id), "{message}");
+    assert!(message.contains(train.id.as_str()), "{message}");
 
     let done = wait_until(&api, &evaluate.id, 180, "ended", |j| j.is_terminal()).await;
     assert_eq!(done.state, JobState::Succeeded, "{done:?}");
@@ -120,8 +120,20 @@ async fn when_a_step_fails_its_dependants_fail_at_once_and_never_hold_anything()
         assert_eq!(f.reason, FailureReason::DependencyFailed, "{f:?}");
         assert_eq!(j.admitted_at_ms, None, "{} was admitted", j.id);
     }
-    assert!(t.failure.as_ref().unwrap().message.contains(&prepare.id));
-    assert!(e.failure.as_ref().unwrap().message.contains(&train.id));
+    assert!(
+        t.failure
+            .as_ref()
+            .unwrap()
+            .message
+            .contains(prepare.id.as_str())
+    );
+    assert!(
+        e.failure
+            .as_ref()
+            .unwrap()
+            .message
+            .contains(train.id.as_str())
+    );
     // Both in one pass: the same pass clock ended them.
     assert_eq!(t.finished_at_ms, e.finished_at_ms, "not in one pass");
 

@@ -139,7 +139,7 @@ async fn logs_follow_shows_running_output_then_all_of_it_once() {
 
     // The archive holds everything now: the live segments (there were some, the lines above
     // arrived while the job ran) and their list are gone from the blob store.
-    let job_blobs = dir.path().join("data/blobs/data/logs").join(&id);
+    let job_blobs = dir.path().join("data/blobs/data/logs").join(id.as_str());
     assert!(
         job_blobs.join("logs.tar.gz").is_file(),
         "{}",

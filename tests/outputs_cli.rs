@@ -143,7 +143,7 @@ async fn failed_job_with_outputs(s: &Served) -> JobRecord {
         .spec;
     let now = tuneplane_core::clock::now_ms();
     let job = JobRecord::new_queued(
-        "j-out-1",
+        "j-out-1".parse().unwrap(),
         "team-a".parse().unwrap(),
         spec,
         "ab".repeat(32),
@@ -503,7 +503,7 @@ async fn a_job_without_outputs_says_so() {
         .unwrap()
         .spec;
     let job = JobRecord::new_queued(
-        "j-idle",
+        "j-idle".parse().unwrap(),
         "team-a".parse().unwrap(),
         spec,
         "cd".repeat(32),

@@ -187,7 +187,7 @@ async fn capacity_with(api: &Api, series: &str, gpus: u64) -> Value {
 
 /// Submits `examples/<name>`; the id of the job created.
 async fn submitted(api: &Api, name: &str) -> String {
-    submit_example(api, name).await.id
+    submit_example(api, name).await.id.into_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -296,7 +296,7 @@ async fn dev_stack_on_a_real_control_plane_runs_the_examples() {
         .items
         .into_iter()
         .find(|c| {
-            c.labels().get("tuneplane.io/job-id") == Some(&multi)
+            c.labels().get("tuneplane.io/job-id").map(String::as_str) == Some(multi.as_str())
                 || c.owner_references().iter().any(|o| o.kind == "RayJob")
         })
         .expect("no RayCluster from the operator");
@@ -1057,7 +1057,7 @@ async fn preempted_ray_and_cpu_jobs_save_stop_and_resume_on_the_real_tier() {
                 .contains("of a borrowing tenant is saving and stopping"),
             "{p:?}"
         );
-        assert!(!p.message.contains(&gang.id), "{p:?}");
+        assert!(!p.message.contains(gang.id.as_str()), "{p:?}");
     }
     wait_until(&a, &mine.id, GRACE_SECONDS + 120, "running", |j| {
         j.state == JobState::Running || j.state.is_terminal()

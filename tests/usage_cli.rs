@@ -88,7 +88,7 @@ async fn usage_per_job_equals_gpus_times_held_seconds_and_the_totals_add_up() {
     let mut total_gpu = 0.0;
     for (id, job) in &jobs {
         let (gpu, cpu) = held(job);
-        let (g, c) = got.get(id).copied().unwrap_or_default();
+        let (g, c) = got.get(id.as_str()).copied().unwrap_or_default();
         let gpus: u32 = job
             .spec
             .pools

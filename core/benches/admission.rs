@@ -111,7 +111,7 @@ fn queue(jobs: usize) -> Vec<JobRecord> {
                 notify: Vec::new(),
             };
             JobRecord::new_queued(
-                format!("job-{i:06}"),
+                format!("job-{i:06}").parse().unwrap(),
                 "t".parse().unwrap(),
                 spec,
                 "ab",

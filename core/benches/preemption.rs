@@ -101,7 +101,7 @@ fn fleet() -> (CapacitySnapshot, Vec<JobRecord>, HashMap<String, i64>) {
             n.cpus_used += cpus;
             n.memory_gb_used += 16.0;
             n.holders.push(Holder {
-                job_id: job.id.clone(),
+                job_id: job.id.to_string(),
                 gpus,
                 cpus,
                 memory_gb: 16.0,
@@ -116,7 +116,7 @@ fn fleet() -> (CapacitySnapshot, Vec<JobRecord>, HashMap<String, i64>) {
         let node = if gpu { i / 8 } else { i % NODES };
         let series = gpu.then_some(SERIES[node % SERIES.len()]);
         let mut j = JobRecord::new_queued(
-            format!("run-{i:05}"),
+            format!("run-{i:05}").parse().unwrap(),
             tenant(i).parse().unwrap(),
             spec(series, 1, u32::from(gpu), 0),
             "ab",
@@ -135,7 +135,7 @@ fn fleet() -> (CapacitySnapshot, Vec<JobRecord>, HashMap<String, i64>) {
         );
         // Two thirds save checkpoints, at various ages.
         if rng.below(3) != 0 {
-            checkpoints.insert(j.id.clone(), NOW - rng.below(1_800_000) as i64);
+            checkpoints.insert(j.id.to_string(), NOW - rng.below(1_800_000) as i64);
         }
         jobs.push(j);
     }
@@ -171,7 +171,7 @@ fn waiting(count: usize, urgent: bool) -> Vec<JobRecord> {
                 (i % 25, spec(Some(SERIES[i % 4]), 1, 8, 0))
             };
             JobRecord::new_queued(
-                format!("wait-{i:04}"),
+                format!("wait-{i:04}").parse().unwrap(),
                 tenant(t).parse().unwrap(),
                 s,
                 "ab",
@@ -189,7 +189,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let (cap, running, checkpoints) = fleet();
     let lookup = |j: &JobRecord| {
-        checkpoints.get(&j.id).map(|t| CheckpointSeen {
+        checkpoints.get(j.id.as_str()).map(|t| CheckpointSeen {
             name: format!("step-{t}"),
             completed_at_ms: *t,
         })

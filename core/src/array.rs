@@ -50,10 +50,15 @@ impl JobRecord {
 
 /// Child `index` of `parent`: a `QUEUED` record with the parent's tenant, spec and capsule and
 /// its submission time (children wait in the queue from when the array was submitted), and its
-/// first event.
-pub fn child_record(parent: &JobRecord, index: u32, now_ms: i64) -> (JobRecord, JobEvent) {
+/// first event. Fails only when the child's id would break the id rule (a parent id longer than
+/// [`crate::ids::ID_MAX`] `-` [`crate::ids::CHILD_SUFFIX_MAX`]: see [`crate::ids::Id::child`]).
+pub fn child_record(
+    parent: &JobRecord,
+    index: u32,
+    now_ms: i64,
+) -> Result<(JobRecord, JobEvent), crate::ids::IdError> {
     let mut child = JobRecord::new_queued(
-        child_id(&parent.id, index),
+        parent.id.child(index)?,
         parent.tenant.clone(),
         parent.spec.clone(),
         parent.capsule_sha256.clone(),
@@ -73,7 +78,7 @@ pub fn child_record(parent: &JobRecord, index: u32, now_ms: i64) -> (JobRecord, 
         message: format!("child {index} of array {} ({size} children)", parent.id),
         object: None,
     };
-    (child, event)
+    Ok((child, event))
 }
 
 /// The children to create at this pass: the next `at_most` indices after those created, none
@@ -205,7 +210,13 @@ mod tests {
             "platform_version": "0", "array": {"size": size, "parallelism": parallelism}
         });
         let spec = serde_json::from_value(spec).expect("spec");
-        let mut p = JobRecord::new_queued("j-p", "t".parse().expect("tenant"), spec, "ab", 5);
+        let mut p = JobRecord::new_queued(
+            "j-p".parse().unwrap(),
+            "t".parse().expect("tenant"),
+            spec,
+            "ab",
+            5,
+        );
         p.array = Some(ArrayRole::Parent(ArrayParent::default()));
         p
     }
@@ -250,7 +261,7 @@ mod tests {
     #[test]
     fn children_carry_the_parents_spec_capsule_and_submission_time_and_their_index() {
         let p = parent(3, None);
-        let (child, event) = child_record(&p, 2, 99);
+        let (child, event) = child_record(&p, 2, 99).unwrap();
         assert_eq!(child.id, "j-p-2");
         assert_eq!(child.submitted_at_ms, 5);
         assert_eq!(child.capsule_sha256, "ab");
@@ -280,7 +291,7 @@ mod tests {
     #[test]
     fn parallelism_holds_back_queued_children_beyond_the_room_left_in_index_order() {
         let p = parent(5, Some(2));
-        let mut kids: Vec<JobRecord> = (0..5).map(|i| child_record(&p, i, 0).0).collect();
+        let mut kids: Vec<JobRecord> = (0..5).map(|i| child_record(&p, i, 0).unwrap().0).collect();
         // Child 3 runs: one place left, for the lowest queued index.
         kids[3].state = JobState::Running;
         let held = held_back(&kids);
@@ -290,10 +301,12 @@ mod tests {
         assert!(held["j-p-1"].contains("at most 2"), "{}", held["j-p-1"]);
         // Without parallelism nothing is held.
         let free = parent(5, None);
-        let kids: Vec<JobRecord> = (0..5).map(|i| child_record(&free, i, 0).0).collect();
+        let kids: Vec<JobRecord> = (0..5)
+            .map(|i| child_record(&free, i, 0).unwrap().0)
+            .collect();
         assert!(held_back(&kids).is_empty());
         // A child being stopped neither counts nor is held.
-        let mut kids: Vec<JobRecord> = (0..3).map(|i| child_record(&p, i, 0).0).collect();
+        let mut kids: Vec<JobRecord> = (0..3).map(|i| child_record(&p, i, 0).unwrap().0).collect();
         kids[0].stop_requested = true;
         assert!(held_back(&kids).is_empty());
     }

@@ -82,7 +82,13 @@ mod tests {
             spec["array"] = serde_json::json!({"size": size});
         }
         let spec = serde_json::from_value(spec).expect("spec");
-        JobRecord::new_queued("j-t", "t".parse().expect("tenant"), spec, "ab", 0)
+        JobRecord::new_queued(
+            "j-t".parse().unwrap(),
+            "t".parse().expect("tenant"),
+            spec,
+            "ab",
+            0,
+        )
     }
 
     fn states(list: &[(&str, JobState)]) -> HashMap<String, JobState> {
@@ -125,7 +131,7 @@ mod tests {
     fn n_to_n_pairs_a_child_with_the_child_of_the_same_index() {
         let mut child = job(serde_json::json!([{"job": "j-a", "n_to_n": true}]), Some(3));
         child.array = Some(crate::array::ArrayRole::Child(crate::array::ArrayChild {
-            parent: "j-t".into(),
+            parent: "j-t".parse().unwrap(),
             index: 2,
         }));
         let ids: Vec<String> = targets(&child).into_iter().map(|(id, _)| id).collect();

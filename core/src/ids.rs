@@ -169,6 +169,12 @@ macro_rules! checked_name {
             }
         }
 
+        impl From<&$name> for String {
+            fn from(v: &$name) -> String {
+                v.0.clone()
+            }
+        }
+
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 Self::parse(String::deserialize(d)?).map_err(serde::de::Error::custom)

@@ -330,7 +330,7 @@ pub struct ArrayParent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArrayChild {
     /// The parent's job id.
-    pub parent: String,
+    pub parent: crate::ids::JobId,
     /// 0-based index (`TUNEPLANE_ARRAY_INDEX`).
     pub index: u32,
 }
@@ -416,8 +416,9 @@ impl ArrayCounts {
 /// write increments it; a write carrying a stale version fails with a conflict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
-    /// Unique, URL-safe job id.
-    pub id: String,
+    /// Unique, URL-safe job id (checked: a stored record with an id that breaks
+    /// [`crate::ids::ID_RULE`] does not decode).
+    pub id: crate::ids::JobId,
     /// Tenant that owns the job.
     pub tenant: crate::ids::TenantId,
     /// The authoritative JobSpec.
@@ -501,7 +502,7 @@ fn is_zero(n: &u32) -> bool {
 #[error("job {job_id}: cannot move from {from} to {to}")]
 pub struct TransitionError {
     /// Job whose record refused the transition.
-    pub job_id: String,
+    pub job_id: crate::ids::JobId,
     /// Its current state.
     pub from: JobState,
     /// The refused target state.
@@ -526,14 +527,14 @@ impl JobRecord {
 
     /// A fresh `QUEUED` record (version 0, not yet stored).
     pub fn new_queued(
-        id: impl Into<String>,
+        id: crate::ids::JobId,
         tenant: crate::ids::TenantId,
         spec: JobSpec,
         capsule_sha256: impl Into<String>,
         submitted_at_ms: i64,
     ) -> JobRecord {
         JobRecord {
-            id: id.into(),
+            id,
             tenant,
             spec,
             capsule_sha256: capsule_sha256.into(),
@@ -794,7 +795,13 @@ mod tests {
 
     #[test]
     fn lifecycle_starts_each_clock_once() {
-        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 1_000);
+        let mut job = JobRecord::new_queued(
+            "j1".parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec(),
+            "ab",
+            1_000,
+        );
         assert_eq!(job.clock_ms(1_500), 500);
         job.transition(JobState::Admitted, 2_000).unwrap();
         job.transition(JobState::Running, 3_000).unwrap();
@@ -817,8 +824,36 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_record_keeps_its_id_as_text_and_one_breaking_the_id_rule_does_not_decode() {
+        let job = JobRecord::new_queued(
+            "j-01".parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec(),
+            "ab",
+            0,
+        );
+        let mut json = serde_json::to_value(&job).unwrap();
+        assert_eq!(json["id"], "j-01");
+        let back: JobRecord = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back, job);
+        json["id"] = "../J 1".into();
+        let err = serde_json::from_value::<JobRecord>(json).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("\"../J 1\" is not a valid id: use 1-64 lower-case"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn queued_job_cannot_jump_to_running() {
-        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 0);
+        let mut job = JobRecord::new_queued(
+            "j1".parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec(),
+            "ab",
+            0,
+        );
         let err = job.transition(JobState::Running, 1).err();
         assert_eq!(err.map(|e| e.to), Some(JobState::Running));
         assert_eq!(job.state, JobState::Queued);
@@ -826,7 +861,13 @@ mod tests {
 
     #[test]
     fn stop_request_ends_as_stopped_with_reason() {
-        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 0);
+        let mut job = JobRecord::new_queued(
+            "j1".parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec(),
+            "ab",
+            0,
+        );
         job.finish_with_failure(FailureReason::StopRequested, "by user", 5)
             .unwrap();
         assert_eq!(job.state, JobState::Stopped);
@@ -865,7 +906,13 @@ mod tests {
 
     #[test]
     fn requeue_keeps_the_submission_time_and_lists_the_attempt() {
-        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 1_000);
+        let mut job = JobRecord::new_queued(
+            "j1".parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec(),
+            "ab",
+            1_000,
+        );
         job.transition(JobState::Admitted, 2_000).unwrap();
         job.transition(JobState::Running, 3_000).unwrap();
         job.workload_name = Some("tp-j1".into());
@@ -907,7 +954,13 @@ mod tests {
 
     #[test]
     fn retries_are_counted_per_cause_and_a_stop_is_never_retried() {
-        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 0);
+        let mut job = JobRecord::new_queued(
+            "j1".parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec(),
+            "ab",
+            0,
+        );
         job.spec.retries = crate::spec::Retries {
             infrastructure: 2,
             application: 1,
@@ -928,7 +981,13 @@ mod tests {
 
     #[test]
     fn a_grant_lives_while_its_attempt_runs_and_its_grace_after() {
-        let mut job = JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(), "ab", 0);
+        let mut job = JobRecord::new_queued(
+            "j1".parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec(),
+            "ab",
+            0,
+        );
         job.spec.deadlines.grace_seconds = 10;
         job.transition(JobState::Admitted, 1_000).unwrap();
         assert_eq!(job.grant_valid_until_ms(1), Some(i64::MAX));

@@ -285,8 +285,11 @@ pub const STAND_IN_POOL: &str = "server";
 /// its node as the pool's placement) once [`PlaygroundRecord::is_admitted`]. With it a
 /// playground counts against its tenant's quota and fair share, waits with a reason, and never
 /// lands on nodes planned for jobs: the same planner decides both. Not preemptible: it never
-/// borrows and is never preempted.
-pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
+/// borrows and is never preempted. Fails for a playground whose id breaks the id rule.
+pub fn admission_stand_in(
+    pg: &PlaygroundRecord,
+    namespace: &str,
+) -> Result<JobRecord, crate::ids::IdError> {
     let spec = JobSpec {
         name: "playground".into(),
         plugin: crate::claimant::PLAYGROUND_PLUGIN.into(),
@@ -322,7 +325,8 @@ pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
         platform_version: crate::constants::PLATFORM_VERSION.into(),
         notify: Vec::new(),
     };
-    let mut job = JobRecord::new_queued(&pg.id, pg.tenant.clone(), spec, "", pg.created_at_ms);
+    let id = crate::ids::JobId::parse(pg.id.as_str())?;
+    let mut job = JobRecord::new_queued(id, pg.tenant.clone(), spec, "", pg.created_at_ms);
     if pg.is_admitted() {
         job.state = JobState::Admitted;
         job.admitted_at_ms = Some(pg.created_at_ms);
@@ -335,7 +339,7 @@ pub fn admission_stand_in(pg: &PlaygroundRecord, namespace: &str) -> JobRecord {
             })
             .collect();
     }
-    job
+    Ok(job)
 }
 
 #[cfg(test)]
@@ -529,7 +533,7 @@ mod tests {
     fn a_playground_stands_in_for_a_one_machine_job_queued_until_admitted() {
         let mut r = record();
         r.gpus = 4;
-        let job = admission_stand_in(&r, "ns");
+        let job = admission_stand_in(&r, "ns").unwrap();
         assert_eq!((job.id.as_str(), job.tenant.as_str()), ("pg-1", "acme"));
         assert_eq!(job.state, JobState::Queued);
         assert_eq!(job.submitted_at_ms, 0);
@@ -543,13 +547,13 @@ mod tests {
             (f64::from(REQUEST_CPUS), f64::from(REQUEST_MEMORY_GB))
         );
         r.node = Some("l40s-1".into());
-        let job = admission_stand_in(&r, "ns");
+        let job = admission_stand_in(&r, "ns").unwrap();
         assert_eq!(job.state, JobState::Admitted);
         assert_eq!(job.placements[0].nodes, ["l40s-1"]);
         // An older version's playground with a pod but no plan is admitted, unplanned.
         r.node = None;
         r.pod_name = Some("pg-pg-1".into());
-        let job = admission_stand_in(&r, "ns");
+        let job = admission_stand_in(&r, "ns").unwrap();
         assert_eq!(job.state, JobState::Admitted);
         assert!(job.placements.is_empty());
     }

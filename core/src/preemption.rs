@@ -122,7 +122,7 @@ pub struct Preempting {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VictimRef {
     /// The victim's job id.
-    pub job_id: String,
+    pub job_id: crate::ids::JobId,
     /// Its tenant (where its checkpoints are).
     pub tenant: crate::ids::TenantId,
     /// Its pods' namespace.
@@ -155,7 +155,7 @@ mod tests {
         let p = Preempting {
             rule: PreemptionRule::Reclaim,
             victims: vec![VictimRef {
-                job_id: "job-of-team-b".into(),
+                job_id: "job-of-team-b".parse().unwrap(),
                 tenant: "team-b".parse().unwrap(),
                 namespace: "ns".into(),
                 attempt: 1,

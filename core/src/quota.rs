@@ -778,7 +778,8 @@ mod tests {
                 "priority": 0, "labels": {}, "namespace": "ns", "platform_version": "0"
             }))
             .expect("spec");
-            let mut j = JobRecord::new_queued(id, tenant.parse().unwrap(), spec, "ab", 1);
+            let mut j =
+                JobRecord::new_queued(id.parse().unwrap(), tenant.parse().unwrap(), spec, "ab", 1);
             j.state = state;
             j
         };

@@ -63,7 +63,7 @@ pub enum StoreError {
         /// The client's idempotency key.
         key: String,
         /// The job created by the first request.
-        job_id: String,
+        job_id: crate::ids::JobId,
     },
     /// A pagination cursor that this store did not hand out.
     #[error("invalid pagination cursor {cursor:?}")]
@@ -267,7 +267,10 @@ pub const MAX_CREATE_ALL: usize = 20;
 pub fn check_create_all(jobs: &[NewJob<'_>]) -> Result<()> {
     if jobs.len() > MAX_CREATE_ALL || jobs.iter().any(|n| n.idem.is_some()) {
         return Err(StoreError::InvalidKey {
-            key: jobs.first().map(|n| n.job.id.clone()).unwrap_or_default(),
+            key: jobs
+                .first()
+                .map(|n| n.job.id.to_string())
+                .unwrap_or_default(),
             reason: format!(
                 "{} jobs in one write: at most {MAX_CREATE_ALL}, none with an idempotency key",
                 jobs.len()

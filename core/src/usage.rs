@@ -109,7 +109,7 @@ pub fn job_slices(job: &JobRecord, from_ms: i64, to_ms: i64, now_ms: i64) -> Vec
     acc.into_iter()
         .map(|((series, day), (g, c, m))| Slice {
             tenant: job.tenant.to_string(),
-            job_id: job_id.clone(),
+            job_id: job_id.to_string(),
             series,
             day: day_name(day),
             gpu_seconds: g,
@@ -327,7 +327,13 @@ mod tests {
     }
 
     fn job(pools: &[(Option<&str>, u32, u32, f64, f64)]) -> JobRecord {
-        JobRecord::new_queued("j1", "acme".parse().unwrap(), spec(pools), "ab", 0)
+        JobRecord::new_queued(
+            "j1".parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec(pools),
+            "ab",
+            0,
+        )
     }
 
     const D: i64 = DAY_MS;
@@ -434,7 +440,7 @@ mod tests {
         j.admitted_at_ms = Some(0);
         j.finished_at_ms = Some(10_000);
         j.array = Some(crate::array::ArrayRole::Child(crate::array::ArrayChild {
-            parent: "j-sweep".into(),
+            parent: "j-sweep".parse().unwrap(),
             index: 3,
         }));
         let s = job_slices(&j, 0, i64::MAX, 0);

@@ -32,7 +32,13 @@ const API_SERVER: &str = "192.0.2.10";
 fn job(id: &str, tenant: &str) -> JobRecord {
     let text = "name: t\nimage: rayproject/ray:2.60.0\nentrypoint: python train.py\npools: [{name: main, series: h200, nodes: 2, gpus_per_node: 8}]\n";
     let spec = validate(text, None, &Defaults::default()).unwrap().spec;
-    JobRecord::new_queued(id, tenant.parse().unwrap(), spec, "ab".repeat(32), 1)
+    JobRecord::new_queued(
+        id.parse().unwrap(),
+        tenant.parse().unwrap(),
+        spec,
+        "ab".repeat(32),
+        1,
+    )
 }
 
 /// A pod of job `id` in the jobs namespace (a Ray pod carries the platform's job label).

@@ -42,7 +42,7 @@ pub enum Outcome {
     /// A job was created (or found, for a redelivery).
     Submitted {
         /// Id of the created (or redelivered) job.
-        job_id: String,
+        job_id: tuneplane_core::ids::JobId,
         /// False for a redelivery.
         created: bool,
     },
@@ -76,7 +76,7 @@ pub struct StepJob {
     /// The step's name.
     pub step: String,
     /// Its job's id.
-    pub job_id: String,
+    pub job_id: tuneplane_core::ids::JobId,
 }
 
 impl Outcome {

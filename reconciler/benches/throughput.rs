@@ -27,7 +27,7 @@ fn job(i: usize) -> JobRecord {
     }))
     .expect("spec");
     JobRecord::new_queued(
-        format!("b{i:04}"),
+        format!("b{i:04}").parse().unwrap(),
         "t".parse().unwrap(),
         spec,
         "ab".repeat(32),

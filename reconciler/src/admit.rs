@@ -46,7 +46,7 @@ pub(crate) async fn admit(
     ctx.pending_written
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(&job.id);
+        .remove(job.id.as_str());
     tracing::info!(job_id = %job.id, capsule = %job.capsule_sha256, "admitted");
     workload::create(ctx, &stored).await?;
     Ok(())

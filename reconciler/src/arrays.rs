@@ -159,7 +159,10 @@ async fn create_children(
     let start = range.start;
     let creates: Vec<_> = range
         .map(|index| async move {
-            let (child, event) = array::child_record(parent, index, now);
+            let (child, event) = match array::child_record(parent, index, now) {
+                Ok(made) => made,
+                Err(e) => return (index, Err(e.into())),
+            };
             let new = NewJob {
                 job: &child,
                 idem: None,
@@ -168,7 +171,7 @@ async fn create_children(
             };
             match ctx.jobs.create(new).await {
                 Ok(_) | Err(StoreError::AlreadyExists { .. }) => (index, Ok(())),
-                Err(e) => (index, Err(e)),
+                Err(e) => (index, Err(e.into())),
             }
         })
         .collect();
@@ -179,7 +182,7 @@ async fn create_children(
         match outcome {
             Ok(()) if index == created => created += 1,
             Ok(()) => {}
-            Err(e) if created == start => return Err(e.into()),
+            Err(e) if created == start => return Err(e),
             Err(_) => break,
         }
     }
@@ -199,7 +202,7 @@ async fn ended_children(
         .array_ended
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&parent.id)
+        .get(parent.id.as_str())
         .cloned()
         .unwrap_or_default();
     let created = book.created.saturating_sub(book.skipped);
@@ -225,7 +228,7 @@ async fn ended_children(
         ctx.array_ended
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(parent.id.clone(), known.clone());
+            .insert(parent.id.to_string(), known.clone());
     }
     Ok(known)
 }

@@ -271,7 +271,8 @@ mod tests {
             "namespace": "ns", "platform_version": "0"
         }))
         .unwrap();
-        let mut j = JobRecord::new_queued("j", "t".parse().unwrap(), spec, "ab", 0);
+        let mut j =
+            JobRecord::new_queued("j".parse().unwrap(), "t".parse().unwrap(), spec, "ab", 0);
         j.state = state;
         j.admitted_at_ms = Some(1_000);
         j.running_at_ms = (state == JobState::Running).then_some(2_000);

@@ -36,6 +36,9 @@ pub enum Error {
     /// A lifecycle transition the record does not allow (another writer moved it).
     #[error("{0}")]
     Transition(#[from] tuneplane_core::job::TransitionError),
+    /// An id made from another (an array child's from its parent's) breaks the id rule.
+    #[error("{0}")]
+    Id(#[from] tuneplane_core::ids::IdError),
     /// A store call failed.
     #[error("store: {0}")]
     Store(#[from] StoreError),

@@ -257,7 +257,7 @@ async fn ship_job(
     let known = ctx
         .live
         .jobs()
-        .get(&job.id)
+        .get(job.id.as_str())
         .and_then(|j| j.manifest.clone());
     let mut manifest = match known {
         Some(m) => m,
@@ -266,7 +266,7 @@ async fn ship_job(
             None => Manifest::default(),
         },
     };
-    manifest.job_id.clone_from(&job.id);
+    manifest.job_id = job.id.to_string();
     let mut reads = Vec::new();
     let mut main = HashSet::new();
     for (pod, containers) in &pods {
@@ -278,7 +278,7 @@ async fn ship_job(
             let cursor = ctx
                 .live
                 .jobs()
-                .get(&job.id)
+                .get(job.id.as_str())
                 .and_then(|j| j.cursors.get(&key).cloned())
                 .unwrap_or_else(|| Cursor {
                     bytes: manifest.shipped(pod, container),
@@ -360,7 +360,7 @@ async fn ship_job(
         ctx.blobs.delete(&key).await?;
     }
     let mut jobs = ctx.live.jobs();
-    let entry = jobs.entry(job.id.clone()).or_default();
+    let entry = jobs.entry(job.id.to_string()).or_default();
     entry.last_read_ms = now;
     entry.cursors.extend(cursors);
     entry.manifest = Some(manifest);
@@ -401,7 +401,7 @@ pub async fn ship(
     let mut candidates = Vec::new();
     for job in &running {
         let followed = job.logs_followed_until_ms.is_some_and(|t| t > now);
-        let known = last_read.get(&job.id).copied();
+        let known = last_read.get(job.id.as_str()).copied();
         // Not read since this process started: the segment list (read by `ship_job`) tells
         // whether the want was answered before; reading once more is the safe side.
         let want = owed(job.logs_wanted_at_ms, known.and_then(|k| k.1), now);
@@ -465,7 +465,7 @@ pub async fn ship(
         .await;
     for (id, outcome) in outcomes {
         if let Err(e) = outcome {
-            failed.push((id, e));
+            failed.push((id.into_string(), e));
         }
     }
     failed

@@ -72,7 +72,7 @@ pub fn reservations(cluster: &Cluster, jobs: &[JobRecord]) -> Vec<Reservation> {
                 })
                 .unwrap_or_default();
             out.push(Reservation {
-                job_id: job.id.clone(),
+                job_id: job.id.to_string(),
                 series: pool.series.clone(),
                 gpus: pool.gpus_per_node,
                 cpus: pool.cpus,
@@ -174,7 +174,7 @@ async fn sync_one(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> (S
     } else {
         Ok(())
     };
-    (job.id.clone(), outcome)
+    (job.id.to_string(), outcome)
 }
 
 async fn admit_one(
@@ -185,7 +185,7 @@ async fn admit_one(
     now: i64,
 ) -> (String, Result<()>) {
     (
-        job.id.clone(),
+        job.id.to_string(),
         admit(ctx, job, placements, message, None, now).await,
     )
 }
@@ -237,14 +237,17 @@ async fn read_queue(ctx: &Ctx, now: i64, report: &mut PassReport) -> Result<Queu
     let jobs = active.len();
     let playground_ns = &ctx.config.playground_namespace;
     if let Some(all) = &playgrounds {
-        active.extend(
-            all.iter()
-                .filter(|pg| crate::playground::holds_or_wants(pg, now))
-                .map(|pg| {
-                    let ns = pg.pod_namespace.as_deref().unwrap_or(playground_ns);
-                    admission_stand_in(pg, ns)
-                }),
-        );
+        for pg in all
+            .iter()
+            .filter(|pg| crate::playground::holds_or_wants(pg, now))
+        {
+            let ns = pg.pod_namespace.as_deref().unwrap_or(playground_ns);
+            match admission_stand_in(pg, ns) {
+                Ok(job) => active.push(job),
+                // A playground the API never made: it takes no part in the plan.
+                Err(e) => note(ctx, report, "playground stand-in", &pg.id, Err(e.into())),
+            }
+        }
     }
     Ok(Queue {
         active,
@@ -267,7 +270,7 @@ fn hold_back(queue: &mut Queue, deps: crate::dependencies::Outcome) {
     let ready = queue.active[..queue.jobs]
         .iter()
         .filter(|j| j.array_child().is_some())
-        .filter(|j| !held.contains_key(&j.id) && !deps.failed.contains(&j.id));
+        .filter(|j| !held.contains_key(j.id.as_str()) && !deps.failed.contains(j.id.as_str()));
     let by_parallelism: Vec<(String, String)> = tuneplane_core::array::held_back(ready)
         .into_iter()
         .map(|(id, why)| (id.to_owned(), why))
@@ -281,14 +284,14 @@ fn hold_back(queue: &mut Queue, deps: crate::dependencies::Outcome) {
     let stand_ins = queue.active.split_off(queue.jobs);
     let (out, mut rest): (Vec<_>, Vec<_>) = std::mem::take(&mut queue.active)
         .into_iter()
-        .partition(|j| held.contains_key(&j.id) || deps.failed.contains(&j.id));
+        .partition(|j| held.contains_key(j.id.as_str()) || deps.failed.contains(j.id.as_str()));
     queue.jobs = rest.len();
     rest.extend(stand_ins);
     queue.active = rest;
     queue.held = out
         .into_iter()
         .filter_map(|j| {
-            let (reason, why) = held.remove(&j.id)?;
+            let (reason, why) = held.remove(j.id.as_str())?;
             Some((j, reason, why))
         })
         .collect();
@@ -348,7 +351,7 @@ async fn sync_jobs(
 
 /// Phase 4 (leader): workloads and NetworkPolicies no current attempt owns are deleted.
 async fn sweep(ctx: &Ctx, cluster: &Cluster, jobs: &[JobRecord], report: &mut PassReport) {
-    let ids: HashMap<String, u32> = jobs.iter().map(|j| (j.id.clone(), j.attempt)).collect();
+    let ids: HashMap<String, u32> = jobs.iter().map(|j| (j.id.to_string(), j.attempt)).collect();
     let orphans = sweep_orphans(ctx, cluster, &ids).await;
     note(ctx, report, "orphan sweep", "", orphans);
     let policies = crate::policies::sweep(ctx, cluster, &ids).await;

@@ -62,7 +62,7 @@ async fn checkpoints(
     for &job in jobs {
         match ctx.checkpoints.fresh(&job.id, now) {
             Some(c) => {
-                known.insert(job.id.clone(), c);
+                known.insert(job.id.to_string(), c);
             }
             None if missing.len() < LOOKUPS_PER_PASS => missing.push(job),
             None => {}
@@ -78,7 +78,7 @@ async fn checkpoints(
         match outcome {
             Ok(c) => {
                 ctx.checkpoints.put(&job.id, now, c.clone());
-                known.insert(job.id.clone(), c);
+                known.insert(job.id.to_string(), c);
             }
             Err(e) => {
                 ctx.metrics.inc_step_error(&e);
@@ -121,7 +121,7 @@ pub async fn phase(
         return;
     }
     let seen = checkpoints(ctx, &candidates, now).await;
-    let found = |j: &JobRecord| seen.get(&j.id).cloned().flatten();
+    let found = |j: &JobRecord| seen.get(j.id.as_str()).cloned().flatten();
     let decisions = plan_preemptions(active, capacity, held, quotas, plan, &found, &rules);
     if decisions.is_empty() {
         return;

@@ -81,7 +81,7 @@ mod round_trip {
             .spec;
         let sha = "ab".repeat(32);
         let job = tuneplane_core::job::JobRecord::new_queued(
-            "j-1",
+            "j-1".parse().unwrap(),
             "acme".parse().unwrap(),
             spec,
             &sha,

@@ -234,7 +234,7 @@ async fn copy_warnings(ctx: &Ctx, cluster: &Cluster, job: &JobRecord) -> Result<
     let mut fresh = Vec::new();
     {
         let mut seen = ctx.seen_events.lock().unwrap_or_else(|p| p.into_inner());
-        let set = seen.entry(job.id.clone()).or_default();
+        let set = seen.entry(job.id.to_string()).or_default();
         for e in warnings {
             let uid = e.uid().unwrap_or_else(|| e.name_any());
             if !set.insert(uid.clone()) {
@@ -630,11 +630,11 @@ pub async fn finish(
     ctx.seen_events
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(&job.id);
+        .remove(job.id.as_str());
     ctx.pending_written
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(&job.id);
+        .remove(job.id.as_str());
     Ok(())
 }
 
@@ -776,7 +776,7 @@ mod tests {
             "labels": {}, "namespace": "ns", "platform_version": "0"
         }))
         .unwrap();
-        JobRecord::new_queued("j", "t".parse().unwrap(), spec, "ab", 0)
+        JobRecord::new_queued("j".parse().unwrap(), "t".parse().unwrap(), spec, "ab", 0)
     }
 
     #[test]

@@ -518,8 +518,13 @@ mod tests {
             "namespace": "ns", "platform_version": "0"
         }))
         .unwrap();
-        let mut job =
-            tuneplane_core::job::JobRecord::new_queued("j", "t".parse().unwrap(), spec, "ab", 0);
+        let mut job = tuneplane_core::job::JobRecord::new_queued(
+            "j".parse().unwrap(),
+            "t".parse().unwrap(),
+            spec,
+            "ab",
+            0,
+        );
         job.state = tuneplane_core::job::JobState::Running;
         job.running_at_ms = Some(1);
         let keys = vec!["karpenter.sh/disrupted".to_owned()];

@@ -119,7 +119,7 @@ async fn create_auth_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
         "create secret",
         &job.spec.namespace,
         &name,
-        job.id.clone(),
+        job.id.to_string(),
         value,
     )
     .await
@@ -171,7 +171,7 @@ async fn create_grant_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
         "create secret",
         &job.spec.namespace,
         &name,
-        job.id.clone(),
+        job.id.to_string(),
         value,
     )
     .await
@@ -186,7 +186,7 @@ async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
         "create networkpolicy",
         &job.spec.namespace,
         &name,
-        job.id.clone(),
+        job.id.to_string(),
         value,
     )
     .await
@@ -380,7 +380,7 @@ pub async fn create_rendered(ctx: &Ctx, job: &JobRecord, rendered: Rendered) -> 
         }
         Rendered::Pod(value) => {
             let typed: Pod = serde_json::from_value(value).map_err(|source| Error::Convert {
-                job_id: job.id.clone(),
+                job_id: job.id.to_string(),
                 kind: "Pod",
                 source,
             })?;
@@ -582,7 +582,8 @@ mod tests {
             "priority": 0, "labels": {}, "namespace": "ns", "platform_version": "0"
         }))
         .expect("spec");
-        let job = JobRecord::new_queued("j-1", "t".parse().unwrap(), spec, "00", 0);
+        let job =
+            JobRecord::new_queued("j-1".parse().unwrap(), "t".parse().unwrap(), spec, "00", 0);
         let week = Duration::from_secs(604_800);
         assert_eq!(
             url_validity(&job, week),

@@ -149,7 +149,7 @@ async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_
     let per_job = by_job(&hooks);
     for id in &ids {
         let job = h.job(id).await;
-        let got = per_job.get(id).cloned().unwrap_or_default();
+        let got = per_job.get(id.as_str()).cloned().unwrap_or_default();
         // The changes the job went through, as written with them: its platform events (a job
         // that ends between two passes goes from ADMITTED straight to its end).
         let mut changes: Vec<(i64, String, String)> = h
@@ -173,7 +173,7 @@ async fn every_state_change_arrives_once_in_order_and_signed_although_the_first_
             "job {id}: every state change, once, in order"
         );
         let expected: Vec<String> = changes.iter().map(|c| c.1.clone()).collect();
-        let got_ids: Vec<String> = got.iter().map(|g| g.id.clone()).collect();
+        let got_ids: Vec<String> = got.iter().map(|g| g.id.to_string()).collect();
         assert_eq!(got_ids, expected, "event ids are the platform events'");
         let last = got.last().unwrap();
         let body = last.json();
@@ -258,7 +258,7 @@ async fn each_array_child_calls_back_and_its_parent_sends_one_terminal_callback(
             .collect();
         let per_job = by_job(&on_path);
         let parents_ends: Vec<serde_json::Value> = per_job
-            .get(&parent.id)
+            .get(parent.id.as_str())
             .into_iter()
             .flatten()
             .map(receiver::Got::json)

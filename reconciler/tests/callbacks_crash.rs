@@ -127,7 +127,7 @@ async fn a_hundred_jobs_lose_no_callback_while_the_reconciler_is_killed_at_rando
         changes.sort();
         let got = per_job.get(id).cloned().unwrap_or_default();
         delivered += got.len();
-        let mut got_ids: Vec<String> = got.iter().map(|g| g.id.clone()).collect();
+        let mut got_ids: Vec<String> = got.iter().map(|g| g.id.to_string()).collect();
         // Arrival order follows the changes' times.
         let times: Vec<i64> = got
             .iter()

@@ -165,7 +165,7 @@ async fn jobs_finish_exactly_once_while_the_api_server_fails_drops_and_stalls_re
     for i in 0..24 {
         jobs.push(cpu_job(&format!("c{i}")));
     }
-    let ids: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
+    let ids: Vec<String> = jobs.iter().map(|j| j.id.to_string()).collect();
     let cpu: BTreeSet<String> = ids
         .iter()
         .filter(|id| id.starts_with('c'))
@@ -279,7 +279,11 @@ async fn a_full_outage_backs_off_then_every_job_finishes_once() {
         cpu_job("a3"),
     ];
     let during: Vec<JobRecord> = vec![gpu_job("b0", "h200", 1, 8), cpu_job("b1"), cpu_job("b2")];
-    let ids: Vec<String> = first.iter().chain(&during).map(|j| j.id.clone()).collect();
+    let ids: Vec<String> = first
+        .iter()
+        .chain(&during)
+        .map(|j| j.id.to_string())
+        .collect();
     let cpu: BTreeSet<String> = ["a2", "a3", "b1", "b2"].map(workload_name).into();
     let (uids, _tracker) = track(&h, cpu.clone());
 

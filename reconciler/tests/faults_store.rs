@@ -245,7 +245,7 @@ async fn an_admission_whose_record_write_fails_counts_as_an_error_not_an_admissi
     h.submit(&queued).await;
     let faults = Faults::scripted(vec![Rule {
         method: "update_job",
-        key: queued.id.clone(),
+        key: queued.id.to_string(),
         nth: 1,
         kind: FaultKind::Before,
     }]);
@@ -304,9 +304,9 @@ async fn writes_that_applied_but_answered_an_error_are_picked_up_without_a_secon
         // The first admission write (record and event, one atomic call) fails outright; the
         // retried one lands but its answer is lost; so does the next record write (running or
         // terminal, whichever the job reaches first).
-        rules.push(rule("update_job", j.id.clone(), 1, FaultKind::Before));
-        rules.push(rule("update_job", j.id.clone(), 2, FaultKind::After));
-        rules.push(rule("update_job", j.id.clone(), 3, FaultKind::After));
+        rules.push(rule("update_job", j.id.to_string(), 1, FaultKind::Before));
+        rules.push(rule("update_job", j.id.to_string(), 2, FaultKind::After));
+        rules.push(rule("update_job", j.id.to_string(), 3, FaultKind::After));
         // The log archive is stored but the put answers an error.
         rules.push(rule(
             "blob put_file",

@@ -82,7 +82,13 @@ print("".join(out))
 fn job(id: &str, tenant: &str) -> JobRecord {
     let text = "name: t\nimage: rayproject/ray:2.60.0\nentrypoint: python train.py\npools: [{name: main, series: h200, nodes: 1, gpus_per_node: 8}]\n";
     let spec = validate(text, None, &Defaults::default()).unwrap().spec;
-    JobRecord::new_queued(id, tenant.parse().unwrap(), spec, "ab".repeat(32), 1)
+    JobRecord::new_queued(
+        id.parse().unwrap(),
+        tenant.parse().unwrap(),
+        spec,
+        "ab".repeat(32),
+        1,
+    )
 }
 
 /// A pod on `node` running [`SERVER`] on `ports` (or only sleeping when there are none), with

@@ -275,7 +275,7 @@ fn rendered_pods(namespace: &str) -> Vec<(String, serde_json::Value)> {
     };
     let record = |id: &str, spec| {
         tuneplane_core::job::JobRecord::new_queued(
-            id,
+            id.parse().unwrap(),
             "acme".parse().unwrap(),
             spec,
             &capsule.sha256,

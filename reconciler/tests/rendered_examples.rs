@@ -193,7 +193,7 @@ async fn every_example_rayjob_is_stored_as_it_was_rendered() {
             continue;
         };
         let job = placed(JobRecord::new_queued(
-            format!("ex-{name}"),
+            format!("ex-{name}").parse().unwrap(),
             "acme".parse().unwrap(),
             valid.spec,
             SHA,

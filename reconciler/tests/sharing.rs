@@ -223,7 +223,7 @@ async fn a_hard_quota_caps_a_tenant_and_borrowing_uses_idle_nodes_but_yields_to_
         .await
         .into_iter()
         .filter(|j| j.state == JobState::Queued)
-        .map(|j| j.id)
+        .map(|j| j.id.to_string())
         .collect();
     assert!(
         queued_before.len() >= 2,
@@ -241,7 +241,7 @@ async fn a_hard_quota_caps_a_tenant_and_borrowing_uses_idle_nodes_but_yields_to_
         .await
         .into_iter()
         .filter(|j| j.admitted_at_ms.is_some_and(|t| t < b_at))
-        .map(|j| j.id)
+        .map(|j| j.id.to_string())
         .collect();
     assert!(
         before_b.len() <= 1,

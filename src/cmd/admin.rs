@@ -183,7 +183,7 @@ pub async fn schedule_from_pipeline(
                     d.job
                 );
             }
-            queue.push_back((d.job.clone(), Some(job.id.clone())));
+            queue.push_back((d.job.clone(), Some(job.id.to_string())));
         }
         if let Some(other) = jobs.iter().find(|j| j.spec.name == job.spec.name) {
             bail!(
@@ -356,7 +356,13 @@ mod tests {
         )
         .unwrap()
         .spec;
-        let job = JobRecord::new_queued("j-1", "acme".parse().unwrap(), spec, "ab".repeat(32), 1);
+        let job = JobRecord::new_queued(
+            "j-1".parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec,
+            "ab".repeat(32),
+            1,
+        );
         assert!(store.create_job(&job, None).await.is_ok());
         let made = schedule_from_job(&store, "nightly", "j-1", "cron(0 2 * * ? *)")
             .await
@@ -415,7 +421,7 @@ mod tests {
             ("j-y", "report", &["j-e", "j-x"][..]),
         ] {
             let job = JobRecord::new_queued(
-                id,
+                id.parse().unwrap(),
                 "acme".parse().unwrap(),
                 spec(name, deps),
                 "ab".repeat(32),
@@ -457,7 +463,13 @@ mod tests {
         );
         let mut pairs = spec("pairs", &["j-p"]);
         pairs.depends_on[0].n_to_n = true;
-        let job = JobRecord::new_queued("j-n", "acme".parse().unwrap(), pairs, "ab".repeat(32), 1);
+        let job = JobRecord::new_queued(
+            "j-n".parse().unwrap(),
+            "acme".parse().unwrap(),
+            pairs,
+            "ab".repeat(32),
+            1,
+        );
         assert!(store.create_job(&job, None).await.is_ok());
         let n_to_n = schedule_from_pipeline(&store, "x", "j-n", "rate(1 day)")
             .await

@@ -329,7 +329,7 @@ fn summary_row(t: &Tracked) -> Vec<String> {
         .unwrap_or_default();
     vec![
         t.example.into(),
-        j.id.clone(),
+        j.id.to_string(),
         format!("{:?}", j.spec.kind()),
         pools_of(&j.spec),
         j.state.to_string(),

@@ -166,7 +166,7 @@ pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<Ex
     if a.wait {
         let follower = (!a.quiet && out == Output::Table).then(|| {
             let args = super::logs::LogsArgs {
-                id: job.id.clone(),
+                id: job.id.to_string(),
                 ..Default::default()
             };
             super::logs::Follower::new(&args, out, true)
@@ -245,7 +245,7 @@ pub async fn list(
     };
     let rows = rows_of(&page, "jobs", "unexpected job list", |j: &JobRecord| {
         vec![
-            j.id.clone(),
+            j.id.to_string(),
             j.spec.name.clone(),
             match j.array_size() {
                 Some(n) if j.is_array_parent() => format!("{:?} array x{n}", j.spec.kind()),
@@ -706,7 +706,13 @@ mod tests {
              pools:\n  - {{name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}}\n"
         );
         let v = tuneplane_core::spec::validate(&spec, None, &Default::default()).unwrap();
-        JobRecord::new_queued("j1", "acme".parse().unwrap(), v.spec, "00", 0)
+        JobRecord::new_queued(
+            "j1".parse().unwrap(),
+            "acme".parse().unwrap(),
+            v.spec,
+            "00",
+            0,
+        )
     }
 
     fn lost(number: u32, evidence: &[&str]) -> Attempt {

@@ -35,7 +35,7 @@ pub struct Args {
     pub fleet: Option<PathBuf>,
     /// Job id to render for (the workload is named `tp-<id>`).
     #[arg(long, default_value = "job-preview")]
-    pub job_id: String,
+    pub job_id: tuneplane_core::ids::JobId,
     /// Tenant label value.
     #[arg(long, default_value = "preview")]
     pub tenant: TenantId,
@@ -122,7 +122,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             tuneplane_core::capsule::storage_key(&sha)
         )
     });
-    let mut job = JobRecord::new_queued(&args.job_id, args.tenant.clone(), v.spec, &sha, 0);
+    let mut job = JobRecord::new_queued(args.job_id.clone(), args.tenant.clone(), v.spec, &sha, 0);
     job.placements = plan(&job, args.fleet.as_deref())?;
     let capsule = CapsuleRef { sha256: sha, url };
     let object = match job.spec.kind() {

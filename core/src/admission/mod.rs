@@ -88,7 +88,7 @@ pub struct Reservation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admission {
     /// Job to admit (its record moves to ADMITTED with these placements).
-    pub job_id: String,
+    pub job_id: crate::ids::JobId,
     /// A job's or a playground's admission (each carried out by its own step).
     pub kind: Claimant,
     /// Placement of every pool: the workload is pinned to these nodes.

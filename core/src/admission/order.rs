@@ -199,7 +199,13 @@ mod tests {
             "priority": priority, "labels": {}, "namespace": "ns", "platform_version": "0"
         }))
         .unwrap_or_else(|e| panic!("spec: {e}"));
-        JobRecord::new_queued(id, "acme".parse().unwrap(), spec, "ab", submitted)
+        JobRecord::new_queued(
+            id.parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec,
+            "ab",
+            submitted,
+        )
     }
 
     #[test]

@@ -27,7 +27,13 @@ fn job(id: &str, priority: i32, submitted: i64, pools: Vec<serde_json::Value>) -
         "priority": priority, "labels": {}, "namespace": "ns", "platform_version": "0"
     }))
     .expect("spec");
-    JobRecord::new_queued(id, "acme".parse().unwrap(), spec, "ab", submitted)
+    JobRecord::new_queued(
+        id.parse().unwrap(),
+        "acme".parse().unwrap(),
+        spec,
+        "ab",
+        submitted,
+    )
 }
 
 /// One unbound 8-GPU h200 machine of an admitted job "earlier", waiting for `nodes`.
@@ -315,7 +321,7 @@ fn apply(cap: &mut CapacitySnapshot, queue: &[JobRecord], plan: &AdmissionPlan) 
                 n.cpus_used += pool.cpus;
                 n.memory_gb_used += pool.memory_gb;
                 n.holders.push(crate::capacity::Holder {
-                    job_id: job.id.clone(),
+                    job_id: job.id.to_string(),
                     gpus: pool.gpus_per_node,
                     cpus: pool.cpus,
                     memory_gb: pool.memory_gb,
@@ -545,7 +551,7 @@ fn a_big_job_is_not_starved_by_a_stream_of_small_ones() {
             };
             let gpus = job.spec.pools[0].gpus_per_node;
             for n in &a.placements[0].nodes {
-                running.push((a.job_id.clone(), n.clone(), gpus, pass + 2));
+                running.push((a.job_id.to_string(), n.clone(), gpus, pass + 2));
             }
         }
         if plan.admit.iter().any(|a| a.job_id == "big") {
@@ -554,7 +560,7 @@ fn a_big_job_is_not_starved_by_a_stream_of_small_ones() {
         }
         let admitted_ids: Vec<String> = admitted(&plan).into_iter().map(String::from).collect();
         drop(plan);
-        queue.retain(|j| !admitted_ids.contains(&j.id));
+        queue.retain(|j| !admitted_ids.iter().any(|a| *a == j.id));
     }
     let pass = big_admitted_at.expect("the big job starved for 20 passes");
     // The old jobs end by pass 3 and nothing new lands on the ten reserved nodes.

@@ -24,7 +24,7 @@ pub struct CallbackEvent {
     /// Which change.
     pub kind: EventKind,
     /// The job's id.
-    pub job_id: String,
+    pub job_id: crate::ids::JobId,
     /// The job's name (its spec's).
     pub job_name: String,
     /// Its tenant.
@@ -66,7 +66,7 @@ pub struct CallbackArray {
     pub size: u32,
     /// A child's parent job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
+    pub parent: Option<crate::ids::JobId>,
     /// A child's index (`TUNEPLANE_ARRAY_INDEX`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<u32>,
@@ -517,9 +517,10 @@ mod tests {
         )
         .unwrap()
         .spec;
-        let mut parent = JobRecord::new_queued("j-p", "t".parse().unwrap(), spec, "ab", 1);
+        let mut parent =
+            JobRecord::new_queued("j-p".parse().unwrap(), "t".parse().unwrap(), spec, "ab", 1);
         parent.array = Some(ArrayRole::Parent(Default::default()));
-        let (child, submitted) = crate::array::child_record(&parent, 2, 5);
+        let (child, submitted) = crate::array::child_record(&parent, 2, 5).unwrap();
         let queued = entries_for(&child, &[submitted], 1, 5);
         let place = queued.first().and_then(|e| e.event.array.clone()).unwrap();
         assert_eq!(
@@ -588,7 +589,7 @@ mod tests {
             order,
             event: CallbackEvent {
                 kind: EventKind::Running,
-                job_id: job.into(),
+                job_id: job.parse().unwrap(),
                 job_name: "n".into(),
                 tenant: "t".parse().unwrap(),
                 state: JobState::Running,

@@ -117,7 +117,7 @@ mod tests {
             order: 16,
             event: CallbackEvent {
                 kind: EventKind::Failed,
-                job_id: "j1".into(),
+                job_id: "j1".parse().unwrap(),
                 job_name: "llama-sft".into(),
                 tenant: "t".parse().unwrap(),
                 state: JobState::Failed,
@@ -164,7 +164,7 @@ mod tests {
         let mut child = entry();
         child.event.array = Some(crate::callback::outbox::CallbackArray {
             size: 8,
-            parent: Some("j-p".into()),
+            parent: Some("j-p".parse().unwrap()),
             index: Some(3),
             counts: None,
         });

@@ -27,7 +27,13 @@ pub(crate) fn job(pools: Value) -> JobRecord {
         "labels": {"team": "nlp"}, "namespace": "tuneplane-jobs", "platform_version": "0.1.0"
     }))
     .expect("spec");
-    JobRecord::new_queued("j-01abc", "acme".parse().unwrap(), spec, SHA, 1)
+    JobRecord::new_queued(
+        "j-01abc".parse().unwrap(),
+        "acme".parse().unwrap(),
+        spec,
+        SHA,
+        1,
+    )
 }
 
 pub(crate) fn gpu_job() -> JobRecord {

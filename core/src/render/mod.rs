@@ -155,7 +155,7 @@ pub enum RenderError {
     #[error("job {job_id}: {message}")]
     Shape {
         /// Job that was being rendered.
-        job_id: String,
+        job_id: crate::ids::JobId,
         /// What is wrong.
         message: String,
     },
@@ -163,7 +163,7 @@ pub enum RenderError {
     #[error("job {job_id}: capsule {what}")]
     Capsule {
         /// Job that was being rendered.
-        job_id: String,
+        job_id: crate::ids::JobId,
         /// What is wrong.
         what: String,
     },
@@ -286,7 +286,7 @@ pub fn job_env(job: &JobRecord) -> Vec<(String, String)> {
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    env.push(("TUNEPLANE_JOB_ID".into(), job.id.clone()));
+    env.push(("TUNEPLANE_JOB_ID".into(), job.id.to_string()));
     env.push(("TUNEPLANE_TENANT".into(), job.tenant.to_string()));
     env.push(("TUNEPLANE_ATTEMPT".into(), job.attempt.to_string()));
     if let (Some(child), Some(size)) = (job.array_child(), job.array_size()) {

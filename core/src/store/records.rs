@@ -93,7 +93,7 @@ pub struct IdempotencyRecord {
     /// SHA-256 (hex) of the first request.
     pub request_sha256: String,
     /// The job that request created.
-    pub job_id: String,
+    pub job_id: crate::ids::JobId,
     /// When the key is forgotten, Unix seconds (also the DynamoDB TTL attribute).
     pub expires_at: i64,
 }

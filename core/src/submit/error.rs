@@ -61,7 +61,10 @@ impl From<StoreError> for SubmitError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::IdempotencyMismatch { key, job_id, .. } => {
-                SubmitError::IdempotencyConflict { key, job_id }
+                SubmitError::IdempotencyConflict {
+                    key,
+                    job_id: job_id.into_string(),
+                }
             }
             other => SubmitError::Store(other),
         }

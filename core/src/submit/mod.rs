@@ -380,13 +380,10 @@ impl SubmitService {
         }
         drop(scratch);
 
-        let mut record = JobRecord::new_queued(
-            id.unwrap_or_else(self.new_id),
-            tenant,
-            prepared.spec,
-            prepared.sha256.clone(),
-            now_ms,
-        );
+        let id = crate::ids::JobId::parse(id.unwrap_or_else(self.new_id))
+            .map_err(|e| SubmitError::InvalidRequest(format!("job id: {e}")))?;
+        let mut record =
+            JobRecord::new_queued(id, tenant, prepared.spec, prepared.sha256.clone(), now_ms);
         // An array is stored as its parent alone (one write, whatever its size); the reconciler
         // creates the children (crate::array).
         if record.spec.array.is_some() {

@@ -64,7 +64,7 @@ fn text_of(page: &Value) -> String {
 pub async fn a_one_off_read_of_a_running_job_waits_for_the_shipment_that_answers_it(h: &Harness) {
     let job = running_job(h).await;
     let mut list = Manifest {
-        job_id: job.id.clone(),
+        job_id: job.id.to_string(),
         ..Manifest::default()
     };
     ship(h, &mut list, "tick 1\n", None).await;
@@ -105,7 +105,7 @@ pub async fn a_one_off_read_of_a_running_job_waits_for_the_shipment_that_answers
 pub async fn a_read_without_wait_or_of_a_follower_answers_at_once(h: &Harness) {
     let job = running_job(h).await;
     let mut list = Manifest {
-        job_id: job.id.clone(),
+        job_id: job.id.to_string(),
         ..Manifest::default()
     };
     ship(h, &mut list, "a\nb\n", None).await;
@@ -143,7 +143,7 @@ pub async fn a_read_without_wait_or_of_a_follower_answers_at_once(h: &Harness) {
 pub async fn a_one_off_read_nobody_answers_gets_what_was_shipped(h: &Harness) {
     let job = running_job(h).await;
     let mut list = Manifest {
-        job_id: job.id.clone(),
+        job_id: job.id.to_string(),
         ..Manifest::default()
     };
     ship(h, &mut list, "old\n", None).await;
@@ -158,7 +158,7 @@ pub async fn a_one_off_read_nobody_answers_gets_what_was_shipped(h: &Harness) {
 pub async fn tail_sends_each_containers_last_lines_with_their_offset(h: &Harness) {
     let job = running_job(h).await;
     let mut list = Manifest {
-        job_id: job.id.clone(),
+        job_id: job.id.to_string(),
         ..Manifest::default()
     };
     ship(h, &mut list, "one\ntwo\n", None).await;

@@ -188,7 +188,7 @@ pub async fn a_pipeline_sent_again_with_its_idempotency_key_creates_nothing(h: &
             .expect("a pipeline request")
     };
     let ids = |done: &tuneplane_core::submit::pipeline::SubmittedPipeline| -> Vec<String> {
-        done.steps.iter().map(|(_, j)| j.id.clone()).collect()
+        done.steps.iter().map(|(_, j)| j.id.to_string()).collect()
     };
     let submit = &h.state.submit;
     let first = submit
@@ -274,7 +274,7 @@ async fn store_pipeline_schedule(h: &Harness, id: &str) -> Vec<String> {
     };
     let stored = h.jobs().put_schedule(&schedule).await;
     assert!(stored.is_ok(), "{stored:?}");
-    jobs.iter().map(|j| j.id.clone()).collect()
+    jobs.iter().map(|j| j.id.to_string()).collect()
 }
 
 pub async fn a_pipeline_schedule_fires_every_step_once_per_firing(h: &Harness) {
@@ -295,12 +295,12 @@ pub async fn a_pipeline_schedule_fires_every_step_once_per_firing(h: &Harness) {
     for step in steps {
         let job = h.jobs().get_job(&step.job_id).await.unwrap().unwrap();
         assert!(
-            !first_run.contains(&job.id),
+            !first_run.iter().any(|f| *f == job.id),
             "a new job per step: {}",
             job.id
         );
         let deps: Vec<String> = job.spec.depends_on.iter().map(|d| d.job.clone()).collect();
-        got.push((step.step.clone(), job.id, deps));
+        got.push((step.step.clone(), job.id.into_string(), deps));
     }
     assert_chained(&got);
     assert_eq!(h.job_count(TENANT_A).await, 6);

@@ -247,7 +247,7 @@ async fn the_jobs_list_pages_newest_first() {
     let template = s.job(&first).await;
     for i in 0..30 {
         let mut job = template.clone();
-        job.id = format!("j-page{i:02}");
+        job.id = format!("j-page{i:02}").parse().unwrap();
         job.version = 0;
         job.submitted_at_ms = template.submitted_at_ms + 1 + i;
         jobs.create_job(&job, None).await.unwrap();

@@ -230,7 +230,10 @@ impl JobRecords for FaultyJobStore {
 
     async fn create_all(&self, jobs: &[NewJob<'_>]) -> Result<Vec<JobRecord>> {
         // One atomic call on the real store, faulted as one create.
-        let first = jobs.first().map(|n| n.job.id.clone()).unwrap_or_default();
+        let first = jobs
+            .first()
+            .map(|n| n.job.id.to_string())
+            .unwrap_or_default();
         let call = self.inner.create_all(jobs);
         self.faults.run("create_job", &first, call).await
     }

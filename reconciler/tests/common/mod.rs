@@ -387,7 +387,7 @@ pub fn job(
     }))
     .expect("spec");
     JobRecord::new_queued(
-        id,
+        id.parse().unwrap(),
         "acme".parse().unwrap(),
         spec,
         SHA,

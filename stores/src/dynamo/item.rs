@@ -91,6 +91,12 @@ impl Stored<'_> {
             .map_err(|e| self.corrupt(format!("attribute tenant: {e}")))
     }
 
+    /// A required job id attribute, checked against [`tuneplane_core::ids::ID_RULE`].
+    pub fn job_id(&self, name: &str) -> Result<tuneplane_core::ids::JobId, StoreError> {
+        tuneplane_core::ids::JobId::parse(self.s(name)?)
+            .map_err(|e| self.corrupt(format!("attribute {name}: {e}")))
+    }
+
     /// An optional string attribute.
     pub fn opt_s(&self, name: &str) -> Result<Option<&str>, StoreError> {
         match self.item.get(name) {
@@ -222,7 +228,7 @@ impl TryFrom<Stored<'_>> for JobRecord {
         let version = u64::try_from(stored.i64("version")?)
             .map_err(|_| stored.corrupt("negative version".into()))?;
         Ok(JobRecord {
-            id: stored.s("id")?.to_owned(),
+            id: stored.job_id("id")?,
             tenant: stored.tenant()?,
             spec: stored.json("spec")?,
             capsule_sha256: stored.s("capsule_sha256")?.to_owned(),
@@ -309,5 +315,45 @@ impl TryFrom<Stored<'_>> for JobEvent {
             message: stored.s("message")?.to_owned(),
             object: stored.opt_s("object")?.map(str::to_owned),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_item_whose_id_breaks_the_id_rule_is_corrupt_and_says_why() {
+        let spec = serde_json::from_value(serde_json::json!({
+            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true",
+            "env": {}, "pools": [{"name": "main", "series": "h200", "nodes": 1, "gpus_per_node": 8,
+                "cpus": 8.0, "memory_gb": 64.0}],
+            "deadlines": {"pre_running_seconds": 60, "run_seconds": 600},
+            "priority": 0, "labels": {}, "namespace": "ns", "platform_version": "0"
+        }))
+        .unwrap();
+        let job = JobRecord::new_queued(
+            "j-1".parse().unwrap(),
+            "acme".parse().unwrap(),
+            spec,
+            "ab",
+            0,
+        );
+        let JobItem(mut item) = JobItem::from(&job);
+        let stored = Stored {
+            table: "jobs",
+            item: &item,
+        };
+        assert_eq!(JobRecord::try_from(stored).unwrap(), job);
+        item.insert("id".to_owned(), s("J/1"));
+        let stored = Stored {
+            table: "jobs",
+            item: &item,
+        };
+        let err = JobRecord::try_from(stored).unwrap_err().to_string();
+        assert!(
+            err.contains("attribute id: \"J/1\" is not a valid id: use 1-64"),
+            "{err}"
+        );
     }
 }

@@ -51,7 +51,7 @@ pub(super) fn idempotency_from(table: &str, item: &Item) -> Result<IdempotencyRe
         tenant: stored.tenant()?,
         key: stored.s("idem_key")?.to_owned(),
         request_sha256: stored.s("request_sha256")?.to_owned(),
-        job_id: stored.s("job_id")?.to_owned(),
+        job_id: stored.job_id("job_id")?,
         expires_at: stored.i64("ttl")?,
     })
 }

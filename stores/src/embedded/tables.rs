@@ -250,7 +250,7 @@ impl<'t> Tx<'t> {
         {
             return Err(StoreError::AlreadyExists {
                 table: self.label.clone(),
-                key: job.id,
+                key: job.id.into_string(),
             });
         }
         job.version = 1;

@@ -15,7 +15,7 @@ type Store = Arc<dyn JobStore>;
 fn kinds(entries: &[tuneplane_core::callback::OutboxEntry]) -> Vec<(String, EventKind)> {
     entries
         .iter()
-        .map(|e| (e.event.job_id.clone(), e.event.kind))
+        .map(|e| (e.event.job_id.to_string(), e.event.kind))
         .collect()
 }
 

@@ -30,7 +30,7 @@ pub fn idem(key: &str, request: &str, ttl_seconds: u64) -> Idempotency {
 /// A queued job of `tenant` submitted at `submitted_ms` with `priority`.
 pub fn job(id: &str, tenant: &str, submitted_ms: i64, priority: i32) -> JobRecord {
     JobRecord::new_queued(
-        id,
+        id.parse().unwrap(),
         tenant.parse().unwrap(),
         spec(priority),
         "ab".repeat(32),

@@ -965,7 +965,7 @@ pub async fn array_and_dependency_fields_round_trip(store: Store) {
         n_to_n: false,
     }];
     child.array = Some(ArrayRole::Child(ArrayChild {
-        parent: "j-arr".into(),
+        parent: "j-arr".parse().unwrap(),
         index: 1,
     }));
     let created = ok(store.create_job(&child, None).await, "create child")

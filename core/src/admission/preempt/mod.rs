@@ -78,7 +78,7 @@ pub struct CheckpointSeen {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Victim {
     /// The job to stop.
-    pub job_id: String,
+    pub job_id: crate::ids::JobId,
     /// The notice written on its record.
     pub notice: PreemptNotice,
 }
@@ -87,7 +87,7 @@ pub struct Victim {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Preemption {
     /// The waiting job: admitted now onto `placements`.
-    pub job_id: String,
+    pub job_id: crate::ids::JobId,
     /// Why.
     pub rule: PreemptionRule,
     /// The jobs it stops.
@@ -551,7 +551,7 @@ pub fn plan_preemptions(
         .collect();
     let quota_of: HashMap<&str, &TenantQuota> =
         quotas.iter().map(|q| (q.tenant.as_str(), q)).collect();
-    let mut taken: HashSet<String> = HashSet::new();
+    let mut taken: HashSet<crate::ids::JobId> = HashSet::new();
 
     for w in &plan.waiting {
         if out.len() >= rules.max_per_pass {
