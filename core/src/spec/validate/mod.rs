@@ -736,7 +736,14 @@ namespace: tuneplane-jobs
         // One level down too: a pool that names no optional field keeps its keys.
         assert_eq!(
             keys(&json, "/pools/0"),
-            set(&["cpus", "gpus_per_node", "memory_gb", "name", "nodes", "series"]),
+            set(&[
+                "cpus",
+                "gpus_per_node",
+                "memory_gb",
+                "name",
+                "nodes",
+                "series"
+            ]),
             "a new optional pool field must be left out of the serialized spec when absent"
         );
     }
