@@ -793,15 +793,20 @@ mod tests {
         serde_json::from_value(json).expect("test spec")
     }
 
-    #[test]
-    fn lifecycle_starts_each_clock_once() {
-        let mut job = JobRecord::new_queued(
-            "j1".parse().unwrap(),
+    /// A fresh QUEUED record of tenant `acme` with [`spec`], submitted at `at_ms`.
+    fn queued(id: &str, at_ms: i64) -> JobRecord {
+        JobRecord::new_queued(
+            id.parse().unwrap(),
             "acme".parse().unwrap(),
             spec(),
             "ab",
-            1_000,
-        );
+            at_ms,
+        )
+    }
+
+    #[test]
+    fn lifecycle_starts_each_clock_once() {
+        let mut job = queued("j1", 1_000);
         assert_eq!(job.clock_ms(1_500), 500);
         job.transition(JobState::Admitted, 2_000).unwrap();
         job.transition(JobState::Running, 3_000).unwrap();
@@ -825,13 +830,7 @@ mod tests {
 
     #[test]
     fn a_stored_record_keeps_its_id_as_text_and_one_breaking_the_id_rule_does_not_decode() {
-        let job = JobRecord::new_queued(
-            "j-01".parse().unwrap(),
-            "acme".parse().unwrap(),
-            spec(),
-            "ab",
-            0,
-        );
+        let job = queued("j-01", 0);
         let mut json = serde_json::to_value(&job).unwrap();
         assert_eq!(json["id"], "j-01");
         let back: JobRecord = serde_json::from_value(json.clone()).unwrap();
@@ -847,13 +846,7 @@ mod tests {
 
     #[test]
     fn queued_job_cannot_jump_to_running() {
-        let mut job = JobRecord::new_queued(
-            "j1".parse().unwrap(),
-            "acme".parse().unwrap(),
-            spec(),
-            "ab",
-            0,
-        );
+        let mut job = queued("j1", 0);
         let err = job.transition(JobState::Running, 1).err();
         assert_eq!(err.map(|e| e.to), Some(JobState::Running));
         assert_eq!(job.state, JobState::Queued);
@@ -861,13 +854,7 @@ mod tests {
 
     #[test]
     fn stop_request_ends_as_stopped_with_reason() {
-        let mut job = JobRecord::new_queued(
-            "j1".parse().unwrap(),
-            "acme".parse().unwrap(),
-            spec(),
-            "ab",
-            0,
-        );
+        let mut job = queued("j1", 0);
         job.finish_with_failure(FailureReason::StopRequested, "by user", 5)
             .unwrap();
         assert_eq!(job.state, JobState::Stopped);
@@ -906,13 +893,7 @@ mod tests {
 
     #[test]
     fn requeue_keeps_the_submission_time_and_lists_the_attempt() {
-        let mut job = JobRecord::new_queued(
-            "j1".parse().unwrap(),
-            "acme".parse().unwrap(),
-            spec(),
-            "ab",
-            1_000,
-        );
+        let mut job = queued("j1", 1_000);
         job.transition(JobState::Admitted, 2_000).unwrap();
         job.transition(JobState::Running, 3_000).unwrap();
         job.workload_name = Some("tp-j1".into());
@@ -954,13 +935,7 @@ mod tests {
 
     #[test]
     fn retries_are_counted_per_cause_and_a_stop_is_never_retried() {
-        let mut job = JobRecord::new_queued(
-            "j1".parse().unwrap(),
-            "acme".parse().unwrap(),
-            spec(),
-            "ab",
-            0,
-        );
+        let mut job = queued("j1", 0);
         job.spec.retries = crate::spec::Retries {
             infrastructure: 2,
             application: 1,
@@ -981,13 +956,7 @@ mod tests {
 
     #[test]
     fn a_grant_lives_while_its_attempt_runs_and_its_grace_after() {
-        let mut job = JobRecord::new_queued(
-            "j1".parse().unwrap(),
-            "acme".parse().unwrap(),
-            spec(),
-            "ab",
-            0,
-        );
+        let mut job = queued("j1", 0);
         job.spec.deadlines.grace_seconds = 10;
         job.transition(JobState::Admitted, 1_000).unwrap();
         assert_eq!(job.grant_valid_until_ms(1), Some(i64::MAX));

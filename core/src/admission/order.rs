@@ -191,21 +191,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A one-CPU job of tenant `acme` (the admission tests' fixture).
     fn job(id: &str, priority: i32, submitted: i64) -> JobRecord {
-        let spec = serde_json::from_value(serde_json::json!({
-            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true", "env": {},
-            "pools": [{"name": "w", "nodes": 1, "gpus_per_node": 0, "cpus": 1.0, "memory_gb": 1.0}],
-            "deadlines": {"pre_running_seconds": 60, "run_seconds": 600},
-            "priority": priority, "labels": {}, "namespace": "ns", "platform_version": "0"
-        }))
-        .unwrap_or_else(|e| panic!("spec: {e}"));
-        JobRecord::new_queued(
-            id.parse().unwrap(),
-            "acme".parse().unwrap(),
-            spec,
-            "ab",
-            submitted,
-        )
+        let pool = serde_json::json!(
+            {"name": "w", "nodes": 1, "gpus_per_node": 0, "cpus": 1.0, "memory_gb": 1.0}
+        );
+        super::super::tests::job(id, priority, submitted, vec![pool])
     }
 
     #[test]

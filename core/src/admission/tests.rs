@@ -20,7 +20,13 @@ fn pool(name: &str, series: Option<&str>, nodes: u32, gpus: u32) -> serde_json::
         "cpus": 8.0, "memory_gb": 64.0})
 }
 
-fn job(id: &str, priority: i32, submitted: i64, pools: Vec<serde_json::Value>) -> JobRecord {
+/// A queued job of tenant `acme` with `pools` (also the order tests' fixture).
+pub(super) fn job(
+    id: &str,
+    priority: i32,
+    submitted: i64,
+    pools: Vec<serde_json::Value>,
+) -> JobRecord {
     let spec: JobSpec = serde_json::from_value(serde_json::json!({
         "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true", "env": {},
         "pools": pools, "deadlines": {"pre_running_seconds": 60, "run_seconds": 600},
