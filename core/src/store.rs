@@ -269,7 +269,7 @@ pub fn check_create_all(jobs: &[NewJob<'_>]) -> Result<()> {
         return Err(StoreError::InvalidKey {
             key: jobs
                 .first()
-                .map(|n| n.job.id.to_string())
+                .map(|n| String::from(&n.job.id))
                 .unwrap_or_default(),
             reason: format!(
                 "{} jobs in one write: at most {MAX_CREATE_ALL}, none with an idempotency key",

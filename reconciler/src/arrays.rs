@@ -228,7 +228,7 @@ async fn ended_children(
         ctx.array_ended
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(parent.id.to_string(), known.clone());
+            .insert(String::from(&parent.id), known.clone());
     }
     Ok(known)
 }

@@ -62,7 +62,7 @@ pub async fn phase(
             note(ctx, report, "dependency read", "", Err(e));
             for j in dependants {
                 out.waiting
-                    .insert(j.id.to_string(), "waits for its dependencies".into());
+                    .insert(String::from(&j.id), "waits for its dependencies".into());
             }
             return out;
         }
@@ -86,11 +86,11 @@ pub async fn phase(
                 Verdict::Failed(why) => {
                     let outcome = fail(ctx, job, &why, now).await;
                     if outcome.is_ok() {
-                        failed_now.insert(job.id.to_string(), JobState::Failed);
-                        out.failed.insert(job.id.to_string());
+                        failed_now.insert(String::from(&job.id), JobState::Failed);
+                        out.failed.insert(String::from(&job.id));
                         progressed = true;
                     } else {
-                        out.waiting.insert(job.id.to_string(), why);
+                        out.waiting.insert(String::from(&job.id), why);
                     }
                     note(ctx, report, "dependency failed", &job.id, outcome);
                 }
@@ -99,7 +99,7 @@ pub async fn phase(
         }
         if !progressed || still.is_empty() {
             for (job, why) in still {
-                out.waiting.insert(job.id.to_string(), why);
+                out.waiting.insert(String::from(&job.id), why);
             }
             break;
         }

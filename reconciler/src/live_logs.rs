@@ -266,7 +266,7 @@ async fn ship_job(
             None => Manifest::default(),
         },
     };
-    manifest.job_id = job.id.to_string();
+    manifest.job_id = String::from(&job.id);
     let mut reads = Vec::new();
     let mut main = HashSet::new();
     for (pod, containers) in &pods {
@@ -360,7 +360,7 @@ async fn ship_job(
         ctx.blobs.delete(&key).await?;
     }
     let mut jobs = ctx.live.jobs();
-    let entry = jobs.entry(job.id.to_string()).or_default();
+    let entry = jobs.entry(String::from(&job.id)).or_default();
     entry.last_read_ms = now;
     entry.cursors.extend(cursors);
     entry.manifest = Some(manifest);

@@ -72,7 +72,7 @@ pub fn reservations(cluster: &Cluster, jobs: &[JobRecord]) -> Vec<Reservation> {
                 })
                 .unwrap_or_default();
             out.push(Reservation {
-                job_id: job.id.to_string(),
+                job_id: String::from(&job.id),
                 series: pool.series.clone(),
                 gpus: pool.gpus_per_node,
                 cpus: pool.cpus,
@@ -174,7 +174,7 @@ async fn sync_one(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> (S
     } else {
         Ok(())
     };
-    (job.id.to_string(), outcome)
+    (String::from(&job.id), outcome)
 }
 
 async fn admit_one(
@@ -185,7 +185,7 @@ async fn admit_one(
     now: i64,
 ) -> (String, Result<()>) {
     (
-        job.id.to_string(),
+        String::from(&job.id),
         admit(ctx, job, placements, message, None, now).await,
     )
 }
@@ -351,7 +351,10 @@ async fn sync_jobs(
 
 /// Phase 4 (leader): workloads and NetworkPolicies no current attempt owns are deleted.
 async fn sweep(ctx: &Ctx, cluster: &Cluster, jobs: &[JobRecord], report: &mut PassReport) {
-    let ids: HashMap<String, u32> = jobs.iter().map(|j| (j.id.to_string(), j.attempt)).collect();
+    let ids: HashMap<String, u32> = jobs
+        .iter()
+        .map(|j| (String::from(&j.id), j.attempt))
+        .collect();
     let orphans = sweep_orphans(ctx, cluster, &ids).await;
     note(ctx, report, "orphan sweep", "", orphans);
     let policies = crate::policies::sweep(ctx, cluster, &ids).await;

@@ -62,7 +62,7 @@ async fn checkpoints(
     for &job in jobs {
         match ctx.checkpoints.fresh(&job.id, now) {
             Some(c) => {
-                known.insert(job.id.to_string(), c);
+                known.insert(String::from(&job.id), c);
             }
             None if missing.len() < LOOKUPS_PER_PASS => missing.push(job),
             None => {}
@@ -78,7 +78,7 @@ async fn checkpoints(
         match outcome {
             Ok(c) => {
                 ctx.checkpoints.put(&job.id, now, c.clone());
-                known.insert(job.id.to_string(), c);
+                known.insert(String::from(&job.id), c);
             }
             Err(e) => {
                 ctx.metrics.inc_step_error(&e);

@@ -234,7 +234,7 @@ async fn copy_warnings(ctx: &Ctx, cluster: &Cluster, job: &JobRecord) -> Result<
     let mut fresh = Vec::new();
     {
         let mut seen = ctx.seen_events.lock().unwrap_or_else(|p| p.into_inner());
-        let set = seen.entry(job.id.to_string()).or_default();
+        let set = seen.entry(String::from(&job.id)).or_default();
         for e in warnings {
             let uid = e.uid().unwrap_or_else(|| e.name_any());
             if !set.insert(uid.clone()) {

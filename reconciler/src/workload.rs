@@ -119,7 +119,7 @@ async fn create_auth_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
         "create secret",
         &job.spec.namespace,
         &name,
-        job.id.to_string(),
+        String::from(&job.id),
         value,
     )
     .await
@@ -171,7 +171,7 @@ async fn create_grant_secret(ctx: &Ctx, job: &JobRecord) -> Result<()> {
         "create secret",
         &job.spec.namespace,
         &name,
-        job.id.to_string(),
+        String::from(&job.id),
         value,
     )
     .await
@@ -186,7 +186,7 @@ async fn create_network_policy(ctx: &Ctx, job: &JobRecord) -> Result<()> {
         "create networkpolicy",
         &job.spec.namespace,
         &name,
-        job.id.to_string(),
+        String::from(&job.id),
         value,
     )
     .await
@@ -380,7 +380,7 @@ pub async fn create_rendered(ctx: &Ctx, job: &JobRecord, rendered: Rendered) -> 
         }
         Rendered::Pod(value) => {
             let typed: Pod = serde_json::from_value(value).map_err(|source| Error::Convert {
-                job_id: job.id.to_string(),
+                job_id: String::from(&job.id),
                 kind: "Pod",
                 source,
             })?;

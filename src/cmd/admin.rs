@@ -183,7 +183,7 @@ pub async fn schedule_from_pipeline(
                     d.job
                 );
             }
-            queue.push_back((d.job.clone(), Some(job.id.to_string())));
+            queue.push_back((d.job.clone(), Some(String::from(&job.id))));
         }
         if let Some(other) = jobs.iter().find(|j| j.spec.name == job.spec.name) {
             bail!(

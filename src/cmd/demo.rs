@@ -329,7 +329,7 @@ fn summary_row(t: &Tracked) -> Vec<String> {
         .unwrap_or_default();
     vec![
         t.example.into(),
-        j.id.to_string(),
+        String::from(&j.id),
         format!("{:?}", j.spec.kind()),
         pools_of(&j.spec),
         j.state.to_string(),

@@ -166,7 +166,7 @@ pub async fn submit(api: &Api, out: Output, a: &SubmitArgs) -> anyhow::Result<Ex
     if a.wait {
         let follower = (!a.quiet && out == Output::Table).then(|| {
             let args = super::logs::LogsArgs {
-                id: job.id.to_string(),
+                id: String::from(&job.id),
                 ..Default::default()
             };
             super::logs::Follower::new(&args, out, true)
@@ -245,7 +245,7 @@ pub async fn list(
     };
     let rows = rows_of(&page, "jobs", "unexpected job list", |j: &JobRecord| {
         vec![
-            j.id.to_string(),
+            String::from(&j.id),
             j.spec.name.clone(),
             match j.array_size() {
                 Some(n) if j.is_array_parent() => format!("{:?} array x{n}", j.spec.kind()),

@@ -170,7 +170,7 @@ impl<'c, 'q> Round<'c, 'q> {
         let planner = &mut self.planner;
         let owner = planner.owners.len();
         if planner.reserve(pools, owner) {
-            planner.owners.push(job.id.to_string());
+            planner.owners.push(String::from(&job.id));
         }
         false
     }

@@ -327,7 +327,7 @@ fn apply(cap: &mut CapacitySnapshot, queue: &[JobRecord], plan: &AdmissionPlan) 
                 n.cpus_used += pool.cpus;
                 n.memory_gb_used += pool.memory_gb;
                 n.holders.push(crate::capacity::Holder {
-                    job_id: job.id.to_string(),
+                    job_id: String::from(&job.id),
                     gpus: pool.gpus_per_node,
                     cpus: pool.cpus,
                     memory_gb: pool.memory_gb,

@@ -286,7 +286,7 @@ pub fn job_env(job: &JobRecord) -> Vec<(String, String)> {
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    env.push(("TUNEPLANE_JOB_ID".into(), job.id.to_string()));
+    env.push(("TUNEPLANE_JOB_ID".into(), String::from(&job.id)));
     env.push(("TUNEPLANE_TENANT".into(), job.tenant.to_string()));
     env.push(("TUNEPLANE_ATTEMPT".into(), job.attempt.to_string()));
     if let (Some(child), Some(size)) = (job.array_child(), job.array_size()) {

@@ -318,7 +318,7 @@ pub async fn inputs(
     for dep in &deps {
         let shared = deps.iter().filter(|d| d.spec.name == dep.spec.name).count() > 1;
         let name = if shared {
-            dep.id.to_string()
+            String::from(&dep.id)
         } else {
             dep.spec.name.clone()
         };
@@ -327,7 +327,7 @@ pub async fn inputs(
             Some(size) if dep.is_array_parent() => (0..size)
                 .map(|i| (tuneplane_core::array::child_id(&dep.id, i), format!("{i}/")))
                 .collect(),
-            _ => vec![(dep.id.to_string(), String::new())],
+            _ => vec![(String::from(&dep.id), String::new())],
         };
         let mut files = Vec::new();
         for (source, under) in sources {

@@ -76,7 +76,7 @@ fn fleet(names: &[&str], jobs: &[JobRecord]) -> CapacitySnapshot {
                         node.cpus_used += pool.cpus;
                         node.memory_gb_used += pool.memory_gb;
                         node.holders.push(Holder {
-                            job_id: j.id.to_string(),
+                            job_id: String::from(&j.id),
                             gpus: pool.gpus_per_node,
                             cpus: pool.cpus,
                             memory_gb: pool.memory_gb,
@@ -303,7 +303,7 @@ fn a_cpu_only_job_at_its_tenants_cpu_limit_takes_the_place_of_a_lower_priority_o
                 node.cpus_used += 24.0;
                 node.memory_gb_used += 8.0;
                 node.holders.push(Holder {
-                    job_id: j.id.to_string(),
+                    job_id: String::from(&j.id),
                     gpus: 0,
                     cpus: 24.0,
                     memory_gb: 8.0,
@@ -512,7 +512,7 @@ fn the_victim_choice_loses_no_more_than_the_best_subset_found_by_brute_force() {
         let mut ck: Vec<(String, i64)> = Vec::new();
         for j in queue.iter().filter(|j| j.state == JobState::Running) {
             if rnd(2) == 0 {
-                ck.push((j.id.to_string(), NOW - rnd(100) as i64 * 1000));
+                ck.push((String::from(&j.id), NOW - rnd(100) as i64 * 1000));
             }
         }
         let ck_refs: Vec<(&str, i64)> = ck.iter().map(|(j, t)| (j.as_str(), *t)).collect();
