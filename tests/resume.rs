@@ -301,3 +301,41 @@ async fn an_interrupted_job_saves_on_sigterm_and_the_next_attempt_starts_from_th
     );
     assert!(two.contains("done at step 60"), "{two}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_ray_jobs_driver_saves_in_its_grace_and_says_so_in_the_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_stack, api) = stack_support::start(Backend::Embedded, dir.path()).await;
+    let spec = resume_spec(
+        r#"{STEPS: "600", STEP_SECONDS: "0.5", CHECKPOINT_SECONDS: "5"}"#,
+        "{infrastructure: 0, application: 0}",
+    )
+    .replace(
+        "  - {name: main, nodes: 1, gpus_per_node: 0, cpus: 1, memory_gb: 1}",
+        "  - {name: main, series: h200, nodes: 1, gpus_per_node: 8}",
+    )
+    .replace("image: python:3.12-slim", "image: rayproject/ray:2.60.0")
+    .replace("grace_seconds: 30", "grace_seconds: 8");
+    let job = submit_dir(&api, &examples().join("resume"), &spec).await;
+    running_with_a_checkpoint(&api, &job.id).await;
+
+    stop(&api, &job.id).await;
+
+    let s = wait_until(&api, &job.id, 120, "terminal", |j| j.state.is_terminal()).await;
+    assert_eq!((s.state, s.attempt), (JobState::Stopped, 1));
+    // The driver's last words, printed after SIGTERM, are in the attempt's archive, and the
+    // save they announce is the newest checkpoint.
+    let archived = all_text(&attempt_logs(&api, &job.id, 1).await);
+    let saved = stack_support::preemption::sigterm_step(&archived)
+        .unwrap_or_else(|| panic!("no grace-time output in the archive:\n{archived}"));
+    assert!(last_step(&archived) <= saved + 1, "{archived}");
+    let newest = checkpoint_steps(&api, &job.id)
+        .await
+        .into_iter()
+        .max()
+        .unwrap();
+    assert!(
+        newest >= saved,
+        "newest checkpoint {newest}, saved on SIGTERM {saved}"
+    );
+}

@@ -131,7 +131,8 @@ fn send(port: u16, request: &str) -> (u16, String) {
 }
 
 #[test]
-fn the_gate_lets_the_operator_read_its_jobs_status_and_nothing_else_without_the_token() {
+fn the_gate_lets_the_operator_read_its_jobs_status_and_stop_it_and_nothing_else_without_the_token()
+{
     let (upstream, seen) = dashboard();
     let port = free_port();
     let _gate = gate(port, upstream);
@@ -168,9 +169,8 @@ fn the_gate_lets_the_operator_read_its_jobs_status_and_nothing_else_without_the_
         "GET /api/jobs/ HTTP/1.1\r\nHost: x\r\n\r\n".to_owned(),
         "GET /api/jobs/tp-j-2 HTTP/1.1\r\nHost: x\r\n\r\n".to_owned(),
         format!("GET /api/jobs/{SUBMISSION}/logs HTTP/1.1\r\nHost: x\r\n\r\n"),
-        format!(
-            "POST /api/jobs/{SUBMISSION}/stop HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
-        ),
+        "POST /api/jobs/tp-j-2/stop HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".to_owned(),
+        format!("DELETE /api/jobs/{SUBMISSION} HTTP/1.1\r\nHost: x\r\n\r\n"),
     ] {
         let (status, answer) = send(port, &request);
         assert_eq!(status, 401, "{request}: {answer}");
@@ -293,5 +293,37 @@ fn the_dashboards_error_answer_is_not_passed_on_without_the_token() {
     assert!(
         !body.contains("hf_LEAKED") && !body.contains("Traceback"),
         "{body}"
+    );
+}
+
+#[test]
+fn the_stop_of_its_own_job_is_forwarded_with_the_token_and_answered_with_the_outcome_only() {
+    let (upstream, seen) = dashboard_answering(
+        "200 OK",
+        r#"{"stopped": true, "message": "driver said hf_LEAKED"}"#.to_owned(),
+    );
+    let port = free_port();
+    let _gate = gate(port, upstream);
+
+    let (status, body) = send(
+        port,
+        &format!(
+            "POST /api/jobs/{SUBMISSION}/stop HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        ),
+    );
+
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer, serde_json::json!({"stopped": true}));
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].0,
+        format!("POST /api/jobs/{SUBMISSION}/stop HTTP/1.1")
+    );
+    let token = seen[0].1.iter().find(|(k, _)| k == "x-ray-authorization");
+    assert_eq!(
+        token.map(|(_, v)| v.clone()),
+        Some(format!("Bearer {TOKEN}"))
     );
 }

@@ -96,7 +96,8 @@ const JOBS: &str = tuneplane_core::constants::DEFAULT_NAMESPACE;
 /// Every request the reconciler makes: nodes and pods are listed and watched cluster-wide
 /// (capacity needs every pod on every node); Events and RayJobs are listed and watched, and logs
 /// read (`get` `pods/log`), only in the jobs namespace; nothing is read one by one; workloads are
-/// created and deleted in the jobs namespace; the Lease lives in the reconciler's own namespace.
+/// created and deleted in the jobs namespace, and a stopped Ray job is stopped through its head's
+/// gate first (`pods/proxy`: `create` for the POST, `get` for its status); the Lease lives in the reconciler's own namespace.
 pub const REQUIRED: &[Access] = &[
     cluster("", "nodes", "list"),
     cluster("", "nodes", "watch"),
@@ -105,6 +106,8 @@ pub const REQUIRED: &[Access] = &[
     within(JOBS, "", "events", "list"),
     within(JOBS, "", "events", "watch"),
     within(JOBS, "", "pods/log", "get"),
+    within(JOBS, "", "pods/proxy", "get"),
+    within(JOBS, "", "pods/proxy", "create"),
     within(JOBS, "ray.io", "rayjobs", "list"),
     within(JOBS, "ray.io", "rayjobs", "watch"),
     within(JOBS, "ray.io", "rayjobs", "create"),

@@ -182,6 +182,20 @@ impl Kube {
             }
         }
     }
+
+    /// Runs `call` once under the rate limit and the attempt timeout: for requests whose
+    /// failure the caller handles by going on without them (a retry would only delay that).
+    pub async fn once<T, Fut>(&self, op: &'static str, object: &str, call: Fut) -> Result<T>
+    where
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let waited = self.limiter.acquire().await;
+        self.metrics.observe_throttle(waited);
+        tokio::time::timeout(self.attempt_timeout, call)
+            .await
+            .unwrap_or_else(|_| Err(timed_out(self.attempt_timeout)))
+            .map_err(|e| Error::kube(op, object, e))
+    }
 }
 
 /// What kube-rs's watcher and reflector need of a watched resource type; every Kubernetes type

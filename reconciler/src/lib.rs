@@ -29,6 +29,7 @@ pub mod playground;
 pub mod policies;
 pub mod preempt;
 pub mod preempting;
+pub mod ray_stop;
 pub mod rayjob;
 mod run;
 pub mod status;

@@ -29,7 +29,7 @@ use crate::cluster::{Cluster, managed};
 use crate::decide::{Step, decide};
 use crate::error::{Error, Result};
 use crate::status::{Observed, assess_pod, assess_rayjob};
-use crate::{Ctx, logs, workload};
+use crate::{Ctx, logs, ray_stop, workload};
 
 /// An event of source `Platform` (TunePlane's own, beside the copied Kubernetes ones); the same
 /// `(at_ms, key)` appended twice is stored once, so a pass may write it again.
@@ -413,7 +413,8 @@ fn preempting_pending(
 ///
 /// `ends`: the attempt is stopped while its pods run; the archive deletes the workload (of that
 /// kind) itself once their logs are followed, and reads them through their grace, at most the
-/// given time ([`logs::Ending`]).
+/// given time ([`logs::Ending`]); a Ray attempt's job is stopped through its head first
+/// ([`crate::ray_stop`]).
 async fn archive_logs(
     ctx: &Ctx,
     job: Option<&JobRecord>,
@@ -421,7 +422,7 @@ async fn archive_logs(
     namespace: &str,
     workload: &str,
     lenient: bool,
-    ends: Option<(WorkloadKind, Duration)>,
+    ends: Option<Ends>,
 ) -> Result<Option<String>> {
     let remembered = ctx
         .archive_failures
@@ -441,13 +442,18 @@ async fn archive_logs(
             let (kube, blobs) = (ctx.kube.clone(), ctx.blobs.clone());
             let (id, ns, name) = (job_id.to_owned(), namespace.to_owned(), workload.to_owned());
             let max_bytes = ctx.config.log_archive_max_bytes;
-            let ending = ends.map(|(kind, within)| {
-                let (kube, ns, name) = (kube.clone(), ns.clone(), name.clone());
+            let ending = ends.map(|ends| {
+                let (kube, ns, name, id) = (kube.clone(), ns.clone(), name.clone(), id.clone());
                 logs::Ending {
                     delete: Box::pin(async move {
-                        workload::delete_object(&kube, kind, &ns, &name).await
+                        if let Some(head) = ends.ray_head {
+                            let outcome =
+                                ray_stop::stop(&kube, &ns, &head.pod, &name, head.wait).await;
+                            tracing::info!(job_id = %id, head = %head.pod, ?outcome, "Ray job stopped through its head before its RayJob is deleted");
+                        }
+                        workload::delete_object(&kube, ends.kind, &ns, &name).await
                     }),
-                    within,
+                    within: ends.within,
                 }
             });
             let following = ending.is_some();
@@ -567,23 +573,30 @@ pub async fn finish(
     let lost = failure
         .as_ref()
         .is_some_and(|f| f.cause == FailureCause::Infrastructure);
-    // A CPU job's Pod stopped while it runs (decided before what the workload shows, so the
-    // decision holds while it goes): it ends within the archive, which reads what the entrypoint
-    // prints in its grace. Not yet a RayJob's: its Ray pods take their whole grace to go on a real
-    // cluster, which would hold the stop's end that long.
-    let stopped = job.spec.kind() == WorkloadKind::Pod
-        && failure.as_ref().is_some_and(|f| {
-            matches!(
-                f.reason,
-                FailureReason::StopRequested | FailureReason::Preempted
-            )
-        });
+    // An attempt stopped while it runs (decided before what the workload shows, so the decision
+    // holds while it goes) ends within the archive, which reads what the entrypoint prints in its
+    // grace; a Ray attempt's job is stopped through its head first (its driver's grace is Ray's).
+    let stopped = failure.as_ref().is_some_and(|f| {
+        matches!(
+            f.reason,
+            FailureReason::StopRequested | FailureReason::Preempted
+        )
+    });
     let ends = stopped.then(|| {
         let grace = tuneplane_core::render::termination_grace_seconds(job);
-        (
-            job.spec.kind(),
-            Duration::from_secs(grace.saturating_add(ENDING_MARGIN_SECONDS)),
-        )
+        Ends {
+            kind: job.spec.kind(),
+            within: Duration::from_secs(grace.saturating_add(ENDING_MARGIN_SECONDS)),
+            ray_head: running_head(cluster, job).map(|pod| RayHead {
+                pod,
+                wait: Duration::from_secs(
+                    job.spec
+                        .deadlines
+                        .grace_seconds
+                        .saturating_add(RAY_STOP_MARGIN_SECONDS),
+                ),
+            }),
+        }
     });
     let Some(key) = archive_logs(ctx, Some(job), &job.id, ns, &name, lost, ends).await? else {
         // Being archived: a later pass ends the job.
@@ -641,6 +654,50 @@ pub async fn finish(
 /// What a stopped attempt's archive waits past its pods' termination grace for their logs to
 /// end: the operator deleting a RayJob's pods, the kubelet confirming.
 pub const ENDING_MARGIN_SECONDS: u64 = 30;
+
+/// What the stop of a Ray attempt waits past the job's grace for Ray to report the job ended
+/// (Ray kills the driver at the grace).
+pub const RAY_STOP_MARGIN_SECONDS: u64 = 15;
+
+/// How a stopped attempt's workload ends within its archive.
+struct Ends {
+    kind: WorkloadKind,
+    /// Longest the followed logs are read after the deletion.
+    within: Duration,
+    /// A Ray attempt's running head, whose job is stopped before the RayJob is deleted.
+    ray_head: Option<RayHead>,
+}
+
+/// The head pod a Ray attempt's job is stopped through, and how long its stop is waited for.
+struct RayHead {
+    pod: String,
+    wait: Duration,
+}
+
+/// The running head pod of `job`'s Ray attempt, if it has one.
+fn running_head(cluster: &Cluster, job: &JobRecord) -> Option<String> {
+    if job.spec.kind() != WorkloadKind::RayJob {
+        return None;
+    }
+    cluster
+        .pods_of(job)
+        .into_iter()
+        .find(|p| {
+            let head = p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ray_stop::NODE_TYPE_LABEL))
+                .is_some_and(|t| t == "head");
+            let running = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|phase| phase == "Running");
+            head && running && p.metadata.deletion_timestamp.is_none()
+        })
+        .and_then(|p| p.metadata.name.clone())
+}
 
 /// The platform event of an attempt that ended in a failure the job is run again after: a
 /// warning naming the attempt, the cause, the evidence and what happens next.

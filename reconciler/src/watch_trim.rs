@@ -24,9 +24,11 @@ use crate::rayjob::{RayJob, RayJobSpec};
 
 /// Pod labels a pass reads (the submitter's `job-name` finds KubeRay's submitter pod, whose
 /// controller [`crate::cluster::belongs_to`] then checks; the workload and grant labels tell
-/// what deleting a CPU job's Pod leaves, `workload::Leftovers::of`).
-const POD_LABELS: [&str; 6] = [
+/// what deleting a CPU job's Pod leaves, `workload::Leftovers::of`; KubeRay's node type finds
+/// the head a stopped Ray job is stopped through, `crate::ray_stop`).
+const POD_LABELS: [&str; 7] = [
     JOB_ID_LABEL,
+    crate::ray_stop::NODE_TYPE_LABEL,
     POOL_LABEL,
     MANAGED_BY_LABEL,
     crate::cluster::SUBMITTER_LABEL,

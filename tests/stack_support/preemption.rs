@@ -149,8 +149,28 @@ pub async fn assert_preempted_and_resumed(
         resumed + 5 >= printed,
         "{id}: attempt 2 resumed from step {resumed}, attempt 1 had printed step {printed}"
     );
+    // What the entrypoint printed in its grace (a Ray job's driver too: Ray stopped it before
+    // its RayJob went) is in attempt 1's archive, and attempt 2 started from that save.
+    let saved = sigterm_step(&one)
+        .unwrap_or_else(|| panic!("{id}: no grace-time output in attempt 1's archive:\n{one}"));
+    assert!(
+        resumed >= saved,
+        "{id}: attempt 2 resumed from step {resumed}, attempt 1 saved step {saved} on SIGTERM"
+    );
     assert!(two.contains(&format!("done at step {steps}")), "{two}");
     resumed
+}
+
+/// The step `examples/resume` saved when it was told to stop (`SIGTERM at step N: saving and
+/// stopping`), if that line is in `text`.
+pub fn sigterm_step(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = &l[l.find("SIGTERM at step ")? + "SIGTERM at step ".len()..];
+        let (n, tail) = rest.split_once(':')?;
+        tail.contains("saving and stopping")
+            .then(|| n.trim().parse().ok())
+            .flatten()
+    })
 }
 
 /// The job page as JSON.

@@ -15,6 +15,13 @@ this gate, not Ray's:
   holders may read. The one thing of it the reconciler needs, that the runner refused a capsule
   whose checksums do not match, is said in a fixed message of the gate's own. Ray's answer to
   anything but 200 is not passed on either;
+- the stop of this job, POST /api/jobs/<this job's submission id>/stop, is forwarded with the token
+  and answered with whether Ray stopped it, nothing else. The reconciler sends it (through the API
+  server's pod proxy) before it deletes a stopped or preempted job's RayJob, and waits for the job
+  to end: Ray's stop signals the driver and leaves it RAY_JOB_STOP_WAIT_TIME_S (the job's grace)
+  to save and print before it kills it, and what it prints reaches the attempt's archive. The
+  operator sends the same stop when a RayJob is deleted. Stopping is what deleting the RayJob does
+  anyway, and only the operator and the API server's proxy reach the gate;
 - anything else is refused with 401.
 Only the Python standard library is used, so any image with Python 3 can run it.
 """
@@ -144,6 +151,25 @@ def job_status(conn):
         up.close()
 
 
+def stop_job(conn):
+    """Ray's stop of this job, answered with `{"stopped": true|false}` only."""
+    up = http.client.HTTPConnection(*UPSTREAM, timeout=30)
+    try:
+        up.request(
+            "POST", "/api/jobs/" + SUBMISSION + "/stop",
+            headers={"X-Ray-Authorization": "Bearer " + TOKEN, "Content-Length": "0"},
+        )
+        r = up.getresponse()
+        body = r.read()
+        if r.status == 200:
+            stopped = json.loads(body).get("stopped") is True
+            reply(conn, 200, "OK", json.dumps({"stopped": stopped}).encode(), "application/json")
+        else:
+            reply(conn, r.status, r.reason, b"the job's dashboard answered %d\n" % r.status)
+    finally:
+        up.close()
+
+
 def handle(conn):
     with conn:
         try:
@@ -163,6 +189,9 @@ def handle(conn):
             path = target.split("?", 1)[0].rstrip("/")
             if method == "GET" and path == "/api/jobs/" + SUBMISSION:
                 job_status(conn)
+                return
+            if method == "POST" and path == "/api/jobs/" + SUBMISSION + "/stop":
+                stop_job(conn)
                 return
             reply(
                 conn, 401, "Unauthorized",

@@ -293,22 +293,13 @@ impl Store {
         {
             let grace = opts
                 .grace_period_seconds
-                .or_else(|| json::i64_at(&current, "/spec/terminationGracePeriodSeconds"))
-                .unwrap_or(30)
+                .unwrap_or_else(|| termination_grace(&current))
                 .max(1);
             let marked_grace = deletion_grace(&current);
             if marked_grace > 0 && marked_grace <= grace {
                 return Ok(current);
             }
-            let mut marked = (*current).clone();
-            let meta = json::obj_mut(&mut marked, "metadata");
-            let now = jiff::Timestamp::now();
-            let at = now
-                .checked_add(jiff::SignedDuration::from_secs(grace))
-                .unwrap_or(now);
-            meta.insert("deletionTimestamp".into(), Value::String(json::rfc3339(at)));
-            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
-            return Ok(inner.commit(self, rt, EventType::Modified, marked, Some(current)));
+            return Ok(mark_graceful(self, &mut inner, &current, grace));
         }
         if opts.grace_period_seconds == Some(0)
             && deletion_grace(&current) > 0
@@ -414,6 +405,19 @@ impl Store {
             let key = (json::namespace(&o).to_string(), json::name(&o).to_string());
             // A dependent may already be gone through an earlier cascade step.
             if let Some(current) = inner.table(t).get(&key).cloned() {
+                // The garbage collector deletes a pod as any client does, gracefully: an
+                // executed pod gets its SIGTERM and grace (a RayJob's submitter, deleted with
+                // its RayJob, prints its last lines), and its kubelet removes it.
+                if std::ptr::eq(t, &resources::PODS)
+                    && finalizers(&current).is_empty()
+                    && self.is_executing(json::uid(&current))
+                {
+                    if deletion_grace(&current) == 0 {
+                        let grace = termination_grace(&current);
+                        mark_graceful(self, inner, &current, grace);
+                    }
+                    continue;
+                }
                 self.delete_locked(inner, t, current, Propagation::Background);
             }
         }
@@ -443,6 +447,34 @@ fn check_type_meta(rt: &ResourceType, obj: &Value) -> Result<(), StatusError> {
 }
 
 /// `metadata.deletionGracePeriodSeconds` (0 when unset).
+/// The grace a pod's deletion gives it by default: its `terminationGracePeriodSeconds` (30 s
+/// when unset), at least 1 s.
+fn termination_grace(pod: &Value) -> i64 {
+    json::i64_at(pod, "/spec/terminationGracePeriodSeconds")
+        .unwrap_or(30)
+        .max(1)
+}
+
+/// Marks `current` (a pod) deleted gracefully: `deletionTimestamp` = now + `grace` and
+/// `deletionGracePeriodSeconds`; its kubelet removes it once its containers stopped.
+fn mark_graceful(store: &Store, inner: &mut Inner, current: &Arc<Value>, grace: i64) -> Arc<Value> {
+    let mut marked = (**current).clone();
+    let meta = json::obj_mut(&mut marked, "metadata");
+    let now = jiff::Timestamp::now();
+    let at = now
+        .checked_add(jiff::SignedDuration::from_secs(grace))
+        .unwrap_or(now);
+    meta.insert("deletionTimestamp".into(), Value::String(json::rfc3339(at)));
+    meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+    inner.commit(
+        store,
+        &resources::PODS,
+        EventType::Modified,
+        marked,
+        Some(current.clone()),
+    )
+}
+
 fn deletion_grace(obj: &Value) -> i64 {
     json::i64_at(obj, "/metadata/deletionGracePeriodSeconds").unwrap_or(0)
 }

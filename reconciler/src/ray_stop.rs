@@ -1,0 +1,128 @@
+//! Stopping a RayJob's Ray job through its head before the RayJob is deleted, so that the driver
+//! saves and says so within its grace and what it prints reaches the attempt's archive.
+//!
+//! Deleting a RayJob takes its Ray cluster down with the driver in it: KubeRay removes its
+//! finalizer without waiting for the stop it asks of Ray, and the head's processes end with the
+//! pod. So when a running Ray attempt is stopped or preempted, the reconciler first asks Ray to
+//! stop the job, through the API server's proxy to the head pod's gate (`ray_gate.py` forwards
+//! the stop of its own job with the token): Ray signals the driver and gives it
+//! `RAY_JOB_STOP_WAIT_TIME_S` (the job's grace) before it kills it. The reconciler waits for
+//! the job to end, at most that long and a margin, and only then deletes the RayJob. The
+//! submitter follows the driver's log until the job ends, and the archive follows the
+//! submitter's, so the grace-time lines are in it.
+//!
+//! Where the head cannot be asked (a simulated cluster serves no pod ports; a head not running
+//! yet), the RayJob is deleted as before: what the driver prints then is what its pod's
+//! termination leaves it time for.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+use tuneplane_core::render::rayjob::GATE_PORT;
+
+use crate::kube_io::Kube;
+
+/// Label KubeRay puts on a Ray pod: `head` or `worker`.
+pub const NODE_TYPE_LABEL: &str = "ray.io/node-type";
+
+/// How often the job's status is read while it stops.
+const POLL: Duration = Duration::from_secs(1);
+
+/// Ray's statuses of a job that has ended.
+const ENDED: [&str; 3] = ["STOPPED", "SUCCEEDED", "FAILED"];
+
+/// What came of asking the head to stop the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Ray reports the job ended, with this status (`STOPPED` after a stop).
+    Ended(String),
+    /// The job was still running when the wait ran out (Ray kills the driver at its grace).
+    StillRunning,
+    /// The head was not asked or did not answer (why): the RayJob's deletion ends the job.
+    NotAsked(String),
+}
+
+/// The API server's proxy path to `head`'s gate for `rest` (`/api/jobs/...`).
+fn gate_path(namespace: &str, head: &str, rest: &str) -> String {
+    format!("/api/v1/namespaces/{namespace}/pods/{head}:{GATE_PORT}/proxy{rest}")
+}
+
+/// Asks the gate of `head` (a running head pod in `namespace`) to stop Ray job `submission`
+/// and waits, at most `within`, for Ray to report it ended.
+pub async fn stop(
+    kube: &Kube,
+    namespace: &str,
+    head: &str,
+    submission: &str,
+    within: Duration,
+) -> Outcome {
+    let object = format!("pod {namespace}/{head}");
+    let deadline = Instant::now() + within;
+    let stop = http::Request::post(gate_path(
+        namespace,
+        head,
+        &format!("/api/jobs/{submission}/stop"),
+    ))
+    .body(Vec::new());
+    let Ok(stop) = stop else {
+        return Outcome::NotAsked(format!("no request can be made for pod {head}"));
+    };
+    if let Err(e) = kube
+        .once("stop ray job", &object, kube.client.request_text(stop))
+        .await
+    {
+        return Outcome::NotAsked(e.to_string());
+    }
+    // Stopped or not (`stopped: false` is Ray's answer for a job that had already ended), the
+    // job's status says when it is over.
+    loop {
+        match status(kube, namespace, head, submission, &object).await {
+            Some(s) if ENDED.contains(&s.as_str()) => return Outcome::Ended(s),
+            _ if Instant::now() >= deadline => return Outcome::StillRunning,
+            _ => tokio::time::sleep(POLL).await,
+        }
+    }
+}
+
+/// Ray's status of `submission` as the gate answers it; `None` when it cannot be read now.
+async fn status(
+    kube: &Kube,
+    namespace: &str,
+    head: &str,
+    submission: &str,
+    object: &str,
+) -> Option<String> {
+    let request = http::Request::get(gate_path(
+        namespace,
+        head,
+        &format!("/api/jobs/{submission}"),
+    ))
+    .body(Vec::new())
+    .ok()?;
+    let text = kube
+        .once(
+            "read ray job status",
+            object,
+            kube.client.request_text(request),
+        )
+        .await
+        .ok()?;
+    let info: Value = serde_json::from_str(&text).ok()?;
+    info.get("status")?.as_str().map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_proxy_path_names_the_head_pod_and_its_gate_port() {
+        assert_eq!(
+            gate_path("tuneplane-jobs", "tp-j-1-head-x", "/api/jobs/tp-j-1/stop"),
+            format!(
+                "/api/v1/namespaces/tuneplane-jobs/pods/tp-j-1-head-x:{GATE_PORT}/proxy/api/jobs/tp-j-1/stop"
+            )
+        );
+    }
+}
