@@ -543,3 +543,60 @@ fn set_status(object: &mut Value, status: Option<Value>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a panic is a failure with its location
+
+    use super::*;
+
+    #[test]
+    fn a_cascade_deletes_an_executed_pod_gracefully_and_removes_a_simulated_one() {
+        let store = Store::new(100);
+        store
+            .create(
+                &resources::NAMESPACES,
+                "",
+                json!({"metadata": {"name": "ns"}}),
+            )
+            .unwrap();
+        let owner = store
+            .create(
+                &resources::JOBS,
+                "ns",
+                json!({"metadata": {"name": "submitter"}}),
+            )
+            .unwrap();
+        let owned = |name: &str| {
+            json!({
+                "metadata": {"name": name, "ownerReferences": [{
+                    "apiVersion": "batch/v1", "kind": "Job", "name": "submitter",
+                    "uid": json::uid(&owner), "controller": true,
+                }]},
+                "spec": {"terminationGracePeriodSeconds": 12, "containers": [{"name": "c", "image": "i"}]},
+            })
+        };
+        let running = store
+            .create(&resources::PODS, "ns", owned("running"))
+            .unwrap();
+        store
+            .create(&resources::PODS, "ns", owned("simulated"))
+            .unwrap();
+        store.set_executing(json::uid(&running), true);
+
+        store
+            .delete(
+                &resources::JOBS,
+                "ns",
+                "submitter",
+                &DeleteOptions::default(),
+            )
+            .unwrap();
+
+        // The executed pod stays, Terminating with its own grace, for its kubelet to remove.
+        let marked = store.try_get(&resources::PODS, "ns", "running").unwrap();
+        assert_eq!(deletion_grace(&marked), 12);
+        assert!(marked.pointer("/metadata/deletionTimestamp").is_some());
+        assert!(store.try_get(&resources::PODS, "ns", "simulated").is_none());
+    }
+}
