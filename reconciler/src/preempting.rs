@@ -88,7 +88,10 @@ async fn victim_saved_since(
     Ok(found.is_some_and(|c| c.completed_at_ms >= since_ms))
 }
 
-/// Deletes `pods` without their grace (their attempt's checkpoint is saved).
+/// Deletes `pods` without their grace (their attempt's checkpoint is saved): those already
+/// being deleted, whose grace this shortens. A pod whose workload is not deleted yet is left
+/// alone: a Ray attempt's job is being stopped through its head, which must live until Ray ends
+/// the driver (`crate::ray_stop`), and a pod deleted under a live RayJob is made again.
 async fn force_delete(ctx: &Ctx, pods: &[&Pod]) -> Result<()> {
     let params = DeleteParams {
         grace_period_seconds: Some(0),
@@ -101,8 +104,10 @@ async fn force_delete(ctx: &Ctx, pods: &[&Pod]) -> Result<()> {
         ) else {
             continue;
         };
-        // Already going without grace.
-        if pod.metadata.deletion_grace_period_seconds == Some(0) {
+        // Not going yet, or already going without grace.
+        if pod.metadata.deletion_timestamp.is_none()
+            || pod.metadata.deletion_grace_period_seconds == Some(0)
+        {
             continue;
         }
         let api: Api<Pod> = Api::namespaced(ctx.kube.client.clone(), ns);

@@ -39,6 +39,8 @@ pub enum Outcome {
     Ended(String),
     /// The job was still running when the wait ran out (Ray kills the driver at its grace).
     StillRunning,
+    /// The head went (or Ray forgot the job) while the stop was waited for (the answer).
+    HeadGone(String),
     /// The head was not asked or did not answer (why): the RayJob's deletion ends the job.
     NotAsked(String),
 }
@@ -78,38 +80,52 @@ pub async fn stop(
     // job's status says when it is over.
     loop {
         match status(kube, namespace, head, submission, &object).await {
-            Some(s) if ENDED.contains(&s.as_str()) => return Outcome::Ended(s),
+            Read::Status(s) if ENDED.contains(&s.as_str()) => return Outcome::Ended(s),
+            Read::Gone(why) => return Outcome::HeadGone(why),
             _ if Instant::now() >= deadline => return Outcome::StillRunning,
             _ => tokio::time::sleep(POLL).await,
         }
     }
 }
 
-/// Ray's status of `submission` as the gate answers it; `None` when it cannot be read now.
-async fn status(
-    kube: &Kube,
-    namespace: &str,
-    head: &str,
-    submission: &str,
-    object: &str,
-) -> Option<String> {
-    let request = http::Request::get(gate_path(
-        namespace,
-        head,
-        &format!("/api/jobs/{submission}"),
-    ))
-    .body(Vec::new())
-    .ok()?;
-    let text = kube
+/// One reading of the job's status.
+enum Read {
+    /// Ray's status of the job.
+    Status(String),
+    /// The head or the job is no longer there to ask (a 4xx: the pod is gone or has no address
+    /// any more, Ray no longer knows the job).
+    Gone(String),
+    /// No answer this time (the API server or the head did not answer).
+    Unknown,
+}
+
+/// Ray's status of `submission` as the gate answers it.
+async fn status(kube: &Kube, namespace: &str, head: &str, submission: &str, object: &str) -> Read {
+    let path = gate_path(namespace, head, &format!("/api/jobs/{submission}"));
+    let Ok(request) = http::Request::get(path).body(Vec::new()) else {
+        return Read::Unknown;
+    };
+    let text = match kube
         .once(
             "read ray job status",
             object,
             kube.client.request_text(request),
         )
         .await
-        .ok()?;
-    let info: Value = serde_json::from_str(&text).ok()?;
-    info.get("status")?.as_str().map(str::to_owned)
+    {
+        Ok(text) => text,
+        Err(crate::Error::Kube {
+            source: kube::Error::Api(status),
+            ..
+        }) if (400..500).contains(&status.code) => {
+            return Read::Gone(format!("{} {}", status.code, status.message.trim_end()));
+        }
+        Err(_) => return Read::Unknown,
+    };
+    serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|info| info.get("status")?.as_str().map(str::to_owned))
+        .map_or(Read::Unknown, Read::Status)
 }
 
 #[cfg(test)]
