@@ -7,9 +7,10 @@
 //! stop the job, through the API server's proxy to the head pod's gate (`ray_gate.py` forwards
 //! the stop of its own job with the token): Ray signals the driver and gives it
 //! `RAY_JOB_STOP_WAIT_TIME_S` (the job's grace) before it kills it. The reconciler waits for
-//! the job to end, at most that long and a margin, and only then deletes the RayJob. The
-//! submitter follows the driver's log until the job ends, and the archive follows the
-//! submitter's, so the grace-time lines are in it.
+//! the job to end, at most that long and a margin, then for KubeRay's submitter to end by itself
+//! (it follows the driver's log a few seconds behind, until the job ended and no line is left),
+//! and only then deletes the RayJob. The archive follows the submitter's log, so the grace-time
+//! lines are in it.
 //!
 //! Where the head cannot be asked (a simulated cluster serves no pod ports; a head not running
 //! yet), the RayJob is deleted as before: what the driver prints then is what its pod's
@@ -17,10 +18,12 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 use tokio::time::Instant;
 use tuneplane_core::render::rayjob::GATE_PORT;
 
+use crate::cluster::SUBMITTER_LABEL;
 use crate::kube_io::Kube;
 
 /// Label KubeRay puts on a Ray pod: `head` or `worker`.
@@ -28,6 +31,9 @@ pub const NODE_TYPE_LABEL: &str = "ray.io/node-type";
 
 /// How often the job's status is read while it stops.
 const POLL: Duration = Duration::from_secs(1);
+
+/// Longest the submitter is waited for after the job ended (its log runs a few seconds behind).
+const SUBMITTER_WAIT: Duration = Duration::from_secs(20);
 
 /// Ray's statuses of a job that has ended.
 const ENDED: [&str; 3] = ["STOPPED", "SUCCEEDED", "FAILED"];
@@ -80,11 +86,43 @@ pub async fn stop(
     // job's status says when it is over.
     loop {
         match status(kube, namespace, head, submission, &object).await {
-            Read::Status(s) if ENDED.contains(&s.as_str()) => return Outcome::Ended(s),
+            Read::Status(s) if ENDED.contains(&s.as_str()) => {
+                submitter_done(kube, namespace, submission, SUBMITTER_WAIT).await;
+                return Outcome::Ended(s);
+            }
             Read::Gone(why) => return Outcome::HeadGone(why),
             _ if Instant::now() >= deadline => return Outcome::StillRunning,
             _ => tokio::time::sleep(POLL).await,
         }
+    }
+}
+
+/// Waits, at most `within`, for the submitter of `workload` (KubeRay's Job of that name) to
+/// end by itself: it follows the driver's log until the job ended and no line is left, a few
+/// seconds behind the driver; deleting the RayJob earlier would cut its last lines off. Any
+/// answer but "still running" ends the wait (no submitter, a listing that fails).
+async fn submitter_done(kube: &Kube, namespace: &str, workload: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    let api: kube::Api<Pod> = kube::Api::namespaced(kube.client.clone(), namespace);
+    let params = kube::api::ListParams::default().labels(&format!("{SUBMITTER_LABEL}={workload}"));
+    let object = format!("submitter {namespace}/{workload}");
+    while Instant::now() < deadline {
+        let Ok(pods) = kube
+            .once("list submitter pods", &object, api.list(&params))
+            .await
+        else {
+            return;
+        };
+        let running = pods.items.iter().any(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|phase| phase == "Running" || phase == "Pending")
+        });
+        if !running {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
     }
 }
 

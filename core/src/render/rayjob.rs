@@ -45,6 +45,14 @@ pub const RAY_DASHBOARD_PORT: u16 = 8265;
 pub const GATE_CONTAINER: &str = "ray-auth-gate";
 /// The gate's program (Python standard library only).
 pub const GATE_SCRIPT: &str = include_str!("ray_gate.py");
+/// Name of the head pod's container whose log is the driver's (`ray_driver_log.py`).
+pub const DRIVER_LOG_CONTAINER: &str = "ray-driver-log";
+/// The driver log follower's program (Python standard library only).
+pub const DRIVER_LOG_SCRIPT: &str = include_str!("ray_driver_log.py");
+/// Where Ray keeps its sessions and logs: an emptyDir shared by the head and the follower.
+const RAY_DIR: &str = "/tmp/ray";
+/// Name of that volume.
+const RAY_DIR_VOLUME: &str = "ray-dir";
 
 /// Name of the Secret holding the Ray token of the job whose workload is `workload`.
 pub fn auth_secret_name(workload: &str) -> String {
@@ -93,6 +101,21 @@ fn gate_container(job: &JobRecord) -> Value {
         "command": ["python", "-c", GATE_SCRIPT],
         "env": env,
         "ports": [{"name": "gate", "containerPort": GATE_PORT}],
+    })
+}
+
+/// The head pod's driver log follower (see `ray_driver_log.py`): the driver's output, grace-time
+/// lines included, as a container log. It requests nothing, as the gate.
+fn driver_log_container(job: &JobRecord) -> Value {
+    json!({
+        "name": DRIVER_LOG_CONTAINER,
+        "image": job.spec.image,
+        "command": ["python", "-c", DRIVER_LOG_SCRIPT],
+        "env": [
+            {"name": "TUNEPLANE_DRIVER_SUBMISSION_ID", "value": job_workload_name(job)},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
+        "volumeMounts": [{"name": RAY_DIR_VOLUME, "mountPath": RAY_DIR}],
     })
 }
 
@@ -177,8 +200,15 @@ fn container(job: &JobRecord, pool: &Pool, head: bool, settings: &RenderSettings
             {"name": "client", "containerPort": 10001},
         ]);
     }
+    let mut mounts = Vec::new();
     if settings.delivery == CapsuleDelivery::InitContainer {
-        c["volumeMounts"] = json!([{"name": "tuneplane-capsule", "mountPath": RAY_CAPSULE_DIR}]);
+        mounts.push(json!({"name": "tuneplane-capsule", "mountPath": RAY_CAPSULE_DIR}));
+    }
+    if head {
+        mounts.push(json!({"name": RAY_DIR_VOLUME, "mountPath": RAY_DIR}));
+    }
+    if !mounts.is_empty() {
+        c["volumeMounts"] = Value::Array(mounts);
     }
     c
 }
@@ -193,8 +223,11 @@ fn group_template(
     let mut labels = job_labels(job);
     labels.insert(POOL_LABEL.into(), json!(pool.name));
     let mut containers = vec![container(job, pool, head, settings)];
+    let mut volumes = Vec::new();
     if head {
         containers.push(gate_container(job));
+        containers.push(driver_log_container(job));
+        volumes.push(json!({"name": RAY_DIR_VOLUME, "emptyDir": {}}));
     }
     let mut spec = json!({
         "containers": containers,
@@ -207,7 +240,7 @@ fn group_template(
         spec["affinity"] = affinity;
     }
     if settings.delivery == CapsuleDelivery::InitContainer {
-        spec["volumes"] = json!([{"name": "tuneplane-capsule", "emptyDir": {}}]);
+        volumes.push(json!({"name": "tuneplane-capsule", "emptyDir": {}}));
         spec["initContainers"] = json!([{
             "name": FETCH_CONTAINER,
             "image": job.spec.image,
@@ -216,6 +249,9 @@ fn group_template(
             "volumeMounts": [{"name": "tuneplane-capsule", "mountPath": RAY_CAPSULE_DIR}],
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
         }]);
+    }
+    if !volumes.is_empty() {
+        spec["volumes"] = Value::Array(volumes);
     }
     spec["terminationGracePeriodSeconds"] = json!(termination_grace_seconds(job));
     harden(&mut spec);

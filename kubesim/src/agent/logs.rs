@@ -1,13 +1,15 @@
 //! The container logs the agent writes for its pods, in memory and keyed by pod uid, with the
 //! (namespace, name) → uid index the kubelet endpoint looks pods up by and whether each container
 //! has run yet (a kubelet refuses the log of one that never started). A deleted pod's logs stay
-//! readable for a retention period, then are dropped.
+//! readable for a retention period, then are dropped. A log can be followed: each change is
+//! announced, and a container's log ends once it terminated or its pod was deleted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tokio::sync::watch;
 
 /// Most bytes kept per container; older output is dropped first.
 const MAX_LOG_BYTES: usize = 1024 * 1024;
@@ -34,8 +36,23 @@ pub enum LogLookupError {
 #[derive(Debug, Default)]
 struct ContainerLog {
     text: String,
+    /// Bytes dropped from the front of `text` (the cap): `text` starts at this offset.
+    dropped: u64,
     /// Why the log cannot be read yet; `None` once the container has run.
     not_started: Option<String>,
+    /// The container terminated (or its pod was deleted): nothing more comes.
+    ended: bool,
+}
+
+/// A container's log from an offset on, for following it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Since {
+    /// The text from the offset asked for (from the oldest kept byte if that was dropped).
+    pub text: String,
+    /// The offset the next read goes on from.
+    pub next: u64,
+    /// Whether the container's log is complete.
+    pub ended: bool,
 }
 
 #[derive(Debug)]
@@ -53,15 +70,47 @@ struct Book {
 }
 
 /// Logs of every container of the agent's pods.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AgentLogs {
     book: Mutex<Book>,
+    /// Bumped on every change (for followers).
+    changed: watch::Sender<u64>,
+}
+
+impl Default for AgentLogs {
+    fn default() -> Self {
+        AgentLogs {
+            book: Mutex::default(),
+            changed: watch::channel(0).0,
+        }
+    }
+}
+
+/// Whether container `name` of `pod` has terminated (its status says so).
+fn terminated(pod: &Value, name: &str) -> bool {
+    ["initContainerStatuses", "containerStatuses"]
+        .into_iter()
+        .filter_map(|list| pod.pointer(&format!("/status/{list}"))?.as_array())
+        .flatten()
+        .any(|c| {
+            c.get("name").and_then(Value::as_str) == Some(name)
+                && c.pointer("/state/terminated").is_some()
+        })
 }
 
 impl AgentLogs {
     fn with<R>(&self, f: impl FnOnce(&mut Book) -> R) -> R {
-        let mut guard = self.book.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard)
+        let out = {
+            let mut guard = self.book.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut guard)
+        };
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+        out
+    }
+
+    /// A receiver that changes whenever any log changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// Takes in the latest copy of pod `uid`: its name resolves to it, and its containers are
@@ -82,6 +131,7 @@ impl AgentLogs {
             for c in names {
                 let log = entry.containers.entry(c.clone()).or_default();
                 log.not_started = crate::logs::not_started(pod, &c);
+                log.ended |= terminated(pod, &c);
             }
             b.by_name
                 .insert((namespace.to_string(), name.to_string()), uid.to_string());
@@ -94,7 +144,9 @@ impl AgentLogs {
         self.with(|b| {
             if let Some(p) = b.pods.get_mut(uid) {
                 let log = p.containers.entry(container.to_string()).or_default();
+                let before = log.text.len() + text.len();
                 crate::logs::append_bounded(&mut log.text, text, MAX_LOG_BYTES);
+                log.dropped += (before - log.text.len()) as u64;
             }
         });
     }
@@ -106,7 +158,29 @@ impl AgentLogs {
         name: &str,
         container: &str,
     ) -> Result<String, LogLookupError> {
-        self.with(|b| {
+        self.since(namespace, name, container, 0).map(|s| s.text)
+    }
+
+    /// The log of a container of the pod named `namespace/name` from byte `offset` on.
+    pub fn since(
+        &self,
+        namespace: &str,
+        name: &str,
+        container: &str,
+        offset: u64,
+    ) -> Result<Since, LogLookupError> {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        Self::lookup(&book, namespace, name, container, offset)
+    }
+
+    fn lookup(
+        b: &Book,
+        namespace: &str,
+        name: &str,
+        container: &str,
+        offset: u64,
+    ) -> Result<Since, LogLookupError> {
+        {
             let pod = b
                 .by_name
                 .get(&(namespace.to_string(), name.to_string()))
@@ -119,11 +193,18 @@ impl AgentLogs {
                     pod: name.to_string(),
                     container: container.to_string(),
                 })?;
-            match &log.not_started {
-                Some(why) => Err(LogLookupError::NotStarted(why.clone())),
-                None => Ok(log.text.clone()),
+            if let Some(why) = &log.not_started {
+                return Err(LogLookupError::NotStarted(why.clone()));
             }
-        })
+            let end = log.dropped + log.text.len() as u64;
+            // Offsets handed out are ends of appended text: character boundaries.
+            let from = usize::try_from(offset.clamp(log.dropped, end) - log.dropped).unwrap_or(0);
+            Ok(Since {
+                text: log.text.get(from..).unwrap_or_default().to_string(),
+                next: end,
+                ended: log.ended,
+            })
+        }
     }
 
     /// Notes that pod `uid` was deleted: its logs go after the retention period.
@@ -131,6 +212,7 @@ impl AgentLogs {
         self.with(|b| {
             if let Some(p) = b.pods.get_mut(uid) {
                 p.deleted_at.get_or_insert_with(Instant::now);
+                p.containers.values_mut().for_each(|c| c.ended = true);
             }
         });
     }

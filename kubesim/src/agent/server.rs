@@ -1,8 +1,10 @@
 //! The agent's kubelet endpoint: an HTTP/1.1 server on 127.0.0.1 (HTTPS with the given certificate
 //! and key; no client certificate is required) answering the API server's
-//! `GET /containerLogs/{namespace}/{pod}/{container}` from the agent's logs, honouring `tailLines`
-//! and `limitBytes` (other parameters are accepted and ignored); like a kubelet it answers 400 for a
-//! container that has not run yet and 404 for unknown pods and containers, in plain text.
+//! `GET /containerLogs/{namespace}/{pod}/{container}` from the agent's logs, honouring `tailLines`,
+//! `limitBytes` and `follow` (other parameters are accepted and ignored); like a kubelet it
+//! answers 400 for a container that has not run yet and 404 for unknown pods and containers, in
+//! plain text. A followed log streams what the container prints until it terminated or its pod
+//! was deleted.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -10,7 +12,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -143,8 +147,11 @@ where
     }
 }
 
-fn text(code: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+/// The endpoint's answers: whole texts, or a followed log's stream.
+type Body = BoxBody<Bytes, Infallible>;
+
+fn text(code: StatusCode, body: String) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
     *resp.status_mut() = code;
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -167,8 +174,36 @@ fn query_params(query: Option<&str>) -> HashMap<String, String> {
         .collect()
 }
 
+/// How long a follower waits for a change before it looks again (a pod whose logs expired ends
+/// its stream).
+const FOLLOW_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A followed log from byte `offset` on: what is appended, until the container's log ended.
+fn follow(logs: Arc<AgentLogs>, key: [String; 3], offset: u64) -> Body {
+    let changes = logs.subscribe();
+    let stream = futures_util::stream::unfold(
+        (logs, changes, offset, key),
+        |(logs, mut changes, offset, key)| async move {
+            loop {
+                let [ns, pod, container] = &key;
+                let since = logs.since(ns, pod, container, offset).ok()?;
+                if !since.text.is_empty() {
+                    let chunk = Frame::data(Bytes::from(since.text));
+                    return Some((Ok(chunk), (logs, changes, since.next, key)));
+                }
+                if since.ended {
+                    return None;
+                }
+                changes.mark_unchanged();
+                let _ = tokio::time::timeout(FOLLOW_RECHECK, changes.changed()).await;
+            }
+        },
+    );
+    StreamBody::new(stream).boxed()
+}
+
 /// Answers one request of the kubelet endpoint.
-fn handle<B>(req: &Request<B>, logs: &AgentLogs) -> Response<Full<Bytes>> {
+fn handle<B>(req: &Request<B>, logs: &Arc<AgentLogs>) -> Response<Body> {
     let path = req.uri().path();
     if path == "/healthz" {
         return text(StatusCode::OK, "ok".into());
@@ -189,13 +224,23 @@ fn handle<B>(req: &Request<B>, logs: &AgentLogs) -> Response<Full<Bytes>> {
     if container.is_empty() {
         return text(StatusCode::BAD_REQUEST, "missing container name\n".into());
     }
-    match logs.read(ns, pod, container) {
+    match logs.since(ns, pod, container, 0) {
         Ok(log) => {
             let query = query_params(req.uri().query());
-            text(
-                StatusCode::OK,
-                crate::logs::requested_part(&log, &query).to_string(),
-            )
+            let part = crate::logs::requested_part(&log.text, &query).to_string();
+            if query.get("follow").is_some_and(|f| f == "true") {
+                let key = [ns.to_string(), pod.to_string(), container.to_string()];
+                let first = futures_util::stream::once(async move {
+                    Ok::<_, Infallible>(Frame::data(Bytes::from(part)))
+                });
+                let rest = follow(logs.clone(), key, log.next).into_data_stream();
+                let rest = futures_util::StreamExt::map(rest, |d| d.map(Frame::data));
+                let body = StreamBody::new(futures_util::StreamExt::chain(first, rest)).boxed();
+                let mut resp = text(StatusCode::OK, String::new());
+                *resp.body_mut() = body;
+                return resp;
+            }
+            text(StatusCode::OK, part)
         }
         Err(e @ LogLookupError::NotStarted(_)) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
         Err(e) => text(StatusCode::NOT_FOUND, format!("{e}\n")),
@@ -214,7 +259,7 @@ mod tests {
         })
     }
 
-    fn get(logs: &AgentLogs, uri: &str) -> (StatusCode, String) {
+    fn get(logs: &Arc<AgentLogs>, uri: &str) -> (StatusCode, String) {
         let req = Request::get(uri).body(()).expect("request");
         let resp = handle(&req, logs);
         let status = resp.status();
@@ -227,9 +272,43 @@ mod tests {
         (status, body)
     }
 
+    #[tokio::test]
+    async fn a_followed_log_streams_what_comes_until_the_container_terminates() {
+        let logs = Arc::new(AgentLogs::default());
+        logs.observe("u", &running_pod());
+        logs.append("u", "main", "one\ntwo\n");
+        let req = Request::get("/containerLogs/ns/p/main?tailLines=1&follow=true")
+            .body(())
+            .expect("request");
+        let resp = handle(&req, &logs);
+        assert_eq!(resp.status(), StatusCode::OK);
+        let mut body = resp.into_body().into_data_stream();
+        let mut next = async || {
+            let chunk = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                futures_util::StreamExt::next(&mut body),
+            )
+            .await
+            .expect("a chunk or the end within 5 s");
+            chunk.map(|c| String::from_utf8_lossy(&c.expect("chunk")).into_owned())
+        };
+        assert_eq!(next().await.as_deref(), Some("two\n"));
+        // What the container prints later reaches the follower (its grace-time lines too).
+        logs.append("u", "main", "SIGTERM: saving\n");
+        assert_eq!(next().await.as_deref(), Some("SIGTERM: saving\n"));
+        let mut ended = running_pod();
+        ended["status"]["containerStatuses"][0]["state"] =
+            serde_json::json!({"terminated": {"exitCode": 143}});
+        logs.append("u", "main", "saved\n");
+        logs.observe("u", &ended);
+        // Everything printed before the end, then the end.
+        assert_eq!(next().await.as_deref(), Some("saved\n"));
+        assert_eq!(next().await, None);
+    }
+
     #[test]
     fn container_logs_are_served_with_tail_and_limit() {
-        let logs = AgentLogs::default();
+        let logs = Arc::new(AgentLogs::default());
         logs.observe("u", &running_pod());
         logs.append("u", "main", "one\ntwo\nthree\n");
         assert_eq!(
@@ -239,7 +318,7 @@ mod tests {
         assert_eq!(
             get(
                 &logs,
-                "/containerLogs/ns/p/main?tailLines=2&follow=true&timestamps=false"
+                "/containerLogs/ns/p/main?tailLines=2&timestamps=false"
             )
             .1,
             "two\nthree\n"
