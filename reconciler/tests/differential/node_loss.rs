@@ -133,6 +133,17 @@ async fn pod_gc_matches_the_real_control_plane() {
         api.get_opt("tp-orphan").await.ok()?.is_none().then_some(())
     })
     .await;
+    // The watch runs behind the GET that found the pod gone: let it deliver the collector's last
+    // versions (a slow machine otherwise ends the recording at the pod's Running version).
+    let marked = || {
+        seen(&versions)
+            .last()
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !marked() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     watcher.abort();
     let last = seen(&versions).last().map(disruption);
     NODE_LOSS.check(
