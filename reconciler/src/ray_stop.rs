@@ -29,6 +29,10 @@ use crate::kube_io::Kube;
 /// Label KubeRay puts on a Ray pod: `head` or `worker`.
 pub const NODE_TYPE_LABEL: &str = "ray.io/node-type";
 
+/// Longest one request to the head may take: a head that does not answer within it is not
+/// waited for (its RayJob's deletion ends the job).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How often the job's status is read while it stops.
 const POLL: Duration = Duration::from_secs(1);
 
@@ -77,7 +81,11 @@ pub async fn stop(
         return Outcome::NotAsked(format!("no request can be made for pod {head}"));
     };
     if let Err(e) = kube
-        .once("stop ray job", &object, kube.client.request_text(stop))
+        .once(
+            "stop ray job",
+            &object,
+            timed(kube.client.request_text(stop)),
+        )
         .await
     {
         return Outcome::NotAsked(e.to_string());
@@ -124,6 +132,19 @@ async fn submitter_done(kube: &Kube, namespace: &str, workload: &str, within: Du
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// `call` bounded by [`REQUEST_TIMEOUT`] (a timeout reads as a transport error).
+async fn timed<T>(
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    tokio::time::timeout(REQUEST_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(kube::Error::Service(
+                format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()).into(),
+            ))
+        })
 }
 
 /// One reading of the job's status.
