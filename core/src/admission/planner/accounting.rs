@@ -68,15 +68,11 @@ impl Planner<'_> {
                 sc.open_hist[before as usize] -= 1;
                 sc.open_hist[after as usize] += 1;
             }
-            let from = &mut sc.by_free[before as usize];
-            let at = self.slot[i];
-            from.swap_remove(at);
-            if let Some(&moved) = from.get(at) {
-                self.slot[moved] = at;
-            }
-            let to = &mut sc.by_free[after as usize];
-            self.slot[i] = to.len();
-            to.push(i);
+            rebucket(&mut sc.by_free, &mut self.slot, i, before, after);
+        }
+        if self.gpu_node[i] {
+            let sc = &mut self.scopes[CPU_SCOPE];
+            rebucket(&mut sc.by_free, &mut self.cpu_slot, i, before, after);
         }
     }
 
@@ -96,6 +92,20 @@ impl Planner<'_> {
     pub(in crate::admission) fn hold(&mut self, i: usize, job: &str, shape: Shape) {
         self.pass_holders.push((i, job.to_owned(), shape));
     }
+}
+
+/// Moves node `i` from the `by_free` bucket of `before` free GPUs to that of `after`, keeping the
+/// positions in `slot` current (a swap-remove: no bucket is shifted).
+fn rebucket(by_free: &mut [Vec<usize>], slot: &mut [usize], i: usize, before: u32, after: u32) {
+    let from = &mut by_free[before as usize];
+    let at = slot[i];
+    from.swap_remove(at);
+    if let Some(&moved) = from.get(at) {
+        slot[moved] = at;
+    }
+    let to = &mut by_free[after as usize];
+    slot[i] = to.len();
+    to.push(i);
 }
 
 /// Takes the resources of admitted-but-unbound machines from their planned nodes (or, for jobs

@@ -91,7 +91,10 @@ pub(super) struct Scope {
     all_hist: Vec<u32>,
     /// Series scopes: the nodes with exactly `g` free GPUs, per `g`, so that a scan for machines
     /// of `g` GPUs visits only nodes that have them (a nearly full series is not walked node by
-    /// node for every waiting job). Order within a bucket is the order nodes entered it.
+    /// node for every waiting job). The CPU scope: its GPU nodes by free GPUs, so that a best-fit
+    /// pick for CPU-only machines (CPU nodes first, then fewest free GPUs) stops after the first
+    /// buckets instead of walking every node of the fleet. Order within a bucket is the order
+    /// nodes entered it.
     by_free: Vec<Vec<usize>>,
     /// Nodes of the scope nobody reserved in this pass.
     open: u32,
@@ -119,6 +122,10 @@ pub(super) struct Planner<'c> {
     cap_index: Vec<usize>,
     /// Position of each node of a series in its scope's `by_free` bucket.
     slot: Vec<usize>,
+    /// Position of each GPU node in the CPU scope's `by_free` bucket.
+    cpu_slot: Vec<usize>,
+    /// How many nodes without GPUs lead the CPU scope's `nodes`.
+    cpu_nodes: usize,
     pub(super) names: Vec<&'c str>,
     gpu_node: Vec<bool>,
     series_scope: Vec<Option<usize>>,
@@ -157,6 +164,8 @@ impl<'c> Planner<'c> {
             capacity,
             cap_index: Vec::new(),
             slot: Vec::new(),
+            cpu_slot: Vec::new(),
+            cpu_nodes: 0,
             names: Vec::new(),
             gpu_node: Vec::new(),
             series_scope: Vec::new(),
@@ -231,6 +240,14 @@ impl<'c> Planner<'c> {
             p.scopes[CPU_SCOPE].nodes.push(i);
             p.scopes[CPU_SCOPE].open += 1;
             p.slot.push(0);
+            p.cpu_slot.push(0);
+            if n.gpus > 0 {
+                let bucket = &mut p.scopes[CPU_SCOPE].by_free[free.gpus as usize];
+                p.cpu_slot[i] = bucket.len();
+                bucket.push(i);
+            } else {
+                p.cpu_nodes += 1;
+            }
             if let Some(s) = s {
                 let bucket = &mut p.scopes[s].by_free[free.gpus as usize];
                 p.slot[i] = bucket.len();

@@ -55,29 +55,48 @@ impl Planner<'_> {
             fitting.push(i);
             limit.is_some_and(|l| counts.all >= l)
         };
-        if scope == CPU_SCOPE {
-            // Every node, CPU nodes first.
-            for &i in &sc.nodes {
-                if visit(i, &mut counts, fitting) {
-                    break;
-                }
-            }
-        } else {
-            // A series only through the buckets of nodes with enough free GPUs: a nearly full
-            // series is not walked node by node for every waiting job.
-            let from = (shape.gpus as usize).min(sc.by_free.len());
-            'buckets: for bucket in &sc.by_free[from..] {
-                for &i in bucket {
+        match stop {
+            Stop::FirstFit(_) if scope == CPU_SCOPE => {
+                // Every node, CPU nodes first: which nodes fit first decides the answer.
+                for &i in &sc.nodes {
                     if visit(i, &mut counts, fitting) {
-                        break 'buckets;
+                        break;
                     }
                 }
-                // Buckets go up in free GPUs, which is what best fit ranks first: once `best`
-                // nodes fit, no node of a later bucket can be among the best.
-                if let Stop::Best(best) = stop
-                    && counts.all >= best
-                {
-                    break;
+            }
+            Stop::Best(best) if scope == CPU_SCOPE => {
+                // Best fit ranks CPU nodes, then GPU nodes by fewest free GPUs: once `best` nodes
+                // fit, no node of a later group can be among the best. Every node is visited
+                // when fewer fit, so the counts of a misfit are whole.
+                for &i in &sc.nodes[..self.cpu_nodes] {
+                    visit(i, &mut counts, fitting);
+                }
+                for bucket in &sc.by_free {
+                    if counts.all >= best {
+                        break;
+                    }
+                    for &i in bucket {
+                        visit(i, &mut counts, fitting);
+                    }
+                }
+            }
+            _ => {
+                // A series only through the buckets of nodes with enough free GPUs: a nearly full
+                // series is not walked node by node for every waiting job.
+                let from = (shape.gpus as usize).min(sc.by_free.len());
+                'buckets: for bucket in &sc.by_free[from..] {
+                    for &i in bucket {
+                        if visit(i, &mut counts, fitting) {
+                            break 'buckets;
+                        }
+                    }
+                    // Buckets go up in free GPUs, which is what best fit ranks first: once `best`
+                    // nodes fit, no node of a later bucket can be among the best.
+                    if let Stop::Best(best) = stop
+                        && counts.all >= best
+                    {
+                        break;
+                    }
                 }
             }
         }
