@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::claimant::Claimant;
 use crate::job::{JobRecord, JobState};
-use crate::quantity::plain;
+use crate::quantity::{plain, write_plain};
 use crate::spec::{JobSpec, is_dns_label};
 
 /// Largest GPU limit accepted (a sanity bound, far above any fleet).
@@ -389,19 +389,30 @@ impl<'a> Over<'a> {
     /// What a person reads: `tenant team-a uses 12 of 16 h200 GPUs; this job needs 8` (or
     /// `this playground needs 8`, as `claimant` says).
     pub fn message(&self, tenant: &str, claimant: Claimant) -> String {
+        // Written piece by piece into one string: admission writes one for most jobs a quota
+        // holds (tens of thousands in a long queue), and the pieces' own strings were most of it.
         let (_, series, [used, limit, need]) = self.parts();
-        let what = match self {
-            Over::Gpus { .. } => format!("{series} GPUs"),
-            Over::Cpus { .. } => "CPUs for CPU-only jobs".to_owned(),
-            Over::Memory { .. } => "GiB of memory for CPU-only jobs".to_owned(),
-        };
-        format!(
-            "tenant {tenant} uses {} of {} {what}; this {} needs {}",
-            plain(used),
-            plain(limit),
-            claimant.noun(),
-            plain(need)
-        )
+        let mut text = String::with_capacity(64 + tenant.len() + series.len());
+        text.push_str("tenant ");
+        text.push_str(tenant);
+        text.push_str(" uses ");
+        write_plain(&mut text, used);
+        text.push_str(" of ");
+        write_plain(&mut text, limit);
+        text.push(' ');
+        match self {
+            Over::Gpus { .. } => {
+                text.push_str(series);
+                text.push_str(" GPUs");
+            }
+            Over::Cpus { .. } => text.push_str("CPUs for CPU-only jobs"),
+            Over::Memory { .. } => text.push_str("GiB of memory for CPU-only jobs"),
+        }
+        text.push_str("; this ");
+        text.push_str(claimant.noun());
+        text.push_str(" needs ");
+        write_plain(&mut text, need);
+        text
     }
 }
 
@@ -603,6 +614,61 @@ pub fn never_within(quota: &TenantQuota, demand: &Demand, claimant: Claimant) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kind of limit, with whole and fractional numbers, for either claimant, reads as it
+    /// did when the message was one `format!` of `plain`s.
+    #[test]
+    fn over_messages_read_as_before() {
+        let reference = |over: &Over, tenant: &str, claimant: Claimant| {
+            let (_, series, [used, limit, need]) = over.parts();
+            let what = match over {
+                Over::Gpus { .. } => format!("{series} GPUs"),
+                Over::Cpus { .. } => "CPUs for CPU-only jobs".to_owned(),
+                Over::Memory { .. } => "GiB of memory for CPU-only jobs".to_owned(),
+            };
+            format!(
+                "tenant {tenant} uses {} of {} {what}; this {} needs {}",
+                plain(used),
+                plain(limit),
+                claimant.noun(),
+                plain(need)
+            )
+        };
+        let overs = [
+            Over::Gpus {
+                series: "h200",
+                used: 12,
+                limit: 16,
+                need: 8,
+            },
+            Over::Gpus {
+                series: "",
+                used: 0,
+                limit: u32::MAX,
+                need: 0,
+            },
+            Over::Cpus {
+                used: 60.25,
+                limit: 64.0,
+                need: 0.5,
+            },
+            Over::Memory {
+                used: 1023.96,
+                limit: -0.0,
+                need: 1e300,
+            },
+        ];
+        for over in &overs {
+            for claimant in [Claimant::Job, Claimant::Playground] {
+                for tenant in ["team-a", ""] {
+                    assert_eq!(
+                        over.message(tenant, claimant),
+                        reference(over, tenant, claimant)
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_default_quota_applies_to_tenants_without_their_own() {
