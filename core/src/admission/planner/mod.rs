@@ -91,10 +91,11 @@ pub(super) struct Scope {
     all_hist: Vec<u32>,
     /// Series scopes: the nodes with exactly `g` free GPUs, per `g`, so that a scan for machines
     /// of `g` GPUs visits only nodes that have them (a nearly full series is not walked node by
-    /// node for every waiting job). The CPU scope: its GPU nodes by free GPUs, so that a best-fit
-    /// pick for CPU-only machines (CPU nodes first, then fewest free GPUs) stops after the first
-    /// buckets instead of walking every node of the fleet. Order within a bucket is the order
-    /// nodes entered it.
+    /// node for every waiting job). The CPU scope: its GPU nodes nobody reserved, by free GPUs, so
+    /// that a best-fit pick for CPU-only machines on open nodes (CPU nodes first, then fewest
+    /// free GPUs) stops after the first buckets instead of walking every node of the fleet (by
+    /// the end of a long queue most of it is reserved). Order within a bucket is the order nodes
+    /// entered it.
     by_free: Vec<Vec<usize>>,
     /// Nodes of the scope nobody reserved in this pass.
     open: u32,
@@ -122,7 +123,7 @@ pub(super) struct Planner<'c> {
     cap_index: Vec<usize>,
     /// Position of each node of a series in its scope's `by_free` bucket.
     slot: Vec<usize>,
-    /// Position of each GPU node in the CPU scope's `by_free` bucket.
+    /// Position of each open GPU node in the CPU scope's `by_free` bucket.
     cpu_slot: Vec<usize>,
     /// How many nodes without GPUs lead the CPU scope's `nodes`.
     cpu_nodes: usize,

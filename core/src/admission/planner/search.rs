@@ -56,18 +56,10 @@ impl Planner<'_> {
             limit.is_some_and(|l| counts.all >= l)
         };
         match stop {
-            Stop::FirstFit(_) if scope == CPU_SCOPE => {
-                // Every node, CPU nodes first: which nodes fit first decides the answer.
-                for &i in &sc.nodes {
-                    if visit(i, &mut counts, fitting) {
-                        break;
-                    }
-                }
-            }
-            Stop::Best(best) if scope == CPU_SCOPE => {
-                // Best fit ranks CPU nodes, then GPU nodes by fewest free GPUs: once `best` nodes
-                // fit, no node of a later group can be among the best. Every node is visited
-                // when fewer fit, so the counts of a misfit are whole.
+            Stop::Best(best) if scope == CPU_SCOPE && view == View::Open => {
+                // Open nodes: best fit ranks CPU nodes, then GPU nodes by fewest free GPUs, so
+                // once `best` nodes fit no node of a later group can be among the best. Every
+                // open node is visited when fewer fit, so the counts of a misfit are whole.
                 for &i in &sc.nodes[..self.cpu_nodes] {
                     visit(i, &mut counts, fitting);
                 }
@@ -77,6 +69,16 @@ impl Planner<'_> {
                     }
                     for &i in bucket {
                         visit(i, &mut counts, fitting);
+                    }
+                }
+            }
+            _ if scope == CPU_SCOPE => {
+                // Every node, CPU nodes first: for first fit, which nodes fit first decides the
+                // answer; the buckets hold open nodes only, so best fit over every node walks
+                // them all.
+                for &i in &sc.nodes {
+                    if visit(i, &mut counts, fitting) {
+                        break;
                     }
                 }
             }

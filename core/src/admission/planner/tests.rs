@@ -80,6 +80,17 @@ fn a_best_fit_pick_that_stops_early_chooses_what_a_whole_scan_would() {
                 p.reserve_node(i, 0);
             }
         }
+        // Takes after reservations too (reserved nodes leave the CPU scope's buckets).
+        for _ in 0..rnd(6) {
+            let i = rnd(p.free.len() as u64) as usize;
+            let taken = Shape {
+                gpus: rnd(3) as u32,
+                cpus: rnd(8) as f64,
+                memory_gb: rnd(64) as f64,
+                cpu_only: false,
+            };
+            p.take(i, &taken);
+        }
         let gpu_shape = Shape {
             gpus: 1 + rnd(8) as u32,
             cpus: rnd(40) as f64,
