@@ -1,9 +1,8 @@
 //! Node accounting: what a machine may use of a node, taking and restoring resources with the
 //! scopes' histograms and buckets kept current, reserving nodes, and what admitted jobs hold.
 
-use std::collections::HashMap;
-
 use super::super::Reservation;
+use super::super::fasthash::FastMap;
 use super::{CPU_SCOPE, EPS, Free, Planner, Shape, View};
 
 impl Planner<'_> {
@@ -127,7 +126,7 @@ fn unbucket(by_free: &mut [Vec<usize>], slot: &mut [usize], i: usize, gpus: u32)
 /// Takes the resources of admitted-but-unbound machines from their planned nodes (or, for jobs
 /// admitted without a recorded plan, from the best-fitting nodes).
 pub(in crate::admission) fn hold_reservations(planner: &mut Planner, reservations: &[Reservation]) {
-    let index: HashMap<&str, usize> = planner
+    let index: FastMap<&str, usize> = planner
         .names
         .iter()
         .enumerate()
