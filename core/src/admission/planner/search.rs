@@ -439,6 +439,34 @@ impl Planner<'_> {
         None
     }
 
+    /// The nodes of `scope` a reservation for `count` machines of `shape` chooses among: open,
+    /// not marked taken, and large enough when idle. Enough of them that the `count` closest to
+    /// fitting now (most free GPUs first) are among them, or every such node when fewer fit.
+    /// A scope is not walked node by node for every waiting job: CPU-only machines reserve CPU
+    /// nodes only, which lead the CPU scope; a series is walked by its buckets of free GPUs, most
+    /// first, up to the bucket where enough nodes fit.
+    pub(super) fn reserve_candidates(&self, scope: usize, shape: &Shape, count: u32) -> Vec<usize> {
+        let ok = |n: usize| {
+            self.reserved[n].is_none() && !self.marked(n) && self.fits(n, &self.idle[n], shape)
+        };
+        let sc = &self.scopes[scope];
+        if scope == CPU_SCOPE {
+            return sc.nodes[..self.cpu_nodes]
+                .iter()
+                .copied()
+                .filter(|&n| ok(n))
+                .collect();
+        }
+        let mut candidates = Vec::new();
+        for bucket in sc.by_free.iter().rev() {
+            candidates.extend(bucket.iter().copied().filter(|&n| ok(n)));
+            if candidates.len() >= count as usize {
+                break;
+            }
+        }
+        candidates
+    }
+
     /// Reserves for `owner` the nodes `pools` would use once they drain: per pool, open nodes
     /// whose idle size fits, closest to fitting now first. All or nothing. A CPU-only machine
     /// reserves CPU nodes only: a reservation on a GPU node would keep its free GPUs from the GPU
@@ -468,17 +496,7 @@ impl Planner<'_> {
             {
                 return false;
             }
-            let candidates: Vec<usize> = self.scopes[scope]
-                .nodes
-                .iter()
-                .copied()
-                .filter(|&n| {
-                    self.reserved[n].is_none()
-                        && !(shape.cpu_only && self.gpu_node[n])
-                        && !self.marked(n)
-                        && self.fits(n, &self.idle[n], &shape)
-                })
-                .collect();
+            let candidates = self.reserve_candidates(scope, &shape, pool.nodes);
             if (candidates.len() as u64) < u64::from(pool.nodes) {
                 if first {
                     let list = &mut self.scopes[scope].failed_reserve;

@@ -26,7 +26,8 @@ fn reference(
 /// A best-fit pick that stops after the bucket of free GPUs where enough nodes fit chooses
 /// exactly the nodes, in the order, that ranking every fitting node of the scope would; for
 /// CPU-only machines too (the CPU scope: CPU nodes, then GPU nodes by free GPUs, some of them
-/// without a series), and a misfit counts every node.
+/// without a series), and a misfit counts every node. A reservation's candidates, taken by
+/// buckets, lead to the nodes a walk of the whole scope would reserve.
 #[test]
 fn a_best_fit_pick_that_stops_early_chooses_what_a_whole_scan_would() {
     let mut seed = 0x2545_F491_4F6C_DD1D_u64;
@@ -139,6 +140,34 @@ fn a_best_fit_pick_that_stops_early_chooses_what_a_whole_scan_would() {
                 assert_eq!(got, want, "round {round}, scope {scope}, {view:?}");
                 picked += usize::from(got.is_some());
             }
+            // A reservation chooses, from the buckets it walks, what choosing among every open
+            // node that fits when idle would.
+            p.begin();
+            let idle_fit: Vec<usize> = p.scopes[scope]
+                .nodes
+                .iter()
+                .copied()
+                .filter(|&n| {
+                    p.reserved[n].is_none()
+                        && !(shape.cpu_only && p.gpu_node[n])
+                        && p.fits(n, &p.idle[n], &shape)
+                })
+                .collect();
+            let candidates = p.reserve_candidates(scope, &shape, count);
+            assert_eq!(
+                candidates.len() >= count as usize,
+                idle_fit.len() >= count as usize,
+                "round {round}, scope {scope}"
+            );
+            let key = |n: usize| {
+                let r = p.room(n, &p.free[n], &shape);
+                (false, u32::MAX - r.gpus, -r.cpus)
+            };
+            assert_eq!(
+                best_nodes(candidates, count as usize, key),
+                reference(idle_fit, count as usize, key),
+                "round {round}, scope {scope}"
+            );
         }
     }
     assert!(
