@@ -3,6 +3,7 @@
 
 use super::super::Reservation;
 use super::super::fasthash::FastMap;
+use super::search::total_order_bits;
 use super::{CPU_SCOPE, EPS, Free, Planner, Shape, View};
 
 impl Planner<'_> {
@@ -39,19 +40,36 @@ impl Planner<'_> {
         if let Some(s) = self.series_scope[i] {
             self.scopes[s].fits_all.clear();
         }
-        let before = self.free[i].gpus;
+        let old = self.free[i];
         let f = &mut self.free[i];
         f.gpus = f.gpus.saturating_sub(shape.gpus);
         f.cpus = (f.cpus - shape.cpus).max(0.0);
         f.memory_gb = (f.memory_gb - shape.memory_gb).max(0.0);
         let after = f.gpus;
-        self.rehist(i, before, after);
+        self.rehist(i, old.gpus, after);
+        self.refile_cpu_open(i, &old);
     }
 
     pub(super) fn restore(&mut self, i: usize, to: Free) {
-        let before = self.free[i].gpus;
+        let old = self.free[i];
         self.free[i] = to;
-        self.rehist(i, before, to.gpus);
+        self.rehist(i, old.gpus, to.gpus);
+        self.refile_cpu_open(i, &old);
+    }
+
+    /// Keeps an open GPU node's place in `cpu_open` current after its free resources changed
+    /// from `old`.
+    fn refile_cpu_open(&mut self, i: usize, old: &Free) {
+        let new = self.free[i];
+        if !self.gpu_node[i] || self.reserved[i].is_some() {
+            return;
+        }
+        let (was, is) = (total_order_bits(old.cpus), total_order_bits(new.cpus));
+        if old.gpus == new.gpus && was == is {
+            return;
+        }
+        self.cpu_open[old.gpus as usize].remove(&(was, i));
+        self.cpu_open[new.gpus as usize].insert((is, i));
     }
 
     fn rehist(&mut self, i: usize, before: u32, after: u32) {
@@ -69,22 +87,13 @@ impl Planner<'_> {
             }
             rebucket(&mut sc.by_free, &mut self.slot, i, before, after);
         }
-        if self.gpu_node[i] && self.reserved[i].is_none() {
-            let sc = &mut self.scopes[CPU_SCOPE];
-            rebucket(&mut sc.by_free, &mut self.cpu_slot, i, before, after);
-        }
     }
 
     pub(super) fn reserve_node(&mut self, i: usize, owner: usize) {
         if self.gpu_node[i] && self.reserved[i].is_none() {
-            // The CPU scope's buckets hold open nodes only.
-            let gpus = self.free[i].gpus;
-            unbucket(
-                &mut self.scopes[CPU_SCOPE].by_free,
-                &mut self.cpu_slot,
-                i,
-                gpus,
-            );
+            // `cpu_open` holds open nodes only.
+            let key = (total_order_bits(self.free[i].cpus), i);
+            self.cpu_open[self.free[i].gpus as usize].remove(&key);
         }
         self.reserved[i] = Some(owner);
         self.scopes[CPU_SCOPE].open -= 1;
@@ -106,21 +115,15 @@ impl Planner<'_> {
 /// Moves node `i` from the `by_free` bucket of `before` free GPUs to that of `after`, keeping the
 /// positions in `slot` current (a swap-remove: no bucket is shifted).
 fn rebucket(by_free: &mut [Vec<usize>], slot: &mut [usize], i: usize, before: u32, after: u32) {
-    unbucket(by_free, slot, i, before);
-    let to = &mut by_free[after as usize];
-    slot[i] = to.len();
-    to.push(i);
-}
-
-/// Takes node `i` out of the `by_free` bucket of `gpus` free GPUs (a swap-remove, the moved
-/// node's position updated).
-fn unbucket(by_free: &mut [Vec<usize>], slot: &mut [usize], i: usize, gpus: u32) {
-    let from = &mut by_free[gpus as usize];
+    let from = &mut by_free[before as usize];
     let at = slot[i];
     from.swap_remove(at);
     if let Some(&moved) = from.get(at) {
         slot[moved] = at;
     }
+    let to = &mut by_free[after as usize];
+    slot[i] = to.len();
+    to.push(i);
 }
 
 /// Takes the resources of admitted-but-unbound machines from their planned nodes (or, for jobs

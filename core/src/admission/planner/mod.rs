@@ -17,6 +17,7 @@ mod search;
 mod tests;
 
 use std::cell::Cell;
+use std::collections::BTreeSet;
 
 use crate::capacity::{CapacitySnapshot, GpuShare};
 use crate::spec::Pool;
@@ -91,11 +92,8 @@ pub(super) struct Scope {
     all_hist: Vec<u32>,
     /// Series scopes: the nodes with exactly `g` free GPUs, per `g`, so that a scan for machines
     /// of `g` GPUs visits only nodes that have them (a nearly full series is not walked node by
-    /// node for every waiting job). The CPU scope: its GPU nodes nobody reserved, by free GPUs, so
-    /// that a best-fit pick for CPU-only machines on open nodes (CPU nodes first, then fewest
-    /// free GPUs) stops after the first buckets instead of walking every node of the fleet (by
-    /// the end of a long queue most of it is reserved). Order within a bucket is the order nodes
-    /// entered it.
+    /// node for every waiting job). Order within a bucket is the order nodes entered it. (The
+    /// CPU scope's GPU nodes are ordered in the planner's `cpu_open`.)
     by_free: Vec<Vec<usize>>,
     /// Nodes of the scope nobody reserved in this pass.
     open: u32,
@@ -123,8 +121,11 @@ pub(super) struct Planner<'c> {
     cap_index: Vec<usize>,
     /// Position of each node of a series in its scope's `by_free` bucket.
     slot: Vec<usize>,
-    /// Position of each open GPU node in the CPU scope's `by_free` bucket.
-    cpu_slot: Vec<usize>,
+    /// The GPU nodes nobody reserved, per free-GPU count, ordered by free CPUs (as
+    /// [`search::total_order_bits`]) and index: what a best-fit pick for CPU-only machines ranks
+    /// (CPU nodes first, then fewest free GPUs, then fewest CPUs left to them), so that it visits
+    /// the few nodes that can rank first instead of the whole fleet.
+    cpu_open: Vec<BTreeSet<(u64, usize)>>,
     /// How many nodes without GPUs lead the CPU scope's `nodes`.
     cpu_nodes: usize,
     pub(super) names: Vec<&'c str>,
@@ -165,7 +166,7 @@ impl<'c> Planner<'c> {
             capacity,
             cap_index: Vec::new(),
             slot: Vec::new(),
-            cpu_slot: Vec::new(),
+            cpu_open: Vec::new(),
             cpu_nodes: 0,
             names: Vec::new(),
             gpu_node: Vec::new(),
@@ -198,6 +199,7 @@ impl<'c> Planner<'c> {
             holders: [None, None, None],
         };
         p.scopes.push(scope());
+        p.cpu_open = vec![BTreeSet::new(); max_gpus + 1];
         for (k, n) in capacity.nodes.iter().enumerate() {
             if !n.schedulable() {
                 continue;
@@ -241,11 +243,8 @@ impl<'c> Planner<'c> {
             p.scopes[CPU_SCOPE].nodes.push(i);
             p.scopes[CPU_SCOPE].open += 1;
             p.slot.push(0);
-            p.cpu_slot.push(0);
             if n.gpus > 0 {
-                let bucket = &mut p.scopes[CPU_SCOPE].by_free[free.gpus as usize];
-                p.cpu_slot[i] = bucket.len();
-                bucket.push(i);
+                p.cpu_open[free.gpus as usize].insert((search::total_order_bits(free.cpus), i));
             } else {
                 p.cpu_nodes += 1;
             }

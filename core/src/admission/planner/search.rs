@@ -57,18 +57,30 @@ impl Planner<'_> {
         };
         match stop {
             Stop::Best(best) if scope == CPU_SCOPE && view == View::Open => {
-                // Open nodes: best fit ranks CPU nodes, then GPU nodes by fewest free GPUs, so
-                // once `best` nodes fit no node of a later group can be among the best. Every
-                // open node is visited when fewer fit, so the counts of a misfit are whole.
+                // Open nodes: best fit ranks CPU nodes, then GPU nodes by fewest free GPUs, then
+                // by fewest CPUs left to the machine, which grow with the node's free CPUs (the
+                // order of `cpu_open`). Once `best` nodes fit, a node with more CPUs left than
+                // every fitting one so far, and every node after it, cannot be among the best.
+                // Every open node is visited when fewer fit, so the counts of a misfit are whole.
                 for &i in &sc.nodes[..self.cpu_nodes] {
                     visit(i, &mut counts, fitting);
                 }
-                for bucket in &sc.by_free {
+                let cpus_left = |i: usize| self.room(i, &self.free[i], shape).cpus;
+                let mut most = f64::NEG_INFINITY;
+                'open: for bucket in &self.cpu_open {
                     if counts.all >= best {
                         break;
                     }
-                    for &i in bucket {
-                        visit(i, &mut counts, fitting);
+                    for &(_, i) in bucket {
+                        if counts.all >= best && cpus_left(i) > most {
+                            break 'open;
+                        }
+                        if visit(i, &mut counts, fitting) {
+                            break 'open;
+                        }
+                        if fitting.last() == Some(&i) {
+                            most = most.max(cpus_left(i));
+                        }
                     }
                 }
             }
@@ -571,7 +583,7 @@ pub(super) fn best_nodes(
 }
 
 /// `x`'s bits mapped so that unsigned comparison orders as `f64::total_cmp`.
-pub(super) fn total_order_bits(x: f64) -> u64 {
+pub(in crate::admission) fn total_order_bits(x: f64) -> u64 {
     let b = x.to_bits();
     if b >> 63 == 1 { !b } else { b | (1 << 63) }
 }

@@ -81,7 +81,8 @@ fn a_best_fit_pick_that_stops_early_chooses_what_a_whole_scan_would() {
                 p.reserve_node(i, 0);
             }
         }
-        // Takes after reservations too (reserved nodes leave the CPU scope's buckets).
+        // Takes after reservations too (reserved nodes leave the CPU scope's order), and takes
+        // given back.
         for _ in 0..rnd(6) {
             let i = rnd(p.free.len() as u64) as usize;
             let taken = Shape {
@@ -90,7 +91,11 @@ fn a_best_fit_pick_that_stops_early_chooses_what_a_whole_scan_would() {
                 memory_gb: rnd(64) as f64,
                 cpu_only: false,
             };
+            let before = p.free[i];
             p.take(i, &taken);
+            if rnd(3) == 0 {
+                p.restore(i, before);
+            }
         }
         let gpu_shape = Shape {
             gpus: 1 + rnd(8) as u32,
@@ -98,9 +103,10 @@ fn a_best_fit_pick_that_stops_early_chooses_what_a_whole_scan_would() {
             memory_gb: rnd(300) as f64,
             cpu_only: false,
         };
+        // No CPUs, often: then nodes whose CPUs the free GPUs keep all tie at none left.
         let cpu_shape = Shape {
             gpus: 0,
-            cpus: rnd(48) as f64,
+            cpus: if rnd(3) == 0 { 0.0 } else { rnd(48) as f64 },
             memory_gb: rnd(400) as f64,
             cpu_only: true,
         };
