@@ -86,14 +86,28 @@ impl Planner<'_> {
                 sc.open_hist[after as usize] += 1;
             }
             rebucket(&mut sc.by_free, &mut self.slot, i, before, after);
+            if open {
+                rebucket(&mut sc.open_by_free, &mut self.open_slot, i, before, after);
+            }
         }
     }
 
     pub(super) fn reserve_node(&mut self, i: usize, owner: usize) {
-        if self.gpu_node[i] && self.reserved[i].is_none() {
-            // `cpu_open` holds open nodes only.
-            let key = (total_order_bits(self.free[i].cpus), i);
-            self.cpu_open[self.free[i].gpus as usize].remove(&key);
+        if self.reserved[i].is_none() {
+            // `cpu_open` and `open_by_free` hold open nodes only.
+            let gpus = self.free[i].gpus;
+            if self.gpu_node[i] {
+                let key = (total_order_bits(self.free[i].cpus), i);
+                self.cpu_open[gpus as usize].remove(&key);
+            }
+            if let Some(s) = self.series_scope[i] {
+                unbucket(
+                    &mut self.scopes[s].open_by_free,
+                    &mut self.open_slot,
+                    i,
+                    gpus,
+                );
+            }
         }
         self.reserved[i] = Some(owner);
         self.scopes[CPU_SCOPE].open -= 1;
@@ -115,15 +129,21 @@ impl Planner<'_> {
 /// Moves node `i` from the `by_free` bucket of `before` free GPUs to that of `after`, keeping the
 /// positions in `slot` current (a swap-remove: no bucket is shifted).
 fn rebucket(by_free: &mut [Vec<usize>], slot: &mut [usize], i: usize, before: u32, after: u32) {
-    let from = &mut by_free[before as usize];
+    unbucket(by_free, slot, i, before);
+    let to = &mut by_free[after as usize];
+    slot[i] = to.len();
+    to.push(i);
+}
+
+/// Takes node `i` out of the `by_free` bucket of `gpus` free GPUs (a swap-remove, the moved
+/// node's position updated).
+fn unbucket(by_free: &mut [Vec<usize>], slot: &mut [usize], i: usize, gpus: u32) {
+    let from = &mut by_free[gpus as usize];
     let at = slot[i];
     from.swap_remove(at);
     if let Some(&moved) = from.get(at) {
         slot[moved] = at;
     }
-    let to = &mut by_free[after as usize];
-    slot[i] = to.len();
-    to.push(i);
 }
 
 /// Takes the resources of admitted-but-unbound machines from their planned nodes (or, for jobs

@@ -97,8 +97,15 @@ impl Planner<'_> {
             _ => {
                 // A series only through the buckets of nodes with enough free GPUs: a nearly full
                 // series is not walked node by node for every waiting job.
-                let from = (shape.gpus as usize).min(sc.by_free.len());
-                'buckets: for bucket in &sc.by_free[from..] {
+                // Best fit of open nodes walks the open buckets, past no reserved node (it
+                // ranks what it finds: the order within a bucket does not matter to it, as it
+                // does to first fit).
+                let buckets = match (view, stop) {
+                    (View::Open, Stop::Best(_)) => &sc.open_by_free,
+                    _ => &sc.by_free,
+                };
+                let from = (shape.gpus as usize).min(buckets.len());
+                'buckets: for bucket in &buckets[from..] {
                     if limit.is_none() {
                         // Best fit keeps every fitting node: room for the bucket at once.
                         fitting.reserve(bucket.len());
@@ -459,7 +466,7 @@ impl Planner<'_> {
     /// not marked taken, and large enough when idle. Enough of them that the `count` closest to
     /// fitting now (most free GPUs first) are among them, or every such node when fewer fit.
     /// A scope is not walked node by node for every waiting job: CPU-only machines reserve CPU
-    /// nodes only, which lead the CPU scope; a series is walked by its buckets of free GPUs, most
+    /// nodes only, which lead the CPU scope; a series is walked by its open buckets of free GPUs, most
     /// first, up to the bucket where enough nodes fit.
     pub(super) fn reserve_candidates(&self, scope: usize, shape: &Shape, count: u32) -> Vec<usize> {
         let ok = |n: usize| {
@@ -474,7 +481,7 @@ impl Planner<'_> {
                 .collect();
         }
         let mut candidates = Vec::new();
-        for bucket in sc.by_free.iter().rev() {
+        for bucket in sc.open_by_free.iter().rev() {
             // Room for the whole bucket at once: growing by doubling was a twentieth of a pass.
             candidates.reserve(bucket.len());
             candidates.extend(bucket.iter().copied().filter(|&n| ok(n)));
