@@ -177,6 +177,22 @@ fn machine() -> String {
     format!("{model}, load {load}")
 }
 
+/// With `ADMISSION_DIGEST` set, a digest of the whole plan (every admission with its nodes, every
+/// waiting job with its reason and message), so that a change meant to be faster can show it
+/// decides exactly as the code before it did: run both and compare.
+fn digest(plan: &tuneplane_core::admission::AdmissionPlan) -> String {
+    use std::hash::{Hash, Hasher};
+    if std::env::var_os("ADMISSION_DIGEST").is_none() {
+        return String::new();
+    }
+    // SipHash with fixed keys: the same plan gives the same digest in every build.
+    #[allow(deprecated)]
+    let mut h = std::hash::SipHasher::new();
+    format!("{:?}", plan.admit).hash(&mut h);
+    format!("{:?}", plan.waiting).hash(&mut h);
+    format!(", plan digest {:016x}", h.finish())
+}
+
 fn main() {
     println!(
         "plan_admissions, one thread (median / best of the rounds) on {}:",
@@ -232,11 +248,12 @@ fn main() {
             format!("{tenant_count} tenants with quotas, {held} held by quota")
         };
         println!(
-            "  {jobs:>7} jobs x {nodes:>5} nodes ({who}): median {:>7.2} ms, best {:>7.2} ms ({} admitted, {} waiting)",
+            "  {jobs:>7} jobs x {nodes:>5} nodes ({who}): median {:>7.2} ms, best {:>7.2} ms ({} admitted, {} waiting){}",
             times[times.len() / 2],
             times[0],
             plan.admit.len(),
-            plan.waiting.len()
+            plan.waiting.len(),
+            digest(&plan)
         );
     }
 }

@@ -166,17 +166,89 @@ pub fn from_json(v: Option<&serde_json::Value>) -> Milli {
 
 /// A count of CPUs, GiB or GPUs for people: one decimal at most, no needless `.0` (`2`, `0.5`).
 pub fn plain(v: f64) -> String {
-    let s = format!("{v:.1}");
-    match s.strip_suffix(".0") {
-        Some("-0") => "0".to_owned(),
-        Some(whole) => whole.to_owned(),
-        None => s,
+    let mut s = String::new();
+    write_plain(&mut s, v);
+    s
+}
+
+/// Appends [`plain`]'s text of `v` to `out`, without a string of its own (a long queue's waiting
+/// messages write tens of thousands of these).
+pub fn write_plain(out: &mut String, v: f64) {
+    use std::fmt::Write as _;
+    // Whole numbers (GPU counts, most limits) are written as integers: the same text, without
+    // the float formatting's exact rounding, which is slow.
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every whole f64 below converts exactly
+    if v.fract() == 0.0 && v.abs() < EXACT {
+        let _ = write!(out, "{}", v as i64);
+        return;
+    }
+    let start = out.len();
+    let _ = write!(out, "{v:.1}");
+    if out[start..].ends_with(".0") {
+        out.truncate(out.len() - 2);
+        if &out[start..] == "-0" {
+            out.truncate(start);
+            out.push('0');
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// What `plain` wrote before it had a path for whole numbers.
+    fn plain_reference(v: f64) -> String {
+        let s = format!("{v:.1}");
+        match s.strip_suffix(".0") {
+            Some("-0") => "0".to_owned(),
+            Some(whole) => whole.to_owned(),
+            None => s,
+        }
+    }
+
+    #[test]
+    fn plain_writes_what_it_always_wrote() {
+        for v in [
+            0.0,
+            -0.0,
+            0.04,
+            -0.04,
+            0.05,
+            0.5,
+            2.0,
+            2.96,
+            -3.0,
+            64.0,
+            1e15,
+            9_007_199_254_740_991.0,
+            9_007_199_254_740_992.0,
+            1e20,
+            -1e20,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+        ] {
+            assert_eq!(plain(v), plain_reference(v), "{v:?}");
+        }
+        let mut out = "x ".to_owned();
+        write_plain(&mut out, -0.01);
+        write_plain(&mut out, 8.0);
+        assert_eq!(out, "x 08");
+    }
+
+    proptest! {
+        #[test]
+        fn plain_writes_any_number_as_before(v in any::<f64>(), n in any::<u32>(), h in -1e6f64..1e6) {
+            prop_assert_eq!(plain(v), plain_reference(v));
+            prop_assert_eq!(plain(f64::from(n)), plain_reference(f64::from(n)));
+            prop_assert_eq!(plain(h), plain_reference(h));
+            prop_assert_eq!(plain(h.round()), plain_reference(h.round()));
+        }
+    }
 
     #[test]
     fn quantities_parse_to_milli_units() {

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::claimant::Claimant;
 use crate::job::{JobRecord, JobState};
-use crate::quantity::plain;
+use crate::quantity::{plain, write_plain};
 use crate::spec::{JobSpec, is_dns_label};
 
 /// Largest GPU limit accepted (a sanity bound, far above any fleet).
@@ -263,6 +263,33 @@ impl Demand {
         d
     }
 
+    /// Adds what `spec` holds once admitted: `add(&Demand::of(spec))` (the same sums, in the
+    /// same order) without building a demand and cloning its series names, which admission did
+    /// for every running job and every admission of a pass.
+    pub fn add_spec(&mut self, spec: &JobSpec) {
+        let (mut cpus, mut memory_gb) = (0.0, 0.0);
+        for pool in &spec.pools {
+            match &pool.series {
+                Some(s) => {
+                    // Saturating sums of counts do not depend on their grouping.
+                    let need = pool.nodes.saturating_mul(pool.gpus_per_node);
+                    match self.gpus.get_mut(s.as_str()) {
+                        Some(g) => *g = g.saturating_add(need),
+                        None => {
+                            self.gpus.insert(s.clone(), need);
+                        }
+                    }
+                }
+                None => {
+                    cpus += pool.cpus * f64::from(pool.nodes);
+                    memory_gb += pool.memory_gb * f64::from(pool.nodes);
+                }
+            }
+        }
+        self.cpus += cpus;
+        self.memory_gb += memory_gb;
+    }
+
     /// Adds `other` to `self`.
     pub fn add(&mut self, other: &Demand) {
         for (s, g) in &other.gpus {
@@ -389,19 +416,30 @@ impl<'a> Over<'a> {
     /// What a person reads: `tenant team-a uses 12 of 16 h200 GPUs; this job needs 8` (or
     /// `this playground needs 8`, as `claimant` says).
     pub fn message(&self, tenant: &str, claimant: Claimant) -> String {
+        // Written piece by piece into one string: admission writes one for most jobs a quota
+        // holds (tens of thousands in a long queue), and the pieces' own strings were most of it.
         let (_, series, [used, limit, need]) = self.parts();
-        let what = match self {
-            Over::Gpus { .. } => format!("{series} GPUs"),
-            Over::Cpus { .. } => "CPUs for CPU-only jobs".to_owned(),
-            Over::Memory { .. } => "GiB of memory for CPU-only jobs".to_owned(),
-        };
-        format!(
-            "tenant {tenant} uses {} of {} {what}; this {} needs {}",
-            plain(used),
-            plain(limit),
-            claimant.noun(),
-            plain(need)
-        )
+        let mut text = String::with_capacity(64 + tenant.len() + series.len());
+        text.push_str("tenant ");
+        text.push_str(tenant);
+        text.push_str(" uses ");
+        write_plain(&mut text, used);
+        text.push_str(" of ");
+        write_plain(&mut text, limit);
+        text.push(' ');
+        match self {
+            Over::Gpus { .. } => {
+                text.push_str(series);
+                text.push_str(" GPUs");
+            }
+            Over::Cpus { .. } => text.push_str("CPUs for CPU-only jobs"),
+            Over::Memory { .. } => text.push_str("GiB of memory for CPU-only jobs"),
+        }
+        text.push_str("; this ");
+        text.push_str(claimant.noun());
+        text.push_str(" needs ");
+        write_plain(&mut text, need);
+        text
     }
 }
 
@@ -604,6 +642,61 @@ pub fn never_within(quota: &TenantQuota, demand: &Demand, claimant: Claimant) ->
 mod tests {
     use super::*;
 
+    /// Every kind of limit, with whole and fractional numbers, for either claimant, reads as it
+    /// did when the message was one `format!` of `plain`s.
+    #[test]
+    fn over_messages_read_as_before() {
+        let reference = |over: &Over, tenant: &str, claimant: Claimant| {
+            let (_, series, [used, limit, need]) = over.parts();
+            let what = match over {
+                Over::Gpus { .. } => format!("{series} GPUs"),
+                Over::Cpus { .. } => "CPUs for CPU-only jobs".to_owned(),
+                Over::Memory { .. } => "GiB of memory for CPU-only jobs".to_owned(),
+            };
+            format!(
+                "tenant {tenant} uses {} of {} {what}; this {} needs {}",
+                plain(used),
+                plain(limit),
+                claimant.noun(),
+                plain(need)
+            )
+        };
+        let overs = [
+            Over::Gpus {
+                series: "h200",
+                used: 12,
+                limit: 16,
+                need: 8,
+            },
+            Over::Gpus {
+                series: "",
+                used: 0,
+                limit: u32::MAX,
+                need: 0,
+            },
+            Over::Cpus {
+                used: 60.25,
+                limit: 64.0,
+                need: 0.5,
+            },
+            Over::Memory {
+                used: 1023.96,
+                limit: -0.0,
+                need: 1e300,
+            },
+        ];
+        for over in &overs {
+            for claimant in [Claimant::Job, Claimant::Playground] {
+                for tenant in ["team-a", ""] {
+                    assert_eq!(
+                        over.message(tenant, claimant),
+                        reference(over, tenant, claimant)
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_default_quota_applies_to_tenants_without_their_own() {
         let d =
@@ -796,6 +889,32 @@ mod tests {
             job("b1", "b", JobState::Queued, vec![pool(Some("l40s"), 1, 4)]),
         ];
         let u = tenant_usage(&jobs);
+        // Adding a spec sums as adding its demand does, bit for bit.
+        let cpu = |cpus: f64, nodes: u32| {
+            serde_json::json!({"name": "c", "nodes": nodes, "gpus_per_node": 0,
+                "cpus": cpus, "memory_gb": cpus * 3.3})
+        };
+        let mixed = job(
+            "m",
+            "a",
+            JobState::Running,
+            vec![
+                pool(Some("h200"), 2, 8),
+                cpu(0.1, 3),
+                pool(Some("l40s"), 0, 4),
+                pool(Some("h200"), u32::MAX, 2),
+                cpu(0.7, 7),
+            ],
+        );
+        let mut by_demand = Demand::default();
+        let mut by_spec = Demand::default();
+        for j in [&jobs[0], &mixed, &jobs[1], &mixed] {
+            by_demand.add(&Demand::of(&j.spec));
+            by_spec.add_spec(&j.spec);
+            assert_eq!(by_spec.gpus, by_demand.gpus);
+            assert_eq!(by_spec.cpus.to_bits(), by_demand.cpus.to_bits());
+            assert_eq!(by_spec.memory_gb.to_bits(), by_demand.memory_gb.to_bits());
+        }
         assert_eq!(u["a"].admitted.gpus["h200"], 16);
         assert_eq!(u["a"].admitted.cpus, 8.0);
         assert_eq!(u["a"].admitted_jobs, 2);

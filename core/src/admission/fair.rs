@@ -100,7 +100,7 @@ pub(super) fn dominant_share(held: &Demand, weight: f64, totals: &Totals) -> f64
 
 /// Adds what `spec` holds to `tenant` (by name, and per scope for its quota checks).
 pub(super) fn hold(tenant: &mut Tenant, planner: &Planner, spec: &JobSpec, totals: &Totals) {
-    tenant.held.add(&Demand::of(spec));
+    tenant.held.add_spec(spec);
     tenant.share = dominant_share(&tenant.held, tenant.weight, totals);
     if tenant.held_gpus.is_empty() {
         return;

@@ -51,6 +51,7 @@ use crate::job::{JobRecord, PendingReason};
 use crate::quota::{TenantQuota, Verdict};
 
 mod fair;
+mod fasthash;
 pub mod order;
 mod planner;
 mod preempt;

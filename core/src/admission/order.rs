@@ -13,9 +13,10 @@
 //! later job first where it fits nodes an earlier one cannot use (see the planner).
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::HashMap;
 
 use crate::job::{JobRecord, JobState};
+
+use super::fasthash::FastMap;
 
 /// Rules 2 and 3 as one plain value (no pointer to chase: a queue of 100,000 records sorted
 /// through references spent most of its time loading them); rule 4 breaks its ties.
@@ -103,7 +104,7 @@ pub(super) struct Sorted<'q> {
 impl<'q> Sorted<'q> {
     /// Sorts `queue` (terminal records and queued ones being stopped are left out).
     pub(super) fn new(queue: &'q [JobRecord]) -> Self {
-        let mut index: HashMap<&str, u32> = HashMap::new();
+        let mut index: FastMap<&str, u32> = FastMap::default();
         let mut tenants: Vec<&str> = Vec::new();
         // Consecutive records of one tenant skip the map.
         let mut last: Option<(&str, u32)> = None;

@@ -145,19 +145,21 @@ pub(super) fn behind(who: &str, spill: bool) -> String {
 /// A job of `tenant` held by its quota; `borrowing`: above a borrowing limit, with no idle
 /// capacity for it.
 pub(super) fn quota(over: &Over, tenant: &str, kind: Claimant, wait: QuotaWait) -> String {
-    let text = over.message(tenant, kind);
-    match wait {
-        QuotaWait::Limit => text,
-        QuotaWait::Borrowing => format!(
-            "{text}; it may borrow only capacity that no other job waiting within its quota needs, and none is free now"
-        ),
-        QuotaWait::NotPreemptible if kind == Claimant::Playground => format!(
-            "{text}; a playground is never preempted, so it never borrows above the quota: it starts when the tenant's own jobs leave room"
-        ),
-        QuotaWait::NotPreemptible => format!(
-            "{text}; the job is not preemptible (preemptible: false), so it never borrows above the quota: it starts when the tenant's own jobs leave room"
-        ),
-    }
+    let mut text = over.message(tenant, kind);
+    // Appended, not formatted again: a long queue has tens of thousands of these.
+    text.push_str(match wait {
+        QuotaWait::Limit => "",
+        QuotaWait::Borrowing => {
+            "; it may borrow only capacity that no other job waiting within its quota needs, and none is free now"
+        }
+        QuotaWait::NotPreemptible if kind == Claimant::Playground => {
+            "; a playground is never preempted, so it never borrows above the quota: it starts when the tenant's own jobs leave room"
+        }
+        QuotaWait::NotPreemptible => {
+            "; the job is not preemptible (preemptible: false), so it never borrows above the quota: it starts when the tenant's own jobs leave room"
+        }
+    });
+    text
 }
 
 /// How a job waits for its quota.

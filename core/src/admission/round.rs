@@ -1,13 +1,13 @@
 //! One planning round: admit a job where it fits now, or record why it waits and reserve the
 //! nodes it would use once they drain.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::claimant::Claimant;
 use crate::job::{JobRecord, PendingReason};
 use crate::quota::{Over, OverKey};
 
+use super::fasthash::FastMap;
 use super::planner::{Planner, Shape, View};
 use super::reasons::{self, ShortKey, shortage};
 use super::{Admission, AdmissionPlan, PoolPlacement, Waiting};
@@ -18,10 +18,10 @@ pub(super) struct Round<'c, 'q> {
     pub(super) plan: AdmissionPlan<'q>,
     behind_messages: Vec<Option<Arc<str>>>,
     spill_behind_messages: Vec<Option<Arc<str>>>,
-    short_messages: HashMap<ShortKey<'q>, (PendingReason, Arc<str>)>,
+    short_messages: FastMap<ShortKey<'q>, (PendingReason, Arc<str>)>,
     /// Quota messages, formatted once per tenant and limit state (a long queue of one tenant
     /// waits for the same reason).
-    quota_messages: HashMap<(usize, Claimant, reasons::QuotaWait, OverKey<'q>), Arc<str>>,
+    quota_messages: FastMap<(usize, Claimant, reasons::QuotaWait, OverKey<'q>), Arc<str>>,
 }
 
 impl<'c, 'q> Round<'c, 'q> {
@@ -35,8 +35,8 @@ impl<'c, 'q> Round<'c, 'q> {
             },
             behind_messages: Vec::new(),
             spill_behind_messages: Vec::new(),
-            short_messages: HashMap::new(),
-            quota_messages: HashMap::new(),
+            short_messages: FastMap::default(),
+            quota_messages: FastMap::default(),
         }
     }
 

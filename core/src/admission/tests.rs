@@ -926,3 +926,44 @@ fn cpu_limits_hold_cpu_only_jobs() {
         "tenant a uses 8 of 12 CPUs for CPU-only jobs; this job needs 8"
     );
 }
+
+/// The quota reason texts of every way a job waits for its quota, as they read when each was one
+/// `format!` of the limit's message.
+#[test]
+fn quota_wait_texts_read_as_before() {
+    use super::reasons::{QuotaWait, quota};
+    use crate::quota::Over;
+    let over = Over::Gpus {
+        series: "h200",
+        used: 16,
+        limit: 16,
+        need: 8,
+    };
+    for kind in [Claimant::Job, Claimant::Playground] {
+        let text = over.message("a", kind);
+        let want = [
+            (QuotaWait::Limit, text.clone()),
+            (
+                QuotaWait::Borrowing,
+                format!(
+                    "{text}; it may borrow only capacity that no other job waiting within its quota needs, and none is free now"
+                ),
+            ),
+            (
+                QuotaWait::NotPreemptible,
+                if kind == Claimant::Playground {
+                    format!(
+                        "{text}; a playground is never preempted, so it never borrows above the quota: it starts when the tenant's own jobs leave room"
+                    )
+                } else {
+                    format!(
+                        "{text}; the job is not preemptible (preemptible: false), so it never borrows above the quota: it starts when the tenant's own jobs leave room"
+                    )
+                },
+            ),
+        ];
+        for (wait, text) in want {
+            assert_eq!(quota(&over, "a", kind, wait), text, "{kind:?} {wait:?}");
+        }
+    }
+}

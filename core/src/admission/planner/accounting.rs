@@ -1,9 +1,9 @@
 //! Node accounting: what a machine may use of a node, taking and restoring resources with the
 //! scopes' histograms and buckets kept current, reserving nodes, and what admitted jobs hold.
 
-use std::collections::HashMap;
-
 use super::super::Reservation;
+use super::super::fasthash::FastMap;
+use super::search::total_order_bits;
 use super::{CPU_SCOPE, EPS, Free, Planner, Shape, View};
 
 impl Planner<'_> {
@@ -40,19 +40,36 @@ impl Planner<'_> {
         if let Some(s) = self.series_scope[i] {
             self.scopes[s].fits_all.clear();
         }
-        let before = self.free[i].gpus;
+        let old = self.free[i];
         let f = &mut self.free[i];
         f.gpus = f.gpus.saturating_sub(shape.gpus);
         f.cpus = (f.cpus - shape.cpus).max(0.0);
         f.memory_gb = (f.memory_gb - shape.memory_gb).max(0.0);
         let after = f.gpus;
-        self.rehist(i, before, after);
+        self.rehist(i, old.gpus, after);
+        self.refile_cpu_open(i, &old);
     }
 
     pub(super) fn restore(&mut self, i: usize, to: Free) {
-        let before = self.free[i].gpus;
+        let old = self.free[i];
         self.free[i] = to;
-        self.rehist(i, before, to.gpus);
+        self.rehist(i, old.gpus, to.gpus);
+        self.refile_cpu_open(i, &old);
+    }
+
+    /// Keeps an open GPU node's place in `cpu_open` current after its free resources changed
+    /// from `old`.
+    fn refile_cpu_open(&mut self, i: usize, old: &Free) {
+        let new = self.free[i];
+        if !self.gpu_node[i] || self.reserved[i].is_some() {
+            return;
+        }
+        let (was, is) = (total_order_bits(old.cpus), total_order_bits(new.cpus));
+        if old.gpus == new.gpus && was == is {
+            return;
+        }
+        self.cpu_open[old.gpus as usize].remove(&(was, i));
+        self.cpu_open[new.gpus as usize].insert((is, i));
     }
 
     fn rehist(&mut self, i: usize, before: u32, after: u32) {
@@ -68,19 +85,30 @@ impl Planner<'_> {
                 sc.open_hist[before as usize] -= 1;
                 sc.open_hist[after as usize] += 1;
             }
-            let from = &mut sc.by_free[before as usize];
-            let at = self.slot[i];
-            from.swap_remove(at);
-            if let Some(&moved) = from.get(at) {
-                self.slot[moved] = at;
+            rebucket(&mut sc.by_free, &mut self.slot, i, before, after);
+            if open {
+                rebucket(&mut sc.open_by_free, &mut self.open_slot, i, before, after);
             }
-            let to = &mut sc.by_free[after as usize];
-            self.slot[i] = to.len();
-            to.push(i);
         }
     }
 
     pub(super) fn reserve_node(&mut self, i: usize, owner: usize) {
+        if self.reserved[i].is_none() {
+            // `cpu_open` and `open_by_free` hold open nodes only.
+            let gpus = self.free[i].gpus;
+            if self.gpu_node[i] {
+                let key = (total_order_bits(self.free[i].cpus), i);
+                self.cpu_open[gpus as usize].remove(&key);
+            }
+            if let Some(s) = self.series_scope[i] {
+                unbucket(
+                    &mut self.scopes[s].open_by_free,
+                    &mut self.open_slot,
+                    i,
+                    gpus,
+                );
+            }
+        }
         self.reserved[i] = Some(owner);
         self.scopes[CPU_SCOPE].open -= 1;
         if let Some(s) = self.series_scope[i] {
@@ -98,10 +126,30 @@ impl Planner<'_> {
     }
 }
 
+/// Moves node `i` from the `by_free` bucket of `before` free GPUs to that of `after`, keeping the
+/// positions in `slot` current (a swap-remove: no bucket is shifted).
+fn rebucket(by_free: &mut [Vec<usize>], slot: &mut [usize], i: usize, before: u32, after: u32) {
+    unbucket(by_free, slot, i, before);
+    let to = &mut by_free[after as usize];
+    slot[i] = to.len();
+    to.push(i);
+}
+
+/// Takes node `i` out of the `by_free` bucket of `gpus` free GPUs (a swap-remove, the moved
+/// node's position updated).
+fn unbucket(by_free: &mut [Vec<usize>], slot: &mut [usize], i: usize, gpus: u32) {
+    let from = &mut by_free[gpus as usize];
+    let at = slot[i];
+    from.swap_remove(at);
+    if let Some(&moved) = from.get(at) {
+        slot[moved] = at;
+    }
+}
+
 /// Takes the resources of admitted-but-unbound machines from their planned nodes (or, for jobs
 /// admitted without a recorded plan, from the best-fitting nodes).
 pub(in crate::admission) fn hold_reservations(planner: &mut Planner, reservations: &[Reservation]) {
-    let index: HashMap<&str, usize> = planner
+    let index: FastMap<&str, usize> = planner
         .names
         .iter()
         .enumerate()

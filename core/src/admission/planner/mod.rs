@@ -17,6 +17,7 @@ mod search;
 mod tests;
 
 use std::cell::Cell;
+use std::collections::BTreeSet;
 
 use crate::capacity::{CapacitySnapshot, GpuShare};
 use crate::spec::Pool;
@@ -91,8 +92,13 @@ pub(super) struct Scope {
     all_hist: Vec<u32>,
     /// Series scopes: the nodes with exactly `g` free GPUs, per `g`, so that a scan for machines
     /// of `g` GPUs visits only nodes that have them (a nearly full series is not walked node by
-    /// node for every waiting job). Order within a bucket is the order nodes entered it.
+    /// node for every waiting job). Order within a bucket is the order nodes entered it. (The
+    /// CPU scope's GPU nodes are ordered in the planner's `cpu_open`.)
     by_free: Vec<Vec<usize>>,
+    /// Series scopes: the nodes nobody reserved, per free-GPU count as in `by_free`: what
+    /// best-fit scans of open nodes and reservations walk (by the end of a long queue most of a
+    /// series is reserved, and walking past reserved nodes was most of those scans).
+    open_by_free: Vec<Vec<usize>>,
     /// Nodes of the scope nobody reserved in this pass.
     open: u32,
     failed: [Vec<Failure>; 2],
@@ -119,6 +125,15 @@ pub(super) struct Planner<'c> {
     cap_index: Vec<usize>,
     /// Position of each node of a series in its scope's `by_free` bucket.
     slot: Vec<usize>,
+    /// Position of each open node of a series in its scope's `open_by_free` bucket.
+    open_slot: Vec<usize>,
+    /// The GPU nodes nobody reserved, per free-GPU count, ordered by free CPUs (as
+    /// [`search::total_order_bits`]) and index: what a best-fit pick for CPU-only machines ranks
+    /// (CPU nodes first, then fewest free GPUs, then fewest CPUs left to them), so that it visits
+    /// the few nodes that can rank first instead of the whole fleet.
+    cpu_open: Vec<BTreeSet<(u64, usize)>>,
+    /// How many nodes without GPUs lead the CPU scope's `nodes`.
+    cpu_nodes: usize,
     pub(super) names: Vec<&'c str>,
     gpu_node: Vec<bool>,
     series_scope: Vec<Option<usize>>,
@@ -157,6 +172,9 @@ impl<'c> Planner<'c> {
             capacity,
             cap_index: Vec::new(),
             slot: Vec::new(),
+            open_slot: Vec::new(),
+            cpu_open: Vec::new(),
+            cpu_nodes: 0,
             names: Vec::new(),
             gpu_node: Vec::new(),
             series_scope: Vec::new(),
@@ -180,6 +198,7 @@ impl<'c> Planner<'c> {
             open_hist: vec![0; max_gpus + 1],
             all_hist: vec![0; max_gpus + 1],
             by_free: vec![Vec::new(); max_gpus + 1],
+            open_by_free: vec![Vec::new(); max_gpus + 1],
             open: 0,
             failed: [Vec::new(), Vec::new()],
             failed_reserve: Vec::new(),
@@ -188,6 +207,7 @@ impl<'c> Planner<'c> {
             holders: [None, None, None],
         };
         p.scopes.push(scope());
+        p.cpu_open = vec![BTreeSet::new(); max_gpus + 1];
         for (k, n) in capacity.nodes.iter().enumerate() {
             if !n.schedulable() {
                 continue;
@@ -231,10 +251,19 @@ impl<'c> Planner<'c> {
             p.scopes[CPU_SCOPE].nodes.push(i);
             p.scopes[CPU_SCOPE].open += 1;
             p.slot.push(0);
+            p.open_slot.push(0);
+            if n.gpus > 0 {
+                p.cpu_open[free.gpus as usize].insert((search::total_order_bits(free.cpus), i));
+            } else {
+                p.cpu_nodes += 1;
+            }
             if let Some(s) = s {
                 let bucket = &mut p.scopes[s].by_free[free.gpus as usize];
                 p.slot[i] = bucket.len();
                 bucket.push(i);
+                let open = &mut p.scopes[s].open_by_free[free.gpus as usize];
+                p.open_slot[i] = open.len();
+                open.push(i);
                 p.scopes[s].nodes.push(i);
                 p.scopes[s].open += 1;
                 let g = free.gpus as usize;

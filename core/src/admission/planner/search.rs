@@ -55,29 +55,73 @@ impl Planner<'_> {
             fitting.push(i);
             limit.is_some_and(|l| counts.all >= l)
         };
-        if scope == CPU_SCOPE {
-            // Every node, CPU nodes first.
-            for &i in &sc.nodes {
-                if visit(i, &mut counts, fitting) {
-                    break;
+        match stop {
+            Stop::Best(best) if scope == CPU_SCOPE && view == View::Open => {
+                // Open nodes: best fit ranks CPU nodes, then GPU nodes by fewest free GPUs, then
+                // by fewest CPUs left to the machine, which grow with the node's free CPUs (the
+                // order of `cpu_open`). Once `best` nodes fit, a node with more CPUs left than
+                // every fitting one so far, and every node after it, cannot be among the best.
+                // Every open node is visited when fewer fit, so the counts of a misfit are whole.
+                for &i in &sc.nodes[..self.cpu_nodes] {
+                    visit(i, &mut counts, fitting);
                 }
-            }
-        } else {
-            // A series only through the buckets of nodes with enough free GPUs: a nearly full
-            // series is not walked node by node for every waiting job.
-            let from = (shape.gpus as usize).min(sc.by_free.len());
-            'buckets: for bucket in &sc.by_free[from..] {
-                for &i in bucket {
-                    if visit(i, &mut counts, fitting) {
-                        break 'buckets;
+                let cpus_left = |i: usize| self.room(i, &self.free[i], shape).cpus;
+                let mut most = f64::NEG_INFINITY;
+                'open: for bucket in &self.cpu_open {
+                    if counts.all >= best {
+                        break;
+                    }
+                    for &(_, i) in bucket {
+                        if counts.all >= best && cpus_left(i) > most {
+                            break 'open;
+                        }
+                        if visit(i, &mut counts, fitting) {
+                            break 'open;
+                        }
+                        if fitting.last() == Some(&i) {
+                            most = most.max(cpus_left(i));
+                        }
                     }
                 }
-                // Buckets go up in free GPUs, which is what best fit ranks first: once `best`
-                // nodes fit, no node of a later bucket can be among the best.
-                if let Stop::Best(best) = stop
-                    && counts.all >= best
-                {
-                    break;
+            }
+            _ if scope == CPU_SCOPE => {
+                // Every node, CPU nodes first: for first fit, which nodes fit first decides the
+                // answer; the buckets hold open nodes only, so best fit over every node walks
+                // them all.
+                for &i in &sc.nodes {
+                    if visit(i, &mut counts, fitting) {
+                        break;
+                    }
+                }
+            }
+            _ => {
+                // A series only through the buckets of nodes with enough free GPUs: a nearly full
+                // series is not walked node by node for every waiting job.
+                // Best fit of open nodes walks the open buckets, past no reserved node (it
+                // ranks what it finds: the order within a bucket does not matter to it, as it
+                // does to first fit).
+                let buckets = match (view, stop) {
+                    (View::Open, Stop::Best(_)) => &sc.open_by_free,
+                    _ => &sc.by_free,
+                };
+                let from = (shape.gpus as usize).min(buckets.len());
+                'buckets: for bucket in &buckets[from..] {
+                    if limit.is_none() {
+                        // Best fit keeps every fitting node: room for the bucket at once.
+                        fitting.reserve(bucket.len());
+                    }
+                    for &i in bucket {
+                        if visit(i, &mut counts, fitting) {
+                            break 'buckets;
+                        }
+                    }
+                    // Buckets go up in free GPUs, which is what best fit ranks first: once `best`
+                    // nodes fit, no node of a later bucket can be among the best.
+                    if let Stop::Best(best) = stop
+                        && counts.all >= best
+                    {
+                        break;
+                    }
                 }
             }
         }
@@ -418,6 +462,36 @@ impl Planner<'_> {
         None
     }
 
+    /// The nodes of `scope` a reservation for `count` machines of `shape` chooses among: open,
+    /// not marked taken, and large enough when idle. Enough of them that the `count` closest to
+    /// fitting now (most free GPUs first) are among them, or every such node when fewer fit.
+    /// A scope is not walked node by node for every waiting job: CPU-only machines reserve CPU
+    /// nodes only, which lead the CPU scope; a series is walked by its open buckets of free GPUs, most
+    /// first, up to the bucket where enough nodes fit.
+    pub(super) fn reserve_candidates(&self, scope: usize, shape: &Shape, count: u32) -> Vec<usize> {
+        let ok = |n: usize| {
+            self.reserved[n].is_none() && !self.marked(n) && self.fits(n, &self.idle[n], shape)
+        };
+        let sc = &self.scopes[scope];
+        if scope == CPU_SCOPE {
+            return sc.nodes[..self.cpu_nodes]
+                .iter()
+                .copied()
+                .filter(|&n| ok(n))
+                .collect();
+        }
+        let mut candidates = Vec::new();
+        for bucket in sc.open_by_free.iter().rev() {
+            // Room for the whole bucket at once: growing by doubling was a twentieth of a pass.
+            candidates.reserve(bucket.len());
+            candidates.extend(bucket.iter().copied().filter(|&n| ok(n)));
+            if candidates.len() >= count as usize {
+                break;
+            }
+        }
+        candidates
+    }
+
     /// Reserves for `owner` the nodes `pools` would use once they drain: per pool, open nodes
     /// whose idle size fits, closest to fitting now first. All or nothing. A CPU-only machine
     /// reserves CPU nodes only: a reservation on a GPU node would keep its free GPUs from the GPU
@@ -447,17 +521,7 @@ impl Planner<'_> {
             {
                 return false;
             }
-            let candidates: Vec<usize> = self.scopes[scope]
-                .nodes
-                .iter()
-                .copied()
-                .filter(|&n| {
-                    self.reserved[n].is_none()
-                        && !(shape.cpu_only && self.gpu_node[n])
-                        && !self.marked(n)
-                        && self.fits(n, &self.idle[n], &shape)
-                })
-                .collect();
+            let candidates = self.reserve_candidates(scope, &shape, pool.nodes);
             if (candidates.len() as u64) < u64::from(pool.nodes) {
                 if first {
                     let list = &mut self.scopes[scope].failed_reserve;
@@ -506,33 +570,57 @@ pub(super) fn best_nodes(
     count: usize,
     key: impl Fn(usize) -> (bool, u32, f64),
 ) -> Vec<usize> {
-    let mut keyed: Vec<(u64, u64, usize)> = candidates
-        .into_iter()
-        .map(|i| {
-            let (flag, n, x) = key(i);
-            (
-                (u64::from(flag) << 32) | u64::from(n),
-                total_order_bits(x),
-                i,
-            )
-        })
-        .collect();
-    if count == 1 {
-        // One node: the least key, no selection.
-        return keyed.iter().min().map(|k| k.2).into_iter().collect();
+    let packed = |i: usize| {
+        let (flag, n, x) = key(i);
+        (
+            (u64::from(flag) << 32) | u64::from(n),
+            total_order_bits(x),
+            i,
+        )
+    };
+    if count <= FEW {
+        return least_few(&candidates, count, packed);
     }
+    let mut keyed: Vec<(u64, u64, usize)> = candidates.into_iter().map(packed).collect();
     if count < keyed.len() {
-        if count > 0 {
-            keyed.select_nth_unstable(count - 1);
-        }
+        keyed.select_nth_unstable(count - 1);
         keyed.truncate(count);
     }
     keyed.sort_unstable();
     keyed.into_iter().map(|k| k.2).collect()
 }
 
+/// Up to this many nodes [`best_nodes`] keeps in one pass ([`least_few`]).
+const FEW: usize = 16;
+
+/// The `count` least packed keys of `candidates`, in order, by one pass that keeps them sorted:
+/// most placements and reservations want a few nodes of hundreds, and keying every candidate
+/// into a vector and selecting among them was a fifth of a long pass.
+fn least_few(
+    candidates: &[usize],
+    count: usize,
+    packed: impl Fn(usize) -> (u64, u64, usize),
+) -> Vec<usize> {
+    if count == 0 {
+        return Vec::new();
+    }
+    let mut top: Vec<(u64, u64, usize)> = Vec::with_capacity(count + 1);
+    for &i in candidates {
+        let k = packed(i);
+        if top.len() == count {
+            if k >= top[count - 1] {
+                continue;
+            }
+            top.pop();
+        }
+        let at = top.partition_point(|t| *t < k);
+        top.insert(at, k);
+    }
+    top.into_iter().map(|k| k.2).collect()
+}
+
 /// `x`'s bits mapped so that unsigned comparison orders as `f64::total_cmp`.
-pub(super) fn total_order_bits(x: f64) -> u64 {
+pub(in crate::admission) fn total_order_bits(x: f64) -> u64 {
     let b = x.to_bits();
     if b >> 63 == 1 { !b } else { b | (1 << 63) }
 }
