@@ -207,6 +207,16 @@ impl AgentLogs {
         }
     }
 
+    /// Notes that the containers of pod `uid` stopped (its deletion confirmed, the object maybe
+    /// still kept by finalizers): its logs are complete, and followers end.
+    pub fn containers_stopped(&self, uid: &str) {
+        self.with(|b| {
+            if let Some(p) = b.pods.get_mut(uid) {
+                p.containers.values_mut().for_each(|c| c.ended = true);
+            }
+        });
+    }
+
     /// Notes that pod `uid` was deleted: its logs go after the retention period.
     pub fn pod_deleted(&self, uid: &str) {
         self.with(|b| {

@@ -591,6 +591,9 @@ impl PodWorker {
                 if let Some(t) = self.tracked.get_mut(uid) {
                     t.delete_sent = true;
                 }
+                // Its containers stopped: followed logs end, also while finalizers keep the
+                // object (as a kubelet's streams end with the containers).
+                self.logs.containers_stopped(uid);
             }
             // Gone already, or the name now holds another pod.
             Err(e) if matches!(status_code(&e), Some(404 | 409)) => self.forget(uid),

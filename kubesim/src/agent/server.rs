@@ -306,6 +306,31 @@ mod tests {
         assert_eq!(next().await, None);
     }
 
+    #[tokio::test]
+    async fn a_followed_log_ends_when_the_pods_containers_stopped_though_finalizers_keep_it() {
+        let logs = Arc::new(AgentLogs::default());
+        logs.observe("u", &running_pod());
+        logs.append("u", "main", "one\n");
+        let req = Request::get("/containerLogs/ns/p/main?follow=true")
+            .body(())
+            .expect("request");
+        let mut body = handle(&req, &logs).into_body().into_data_stream();
+        let mut next = async || {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                futures_util::StreamExt::next(&mut body),
+            )
+            .await
+            .expect("a chunk or the end within 5 s")
+            .map(|c| String::from_utf8_lossy(&c.expect("chunk")).into_owned())
+        };
+        assert_eq!(next().await.as_deref(), Some("one\n"));
+        // The deletion is confirmed; the object stays (a finalizer), its status unchanged.
+        logs.containers_stopped("u");
+        assert_eq!(next().await, None);
+        assert_eq!(logs.read("ns", "p", "main").as_deref(), Ok("one\n"));
+    }
+
     #[test]
     fn container_logs_are_served_with_tail_and_limit() {
         let logs = Arc::new(AgentLogs::default());
