@@ -272,6 +272,19 @@ mod tests {
         (status, body)
     }
 
+    /// The next piece of a followed log's body as text (`None` at its end), within 5 s.
+    async fn next_chunk(
+        body: &mut (impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Unpin),
+    ) -> Option<String> {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            futures_util::StreamExt::next(body),
+        )
+        .await
+        .expect("a chunk or the end within 5 s")
+        .map(|c| String::from_utf8_lossy(&c.expect("chunk")).into_owned())
+    }
+
     #[tokio::test]
     async fn a_followed_log_streams_what_comes_until_the_container_terminates() {
         let logs = Arc::new(AgentLogs::default());
@@ -283,15 +296,7 @@ mod tests {
         let resp = handle(&req, &logs);
         assert_eq!(resp.status(), StatusCode::OK);
         let mut body = resp.into_body().into_data_stream();
-        let mut next = async || {
-            let chunk = tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                futures_util::StreamExt::next(&mut body),
-            )
-            .await
-            .expect("a chunk or the end within 5 s");
-            chunk.map(|c| String::from_utf8_lossy(&c.expect("chunk")).into_owned())
-        };
+        let mut next = async || next_chunk(&mut body).await;
         assert_eq!(next().await.as_deref(), Some("two\n"));
         // What the container prints later reaches the follower (its grace-time lines too).
         logs.append("u", "main", "SIGTERM: saving\n");
@@ -315,15 +320,7 @@ mod tests {
             .body(())
             .expect("request");
         let mut body = handle(&req, &logs).into_body().into_data_stream();
-        let mut next = async || {
-            tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                futures_util::StreamExt::next(&mut body),
-            )
-            .await
-            .expect("a chunk or the end within 5 s")
-            .map(|c| String::from_utf8_lossy(&c.expect("chunk")).into_owned())
-        };
+        let mut next = async || next_chunk(&mut body).await;
         assert_eq!(next().await.as_deref(), Some("one\n"));
         // The deletion is confirmed; the object stays (a finalizer), its status unchanged.
         logs.containers_stopped("u");
