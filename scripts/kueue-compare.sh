@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # TunePlane and Kueue side by side on one real control plane: 1,000 fake GPU nodes in four series,
-# three workloads by default (5,000 small jobs, 1,000 gang RayJobs, a flooding tenant and a late
-# one) and on request a fourth (--workloads reclaim: a tenant takes back its quota from a borrower
-# by preemption), each setup from a fresh cluster in turn: TunePlane and Kueue tuned at client QPS 50, 200 and 500, and
-# Kueue as shipped. Both controllers run as ServiceAccounts under one audit policy, on the same
+# four workloads (5,000 small jobs, 1,000 gang RayJobs, a flooding tenant and a late one, and a
+# tenant taking back its quota from a borrower by preemption; --workloads picks some), each setup
+# from a fresh cluster in turn: TunePlane and Kueue tuned at client QPS 50, 200 and 500, and Kueue
+# as shipped (--systems tuneplane,kueue-tuned leaves it out). Both controllers run as ServiceAccounts under one audit policy, on the same
 # KubeRay operator (v1.5.0, raised limits) and controller manager. Prints one table with ratios and
 # writes target/kueue-compare/results.{json,md} and every run's logs; BENCHMARKS.md explains it.
 #

@@ -88,7 +88,7 @@ kueue_compare: TunePlane and Kueue on one real control plane (see BENCHMARKS.md)
   --systems LIST     tuneplane, kueue-shipped, kueue-tuned (kueue: both); default all three
   --qps LIST         client QPS of the sweep, burst twice that (default 50,200,500); TunePlane and
                      tuned Kueue run at each, shipped Kueue at its own 50 only
-  --workloads LIST   small,gang,fair,reclaim (default small,gang,fair)
+  --workloads LIST   small,gang,fair,reclaim (default: all four)
   --small N          jobs of the small workload (default 5000)
   --gang N           jobs of the gang workload (default 1000)
   --flood N          jobs of the flooding tenant in the fair workload (default 1000)
@@ -232,7 +232,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Options> {
         out: root.join("target/kueue-compare"),
         root,
         setups: Vec::new(),
-        workloads: vec![Shape::Small, Shape::Gang, Shape::Fair],
+        workloads: vec![Shape::Small, Shape::Gang, Shape::Fair, Shape::Reclaim],
         small: 5000,
         gang: 1000,
         flood: 1000,

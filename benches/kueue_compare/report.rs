@@ -299,17 +299,17 @@ fn percentile(sorted: &[f64], pending: usize, floor: f64, p: f64) -> Value {
     }
 }
 
-/// Median and p95 of `values` (seconds, rounded), or nulls when there are none.
+/// Median, p95 and p99 of `values` (seconds, rounded), or nulls when there are none.
 fn spread(mut values: Vec<f64>) -> Value {
     if values.is_empty() {
-        return json!({"p50": null, "p95": null, "n": 0});
+        return json!({"p50": null, "p95": null, "p99": null, "n": 0});
     }
     values.sort_by(f64::total_cmp);
     let at = |p: f64| {
         let i = ((values.len() as f64 - 1.0) * p).round() as usize;
         (values[i] * 100.0).round() / 100.0
     };
-    json!({"p50": at(0.5), "p95": at(0.95), "n": values.len()})
+    json!({"p50": at(0.5), "p95": at(0.95), "p99": at(0.99), "n": values.len()})
 }
 
 #[allow(clippy::too_many_arguments)] // one run's readings, each from its own source
@@ -832,7 +832,10 @@ pub fn markdown(doc: &Value) -> String {
     let rows: Vec<(&str, &str)> = vec![
         ("jobs admitted", "admitted"),
         ("admitted per second", "admitted_per_second"),
-        ("→ decision p50 / p95 (s)", "timeline_seconds.decision"),
+        (
+            "→ decision p50 / p95 / p99 (s)",
+            "timeline_seconds.decision",
+        ),
         (
             "→ Kueue Admitted p50 / p95 (s)",
             "timeline_seconds.kueue_admitted",
@@ -876,8 +879,11 @@ pub fn markdown(doc: &Value) -> String {
             "team_b_queued_after_seconds",
         ),
     ];
-    let two = |v: &Value| {
-        if v.get("p50").is_some() {
+    let two = |key: &str, v: &Value| {
+        if key == "timeline_seconds.decision" && v.get("p99").is_some() {
+            let [p50, p95, p99] = [&v["p50"], &v["p95"], &v["p99"]].map(cell);
+            format!("{p50} / {p95} / {p99}")
+        } else if v.get("p50").is_some() {
             format!("{} / {}", cell(&v["p50"]), cell(&v["p95"]))
         } else {
             cell(v)
@@ -911,7 +917,7 @@ pub fn markdown(doc: &Value) -> String {
         for (label, key) in &these {
             md.push_str(&format!("| {label} |"));
             for r in &runs {
-                md.push_str(&format!(" {} |", two(at(&r["figures"], key))));
+                md.push_str(&format!(" {} |", two(key, at(&r["figures"], key))));
             }
             md.push('\n');
         }
