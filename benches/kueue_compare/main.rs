@@ -628,6 +628,24 @@ fn main() -> anyhow::Result<()> {
     // Before the runs: the commit and versions are those of what runs, whatever changes meanwhile.
     let versions = report::versions(&o);
     let mut results = Vec::new();
+    // Written after every run, so that a comparison stopped part-way keeps what it measured.
+    let write = |results: &Vec<Value>, complete: bool| -> anyhow::Result<String> {
+        let doc = json!({
+            "machine": report::machine(),
+            "versions": versions,
+            "settings": report::settings(&o),
+            "results": results,
+            "complete": complete,
+            "elapsed_seconds": begun.elapsed().as_secs(),
+        });
+        std::fs::write(
+            o.out.join("results.json"),
+            serde_json::to_string_pretty(&doc)?,
+        )?;
+        let md = report::markdown(&doc);
+        std::fs::write(o.out.join("results.md"), &md)?;
+        Ok(md)
+    };
     for &shape in &o.workloads {
         for &setup in &o.setups {
             let r = rt.block_on(run_one(&o, &fleet, setup, shape));
@@ -638,20 +656,11 @@ fn main() -> anyhow::Result<()> {
                     return Err(e.context(format!("{} / {}", setup.name(), shape.name())));
                 }
             }
+            write(&results, false)?;
         }
     }
-    let doc = json!({
-        "machine": report::machine(),
-        "versions": versions,
-        "settings": report::settings(&o),
-        "results": results,
-        "elapsed_seconds": begun.elapsed().as_secs(),
-    });
-    let json_path = o.out.join("results.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&doc)?)?;
-    let md = report::markdown(&doc);
-    let md_path = o.out.join("results.md");
-    std::fs::write(&md_path, &md)?;
+    let md = write(&results, true)?;
+    let (json_path, md_path) = (o.out.join("results.json"), o.out.join("results.md"));
     println!("{md}");
     eprintln!(
         "[kueue-compare] done in {} s: {} and {}",
