@@ -185,3 +185,20 @@ async fn whole_flow_on_the_local_aws_endpoint() {
     })
     .await;
 }
+
+/// The dev stack holds the API and the reconciler in one process: every change the API accepts
+/// wakes the pass loop, so a submission is decided at once, not at the next pass interval (a
+/// minute here; no pod exists before the decision, so no watch event wakes the pass instead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_accepted_change_wakes_the_dev_stacks_reconciler() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = stack_support::options(Backend::Embedded, &dir.path().join("data"));
+    options.pass_interval = Duration::from_secs(60);
+    let (stack, api) = stack_support::start_with(options).await;
+    // The passes that the start's watch events woke are over before the submission.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let job = submit_example(&api, "hello-cpu").await;
+    let id = job.id.to_string();
+    wait_until(&api, &id, 20, "decided", |j| j.admitted_at_ms.is_some()).await;
+    stack.shutdown().await;
+}

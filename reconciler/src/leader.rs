@@ -188,9 +188,12 @@ impl Elector {
         }
     }
 
-    /// Contends forever: renews every third of the duration while leading, polls as often otherwise.
-    pub async fn run(&self, metrics: &crate::metrics::Metrics) {
+    /// Contends forever: renews every third of the duration while leading, polls as often
+    /// otherwise. Winning leadership notifies `won` (the pass loop, which acts at once rather than
+    /// at its next interval: the passes before did nothing as a standby).
+    pub async fn run(&self, metrics: &crate::metrics::Metrics, won: &tokio::sync::Notify) {
         let period = (self.duration / 3).max(Duration::from_millis(20));
+        let mut led = false;
         loop {
             let leading = match self.try_lead().await {
                 Ok(l) => l,
@@ -200,6 +203,10 @@ impl Elector {
                 }
             };
             metrics.set_leader(leading);
+            if leading && !led {
+                won.notify_one();
+            }
+            led = leading;
             tokio::time::sleep(period).await;
         }
     }

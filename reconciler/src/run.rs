@@ -175,7 +175,7 @@ impl Reconciler {
         };
         let outcome = supervise(
             watches.map(drop),
-            self.elector.run(&self.ctx.metrics),
+            self.elector.run(&self.ctx.metrics, &self.ctx.wake),
             passes_and_callbacks(&self.ctx, &stores, &notify),
             shutdown,
         )

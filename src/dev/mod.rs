@@ -303,7 +303,13 @@ impl Stack {
                 console_secret.as_bytes(),
             ),
         };
-        let mut app = tuneplane_functions::app::router_with_console(state, console);
+        // Every change the API accepts (a submission, a stop, a playground) wakes the reconciler's
+        // pass loop, so that the change is acted on at once rather than at the next pass interval:
+        // one process holds both, which a deployment (Lambda and a Deployment) does not.
+        let accepted = Arc::new(tokio::sync::Notify::new());
+        let mut app = tuneplane_functions::app::router_with_console(state, console).layer(
+            axum::middleware::from_fn_with_state(accepted.clone(), wake_on_accepted_change),
+        );
         if let Some(fs_blobs) = fs_blobs {
             app = app.nest(
                 "/blobs",
@@ -354,6 +360,15 @@ impl Stack {
             tuneplane_reconciler::Reconciler::new(rc, client, jobs.clone(), pod_blobs, metrics)
                 .await
                 .context("cannot start the reconciler")?;
+        let (wake, mut s) = (reconciler.ctx().wake.clone(), stopped.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = accepted.notified() => wake.notify_one(),
+                    _ = s.wait_for(|v| *v) => break,
+                }
+            }
+        }));
         let mut s = stopped.clone();
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
@@ -614,4 +629,22 @@ fn functions_config(
         }
         _ => anyhow::anyhow!("{e}"),
     })
+}
+
+/// Notifies `accepted` after every successful request that can change what the reconciler does
+/// (any method but GET and HEAD).
+async fn wake_on_accepted_change(
+    axum::extract::State(accepted): axum::extract::State<Arc<tokio::sync::Notify>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let changes = !matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
+    let response = next.run(request).await;
+    if changes && response.status().is_success() {
+        accepted.notify_one();
+    }
+    response
 }

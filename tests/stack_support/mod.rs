@@ -40,7 +40,12 @@ pub fn api_client(stack: &Stack) -> Api {
 /// Starts the stack with its data under `data_dir` on `backend` and returns it with an API
 /// client, once the reconciler has published its first capacity snapshot (within 10 s).
 pub async fn start(backend: Backend, data_dir: &Path) -> (Stack, Api) {
-    start_with(StackOptions {
+    start_with(options(backend, data_dir)).await
+}
+
+/// The options [`start`] uses: the example fleet in execution mode, passes every 200 ms.
+pub fn options(backend: Backend, data_dir: &Path) -> StackOptions {
+    StackOptions {
         data_dir: data_dir.to_path_buf(),
         port: 0,
         fleet: example_fleet(),
@@ -53,8 +58,7 @@ pub async fn start(backend: Backend, data_dir: &Path) -> (Stack, Api) {
         capsule_delivery: tuneplane_core::render::CapsuleDelivery::Presigned,
         blob_tls: None,
         preemption_min_run: None,
-    })
-    .await
+    }
 }
 
 /// Starts the stack with `options` and returns it with an API client, once the reconciler has
