@@ -63,10 +63,7 @@ fn text_of(page: &Value) -> String {
 
 pub async fn a_one_off_read_of_a_running_job_waits_for_the_shipment_that_answers_it(h: &Harness) {
     let job = running_job(h).await;
-    let mut list = Manifest {
-        job_id: job.id.to_string(),
-        ..Manifest::default()
-    };
+    let mut list = Manifest::empty(job.id.clone());
     ship(h, &mut list, "tick 1\n", None).await;
     // The stand-in reconciler: once a reader's want is on the record, it ships what is new and
     // answers it (the real one does so at its next pass).
@@ -104,10 +101,7 @@ pub async fn a_one_off_read_of_a_running_job_waits_for_the_shipment_that_answers
 
 pub async fn a_read_without_wait_or_of_a_follower_answers_at_once(h: &Harness) {
     let job = running_job(h).await;
-    let mut list = Manifest {
-        job_id: job.id.to_string(),
-        ..Manifest::default()
-    };
+    let mut list = Manifest::empty(job.id.clone());
     ship(h, &mut list, "a\nb\n", None).await;
     // wait=false: what was shipped, and no mark.
     let reply = h
@@ -142,10 +136,7 @@ pub async fn a_read_without_wait_or_of_a_follower_answers_at_once(h: &Harness) {
 
 pub async fn a_one_off_read_nobody_answers_gets_what_was_shipped(h: &Harness) {
     let job = running_job(h).await;
-    let mut list = Manifest {
-        job_id: job.id.to_string(),
-        ..Manifest::default()
-    };
+    let mut list = Manifest::empty(job.id.clone());
     ship(h, &mut list, "old\n", None).await;
     let reply = h.get(&format!("/v1/jobs/{}/logs/live", job.id)).await;
     assert_eq!(reply.status, 200, "{}", reply.json);
@@ -157,10 +148,7 @@ pub async fn a_one_off_read_nobody_answers_gets_what_was_shipped(h: &Harness) {
 
 pub async fn tail_sends_each_containers_last_lines_with_their_offset(h: &Harness) {
     let job = running_job(h).await;
-    let mut list = Manifest {
-        job_id: job.id.to_string(),
-        ..Manifest::default()
-    };
+    let mut list = Manifest::empty(job.id.clone());
     ship(h, &mut list, "one\ntwo\n", None).await;
     ship(h, &mut list, "three\nfour\n", None).await;
     ship(h, &mut list, "five\n", None).await;
