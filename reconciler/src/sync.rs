@@ -827,18 +827,10 @@ pub async fn sweep_orphans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tuneplane_core::spec::JobSpec;
+    use tuneplane_testkit::records;
 
     fn queued() -> JobRecord {
-        let spec: JobSpec = serde_json::from_value(serde_json::json!({
-            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true",
-            "env": {}, "pools": [{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0,
-            "cpus": 1.0, "memory_gb": 1.0}],
-            "deadlines": {"pre_running_seconds": 10, "run_seconds": 100}, "priority": 0,
-            "labels": {}, "namespace": "ns", "platform_version": "0"
-        }))
-        .unwrap();
-        JobRecord::new_queued("j".parse().unwrap(), "t".parse().unwrap(), spec, "ab", 0)
+        records::queued("j").build()
     }
 
     #[test]
