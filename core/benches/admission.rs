@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use tuneplane_core::admission::{Reservation, plan_admissions};
 use tuneplane_core::capacity::{CapacitySnapshot, NodeCapacity};
+use tuneplane_core::ids::JobId;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::spec::{Deadlines, JobSpec, Pool};
@@ -125,7 +126,7 @@ fn queue(jobs: usize) -> Vec<JobRecord> {
 fn reservations(count: usize) -> Vec<Reservation> {
     (0..count)
         .map(|i| Reservation {
-            job_id: format!("r{i}"),
+            job_id: JobId::parse(format!("r{i}")).expect("a valid id"),
             series: Some(SERIES[i % SERIES.len()].to_owned()),
             gpus: 2,
             cpus: 8.0,

@@ -101,7 +101,7 @@ fn fleet() -> (CapacitySnapshot, Vec<JobRecord>, HashMap<String, i64>) {
             n.cpus_used += cpus;
             n.memory_gb_used += 16.0;
             n.holders.push(Holder {
-                job_id: job.id.to_string(),
+                job_id: job.id.clone(),
                 gpus,
                 cpus,
                 memory_gb: 16.0,

@@ -106,10 +106,10 @@ pub struct NodeCapacity {
 }
 
 /// What one job's pods hold on one node.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Holder {
     /// Job id (the pods' job-id label).
-    pub job_id: String,
+    pub job_id: crate::ids::JobId,
     /// GPUs held.
     pub gpus: u32,
     /// CPU cores held.

@@ -11,6 +11,7 @@
 //! GPUs, so counting only requests would double-book; the annotation keeps them counted.
 
 use crate::capacity::{CapacitySnapshot, GpuShare, Holder, NodeCapacity};
+use crate::ids::JobId;
 
 /// Pod annotation carrying the GPUs TunePlane admitted the pod for (whatever it requests).
 pub const ADMITTED_GPUS_ANNOTATION: &str = "tuneplane.io/admitted-gpus";
@@ -107,15 +108,17 @@ pub fn compute_capacity_with_share(
         n.gpus_used = n.gpus_used.saturating_add(gpus);
         n.cpus_used += cpus;
         n.memory_gb_used += memory_gb;
-        if let Some(job) = &pod.job_id {
-            match n.holders.iter_mut().find(|h| &h.job_id == job) {
+        // A job-id label that breaks the id rule names no job or playground of ours: its pod's
+        // resources count as used above, but it is no holder a message or a preemption can name.
+        if let Some(job) = pod.job_id.as_deref().and_then(|j| JobId::parse(j).ok()) {
+            match n.holders.iter_mut().find(|h| h.job_id == job) {
                 Some(h) => {
                     h.gpus = h.gpus.saturating_add(gpus);
                     h.cpus += cpus;
                     h.memory_gb += memory_gb;
                 }
                 None => n.holders.push(Holder {
-                    job_id: job.clone(),
+                    job_id: job,
                     gpus,
                     cpus,
                     memory_gb,

@@ -32,11 +32,9 @@ pub mod live;
 pub mod outputs;
 pub mod storage;
 
-// Telling people what happened: callbacks, subscriptions, audit.
+// Telling people what happened: callbacks (events, targets, subscriptions, outbox), audit.
 pub mod audit;
 pub mod callback;
-pub mod notify;
-pub mod subscriptions;
 
 // Operations on existing jobs, and what one tenant may see of another.
 pub mod control;

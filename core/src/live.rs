@@ -82,10 +82,10 @@ pub struct Segment {
 }
 
 /// Every segment of a job, in shipping order.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     /// The job whose output the segments hold (the manifest is at [`manifest_key`] of it).
-    pub job_id: String,
+    pub job_id: crate::ids::JobId,
     /// Segments in shipping order.
     pub segments: Vec<Segment>,
     /// The latest one-off reader's want (`logs_wanted_at_ms`, the API's clock) a read answered:
@@ -95,6 +95,21 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// An empty list of `job_id`'s segments (nothing shipped yet).
+    pub fn empty(job_id: crate::ids::JobId) -> Manifest {
+        Manifest {
+            job_id,
+            segments: Vec::new(),
+            answered_ms: None,
+        }
+    }
+
+    /// `job_id`'s list as stored in `bytes`, or an empty one when they do not parse (the list is
+    /// written whole each time, so one that cannot be read is started again).
+    pub fn read_or_empty(job_id: &crate::ids::JobId, bytes: &[u8]) -> Manifest {
+        serde_json::from_slice(bytes).unwrap_or_else(|_| Manifest::empty(job_id.clone()))
+    }
+
     /// Bytes shipped of `pod`/`container` so far.
     pub fn shipped(&self, pod: &str, container: &str) -> u64 {
         self.segments
@@ -510,8 +525,8 @@ mod tests {
 
     #[test]
     fn a_segment_list_without_an_answer_reads_as_none_and_round_trips_one() {
-        let old: Manifest =
-            serde_json::from_str(r#"{"job_id":"j","segments":[]}"#).unwrap_or_default();
+        let j = crate::ids::JobId::parse("j").unwrap();
+        let old = Manifest::read_or_empty(&j, br#"{"job_id":"j","segments":[]}"#);
         assert_eq!(old.answered_ms, None);
         let with = Manifest {
             answered_ms: Some(42),
@@ -519,16 +534,15 @@ mod tests {
         };
         let json = serde_json::to_string(&with).unwrap_or_default();
         assert!(json.contains(r#""answered_ms":42"#), "{json}");
-        let back: Manifest = serde_json::from_str(&json).unwrap_or_default();
+        // The id is the same JSON string it was when it was a `String`.
+        assert!(json.starts_with(r#"{"job_id":"j","#), "{json}");
+        let back: Manifest = serde_json::from_str(&json).unwrap();
         assert_eq!(back, with);
     }
 
     #[test]
     fn old_segments_merge_into_one_at_the_first_key_with_the_last_seq() {
-        let mut m = Manifest {
-            job_id: "j".into(),
-            ..Manifest::default()
-        };
+        let mut m = Manifest::empty(crate::ids::JobId::parse("j").unwrap());
         let mut seq = 0;
         for i in 0..(MERGE_ABOVE as u64 + 1) {
             for c in ["job", "side"] {
@@ -589,7 +603,7 @@ mod tests {
             at_ms: 0,
         };
         let m = Manifest {
-            job_id: "j".into(),
+            job_id: crate::ids::JobId::parse("j").unwrap(),
             segments: vec![
                 seg(1, "job", 0, 10),
                 seg(2, "init", 0, 3),

@@ -25,8 +25,8 @@ const DAY_MS: i64 = 86_400_000;
 pub struct Slice {
     /// The job's tenant.
     pub tenant: String,
-    /// The job.
-    pub job_id: String,
+    /// The job (or playground).
+    pub job_id: crate::ids::JobId,
     /// The GPU series, or [`CPU_ONLY`].
     pub series: String,
     /// The UTC day (`2026-12-04`).
@@ -109,7 +109,7 @@ pub fn job_slices(job: &JobRecord, from_ms: i64, to_ms: i64, now_ms: i64) -> Vec
     acc.into_iter()
         .map(|((series, day), (g, c, m))| Slice {
             tenant: job.tenant.to_string(),
-            job_id: job_id.to_string(),
+            job_id: job_id.clone(),
             series,
             day: day_name(day),
             gpu_seconds: g,
@@ -179,7 +179,7 @@ pub fn report(slices: &[Slice], group_by: GroupBy, prices: &BTreeMap<String, f64
         let middle = match group_by {
             GroupBy::Series => String::new(),
             GroupBy::Day => s.day.clone(),
-            GroupBy::Job => s.job_id.clone(),
+            GroupBy::Job => s.job_id.to_string(),
         };
         let e = acc
             .entry((s.tenant.clone(), middle, s.series.clone()))
@@ -234,6 +234,11 @@ pub fn playground_slices(
     let Some((start, end)) = pg.held(now_ms) else {
         return Vec::new();
     };
+    // Playground ids (`pg-` and hex) keep the id rule, as the admission's stand-in requires; one
+    // that did not was never admitted and held nothing.
+    let Ok(job_id) = crate::ids::JobId::parse(pg.id.as_str()) else {
+        return Vec::new();
+    };
     let (mut t, end) = (start.max(from_ms), end.min(to_ms));
     let mut out = Vec::new();
     while t < end {
@@ -242,7 +247,7 @@ pub fn playground_slices(
         let secs = (cut - t) as f64 / 1000.0;
         out.push(Slice {
             tenant: pg.tenant.to_string(),
-            job_id: pg.id.clone(),
+            job_id: job_id.clone(),
             series: pg.series.clone(),
             day: day_name(day),
             gpu_seconds: f64::from(pg.gpus) * secs,
@@ -453,7 +458,7 @@ mod tests {
     fn reports_group_and_price_and_totals_add_up() {
         let slice = |tenant: &str, job: &str, series: &str, day: &str, g: f64| Slice {
             tenant: tenant.into(),
-            job_id: job.into(),
+            job_id: job.parse().unwrap(),
             series: series.into(),
             day: day.into(),
             gpu_seconds: g,

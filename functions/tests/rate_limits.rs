@@ -100,24 +100,11 @@ async fn an_address_flooding_bad_keys_is_stopped_and_another_address_is_served()
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
-/// A submitted job of tenant A, made RUNNING in the store (as the reconciler would), so that
-/// its first attempt's grant is valid.
-async fn running_job(h: &common::Harness) -> String {
-    use common::archives::{SPEC, body, code};
-    let reply = h.submit(&body(SPEC, &code()), None).await;
-    let id = reply.json["job_id"].as_str().unwrap().to_owned();
-    let mut job = h.jobs().get_job(&id).await.unwrap().unwrap();
-    job.state = tuneplane_core::job::JobState::Running;
-    job.admitted_at_ms = Some(tuneplane_core::clock::now_ms());
-    job.running_at_ms = job.admitted_at_ms;
-    h.jobs().update_job(&job).await.unwrap();
-    id
-}
-
 #[tokio::test]
 async fn a_flood_from_the_shared_address_does_not_delay_another_tenants_checkpoint_upload() {
     let h = common::Harness::embedded().await;
-    let job = running_job(&h).await;
+    // Running, so that its first attempt's grant is valid.
+    let job = h.running_job().await.id;
     let rate = Rate {
         per_second: 0.5,
         burst: 5.0,

@@ -9,30 +9,32 @@ use std::time::{Duration, Instant};
 
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::{JobRecord, JobState};
-use tuneplane_core::spec::JobSpec;
 use tuneplane_core::store::{BlobStore, JobStore};
 use tuneplane_kubesim::{KubeSim, SimConfig};
 use tuneplane_reconciler::metrics::Metrics;
 use tuneplane_reconciler::{Config, Reconciler};
+use tuneplane_testkit::records;
 
 const JOBS: usize = 400;
 const NODES: u32 = 200;
 
 fn job(i: usize) -> JobRecord {
-    let spec: JobSpec = serde_json::from_value(serde_json::json!({
-        "name": "b", "plugin": "custom/custom", "image": "img:1", "entrypoint": "true", "env": {},
-        "pools": [{"name": "main", "series": "l40s", "nodes": 1, "gpus_per_node": 2, "cpus": 4.0, "memory_gb": 16.0}],
-        "deadlines": {"pre_running_seconds": 600, "run_seconds": 3600}, "priority": 0, "labels": {},
-        "namespace": "tuneplane-jobs", "platform_version": "0"
-    }))
-    .expect("spec");
-    JobRecord::new_queued(
-        format!("b{i:04}").parse().unwrap(),
-        "t".parse().unwrap(),
-        spec,
-        "ab".repeat(32),
-        i as i64,
-    )
+    records::queued(&format!("b{i:04}"))
+        .spec_field("name", serde_json::json!("b"))
+        .image("img:1")
+        .pools(vec![records::pool_of(
+            "main",
+            Some("l40s"),
+            1,
+            2,
+            4.0,
+            16.0,
+        )])
+        .deadlines(600, 3600)
+        .spec_field("namespace", serde_json::json!("tuneplane-jobs"))
+        .capsule(&"ab".repeat(32))
+        .submitted_at(i as i64)
+        .build()
 }
 
 async fn count(jobs: &dyn JobStore, state: JobState) -> usize {

@@ -261,18 +261,10 @@ mod tests {
 
     use super::*;
     use tuneplane_core::admission::PoolPlacement;
-    use tuneplane_core::spec::JobSpec;
+    use tuneplane_testkit::records;
 
     fn job(state: JobState) -> JobRecord {
-        let spec: JobSpec = serde_json::from_value(serde_json::json!({
-            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true", "env": {},
-            "pools": [{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0, "cpus": 1.0, "memory_gb": 1.0}],
-            "deadlines": {"pre_running_seconds": 10, "run_seconds": 100}, "priority": 0, "labels": {},
-            "namespace": "ns", "platform_version": "0"
-        }))
-        .unwrap();
-        let mut j =
-            JobRecord::new_queued("j".parse().unwrap(), "t".parse().unwrap(), spec, "ab", 0);
+        let mut j = records::queued("j").build();
         j.state = state;
         j.admitted_at_ms = Some(1_000);
         j.running_at_ms = (state == JobState::Running).then_some(2_000);

@@ -198,18 +198,19 @@ mod tests {
     //! Unit tests of the per-job decision.
 
     use super::*;
-    use tuneplane_core::spec::JobSpec;
+    use tuneplane_testkit::records;
 
     fn job(state: JobState) -> JobRecord {
-        let spec: JobSpec = serde_json::from_value(serde_json::json!({
-            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true", "env": {},
-            "pools": [{"name": "main", "series": "h200", "nodes": 1, "gpus_per_node": 8, "cpus": 8.0, "memory_gb": 64.0}],
-            "deadlines": {"pre_running_seconds": 10, "run_seconds": 100}, "priority": 0, "labels": {},
-            "namespace": "ns", "platform_version": "0"
-        }))
-        .unwrap();
-        let mut j =
-            JobRecord::new_queued("j".parse().unwrap(), "t".parse().unwrap(), spec, "ab", 0);
+        let mut j = records::queued("j")
+            .pools(vec![records::pool_of(
+                "main",
+                Some("h200"),
+                1,
+                8,
+                8.0,
+                64.0,
+            )])
+            .build();
         j.state = state;
         j.admitted_at_ms = Some(1_000);
         j

@@ -1,5 +1,6 @@
 //! The reconciler's error type: every variant names what it was acting on.
 
+use tuneplane_core::ids::JobId;
 use tuneplane_core::render::RenderError;
 use tuneplane_core::store::StoreError;
 
@@ -60,7 +61,7 @@ pub enum Error {
     #[error("job {job_id}: no randomness from the operating system for its Ray token: {message}")]
     Randomness {
         /// Job whose workload was being created.
-        job_id: String,
+        job_id: JobId,
         /// The OS's error.
         message: String,
     },
@@ -72,7 +73,7 @@ pub enum Error {
     #[error("job {job_id}: building the logs archive failed")]
     Archive {
         /// Job whose logs were being archived.
-        job_id: String,
+        job_id: JobId,
         /// The I/O error.
         #[source]
         source: std::io::Error,

@@ -107,8 +107,10 @@ impl LiveLogs {
 pub async fn discard(ctx: &Ctx, job_id: &str) {
     ctx.live.jobs().remove(job_id);
     let key = manifest_key(job_id);
-    let manifest: Manifest = match ctx.blobs.get(&key).await {
-        Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_default(),
+    let segments = match ctx.blobs.get(&key).await {
+        Ok(Some(bytes)) => {
+            serde_json::from_slice::<Manifest>(&bytes).map_or_else(|_| Vec::new(), |m| m.segments)
+        }
         Ok(None) => return,
         Err(e) => {
             tracing::warn!(job_id, error = %e, "live segments of a finished job kept: cannot read their list");
@@ -116,7 +118,7 @@ pub async fn discard(ctx: &Ctx, job_id: &str) {
         }
     };
     let mut keys = vec![key];
-    keys.extend(manifest.segments.into_iter().map(|s| s.key));
+    keys.extend(segments.into_iter().map(|s| s.key));
     for key in keys {
         if let Err(e) = ctx.blobs.delete(&key).await {
             tracing::warn!(job_id, key, error = %e, "live segment of a finished job kept");
@@ -262,11 +264,11 @@ async fn ship_job(
     let mut manifest = match known {
         Some(m) => m,
         None => match ctx.blobs.get(&manifest_key(&job.id)).await? {
-            Some(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
-            None => Manifest::default(),
+            Some(bytes) => Manifest::read_or_empty(&job.id, &bytes),
+            None => Manifest::empty(job.id.clone()),
         },
     };
-    manifest.job_id = String::from(&job.id);
+    manifest.job_id = job.id.clone();
     let mut reads = Vec::new();
     let mut main = HashSet::new();
     for (pod, containers) in &pods {

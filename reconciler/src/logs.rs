@@ -30,6 +30,7 @@ use kube::api::{Api, ListParams, LogParams};
 use serde::Serialize;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use tuneplane_core::constants::JOB_ID_LABEL;
+use tuneplane_core::ids::JobId;
 use tuneplane_core::render::label_value;
 use tuneplane_core::store::BlobStore;
 
@@ -92,7 +93,7 @@ pub struct IndexEntry {
 #[derive(Debug, Clone, Serialize)]
 pub struct Index {
     /// The job whose logs these are; the archive is stored under [`logs_key`] of it.
-    pub job_id: String,
+    pub job_id: JobId,
     /// The job's RayJob or Pod; KubeRay's submitter pod is found by its name.
     pub workload: String,
     /// When archived, Unix milliseconds.
@@ -456,7 +457,7 @@ fn running(pod: &Pod, name: &str) -> bool {
 pub async fn archive(
     kube: &Kube,
     blobs: &dyn BlobStore,
-    job_id: &str,
+    job_id: &JobId,
     namespace: &str,
     workload: &str,
     strict: bool,
@@ -480,7 +481,7 @@ pub async fn archive(
         }
     }
     let local = |source: std::io::Error| Error::Archive {
-        job_id: job_id.to_owned(),
+        job_id: job_id.clone(),
         source,
     };
     let mut containers = Vec::new();
@@ -602,10 +603,10 @@ pub async fn archive(
                     let list = blobs
                         .get(&tuneplane_core::live::manifest_key(job_id))
                         .await?;
-                    manifest = Some(
-                        list.and_then(|b| serde_json::from_slice(&b).ok())
-                            .unwrap_or_default(),
-                    );
+                    manifest = Some(match list {
+                        Some(b) => tuneplane_core::live::Manifest::read_or_empty(job_id, &b),
+                        None => tuneplane_core::live::Manifest::empty(job_id.clone()),
+                    });
                 }
                 let copy = match &manifest {
                     Some(m) => live_copy(blobs, m, pod, name, capacity).await?,
@@ -626,7 +627,7 @@ pub async fn archive(
         collected[i] = Some(outcome);
     }
     let head = Index {
-        job_id: job_id.to_owned(),
+        job_id: job_id.clone(),
         workload: workload.to_owned(),
         archived_at_ms: crate::now_ms(),
         max_bytes,
@@ -652,7 +653,7 @@ pub async fn archive(
         .iter()
         .filter(|e| e.truncated_bytes > 0)
         .count();
-    tracing::info!(job_id, key = %key, pods = pods.len(), logs_cut = cut, "logs archived");
+    tracing::info!(job_id = %job_id, key = %key, pods = pods.len(), logs_cut = cut, "logs archived");
     Ok(key)
 }
 
@@ -789,7 +790,7 @@ mod tests {
 
     fn head(max_bytes: u64) -> Index {
         Index {
-            job_id: "j".into(),
+            job_id: JobId::parse("j").unwrap(),
             workload: "tp-j".into(),
             archived_at_ms: 1,
             max_bytes,

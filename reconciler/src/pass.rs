@@ -73,7 +73,7 @@ pub fn reservations(cluster: &Cluster, jobs: &[JobRecord]) -> Vec<Reservation> {
                 })
                 .unwrap_or_default();
             out.push(Reservation {
-                job_id: String::from(&job.id),
+                job_id: job.id.clone(),
                 series: pool.series.clone(),
                 gpus: pool.gpus_per_node,
                 cpus: pool.cpus,

@@ -189,13 +189,16 @@ pub fn reservations(
         .filter(|pg| holds_or_wants(pg, now))
         .filter_map(|pg| {
             let node = pg.node.clone()?;
+            // A playground whose id breaks the id rule has no stand-in job, so it was never
+            // admitted and holds nothing (`admission_stand_in`).
+            let job_id = tuneplane_core::ids::JobId::parse(pg.id.as_str()).ok()?;
             let ns = pg.pod_namespace.as_deref().unwrap_or(default_namespace);
             let bound = cluster
                 .pod(ns, &pod_name_of(pg))
                 .map(pod_info)
                 .is_some_and(|i| !i.terminal && i.node_name.is_some());
             (!bound).then(|| Reservation {
-                job_id: pg.id.clone(),
+                job_id,
                 series: Some(pg.series.clone()),
                 gpus: pg.gpus,
                 cpus: f64::from(REQUEST_CPUS),

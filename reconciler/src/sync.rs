@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use tuneplane_core::constants::JOB_ID_LABEL;
+use tuneplane_core::ids::JobId;
 use tuneplane_core::job::{
     EventSource, Failure, FailureCause, FailureReason, JobEvent, JobRecord, JobState, Pending,
     PendingReason,
@@ -423,7 +424,7 @@ fn preempting_pending(
 async fn archive_logs(
     ctx: &Ctx,
     job: Option<&JobRecord>,
-    job_id: &str,
+    job_id: &JobId,
     namespace: &str,
     workload: &str,
     lenient: bool,
@@ -433,7 +434,7 @@ async fn archive_logs(
         .archive_failures
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(job_id)
+        .get(job_id.as_str())
         .copied()
         .unwrap_or(0);
     let failed = remembered.max(job.map_or(0, |j| j.archive_failures));
@@ -445,7 +446,7 @@ async fn archive_logs(
             // dead node's kubelet will not answer however often the archive is tried.
             let strict = !lenient && failed < logs::STRICT_ARCHIVE_ATTEMPTS;
             let (kube, blobs) = (ctx.kube.clone(), ctx.blobs.clone());
-            let (id, ns, name) = (job_id.to_owned(), namespace.to_owned(), workload.to_owned());
+            let (id, ns, name) = (job_id.clone(), namespace.to_owned(), workload.to_owned());
             let max_bytes = ctx.config.log_archive_max_bytes;
             let ending = ends.map(|ends| {
                 let (kube, ns, name, id) = (kube.clone(), ns.clone(), name.clone(), id.clone());
@@ -482,14 +483,14 @@ async fn archive_logs(
         ctx.archive_failures
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(job_id);
+            .remove(job_id.as_str());
         return outcome.map(Some);
     }
     let failed = failed.saturating_add(1);
     ctx.archive_failures
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(job_id.to_owned(), failed);
+        .insert(job_id.to_string(), failed);
     if let Some(job) = job {
         let mut next = job.clone();
         next.archive_failures = failed;
@@ -498,7 +499,7 @@ async fn archive_logs(
             // same: counted like one.
             let e = Error::from(e);
             ctx.metrics.inc_step_error(&e);
-            tracing::warn!(job_id, failed, error = %e, "failed archive attempt not counted on the record; counted in memory");
+            tracing::warn!(job_id = %job_id, failed, error = %e, "failed archive attempt not counted on the record; counted in memory");
         }
     }
     outcome.map(Some)
@@ -743,20 +744,23 @@ pub async fn sweep_orphans(
             .is_some_and(|a| a < current)
             .then_some(true),
     };
-    let mut candidates: Vec<(WorkloadKind, String, String, String, bool)> = Vec::new();
+    // A job-id label that breaks the id rule names no job of ours (TunePlane writes it from a
+    // checked id): that workload is left alone.
+    let mut candidates: Vec<(WorkloadKind, String, String, JobId, bool)> = Vec::new();
     for rj in cluster
         .rayjobs
         .iter()
         .filter(|r| r.metadata.deletion_timestamp.is_none())
     {
         if let Some(id) = rj.labels().get(JOB_ID_LABEL)
-            && let Some(earlier) = stale(id, &rj.name_any())
+            && let Ok(id) = JobId::parse(id.as_str())
+            && let Some(earlier) = stale(&id, &rj.name_any())
         {
             candidates.push((
                 WorkloadKind::RayJob,
                 rj.namespace().unwrap_or_default(),
                 rj.name_any(),
-                id.clone(),
+                id,
                 earlier,
             ));
         }
@@ -768,14 +772,15 @@ pub async fn sweep_orphans(
     {
         // Only the CPU job's own Pod is a workload; Ray pods belong to their RayJob.
         if let Some(id) = pod.labels().get(JOB_ID_LABEL)
-            && attempt_of_workload(id, &pod.name_any()).is_some()
-            && let Some(earlier) = stale(id, &pod.name_any())
+            && let Ok(id) = JobId::parse(id.as_str())
+            && attempt_of_workload(&id, &pod.name_any()).is_some()
+            && let Some(earlier) = stale(&id, &pod.name_any())
         {
             candidates.push((
                 WorkloadKind::Pod,
                 pod.namespace().unwrap_or_default(),
                 pod.name_any(),
-                id.clone(),
+                id,
                 earlier,
             ));
         }
@@ -827,18 +832,10 @@ pub async fn sweep_orphans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tuneplane_core::spec::JobSpec;
+    use tuneplane_testkit::records;
 
     fn queued() -> JobRecord {
-        let spec: JobSpec = serde_json::from_value(serde_json::json!({
-            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true",
-            "env": {}, "pools": [{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0,
-            "cpus": 1.0, "memory_gb": 1.0}],
-            "deadlines": {"pre_running_seconds": 10, "run_seconds": 100}, "priority": 0,
-            "labels": {}, "namespace": "ns", "platform_version": "0"
-        }))
-        .unwrap();
-        JobRecord::new_queued("j".parse().unwrap(), "t".parse().unwrap(), spec, "ab", 0)
+        records::queued("j").build()
     }
 
     #[test]

@@ -11,6 +11,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use tuneplane_core::capsule::storage_key;
 use tuneplane_core::constants::FIELD_MANAGER;
 use tuneplane_core::constants::WORKLOAD_LABEL;
+use tuneplane_core::ids::JobId;
 use tuneplane_core::job::JobRecord;
 use tuneplane_core::render::kuberay::RayJob as RenderedRayJob;
 use tuneplane_core::render::network::{
@@ -100,10 +101,10 @@ pub async fn render(ctx: &Ctx, job: &JobRecord) -> Result<Rendered> {
 
 /// A new Ray token: 32 bytes from the operating system, as hex. No fallback: without the OS's
 /// randomness the workload is not created (the pass fails and is retried).
-fn new_token(job_id: &str) -> Result<String> {
+fn new_token(job_id: &JobId) -> Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| Error::Randomness {
-        job_id: job_id.to_owned(),
+        job_id: job_id.clone(),
         message: e.to_string(),
     })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())

@@ -1,6 +1,12 @@
 //! What the workspace's tests share (a dev-dependency only; no product code uses it): polling a
-//! condition with a bound on time, and a free port on the loopback interface. Every loop here
-//! stops by itself: a condition that never holds fails the test with what it waited for.
+//! condition with a bound on time, a free port on the loopback interface, and queued job records
+//! built from a small spec ([`records`]). Every loop here stops by itself: a condition that never
+//! holds fails the test with what it waited for.
+//!
+//! It depends on core, so core's own unit tests cannot use [`records`] (they would see another
+//! copy of core's types); core's integration tests and every other crate can.
+
+pub mod records;
 
 use std::future::Future;
 use std::time::Duration;

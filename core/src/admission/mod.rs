@@ -68,8 +68,8 @@ use round::Round;
 /// Machines of an admitted job that hold no node yet (their pods are not bound).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reservation {
-    /// Job id, for messages.
-    pub job_id: String,
+    /// Job (or playground) id, for messages.
+    pub job_id: crate::ids::JobId,
     /// GPU series; `None` for a CPU-only machine.
     pub series: Option<String>,
     /// GPUs per machine.

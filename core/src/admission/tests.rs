@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::capacity::NodeCapacity;
+use crate::ids::JobId;
 use crate::job::JobState;
 use crate::quota;
 use crate::spec::JobSpec;
@@ -45,7 +46,7 @@ pub(super) fn job(
 /// One unbound 8-GPU h200 machine of an admitted job "earlier", waiting for `nodes`.
 fn earlier_h200_machine(nodes: Vec<String>) -> Reservation {
     Reservation {
-        job_id: "earlier".into(),
+        job_id: JobId::parse("earlier").unwrap(),
         series: Some("h200".into()),
         gpus: 8,
         cpus: 8.0,
@@ -327,7 +328,7 @@ fn apply(cap: &mut CapacitySnapshot, queue: &[JobRecord], plan: &AdmissionPlan) 
                 n.cpus_used += pool.cpus;
                 n.memory_gb_used += pool.memory_gb;
                 n.holders.push(crate::capacity::Holder {
-                    job_id: String::from(&job.id),
+                    job_id: job.id.clone(),
                     gpus: pool.gpus_per_node,
                     cpus: pool.cpus,
                     memory_gb: pool.memory_gb,
@@ -477,7 +478,7 @@ fn a_gpu_job_short_of_cpu_says_cpu_and_names_the_holders() {
     let mut a = sized("h-0", Some("h200"), 8, 64.0, 1024.0);
     a.cpus_used = 60.0;
     a.holders = vec![crate::capacity::Holder {
-        job_id: "hog".into(),
+        job_id: JobId::parse("hog").unwrap(),
         gpus: 0,
         cpus: 60.0,
         memory_gb: 8.0,

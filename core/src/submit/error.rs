@@ -40,7 +40,7 @@ pub enum SubmitError {
         /// The Idempotency-Key as the client sent it.
         key: String,
         /// The job of the first request.
-        job_id: String,
+        job_id: crate::ids::JobId,
     },
     /// Storage failed.
     #[error("storage failed: {0}")]
@@ -61,10 +61,7 @@ impl From<StoreError> for SubmitError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::IdempotencyMismatch { key, job_id, .. } => {
-                SubmitError::IdempotencyConflict {
-                    key,
-                    job_id: job_id.into_string(),
-                }
+                SubmitError::IdempotencyConflict { key, job_id }
             }
             other => SubmitError::Store(other),
         }

@@ -430,11 +430,16 @@ impl SubmitService {
     }
 }
 
-/// The idempotency key of `req` was used before for a pipeline with other steps.
+/// The idempotency key of `req` was used before for a pipeline with other steps; the error names
+/// the first step's job. (With a key, `ids` are [`step_job_id`]s, which keep the id rule, and a
+/// pipeline has a step: the plain message is for a caller that broke both.)
 fn conflict(req: &PipelineRequest, ids: &[String]) -> SubmitError {
-    SubmitError::IdempotencyConflict {
-        key: req.idempotency_key.clone().unwrap_or_default(),
-        job_id: ids.first().cloned().unwrap_or_default(),
+    let key = req.idempotency_key.clone().unwrap_or_default();
+    match ids.first().map(|id| crate::ids::JobId::parse(id.as_str())) {
+        Some(Ok(job_id)) => SubmitError::IdempotencyConflict { key, job_id },
+        _ => SubmitError::InvalidRequest(format!(
+            "Idempotency-Key {key:?} was already used for a different request; use a new key"
+        )),
     }
 }
 

@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::io::Read;
 
+use tuneplane_core::ids::JobId;
 use tuneplane_core::store::BlobStore;
 
 /// Lines kept per log.
@@ -42,10 +43,10 @@ pub const LIVE_TAIL_BYTES: u64 = 64 * 1024;
 
 /// The live tail of a running job: per container (in shipping order of their first segment),
 /// the last lines of its last segments, or an empty list when nothing was shipped yet.
-pub async fn live_tails(blobs: &dyn BlobStore, job_id: &str) -> Vec<LogTail> {
+pub async fn live_tails(blobs: &dyn BlobStore, job_id: &JobId) -> Vec<LogTail> {
     use tuneplane_core::live::{Manifest, manifest_key};
-    let manifest: Manifest = match blobs.get(&manifest_key(job_id)).await {
-        Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_default(),
+    let manifest = match blobs.get(&manifest_key(job_id)).await {
+        Ok(Some(bytes)) => Manifest::read_or_empty(job_id, &bytes),
         _ => return Vec::new(),
     };
     let mut order: Vec<(String, String)> = Vec::new();

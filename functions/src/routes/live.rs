@@ -13,6 +13,7 @@ use axum::Json;
 use axum::extract::State;
 use serde::Deserialize;
 use serde_json::json;
+use tuneplane_core::ids::JobId;
 use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::live::readers::{Marks, READER_WAIT_MS, Reader, answers, mark};
 use tuneplane_core::live::{Manifest, Segment, manifest_key};
@@ -114,18 +115,18 @@ pub struct LiveQuery {
 }
 
 /// The segment list of `job_id` (empty when none was written or it was removed).
-async fn segment_list(blobs: &dyn BlobStore, job_id: &str) -> Result<Option<Manifest>, ApiError> {
+async fn segment_list(blobs: &dyn BlobStore, job_id: &JobId) -> Result<Option<Manifest>, ApiError> {
     Ok(blobs
         .get(&manifest_key(job_id))
         .await?
-        .map(|bytes| serde_json::from_slice(&bytes).unwrap_or_default()))
+        .map(|bytes| Manifest::read_or_empty(job_id, &bytes)))
 }
 
 /// Waits up to [`READER_WAIT_MS`] for a segment list that answers `want`; that list, or the
 /// latest one with `false` (not answered in time, or the list went away: the job ended).
 async fn await_answer(
     blobs: &dyn BlobStore,
-    job_id: &str,
+    job_id: &JobId,
     want: i64,
 ) -> Result<(Manifest, bool), ApiError> {
     let give_up = tokio::time::Instant::now()
@@ -136,11 +137,14 @@ async fn await_answer(
         match current {
             Some(m) if answers(m.answered_ms, want) => return Ok((m, true)),
             Some(_) => seen = true,
-            None if seen => return Ok((Manifest::default(), false)),
+            None if seen => return Ok((Manifest::empty(job_id.clone()), false)),
             None => {}
         }
         if tokio::time::Instant::now() + ANSWER_POLL > give_up {
-            return Ok((current.unwrap_or_default(), false));
+            return Ok((
+                current.unwrap_or_else(|| Manifest::empty(job_id.clone())),
+                false,
+            ));
         }
         tokio::time::sleep(ANSWER_POLL).await;
     }
@@ -321,7 +325,8 @@ pub async fn live_logs(
     } else {
         (segment_list(blobs.as_ref(), &job.id).await?, false)
     };
-    let mut page = live_page(&state, &job, &listed.unwrap_or_default(), &q).await?;
+    let listed = listed.unwrap_or_else(|| Manifest::empty(job.id.clone()));
+    let mut page = live_page(&state, &job, &listed, &q).await?;
     if let Some(map) = page.as_object_mut() {
         map.insert("up_to_date".into(), json!(up_to_date));
     }

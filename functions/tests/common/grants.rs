@@ -6,21 +6,9 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use tuneplane_core::job::{FailureReason, JobRecord, JobState};
+use tuneplane_core::job::{FailureReason, JobState};
 
-use super::archives::{SPEC, body, code};
 use super::{Harness, grant_key};
-
-/// A submitted job of tenant A, made RUNNING in the store (as the reconciler would).
-async fn running_job(h: &Harness) -> JobRecord {
-    let reply = h.submit(&body(SPEC, &code()), None).await;
-    let id = reply.json["job_id"].as_str().unwrap_or_default().to_owned();
-    let mut job = h.jobs().get_job(&id).await.expect("get").expect("the job");
-    job.state = JobState::Running;
-    job.admitted_at_ms = Some(tuneplane_core::clock::now_ms());
-    job.running_at_ms = job.admitted_at_ms;
-    h.jobs().update_job(&job).await.expect("running")
-}
 
 async fn as_grant(
     h: &Harness,
@@ -87,8 +75,8 @@ async fn upload(h: &Harness, token: &str, job: &str, path: &str, bytes: &[u8]) {
 }
 
 pub async fn a_grant_opens_only_its_own_jobs_folders(h: &Harness) {
-    let a = running_job(h).await;
-    let b = running_job(h).await;
+    let a = h.running_job().await;
+    let b = h.running_job().await;
     let token = grant_key().token(&a.id, 1);
     let ok = presign(
         h,
@@ -157,7 +145,7 @@ pub async fn a_grant_opens_only_its_own_jobs_folders(h: &Harness) {
 }
 
 pub async fn a_grant_dies_with_its_attempt(h: &Harness) {
-    let mut job = running_job(h).await;
+    let mut job = h.running_job().await;
     let first = grant_key().token(&job.id, 1);
     let now = tuneplane_core::clock::now_ms();
     // Attempt 1 was lost long ago (past its grace and the upload slack); attempt 2 runs.
@@ -208,7 +196,7 @@ pub async fn a_grant_dies_with_its_attempt(h: &Harness) {
 }
 
 pub async fn checkpoints_count_once_complete_and_only_the_newest_are_kept(h: &Harness) {
-    let job = running_job(h).await;
+    let job = h.running_job().await;
     let token = grant_key().token(&job.id, 1);
     let latest = format!("/v1/jobs/{}/grant/checkpoints/latest", job.id);
     // None yet; a folder with files but no marker is not a checkpoint.
@@ -281,7 +269,7 @@ pub async fn checkpoints_count_once_complete_and_only_the_newest_are_kept(h: &Ha
 }
 
 pub async fn outputs_are_listed_with_links_for_their_tenant_only(h: &Harness) {
-    let job = running_job(h).await;
+    let job = h.running_job().await;
     let token = grant_key().token(&job.id, 1);
     upload(h, &token, &job.id, "outputs/model/w.bin", b"weights").await;
     upload(h, &token, &job.id, "outputs/metrics.json", b"{}").await;
@@ -317,7 +305,7 @@ pub async fn outputs_are_listed_with_links_for_their_tenant_only(h: &Harness) {
 /// Every upload names its size and its URL is signed for exactly that size; a size above the
 /// object limit is 400 naming the field, an upload without a size is 400 naming the field.
 pub async fn every_upload_names_its_size_and_its_url_is_signed_for_that_size(h: &Harness) {
-    let job = running_job(h).await;
+    let job = h.running_job().await;
     let token = grant_key().token(&job.id, 1);
     let r = presign(h, &token, &job.id, "PUT", sized(&["outputs/w.bin"], 1234)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.json);
@@ -378,10 +366,10 @@ pub async fn uploads_past_the_tenants_storage_quota_are_refused_with_its_use_and
 ) {
     let limits = h.state.submit.config().storage;
     let quota = limits.tenant_bytes.expect("a quota by default");
-    let job = running_job(h).await;
+    let job = h.running_job().await;
     let token = grant_key().token(&job.id, 1);
     // What the tenant stores counts: 5 bytes of an earlier job's outputs.
-    let earlier = running_job(h).await;
+    let earlier = h.running_job().await;
     let earlier_token = grant_key().token(&earlier.id, 1);
     upload(h, &earlier_token, &earlier.id, "outputs/w.bin", b"12345").await;
     // Sizes (each within the object limit) adding up to `total`.

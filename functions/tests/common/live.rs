@@ -6,22 +6,10 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use tuneplane_core::job::{JobRecord, JobState};
 use tuneplane_core::live::readers::READER_FOLLOW_MS;
 use tuneplane_core::live::{FOLLOW_TTL_MS, Manifest, Segment, manifest_key, segment_key};
 
 use super::Harness;
-use super::archives::{SPEC, body, code};
-
-/// A submitted job of tenant A, made RUNNING in the store (as the reconciler would).
-async fn running_job(h: &Harness) -> JobRecord {
-    let reply = h.submit(&body(SPEC, &code()), None).await;
-    let id = reply.json["job_id"].as_str().unwrap_or_default().to_owned();
-    let mut job = h.jobs().get_job(&id).await.expect("get").expect("the job");
-    job.state = JobState::Running;
-    job.running_at_ms = Some(tuneplane_core::clock::now_ms());
-    h.jobs().update_job(&job).await.expect("running")
-}
 
 /// Ships `text` of pod `p` container `job` as one segment after `list`'s, answering `answered`.
 async fn ship(h: &Harness, list: &mut Manifest, text: &str, answered: Option<i64>) {
@@ -62,11 +50,8 @@ fn text_of(page: &Value) -> String {
 }
 
 pub async fn a_one_off_read_of_a_running_job_waits_for_the_shipment_that_answers_it(h: &Harness) {
-    let job = running_job(h).await;
-    let mut list = Manifest {
-        job_id: job.id.to_string(),
-        ..Manifest::default()
-    };
+    let job = h.running_job().await;
+    let mut list = Manifest::empty(job.id.clone());
     ship(h, &mut list, "tick 1\n", None).await;
     // The stand-in reconciler: once a reader's want is on the record, it ships what is new and
     // answers it (the real one does so at its next pass).
@@ -103,11 +88,8 @@ pub async fn a_one_off_read_of_a_running_job_waits_for_the_shipment_that_answers
 }
 
 pub async fn a_read_without_wait_or_of_a_follower_answers_at_once(h: &Harness) {
-    let job = running_job(h).await;
-    let mut list = Manifest {
-        job_id: job.id.to_string(),
-        ..Manifest::default()
-    };
+    let job = h.running_job().await;
+    let mut list = Manifest::empty(job.id.clone());
     ship(h, &mut list, "a\nb\n", None).await;
     // wait=false: what was shipped, and no mark.
     let reply = h
@@ -141,11 +123,8 @@ pub async fn a_read_without_wait_or_of_a_follower_answers_at_once(h: &Harness) {
 }
 
 pub async fn a_one_off_read_nobody_answers_gets_what_was_shipped(h: &Harness) {
-    let job = running_job(h).await;
-    let mut list = Manifest {
-        job_id: job.id.to_string(),
-        ..Manifest::default()
-    };
+    let job = h.running_job().await;
+    let mut list = Manifest::empty(job.id.clone());
     ship(h, &mut list, "old\n", None).await;
     let reply = h.get(&format!("/v1/jobs/{}/logs/live", job.id)).await;
     assert_eq!(reply.status, 200, "{}", reply.json);
@@ -156,11 +135,8 @@ pub async fn a_one_off_read_nobody_answers_gets_what_was_shipped(h: &Harness) {
 }
 
 pub async fn tail_sends_each_containers_last_lines_with_their_offset(h: &Harness) {
-    let job = running_job(h).await;
-    let mut list = Manifest {
-        job_id: job.id.to_string(),
-        ..Manifest::default()
-    };
+    let job = h.running_job().await;
+    let mut list = Manifest::empty(job.id.clone());
     ship(h, &mut list, "one\ntwo\n", None).await;
     ship(h, &mut list, "three\nfour\n", None).await;
     ship(h, &mut list, "five\n", None).await;

@@ -300,6 +300,25 @@ impl Harness {
         .await
     }
 
+    /// A job of tenant A submitted through the API ([`archives::SPEC`]), then made RUNNING in the
+    /// store as the reconciler would (admitted and running now).
+    pub async fn running_job(&self) -> tuneplane_core::job::JobRecord {
+        let reply = self
+            .submit(&archives::body(archives::SPEC, &archives::code()), None)
+            .await;
+        let id = reply.json["job_id"].as_str().unwrap_or_default().to_owned();
+        let mut job = self
+            .jobs()
+            .get_job(&id)
+            .await
+            .expect("get")
+            .expect("the job");
+        job.state = tuneplane_core::job::JobState::Running;
+        job.admitted_at_ms = Some(tuneplane_core::clock::now_ms());
+        job.running_at_ms = job.admitted_at_ms;
+        self.jobs().update_job(&job).await.expect("running")
+    }
+
     /// Objects stored under `prefix`, counted directly on the backing storage.
     pub async fn object_count(&self, prefix: &str) -> usize {
         match &self.backing {

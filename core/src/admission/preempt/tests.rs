@@ -76,7 +76,7 @@ fn fleet(names: &[&str], jobs: &[JobRecord]) -> CapacitySnapshot {
                         node.cpus_used += pool.cpus;
                         node.memory_gb_used += pool.memory_gb;
                         node.holders.push(Holder {
-                            job_id: String::from(&j.id),
+                            job_id: j.id.clone(),
                             gpus: pool.gpus_per_node,
                             cpus: pool.cpus,
                             memory_gb: pool.memory_gb,
@@ -303,7 +303,7 @@ fn a_cpu_only_job_at_its_tenants_cpu_limit_takes_the_place_of_a_lower_priority_o
                 node.cpus_used += 24.0;
                 node.memory_gb_used += 8.0;
                 node.holders.push(Holder {
-                    job_id: String::from(&j.id),
+                    job_id: j.id.clone(),
                     gpus: 0,
                     cpus: 24.0,
                     memory_gb: 8.0,
