@@ -24,31 +24,16 @@ pub(crate) async fn admit(
     preempting: Option<Preempting>,
     now: i64,
 ) -> Result<()> {
-    let stored = record_admission(ctx, job, placements, placement, preempting, now).await?;
-    create_workload(ctx, &stored).await
-}
-
-/// The decision: `job`'s record ADMITTED onto `placements`, with its `Admitted` event saying
-/// `placement`, in one write; returns the stored record. Its workload is made by
-/// [`create_workload`], in this pass or (past the pass's request budget, or after a crash) a
-/// later one: an ADMITTED record without a workload is what a pass's sync reports as
-/// [`crate::sync::Synced::NeedsCreate`], and its planned nodes stay reserved meanwhile.
-pub(crate) async fn record_admission(
-    ctx: &Ctx,
-    job: &JobRecord,
-    placements: Vec<PoolPlacement>,
-    placement: String,
-    preempting: Option<Preempting>,
-    now: i64,
-) -> Result<JobRecord> {
     let mut next = job.clone();
     next.transition(JobState::Admitted, now)?;
     next.workload_name = Some(job_workload_name(job));
     next.pending = None;
     next.preempting = preempting;
     // The plan is part of the record: the workload is rendered pinned to it, also when a later
-    // pass creates it.
+    // pass (after a crash) creates it.
     next.placements = placements;
+    // The record (with its event, atomically) first: a crash before the create leaves an
+    // ADMITTED job whose sync creates it.
     let ev = platform_event(
         now,
         state_key(job, JobState::Admitted),
@@ -63,18 +48,7 @@ pub(crate) async fn record_admission(
         .unwrap_or_else(|p| p.into_inner())
         .remove(job.id.as_str());
     tracing::info!(job_id = %job.id, capsule = %job.capsule_sha256, "admitted");
-    Ok(stored)
-}
-
-/// Creates the workload of admitted `job` (and names it on a record that has no name yet, one
-/// written before names were recorded at admission).
-pub(crate) async fn create_workload(ctx: &Ctx, job: &JobRecord) -> Result<()> {
-    let name = workload::create(ctx, job).await?;
-    if job.workload_name.is_none() {
-        let mut next = job.clone();
-        next.workload_name = Some(name);
-        ctx.jobs.update_job(&next).await?;
-    }
+    workload::create(ctx, &stored).await?;
     Ok(())
 }
 

@@ -27,11 +27,11 @@ use tuneplane_core::quota::{TenantQuota, tenant_usage};
 use tuneplane_core::render::{label_value, termination_grace_seconds};
 use tuneplane_core::store::PlaygroundRecord;
 
-use crate::admit::{a_few_at_a_time, create_workload, note, record_admission};
+use crate::admit::{a_few_at_a_time, admit, note};
 use crate::cluster::{Cluster, pod_info};
 use crate::decide::next_pending;
 use crate::error::Result;
-use crate::sync::{Synced, platform_event, sweep_orphans, sync_job};
+use crate::sync::{platform_event, sweep_orphans, sync_job};
 use crate::{Ctx, workload};
 
 pub use crate::config::PASS_CONCURRENCY as CONCURRENCY;
@@ -165,12 +165,7 @@ async fn set_queued_pending(
     Ok(())
 }
 
-async fn sync_one<'j>(
-    ctx: &Ctx,
-    cluster: &Cluster,
-    job: &'j JobRecord,
-    now: i64,
-) -> (&'j JobRecord, Result<Synced>) {
+async fn sync_one(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> (String, Result<()>) {
     let outcome = if ctx.leadership.is_leader() {
         // Boxed: `sync_job`'s future is large (it can archive logs and create workloads), and a
         // pass builds one `sync_one` per active job up front. Unboxed, a pass over 10,000
@@ -178,21 +173,21 @@ async fn sync_one<'j>(
         // though most of them never await anything.
         Box::pin(sync_job(ctx, cluster, job, now)).await
     } else {
-        Ok(Synced::Done)
+        Ok(())
     };
-    (job, outcome)
+    (String::from(&job.id), outcome)
 }
 
-async fn decide_one(
+async fn admit_one(
     ctx: &Ctx,
     job: &JobRecord,
     placements: Vec<PoolPlacement>,
     message: String,
     now: i64,
-) -> (String, Result<JobRecord>) {
+) -> (String, Result<()>) {
     (
         String::from(&job.id),
-        record_admission(ctx, job, placements, message, None, now).await,
+        admit(ctx, job, placements, message, None, now).await,
     )
 }
 
@@ -337,29 +332,22 @@ async fn publish_capacity(
 }
 
 /// Phase 3: every active job followed a step (a few at a time: jobs are independent, and a
-/// pass with many changes must not be a queue of store round trips). Returns the admitted jobs
-/// whose workload is missing, for the create phase.
+/// pass with many changes must not be a queue of store round trips).
 async fn sync_jobs(
     ctx: &Ctx,
     cluster: &Cluster,
     jobs: &[JobRecord],
     now: i64,
     report: &mut PassReport,
-) -> Vec<JobRecord> {
+) {
     // Futures are collected first: a stream over a borrowing closure would not be `Send`.
     let syncs: Vec<_> = jobs
         .iter()
         .map(|job| sync_one(ctx, cluster, job, now))
         .collect();
-    let mut to_create = Vec::new();
-    for (job, outcome) in a_few_at_a_time(syncs).await {
-        match outcome {
-            Ok(Synced::NeedsCreate) => to_create.push(job.clone()),
-            Ok(Synced::Done) => {}
-            Err(e) => note(ctx, report, "sync", &job.id, Err(e)),
-        }
+    for (id, outcome) in a_few_at_a_time(syncs).await {
+        note(ctx, report, "sync", &id, outcome);
     }
-    to_create
 }
 
 /// Phase 4 (leader): workloads and NetworkPolicies no current attempt owns are deleted.
@@ -415,34 +403,17 @@ fn plan<'q>(
     (plan, held)
 }
 
-/// Most admissions a pass decides (records it writes ADMITTED): the decisions are store writes a
-/// few at a time, and a pass must stay short for a job that arrives meanwhile (another tenant's
-/// first among them) to be decided at the next one.
-pub const DECISIONS_PER_PASS: usize = 500;
-
-/// How many passes' worth of creates (`Config::requests_per_pass`) may wait decided but not yet
-/// created: decisions run ahead of the creates by at most this many seconds of the client's rate
-/// limit, so that a decided job's workload follows within a bounded time (far inside any
-/// pre-running deadline) and a later, more important job is not locked out by decisions made
-/// minutes before its workload could be.
-pub const CREATE_BACKLOG_PASSES: usize = 30;
-
-/// Phase 6: the plan's admissions cut to what the pass decides: at most [`DECISIONS_PER_PASS`],
-/// and no more than keeps the creates still to make (`backlog`, in requests, the ones the sync
-/// found plus these) within [`CREATE_BACKLOG_PASSES`] of the client's rate (each admission counted
-/// by the objects it creates). The rest stay QUEUED and are planned again next pass. Returns how
-/// many were deferred.
-fn to_decide(
+/// Phase 6: the plan's admissions cut to what the client's rate limit creates in about a
+/// second (each admission counted by the objects it creates, `Config::requests_per_pass`): a job
+/// that arrives meanwhile (another tenant's first among them) is planned at the next pass instead
+/// of waiting behind a creation backlog planned before it came. The rest stay QUEUED and are
+/// planned again. Returns how many were deferred.
+fn within_budget(
     ctx: &Ctx,
     admit: &mut Vec<Admission>,
-    backlog: usize,
     by_id: &HashMap<&str, &JobRecord>,
 ) -> usize {
-    let room = ctx
-        .config
-        .requests_per_pass()
-        .saturating_mul(CREATE_BACKLOG_PASSES)
-        .saturating_sub(backlog);
+    let budget = ctx.config.requests_per_pass();
     let (mut spent, mut keep) = (0usize, 0usize);
     for a in admit.iter() {
         let cost = match a.kind {
@@ -451,7 +422,7 @@ fn to_decide(
                 .get(a.job_id.as_str())
                 .map_or(1, |j| workload::creates_per_admission(ctx, j.spec.kind())),
         };
-        if keep == DECISIONS_PER_PASS || (spent + cost > room && (keep > 0 || backlog > 0)) {
+        if keep > 0 && spent + cost > budget {
             break;
         }
         spent += cost;
@@ -462,30 +433,27 @@ fn to_decide(
     deferred
 }
 
-/// Phase 7: the kept admissions decided: playgrounds recorded for their pods, jobs' records
-/// written ADMITTED (a few at a time). Returns the jobs' stored records, for the create phase,
-/// and what the playgrounds' pods will cost of the pass's requests.
-async fn decide_planned(
+/// Phase 7: the kept admissions carried out: playgrounds recorded for their pods, jobs'
+/// workloads created (a few at a time).
+async fn admit_planned(
     ctx: &Ctx,
     admit: Vec<Admission>,
     by_id: &HashMap<&str, &JobRecord>,
     playgrounds: &mut [PlaygroundRecord],
     now: i64,
     report: &mut PassReport,
-) -> (Vec<JobRecord>, usize) {
+) {
     let (playground_admits, job_admits): (Vec<_>, Vec<_>) = admit
         .into_iter()
         .partition(|a| a.kind == Claimant::Playground);
-    let mut playground_requests = 0;
     for a in playground_admits {
         let node = a.placements.first().and_then(|p| p.nodes.first()).cloned();
         let Some(node) = node else { continue };
         let outcome = crate::playground::admit(ctx, playgrounds, &a.job_id, node, now).await;
         report.admitted += usize::from(outcome.is_ok());
-        playground_requests += 2;
         note(ctx, report, "admit playground", &a.job_id, outcome);
     }
-    let decisions: Vec<_> = job_admits
+    let admits: Vec<_> = job_admits
         .into_iter()
         .filter_map(|a| {
             let job = *by_id.get(a.job_id.as_str())?;
@@ -496,88 +464,13 @@ async fn decide_planned(
                 .collect::<Vec<_>>()
                 .join("; ");
             let message = format!("admitted; planned nodes {placement}");
-            Some(decide_one(ctx, job, a.placements, message, now))
+            Some(admit_one(ctx, job, a.placements, message, now))
         })
         .collect();
-    let mut decided = Vec::with_capacity(decisions.len());
-    for (id, outcome) in a_few_at_a_time(decisions).await {
-        match outcome {
-            Ok(stored) => {
-                report.admitted += 1;
-                decided.push(stored);
-            }
-            Err(e) => note(ctx, report, "admit", &id, Err(e)),
-        }
+    for (id, outcome) in a_few_at_a_time(admits).await {
+        report.admitted += usize::from(outcome.is_ok());
+        note(ctx, report, "admit", &id, outcome);
     }
-    (decided, playground_requests)
-}
-
-/// Phase 7b: workloads of admitted jobs created, in [`create_order`], as far as the pass's
-/// request budget (`Config::requests_per_pass`, less what `spent` already took) goes; the rest
-/// wait ADMITTED, their nodes reserved, for the next pass. Returns how many wait.
-async fn create_workloads(
-    ctx: &Ctx,
-    to_create: Vec<JobRecord>,
-    spent: usize,
-    report: &mut PassReport,
-) -> usize {
-    let budget = ctx.config.requests_per_pass();
-    let mut spent = spent;
-    let mut now_jobs = Vec::new();
-    let mut waiting = 0usize;
-    for job in create_order(to_create) {
-        let cost = workload::creates_per_admission(ctx, job.spec.kind());
-        if spent + cost > budget && (spent > 0 || !now_jobs.is_empty()) {
-            waiting += 1;
-            continue;
-        }
-        spent += cost;
-        now_jobs.push(job);
-    }
-    let creates: Vec<_> = now_jobs
-        .iter()
-        .map(|job| async move { (job, create_workload(ctx, job).await) })
-        .collect();
-    for (job, outcome) in a_few_at_a_time(creates).await {
-        note(ctx, report, "create", &job.id, outcome);
-    }
-    waiting
-}
-
-/// The order in which admitted jobs' workloads are created: tenants take turns (one job each per
-/// round, the tenant whose next job is most important and oldest first), and each tenant's jobs go
-/// by priority, then by when they were admitted. A tenant whose first job was just decided is in
-/// the first round, however many creates another tenant's burst left waiting.
-pub fn create_order(jobs: Vec<JobRecord>) -> Vec<JobRecord> {
-    let key = |j: &JobRecord| {
-        (
-            std::cmp::Reverse(j.spec.priority),
-            j.admitted_at_ms.unwrap_or(i64::MAX),
-            j.id.clone(),
-        )
-    };
-    let mut by_tenant: HashMap<tuneplane_core::ids::TenantId, Vec<JobRecord>> = HashMap::new();
-    for job in jobs {
-        by_tenant.entry(job.tenant.clone()).or_default().push(job);
-    }
-    let mut queues: Vec<std::collections::VecDeque<JobRecord>> = by_tenant
-        .into_values()
-        .map(|mut js| {
-            js.sort_by_key(key);
-            js.into()
-        })
-        .collect();
-    queues.sort_by_key(|q| q.front().map(key));
-    let total = queues.iter().map(std::collections::VecDeque::len).sum();
-    let mut out = Vec::with_capacity(total);
-    while out.len() < total {
-        for q in &mut queues {
-            if let Some(job) = q.pop_front() {
-                out.push(job);
-            }
-        }
-    }
-    out
 }
 
 /// Phase 8: why each job that was not admitted waits, recorded on it (naming only its own
@@ -624,8 +517,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     let mut report = PassReport::default();
     let mut queue = read_queue(ctx, now, &mut report).await?;
     let capacity = publish_capacity(ctx, cluster, &queue, now).await?;
-    let mut to_create =
-        sync_jobs(ctx, cluster, &queue.active[..queue.jobs], now, &mut report).await;
+    sync_jobs(ctx, cluster, &queue.active[..queue.jobs], now, &mut report).await;
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }
@@ -651,17 +543,13 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             .complete(q, queue.active.iter().map(|j| &j.tenant)),
         Err(e) => {
             note(ctx, &mut report, "quota read", "", Err(e.into()));
-            // What was decided before is still created.
-            report.deferred += create_workloads(ctx, to_create, 0, &mut report).await;
             let playgrounds = queue.playgrounds.take();
             playgrounds_step(ctx, cluster, now, playgrounds, &HashMap::new(), &mut report).await;
             return Ok(report);
         }
     };
     let Some(mut playgrounds) = queue.playgrounds.take() else {
-        // Without the playgrounds nothing is admitted (see `Queue`); jobs were synced, and what
-        // was decided before is still created.
-        report.deferred += create_workloads(ctx, to_create, 0, &mut report).await;
+        // Without the playgrounds nothing is admitted (see `Queue`); jobs were synced.
         return Ok(report);
     };
     let waits = {
@@ -683,16 +571,9 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         // quadratic).
         let by_id: HashMap<&str, &JobRecord> =
             queue.active.iter().map(|j| (j.id.as_str(), j)).collect();
-        let backlog: usize = to_create
-            .iter()
-            .map(|j| workload::creates_per_admission(ctx, j.spec.kind()))
-            .sum();
-        report.deferred = to_decide(ctx, &mut plan.admit, backlog, &by_id);
+        report.deferred = within_budget(ctx, &mut plan.admit, &by_id);
         let admit = std::mem::take(&mut plan.admit);
-        let (decided, spent) =
-            decide_planned(ctx, admit, &by_id, &mut playgrounds, now, &mut report).await;
-        to_create.extend(decided);
-        report.deferred += create_workloads(ctx, to_create, spent, &mut report).await;
+        admit_planned(ctx, admit, &by_id, &mut playgrounds, now, &mut report).await;
         let waits = record_waiting(ctx, plan.waiting, &by_id, now, &mut report).await;
         record_held(ctx, &queue, now, &mut report).await;
         waits
@@ -705,60 +586,4 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         }
     }
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tuneplane_core::spec::JobSpec;
-
-    fn admitted(id: &str, tenant: &str, priority: i32, at: i64) -> JobRecord {
-        let spec: JobSpec = serde_json::from_value(serde_json::json!({
-            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true",
-            "env": {}, "pools": [{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0,
-            "cpus": 1.0, "memory_gb": 1.0}],
-            "deadlines": {"pre_running_seconds": 10, "run_seconds": 100}, "priority": priority,
-            "labels": {}, "namespace": "ns", "platform_version": "0"
-        }))
-        .unwrap();
-        let mut job =
-            JobRecord::new_queued(id.parse().unwrap(), tenant.parse().unwrap(), spec, "ab", 0);
-        job.transition(JobState::Admitted, at).unwrap();
-        job
-    }
-
-    fn ids(jobs: &[JobRecord]) -> Vec<&str> {
-        jobs.iter().map(|j| j.id.as_str()).collect()
-    }
-
-    #[test]
-    fn tenants_take_turns_and_a_late_tenant_is_in_the_first_round() {
-        let mut jobs: Vec<JobRecord> = (0..5)
-            .map(|i| admitted(&format!("a-{i}"), "team-a", 0, 1_000 + i))
-            .collect();
-        jobs.push(admitted("b-0", "team-b", 0, 9_000));
-        jobs.push(admitted("c-0", "team-c", 0, 2_000));
-        jobs.push(admitted("c-1", "team-c", 0, 2_001));
-        let order = create_order(jobs);
-        assert_eq!(
-            ids(&order),
-            ["a-0", "c-0", "b-0", "a-1", "c-1", "a-2", "a-3", "a-4"]
-        );
-    }
-
-    #[test]
-    fn a_tenants_more_important_job_is_created_before_its_older_ones() {
-        let jobs = vec![
-            admitted("old", "team-a", 0, 1_000),
-            admitted("urgent", "team-a", 5, 5_000),
-            admitted("other", "team-b", 0, 2_000),
-        ];
-        let order = create_order(jobs);
-        assert_eq!(ids(&order), ["urgent", "other", "old"]);
-    }
-
-    #[test]
-    fn nothing_to_create_is_an_empty_order() {
-        assert!(create_order(Vec::new()).is_empty());
-    }
 }

@@ -300,22 +300,10 @@ async fn copy_warnings(ctx: &Ctx, cluster: &Cluster, job: &JobRecord) -> Result<
     Ok(())
 }
 
-/// What syncing a job left to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Synced {
-    /// Nothing: the job took its step (or had none).
-    Done,
-    /// The job is admitted and its workload does not exist: the pass's create phase makes it,
-    /// within the pass's request budget ([`crate::pass`]).
-    NeedsCreate,
-}
-
-/// Syncs one active job (any non-terminal job that is not simply waiting in the queue). A
-/// missing workload of an admitted job is not created here but reported
-/// ([`Synced::NeedsCreate`]): creates are spent in one place, fairly between tenants.
-pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> Result<Synced> {
+/// Syncs one active job (any non-terminal job that is not simply waiting in the queue).
+pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> Result<()> {
     if job.state == JobState::Queued && !job.stop_requested {
-        return Ok(Synced::Done);
+        return Ok(());
     }
     let observed = if job.state == JobState::Queued {
         Observed::Missing
@@ -349,7 +337,14 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
         Step::Create
             if workload::recently_created(ctx, &tuneplane_core::render::job_workload_name(job)) => {
         }
-        Step::Create => return Ok(Synced::NeedsCreate),
+        Step::Create => {
+            let name = workload::create(ctx, job).await?;
+            if job.workload_name.is_none() {
+                let mut next = job.clone();
+                next.workload_name = Some(name);
+                ctx.jobs.update_job(&next).await?;
+            }
+        }
         Step::MarkRunning => {
             let mut next = job.clone();
             next.transition(JobState::Running, now)?;
@@ -384,7 +379,7 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
             finish(ctx, cluster, job, state, failure, now).await?;
         }
     }
-    Ok(Synced::Done)
+    Ok(())
 }
 
 /// The step recording `reason` and `message` on an admitted job that waits for preempted jobs:
