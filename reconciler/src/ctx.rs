@@ -19,8 +19,7 @@ pub struct PassReport {
     pub waiting: usize,
     /// Per-job steps that failed (retried next pass).
     pub errors: usize,
-    /// Work left for the next pass, which follows at once: admissions planned beyond what this
-    /// pass decides (left QUEUED) and admitted jobs whose workload it had no budget to create.
+    /// Admissions planned beyond this pass's budget, left QUEUED for the next pass.
     pub deferred: usize,
 }
 

@@ -1,8 +1,7 @@
 //! One reconcile pass (docs/design.md §8), a function per phase that [`pass`] calls in turn:
 //! [`read_queue`] → [`publish_capacity`] → [`sync_jobs`] → (leader) [`sweep`] →
 //! [`crate::arrays::phase`] → [`crate::dependencies::phase`] → [`hold_back`] → quotas →
-//! [`plan`] → [`crate::preempt::phase`] → [`to_decide`] → [`decide_planned`] → [`create_workloads`]
-//! → [`record_waiting`] → playgrounds → live logs.
+//! [`plan`] → [`crate::preempt::phase`] → [`within_budget`] → [`admit_planned`] → [`record_waiting`] → playgrounds → live logs.
 //!
 //! The pass reads the reflector stores once (a [`Cluster`]) and the active index once, then acts.
 //! It is a periodic pass over all jobs rather than a per-object reconcile, because admission is
@@ -509,9 +508,8 @@ async fn record_waiting(
 }
 
 /// Runs one pass over `cluster` at `now`, phase by phase (docs/design.md §8): read the queue,
-/// publish capacity, sync jobs; as the leader also sweep, read quotas, plan, decide what fits,
-/// create workloads within the pass's budget, record why the rest wait, run the playgrounds and
-/// ship live logs.
+/// publish capacity, sync jobs; as the leader also sweep, read quotas, plan, cut the plan to the
+/// pass's budget, admit, record why the rest wait, run the playgrounds and ship live logs.
 #[tracing::instrument(name = "pass", skip(ctx, cluster), err)]
 pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> {
     let mut report = PassReport::default();
