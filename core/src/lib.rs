@@ -32,9 +32,11 @@ pub mod live;
 pub mod outputs;
 pub mod storage;
 
-// Telling people what happened: callbacks (events, targets, subscriptions, outbox), audit.
+// Telling people what happened: callbacks, subscriptions, audit.
 pub mod audit;
 pub mod callback;
+pub mod notify;
+pub mod subscriptions;
 
 // Operations on existing jobs, and what one tenant may see of another.
 pub mod control;

@@ -6,12 +6,12 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tuneplane_core::callback::subscription_changes::SubscriptionError;
 use tuneplane_core::capsule::CapsuleError;
 use tuneplane_core::control::ControlError;
 use tuneplane_core::spec::FieldError;
 use tuneplane_core::store::StoreError;
 use tuneplane_core::submit::SubmitError;
+use tuneplane_core::subscriptions::SubscriptionError;
 
 tokio::task_local! {
     /// The id of the request being served (set by the request-id middleware).

@@ -1,9 +1,5 @@
-//! Job-event callbacks, the whole feature in one place: what a callback may name
-//! ([`events`]: events and formats, below the job spec's `notify` list), where it may go
-//! ([`target`]), a tenant's subscriptions and secret ([`subscription`]) and the rules every door
-//! changes them by ([`subscription_changes`]), the outbox that makes delivery durable
-//! ([`outbox`]), and what a delivery carries ([`payload`]). The sender that delivers them is the
-//! reconciler's `callback_sender`.
+//! Job-event callbacks: what a job or a tenant subscribes to, the outbox that makes delivery
+//! durable, where a delivery may go, and what it carries.
 //!
 //! The path of an event (docs/design.md §6, "Callbacks"):
 //! 1. A state change is written with its platform event (`state-ADMITTED`, `submitted`,
@@ -21,16 +17,18 @@
 //! Delivery is at least once: a sender killed after the receiver answered and before the outcome
 //! was written sends again, with the same event id ([`OutboxEntry::id`]), so receivers
 //! deduplicate by it.
+//!
+//! What a callback may name (events, formats, URLs) lives below the job spec in [`crate::notify`];
+//! managing a tenant's subscriptions through the store is [`crate::subscriptions`].
 
-pub mod events;
 pub mod outbox;
 pub mod payload;
 pub mod subscription;
-pub mod subscription_changes;
-pub mod target;
 
-pub use events::{EventKind, Format, MAX_NOTIFY, MAX_URL_BYTES, Notify, event_names, parse_events};
+pub use crate::notify::{
+    EventKind, Format, MAX_NOTIFY, MAX_URL_BYTES, Notify, event_names, parse_events,
+};
+pub use crate::notify::{check_ip, check_url, target};
 pub use outbox::{Delivery, DeliveryEnd, OutboxEntry, TargetRef};
 pub use payload::{SIGNATURE_HEADER, body, sign, signature_header};
 pub use subscription::{CallbackSecret, Subscription};
-pub use target::{check_ip, check_url};

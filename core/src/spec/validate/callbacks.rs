@@ -3,13 +3,13 @@
 use super::*;
 
 impl Checker {
-    /// The job's callbacks: at most [`callback::MAX_NOTIFY`], each a checked URL, known events
+    /// The job's callbacks: at most [`notify::MAX_NOTIFY`], each a checked URL, known events
     /// (none: every event) and a known format.
     pub(super) fn notify(
         &mut self,
         map: &Map<String, Value>,
         allow_loopback: bool,
-    ) -> Vec<callback::Notify> {
+    ) -> Vec<notify::Notify> {
         let list = match map.get("notify") {
             None | Some(Value::Null) => return Vec::new(),
             Some(Value::Array(list)) => list,
@@ -24,18 +24,18 @@ impl Checker {
                 return Vec::new();
             }
         };
-        if list.len() > callback::MAX_NOTIFY {
+        if list.len() > notify::MAX_NOTIFY {
             self.err(
                 "notify",
                 format!(
                     "{} callbacks; at most {} per job (a tenant subscription covers every job)",
                     list.len(),
-                    callback::MAX_NOTIFY
+                    notify::MAX_NOTIFY
                 ),
             );
         }
         let mut out = Vec::new();
-        for (i, item) in list.iter().enumerate().take(callback::MAX_NOTIFY) {
+        for (i, item) in list.iter().enumerate().take(notify::MAX_NOTIFY) {
             let p = format!("notify[{i}]");
             let Some(m) = item.as_object() else {
                 self.err(
@@ -50,7 +50,7 @@ impl Checker {
             self.unknown_fields(m, NOTIFY_FIELDS, &format!("{p}."));
             let url = self
                 .string(m, "url", &format!("{p}.url"), true)
-                .and_then(|u| match callback::check_url(&u, allow_loopback) {
+                .and_then(|u| match notify::check_url(&u, allow_loopback) {
                     Ok(_) => Some(u),
                     Err(why) => {
                         self.err(format!("{p}.url"), format!("{u:?}: {why}"));
@@ -72,7 +72,7 @@ impl Checker {
                     type_name(other)
                 )),
             }
-            .and_then(|names| callback::parse_events(&names));
+            .and_then(|names| notify::parse_events(&names));
             let events = match events {
                 Ok(e) => Some(e),
                 Err(why) => {
@@ -81,8 +81,8 @@ impl Checker {
                 }
             };
             let format = match m.get("format") {
-                None | Some(Value::Null) => Some(callback::Format::Json),
-                Some(Value::String(f)) => callback::Format::parse(f)
+                None | Some(Value::Null) => Some(notify::Format::Json),
+                Some(Value::String(f)) => notify::Format::parse(f)
                     .map_err(|why| self.err(format!("{p}.format"), why))
                     .ok(),
                 Some(other) => {
@@ -94,7 +94,7 @@ impl Checker {
                 }
             };
             if let (Some(url), Some(events), Some(format)) = (url, events, format) {
-                out.push(callback::Notify {
+                out.push(notify::Notify {
                     url,
                     events,
                     format,

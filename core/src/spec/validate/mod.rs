@@ -20,11 +20,11 @@ use super::{
     ArraySpec, Checkpoints, DEFAULT_GRACE_SECONDS, Deadlines, Dependency, DependencyWhen, JobSpec,
     MAX_ARRAY_SIZE, MAX_DEPENDENCIES, MAX_RETRIES, MIN_ARRAY_SIZE, Pool, Retries, is_dns_label,
 };
-use crate::callback;
 use crate::constants::{
     DEFAULT_NAMESPACE, KNOWN_PLUGINS, PLATFORM_VERSION, PLUGIN_CUSTOM, RESERVED_ENV_PREFIX,
 };
 use crate::fleet::FleetShape;
+use crate::notify;
 
 /// Largest spec text accepted, in bytes; specs are small, anything bigger is a mistake or an attack.
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;

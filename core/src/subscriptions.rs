@@ -4,8 +4,9 @@
 
 use serde::Deserialize;
 
-use super::{CallbackSecret, Format, Subscription, check_url, parse_events};
 use crate::audit::{Actor, AuditAction, AuditEntry};
+use crate::callback::{CallbackSecret, Subscription};
+use crate::notify::{Format, check_url, parse_events};
 use crate::spec::FieldError;
 use crate::store::{JobStore, StoreError};
 
@@ -53,7 +54,7 @@ pub enum SubscriptionError {
 pub fn check(
     request: &SubscriptionRequest,
     allow_loopback: bool,
-) -> Result<(Vec<super::EventKind>, Format), Vec<FieldError>> {
+) -> Result<(Vec<crate::notify::EventKind>, Format), Vec<FieldError>> {
     let mut errors = Vec::new();
     let mut field = |path: &str, message: String| {
         errors.push(FieldError {
@@ -220,7 +221,7 @@ mod tests {
             format: Some("slack".into()),
         };
         let (events, format) = check(&good, false).unwrap();
-        assert_eq!(events, crate::callback::EventKind::TERMINAL.to_vec());
+        assert_eq!(events, crate::notify::EventKind::TERMINAL.to_vec());
         assert_eq!(format, Format::Slack);
     }
 

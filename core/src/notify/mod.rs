@@ -1,6 +1,10 @@
-//! What a callback may name: the events it reports and the shape of its body (where it may be
-//! sent is [`super::target`]). The job spec's `notify` list and a tenant's subscriptions are
-//! checked with these rules.
+//! What a callback may name: the events it reports, the shape of its body, and where it may be
+//! sent ([`target`]). The job spec's `notify` list and a tenant's subscriptions are checked with
+//! these rules; delivering them is [`crate::callback`].
+
+pub mod target;
+
+pub use target::{check_ip, check_url};
 
 use std::collections::BTreeSet;
 use std::fmt;

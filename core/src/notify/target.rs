@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use url::{Host, Url};
 
-use super::events::MAX_URL_BYTES;
+use super::MAX_URL_BYTES;
 
 /// Host names that are the machine itself.
 fn is_loopback_name(host: &str) -> bool {
