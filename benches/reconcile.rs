@@ -41,7 +41,6 @@ use serde_json::json;
 use tuneplane_core::constants::DEFAULT_NAMESPACE;
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::{JobRecord, JobState};
-use tuneplane_core::spec::JobSpec;
 use tuneplane_core::store::{BlobStore, JobRecords, JobStore};
 use tuneplane_kubesim::{KubeSim, SimConfig};
 use tuneplane_reconciler::cluster::Cluster;
@@ -60,22 +59,20 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 fn cpu_job(i: usize, state: JobState) -> JobRecord {
-    let spec: JobSpec = serde_json::from_value(json!({
-        "name": "bench", "plugin": "custom/custom", "image": "python:3.12-slim",
-        "entrypoint": "python train.py", "env": {"EPOCHS": "1"},
-        "pools": [{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0, "cpus": 1.0, "memory_gb": 1.0}],
-        "deadlines": {"pre_running_seconds": 3600, "run_seconds": 86400}, "priority": 0,
-        "labels": {"team": "bench"}, "namespace": DEFAULT_NAMESPACE, "platform_version": "0.1.0"
-    }))
-    .unwrap();
     let now = tuneplane_core::clock::now_ms();
-    let mut job = JobRecord::new_queued(
-        format!("j{i:06}").parse().unwrap(),
-        "bench".parse().unwrap(),
-        spec,
-        SHA,
-        now,
-    );
+    let mut job = tuneplane_testkit::records::queued(&format!("j{i:06}"))
+        .tenant("bench")
+        .capsule(SHA)
+        .submitted_at(now)
+        .image("python:3.12-slim")
+        .deadlines(3600, 86400)
+        .spec_field("name", json!("bench"))
+        .spec_field("entrypoint", json!("python train.py"))
+        .spec_field("env", json!({"EPOCHS": "1"}))
+        .spec_field("labels", json!({"team": "bench"}))
+        .spec_field("namespace", json!(DEFAULT_NAMESPACE))
+        .spec_field("platform_version", json!("0.1.0"))
+        .build();
     job.state = state;
     if state.is_terminal() {
         job.admitted_at_ms = Some(now);

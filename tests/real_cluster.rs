@@ -1025,7 +1025,9 @@ async fn preempted_ray_and_cpu_jobs_save_stop_and_resume_on_the_real_tier() {
         tenant_api(stack, "team-b").await,
         tenant_api(stack, "team-c").await,
     );
-    const STEPS: u32 = 60;
+    // Long enough that the preemption always comes while the victims still run (at 60 steps
+    // the gang once finished before team-a submitted on a slow machine).
+    const STEPS: u32 = 150;
     let never = submit(&b, &ray_training(1, STEPS, 100_000)).await;
     wait_until(&b, &never.id, 240, "running", |j| {
         j.state == JobState::Running

@@ -32,11 +32,10 @@ pub mod live;
 pub mod outputs;
 pub mod storage;
 
-// Telling people what happened: callbacks, subscriptions, audit.
+// Telling people what happened: callbacks (what a job's `notify` may name is `spec::notify`,
+// managing subscriptions is `control::subscriptions`) and the audit trail.
 pub mod audit;
 pub mod callback;
-pub mod notify;
-pub mod subscriptions;
 
 // Operations on existing jobs, and what one tenant may see of another.
 pub mod control;

@@ -8,10 +8,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tuneplane_core::capsule::CapsuleError;
 use tuneplane_core::control::ControlError;
+use tuneplane_core::control::subscriptions::SubscriptionError;
 use tuneplane_core::spec::FieldError;
 use tuneplane_core::store::StoreError;
 use tuneplane_core::submit::SubmitError;
-use tuneplane_core::subscriptions::SubscriptionError;
 
 tokio::task_local! {
     /// The id of the request being served (set by the request-id middleware).

@@ -11,7 +11,7 @@ pub mod admit;
 pub mod archives;
 pub mod arrays;
 pub mod attempt_loss;
-pub mod callbacks;
+pub mod callback;
 pub mod checkpoint_cache;
 pub mod cluster;
 pub mod config;

@@ -189,7 +189,7 @@ impl Reconciler {
 /// The pass loop and, beside it on the leader, the callback sender; ends when the pass loop does
 /// (the sender never ends by itself).
 async fn passes_and_callbacks(ctx: &Arc<Ctx>, stores: &Stores, notify: &Arc<Notify>) {
-    let sender = crate::callbacks::Sender::new(
+    let sender = crate::callback::Sender::new(
         ctx.jobs.clone(),
         ctx.config.callbacks.clone(),
         ctx.metrics.callbacks.clone(),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tuneplane_core::callback::{EventKind, Format, Notify};
 use tuneplane_core::job::{EventSource, JobEvent};
 use tuneplane_core::store::{JobStore, NewJob};
-use tuneplane_reconciler::callbacks::{CallbackMetrics, CallbackSettings, Sender};
+use tuneplane_reconciler::callback::{CallbackMetrics, CallbackSettings, Sender};
 
 #[tokio::test]
 async fn a_receiver_that_cannot_be_reached_leaves_no_query_token_in_the_error() {

@@ -21,7 +21,7 @@ use tuneplane_core::callback::outbox::{event_id, kind_of};
 use tuneplane_core::callback::{EventKind, Format, Notify, Subscription};
 use tuneplane_core::job::{EventSource, JobEvent, JobRecord, JobState};
 use tuneplane_core::store::{JobStore, NewJob};
-use tuneplane_reconciler::callbacks::{CallbackMetrics, CallbackSettings, Resolve, Sender};
+use tuneplane_reconciler::callback::{CallbackMetrics, CallbackSettings, Resolve, Sender};
 
 /// Stores `job` with its submission event, as the submit service does (the `queued` callback).
 async fn submit(jobs: &dyn JobStore, job: &JobRecord) {

@@ -20,7 +20,7 @@ use scale::{Rng, Run};
 use tuneplane_core::callback::outbox::{event_id, kind_of};
 use tuneplane_core::callback::{EventKind, Format, Notify};
 use tuneplane_core::store::EventQuery;
-use tuneplane_reconciler::callbacks::CallbackSettings;
+use tuneplane_reconciler::callback::CallbackSettings;
 
 const JOBS: usize = 100;
 const WAVES: usize = 4;

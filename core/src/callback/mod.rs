@@ -18,17 +18,17 @@
 //! was written sends again, with the same event id ([`OutboxEntry::id`]), so receivers
 //! deduplicate by it.
 //!
-//! What a callback may name (events, formats, URLs) lives below the job spec in [`crate::notify`];
-//! managing a tenant's subscriptions through the store is [`crate::subscriptions`].
+//! What a callback may name (events, formats, URLs) lives below the job spec in [`crate::spec::notify`];
+//! managing a tenant's subscriptions through the store is [`crate::control::subscriptions`].
 
 pub mod outbox;
 pub mod payload;
 pub mod subscription;
 
-pub use crate::notify::{
+pub use crate::spec::notify::{
     EventKind, Format, MAX_NOTIFY, MAX_URL_BYTES, Notify, event_names, parse_events,
 };
-pub use crate::notify::{check_ip, check_url, target};
+pub use crate::spec::notify::{check_ip, check_url, target};
 pub use outbox::{Delivery, DeliveryEnd, OutboxEntry, TargetRef};
 pub use payload::{SIGNATURE_HEADER, body, sign, signature_header};
 pub use subscription::{CallbackSecret, Subscription};

@@ -4,6 +4,7 @@
 //! [`JobSpec`] with every default filled in, or every problem with its field path. Nothing
 //! downstream re-reads the user's text: the authoritative spec goes into the capsule and the record.
 
+pub mod notify;
 mod strict;
 mod validate;
 
@@ -46,7 +47,7 @@ pub struct JobSpec {
     /// Callbacks of the job's state changes (docs/design.md §6, "Callbacks"); left out of the
     /// spec's JSON while empty, so specs without callbacks keep their capsule digest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub notify: Vec<crate::notify::Notify>,
+    pub notify: Vec<crate::spec::notify::Notify>,
     /// Higher runs first; ties are first come, first served.
     pub priority: i32,
     /// Whether the platform may stop the job to give its GPUs back to a tenant's guarantee or to
@@ -355,13 +356,13 @@ pools: [{name: main, nodes: 1, gpus_per_node: 0, cpus: 2, memory_gb: 4}]
         assert_eq!(spec.notify.len(), 2);
         assert_eq!(
             spec.notify[0].events,
-            crate::notify::EventKind::TERMINAL.to_vec()
+            crate::spec::notify::EventKind::TERMINAL.to_vec()
         );
         assert_eq!(
             spec.notify[1].events,
-            crate::notify::EventKind::ALL.to_vec()
+            crate::spec::notify::EventKind::ALL.to_vec()
         );
-        assert_eq!(spec.notify[1].format, crate::notify::Format::Slack);
+        assert_eq!(spec.notify[1].format, crate::spec::notify::Format::Slack);
         let plain = serde_json::to_value(ok(CPU_JOB)).unwrap();
         assert!(plain.get("notify").is_none(), "no key while empty: {plain}");
     }

@@ -11,10 +11,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
 use tuneplane_core::callback::EventKind;
-use tuneplane_core::submit::SCOPE_JOBS_WRITE;
-use tuneplane_core::subscriptions::{
+use tuneplane_core::control::subscriptions::{
     self as subscriptions, SubscriptionError, SubscriptionRequest,
 };
+use tuneplane_core::submit::SCOPE_JOBS_WRITE;
 
 use super::layout::{ConsoleError, Nav, csrf_field, page, respond, time};
 use super::viewer::{CsrfForm, CsrfToken, Viewer, WriteForm, encode_component};

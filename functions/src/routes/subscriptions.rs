@@ -9,8 +9,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tuneplane_core::callback::{CallbackSecret, Subscription};
+use tuneplane_core::control::subscriptions::{self as subscriptions, SubscriptionRequest};
 use tuneplane_core::submit::{SCOPE_JOBS_READ, SCOPE_JOBS_WRITE};
-use tuneplane_core::subscriptions::{self as subscriptions, SubscriptionRequest};
 
 use crate::error::ApiError;
 use crate::state::{AppState, Auth};

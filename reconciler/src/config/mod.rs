@@ -238,7 +238,7 @@ pub struct Config {
     /// JSON log lines ([`process::ENV_LOG_FORMAT`]).
     pub json_logs: bool,
     /// The callback sender's settings.
-    pub callbacks: crate::callbacks::CallbackSettings,
+    pub callbacks: crate::callback::CallbackSettings,
 }
 
 impl Default for Config {
@@ -281,8 +281,8 @@ impl Default for Config {
 /// [`ENV_CALLBACK_MAX_OUTSTANDING`].
 fn callback_settings(
     get: &impl Fn(&str) -> Option<String>,
-) -> Result<crate::callbacks::CallbackSettings> {
-    let mut c = crate::callbacks::CallbackSettings::default();
+) -> Result<crate::callback::CallbackSettings> {
+    let mut c = crate::callback::CallbackSettings::default();
     if let Some(v) = get(ENV_CALLBACKS_ALLOW_LOOPBACK) {
         c.allow_loopback = match v.trim() {
             "1" | "true" => true,

@@ -18,7 +18,6 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tuneplane_core::fleet::Fleet;
 use tuneplane_core::job::{JobRecord, JobState, PendingReason};
-use tuneplane_core::spec::JobSpec;
 use tuneplane_core::store::{BlobStore, JobStore};
 use tuneplane_kubesim::{KubeSim, SimConfig};
 use tuneplane_reconciler::metrics::Metrics;
@@ -379,20 +378,19 @@ pub fn job(
     image: &str,
     pre_running_seconds: u64,
 ) -> JobRecord {
-    let spec: JobSpec = serde_json::from_value(json!({
-        "name": "t", "plugin": "custom/custom", "image": image, "entrypoint": "python train.py",
-        "env": {"EPOCHS": "1"}, "pools": pools,
-        "deadlines": {"pre_running_seconds": pre_running_seconds, "run_seconds": 3600}, "priority": 0,
-        "labels": {"team": "nlp"}, "namespace": "tuneplane-jobs", "platform_version": "0.1.0"
-    }))
-    .expect("spec");
-    JobRecord::new_queued(
-        id.parse().unwrap(),
-        "acme".parse().unwrap(),
-        spec,
-        SHA,
-        tuneplane_core::clock::now_ms(),
-    )
+    tuneplane_testkit::records::queued(id)
+        .tenant("acme")
+        .capsule(SHA)
+        .submitted_at(tuneplane_core::clock::now_ms())
+        .pools(pools)
+        .image(image)
+        .deadlines(pre_running_seconds, 3600)
+        .spec_field("entrypoint", json!("python train.py"))
+        .spec_field("env", json!({"EPOCHS": "1"}))
+        .spec_field("labels", json!({"team": "nlp"}))
+        .spec_field("namespace", json!("tuneplane-jobs"))
+        .spec_field("platform_version", json!("0.1.0"))
+        .build()
 }
 
 /// A queued job on one pool `main` of `nodes` × `gpus` of `series`, with the train image and a

@@ -29,13 +29,13 @@ pub fn idem(key: &str, request: &str, ttl_seconds: u64) -> Idempotency {
 
 /// A queued job of `tenant` submitted at `submitted_ms` with `priority`.
 pub fn job(id: &str, tenant: &str, submitted_ms: i64, priority: i32) -> JobRecord {
-    JobRecord::new_queued(
-        id.parse().unwrap(),
-        tenant.parse().unwrap(),
-        spec(priority),
-        "ab".repeat(32),
-        submitted_ms,
-    )
+    let mut job = tuneplane_testkit::records::queued(id)
+        .tenant(tenant)
+        .capsule(&"ab".repeat(32))
+        .submitted_at(submitted_ms)
+        .build();
+    job.spec = spec(priority);
+    job
 }
 
 /// A platform event.

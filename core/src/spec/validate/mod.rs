@@ -4,8 +4,8 @@
 //! field does not hide the next one: each field is checked on its own and all problems are collected.
 
 mod basics;
-mod callbacks;
 mod fit;
+mod notify;
 mod policy;
 mod pools;
 
@@ -24,7 +24,6 @@ use crate::constants::{
     DEFAULT_NAMESPACE, KNOWN_PLUGINS, PLATFORM_VERSION, PLUGIN_CUSTOM, RESERVED_ENV_PREFIX,
 };
 use crate::fleet::FleetShape;
-use crate::notify;
 
 /// Largest spec text accepted, in bytes; specs are small, anything bigger is a mistake or an attack.
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;

@@ -6,8 +6,8 @@ use serde::Deserialize;
 
 use crate::audit::{Actor, AuditAction, AuditEntry};
 use crate::callback::{CallbackSecret, Subscription};
-use crate::notify::{Format, check_url, parse_events};
 use crate::spec::FieldError;
+use crate::spec::notify::{Format, check_url, parse_events};
 use crate::store::{JobStore, StoreError};
 
 /// What a caller asks for: `POST /v1/subscriptions`.
@@ -54,7 +54,7 @@ pub enum SubscriptionError {
 pub fn check(
     request: &SubscriptionRequest,
     allow_loopback: bool,
-) -> Result<(Vec<crate::notify::EventKind>, Format), Vec<FieldError>> {
+) -> Result<(Vec<crate::spec::notify::EventKind>, Format), Vec<FieldError>> {
     let mut errors = Vec::new();
     let mut field = |path: &str, message: String| {
         errors.push(FieldError {
@@ -221,7 +221,7 @@ mod tests {
             format: Some("slack".into()),
         };
         let (events, format) = check(&good, false).unwrap();
-        assert_eq!(events, crate::notify::EventKind::TERMINAL.to_vec());
+        assert_eq!(events, crate::spec::notify::EventKind::TERMINAL.to_vec());
         assert_eq!(format, Format::Slack);
     }
 

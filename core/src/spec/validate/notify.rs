@@ -1,6 +1,7 @@
 //! The job's callbacks (`notify`).
 
 use super::*;
+use crate::spec::notify;
 
 impl Checker {
     /// The job's callbacks: at most [`notify::MAX_NOTIFY`], each a checked URL, known events

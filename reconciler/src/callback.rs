@@ -23,10 +23,10 @@ use tuneplane_core::callback::payload::{EVENT_HEADER, EVENT_ID_HEADER};
 use tuneplane_core::callback::{
     CallbackSecret, DeliveryEnd, OutboxEntry, SIGNATURE_HEADER, Subscription, check_ip, check_url,
 };
+use tuneplane_core::control::subscriptions::redacted;
 use tuneplane_core::ids::TenantId;
 use tuneplane_core::job::{EventSource, JobEvent};
 use tuneplane_core::store::{JobStore, StoreError};
-use tuneplane_core::subscriptions::redacted;
 
 use crate::leader::Leadership;
 use crate::now_ms;

@@ -2,6 +2,10 @@
 //! stopping a job, creating and deleting a playground. One set of rules for every door: a caller
 //! sees only its tenant's objects, and a write that meets a concurrent one (the reconciler's) reads
 //! again and retries a bounded number of times.
+//!
+//! A tenant's callback subscriptions are managed the same way, in [`subscriptions`].
+
+pub mod subscriptions;
 
 use crate::audit::{Actor, AuditAction, AuditEntry};
 use crate::clock::now_ms;
