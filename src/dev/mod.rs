@@ -173,6 +173,44 @@ fn persisted(
     }
 }
 
+/// The reconciler settings the stack takes from its options and from the environment, validated
+/// as the reconciler does: the API rate limit (`TUNEPLANE_KUBE_QPS`, `TUNEPLANE_KUBE_BURST`) and
+/// preemption (`TUNEPLANE_PREEMPTION`, `TUNEPLANE_PREEMPTION_MIN_RUN_SECONDS`).
+fn reconciler_config(opts: &StackOptions) -> anyhow::Result<tuneplane_reconciler::Config> {
+    use tuneplane_reconciler::config::{
+        ENV_KUBE_BURST, ENV_KUBE_QPS, ENV_PREEMPTION, ENV_PREEMPTION_MIN_RUN,
+    };
+    let from_env = tuneplane_reconciler::Config::from_lookup(|k| {
+        [
+            ENV_KUBE_QPS,
+            ENV_KUBE_BURST,
+            ENV_PREEMPTION,
+            ENV_PREEMPTION_MIN_RUN,
+        ]
+        .contains(&k)
+        .then(|| std::env::var(k).ok())
+        .flatten()
+    })?;
+    Ok(tuneplane_reconciler::Config {
+        pass_interval: opts.pass_interval,
+        kube_qps: from_env.kube_qps,
+        kube_burst: from_env.kube_burst,
+        preemption: from_env.preemption,
+        preemption_min_run: opts
+            .preemption_min_run
+            .unwrap_or(from_env.preemption_min_run),
+        ..tuneplane_reconciler::Config::default()
+    })
+}
+
+/// The console's session key, kept in `dir` so that sessions survive a restart of the stack.
+fn console_keys(dir: &Path) -> anyhow::Result<tuneplane_functions::console::ConsoleKeys> {
+    let (secret, _) = persisted(&dir.join("console-secret"), || Ok(hex(&random::<32>()?)))?;
+    Ok(tuneplane_functions::console::ConsoleKeys {
+        session: tuneplane_functions::console::session::SessionKey::from_secret(secret.as_bytes()),
+    })
+}
+
 impl Stack {
     /// Starts every part; returns once the API answers.
     pub async fn start(opts: StackOptions) -> anyhow::Result<Stack> {
@@ -249,33 +287,7 @@ impl Stack {
         )?;
         let webhook_sources: Vec<String> = fn_config.webhooks.keys().cloned().collect();
 
-        // The reconciler settings the stack takes from the environment, validated as the
-        // reconciler does: the API rate limit (`TUNEPLANE_KUBE_QPS`, `TUNEPLANE_KUBE_BURST`) and
-        // preemption (`TUNEPLANE_PREEMPTION`, `TUNEPLANE_PREEMPTION_MIN_RUN_SECONDS`).
-        use tuneplane_reconciler::config::{
-            ENV_KUBE_BURST, ENV_KUBE_QPS, ENV_PREEMPTION, ENV_PREEMPTION_MIN_RUN,
-        };
-        let from_env = tuneplane_reconciler::Config::from_lookup(|k| {
-            [
-                ENV_KUBE_QPS,
-                ENV_KUBE_BURST,
-                ENV_PREEMPTION,
-                ENV_PREEMPTION_MIN_RUN,
-            ]
-            .contains(&k)
-            .then(|| std::env::var(k).ok())
-            .flatten()
-        })?;
-        let mut rc = tuneplane_reconciler::Config {
-            pass_interval: opts.pass_interval,
-            kube_qps: from_env.kube_qps,
-            kube_burst: from_env.kube_burst,
-            preemption: from_env.preemption,
-            preemption_min_run: opts
-                .preemption_min_run
-                .unwrap_or(from_env.preemption_min_run),
-            ..tuneplane_reconciler::Config::default()
-        };
+        let mut rc = reconciler_config(&opts)?;
         let (sim, kube_config, kubeconfig, token) = match &opts.cluster {
             ClusterChoice::Simulated => {
                 let sim = start_sim(&opts, &dir, &rc).await?;
@@ -295,14 +307,7 @@ impl Stack {
         // The API and the blob server on one port.
         let state =
             tuneplane_functions::runtime::state_with(&fn_config, jobs.clone(), blobs.clone());
-        // Console sessions survive a restart of the stack: the session key persists with the data.
-        let (console_secret, _) =
-            persisted(&dir.join("console-secret"), || Ok(hex(&random::<32>()?)))?;
-        let console = tuneplane_functions::console::ConsoleKeys {
-            session: tuneplane_functions::console::session::SessionKey::from_secret(
-                console_secret.as_bytes(),
-            ),
-        };
+        let console = console_keys(&dir)?;
         // Every change the API accepts (a submission, a stop, a playground) wakes the reconciler's
         // pass loop, so that the change is acted on at once rather than at the next pass interval:
         // one process holds both, which a deployment (Lambda and a Deployment) does not.

@@ -465,40 +465,12 @@ pub async fn archive(
     ending: Option<Ending>,
 ) -> Result<String> {
     let api: Api<Pod> = Api::namespaced(kube.client.clone(), namespace);
-    let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
-    let own = format!("{JOB_ID_LABEL}={}", label_value(job_id));
-    let submitter = format!("{SUBMITTER_LABEL}={workload}");
-    for selector in [own, submitter] {
-        // A CPU job's workload is its one Pod, named like it: no submitter to look for.
-        if selector.starts_with(SUBMITTER_LABEL) && pods.contains_key(workload) {
-            break;
-        }
-        // Labels find candidates; who made each pod decides (`belongs_to`).
-        for p in list(kube, &api, &selector).await? {
-            if crate::cluster::belongs_to(&p, job_id, workload) {
-                pods.insert(p.name_any(), p);
-            }
-        }
-    }
+    let pods = workload_pods(kube, &api, job_id, workload).await?;
     let local = |source: std::io::Error| Error::Archive {
         job_id: job_id.clone(),
         source,
     };
-    let mut containers = Vec::new();
-    for (name, pod) in &pods {
-        let spec = pod.spec.clone().unwrap_or_default();
-        let init = spec.init_containers.unwrap_or_default().into_iter();
-        containers.extend(init.map(|c| Container {
-            pod: name.clone(),
-            name: c.name,
-            init: true,
-        }));
-        containers.extend(spec.containers.into_iter().map(|c| Container {
-            pod: name.clone(),
-            name: c.name,
-            init: false,
-        }));
-    }
+    let containers = containers_of(&pods);
     let scratch = tempfile::Builder::new()
         .prefix(SCRATCH_PREFIX)
         .tempdir()
@@ -584,20 +556,7 @@ pub async fn archive(
             }
             // With the API server's reason ("container ... is waiting to start").
             Err(e) => {
-                let why = match &e {
-                    // The API server's own words and code, not the client's debug dump.
-                    Error::Kube {
-                        source: kube::Error::Api(status),
-                        ..
-                    } => format!(
-                        "the API server answered {} {}: {}",
-                        status.code,
-                        status.reason,
-                        status.message.trim_end()
-                    ),
-                    Error::Kube { source, .. } => format!("{e}: {source}"),
-                    other => other.to_string(),
-                };
+                let why = unread_because(&e);
                 // A lost node takes its logs along: keep what was shipped live before.
                 if manifest.is_none() {
                     let list = blobs
@@ -655,6 +614,70 @@ pub async fn archive(
         .count();
     tracing::info!(job_id = %job_id, key = %key, pods = pods.len(), logs_cut = cut, "logs archived");
     Ok(key)
+}
+
+/// The pods of `workload`: found by the job's label and the submitter's, kept when they belong
+/// to it ([`crate::cluster::belongs_to`]), by name.
+async fn workload_pods(
+    kube: &Kube,
+    api: &Api<Pod>,
+    job_id: &JobId,
+    workload: &str,
+) -> Result<BTreeMap<String, Pod>> {
+    let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
+    let own = format!("{JOB_ID_LABEL}={}", label_value(job_id));
+    let submitter = format!("{SUBMITTER_LABEL}={workload}");
+    for selector in [own, submitter] {
+        // A CPU job's workload is its one Pod, named like it: no submitter to look for.
+        if selector.starts_with(SUBMITTER_LABEL) && pods.contains_key(workload) {
+            break;
+        }
+        // Labels find candidates; who made each pod decides (`belongs_to`).
+        for p in list(kube, api, &selector).await? {
+            if crate::cluster::belongs_to(&p, job_id, workload) {
+                pods.insert(p.name_any(), p);
+            }
+        }
+    }
+    Ok(pods)
+}
+
+/// Every container of `pods`, init containers marked, in pod-name then spec order.
+fn containers_of(pods: &BTreeMap<String, Pod>) -> Vec<Container> {
+    let mut containers = Vec::new();
+    for (name, pod) in pods {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let init = spec.init_containers.unwrap_or_default().into_iter();
+        containers.extend(init.map(|c| Container {
+            pod: name.clone(),
+            name: c.name,
+            init: true,
+        }));
+        containers.extend(spec.containers.into_iter().map(|c| Container {
+            pod: name.clone(),
+            name: c.name,
+            init: false,
+        }));
+    }
+    containers
+}
+
+/// Why a log could not be read, for the archive's index: the API server's own words and code
+/// where it answered, not the client's debug dump.
+fn unread_because(e: &Error) -> String {
+    match e {
+        Error::Kube {
+            source: kube::Error::Api(status),
+            ..
+        } => format!(
+            "the API server answered {} {}: {}",
+            status.code,
+            status.reason,
+            status.message.trim_end()
+        ),
+        Error::Kube { source, .. } => format!("{e}: {source}"),
+        other => other.to_string(),
+    }
 }
 
 fn append(
