@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::job::{EventSource, Failure, FailureReason, JobEvent, JobRecord, JobState};
+use crate::job::{Failure, FailureReason, JobEvent, JobRecord, JobState};
 
 pub use crate::job::{ArrayChild, ArrayCounts, ArrayParent, ArrayRole};
 
@@ -69,15 +69,13 @@ pub fn child_record(
         index,
     }));
     let size = parent.array_size().unwrap_or(0);
-    let event = JobEvent {
-        at_ms: now_ms,
-        key: "submitted".into(),
-        source: EventSource::Platform,
-        kind: "Normal".into(),
-        reason: "Submitted".into(),
-        message: format!("child {index} of array {} ({size} children)", parent.id),
-        object: None,
-    };
+    let event = JobEvent::platform(
+        now_ms,
+        "submitted".into(),
+        "Normal",
+        "Submitted",
+        format!("child {index} of array {} ({size} children)", parent.id),
+    );
     Ok((child, event))
 }
 

@@ -25,7 +25,7 @@ use tuneplane_core::callback::{
 };
 use tuneplane_core::control::subscriptions::redacted;
 use tuneplane_core::ids::TenantId;
-use tuneplane_core::job::{EventSource, JobEvent};
+use tuneplane_core::job::JobEvent;
 use tuneplane_core::store::{JobStore, StoreError};
 
 use crate::leader::Leadership;
@@ -320,19 +320,17 @@ impl Sender {
                 event_id = %entry.id, job_id = %entry.event.job_id, url = %redacted(&d.target.url),
                 reason = %reason, "callback delivery given up"
             );
-            let event = JobEvent {
-                at_ms: *at_ms,
-                key: format!("callback-{}-{j}", entry.id),
-                source: EventSource::Platform,
-                kind: "Warning".into(),
-                reason: "CallbackGivenUp".into(),
-                message: format!(
+            let event = JobEvent::platform(
+                *at_ms,
+                format!("callback-{}-{j}", entry.id),
+                "Warning",
+                "CallbackGivenUp",
+                format!(
                     "the {} callback to {} was not delivered: {reason}",
                     entry.event.kind,
                     redacted(&d.target.url)
                 ),
-                object: None,
-            };
+            );
             if let Err(e) = self.jobs.append_events(&entry.event.job_id, &[event]).await {
                 tracing::warn!(error = %e, job_id = %entry.event.job_id, "could not note a given-up callback");
             }

@@ -32,8 +32,7 @@ use crate::error::{Error, Result};
 use crate::status::{Observed, assess_pod, assess_rayjob};
 use crate::{Ctx, logs, ray_stop, workload};
 
-/// An event of source `Platform` (TunePlane's own, beside the copied Kubernetes ones); the same
-/// `(at_ms, key)` appended twice is stored once, so a pass may write it again.
+/// An event of source `Platform`: [`JobEvent::platform`].
 pub fn platform_event(
     at_ms: i64,
     key: String,
@@ -41,15 +40,7 @@ pub fn platform_event(
     reason: &str,
     message: String,
 ) -> JobEvent {
-    JobEvent {
-        at_ms,
-        key,
-        source: EventSource::Platform,
-        kind: kind.to_owned(),
-        reason: reason.to_owned(),
-        message,
-        object: None,
-    }
+    JobEvent::platform(at_ms, key, kind, reason, message)
 }
 
 fn workload_of(job: &JobRecord) -> String {

@@ -778,5 +778,22 @@ pub struct JobEvent {
     pub object: Option<String>,
 }
 
+impl JobEvent {
+    /// An event of source `Platform` (TunePlane's own, beside the copied Kubernetes ones) about
+    /// no particular object; the same `(at_ms, key)` appended twice is stored once, so a pass
+    /// may write it again.
+    pub fn platform(at_ms: i64, key: String, kind: &str, reason: &str, message: String) -> Self {
+        JobEvent {
+            at_ms,
+            key,
+            source: EventSource::Platform,
+            kind: kind.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            object: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

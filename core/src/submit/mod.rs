@@ -36,7 +36,7 @@ use crate::capacity::CapacitySnapshot;
 use crate::capsule::{Limits, storage_key};
 use crate::claimant::Claimant;
 use crate::fleet::FleetShape;
-use crate::job::{EventSource, JobEvent, JobRecord};
+use crate::job::{JobEvent, JobRecord};
 use crate::quota::{Demand, TenantQuota, never_within};
 use crate::spec::{Defaults, JobSpec};
 use crate::store::{BlobStore, CreateOutcome, Idempotency, JobStore, NewJob, StoreError};
@@ -394,19 +394,17 @@ impl SubmitService {
             request_sha256: request_digest(&prepared.sha256),
             ttl_seconds: self.config.idempotency_ttl_seconds,
         });
-        let event = JobEvent {
-            at_ms: now_ms,
-            key: "submitted".into(),
-            source: EventSource::Platform,
-            kind: "Normal".into(),
-            reason: "Submitted".into(),
-            message: format!(
+        let event = JobEvent::platform(
+            now_ms,
+            "submitted".into(),
+            "Normal",
+            "Submitted",
+            format!(
                 "{}; capsule {}",
                 origin.describe(),
                 &prepared.sha256[..12.min(prepared.sha256.len())]
             ),
-            object: None,
-        };
+        );
         let audit = AuditEntry::new(
             &actor,
             &record.tenant,

@@ -9,7 +9,7 @@ use tuneplane_core::store::{
 };
 
 use super::tables::{
-    ACTIVE, Def, EVENTS, JOBS, META, TENANT, db_err, from_json, get, get_job, scan,
+    ACTIVE, Def, EVENTS, JOBS, META, TENANT, db_err, from_json, get, get_job, prefixed, scan,
 };
 
 /// A read-only view of the store.
@@ -114,19 +114,7 @@ impl ReadTx {
 
     /// Every meta record whose key starts with `prefix`.
     pub fn list_meta<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>> {
-        let meta = self.table(META)?;
-        let mut out = Vec::new();
-        let range = meta
-            .range(prefix..)
-            .map_err(|e| db_err("range", &self.label, prefix, e))?;
-        for item in range {
-            let (k, v) = item.map_err(|e| db_err("range", &self.label, prefix, e))?;
-            if !k.value().starts_with(prefix) {
-                break;
-            }
-            out.push(from_json(&self.label, k.value(), v.value())?);
-        }
-        Ok(out)
+        prefixed(&self.table(META)?, &self.label, prefix)
     }
 
     /// The first `limit` meta records whose key starts with `prefix`, in key order.

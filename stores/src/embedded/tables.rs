@@ -98,6 +98,26 @@ pub(super) fn get<T: DeserializeOwned>(
     guard.map(|g| from_json(label, key, g.value())).transpose()
 }
 
+/// Every record of `t` whose key starts with `prefix`, in key order.
+pub(super) fn prefixed<T: DeserializeOwned>(
+    t: &impl ReadableTable<&'static str, &'static str>,
+    label: &str,
+    prefix: &str,
+) -> Result<Vec<T>> {
+    let range = t
+        .range(prefix..)
+        .map_err(|e| db_err("range", label, prefix, e))?;
+    let mut out = Vec::new();
+    for item in range {
+        let (k, v) = item.map_err(|e| db_err("range", label, prefix, e))?;
+        if !k.value().starts_with(prefix) {
+            break;
+        }
+        out.push(from_json(label, k.value(), v.value())?);
+    }
+    Ok(out)
+}
+
 /// Values of `prefix..` keys, from the start (or after `after`) ascending, or descending from the
 /// end (or before `after`), up to `limit`.
 pub(super) fn scan(
@@ -374,19 +394,7 @@ impl<'t> Tx<'t> {
 
     /// Every meta record whose key starts with `prefix`, read inside the write transaction.
     pub fn list_meta<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>> {
-        let range = self
-            .meta
-            .range(prefix..)
-            .map_err(|e| db_err("range", &self.label, prefix, e))?;
-        let mut out = Vec::new();
-        for item in range {
-            let (k, v) = item.map_err(|e| db_err("range", &self.label, prefix, e))?;
-            if !k.value().starts_with(prefix) {
-                break;
-            }
-            out.push(from_json(&self.label, k.value(), v.value())?);
-        }
-        Ok(out)
+        prefixed(&self.meta, &self.label, prefix)
     }
 
     /// Whether any meta record's key starts with `prefix`.
