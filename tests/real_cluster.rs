@@ -620,7 +620,7 @@ async fn a_playground_answers_through_tuneplanes_proxy_only_with_its_key_and_is_
     let real = RealTier::start(CapsuleDelivery::Presigned, Transport::Http).await;
     let api = api_client(&real.stack);
     capacity_with(&api, "l40s", 8).await;
-    let body = serde_json::json!({"model": "Qwen/Qwen3-0.6B", "series": "l40s", "gpus": 2, "ttl_seconds": 60});
+    let body = serde_json::json!({"model": "Qwen/Qwen3-0.6B", "series": "l40s", "gpus": 2, "ttl_seconds": 120});
     let (status, made): (_, Value) = api.post("/playgrounds", &body, &[]).await.unwrap();
     assert_eq!(status.as_u16(), 201, "{made}");
     let created = Instant::now();
@@ -630,7 +630,7 @@ async fn a_playground_answers_through_tuneplanes_proxy_only_with_its_key_and_is_
         .unwrap_or_else(|| panic!("no id in {made}"))
         .to_string();
     let pods: KubeApi<Pod> = KubeApi::namespaced(real.bed.admin.clone(), "tuneplane-jobs");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(90);
     let pod = loop {
         let ready = pods.get_opt(&id).await.unwrap().filter(|p| {
             p.status
@@ -641,7 +641,12 @@ async fn a_playground_answers_through_tuneplanes_proxy_only_with_its_key_and_is_
         if let Some(p) = ready {
             break p;
         }
-        assert!(Instant::now() < deadline, "playground pod {id} never Ready");
+        if Instant::now() >= deadline {
+            panic!(
+                "playground pod {id} never Ready within 90 s:\n{}",
+                playground_diagnosis(&api, &real.bed.admin, &id).await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
@@ -694,7 +699,7 @@ async fn a_playground_answers_through_tuneplanes_proxy_only_with_its_key_and_is_
     let secret = format!("{id}-api-key");
     assert!(secrets.get_opt(&secret).await.unwrap().is_some());
     // The TTL: the reconciler deletes the pod (and the agent its namespace) and the Secret.
-    let deadline = created + Duration::from_secs(150);
+    let deadline = created + Duration::from_secs(210);
     while pods.get_opt(&id).await.unwrap().is_some()
         || secrets.get_opt(&secret).await.unwrap().is_some()
     {
@@ -705,6 +710,66 @@ async fn a_playground_answers_through_tuneplanes_proxy_only_with_its_key_and_is_
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     real.stack.shutdown().await;
+}
+
+/// What a playground that never became Ready shows: its record, its pod's status and the
+/// Kubernetes events about the pod (the agent's probe and start events among them).
+async fn playground_diagnosis(api: &Api, admin: &kube::Client, id: &str) -> String {
+    use k8s_openapi::api::core::v1::Event;
+    let record = api
+        .get::<Value>(&format!("/playgrounds/{id}"))
+        .await
+        .map_or_else(|e| format!("{e:#}"), |v| v.to_string());
+    let pods: KubeApi<Pod> = KubeApi::namespaced(admin.clone(), "tuneplane-jobs");
+    let (status, ip) = match pods.get_opt(id).await {
+        Ok(Some(p)) => (
+            serde_json::to_string(&p.status).unwrap_or_default(),
+            p.status.and_then(|s| s.pod_ip),
+        ),
+        Ok(None) => ("no pod".to_string(), None),
+        Err(e) => (e.to_string(), None),
+    };
+    // What the agent's readiness probe asks, asked from this host as the agent does.
+    let health = match &ip {
+        Some(ip) => match reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap()
+            .get(format!("http://{ip}:8000/health"))
+            .send()
+            .await
+        {
+            Ok(r) => format!("HTTP {}", r.status()),
+            Err(e) => format!("{e:#}"),
+        },
+        None => "no pod IP".to_string(),
+    };
+    let log = pods
+        .logs(id, &kube::api::LogParams::default())
+        .await
+        .unwrap_or_else(|e| format!("no log: {e}"));
+    let events: KubeApi<Event> = KubeApi::namespaced(admin.clone(), "tuneplane-jobs");
+    let lp = ListParams::default().fields(&format!("involvedObject.name={id}"));
+    let events = match events.list(&lp).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {} {}",
+                    e.type_.as_deref().unwrap_or(""),
+                    e.reason.as_deref().unwrap_or(""),
+                    e.message.as_deref().unwrap_or("")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => e.to_string(),
+    };
+    format!(
+        "record: {record}\npod status: {status}\nGET /health from the host: {health}\nevents:\n{events}\nserver log:\n{log}"
+    )
 }
 
 /// Ray token authentication on the real tier with real Ray and the real KubeRay operator: while
