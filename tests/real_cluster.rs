@@ -712,8 +712,9 @@ async fn a_playground_answers_through_tuneplanes_proxy_only_with_its_key_and_is_
     real.stack.shutdown().await;
 }
 
-/// What a playground that never became Ready shows: its record, its pod's status and the
-/// Kubernetes events about the pod (the agent's probe and start events among them).
+/// What a playground that never became Ready shows: its record, its pod's status, its readiness
+/// probe's request (`GET /health`) sent from this host as the agent sends it, the Kubernetes
+/// events about the pod and the server's log.
 async fn playground_diagnosis(api: &Api, admin: &kube::Client, id: &str) -> String {
     use k8s_openapi::api::core::v1::Event;
     let record = api
