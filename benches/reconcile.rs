@@ -23,6 +23,7 @@
 //! `TUNEPLANE_BENCH_ADMIT_JOBS`, `TUNEPLANE_BENCH_AWS_JOBS`, `TUNEPLANE_BENCH_TERMINAL_JOBS`,
 //! `TUNEPLANE_BENCH_MEMORY_JOBS` (active jobs of `memory`, default 10,000);
 //! `TUNEPLANE_BENCH_HOLD_SECS` keeps `memory`'s steady state that long for a profiler;
+//! `TUNEPLANE_BENCH_CHILD_WRAPPER` runs the reconciler process under a profiler (`heaptrack -o F`);
 //! `TUNEPLANE_BENCH_REDB_CACHE_MB` sets the reconciler's embedded-store page cache;
 //! `TUNEPLANE_BENCH_QPS` (the reconciler's API rate limit in the bench, default 5,000/s; the
 //! production default of 20/s would cap admissions at 20/s). Prints figures, asserts none.
@@ -199,7 +200,19 @@ impl Proc {
 
     /// [`Proc::start`] with more environment for the child.
     fn start_with(url: &str, store: &str, qps: usize, env: &[(&str, &str)]) -> Proc {
-        let mut child = Command::new(std::env::current_exe().unwrap());
+        // `TUNEPLANE_BENCH_CHILD_WRAPPER` (e.g. `heaptrack -o /tmp/reconciler`) runs the child
+        // under a profiler; the memory figures are then the wrapper's, not the reconciler's.
+        let exe = std::env::current_exe().unwrap();
+        let wrapper = std::env::var("TUNEPLANE_BENCH_CHILD_WRAPPER").unwrap_or_default();
+        let mut words = wrapper.split_whitespace();
+        let mut child = match words.next() {
+            Some(program) => {
+                let mut c = Command::new(program);
+                c.args(words).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
         child.envs(env.iter().copied());
         // glibc's malloc settings as the reconciler's Deployment sets them
         // (infra/kustomize/base/deployment.yaml); the same variables in the bench's environment

@@ -148,6 +148,24 @@ async fn stop_children(ctx: &Ctx, children: &[&JobRecord], now: i64) {
     a_few_at_a_time(stops).await;
 }
 
+/// Creates child `index` of `parent` (one that exists already counts as created).
+async fn create_child(ctx: &Ctx, parent: &JobRecord, index: u32, now: i64) -> (u32, Result<()>) {
+    let (child, event) = match array::child_record(parent, index, now) {
+        Ok(made) => made,
+        Err(e) => return (index, Err(e.into())),
+    };
+    let new = NewJob {
+        job: &child,
+        idem: None,
+        events: std::slice::from_ref(&event),
+        audit: None,
+    };
+    match ctx.jobs.create(new).await {
+        Ok(_) | Err(StoreError::AlreadyExists { .. }) => (index, Ok(())),
+        Err(e) => (index, Err(e.into())),
+    }
+}
+
 /// Creates children `range` of `parent` (a child that already exists is left alone) and returns
 /// how many children exist from index 0 without a gap.
 async fn create_children(
@@ -157,23 +175,10 @@ async fn create_children(
     now: i64,
 ) -> Result<u32> {
     let start = range.start;
+    // Each create boxed when it starts: the futures are built up front (up to an array's size)
+    // and only `PASS_CONCURRENCY` run at a time, so the unstarted ones hold only their index.
     let creates: Vec<_> = range
-        .map(|index| async move {
-            let (child, event) = match array::child_record(parent, index, now) {
-                Ok(made) => made,
-                Err(e) => return (index, Err(e.into())),
-            };
-            let new = NewJob {
-                job: &child,
-                idem: None,
-                events: std::slice::from_ref(&event),
-                audit: None,
-            };
-            match ctx.jobs.create(new).await {
-                Ok(_) | Err(StoreError::AlreadyExists { .. }) => (index, Ok(())),
-                Err(e) => (index, Err(e.into())),
-            }
-        })
+        .map(|index| async move { Box::pin(create_child(ctx, parent, index, now)).await })
         .collect();
     let mut outcomes = a_few_at_a_time(creates).await;
     outcomes.sort_unstable_by_key(|(index, _)| *index);
