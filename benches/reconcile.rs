@@ -370,7 +370,7 @@ fn section_capacity() {
             })).unwrap())
         })
         .collect();
-    let pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>> = (0..10_000)
+    let pods: Vec<Arc<tuneplane_reconciler::watched_pod::WatchedPod>> = (0..10_000)
         .map(|i| {
             Arc::new(serde_json::from_value(json!({
                 "metadata": {"name": format!("pod-{i:05}"), "namespace": DEFAULT_NAMESPACE,

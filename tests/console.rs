@@ -325,7 +325,8 @@ fn the_capacity_page_shows_the_snapshot_the_api_returns_and_admission_uses() {
 /// The snapshot the reconciler plans admissions against, computed from the simulated cluster's
 /// Nodes and Pods by the reconciler's own functions.
 async fn admission_snapshot(w: &World) -> tuneplane_core::capacity::CapacitySnapshot {
-    use k8s_openapi::api::core::v1::{Node, Pod};
+    use k8s_openapi::api::core::v1::Node;
+    use tuneplane_reconciler::watched_pod::WatchedPod;
     let url = w
         .stack
         .sim
@@ -339,7 +340,7 @@ async fn admission_snapshot(w: &World) -> tuneplane_core::capacity::CapacitySnap
         .list(&Default::default())
         .await
         .unwrap();
-    let pods = kube::Api::<Pod>::all(client)
+    let pods = kube::Api::<WatchedPod>::all(client)
         .list(&Default::default())
         .await
         .unwrap();

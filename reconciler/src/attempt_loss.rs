@@ -14,11 +14,12 @@
 //! Infrastructure evidence wins over the workload's own failure: a driver that exits 1 because
 //! its worker's node vanished did not fail by itself. Success always stands.
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use tuneplane_core::job::{Failure, FailureReason, JobRecord, JobState};
 
 use crate::cluster::Cluster;
+use crate::watched_pod::WatchedPod;
 
 /// What decides a loss besides the cluster: the NotReady grace and the interruption taints.
 #[derive(Debug, Clone, Copy)]
@@ -104,7 +105,7 @@ fn interruption(node: &Node, rules: &LossRules<'_>) -> Option<String> {
 
 /// Evidence that Kubernetes took `pod` away: a `DisruptionTarget` condition, a kubelet
 /// eviction, or (when `deletion_counts`) a deletion TunePlane did not make.
-fn pod_disrupted(pod: &Pod, deletion_counts: bool) -> Option<String> {
+fn pod_disrupted(pod: &WatchedPod, deletion_counts: bool) -> Option<String> {
     let name = pod.name_any();
     let status = pod.status.as_ref();
     if let Some(c) = status
@@ -288,7 +289,7 @@ mod tests {
         )
     }
 
-    fn pod(extra: serde_json::Value) -> Arc<Pod> {
+    fn pod(extra: serde_json::Value) -> Arc<WatchedPod> {
         let mut p = serde_json::json!({
             "metadata": {"name": "tp-j", "namespace": "ns", "labels": {"tuneplane.io/job-id": "j"}},
             "spec": {"nodeName": "n1", "containers": [{"name": "main"}]},
@@ -319,7 +320,7 @@ mod tests {
     // 2026-01-01T00:00:00Z in Unix ms.
     const T0: i64 = 1_767_225_600_000;
 
-    fn cluster(nodes: Vec<Arc<Node>>, pods: Vec<Arc<Pod>>) -> Cluster {
+    fn cluster(nodes: Vec<Arc<Node>>, pods: Vec<Arc<WatchedPod>>) -> Cluster {
         Cluster::new(nodes, pods, Vec::new(), Vec::new())
     }
 

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node};
+
+use crate::watched_pod::{WatchedContainer, WatchedPod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 use tuneplane_core::capacity::{CapacitySnapshot, GpuShare};
@@ -34,17 +36,20 @@ pub const SUBMITTER_LABEL: &str = "job-name";
 /// - a Ray pod: controlled by the RayCluster KubeRay made for the RayJob (`<workload>-…`), with the
 ///   platform's job label (copied from the rendered template);
 /// - KubeRay's submitter: controlled by the Job named `workload`.
-pub fn belongs_to(pod: &Pod, job_id: &str, workload: &str) -> bool {
+pub fn belongs_to(pod: &kube::core::ObjectMeta, job_id: &str, workload: &str) -> bool {
     let controller = pod
-        .metadata
         .owner_references
         .iter()
         .flatten()
         .find(|o| o.controller == Some(true));
-    let labelled = pod.labels().get(JOB_ID_LABEL).map(String::as_str)
+    let labelled = pod
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(JOB_ID_LABEL))
+        .map(String::as_str)
         == Some(tuneplane_core::render::label_value(job_id).as_str());
     match controller {
-        None => labelled && pod.metadata.name.as_deref() == Some(workload),
+        None => labelled && pod.name.as_deref() == Some(workload),
         Some(o) if o.kind == "RayCluster" => {
             labelled
                 && o.name
@@ -65,7 +70,7 @@ pub struct Cluster {
     /// Every node.
     pub nodes: Vec<Arc<Node>>,
     /// Every pod.
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<WatchedPod>>,
     /// TunePlane's RayJobs.
     pub rayjobs: Vec<Arc<RayJob>>,
     /// Warning events, sorted by (namespace, involved object name).
@@ -86,7 +91,7 @@ pub(crate) fn ns_name(meta: &kube::core::ObjectMeta) -> (&str, &str) {
     )
 }
 
-fn ns_job(pod: &Pod) -> Option<(&str, &str)> {
+fn ns_job(pod: &WatchedPod) -> Option<(&str, &str)> {
     let job = pod.metadata.labels.as_ref()?.get(JOB_ID_LABEL)?;
     Some((
         pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -170,10 +175,10 @@ pub fn has_taint(node: &Node, keys: &[String]) -> bool {
 
 /// The capacity inputs of a pod: requests (limits when no request) summed over containers,
 /// the larger of that and any single init container.
-pub fn pod_info(pod: &Pod) -> PodInfo {
+pub fn pod_info(pod: &WatchedPod) -> PodInfo {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let spec = pod.spec.as_ref();
-    let request = |c: &k8s_openapi::api::core::v1::Container, key: &str| -> Option<String> {
+    let request = |c: &WatchedContainer, key: &str| -> Option<String> {
         let r = c.resources.as_ref()?;
         quantity(r.requests.as_ref(), key)
             .or_else(|| quantity(r.limits.as_ref(), key))
@@ -244,7 +249,7 @@ impl Cluster {
     /// Indexes a snapshot of the reflector stores.
     pub fn new(
         nodes: Vec<Arc<Node>>,
-        pods: Vec<Arc<Pod>>,
+        pods: Vec<Arc<WatchedPod>>,
         rayjobs: Vec<Arc<RayJob>>,
         events: Vec<Arc<Event>>,
     ) -> Cluster {
@@ -326,7 +331,7 @@ impl Cluster {
     }
 
     /// The pod `namespace/name`, if the reflector holds it.
-    pub fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&WatchedPod> {
         let found = lookup(&self.pods_by_name, (namespace, name), |i| {
             Some(ns_name(&self.pods[i].metadata))
         });
@@ -334,7 +339,7 @@ impl Cluster {
     }
 
     /// The pods of `job`: those with its label that [`belongs_to`] its workload.
-    pub fn pods_of(&self, job: &tuneplane_core::job::JobRecord) -> Vec<&Pod> {
+    pub fn pods_of(&self, job: &tuneplane_core::job::JobRecord) -> Vec<&WatchedPod> {
         // Every pass asks this of every active job: name the workload without a copy when the
         // record has it.
         let computed;
@@ -348,13 +353,13 @@ impl Cluster {
         let label = tuneplane_core::render::label_value(&job.id);
         self.job_pods(&job.spec.namespace, &label)
             .into_iter()
-            .filter(|p| belongs_to(p, &job.id, workload))
+            .filter(|p| belongs_to(&p.metadata, &job.id, workload))
             .collect()
     }
 
     /// Pods carrying the job-id label value `label` in `namespace` (candidates: see
     /// [`Cluster::pods_of`]).
-    pub fn job_pods(&self, namespace: &str, label: &str) -> Vec<&Pod> {
+    pub fn job_pods(&self, namespace: &str, label: &str) -> Vec<&WatchedPod> {
         lookup(&self.pods_by_job, (namespace, label), |i| {
             ns_job(&self.pods[i])
         })
@@ -390,7 +395,7 @@ mod tests {
 
     use super::*;
 
-    fn pod_made_by(name: &str, labels: Value, controller: Option<(&str, &str)>) -> Pod {
+    fn pod_made_by(name: &str, labels: Value, controller: Option<(&str, &str)>) -> WatchedPod {
         let owners: Vec<Value> = controller
             .into_iter()
             .map(|(kind, name)| json!({"apiVersion": "v1", "kind": kind, "name": name, "uid": "u", "controller": true}))
@@ -456,7 +461,7 @@ mod tests {
         ];
         for (pod, want) in &cases {
             assert_eq!(
-                belongs_to(pod, "j-1", "tp-j-1"),
+                belongs_to(&pod.metadata, "j-1", "tp-j-1"),
                 *want,
                 "{:?}",
                 pod.metadata
@@ -473,8 +478,8 @@ mod tests {
         Arc::new(e)
     }
 
-    fn pod(ns: &str, name: &str, job: &str, node: &str, gpus: &str) -> Arc<Pod> {
-        let p: Pod = serde_json::from_value(serde_json::json!({
+    fn pod(ns: &str, name: &str, job: &str, node: &str, gpus: &str) -> Arc<WatchedPod> {
+        let p: WatchedPod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "namespace": ns, "labels": {JOB_ID_LABEL: job}},
             "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": {GPU_RESOURCE: gpus}}}]},
             "status": {"phase": "Running"}
@@ -525,7 +530,7 @@ mod tests {
             vec![],
             vec![],
         );
-        let names = |pods: Vec<&Pod>| -> Vec<String> {
+        let names = |pods: Vec<&WatchedPod>| -> Vec<String> {
             pods.iter()
                 .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
                 .collect()

@@ -35,6 +35,7 @@ mod run;
 pub mod status;
 pub mod sync;
 pub mod watch_trim;
+pub mod watched_pod;
 pub mod workload;
 
 pub use config::Config;

@@ -30,6 +30,7 @@ use crate::cluster::{Cluster, SUBMITTER_LABEL, belongs_to};
 use crate::error::Result;
 use crate::kube_io::Kube;
 use crate::metrics::Metrics;
+use crate::watched_pod::WatchedPod;
 
 /// Most bytes of one container's output shipped live; its segments stop there (the archive at the
 /// end keeps the log's end, within the job's cap).
@@ -140,7 +141,7 @@ fn readable(cluster: &Cluster, job: &JobRecord) -> Vec<PodContainers> {
         return Vec::new();
     };
     // Labels find candidates; who made each pod decides (`belongs_to`).
-    let mut pods: BTreeMap<String, (&Pod, bool)> = cluster
+    let mut pods: BTreeMap<String, (&WatchedPod, bool)> = cluster
         .pods_of(job)
         .into_iter()
         .map(|p| (p.name_any(), (p, cpu)))
@@ -149,7 +150,7 @@ fn readable(cluster: &Cluster, job: &JobRecord) -> Vec<PodContainers> {
         for p in cluster.pods.iter().filter(|p| {
             p.metadata.namespace.as_deref() == Some(ns)
                 && p.labels().get(SUBMITTER_LABEL).map(String::as_str) == Some(workload)
-                && belongs_to(p, &job.id, workload)
+                && belongs_to(&p.metadata, &job.id, workload)
         }) {
             pods.insert(p.name_any(), (p, true));
         }

@@ -113,7 +113,7 @@ pub fn previous_attempt_stopping(cluster: &Cluster, job: &JobRecord, now: i64) -
     let alive = cluster
         .job_pods(&job.spec.namespace, &label)
         .into_iter()
-        .filter(|p| crate::cluster::belongs_to(p, &job.id, workload))
+        .filter(|p| crate::cluster::belongs_to(&p.metadata, &job.id, workload))
         .filter(|p| !pod_info(p).terminal)
         .filter(|p| {
             p.spec

@@ -34,6 +34,7 @@ use crate::ctx::PassReport;
 use crate::decide::MESSAGE_REFRESH_MS;
 use crate::error::{Error, Result};
 use crate::kube_io::{is_conflict, is_not_found};
+use crate::watched_pod::WatchedPod;
 use crate::{Ctx, status};
 
 /// What one pod shows: state, reason and message.
@@ -43,7 +44,7 @@ pub type Observation = (PlaygroundState, Option<String>, String);
 /// when its `activeDeadlineSeconds` fallback fired); otherwise `Pending` with the reason and
 /// message a job's pods would give (`InsufficientGpu` from `PodScheduled=False`, `ImagePull`
 /// from the container's waiting reason, `Starting`).
-pub fn observe(pod: &Pod) -> Observation {
+pub fn observe(pod: &WatchedPod) -> Observation {
     let name = pod.name_any();
     let status = pod.status.as_ref();
     let exit = || {
@@ -113,7 +114,7 @@ pub fn observe(pod: &Pod) -> Observation {
 /// Where the API's proxy may reach the server of the playground whose pod is `pod`: the pod's IP
 /// while it exists, runs and is not being deleted; `None` otherwise (its IP may soon be another
 /// pod's).
-pub fn serving_ip(pod: Option<&Pod>) -> Option<String> {
+pub fn serving_ip(pod: Option<&WatchedPod>) -> Option<String> {
     let pod = pod.filter(|p| p.metadata.deletion_timestamp.is_none())?;
     let status = pod.status.as_ref()?;
     if status.phase.as_deref() != Some("Running") {
@@ -436,7 +437,7 @@ mod tests {
 
     use super::*;
 
-    fn pod(status: PodStatus) -> Pod {
+    fn pod(status: PodStatus) -> WatchedPod {
         let mut p = Pod::default();
         p.metadata.name = Some("pg-1".into());
         p.spec = Some(PodSpec {
@@ -444,7 +445,7 @@ mod tests {
             ..PodSpec::default()
         });
         p.status = Some(status);
-        p
+        WatchedPod::from(p)
     }
 
     fn waiting(reason: &str, message: &str) -> PodStatus {

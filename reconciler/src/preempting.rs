@@ -14,14 +14,15 @@ use tuneplane_core::render::{attempt_workload_name, label_value};
 use crate::Ctx;
 use crate::cluster::{Cluster, belongs_to, pod_info};
 use crate::error::{Error, Result};
+use crate::watched_pod::WatchedPod;
 
 /// The pods of `victim`'s stopped attempt that have not ended.
-fn victim_pods<'c>(cluster: &'c Cluster, victim: &VictimRef) -> Vec<&'c Pod> {
+fn victim_pods<'c>(cluster: &'c Cluster, victim: &VictimRef) -> Vec<&'c WatchedPod> {
     let workload = attempt_workload_name(&victim.job_id, victim.attempt);
     cluster
         .job_pods(&victim.namespace, &label_value(&victim.job_id))
         .into_iter()
-        .filter(|p| belongs_to(p, &victim.job_id, &workload))
+        .filter(|p| belongs_to(&p.metadata, &victim.job_id, &workload))
         .filter(|p| !pod_info(p).terminal)
         .collect()
 }
@@ -92,7 +93,7 @@ async fn victim_saved_since(
 /// being deleted, whose grace this shortens. A pod whose workload is not deleted yet is left
 /// alone: a Ray attempt's job is being stopped through its head, which must live until Ray ends
 /// the driver (`crate::ray_stop`), and a pod deleted under a live RayJob is made again.
-async fn force_delete(ctx: &Ctx, pods: &[&Pod]) -> Result<()> {
+async fn force_delete(ctx: &Ctx, pods: &[&WatchedPod]) -> Result<()> {
     let params = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::background()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -21,6 +21,7 @@ use crate::leader::Elector;
 use crate::metrics::Metrics;
 use crate::rayjob::{self, RayJob};
 use crate::watch_trim;
+use crate::watched_pod::WatchedPod;
 use crate::{Config, Ctx};
 
 /// A reconciler ready to run.
@@ -121,7 +122,7 @@ impl Reconciler {
         // started stop with it.
         let _archives = AbortArchives(self.ctx.clone());
         let (nodes, nodes_w) = reflector::store::<Node>();
-        let (pods, pods_w) = reflector::store::<Pod>();
+        let (pods, pods_w) = reflector::store::<WatchedPod>();
         let all = watcher::Config::default;
         let w = Watches {
             notify: notify.clone(),
@@ -233,7 +234,7 @@ async fn supervise(
 
 struct Stores {
     nodes: Store<Node>,
-    pods: Store<Pod>,
+    pods: Store<WatchedPod>,
     /// One per watched namespace.
     events: Vec<Store<Event>>,
     /// One per watched namespace.

@@ -5,7 +5,7 @@
 //! nvidia.com/gpu`, `InsufficientCpu` for CPU/memory, `NoMatchingNode` for selectors, taints,
 //! cordons), or `Starting`. The Kubernetes message is kept verbatim for the user.
 
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 use tuneplane_core::job::{FailureReason, PendingReason};
 use tuneplane_core::render::bootstrap::{
@@ -13,6 +13,7 @@ use tuneplane_core::render::bootstrap::{
 };
 
 use crate::rayjob::RayJob;
+use crate::watched_pod::WatchedPod;
 
 /// The state of a workload as seen in one pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +70,7 @@ pub fn scheduling_reason(message: &str) -> PendingReason {
     }
 }
 
-fn image_pull(pod: &Pod) -> Option<String> {
+fn image_pull(pod: &WatchedPod) -> Option<String> {
     let status = pod.status.as_ref()?;
     let all = status
         .init_container_statuses
@@ -89,7 +90,7 @@ fn image_pull(pod: &Pod) -> Option<String> {
     None
 }
 
-fn unschedulable(pod: &Pod) -> Option<String> {
+fn unschedulable(pod: &WatchedPod) -> Option<String> {
     let conditions = pod.status.as_ref()?.conditions.as_ref()?;
     conditions
         .iter()
@@ -102,8 +103,8 @@ fn unschedulable(pod: &Pod) -> Option<String> {
 }
 
 /// The pending reason of a set of pods: image pulls first, then scheduling, else `Starting`.
-pub fn pending_from_pods(pods: &[&Pod]) -> (PendingReason, String) {
-    let waiting: Vec<&&Pod> = pods
+pub fn pending_from_pods(pods: &[&WatchedPod]) -> (PendingReason, String) {
+    let waiting: Vec<&&WatchedPod> = pods
         .iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running"))
         .collect();
@@ -123,7 +124,7 @@ pub fn pending_from_pods(pods: &[&Pod]) -> (PendingReason, String) {
 
 /// A Ray pod whose capsule-fetching init container refused the capsule (its checksum exit
 /// status) or could not download it, now or before a restart: the failure's reason and message.
-fn capsule_refused(pod: &Pod) -> Option<(FailureReason, String)> {
+fn capsule_refused(pod: &WatchedPod) -> Option<(FailureReason, String)> {
     let fetch = pod
         .status
         .as_ref()?
@@ -168,7 +169,7 @@ fn ray_failure(message: &str) -> FailureReason {
 }
 
 /// Assesses a RayJob with its pods and the warning events about it.
-pub fn assess_rayjob(rj: &RayJob, pods: &[&Pod], warnings: &[&Event]) -> Observed {
+pub fn assess_rayjob(rj: &RayJob, pods: &[&WatchedPod], warnings: &[&Event]) -> Observed {
     let status = rj.status.clone().unwrap_or_default();
     let deployment = status.job_deployment_status.as_deref().unwrap_or_default();
     let job_status = status.job_status.as_deref().unwrap_or_default();
@@ -215,8 +216,8 @@ pub fn assess_rayjob(rj: &RayJob, pods: &[&Pod], warnings: &[&Event]) -> Observe
     Observed::Pending { reason, message }
 }
 
-/// Assesses the Pod of a CPU-only job.
-pub fn assess_pod(pod: &Pod) -> Observed {
+/// Assesses the WatchedPod of a CPU-only job.
+pub fn assess_pod(pod: &WatchedPod) -> Observed {
     let status = pod.status.as_ref();
     match status.and_then(|s| s.phase.as_deref()) {
         Some("Succeeded") => Observed::Succeeded,
@@ -287,7 +288,7 @@ mod tests {
     use super::*;
     use crate::rayjob::{RayJobSpec, RayJobStatus};
 
-    fn pod(status: serde_json::Value) -> Pod {
+    fn pod(status: serde_json::Value) -> WatchedPod {
         serde_json::from_value(
             serde_json::json!({"metadata": {"name": "tp-j-head-x"}, "status": status}),
         )

@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Event, Node, NodeCondition, NodeSpec, NodeStatus,
-    ObjectReference, Pod, PodCondition, PodSpec, PodStatus, ResourceRequirements,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Event, Node, NodeCondition, NodeSpec, NodeStatus, ObjectReference,
+    PodCondition, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tuneplane_core::capacity_compute::ADMITTED_GPUS_ANNOTATION;
@@ -21,6 +21,7 @@ use tuneplane_core::constants::{
 use tuneplane_core::render::GRANT_LABEL;
 
 use crate::rayjob::{RayJob, RayJobSpec};
+use crate::watched_pod::{WatchedContainer, WatchedPod, WatchedPodStatus};
 
 /// Pod labels a pass reads (the submitter's `job-name` finds KubeRay's submitter pod, whose
 /// controller [`crate::cluster::belongs_to`] then checks; the workload and grant labels tell
@@ -87,10 +88,10 @@ fn strip_meta(meta: &mut kube::core::ObjectMeta, labels: &[&str], annotations: &
     *meta = kept;
 }
 
-/// A container reduced to its name and, per resource `pod_info` reads, its request or (when it
-/// has none) its limit, kept as the request: the one map `pod_info` then finds it in.
-fn strip_resources(c: &mut Container) {
-    let resources = c.resources.take().and_then(|r| {
+/// A container's resources reduced to its request or (when it has none) its limit per resource
+/// `pod_info` reads, kept as the request: the one map `pod_info` then finds it in.
+fn strip_resources(c: &mut WatchedContainer) {
+    c.resources = c.resources.take().and_then(|r| {
         let mut requests = r.requests.unwrap_or_default();
         requests.retain(|k, _| RESOURCES.contains(&k.as_str()));
         for (k, v) in r.limits.into_iter().flatten() {
@@ -103,11 +104,6 @@ fn strip_resources(c: &mut Container) {
             ..ResourceRequirements::default()
         })
     });
-    *c = Container {
-        name: std::mem::take(&mut c.name),
-        resources,
-        ..Container::default()
-    };
 }
 
 fn strip_container_status(cs: &mut ContainerStatus) {
@@ -146,7 +142,7 @@ fn strip_container_status(cs: &mut ContainerStatus) {
 /// the admitted-GPUs annotation, deletion timestamp; node name and the cpu/memory/GPU requests
 /// (or limits) of its (init) containers; phase, reason, the `PodScheduled` condition, and the
 /// waiting reason/message and exit code of its container statuses.
-pub fn strip_pod(pod: &mut Pod) {
+pub fn strip_pod(pod: &mut WatchedPod) {
     // A playground's pod keeps its IP: the API's proxy reaches the server there (the reconciler
     // records it). Job pods, the many, do not need theirs.
     let playground = pod
@@ -155,19 +151,12 @@ pub fn strip_pod(pod: &mut Pod) {
         .as_ref()
         .is_some_and(|l| l.contains_key(PLAYGROUND_LABEL));
     strip_meta(&mut pod.metadata, &POD_LABELS, &[ADMITTED_GPUS_ANNOTATION]);
-    if let Some(spec) = pod.spec.take() {
-        let mut containers = spec.containers;
-        containers.iter_mut().for_each(strip_resources);
-        let init_containers = spec.init_containers.map(|mut v| {
-            v.iter_mut().for_each(strip_resources);
-            v
-        });
-        pod.spec = Some(PodSpec {
-            node_name: spec.node_name,
-            containers,
-            init_containers,
-            ..PodSpec::default()
-        });
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.containers.iter_mut().for_each(strip_resources);
+        spec.init_containers
+            .iter_mut()
+            .flatten()
+            .for_each(strip_resources);
     }
     if let Some(status) = pod.status.take() {
         let conditions = keep_conditions(status.conditions, |c| match c.type_.as_str() {
@@ -207,7 +196,7 @@ pub fn strip_pod(pod: &mut Pod) {
         };
         // A kubelet eviction's words ("The node was low on resource: memory.").
         let message = status.message.filter(|_| status.reason.is_some());
-        pod.status = Some(PodStatus {
+        pod.status = Some(WatchedPodStatus {
             phase: status.phase,
             reason: status.reason,
             message,
@@ -215,7 +204,6 @@ pub fn strip_pod(pod: &mut Pod) {
             conditions,
             container_statuses: statuses(status.container_statuses),
             init_container_statuses: statuses(status.init_container_statuses),
-            ..PodStatus::default()
         });
     }
 }
@@ -298,7 +286,7 @@ mod tests {
     use tuneplane_core::render::bootstrap::{FETCH_CONTAINER, MISMATCH_EXIT};
 
     /// A pod as the API server returns it: managedFields, env, volumes, probes, statuses.
-    fn full_pod(phase: &str, status: serde_json::Value) -> Pod {
+    fn full_pod(phase: &str, status: serde_json::Value) -> WatchedPod {
         let mut status = status;
         status["phase"] = phase.into();
         status["hostIP"] = "10.0.0.1".into();
@@ -338,7 +326,7 @@ mod tests {
         .unwrap()
     }
 
-    fn stripped(pod: &Pod) -> Pod {
+    fn stripped(pod: &WatchedPod) -> WatchedPod {
         let mut p = pod.clone();
         strip_pod(&mut p);
         p
@@ -346,14 +334,14 @@ mod tests {
 
     #[test]
     fn only_a_playgrounds_pod_keeps_its_ip() {
-        let mut pod = Pod {
-            status: Some(PodStatus {
+        let mut pod = WatchedPod {
+            status: Some(WatchedPodStatus {
                 pod_ip: Some("10.244.1.9".into()),
-                ..PodStatus::default()
+                ..WatchedPodStatus::default()
             }),
-            ..Pod::default()
+            ..WatchedPod::default()
         };
-        let ip = |p: &Pod| p.status.as_ref().and_then(|s| s.pod_ip.clone());
+        let ip = |p: &WatchedPod| p.status.as_ref().and_then(|s| s.pod_ip.clone());
         assert_eq!(ip(&stripped(&pod)), None);
         pod.metadata.labels = Some([(PLAYGROUND_LABEL.to_owned(), "pg-1".to_owned())].into());
         assert_eq!(ip(&stripped(&pod)).as_deref(), Some("10.244.1.9"));
@@ -434,12 +422,15 @@ mod tests {
             assert_eq!(ns_name(&small.metadata), ns_name(&full.metadata));
             assert!(small.metadata.managed_fields.is_none());
             let spec = small.spec.as_ref().expect("spec");
-            assert!(spec.volumes.is_none() && spec.containers[0].env.is_none());
+            // Resources a pass does not read are gone (the init container's ephemeral storage).
+            let init = &spec.init_containers.as_ref().expect("init containers")[0];
+            let requests = init.resources.as_ref().and_then(|r| r.requests.as_ref());
+            assert!(requests.is_some_and(|r| !r.contains_key("ephemeral-storage")));
             assert!(small.labels().get("team").is_none());
             for (job, workload) in [("j1", "tp-j1"), ("j2", "tp-j1"), ("j1", "tp-j2")] {
                 assert_eq!(
-                    crate::cluster::belongs_to(&small, job, workload),
-                    crate::cluster::belongs_to(full, job, workload)
+                    crate::cluster::belongs_to(&small.metadata, job, workload),
+                    crate::cluster::belongs_to(&full.metadata, job, workload)
                 );
             }
         }
@@ -498,7 +489,7 @@ mod tests {
             }))
             .unwrap()
         };
-        let pod = |extra: serde_json::Value| -> Pod {
+        let pod = |extra: serde_json::Value| -> WatchedPod {
             let mut p = serde_json::json!({
                 "metadata": {"name": "tp-j", "namespace": "ns", "labels": {"tuneplane.io/job-id": "j"},
                     "creationTimestamp": "2026-01-01T00:00:00Z"},
@@ -556,7 +547,7 @@ mod tests {
             ),
         ];
         for (n, p) in cases {
-            let loss = |n: Node, p: Pod| {
+            let loss = |n: Node, p: WatchedPod| {
                 let c = Cluster::new(vec![Arc::new(n)], vec![Arc::new(p)], Vec::new(), Vec::new());
                 infrastructure_loss(&c, &job, now, &rules, false)
             };

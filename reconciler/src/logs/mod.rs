@@ -634,7 +634,7 @@ async fn workload_pods(
         }
         // Labels find candidates; who made each pod decides (`belongs_to`).
         for p in list(kube, api, &selector).await? {
-            if crate::cluster::belongs_to(&p, job_id, workload) {
+            if crate::cluster::belongs_to(&p.metadata, job_id, workload) {
                 pods.insert(p.name_any(), p);
             }
         }

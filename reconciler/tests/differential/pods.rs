@@ -77,7 +77,11 @@ async fn step_cpu_pod(h: &Harness, r: &mut Redactor, created_rv: &mut String) ->
     let assessed = dedup(
         versions
             .iter()
-            .map(|p| observed(&status::assess_pod(p)))
+            .map(|p| {
+                observed(&status::assess_pod(
+                    &tuneplane_reconciler::watched_pod::WatchedPod::from(p.clone()),
+                ))
+            })
             .collect(),
     );
     let last = api.get("tp-c1").await.expect("get");
@@ -267,10 +271,17 @@ async fn step_image_pull(h: &Harness, r: &mut Redactor) -> Value {
     let assessed = dedup(
         versions
             .iter()
-            .map(|p| observed(&status::assess_pod(p)))
+            .map(|p| {
+                observed(&status::assess_pod(
+                    &tuneplane_reconciler::watched_pod::WatchedPod::from(p.clone()),
+                ))
+            })
             .collect(),
     );
-    let (reason, message) = status::pending_from_pods(&[&backoff]);
+    let (reason, message) =
+        status::pending_from_pods(&[&tuneplane_reconciler::watched_pod::WatchedPod::from(
+            backoff.clone(),
+        )]);
     let series = node_series(h).await;
     redact_nodes(r, &series);
     let events = settled_events(h, "tp-i1").await;

@@ -14,6 +14,7 @@ use tuneplane_core::job::JobRecord;
 use tuneplane_core::render::{CapsuleRef, RenderSettings, render_rayjob};
 use tuneplane_reconciler::rayjob::{self, RayJob};
 use tuneplane_reconciler::status::{self, Observed};
+use tuneplane_reconciler::watched_pod::WatchedPod;
 
 use crate::common::*;
 use crate::support::*;
@@ -77,7 +78,8 @@ async fn step_rayjob(h: &Harness, r: &mut Redactor) -> Value {
             .await
             .ok()?
             .items;
-        let refs: Vec<&Pod> = all.iter().collect();
+        let watched: Vec<WatchedPod> = all.iter().cloned().map(WatchedPod::from).collect();
+        let refs: Vec<&WatchedPod> = watched.iter().collect();
         let events = events_of(h, "tp-g1").await;
         let warnings: Vec<&Event> = events
             .iter()
@@ -373,7 +375,8 @@ async fn a_rayjob_run_to_success_matches_the_real_control_plane() {
             .await
             .ok()?
             .items;
-        let refs: Vec<&Pod> = all.iter().collect();
+        let watched: Vec<WatchedPod> = all.iter().cloned().map(WatchedPod::from).collect();
+        let refs: Vec<&WatchedPod> = watched.iter().collect();
         let o = status::assess_rayjob(&rj, &refs, &[]);
         let state = observed(&o);
         assessed_ref

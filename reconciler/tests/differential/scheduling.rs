@@ -62,7 +62,10 @@ async fn step_unschedulable(h: &Harness) -> Value {
             .and_then(|c| c["message"].as_str())
             .unwrap_or_default()
             .to_owned();
-        let (reason, pending) = status::pending_from_pods(&[&pod]);
+        let (reason, pending) =
+            status::pending_from_pods(&[&tuneplane_reconciler::watched_pod::WatchedPod::from(
+                pod.clone(),
+            )]);
         let log = outcome(api.logs(name, &LogParams::default()).await, |t| json!(t));
         out.insert(
             (*name).to_owned(),
@@ -72,7 +75,7 @@ async fn step_unschedulable(h: &Harness) -> Value {
                 "events": failed_scheduling(&events),
                 "scheduling_reason": format!("{:?}", status::scheduling_reason(&message)),
                 "pending_from_pods": {"reason": format!("{reason:?}"), "message": pending},
-                "assess_pod": observed(&status::assess_pod(&pod)),
+                "assess_pod": observed(&status::assess_pod(&tuneplane_reconciler::watched_pod::WatchedPod::from(pod.clone()))),
                 "log": log,
             }),
         );
