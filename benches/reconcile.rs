@@ -21,7 +21,9 @@
 //!
 //! Run: `cargo bench --bench reconcile [-- SECTION...]`. Sizes:
 //! `TUNEPLANE_BENCH_ADMIT_JOBS`, `TUNEPLANE_BENCH_AWS_JOBS`, `TUNEPLANE_BENCH_TERMINAL_JOBS`,
-//! `TUNEPLANE_BENCH_MEMORY_JOBS` (active jobs of `memory`, default 10,000);
+//! `TUNEPLANE_BENCH_MEMORY_JOBS` (active jobs of `memory`, default 10,000) and
+//! `TUNEPLANE_BENCH_MEMORY_NODES` (its 16-CPU nodes, default 1,000; 5,000 nodes and 50,000 jobs is
+//! issue 49's fleet-scale pass);
 //! `TUNEPLANE_BENCH_HOLD_SECS` keeps `memory`'s steady state that long for a profiler;
 //! `TUNEPLANE_BENCH_CHILD_WRAPPER` runs the reconciler process under a profiler (`heaptrack -o F`);
 //! `TUNEPLANE_BENCH_REDB_CACHE_MB` sets the reconciler's embedded-store page cache;
@@ -468,8 +470,7 @@ async fn section_aws(jobs: usize, qps: usize) {
     run_admissions(&mut p, "dynamodb, local endpoint", jobs, started);
 }
 
-async fn section_memory(qps: usize, jobs: usize, hold: u64) {
-    let nodes = 1_000;
+async fn section_memory(qps: usize, nodes: usize, jobs: usize, hold: u64) {
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedJobStore::open(dir.path().join("jobs")).unwrap();
     write_jobs(&store, 0, jobs, JobState::Queued).await;
@@ -694,6 +695,7 @@ fn main() {
         if on("memory") {
             section_memory(
                 qps,
+                env_usize("TUNEPLANE_BENCH_MEMORY_NODES", 1_000),
                 env_usize("TUNEPLANE_BENCH_MEMORY_JOBS", 10_000),
                 env_usize("TUNEPLANE_BENCH_HOLD_SECS", 0) as u64,
             )
