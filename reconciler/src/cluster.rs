@@ -29,7 +29,7 @@ pub const TRUST_OWN_CREATE: Duration = Duration::from_secs(30);
 /// Label KubeRay (and the Job controller) put on the submitter's pods.
 pub const SUBMITTER_LABEL: &str = "job-name";
 
-/// Whether `pod` is a pod of the job `job_id` whose workload is `workload`, judged by who made
+/// Whether the pod with metadata `pod` is a pod of the job `job_id` whose workload is `workload`, judged by who made
 /// it, not by labels alone (a label is only as good as whoever wrote it):
 /// - the CPU job's own pod: named `workload`, made by TunePlane (no controller), carrying the
 ///   platform's job label;

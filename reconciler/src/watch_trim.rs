@@ -1,8 +1,8 @@
 //! What the reflectors keep. Every object is stripped as it arrives from the watch to the fields
 //! a pass reads (`cluster::node_info`/`pod_info`, `status::assess_pod`/`assess_rayjob`, the
-//! snapshot's indexes, `sync::copy_warnings`/`sweep_orphans`, `pass::reservations`): a real Pod
-//! carries managedFields, env, volumes, probes, and a Node its image list, none of which a pass
-//! reads.
+//! snapshot's indexes, `sync::copy_warnings`/`sweep_orphans`, `pass::reservations`). Pods arrive
+//! as [`WatchedPod`] (no env, volumes or probes are ever read into memory); the strip trims their
+//! metadata (managedFields, foreign labels), resources and statuses. A Node loses its image list.
 //! Log archiving lists pods from the API itself, so it still sees whole pods.
 
 use std::collections::BTreeMap;
