@@ -293,6 +293,16 @@ pub struct NewJob<'a> {
     pub audit: Option<&'a crate::audit::AuditEntry>,
 }
 
+/// One update of [`JobRecords::update_jobs_with_events`]: the record (its `version` the stored
+/// one) and the events written with it.
+#[derive(Debug, Clone, Copy)]
+pub struct JobUpdate<'a> {
+    /// The record as it should be stored.
+    pub job: &'a JobRecord,
+    /// Events appended in the same write.
+    pub events: &'a [JobEvent],
+}
+
 /// Job records and their events: create (with idempotency, first events and audit entry in one write), read, conditional updates, listings, the active index, the capacity snapshot.
 #[async_trait::async_trait]
 pub trait JobRecords: Send + Sync {
@@ -342,6 +352,21 @@ pub trait JobRecords: Send + Sync {
         let stored = self.update_job(job).await?;
         self.append_events(&job.id, events).await?;
         Ok(stored)
+    }
+
+    /// [`JobRecords::update_job_with_events`] for several jobs (a pass's decisions, its pending
+    /// reasons). Each update stands alone: one that conflicts (or fails) is reported in its slot
+    /// and the others still land; the outcomes come in the order of `updates`. The embedded store
+    /// writes the whole batch in one transaction, one commit, so a pass that decides hundreds of
+    /// jobs stays short (its writes are serialised, one commit each took the pass seconds); the
+    /// DynamoDB store writes them a few at a time (separate items, nothing serialises them). This
+    /// default writes them one after another.
+    async fn update_jobs_with_events(&self, updates: &[JobUpdate<'_>]) -> Vec<Result<JobRecord>> {
+        let mut out = Vec::with_capacity(updates.len());
+        for u in updates {
+            out.push(self.update_job_with_events(u.job, u.events).await);
+        }
+        out
     }
 
     /// A tenant's jobs, newest first, with an optional state filter.

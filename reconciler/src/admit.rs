@@ -3,9 +3,10 @@
 //! admit.
 
 use futures_util::StreamExt;
-use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 use tuneplane_core::preemption::Preempting;
 use tuneplane_core::render::job_workload_name;
+use tuneplane_core::store::JobUpdate;
 
 use crate::config::PASS_CONCURRENCY;
 use crate::ctx::PassReport;
@@ -24,16 +25,75 @@ pub(crate) async fn admit(
     preempting: Option<Preempting>,
     now: i64,
 ) -> Result<()> {
+    let stored = record_admission(ctx, job, placements, placement, preempting, now).await?;
+    create_workload(ctx, &stored).await
+}
+
+/// The decision: `job`'s record ADMITTED onto `placements`, with its `Admitted` event saying
+/// `placement`, in one write; returns the stored record. Its workload is made by
+/// [`create_workload`], in this pass or (past the pass's request budget, or after a crash) a
+/// later one: an ADMITTED record without a workload is what a pass's sync reports as
+/// [`crate::sync::Synced::NeedsCreate`], and its planned nodes stay reserved meanwhile.
+pub(crate) async fn record_admission(
+    ctx: &Ctx,
+    job: &JobRecord,
+    placements: Vec<PoolPlacement>,
+    placement: String,
+    preempting: Option<Preempting>,
+    now: i64,
+) -> Result<JobRecord> {
+    let (next, ev) = admission(job, placements, placement, preempting, now)?;
+    let stored = ctx.jobs.update_job_with_events(&next, &[ev]).await?;
+    admitted(ctx, &stored);
+    Ok(stored)
+}
+
+/// [`record_admission`] for many jobs (a pass's decisions): `decisions` are the records and
+/// events [`admission`] made, written in one store batch (one commit in the embedded store);
+/// returns each job's id with its stored record or why it was not written, in order.
+pub(crate) async fn record_admissions(
+    ctx: &Ctx,
+    decisions: &[(JobRecord, JobEvent)],
+) -> Vec<(String, Result<JobRecord>)> {
+    let updates: Vec<JobUpdate<'_>> = decisions
+        .iter()
+        .map(|(job, ev)| JobUpdate {
+            job,
+            events: std::slice::from_ref(ev),
+        })
+        .collect();
+    let outcomes = ctx.jobs.update_jobs_with_events(&updates).await;
+    decisions
+        .iter()
+        .zip(outcomes)
+        .map(|((job, _), outcome)| {
+            let outcome = outcome.map_err(crate::error::Error::from);
+            if let Ok(stored) = &outcome {
+                admitted(ctx, stored);
+            }
+            (String::from(&job.id), outcome)
+        })
+        .collect()
+}
+
+/// `job`'s record as admitted onto `placements` (its workload named, its pending reason
+/// cleared, `preempting` when it takes preempted jobs' nodes) and the `Admitted` event saying
+/// `placement`: what [`record_admission`] writes.
+pub(crate) fn admission(
+    job: &JobRecord,
+    placements: Vec<PoolPlacement>,
+    placement: String,
+    preempting: Option<Preempting>,
+    now: i64,
+) -> Result<(JobRecord, JobEvent)> {
     let mut next = job.clone();
     next.transition(JobState::Admitted, now)?;
     next.workload_name = Some(job_workload_name(job));
     next.pending = None;
     next.preempting = preempting;
     // The plan is part of the record: the workload is rendered pinned to it, also when a later
-    // pass (after a crash) creates it.
+    // pass creates it.
     next.placements = placements;
-    // The record (with its event, atomically) first: a crash before the create leaves an
-    // ADMITTED job whose sync creates it.
     let ev = platform_event(
         now,
         state_key(job, JobState::Admitted),
@@ -41,14 +101,29 @@ pub(crate) async fn admit(
         "Admitted",
         placement,
     );
-    let stored = ctx.jobs.update_job_with_events(&next, &[ev]).await?;
+    Ok((next, ev))
+}
+
+/// What follows a stored admission in this process: the metric, the pending-write memo
+/// dropped, the log line.
+fn admitted(ctx: &Ctx, stored: &JobRecord) {
     ctx.metrics.inc_admissions();
     ctx.pending_written
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(job.id.as_str());
-    tracing::info!(job_id = %job.id, capsule = %job.capsule_sha256, "admitted");
-    workload::create(ctx, &stored).await?;
+        .remove(stored.id.as_str());
+    tracing::info!(job_id = %stored.id, capsule = %stored.capsule_sha256, "admitted");
+}
+
+/// Creates the workload of admitted `job` (and names it on a record that has no name yet, one
+/// written before names were recorded at admission).
+pub(crate) async fn create_workload(ctx: &Ctx, job: &JobRecord) -> Result<()> {
+    let name = workload::create(ctx, job).await?;
+    if job.workload_name.is_none() {
+        let mut next = job.clone();
+        next.workload_name = Some(name);
+        ctx.jobs.update_job(&next).await?;
+    }
     Ok(())
 }
 

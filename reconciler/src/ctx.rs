@@ -19,8 +19,39 @@ pub struct PassReport {
     pub waiting: usize,
     /// Per-job steps that failed (retried next pass).
     pub errors: usize,
-    /// Admissions planned beyond this pass's budget, left QUEUED for the next pass.
+    /// Work left for the next pass, which follows at once: admissions planned beyond what this
+    /// pass decides (left QUEUED) and admitted jobs whose workload it had no budget to create.
     pub deferred: usize,
+    /// How long each phase took, in order (the pass loop logs them when a pass is slow).
+    pub phases: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl PassReport {
+    /// Phases in one line: `read 3ms, sync 120ms, ...`.
+    pub fn phase_summary(&self) -> String {
+        self.phases
+            .iter()
+            .map(|(name, d)| format!("{name} {}ms", d.as_millis()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Times a pass's phases into its report ([`PassReport::phases`]).
+#[derive(Debug)]
+pub(crate) struct PhaseClock(std::time::Instant);
+
+impl PhaseClock {
+    pub(crate) fn start() -> PhaseClock {
+        PhaseClock(std::time::Instant::now())
+    }
+
+    /// Ends the phase `name` (begun at the last call) and starts the next.
+    pub(crate) fn lap(&mut self, report: &mut PassReport, name: &'static str) {
+        let now = std::time::Instant::now();
+        report.phases.push((name, now - self.0));
+        self.0 = now;
+    }
 }
 
 /// Everything a pass needs.

@@ -1,7 +1,8 @@
 //! One reconcile pass (docs/design.md §8), a function per phase that [`pass`] calls in turn:
 //! [`read_queue`] → [`publish_capacity`] → [`sync_jobs`] → (leader) [`sweep`] →
 //! [`crate::arrays::phase`] → [`crate::dependencies::phase`] → [`hold_back`] → quotas →
-//! [`plan`] → [`crate::preempt::phase`] → [`within_budget`] → [`admit_planned`] → [`record_waiting`] → playgrounds → live logs.
+//! [`plan`] → [`crate::preempt::phase`] → [`to_decide`] → [`decide_planned`] → [`create_workloads`]
+//! → [`record_waiting`] → playgrounds → live logs.
 //!
 //! The pass reads the reflector stores once (a [`Cluster`]) and the active index once, then acts.
 //! It is a periodic pass over all jobs rather than a per-object reconcile, because admission is
@@ -12,29 +13,28 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tuneplane_core::admission::{
-    Admission, AdmissionPlan, PoolPlacement, Reservation, Waiting, plan_admissions,
-};
+use tuneplane_core::admission::{Admission, AdmissionPlan, Reservation, Waiting, plan_admissions};
 use tuneplane_core::capacity::CapacitySnapshot;
 use tuneplane_core::claimant::Claimant;
 use tuneplane_core::constants::POOL_LABEL;
 use tuneplane_core::job::PendingReason;
-use tuneplane_core::job::{JobRecord, JobState};
+use tuneplane_core::job::{JobEvent, JobRecord, JobState};
 use tuneplane_core::playground::{STAND_IN_POOL, admission_stand_in};
 use tuneplane_core::privacy::redact_job_ids;
 use tuneplane_core::quota::{TenantQuota, tenant_usage};
 use tuneplane_core::render::{label_value, termination_grace_seconds};
-use tuneplane_core::store::PlaygroundRecord;
+use tuneplane_core::store::{JobUpdate, PlaygroundRecord};
 
-use crate::admit::{a_few_at_a_time, admit, note};
+use crate::admit::{a_few_at_a_time, admission, create_workload, note, record_admissions};
 use crate::cluster::{Cluster, pod_info};
 use crate::decide::next_pending;
 use crate::error::Result;
-use crate::sync::{platform_event, sweep_orphans, sync_job};
+use crate::sync::{Synced, platform_event, sweep_orphans, sync_job};
 use crate::{Ctx, workload};
 
 pub use crate::config::PASS_CONCURRENCY as CONCURRENCY;
 pub use crate::ctx::PassReport;
+use crate::ctx::PhaseClock;
 
 /// Machines of admitted jobs that are not bound to a node yet, with the planned nodes they still
 /// wait for (planned nodes where no pod of the pool is bound yet).
@@ -131,22 +131,22 @@ pub fn previous_attempt_stopping(cluster: &Cluster, job: &JobRecord, now: i64) -
     })
 }
 
-async fn set_queued_pending(
+/// A queued job's new pending reason (the record and, when the reason itself changed, its
+/// event), or `None` when the stored one stands (see [`next_pending`]).
+fn queued_pending(
     ctx: &Ctx,
     job: &JobRecord,
-    waiting: Waiting<'_>,
+    waiting: &Waiting<'_>,
     now: i64,
-) -> Result<()> {
+) -> Option<(JobRecord, Vec<JobEvent>)> {
     let last = ctx.pending_written_at(&job.id);
-    let Some((pending, new_reason)) = next_pending(
+    let (pending, new_reason) = next_pending(
         job.pending.as_ref(),
         waiting.reason,
         &waiting.message,
         now,
         last,
-    ) else {
-        return Ok(());
-    };
+    )?;
     let mut next = job.clone();
     let event = new_reason.then(|| {
         platform_event(
@@ -158,13 +158,42 @@ async fn set_queued_pending(
         )
     });
     next.pending = Some(pending);
-    let events: Vec<_> = event.into_iter().collect();
-    ctx.jobs.update_job_with_events(&next, &events).await?;
-    ctx.note_pending_written(&job.id, now);
-    Ok(())
+    Some((next, event.into_iter().collect()))
 }
 
-async fn sync_one(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> (String, Result<()>) {
+/// Queued jobs' new pending reasons written, in one store batch (one commit in the embedded
+/// store: a pass whose plan changed many reasons stays short).
+async fn write_pending(
+    ctx: &Ctx,
+    changes: &[(JobRecord, Vec<JobEvent>)],
+    now: i64,
+    report: &mut PassReport,
+) {
+    let updates: Vec<JobUpdate<'_>> = changes
+        .iter()
+        .map(|(job, events)| JobUpdate { job, events })
+        .collect();
+    let outcomes = ctx.jobs.update_jobs_with_events(&updates).await;
+    for ((job, _), outcome) in changes.iter().zip(outcomes) {
+        if outcome.is_ok() {
+            ctx.note_pending_written(&job.id, now);
+        }
+        note(
+            ctx,
+            report,
+            "pending",
+            &job.id,
+            outcome.map(drop).map_err(Into::into),
+        );
+    }
+}
+
+async fn sync_one<'j>(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    job: &'j JobRecord,
+    now: i64,
+) -> (&'j JobRecord, Result<Synced>) {
     let outcome = if ctx.leadership.is_leader() {
         // Boxed: `sync_job`'s future is large (it can archive logs and create workloads), and a
         // pass builds one `sync_one` per active job up front. Unboxed, a pass over 10,000
@@ -172,24 +201,9 @@ async fn sync_one(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> (S
         // though most of them never await anything.
         Box::pin(sync_job(ctx, cluster, job, now)).await
     } else {
-        Ok(())
+        Ok(Synced::Done)
     };
-    (String::from(&job.id), outcome)
-}
-
-async fn admit_one(
-    ctx: &Ctx,
-    job: &JobRecord,
-    placements: Vec<PoolPlacement>,
-    message: String,
-    now: i64,
-) -> (String, Result<()>) {
-    // Boxed, as in `sync_one`: a pass builds one `admit_one` per kept admission up front, and
-    // `admit`'s future (it renders and creates the workload) is kilobytes. Unboxed, 5,000 of
-    // them held ~65 MiB at once in the admission burst (heaptrack), though only
-    // `PASS_CONCURRENCY` run at a time.
-    let outcome = Box::pin(admit(ctx, job, placements, message, None, now)).await;
-    (String::from(&job.id), outcome)
+    (job, outcome)
 }
 
 /// The playground step: reclaim, create pods of admitted ones, record why the others wait
@@ -300,6 +314,7 @@ fn hold_back(queue: &mut Queue, deps: crate::dependencies::Outcome) {
 
 /// Why each held-back job waits, recorded on it.
 async fn record_held(ctx: &Ctx, queue: &Queue, now: i64, report: &mut PassReport) {
+    let mut changes = Vec::new();
     for (job, reason, why) in &queue.held {
         let waiting = Waiting {
             job_id: &job.id,
@@ -308,9 +323,9 @@ async fn record_held(ctx: &Ctx, queue: &Queue, now: i64, report: &mut PassReport
             message: Arc::from(why.as_str()),
         };
         report.waiting += 1;
-        let outcome = set_queued_pending(ctx, job, waiting, now).await;
-        note(ctx, report, "pending", &job.id, outcome);
+        changes.extend(queued_pending(ctx, job, &waiting, now));
     }
+    write_pending(ctx, &changes, now, report).await;
 }
 
 /// Phase 2: the fleet's capacity with what each tenant holds and waits for, published (the
@@ -332,22 +347,50 @@ async fn publish_capacity(
 }
 
 /// Phase 3: every active job followed a step (a few at a time: jobs are independent, and a
-/// pass with many changes must not be a queue of store round trips).
+/// pass with many changes must not be a queue of store round trips). Returns the admitted jobs
+/// whose workload is missing, for the create phase.
 async fn sync_jobs(
     ctx: &Ctx,
     cluster: &Cluster,
     jobs: &[JobRecord],
     now: i64,
     report: &mut PassReport,
-) {
+) -> Vec<JobRecord> {
     // Futures are collected first: a stream over a borrowing closure would not be `Send`.
     let syncs: Vec<_> = jobs
         .iter()
         .map(|job| sync_one(ctx, cluster, job, now))
         .collect();
-    for (id, outcome) in a_few_at_a_time(syncs).await {
-        note(ctx, report, "sync", &id, outcome);
+    let mut to_create = Vec::new();
+    let mut writes = Vec::new();
+    for (job, outcome) in a_few_at_a_time(syncs).await {
+        match outcome {
+            Ok(Synced::NeedsCreate) => to_create.push(job.clone()),
+            Ok(Synced::Write(change)) => writes.push(*change),
+            Ok(Synced::Done) => {}
+            Err(e) => note(ctx, report, "sync", &job.id, Err(e)),
+        }
     }
+    // The records the sync changed (RUNNING, pending reasons), one store batch: a pass in which
+    // hundreds of pods started stays short.
+    let updates: Vec<JobUpdate<'_>> = writes
+        .iter()
+        .map(|(job, events)| JobUpdate { job, events })
+        .collect();
+    let outcomes = ctx.jobs.update_jobs_with_events(&updates).await;
+    for ((job, _), outcome) in writes.iter().zip(outcomes) {
+        if matches!(&outcome, Ok(stored) if stored.state == JobState::Running) {
+            tracing::info!(job_id = %job.id, "running");
+        }
+        note(
+            ctx,
+            report,
+            "sync",
+            &job.id,
+            outcome.map(drop).map_err(Into::into),
+        );
+    }
+    to_create
 }
 
 /// Phase 4 (leader): workloads and NetworkPolicies no current attempt owns are deleted.
@@ -403,17 +446,34 @@ fn plan<'q>(
     (plan, held)
 }
 
-/// Phase 6: the plan's admissions cut to what the client's rate limit creates in about a
-/// second (each admission counted by the objects it creates, `Config::requests_per_pass`): a job
-/// that arrives meanwhile (another tenant's first among them) is planned at the next pass instead
-/// of waiting behind a creation backlog planned before it came. The rest stay QUEUED and are
-/// planned again. Returns how many were deferred.
-fn within_budget(
+/// Most admissions a pass decides (records it writes ADMITTED): the decisions are store writes a
+/// few at a time, and a pass must stay short for a job that arrives meanwhile (another tenant's
+/// first among them) to be decided at the next one.
+pub const DECISIONS_PER_PASS: usize = 500;
+
+/// How many passes' worth of creates (`Config::requests_per_pass`) may wait decided but not yet
+/// created: decisions run ahead of the creates by at most this many seconds of the client's rate
+/// limit, so that a decided job's workload follows within a bounded time (far inside any
+/// pre-running deadline) and a later, more important job is not locked out by decisions made
+/// minutes before its workload could be.
+pub const CREATE_BACKLOG_PASSES: usize = 30;
+
+/// Phase 6: the plan's admissions cut to what the pass decides: at most [`DECISIONS_PER_PASS`],
+/// and no more than keeps the creates still to make (`backlog`, in requests, the ones the sync
+/// found plus these) within [`CREATE_BACKLOG_PASSES`] of the client's rate (each admission counted
+/// by the objects it creates). The rest stay QUEUED and are planned again next pass. Returns how
+/// many were deferred.
+fn to_decide(
     ctx: &Ctx,
     admit: &mut Vec<Admission>,
+    backlog: usize,
     by_id: &HashMap<&str, &JobRecord>,
 ) -> usize {
-    let budget = ctx.config.requests_per_pass();
+    let room = ctx
+        .config
+        .requests_per_pass()
+        .saturating_mul(CREATE_BACKLOG_PASSES)
+        .saturating_sub(backlog);
     let (mut spent, mut keep) = (0usize, 0usize);
     for a in admit.iter() {
         let cost = match a.kind {
@@ -422,7 +482,7 @@ fn within_budget(
                 .get(a.job_id.as_str())
                 .map_or(1, |j| workload::creates_per_admission(ctx, j.spec.kind())),
         };
-        if keep > 0 && spent + cost > budget {
+        if keep == DECISIONS_PER_PASS || (spent + cost > room && (keep > 0 || backlog > 0)) {
             break;
         }
         spent += cost;
@@ -433,44 +493,127 @@ fn within_budget(
     deferred
 }
 
-/// Phase 7: the kept admissions carried out: playgrounds recorded for their pods, jobs'
-/// workloads created (a few at a time).
-async fn admit_planned(
+/// Phase 7: the kept admissions decided: playgrounds recorded for their pods, jobs' records
+/// written ADMITTED (one store batch). Returns the jobs' stored records, for the create phase,
+/// and what the playgrounds' pods will cost of the pass's requests.
+async fn decide_planned(
     ctx: &Ctx,
     admit: Vec<Admission>,
     by_id: &HashMap<&str, &JobRecord>,
     playgrounds: &mut [PlaygroundRecord],
     now: i64,
     report: &mut PassReport,
-) {
+) -> (Vec<JobRecord>, usize) {
     let (playground_admits, job_admits): (Vec<_>, Vec<_>) = admit
         .into_iter()
         .partition(|a| a.kind == Claimant::Playground);
+    let mut playground_requests = 0;
     for a in playground_admits {
         let node = a.placements.first().and_then(|p| p.nodes.first()).cloned();
         let Some(node) = node else { continue };
         let outcome = crate::playground::admit(ctx, playgrounds, &a.job_id, node, now).await;
         report.admitted += usize::from(outcome.is_ok());
+        playground_requests += 2;
         note(ctx, report, "admit playground", &a.job_id, outcome);
     }
-    let admits: Vec<_> = job_admits
-        .into_iter()
-        .filter_map(|a| {
-            let job = *by_id.get(a.job_id.as_str())?;
-            let placement = a
-                .placements
-                .iter()
-                .map(|p| format!("{}: {}", p.pool, p.nodes.join(", ")))
-                .collect::<Vec<_>>()
-                .join("; ");
-            let message = format!("admitted; planned nodes {placement}");
-            Some(admit_one(ctx, job, a.placements, message, now))
+    let mut decisions = Vec::with_capacity(job_admits.len());
+    for a in job_admits {
+        let Some(&job) = by_id.get(a.job_id.as_str()) else {
+            continue;
+        };
+        let placement = a
+            .placements
+            .iter()
+            .map(|p| format!("{}: {}", p.pool, p.nodes.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let message = format!("admitted; planned nodes {placement}");
+        match admission(job, a.placements, message, None, now) {
+            Ok(d) => decisions.push(d),
+            Err(e) => note(ctx, report, "admit", &job.id, Err(e)),
+        }
+    }
+    // One store batch (one commit in the embedded store): the decisions of a burst keep the
+    // pass short, so a job that arrives meanwhile is decided at the next pass.
+    let mut decided = Vec::with_capacity(decisions.len());
+    for (id, outcome) in record_admissions(ctx, &decisions).await {
+        match outcome {
+            Ok(stored) => {
+                report.admitted += 1;
+                decided.push(stored);
+            }
+            Err(e) => note(ctx, report, "admit", &id, Err(e)),
+        }
+    }
+    (decided, playground_requests)
+}
+
+/// Phase 7b: workloads of admitted jobs created, in [`create_order`], as far as the pass's
+/// request budget (`Config::requests_per_pass`, less what `spent` already took) goes; the rest
+/// wait ADMITTED, their nodes reserved, for the next pass. Returns how many wait.
+async fn create_workloads(
+    ctx: &Ctx,
+    to_create: Vec<JobRecord>,
+    spent: usize,
+    report: &mut PassReport,
+) -> usize {
+    let budget = ctx.config.requests_per_pass();
+    let mut spent = spent;
+    let mut now_jobs = Vec::new();
+    let mut waiting = 0usize;
+    for job in create_order(to_create) {
+        let cost = workload::creates_per_admission(ctx, job.spec.kind());
+        if spent + cost > budget && (spent > 0 || !now_jobs.is_empty()) {
+            waiting += 1;
+            continue;
+        }
+        spent += cost;
+        now_jobs.push(job);
+    }
+    let creates: Vec<_> = now_jobs
+        .iter()
+        .map(|job| async move { (job, create_workload(ctx, job).await) })
+        .collect();
+    for (job, outcome) in a_few_at_a_time(creates).await {
+        note(ctx, report, "create", &job.id, outcome);
+    }
+    waiting
+}
+
+/// The order in which admitted jobs' workloads are created: tenants take turns (one job each per
+/// round, the tenant whose next job is most important and oldest first), and each tenant's jobs go
+/// by priority, then by when they were admitted. A tenant whose first job was just decided is in
+/// the first round, however many creates another tenant's burst left waiting.
+pub fn create_order(jobs: Vec<JobRecord>) -> Vec<JobRecord> {
+    let key = |j: &JobRecord| {
+        (
+            std::cmp::Reverse(j.spec.priority),
+            j.admitted_at_ms.unwrap_or(i64::MAX),
+            j.id.clone(),
+        )
+    };
+    let mut by_tenant: HashMap<tuneplane_core::ids::TenantId, Vec<JobRecord>> = HashMap::new();
+    for job in jobs {
+        by_tenant.entry(job.tenant.clone()).or_default().push(job);
+    }
+    let mut queues: Vec<std::collections::VecDeque<JobRecord>> = by_tenant
+        .into_values()
+        .map(|mut js| {
+            js.sort_by_key(key);
+            js.into()
         })
         .collect();
-    for (id, outcome) in a_few_at_a_time(admits).await {
-        report.admitted += usize::from(outcome.is_ok());
-        note(ctx, report, "admit", &id, outcome);
+    queues.sort_by_key(|q| q.front().map(key));
+    let total = queues.iter().map(std::collections::VecDeque::len).sum();
+    let mut out = Vec::with_capacity(total);
+    while out.len() < total {
+        for q in &mut queues {
+            if let Some(job) = q.pop_front() {
+                out.push(job);
+            }
+        }
     }
+    out
 }
 
 /// Phase 8: why each job that was not admitted waits, recorded on it (naming only its own
@@ -483,6 +626,7 @@ async fn record_waiting(
     report: &mut PassReport,
 ) -> HashMap<String, (String, String)> {
     let mut playground_waits = HashMap::new();
+    let mut changes = Vec::new();
     for mut w in waiting {
         let Some(&job) = by_id.get(w.job_id) else {
             continue;
@@ -502,25 +646,32 @@ async fn record_waiting(
             );
             continue;
         }
-        let outcome = set_queued_pending(ctx, job, w, now).await;
-        note(ctx, report, "pending", &job.id, outcome);
+        changes.extend(queued_pending(ctx, job, &w, now));
     }
+    write_pending(ctx, &changes, now, report).await;
     playground_waits
 }
 
 /// Runs one pass over `cluster` at `now`, phase by phase (docs/design.md §8): read the queue,
-/// publish capacity, sync jobs; as the leader also sweep, read quotas, plan, cut the plan to the
-/// pass's budget, admit, record why the rest wait, run the playgrounds and ship live logs.
+/// publish capacity, sync jobs; as the leader also sweep, read quotas, plan, decide what fits,
+/// create workloads within the pass's budget, record why the rest wait, run the playgrounds and
+/// ship live logs.
 #[tracing::instrument(name = "pass", skip(ctx, cluster), err)]
 pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> {
     let mut report = PassReport::default();
+    let mut clock = PhaseClock::start();
     let mut queue = read_queue(ctx, now, &mut report).await?;
+    clock.lap(&mut report, "read");
     let capacity = publish_capacity(ctx, cluster, &queue, now).await?;
-    sync_jobs(ctx, cluster, &queue.active[..queue.jobs], now, &mut report).await;
+    clock.lap(&mut report, "capacity");
+    let mut to_create =
+        sync_jobs(ctx, cluster, &queue.active[..queue.jobs], now, &mut report).await;
+    clock.lap(&mut report, "sync");
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }
     sweep(ctx, cluster, &queue.active[..queue.jobs], &mut report).await;
+    clock.lap(&mut report, "sweep");
     if !ctx.leadership.is_leader() {
         return Ok(report);
     }
@@ -532,6 +683,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         crate::dependencies::phase(ctx, &parents, &queue.active[..queue.jobs], now, &mut report)
             .await;
     hold_back(&mut queue, deps);
+    clock.lap(&mut report, "arrays and dependencies");
     // Quotas are read every pass (one small query), so a change applies at the next pass. A pass
     // that cannot read them admits nothing rather than admit past a limit.
     let quotas = match ctx.jobs.list_quotas().await {
@@ -542,17 +694,22 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             .complete(q, queue.active.iter().map(|j| &j.tenant)),
         Err(e) => {
             note(ctx, &mut report, "quota read", "", Err(e.into()));
+            // What was decided before is still created.
+            report.deferred += create_workloads(ctx, to_create, 0, &mut report).await;
             let playgrounds = queue.playgrounds.take();
             playgrounds_step(ctx, cluster, now, playgrounds, &HashMap::new(), &mut report).await;
             return Ok(report);
         }
     };
     let Some(mut playgrounds) = queue.playgrounds.take() else {
-        // Without the playgrounds nothing is admitted (see `Queue`); jobs were synced.
+        // Without the playgrounds nothing is admitted (see `Queue`); jobs were synced, and what
+        // was decided before is still created.
+        report.deferred += create_workloads(ctx, to_create, 0, &mut report).await;
         return Ok(report);
     };
     let waits = {
         let (mut plan, held) = plan(ctx, cluster, &queue, &playgrounds, &capacity, &quotas, now);
+        clock.lap(&mut report, "plan");
         // Phase 5b: waiting jobs owed room take it from running ones (docs/design.md §8, "Preemption").
         crate::preempt::phase(
             ctx,
@@ -566,23 +723,92 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             &mut report,
         )
         .await;
+        clock.lap(&mut report, "preempt");
         // Plans name jobs by id: look them up once each (10,000 queued jobs made a scan per job
         // quadratic).
         let by_id: HashMap<&str, &JobRecord> =
             queue.active.iter().map(|j| (j.id.as_str(), j)).collect();
-        report.deferred = within_budget(ctx, &mut plan.admit, &by_id);
+        let backlog: usize = to_create
+            .iter()
+            .map(|j| workload::creates_per_admission(ctx, j.spec.kind()))
+            .sum();
+        report.deferred = to_decide(ctx, &mut plan.admit, backlog, &by_id);
         let admit = std::mem::take(&mut plan.admit);
-        admit_planned(ctx, admit, &by_id, &mut playgrounds, now, &mut report).await;
+        let (decided, spent) =
+            decide_planned(ctx, admit, &by_id, &mut playgrounds, now, &mut report).await;
+        clock.lap(&mut report, "decide");
+        to_create.extend(decided);
+        report.deferred += create_workloads(ctx, to_create, spent, &mut report).await;
+        clock.lap(&mut report, "create");
         let waits = record_waiting(ctx, plan.waiting, &by_id, now, &mut report).await;
         record_held(ctx, &queue, now, &mut report).await;
+        clock.lap(&mut report, "pending reasons");
         waits
     };
     playgrounds_step(ctx, cluster, now, Some(playgrounds), &waits, &mut report).await;
+    clock.lap(&mut report, "playgrounds");
     if ctx.leadership.is_leader() {
         let jobs = &queue.active[..queue.jobs];
         for (id, e) in crate::live_logs::ship(ctx, cluster, jobs, now).await {
             note(ctx, &mut report, "live logs", &id, Err(e));
         }
+        clock.lap(&mut report, "live logs");
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tuneplane_core::spec::JobSpec;
+
+    fn admitted(id: &str, tenant: &str, priority: i32, at: i64) -> JobRecord {
+        let spec: JobSpec = serde_json::from_value(serde_json::json!({
+            "name": "t", "plugin": "custom/custom", "image": "img", "entrypoint": "true",
+            "env": {}, "pools": [{"name": "main", "series": null, "nodes": 1, "gpus_per_node": 0,
+            "cpus": 1.0, "memory_gb": 1.0}],
+            "deadlines": {"pre_running_seconds": 10, "run_seconds": 100}, "priority": priority,
+            "labels": {}, "namespace": "ns", "platform_version": "0"
+        }))
+        .unwrap();
+        let mut job =
+            JobRecord::new_queued(id.parse().unwrap(), tenant.parse().unwrap(), spec, "ab", 0);
+        job.transition(JobState::Admitted, at).unwrap();
+        job
+    }
+
+    fn ids(jobs: &[JobRecord]) -> Vec<&str> {
+        jobs.iter().map(|j| j.id.as_str()).collect()
+    }
+
+    #[test]
+    fn tenants_take_turns_and_a_late_tenant_is_in_the_first_round() {
+        let mut jobs: Vec<JobRecord> = (0..5)
+            .map(|i| admitted(&format!("a-{i}"), "team-a", 0, 1_000 + i))
+            .collect();
+        jobs.push(admitted("b-0", "team-b", 0, 9_000));
+        jobs.push(admitted("c-0", "team-c", 0, 2_000));
+        jobs.push(admitted("c-1", "team-c", 0, 2_001));
+        let order = create_order(jobs);
+        assert_eq!(
+            ids(&order),
+            ["a-0", "c-0", "b-0", "a-1", "c-1", "a-2", "a-3", "a-4"]
+        );
+    }
+
+    #[test]
+    fn a_tenants_more_important_job_is_created_before_its_older_ones() {
+        let jobs = vec![
+            admitted("old", "team-a", 0, 1_000),
+            admitted("urgent", "team-a", 5, 5_000),
+            admitted("other", "team-b", 0, 2_000),
+        ];
+        let order = create_order(jobs);
+        assert_eq!(ids(&order), ["urgent", "other", "old"]);
+    }
+
+    #[test]
+    fn nothing_to_create_is_an_empty_order() {
+        assert!(create_order(Vec::new()).is_empty());
+    }
 }

@@ -282,6 +282,9 @@ pub fn backoff_after(failures: u32, pass_interval: Duration) -> Duration {
     pass_interval.saturating_mul(factor).min(MAX_BACKOFF)
 }
 
+/// A pass at least this long is logged with its phases' times.
+pub const SLOW_PASS: Duration = Duration::from_secs(1);
+
 /// The longest wait between passes while passes keep failing.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -317,7 +320,21 @@ async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
                 ctx.metrics.inc_step_error(e);
                 tracing::warn!(error = %e, "pass failed");
             }
-            ctx.metrics.observe_pass(started.elapsed(), ok);
+            let elapsed = started.elapsed();
+            ctx.metrics.observe_pass(elapsed, ok);
+            // A pass longer than a second delays every job that arrives meanwhile: say where
+            // its time went.
+            if let Ok(r) = &outcome
+                && elapsed >= SLOW_PASS
+            {
+                tracing::info!(
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    admitted = r.admitted,
+                    deferred = r.deferred,
+                    phases = %r.phase_summary(),
+                    "slow pass"
+                );
+            }
             // A failed step of one job is retried next pass at the normal pace (at most once per
             // pass interval, not once per watch event); a failed pass backs off exponentially.
             step_failed = matches!(&outcome, Ok(r) if r.errors > 0);

@@ -291,10 +291,25 @@ async fn copy_warnings(ctx: &Ctx, cluster: &Cluster, job: &JobRecord) -> Result<
     Ok(())
 }
 
-/// Syncs one active job (any non-terminal job that is not simply waiting in the queue).
-pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> Result<()> {
+/// What syncing a job left to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Synced {
+    /// Nothing: the job took its step (or had none).
+    Done,
+    /// The job is admitted and its workload does not exist: the pass's create phase makes it,
+    /// within the pass's request budget ([`crate::pass`]).
+    NeedsCreate,
+    /// The job's record changes (RUNNING, or a new pending reason) with these events: the pass
+    /// writes all such changes of its sync in one store batch.
+    Write(Box<(JobRecord, Vec<JobEvent>)>),
+}
+
+/// Syncs one active job (any non-terminal job that is not simply waiting in the queue). A
+/// missing workload of an admitted job is not created here but reported
+/// ([`Synced::NeedsCreate`]): creates are spent in one place, fairly between tenants.
+pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -> Result<Synced> {
     if job.state == JobState::Queued && !job.stop_requested {
-        return Ok(());
+        return Ok(Synced::Done);
     }
     let observed = if job.state == JobState::Queued {
         Observed::Missing
@@ -328,21 +343,14 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
         Step::Create
             if workload::recently_created(ctx, &tuneplane_core::render::job_workload_name(job)) => {
         }
-        Step::Create => {
-            let name = workload::create(ctx, job).await?;
-            if job.workload_name.is_none() {
-                let mut next = job.clone();
-                next.workload_name = Some(name);
-                ctx.jobs.update_job(&next).await?;
-            }
-        }
+        Step::Create => return Ok(Synced::NeedsCreate),
         Step::MarkRunning => {
             let mut next = job.clone();
             next.transition(JobState::Running, now)?;
-            // The record and its event in one write: a crash cannot separate them.
+            // The record and its event in one write: a crash cannot separate them. The pass
+            // writes every job's such change in one batch.
             let events: Vec<JobEvent> = state_event(&next).into_iter().collect();
-            ctx.jobs.update_job_with_events(&next, &events).await?;
-            tracing::info!(job_id = %job.id, "running");
+            return Ok(Synced::Write(Box::new((next, events))));
         }
         Step::SetPending(mut pending) => {
             let mut next = job.clone();
@@ -357,7 +365,7 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
                 None => vec![pending_event(job, &pending, now)],
             };
             next.pending = Some(pending);
-            ctx.jobs.update_job_with_events(&next, &events).await?;
+            return Ok(Synced::Write(Box::new((next, events))));
         }
         Step::Finish { state, failure } => {
             let mut failure = failure.map(|mut f| {
@@ -370,7 +378,7 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
             finish(ctx, cluster, job, state, failure, now).await?;
         }
     }
-    Ok(())
+    Ok(Synced::Done)
 }
 
 /// The step recording `reason` and `message` on an admitted job that waits for preempted jobs:

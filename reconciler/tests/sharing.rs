@@ -48,11 +48,27 @@ async fn all(h: &Harness, ids: &[String]) -> Vec<JobRecord> {
     out
 }
 
-/// A pass admits about what its rate limit creates in one pass interval, so a tenant that arrives
-/// while another tenant's hundred jobs (which all fit) are being admitted is planned at the next
-/// pass, not after the creation backlog planned before it came.
+/// Pods that exist now of the jobs whose ids start with `prefix`.
+async fn pods_of(h: &Harness, prefix: &str) -> usize {
+    let pods = h.pods().list(&Default::default()).await.unwrap();
+    pods.items
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(tuneplane_core::constants::JOB_ID_LABEL))
+                .is_some_and(|id| id.starts_with(prefix))
+        })
+        .count()
+}
+
+/// A pass decides every job that fits at once, but creates only what its rate limit creates in
+/// about a second, tenants taking turns: a tenant that arrives while another tenant's hundred jobs
+/// (which all fit) wait decided for their workloads is decided at the next pass, and its workload
+/// is created in the first round of creates after that, not behind the backlog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_tenant_is_not_planned_behind_another_tenants_creation_backlog() {
+async fn a_late_tenant_is_not_created_behind_another_tenants_creation_backlog() {
     const CPU_NODES: &str = "node_groups:\n  - {name: cpu, count: 4, cpus: 64, memory_gb: 256}\n";
     let h = start(sim_config(CPU_NODES, Duration::from_secs(3), None)).await;
     let config = tuneplane_reconciler::Config {
@@ -69,18 +85,39 @@ async fn a_late_tenant_is_not_planned_behind_another_tenants_creation_backlog() 
         j.tenant = "team-a".parse().unwrap();
         h.submit(&j).await;
     }
-    wait_for(30, "a's first admissions", || async {
-        let admitted = all(&h, &a).await.iter().any(|j| j.admitted_at_ms.is_some());
-        admitted.then_some(())
+    wait_for(30, "a's first pods", || async {
+        (pods_of(&h, "a-").await > 0).then_some(())
     })
     .await;
     let mut b = cpu_job("b-000");
     b.tenant = "team-b".parse().unwrap();
-    let a_before = submit_and_count_before(&h, &b, &a).await;
-    // Planned all at once, the 100 would all come first; 10 creates a pass, b waits a pass or two.
+    h.submit(&b).await;
+    let decided = h
+        .wait_job(60, &b.id, "decided", |j| j.admitted_at_ms.is_some())
+        .await;
+    let a_pods_at_decision = pods_of(&h, "a-").await;
+    wait_for(60, "b's pod", || async {
+        (pods_of(&h, "b-").await == 1).then_some(())
+    })
+    .await;
+    let a_pods = pods_of(&h, "a-").await;
+    // All of a's jobs fit, so they are all decided before b came; their 100 creates take ten
+    // passes. b is decided at the next pass and created in the first round after it.
+    let a_decided_first = all(&h, &a)
+        .await
+        .iter()
+        .filter(|j| {
+            j.admitted_at_ms
+                .is_some_and(|t| t <= decided.admitted_at_ms.unwrap_or(i64::MAX))
+        })
+        .count();
     assert!(
-        a_before < 60,
-        "b admitted after {a_before} of a's 100 jobs: it waited behind a backlog planned before it came"
+        a_decided_first >= 90,
+        "only {a_decided_first} of a's 100 jobs were decided before b: decisions are still paced by the creates"
+    );
+    assert!(
+        a_pods_at_decision < 60 && a_pods < 70,
+        "b's pod came after {a_pods} of a's pods ({a_pods_at_decision} at its decision): it waited behind a backlog decided before it came"
     );
 }
 

@@ -14,7 +14,7 @@ use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
     ApiKeyChange, ApiKeyRecord, AuditRecords, CreateOutcome, EventQuery, Idempotency,
-    IdempotencyRecord, JobQuery, JobRecords, KeyRecords, NewJob, OutboxRecords, Page,
+    IdempotencyRecord, JobQuery, JobRecords, JobUpdate, KeyRecords, NewJob, OutboxRecords, Page,
     PlaygroundCreate, PlaygroundRecord, PlaygroundRecords, QuotaRecords, Result, ScheduleRecord,
     ScheduleRecords, StoreError, SubscriptionRecords,
 };

@@ -21,9 +21,9 @@ use tuneplane_core::job::{JobEvent, JobRecord};
 use tuneplane_core::quota::TenantQuota;
 use tuneplane_core::store::{
     ApiKeyChange, ApiKeyRecord, AuditRecords, CreateOutcome, EventQuery, JobQuery, JobRecords,
-    KeyRecords, NewJob, OutboxRecords, Page, PlaygroundCreate, PlaygroundRecord, PlaygroundRecords,
-    QuotaRecords, Result, ScheduleRecord, ScheduleRecords, StoreError, SubscriptionRecords,
-    is_live_playground_of,
+    JobUpdate, KeyRecords, NewJob, OutboxRecords, Page, PlaygroundCreate, PlaygroundRecord,
+    PlaygroundRecords, QuotaRecords, Result, ScheduleRecord, ScheduleRecords, StoreError,
+    SubscriptionRecords, is_live_playground_of,
 };
 
 use tables::{Tx, db_err};

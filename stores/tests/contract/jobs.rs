@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tuneplane_core::job::{JobRecord, JobState, PendingReason};
+use tuneplane_core::job::{JobEvent, JobRecord, JobState, PendingReason};
 use tuneplane_core::store::{
-    ApiKeyRecord, CreateOutcome, EventQuery, Idempotency, JobQuery, JobStore, NewJob,
+    ApiKeyRecord, CreateOutcome, EventQuery, Idempotency, JobQuery, JobStore, JobUpdate, NewJob,
     PlaygroundRecord, PlaygroundState, PlaygroundStatus, ScheduleRecord, ScheduleStep, StoreError,
     hash_api_key,
 };
@@ -487,6 +487,65 @@ pub async fn a_state_change_and_its_events_land_together_or_not_at_all(store: St
         "events of a missing job",
     );
     assert!(orphan.items.is_empty(), "{:?}", orphan.items);
+}
+
+pub async fn a_batch_of_updates_lands_except_the_one_that_conflicts(store: Store) {
+    let mut next = Vec::new();
+    for i in 0..5 {
+        let mut j = create(&store, &format!("j-{i}"), "acme", i, 0).await;
+        j.state = JobState::Admitted;
+        next.push(j);
+    }
+    // j-2 changed by another writer since it was read: its update is stale.
+    let mut other = next[2].clone();
+    other.state = JobState::Queued;
+    other.stop_requested = true;
+    ok(store.update_job(&other).await, "the other writer");
+    let events: Vec<Vec<JobEvent>> = (0..5)
+        .map(|i| vec![event(100 + i, "state-ADMITTED", "admitted")])
+        .collect();
+    let updates: Vec<JobUpdate<'_>> = next
+        .iter()
+        .zip(&events)
+        .map(|(job, events)| JobUpdate { job, events })
+        .collect();
+    let outcomes = store.update_jobs_with_events(&updates).await;
+    assert_eq!(outcomes.len(), 5);
+    for (i, outcome) in outcomes.iter().enumerate() {
+        if i == 2 {
+            assert!(
+                matches!(outcome, Err(StoreError::Conflict { .. })),
+                "the stale update: {outcome:?}"
+            );
+        } else {
+            let stored = outcome.as_ref().expect("the other updates land");
+            assert_eq!((stored.version, stored.state), (2, JobState::Admitted));
+        }
+    }
+    for i in 0..5 {
+        let id = format!("j-{i}");
+        let read = ok(store.get_job(&id).await, "get").expect("stored");
+        let keys: Vec<String> = ok(
+            store.list_events(&id, &EventQuery::first(10)).await,
+            "events",
+        )
+        .items
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+        if i == 2 {
+            // The other writer's change stands, and the stale update wrote no event.
+            assert!(
+                read.stop_requested && read.state == JobState::Queued,
+                "{read:?}"
+            );
+            assert!(keys.is_empty(), "{keys:?}");
+        } else {
+            assert_eq!(read.state, JobState::Admitted);
+            assert_eq!(keys, ["state-ADMITTED"]);
+        }
+    }
+    assert!(store.update_jobs_with_events(&[]).await.is_empty());
 }
 
 /// Creates job `id` of acme, submitted at `at` with its `submitted` event saying `message`.

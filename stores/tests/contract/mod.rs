@@ -34,6 +34,7 @@ macro_rules! job_store_contract {
             tenant_listing_pages_newest_first_with_state_filter,
             events_list_in_time_order_and_repeats_are_stored_once,
             a_state_change_and_its_events_land_together_or_not_at_all,
+            a_batch_of_updates_lands_except_the_one_that_conflicts,
             a_new_job_and_its_first_events_land_together_and_repeats_add_none,
             capacity_api_keys_schedules_and_playgrounds_round_trip,
             playground_pod_and_status_round_trip_and_updates_are_versioned,

@@ -43,6 +43,21 @@ impl JobRecords for DynamoJobStore {
         self.update_job_with_events_inner(job, events).await
     }
 
+    async fn update_jobs_with_events(&self, updates: &[JobUpdate<'_>]) -> Vec<Result<JobRecord>> {
+        use futures_util::StreamExt;
+        // Separate items: nothing serialises their writes, so a few at a time (each still one
+        // `TransactWriteItems` of the record and its events), outcomes in the batch's order.
+        // Futures collected first: a stream over a borrowing closure would not be `Send`.
+        let writes: Vec<_> = updates
+            .iter()
+            .map(|u| self.update_job_with_events_inner(u.job, u.events))
+            .collect();
+        futures_util::stream::iter(writes)
+            .buffered(UPDATES_AT_ONCE)
+            .collect()
+            .await
+    }
+
     async fn list_jobs(&self, tenant: &TenantId, query: &JobQuery) -> Result<Page<JobRecord>> {
         self.list_jobs_inner(tenant, query).await
     }
@@ -75,3 +90,6 @@ impl JobRecords for DynamoJobStore {
         self.get_doc("CAPACITY", "CURRENT").await
     }
 }
+
+/// How many updates of a batch ([`JobRecords::update_jobs_with_events`]) are in flight at once.
+const UPDATES_AT_ONCE: usize = 16;

@@ -81,6 +81,60 @@ impl JobRecords for EmbeddedJobStore {
         .await
     }
 
+    async fn update_jobs_with_events(&self, updates: &[JobUpdate<'_>]) -> Vec<Result<JobRecord>> {
+        if updates.is_empty() {
+            return Vec::new();
+        }
+        let owned: Vec<(JobRecord, Vec<JobEvent>)> = updates
+            .iter()
+            .map(|u| (u.job.clone(), u.events.to_vec()))
+            .collect();
+        let n = owned.len();
+        // One redb write transaction, one commit, for the whole batch. An update whose version
+        // no longer matches fails before it writes anything and is reported in its slot; any
+        // other error drops the transaction (nothing of the batch lands) and is every slot's.
+        let written = self
+            .write(move |tx| {
+                let mut out = Vec::with_capacity(owned.len());
+                for (job, events) in owned {
+                    let id = job.id.clone();
+                    match tx.update_job(job) {
+                        Ok(stored) => {
+                            tx.append_events(&id, &events)?;
+                            tx.append_outbox(&outbox::entries_for(
+                                &stored,
+                                &events,
+                                stored.version,
+                                now_ms(),
+                            ))?;
+                            out.push(Ok(stored));
+                        }
+                        Err(e @ StoreError::Conflict { .. }) => out.push(Err(e)),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(out)
+            })
+            .await;
+        match written {
+            Ok(out) => out,
+            Err(e) => {
+                // The first slot carries the error itself, the others name it.
+                let text = e.to_string();
+                let mut out = vec![Err(e)];
+                out.extend(updates[1..n].iter().map(|u| {
+                    Err(StoreError::backend(
+                        "batched job update",
+                        &self.path.display().to_string(),
+                        &format!("JOB#{}", u.job.id),
+                        format!("the batch's transaction failed: {text}"),
+                    ))
+                }));
+                out
+            }
+        }
+    }
+
     async fn list_jobs(&self, tenant: &TenantId, query: &JobQuery) -> Result<Page<JobRecord>> {
         let tenant = tenant.to_owned();
         let query = query.clone();
