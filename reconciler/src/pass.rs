@@ -572,7 +572,8 @@ async fn create_workloads(
     }
     let creates: Vec<_> = now_jobs
         .iter()
-        .map(|job| async move { (job, create_workload(ctx, job).await) })
+        // Boxed when started, as in `sync_one`: an unstarted create holds only its arguments.
+        .map(|job| async move { (job, Box::pin(create_workload(ctx, job)).await) })
         .collect();
     for (job, outcome) in a_few_at_a_time(creates).await {
         note(ctx, report, "create", &job.id, outcome);
