@@ -38,6 +38,13 @@ pub fn serve(args: &[String]) -> anyhow::Result<()> {
         [k, d] => (k.clone(), d.clone()),
         _ => bail!("usage: {SERVE} KUBECONFIG DIR"),
     };
+    // The stack's log lines (RUST_LOG, `warn` unless the harness was given one) go to stderr,
+    // which the harness keeps as the run's `tuneplane.log`: a slow pass names its phases there.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

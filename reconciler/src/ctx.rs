@@ -92,6 +92,8 @@ pub struct Ctx {
     pub live: crate::live_logs::LiveLogs,
     /// Log archives being written beside the passes, and their outcomes.
     pub archives: crate::archives::Archives,
+    /// Workload creates running beside the passes.
+    pub creates: crate::creates::Creates,
     /// Running jobs' newest complete checkpoints, as preemption last looked them up.
     pub checkpoints: crate::checkpoint_cache::CheckpointCache,
     /// Array children that ended, by parent, as this process read them (`arrays`): each is read
@@ -127,6 +129,7 @@ impl Ctx {
         Ctx {
             live,
             archives: crate::archives::Archives::new(wake.clone()),
+            creates: crate::creates::Creates::default(),
             wake,
             config,
             kube,

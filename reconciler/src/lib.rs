@@ -15,6 +15,7 @@ pub mod callback;
 pub mod checkpoint_cache;
 pub mod cluster;
 pub mod config;
+pub mod creates;
 mod ctx;
 pub mod decide;
 pub mod dependencies;

@@ -548,35 +548,39 @@ async fn decide_planned(
     (decided, playground_requests)
 }
 
-/// Phase 7b: workloads of admitted jobs created, in [`create_order`], as far as the pass's
-/// request budget (`Config::requests_per_pass`, less what `spent` already took) goes; the rest
-/// wait ADMITTED, their nodes reserved, for the next pass. Returns how many wait.
-async fn create_workloads(
-    ctx: &Ctx,
-    to_create: Vec<JobRecord>,
-    spent: usize,
-    report: &mut PassReport,
-) -> usize {
+/// Phase 7b: workloads of admitted jobs started, in [`create_order`], beside the pass
+/// ([`crate::creates`]), as far as the pass's request budget (`Config::requests_per_pass`, less
+/// what `spent` already took and what creates still in flight will send) goes; the rest wait
+/// ADMITTED, their nodes reserved, for the next pass. Returns how many wait.
+fn create_workloads(ctx: &Arc<Ctx>, to_create: Vec<JobRecord>, spent: usize) -> usize {
     let budget = ctx.config.requests_per_pass();
-    let mut spent = spent;
-    let mut now_jobs = Vec::new();
+    let in_flight = ctx.creates.in_flight();
+    let mut spent = spent + in_flight;
+    let mut started = 0usize;
     let mut waiting = 0usize;
     for job in create_order(to_create) {
+        if ctx.creates.is_running(&job.id) {
+            continue;
+        }
         let cost = workload::creates_per_admission(ctx, job.spec.kind());
-        if spent + cost > budget && (spent > 0 || !now_jobs.is_empty()) {
+        // At least one create starts when none is in flight, however costly.
+        if spent + cost > budget && (spent > 0 || started > 0) {
             waiting += 1;
             continue;
         }
         spent += cost;
-        now_jobs.push(job);
-    }
-    let creates: Vec<_> = now_jobs
-        .iter()
-        // Boxed when started, as in `sync_one`: an unstarted create holds only its arguments.
-        .map(|job| async move { (job, Box::pin(create_workload(ctx, job)).await) })
-        .collect();
-    for (job, outcome) in a_few_at_a_time(creates).await {
-        note(ctx, report, "create", &job.id, outcome);
+        started += 1;
+        let owned = Arc::clone(ctx);
+        let id = String::from(&job.id);
+        ctx.creates
+            .start(&id, cost, ctx.metrics.clone(), async move {
+                // A replica that lost the Lease while this waited for its turn leaves it to the
+                // next leader.
+                if !owned.leadership.is_leader() {
+                    return Ok(());
+                }
+                create_workload(&owned, &job).await
+            });
     }
     waiting
 }
@@ -658,7 +662,7 @@ async fn record_waiting(
 /// create workloads within the pass's budget, record why the rest wait, run the playgrounds and
 /// ship live logs.
 #[tracing::instrument(name = "pass", skip(ctx, cluster), err)]
-pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> {
+pub async fn pass(ctx: &Arc<Ctx>, cluster: &Cluster, now: i64) -> Result<PassReport> {
     let mut report = PassReport::default();
     let mut clock = PhaseClock::start();
     let mut queue = read_queue(ctx, now, &mut report).await?;
@@ -696,7 +700,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
         Err(e) => {
             note(ctx, &mut report, "quota read", "", Err(e.into()));
             // What was decided before is still created.
-            report.deferred += create_workloads(ctx, to_create, 0, &mut report).await;
+            report.deferred += create_workloads(ctx, to_create, 0);
             let playgrounds = queue.playgrounds.take();
             playgrounds_step(ctx, cluster, now, playgrounds, &HashMap::new(), &mut report).await;
             return Ok(report);
@@ -705,7 +709,7 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
     let Some(mut playgrounds) = queue.playgrounds.take() else {
         // Without the playgrounds nothing is admitted (see `Queue`); jobs were synced, and what
         // was decided before is still created.
-        report.deferred += create_workloads(ctx, to_create, 0, &mut report).await;
+        report.deferred += create_workloads(ctx, to_create, 0);
         return Ok(report);
     };
     let waits = {
@@ -739,8 +743,8 @@ pub async fn pass(ctx: &Ctx, cluster: &Cluster, now: i64) -> Result<PassReport> 
             decide_planned(ctx, admit, &by_id, &mut playgrounds, now, &mut report).await;
         clock.lap(&mut report, "decide");
         to_create.extend(decided);
-        report.deferred += create_workloads(ctx, to_create, spent, &mut report).await;
-        clock.lap(&mut report, "create");
+        report.deferred += create_workloads(ctx, to_create, spent);
+        clock.lap(&mut report, "create (started)");
         let waits = record_waiting(ctx, plan.waiting, &by_id, now, &mut report).await;
         record_held(ctx, &queue, now, &mut report).await;
         clock.lap(&mut report, "pending reasons");

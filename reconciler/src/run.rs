@@ -119,7 +119,7 @@ impl Reconciler {
         let client = self.ctx.kube.client.clone();
         let notify = self.ctx.wake.clone();
         // However this future ends (shutdown, an error, dropped by a crash), the archives it
-        // started stop with it.
+        // and the creates it started stop with it.
         let _archives = AbortArchives(self.ctx.clone());
         let (nodes, nodes_w) = reflector::store::<Node>();
         let (pods, pods_w) = reflector::store::<WatchedPod>();
@@ -201,12 +201,13 @@ async fn passes_and_callbacks(ctx: &Arc<Ctx>, stores: &Stores, notify: &Arc<Noti
     }
 }
 
-/// Aborts the archives still being written when dropped.
+/// Aborts the archives still being written and the creates in flight when dropped.
 struct AbortArchives(Arc<Ctx>);
 
 impl Drop for AbortArchives {
     fn drop(&mut self) {
         self.0.archives.abort_all();
+        self.0.creates.abort_all();
     }
 }
 
@@ -288,7 +289,7 @@ pub const SLOW_PASS: Duration = Duration::from_secs(1);
 /// The longest wait between passes while passes keep failing.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-async fn pass_loop(ctx: &Ctx, stores: &Stores, notify: &Notify) {
+async fn pass_loop(ctx: &Arc<Ctx>, stores: &Stores, notify: &Notify) {
     if !stores.ready().await {
         tracing::error!("reflector stores never became ready");
         return;

@@ -343,6 +343,8 @@ pub async fn sync_job(ctx: &Ctx, cluster: &Cluster, job: &JobRecord, now: i64) -
         Step::Create
             if workload::recently_created(ctx, &tuneplane_core::render::job_workload_name(job)) => {
         }
+        // Its create is in flight beside the passes.
+        Step::Create if ctx.creates.is_running(&job.id) => {}
         Step::Create => return Ok(Synced::NeedsCreate),
         Step::MarkRunning => {
             let mut next = job.clone();

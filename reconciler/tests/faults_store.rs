@@ -258,14 +258,14 @@ async fn an_admission_whose_record_write_fails_counts_as_an_error_not_an_admissi
         metrics.clone(),
     );
     let leadership = Arc::new(Leadership::default());
-    let ctx = Ctx::new(
+    let ctx = Arc::new(Ctx::new(
         config,
         kube,
         FaultyJobStore::new(h.jobs.clone(), faults.clone()),
         FaultyBlobStore::new(h.blobs.clone(), faults.clone()),
         metrics,
         leadership.clone(),
-    );
+    ));
     let nodes = Api::<Node>::all(h.client.clone())
         .list(&Default::default())
         .await
