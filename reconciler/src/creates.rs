@@ -6,9 +6,9 @@
 //! its workload missing, and a later pass starts its create again (creates are idempotent).
 //!
 //! At most [`AT_ONCE`] creates are in flight; the client's rate limit paces them. The creates a
-//! pass may start are its budget less the requests still in flight ([`Creates::in_flight`]), so
-//! creates never run more than about a second of the client's rate ahead, and a tenant whose first
-//! job was just decided gets the first free turn.
+//! pass may start are its budget less the requests still in flight ([`Creates::in_flight`]), and
+//! no more than [`AT_ONCE`] jobs' creates at once, so a tenant whose first job was just decided
+//! gets the first free turn.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -20,10 +20,12 @@ use tokio::task::AbortHandle;
 use crate::error::Result;
 use crate::metrics::Metrics;
 
-/// Most creates in flight at once. A create under load takes a few hundred milliseconds, so 16
-/// at a time (the pass's concurrency) capped admissions near 60 a second whatever the client's
-/// rate; the rate limiter, not this, is meant to pace them.
-pub const AT_ONCE: usize = 64;
+/// Most creates in flight at once; a pass starts no more than this (so none queues behind the
+/// others, where a later pass could not put a newly arrived tenant's job ahead of it). A loaded
+/// API server answered ~40 pod creates a second here whatever the client's rate, and with the
+/// client's whole second of creates started at once, a late tenant's create waited 3-8 s behind
+/// them (BENCHMARKS.md, "Deciding ahead of the creates").
+pub const AT_ONCE: usize = 32;
 
 /// The creates in flight, by job id, with the requests each makes.
 pub struct Creates {
@@ -56,6 +58,11 @@ impl Creates {
     /// Whether `job_id`'s create is in flight (or waits for its turn).
     pub fn is_running(&self, job_id: &str) -> bool {
         self.running().contains_key(job_id)
+    }
+
+    /// Jobs whose create is in flight.
+    pub fn running_jobs(&self) -> usize {
+        self.running().len()
     }
 
     /// Requests of the creates in flight.

@@ -554,7 +554,7 @@ async fn decide_planned(
 /// ADMITTED, their nodes reserved, for the next pass. Returns how many wait.
 fn create_workloads(ctx: &Arc<Ctx>, to_create: Vec<JobRecord>, spent: usize) -> usize {
     let budget = ctx.config.requests_per_pass();
-    let in_flight = ctx.creates.in_flight();
+    let (in_flight, running) = (ctx.creates.in_flight(), ctx.creates.running_jobs());
     let mut spent = spent + in_flight;
     let mut started = 0usize;
     let mut waiting = 0usize;
@@ -563,8 +563,12 @@ fn create_workloads(ctx: &Arc<Ctx>, to_create: Vec<JobRecord>, spent: usize) -> 
             continue;
         }
         let cost = workload::creates_per_admission(ctx, job.spec.kind());
-        // At least one create starts when none is in flight, however costly.
-        if spent + cost > budget && (spent > 0 || started > 0) {
+        // At least one create starts when none is in flight, however costly; never more in
+        // flight than run at once (one started beyond that would queue behind the others, and a
+        // later pass could not put another tenant's first job ahead of it).
+        if (spent + cost > budget && (spent > 0 || started > 0))
+            || running + started >= crate::creates::AT_ONCE
+        {
             waiting += 1;
             continue;
         }
