@@ -446,9 +446,9 @@ fn plan<'q>(
     (plan, held)
 }
 
-/// Most admissions a pass decides (records it writes ADMITTED): the decisions are store writes a
-/// few at a time, and a pass must stay short for a job that arrives meanwhile (another tenant's
-/// first among them) to be decided at the next one.
+/// Most admissions a pass decides (records it writes ADMITTED, in one store batch): a pass must
+/// stay short for a job that arrives meanwhile (another tenant's first among them) to be decided
+/// at the next one.
 pub const DECISIONS_PER_PASS: usize = 500;
 
 /// How many passes' worth of creates (`Config::requests_per_pass`) may wait decided but not yet
