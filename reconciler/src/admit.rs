@@ -48,6 +48,24 @@ pub(crate) async fn record_admission(
     Ok(stored)
 }
 
+/// Records with their events written in one store batch (`JobRecords::update_jobs_with_events`:
+/// one commit in the embedded store); each change's outcome, in order (a conflict fails its own
+/// change only).
+pub(crate) async fn write_batch<'a>(
+    ctx: &Ctx,
+    changes: impl IntoIterator<Item = (&'a JobRecord, &'a [JobEvent])>,
+) -> Vec<Result<JobRecord>> {
+    let updates: Vec<JobUpdate<'_>> = changes
+        .into_iter()
+        .map(|(job, events)| JobUpdate { job, events })
+        .collect();
+    let outcomes = ctx.jobs.update_jobs_with_events(&updates).await;
+    outcomes
+        .into_iter()
+        .map(|o| o.map_err(crate::error::Error::from))
+        .collect()
+}
+
 /// [`record_admission`] for many jobs (a pass's decisions): `decisions` are the records and
 /// events [`admission`] made, written in one store batch (one commit in the embedded store);
 /// returns each job's id with its stored record or why it was not written, in order.
@@ -55,19 +73,14 @@ pub(crate) async fn record_admissions(
     ctx: &Ctx,
     decisions: &[(JobRecord, JobEvent)],
 ) -> Vec<(String, Result<JobRecord>)> {
-    let updates: Vec<JobUpdate<'_>> = decisions
+    let changes = decisions
         .iter()
-        .map(|(job, ev)| JobUpdate {
-            job,
-            events: std::slice::from_ref(ev),
-        })
-        .collect();
-    let outcomes = ctx.jobs.update_jobs_with_events(&updates).await;
+        .map(|(job, ev)| (job, std::slice::from_ref(ev)));
+    let outcomes = write_batch(ctx, changes).await;
     decisions
         .iter()
         .zip(outcomes)
         .map(|((job, _), outcome)| {
-            let outcome = outcome.map_err(crate::error::Error::from);
             if let Ok(stored) = &outcome {
                 admitted(ctx, stored);
             }

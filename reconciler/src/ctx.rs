@@ -92,7 +92,7 @@ pub struct Ctx {
     pub live: crate::live_logs::LiveLogs,
     /// Log archives being written beside the passes, and their outcomes.
     pub archives: crate::archives::Archives,
-    /// Workload creates running beside the passes.
+    /// Workload creates running beside the passes, and the ones waiting for a slot.
     pub creates: crate::creates::Creates,
     /// Running jobs' newest complete checkpoints, as preemption last looked them up.
     pub checkpoints: crate::checkpoint_cache::CheckpointCache,
@@ -129,7 +129,7 @@ impl Ctx {
         Ctx {
             live,
             archives: crate::archives::Archives::new(wake.clone()),
-            creates: crate::creates::Creates::default(),
+            creates: crate::creates::Creates::new(config.requests_per_pass(), metrics.clone()),
             wake,
             config,
             kube,

@@ -23,9 +23,11 @@ use tuneplane_core::playground::{STAND_IN_POOL, admission_stand_in};
 use tuneplane_core::privacy::redact_job_ids;
 use tuneplane_core::quota::{TenantQuota, tenant_usage};
 use tuneplane_core::render::{label_value, termination_grace_seconds};
-use tuneplane_core::store::{JobUpdate, PlaygroundRecord};
+use tuneplane_core::store::PlaygroundRecord;
 
-use crate::admit::{a_few_at_a_time, admission, create_workload, note, record_admissions};
+use crate::admit::{
+    a_few_at_a_time, admission, create_workload, note, record_admissions, write_batch,
+};
 use crate::cluster::{Cluster, pod_info};
 use crate::decide::next_pending;
 use crate::error::Result;
@@ -169,22 +171,12 @@ async fn write_pending(
     now: i64,
     report: &mut PassReport,
 ) {
-    let updates: Vec<JobUpdate<'_>> = changes
-        .iter()
-        .map(|(job, events)| JobUpdate { job, events })
-        .collect();
-    let outcomes = ctx.jobs.update_jobs_with_events(&updates).await;
+    let outcomes = write_batch(ctx, changes.iter().map(|(j, e)| (j, e.as_slice()))).await;
     for ((job, _), outcome) in changes.iter().zip(outcomes) {
         if outcome.is_ok() {
             ctx.note_pending_written(&job.id, now);
         }
-        note(
-            ctx,
-            report,
-            "pending",
-            &job.id,
-            outcome.map(drop).map_err(Into::into),
-        );
+        note(ctx, report, "pending", &job.id, outcome.map(drop));
     }
 }
 
@@ -373,22 +365,12 @@ async fn sync_jobs(
     }
     // The records the sync changed (RUNNING, pending reasons), one store batch: a pass in which
     // hundreds of pods started stays short.
-    let updates: Vec<JobUpdate<'_>> = writes
-        .iter()
-        .map(|(job, events)| JobUpdate { job, events })
-        .collect();
-    let outcomes = ctx.jobs.update_jobs_with_events(&updates).await;
+    let outcomes = write_batch(ctx, writes.iter().map(|(j, e)| (j, e.as_slice()))).await;
     for ((job, _), outcome) in writes.iter().zip(outcomes) {
         if matches!(&outcome, Ok(stored) if stored.state == JobState::Running) {
             tracing::info!(job_id = %job.id, "running");
         }
-        note(
-            ctx,
-            report,
-            "sync",
-            &job.id,
-            outcome.map(drop).map_err(Into::into),
-        );
+        note(ctx, report, "sync", &job.id, outcome.map(drop));
     }
     to_create
 }
@@ -494,8 +476,7 @@ fn to_decide(
 }
 
 /// Phase 7: the kept admissions decided: playgrounds recorded for their pods, jobs' records
-/// written ADMITTED (one store batch). Returns the jobs' stored records, for the create phase,
-/// and what the playgrounds' pods will cost of the pass's requests.
+/// written ADMITTED (one store batch). Returns the jobs' stored records, for the create phase.
 async fn decide_planned(
     ctx: &Ctx,
     admit: Vec<Admission>,
@@ -503,17 +484,15 @@ async fn decide_planned(
     playgrounds: &mut [PlaygroundRecord],
     now: i64,
     report: &mut PassReport,
-) -> (Vec<JobRecord>, usize) {
+) -> Vec<JobRecord> {
     let (playground_admits, job_admits): (Vec<_>, Vec<_>) = admit
         .into_iter()
         .partition(|a| a.kind == Claimant::Playground);
-    let mut playground_requests = 0;
     for a in playground_admits {
         let node = a.placements.first().and_then(|p| p.nodes.first()).cloned();
         let Some(node) = node else { continue };
         let outcome = crate::playground::admit(ctx, playgrounds, &a.job_id, node, now).await;
         report.admitted += usize::from(outcome.is_ok());
-        playground_requests += 2;
         note(ctx, report, "admit playground", &a.job_id, outcome);
     }
     let mut decisions = Vec::with_capacity(job_admits.len());
@@ -545,39 +524,21 @@ async fn decide_planned(
             Err(e) => note(ctx, report, "admit", &id, Err(e)),
         }
     }
-    (decided, playground_requests)
+    decided
 }
 
-/// Phase 7b: workloads of admitted jobs started, in [`create_order`], beside the pass
-/// ([`crate::creates`]), as far as the pass's request budget (`Config::requests_per_pass`, less
-/// what `spent` already took and what creates still in flight will send) goes; the rest wait
-/// ADMITTED, their nodes reserved, for the next pass. Returns how many wait.
-fn create_workloads(ctx: &Arc<Ctx>, to_create: Vec<JobRecord>, spent: usize) -> usize {
-    let budget = ctx.config.requests_per_pass();
-    let (in_flight, running) = (ctx.creates.in_flight(), ctx.creates.running_jobs());
-    let mut spent = spent + in_flight;
-    let mut started = 0usize;
-    let mut waiting = 0usize;
-    for job in create_order(to_create) {
-        if ctx.creates.is_running(&job.id) {
-            continue;
-        }
-        let cost = workload::creates_per_admission(ctx, job.spec.kind());
-        // At least one create starts when none is in flight, however costly; never more in
-        // flight than run at once (one started beyond that would queue behind the others, and a
-        // later pass could not put another tenant's first job ahead of it).
-        if (spent + cost > budget && (spent > 0 || started > 0))
-            || running + started >= crate::creates::AT_ONCE
-        {
-            waiting += 1;
-            continue;
-        }
-        spent += cost;
-        started += 1;
-        let owned = Arc::clone(ctx);
-        let id = String::from(&job.id);
-        ctx.creates
-            .start(&id, cost, ctx.metrics.clone(), async move {
+/// Phase 7b: workloads of admitted jobs offered to [`crate::creates`] in [`create_order`]: they
+/// start beside the pass as slots free (within the requests the client's rate limit sends in
+/// about a second), the next at the front of this order each time one ends. Returns how many
+/// wait, ADMITTED with their nodes reserved.
+fn create_workloads(ctx: &Arc<Ctx>, to_create: Vec<JobRecord>) -> usize {
+    let offers = create_order(to_create)
+        .into_iter()
+        .map(|job| {
+            let cost = workload::creates_per_admission(ctx, job.spec.kind());
+            let owned = Arc::clone(ctx);
+            let job_id = String::from(&job.id);
+            let create: crate::creates::CreateFuture = Box::pin(async move {
                 // A replica that lost the Lease while this waited for its turn leaves it to the
                 // next leader.
                 if !owned.leadership.is_leader() {
@@ -585,8 +546,14 @@ fn create_workloads(ctx: &Arc<Ctx>, to_create: Vec<JobRecord>, spent: usize) -> 
                 }
                 create_workload(&owned, &job).await
             });
-    }
-    waiting
+            crate::creates::Offer {
+                job_id,
+                cost,
+                create,
+            }
+        })
+        .collect();
+    ctx.creates.offer(offers)
 }
 
 /// The order in which admitted jobs' workloads are created: tenants take turns (one job each per
@@ -704,7 +671,7 @@ pub async fn pass(ctx: &Arc<Ctx>, cluster: &Cluster, now: i64) -> Result<PassRep
         Err(e) => {
             note(ctx, &mut report, "quota read", "", Err(e.into()));
             // What was decided before is still created.
-            report.deferred += create_workloads(ctx, to_create, 0);
+            report.deferred += create_workloads(ctx, to_create);
             let playgrounds = queue.playgrounds.take();
             playgrounds_step(ctx, cluster, now, playgrounds, &HashMap::new(), &mut report).await;
             return Ok(report);
@@ -713,7 +680,7 @@ pub async fn pass(ctx: &Arc<Ctx>, cluster: &Cluster, now: i64) -> Result<PassRep
     let Some(mut playgrounds) = queue.playgrounds.take() else {
         // Without the playgrounds nothing is admitted (see `Queue`); jobs were synced, and what
         // was decided before is still created.
-        report.deferred += create_workloads(ctx, to_create, 0);
+        report.deferred += create_workloads(ctx, to_create);
         return Ok(report);
     };
     let waits = {
@@ -743,11 +710,10 @@ pub async fn pass(ctx: &Arc<Ctx>, cluster: &Cluster, now: i64) -> Result<PassRep
             .sum();
         report.deferred = to_decide(ctx, &mut plan.admit, backlog, &by_id);
         let admit = std::mem::take(&mut plan.admit);
-        let (decided, spent) =
-            decide_planned(ctx, admit, &by_id, &mut playgrounds, now, &mut report).await;
+        let decided = decide_planned(ctx, admit, &by_id, &mut playgrounds, now, &mut report).await;
         clock.lap(&mut report, "decide");
         to_create.extend(decided);
-        report.deferred += create_workloads(ctx, to_create, spent);
+        report.deferred += create_workloads(ctx, to_create);
         clock.lap(&mut report, "create (started)");
         let waits = record_waiting(ctx, plan.waiting, &by_id, now, &mut report).await;
         record_held(ctx, &queue, now, &mut report).await;

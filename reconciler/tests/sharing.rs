@@ -63,10 +63,11 @@ async fn pods_of(h: &Harness, prefix: &str) -> usize {
         .count()
 }
 
-/// A pass decides every job that fits at once, but creates only what its rate limit creates in
-/// about a second, tenants taking turns: a tenant that arrives while another tenant's hundred jobs
-/// (which all fit) wait decided for their workloads is decided at the next pass, and its workload
-/// is created in the first round of creates after that, not behind the backlog.
+/// A pass decides every job that fits at once, but keeps only about a second of the client's rate
+/// of creates in flight, the rest queued with tenants taking turns: a tenant that arrives while
+/// another tenant's hundred jobs (which all fit) wait decided for their workloads is decided at
+/// the next pass, and its workload is created in the first slot that frees after that, not behind
+/// the backlog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_tenant_is_not_created_behind_another_tenants_creation_backlog() {
     const CPU_NODES: &str = "node_groups:\n  - {name: cpu, count: 4, cpus: 64, memory_gb: 256}\n";
@@ -101,8 +102,10 @@ async fn a_late_tenant_is_not_created_behind_another_tenants_creation_backlog() 
     })
     .await;
     let a_pods = pods_of(&h, "a-").await;
-    // All of a's jobs fit, so they are all decided before b came; their 100 creates take ten
-    // passes. b is decided at the next pass and created in the first round after it.
+    eprintln!("a's pods: {a_pods_at_decision} when b was decided, {a_pods} when b's pod came");
+    // All of a's jobs fit, so they are all decided before b came; their 100 creates take five
+    // seconds of the client's rate. b is decided at the next pass and created as soon as a slot
+    // frees after it.
     let a_decided_first = all(&h, &a)
         .await
         .iter()
@@ -115,9 +118,17 @@ async fn a_late_tenant_is_not_created_behind_another_tenants_creation_backlog() 
         a_decided_first >= 90,
         "only {a_decided_first} of a's 100 jobs were decided before b: decisions are still paced by the creates"
     );
+    // b came while a's creates were still under way (otherwise this shows nothing) and its create
+    // started in the first slot that freed: behind the 10 requests in flight (kubesim: 11-13 of
+    // a's pods in all, the real tier 2-6), not behind the 50-odd a still had to create.
     assert!(
-        a_pods_at_decision < 60 && a_pods < 70,
-        "b's pod came after {a_pods} of a's pods ({a_pods_at_decision} at its decision): it waited behind a backlog decided before it came"
+        a_pods_at_decision <= 85,
+        "a had {a_pods_at_decision} pods when b was decided: its backlog was nearly done, so the test shows nothing"
+    );
+    assert!(
+        a_pods - a_pods_at_decision <= 20,
+        "b's pod came after {a_pods} of a's pods, {} of them created after b was decided: it waited behind a backlog decided before it came",
+        a_pods - a_pods_at_decision
     );
 }
 

@@ -65,20 +65,8 @@ impl JobRecords for EmbeddedJobStore {
         let job = job.clone();
         let events = events.to_vec();
         // One redb write transaction: both commit or neither does.
-        self.write(move |tx| {
-            let id = job.id.clone();
-            let stored = tx.update_job(job)?;
-            tx.append_events(&id, &events)?;
-            // The callbacks' outbox entries of this change, in the same transaction.
-            tx.append_outbox(&outbox::entries_for(
-                &stored,
-                &events,
-                stored.version,
-                now_ms(),
-            ))?;
-            Ok(stored)
-        })
-        .await
+        self.write(move |tx| update_with_events(tx, job, &events))
+            .await
     }
 
     async fn update_jobs_with_events(&self, updates: &[JobUpdate<'_>]) -> Vec<Result<JobRecord>> {
@@ -97,18 +85,8 @@ impl JobRecords for EmbeddedJobStore {
             .write(move |tx| {
                 let mut out = Vec::with_capacity(owned.len());
                 for (job, events) in owned {
-                    let id = job.id.clone();
-                    match tx.update_job(job) {
-                        Ok(stored) => {
-                            tx.append_events(&id, &events)?;
-                            tx.append_outbox(&outbox::entries_for(
-                                &stored,
-                                &events,
-                                stored.version,
-                                now_ms(),
-                            ))?;
-                            out.push(Ok(stored));
-                        }
+                    match update_with_events(tx, job, &events) {
+                        Ok(stored) => out.push(Ok(stored)),
                         Err(e @ StoreError::Conflict { .. }) => out.push(Err(e)),
                         Err(e) => return Err(e),
                     }
@@ -170,6 +148,21 @@ impl JobRecords for EmbeddedJobStore {
 
 /// What a new job's write stores beside it: its events, the callbacks' outbox entries of them and
 /// its audit entry.
+/// The conditional update of `job` with its events and the callbacks' outbox entries of the
+/// change, inside `tx`. A conflict writes nothing.
+fn update_with_events(tx: &mut Tx<'_>, job: JobRecord, events: &[JobEvent]) -> Result<JobRecord> {
+    let id = job.id.clone();
+    let stored = tx.update_job(job)?;
+    tx.append_events(&id, events)?;
+    tx.append_outbox(&outbox::entries_for(
+        &stored,
+        events,
+        stored.version,
+        now_ms(),
+    ))?;
+    Ok(stored)
+}
+
 fn with_new_job(
     tx: &mut Tx<'_>,
     job: &JobRecord,
