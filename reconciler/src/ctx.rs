@@ -129,7 +129,10 @@ impl Ctx {
         Ctx {
             live,
             archives: crate::archives::Archives::new(wake.clone()),
-            creates: crate::creates::Creates::new(config.requests_per_pass(), metrics.clone()),
+            creates: crate::creates::Creates::new(
+                crate::creates::in_flight_limit(config.kube_qps),
+                metrics.clone(),
+            ),
             wake,
             config,
             kube,
