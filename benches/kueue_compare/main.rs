@@ -545,6 +545,33 @@ async fn run_one(o: &Options, fleet: &Path, setup: Setup, shape: Shape) -> anyho
         cpu_after - cpu_before,
         peak_mib,
     );
+    // The late tenant's wait by the API server's clock: TunePlane's create of its Pod, Kueue's
+    // unsuspending write of its Job.
+    if shape == Shape::Fair
+        && let (Some(b), Some(Some(b_sub))) = (workload.jobs.last(), outcome.submitted.last())
+    {
+        let written = match setup.system {
+            System::TunePlane => match tuneplane_side::workload_of(&work, &b.key).await? {
+                Some(name) => {
+                    report::audit_first_write(&audit_log_kept(&work), 0, user, "pods", &name)?
+                }
+                None => None,
+            },
+            System::Kueue => {
+                let resource = if controller.kueue_pods {
+                    "pods"
+                } else {
+                    "jobs"
+                };
+                report::audit_first_write(&audit_log_kept(&work), 0, user, resource, &b.key)?
+            }
+        };
+        let sub_wall = started_wall + *b_sub;
+        figures["team_b_server_seconds"] = serde_json::json!(written.map(|t| {
+            let d = t.duration_since(sub_wall).unwrap_or_default();
+            (d.as_secs_f64() * 100.0).round() / 100.0
+        }));
+    }
     if let (Some(phase), Some((own, all))) = (&outcome.reclaim, &reclaim_requests) {
         figures["reclaim"] = report::reclaim_figures(
             &workload,
@@ -575,6 +602,11 @@ async fn run_one(o: &Options, fleet: &Path, setup: Setup, shape: Shape) -> anyho
 
 /// Moves the control plane's logs (every component's, the audit log among them) into the run's
 /// folder, so that the next bring-up does not overwrite them.
+/// Where [`keep_logs`] put the run's audit log.
+fn audit_log_kept(work: &Path) -> std::path::PathBuf {
+    work.join("cluster-logs/audit.log")
+}
+
 fn keep_logs(o: &Options, work: &Path) {
     let logs = o.out.join("cluster/logs");
     let into = work.join("cluster-logs");

@@ -300,6 +300,20 @@ pub async fn decisions(
     Ok(out)
 }
 
+/// The workload name of the job with harness key `key` (its Pod, for a CPU job), from the stack's
+/// job store once its process has ended.
+pub async fn workload_of(work: &Path, key: &str) -> anyhow::Result<Option<String>> {
+    use tuneplane_core::store::prelude::*;
+    let store = tuneplane_stores::embedded::EmbeddedJobStore::open(work.join("stack/jobs"))
+        .with_context(|| format!("opening the job store in {}", work.join("stack").display()))?;
+    Ok(store
+        .list_active()
+        .await?
+        .iter()
+        .find(|j| j.spec.labels.get(KEY_LABEL).is_some_and(|k| k == key))
+        .map(tuneplane_core::render::job_workload_name))
+}
+
 /// How many of team-b's jobs TunePlane's records show RUNNING (its API, as team-b).
 pub async fn running(api: &ApiAccess) -> anyhow::Result<usize> {
     let http = reqwest::Client::new();
